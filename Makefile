@@ -1,0 +1,34 @@
+# Two commands: `make demo` and `make test`. Both create .venv and install the package into it.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# pytest workers: the exhaustive tests are split into chunks that xdist spreads over the cores.
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: demo test test-fast bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ascend-emu demo
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q
+
+# everything but the 2^32 sweeps and the big-model tests, for quick iteration
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -q -m "not exhaustive and not models"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-output
+	find . -name __pycache__ -prune -exec rm -rf {} +

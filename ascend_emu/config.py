@@ -1,0 +1,139 @@
+"""All numerics policy in one place.
+
+Rounding modes, overflow modes, subnormal policy, status bits, the float formats
+and the cube (matrix unit) accumulation model. Kernels receive these as small
+integers; wrappers translate and validate the user's strings here. See NUMERICS.md
+for the source of every behaviour.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, asdict
+
+import ml_dtypes
+import numpy as np
+
+from .errors import AscendEmuError
+
+# Ascend C RoundMode: CAST_RINT, CAST_ROUND, CAST_FLOOR, CAST_CEIL, CAST_TRUNC, CAST_ODD.
+ROUNDING_MODES = {"rint": 0, "round": 1, "floor": 2, "ceil": 3, "trunc": 4, "odd": 5}
+# aclrtFloatOverflowMode: ACL_RT_OVERFLOW_MODE_SATURATION / ACL_RT_OVERFLOW_MODE_INFNAN.
+OVERFLOW_MODES = {"inf_nan": 0, "saturation": 1}
+SUBNORMAL_MODES = {"keep": 0, "flush": 1}
+
+# AI Core overflow status bits, as precision_tool decodes them (ASCEND-FACTS.md section 4).
+STATUS_BITS = {
+    0x8: "negation of the most negative integer",
+    0x10: "integer overflow",
+    0x20: "floating-point compute overflow (Inf/NaN produced or propagated)",
+    0x80: "negative float converted to unsigned",
+    0x100: "FP32->FP16 (or int32->FP16) conversion overflow",
+    0x400: "cube accumulation overflow",
+}
+STATUS_FP_OVERFLOW = 0x20
+STATUS_CONVERSION_OVERFLOW = 0x100
+STATUS_CUBE_OVERFLOW = 0x400
+
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+#: compute dtypes of the emulated units, by name
+COMPUTE_DTYPES = {"float16": float16, "bfloat16": bfloat16, "float32": float32}
+#: 16-bit formats: (mantissa bits, exponent bias, largest finite value)
+LOW_PRECISION = {
+    "float16": (10, 15, 65504.0),
+    "bfloat16": (7, 127, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)),
+}
+
+
+def _choose(kind: str, value, table) -> int:
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise AscendEmuError(f"unknown {kind} {value!r}; choose one of: {', '.join(table)}") from None
+
+
+def rounding_code(rounding: str) -> int:
+    return _choose("rounding mode", rounding, ROUNDING_MODES)
+
+
+def overflow_code(overflow_mode: str) -> int:
+    return _choose("overflow_mode", overflow_mode, OVERFLOW_MODES)
+
+
+def subnormal_code(subnormals: str) -> int:
+    return _choose("subnormals mode", subnormals, SUBNORMAL_MODES)
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name of a float dtype given as a string, numpy dtype or type."""
+    if isinstance(dtype, str):
+        if dtype in COMPUTE_DTYPES or dtype == "float64":
+            return dtype
+        aliases = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
+                   "float": "float32", "fp64": "float64", "double": "float64"}
+        if dtype in aliases:
+            return aliases[dtype]
+        raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32")
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32") from None
+    return name
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """Validate a compute dtype of the emulated units (float16, bfloat16, float32)."""
+    name = dtype_name(dtype)
+    if name not in COMPUTE_DTYPES:
+        raise AscendEmuError(f"unsupported compute dtype {name!r}; choose one of: float16, bfloat16, float32")
+    return COMPUTE_DTYPES[name]
+
+
+BLOCK_SUMS = ("tree", "sequential", "aligned")
+NORMALIZE = ("rne", "truncate")
+
+
+@dataclass(frozen=True)
+class CubeModel:
+    """How the cube unit accumulates a dot product of fp16/bf16 operands in fp32.
+
+    The order and rounding inside the hardware's 16-term blocks are not published
+    (ASCEND-FACTS.md section 2); this follows the block-FMA models fitted to NVIDIA
+    tensor cores (Fasi et al. 2021; Khattak & Mikaitis). Products of 16-bit operands
+    are exact in fp32. K is split into blocks of ``block_size`` terms, in order.
+
+    block_sum:
+      ``"tree"``       (default) the block's products are summed by a binary adder tree
+                       in fp32 with round-to-nearest-even, then the block total is added
+                       to the fp32 accumulator (one more RNE rounding).
+      ``"sequential"`` every product is added to the accumulator in k order, each
+                       addition rounded to fp32 (block_size has no effect).
+      ``"aligned"``    Khattak-Mikaitis block FMA: the accumulator and the block's
+                       products are aligned to the largest exponent among them, bits
+                       beyond 24 + ``extra_bits`` below it are truncated, the terms are
+                       summed exactly, and the sum is normalised to fp32 by
+                       ``normalize`` (``"truncate"`` or ``"rne"``).
+    """
+
+    block_size: int = 16
+    block_sum: str = "tree"
+    extra_bits: int = 3
+    normalize: str = "truncate"
+
+    def __post_init__(self):
+        if not isinstance(self.block_size, (int, np.integer)) or not 1 <= self.block_size <= 1024:
+            raise AscendEmuError(f"CubeModel.block_size must be an integer in 1..1024, got {self.block_size!r}")
+        if self.block_sum not in BLOCK_SUMS:
+            raise AscendEmuError(f"unknown CubeModel.block_sum {self.block_sum!r}; choose one of: {', '.join(BLOCK_SUMS)}")
+        if not isinstance(self.extra_bits, (int, np.integer)) or not 0 <= self.extra_bits <= 30:
+            raise AscendEmuError(f"CubeModel.extra_bits must be an integer in 0..30, got {self.extra_bits!r}")
+        if self.normalize not in NORMALIZE:
+            raise AscendEmuError(f"unknown CubeModel.normalize {self.normalize!r}; choose one of: {', '.join(NORMALIZE)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_CUBE_MODEL = CubeModel()

@@ -1,0 +1,25 @@
+"""User-facing errors.
+
+Anything the user can fix (a missing file, a bad option, an unsupported op, a
+truncated dump) raises :class:`AscendEmuError` (a ``ValueError``) with a one-line
+message that names the thing and what to do. The CLI prints that line and exits
+non-zero; it never shows a traceback for these.
+"""
+
+
+class AscendEmuError(ValueError):
+    """A problem with the user's input, configuration or files."""
+
+
+class UnsupportedOpError(AscendEmuError):
+    """One or more op types have no emulated kernel (and AI CPU fallback is off)."""
+
+    def __init__(self, op_types, supported=()):
+        self.op_types = sorted(set(op_types))
+        msg = ("unsupported op type(s): " + ", ".join(self.op_types)
+               + "; drop --no-aicpu-fallback to run them through TensorFlow as the NPU's AI CPU would")
+        super().__init__(msg)
+
+
+class DumpError(AscendEmuError):
+    """A dump directory is missing, incomplete or corrupt."""
