@@ -1,0 +1,51 @@
+"""The whole workflow on the bundled default model, in one call (``ascend-emu demo``).
+
+Builds :func:`ascend_emu.models.demo_model` (seeded random weights, nothing
+downloaded), runs the TensorFlow float32 reference and an ``allow_mix_precision``
+replay, compares them, analyses overflow, writes the HTML report, and prints the
+worst ops, the first divergent op and where the report is.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: bool = True,
+             precision_mode: str = "allow_mix_precision", soc: str = "Ascend910B", stream=None) -> dict:
+    """Run the demo; returns the paths it wrote and the main findings."""
+    from . import Device, compare, overflow_report, reference, write_report
+    from .cli import print_replay_summary
+    from .models import demo_model
+
+    out = stream or sys.stdout
+    t0 = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    bench_dir = os.path.join(out_dir, "bench")
+    npu_dir = os.path.join(out_dir, "npu")
+    model = demo_model()
+    print(f"[1/5] TensorFlow float32 reference of the demo model -> {bench_dir}", file=out)
+    ref = reference(model, None, bench_dir, overwrite=overwrite, progress=progress)
+    print(f"[2/5] replay on the emulated {soc} with precision_mode={precision_mode} -> {npu_dir}", file=out)
+    device = Device(precision_mode, soc=soc)
+    res = device.replay(ref.graph, ref.inputs, npu_dir, overwrite=overwrite, progress=progress)
+    print_replay_summary(res.summary, res.dump, out=out)
+    print("[3/5] compare", file=out)
+    cmp = compare(npu_dir, bench_dir)
+    print(cmp.summary_text(), file=out)
+    worst = cmp.worst(cosine=0.9999, limit=8)
+    print(cmp.format_table(worst), file=out)
+    csv_path = os.path.join(out_dir, "compare.csv")
+    cmp.to_csv(csv_path)
+    print("[4/5] overflow analysis", file=out)
+    ovf = overflow_report(npu_dir)
+    print(ovf.format_text(), file=out)
+    print("[5/5] HTML report", file=out)
+    report = write_report(npu_dir, bench_dir, os.path.join(out_dir, "report.html"), comparison=cmp, overflow=ovf,
+                          title="ascend-emu demo: allow_mix_precision vs float32")
+    first = cmp.first_divergent()
+    print(f"\nreport: {os.path.abspath(report)}", file=out)
+    print(f"compare CSV: {os.path.abspath(csv_path)}; done in {time.perf_counter() - t0:.1f} s", file=out)
+    return {"report": report, "csv": csv_path, "npu": npu_dir, "bench": bench_dir, "first_divergent": first,
+            "first_overflow": ovf.first, "comparison": cmp, "overflow": ovf}

@@ -1,0 +1,416 @@
+"""The emulated NPU: precision decisions, inserted casts, op dispatch, status and dumps.
+
+``Device(...).replay(model)`` loads a TF model (``loader``), rewrites it with the
+enabled fusion rules (``fusion``), walks it with the interpreter, and for every node
+decides the compute dtype (``precision``), inserts Cast ops at precision boundaries,
+runs the op (``ops``) in the emulated units, ORs its status bits into the float status
+register, and records it in the dump.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import DEFAULT_CUBE_MODEL, CubeModel, overflow_code, subnormal_code
+from .errors import AscendEmuError, UnsupportedOpError
+from .graph import Graph, Node, tensor_name
+from .interpreter import interpret, last_uses
+from .ops import CUBE, HOST, MOVE, OPS, OpContext
+from .ops._util import is_float
+from .precision import PrecisionPolicy, ascend_type
+from .status import FloatStatus, decode_status
+
+SOCS = {"Ascend910": "saturation", "Ascend910B": "inf_nan"}
+IMPL_MODES = ("high_precision", "high_performance")
+REDUCE_ACCUMULATE = ("float32", "float16")
+_FLOAT = {"float16", "bfloat16", "float32", "float64"}
+
+
+@dataclass
+class OpRecord:
+    """What the device did for one op (also what goes into the dump)."""
+
+    name: str
+    tf_type: str
+    ascend_type: str
+    engine: str
+    compute_dtype: str
+    inputs: list
+    status: int = 0
+    precision: dict | None = None
+    fusion: dict | None = None
+    fp32_check: dict | None = None
+    inserted: bool = False
+
+
+@dataclass
+class ReplayResult:
+    """The outcome of :meth:`Device.replay`.
+
+    ``outputs``: the model outputs by tensor name; ``tensors``: every op output by
+    tensor name (in its emulated dtype; fp16 stays fp16); ``records``: one
+    :class:`OpRecord` per executed op (inserted casts included) in execution order;
+    ``float_status``: the sticky float status register after the run.
+    """
+
+    graph: Graph
+    outputs: dict
+    tensors: dict
+    records: list
+    float_status: FloatStatus
+    summary: dict
+    dump: str | None = None
+    inputs: dict = field(default_factory=dict)
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self.tensors[tensor_name(name)]
+
+    def record(self, name: str) -> OpRecord:
+        for r in self.records:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+class Device:
+    """An emulated Ascend NPU.
+
+    Parameters
+    ----------
+    precision_mode : str
+        CANN ``precision_mode`` (see :data:`ascend_emu.precision.PRECISION_MODES`); the
+        default ``force_fp16`` is the TF adapter's default for inference.
+    overflow_mode : {"saturation", "inf_nan"} or None
+        None takes the SoC's default (Ascend910: saturation; Ascend910B: inf_nan).
+    modify_mixlist : path or dict, optional
+        CANN mixlist edits (``black-list``/``white-list``/``gray-list`` with ``to-add``/``to-remove``).
+    soc : {"Ascend910", "Ascend910B"}
+    cube_model : CubeModel, optional
+        Accumulation model of the cube unit (NUMERICS.md section 3).
+    subnormals : {"keep", "flush"}
+    impl_mode : {"high_precision", "high_performance"}
+        Transcendental implementation model of the vector unit (NUMERICS.md section 2).
+    reduce_accumulate : {"float32", "float16"}
+        Accumulator of fp16 reductions.
+    fusion_switch : path, dict or None
+        CANN fusion_switch.cfg content; fusion is on by default, as on the NPU.
+    aicpu_fallback : bool
+        Run ops without an emulated AI Core kernel through TensorFlow (engine AICPU);
+        if False, such ops are an error listing all of them.
+    """
+
+    def __init__(self, precision_mode: str = "force_fp16", *, overflow_mode: str | None = None,
+                 modify_mixlist=None, soc: str = "Ascend910", cube_model: CubeModel | None = None,
+                 subnormals: str = "keep", impl_mode: str = "high_precision", reduce_accumulate: str = "float32",
+                 fusion_switch=None, aicpu_fallback: bool = True):
+        if soc not in SOCS:
+            raise AscendEmuError(f"unknown soc {soc!r}; choose one of: {', '.join(SOCS)}")
+        self.soc = soc
+        self.overflow_mode = overflow_mode if overflow_mode is not None else SOCS[soc]
+        overflow_code(self.overflow_mode)
+        subnormal_code(subnormals)
+        if impl_mode not in IMPL_MODES:
+            raise AscendEmuError(f"unknown impl_mode {impl_mode!r}; choose one of: {', '.join(IMPL_MODES)}")
+        if reduce_accumulate not in REDUCE_ACCUMULATE:
+            raise AscendEmuError(f"unknown reduce_accumulate {reduce_accumulate!r}; choose one of: float32, float16")
+        if cube_model is not None and not isinstance(cube_model, CubeModel):
+            raise AscendEmuError("cube_model must be an ascend_emu.CubeModel")
+        self.precision = PrecisionPolicy(precision_mode, modify_mixlist)
+        self.cube_model = cube_model or DEFAULT_CUBE_MODEL
+        self.subnormals = subnormals
+        self.impl_mode = impl_mode
+        self.reduce_accumulate = reduce_accumulate
+        self.aicpu_fallback = bool(aicpu_fallback)
+        from .fusion import FusionConfig
+
+        self.fusion = FusionConfig.load(fusion_switch)
+
+    # -- configuration -------------------------------------------------------------------
+    def config(self) -> dict:
+        return {
+            **self.precision.to_dict(), "overflow_mode": self.overflow_mode, "soc": self.soc,
+            "cube_model": self.cube_model.to_dict(), "subnormals": self.subnormals, "impl_mode": self.impl_mode,
+            "reduce_accumulate": self.reduce_accumulate, "aicpu_fallback": self.aicpu_fallback,
+            "fusion_switch": self.fusion.to_dict(),
+        }
+
+    def context(self, dtype="float32", cube_out=None) -> OpContext:
+        return OpContext(dtype=dtype, cube_out=cube_out, overflow_mode=self.overflow_mode,
+                         subnormals=self.subnormals, cube_model=self.cube_model, impl_mode=self.impl_mode,
+                         reduce_accumulate=self.reduce_accumulate)
+
+    # -- replay ------------------------------------------------------------------------------
+    def replay(self, model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
+               overwrite: bool = False, stats_only: bool = False, select=None, progress: bool = True,
+               keep_tensors: bool = True) -> ReplayResult:
+        """Run ``model`` op by op on the emulated NPU.
+
+        Parameters
+        ----------
+        model : Keras model, path (.keras, SavedModel dir, .pb/.pbtxt), tf.function,
+            ConcreteFunction or :class:`ascend_emu.graph.Graph`.
+        inputs : None (seeded random), dict name -> array, or CLI strings ``name=file.npy`` / ``file.npz``.
+        dump_dir : where to write the dump (None: no dump).
+        select : None, or callable ``(name, tf_type) -> bool`` choosing the ops whose tensors are saved.
+
+        Returns
+        -------
+        ReplayResult
+        """
+        from .fusion import apply_fusion
+        from .inputs import inputs_sha256, make_inputs
+        from .loader import load_graph
+
+        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+        fused = apply_fusion(graph, self.fusion)
+        self._check_supported(fused.nodes)
+        writer = None
+        if dump_dir is not None:
+            from .dump import DumpWriter
+
+            writer = DumpWriter(dump_dir, kind="npu", config=self.config(),
+                                model={"name": graph.name, "fingerprint": graph.fingerprint},
+                                inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
+                                select=select)
+        run = _Run(self, graph, feeds, writer)
+        t0 = time.perf_counter()
+        nodes = fused.nodes
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
+        release = None if keep_tensors else last_uses(nodes, keep=graph.outputs)
+        try:
+            if writer is not None:
+                writer.__enter__()
+                for f in fused.fused_away:
+                    writer.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
+
+            def on_node(node, args, outs):
+                if bar is not None:
+                    bar.update(1)
+
+            env = interpret(nodes, {}, run.eval_node, on_node=on_node, release=release)
+            summary = run.summary(time.perf_counter() - t0, fused)
+            if writer is not None:
+                summary["dump_bytes"] = writer_bytes(dump_dir)
+                # wall time is not part of the dump: same inputs and config give the same bytes
+                writer.finish({k: v for k, v in summary.items() if k != "seconds"})
+                writer.__exit__(None, None, None)
+        except BaseException as e:
+            if writer is not None:
+                writer.__exit__(type(e), e, e.__traceback__)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        outputs = {t: env[t] for t in graph.outputs}
+        return ReplayResult(graph, outputs, env, run.records, run.status, summary,
+                            dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
+
+    def _check_supported(self, nodes):
+        missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}
+        if missing and not self.aicpu_fallback:
+            raise UnsupportedOpError(missing)
+
+
+def writer_bytes(path) -> int:
+    import os
+
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+class _Run:
+    """State of one replay: dtype bookkeeping, inserted casts, records, status."""
+
+    def __init__(self, device: Device, graph: Graph, feeds: dict, writer):
+        self.dev = device
+        self.graph = graph
+        self.feeds = feeds
+        self.writer = writer
+        self.status = FloatStatus()
+        self.records: list[OpRecord] = []
+        self.const: set[str] = set()        # tensors that are constants (folded by the graph engine)
+        self.producer: dict[str, str] = {}  # tensor -> producing op kind
+        self.casts: dict = {}               # (tensor, dtype) -> cast output
+        self.counts: dict = {}
+        self.graph_inputs = {f"{name}:0" for name in feeds}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _orig_dtype(self, node: Node, args) -> str:
+        for key in ("T", "dtype"):
+            v = node.attrs.get(key)
+            if isinstance(v, str) and v in _FLOAT:
+                return v
+        for a in args:
+            if is_float(a):
+                return "float32" if a.dtype.name in ("float16", "bfloat16") else a.dtype.name
+        return "float32"
+
+    def _record(self, rec: OpRecord, outs, attrs=None):
+        self.records.append(rec)
+        self.status.record(rec.status)
+        key = (rec.engine, rec.compute_dtype)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if self.writer is not None:
+            self.writer.add_op(rec.name, rec.tf_type, rec.ascend_type, rec.engine, rec.compute_dtype, rec.inputs,
+                               list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
+                               fp32_check=rec.fp32_check)
+
+    def _cast(self, ref: str, value: np.ndarray, dtype: str) -> np.ndarray:
+        """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own."""
+        key = (ref, dtype)
+        if key in self.casts:
+            return self.casts[key]
+        from .numerics import cast
+
+        ctx_status = 0
+        if dtype == "float32":
+            out = value.astype(np.float32)          # widening casts are exact
+        else:
+            src = value if value.dtype in (np.float32, np.float64) else value.astype(np.float32)
+            out, ctx_status = cast(src, dtype, overflow_mode=self.dev.overflow_mode, subnormals=self.dev.subnormals)
+        node, idx = ref.rsplit(":", 1)
+        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
+        name = f"{node}/ascend_cast_{idx}_to_{short}"
+        folded = ref in self.const
+        rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
+                       precision={"list": None, "reason": f"inserted at a precision boundary ({value.dtype.name} -> {dtype})"
+                                  + ("; constant-folded by the graph engine" if folded else "")},
+                       inserted=True)
+        self._record(rec, [out])
+        self.casts[key] = out
+        if folded:
+            self.const.add(name + ":0")
+        return out
+
+    # -- one node ----------------------------------------------------------------------------
+    def eval_node(self, node: Node, args: list) -> tuple:
+        if node.op == "Placeholder":
+            out = self.feeds[node.name]
+            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", out.dtype.name, []), [out])
+            return (out,)
+        opdef = OPS.get(node.op)
+        fusion = node.attrs.get("_fusion")
+        if opdef is None:
+            return self._aicpu(node, args)
+        refs = [tensor_name(r) for r in node.inputs]
+        ascend_op = node.attrs.get("_ascend_type") or ascend_type(node.op)
+        if opdef.kind == HOST:
+            ctx = self.dev.context()
+            outs = opdef(*args, ctx=ctx, **node.attrs)
+            dt = outs[0].dtype.name if outs else ""
+            self.const.update(node.outputs())
+            self._record(OpRecord(node.name, node.op, ascend_op, "HOST", dt, refs), outs, node.attrs)
+            return outs
+        float_idx = [i for i, a in enumerate(args) if is_float(a)]
+        if opdef.kind == MOVE and float_idx and all(refs[i] in self.const for i in range(len(args))):
+            # data movement of constants is folded by the graph engine: keep dtype, no cast
+            ctx = self.dev.context()
+            outs = opdef(*args, ctx=ctx, **node.attrs)
+            self.const.update(node.outputs())
+            self._record(OpRecord(node.name, node.op, ascend_op, "HOST", outs[0].dtype.name, refs,
+                                  precision={"list": None, "reason": "constant folded"}), outs, node.attrs)
+            return outs
+        orig = self._orig_dtype(node, args)
+        if orig == "float64" or not float_idx and node.op not in ("Cast",):
+            if not float_idx:
+                # integer/bool op (shape arithmetic): exact in numpy
+                ctx = self.dev.context()
+                outs = opdef(*args, ctx=ctx, **node.attrs)
+                if all(refs[i] in self.const for i in range(len(args))):
+                    self.const.update(node.outputs())
+                self._record(OpRecord(node.name, node.op, ascend_op, "AICORE", outs[0].dtype.name if outs else "",
+                                      refs), outs, node.attrs)
+                return outs
+            return self._aicpu(node, args)
+        producers = [args[i].dtype.name for i in float_idx
+                     if refs[i] not in self.const and refs[i] not in self.graph_inputs]
+        dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, producers)
+        if node.op == "Cast":
+            cargs = args   # an explicit TF Cast converts its input as it comes
+        else:
+            cargs = list(args)
+            for i in float_idx:
+                if args[i].dtype.name != dec.dtype:
+                    cargs[i] = self._cast(refs[i], args[i], dec.dtype)
+        ctx = self.dev.context(dec.dtype, dec.cube_out)
+        try:
+            outs = opdef(*cargs, ctx=ctx, **node.attrs)
+        except NotImplementedError:
+            return self._aicpu(node, args)
+        fp32_check = None
+        if ctx.status and opdef.kind != MOVE:
+            fp32_check = self._fp32_check(opdef, node, cargs)
+        compute = ctx.cube_out.name if opdef.kind == CUBE else dec.dtype
+        rec = OpRecord(node.name, node.op, ascend_op, "AICORE", compute, refs, ctx.status,
+                       precision=dec.to_dict(), fusion=fusion, fp32_check=fp32_check)
+        self._record(rec, outs, node.attrs)
+        return outs
+
+    def _fp32_check(self, opdef, node, args) -> dict:
+        """msprobe-style verdict input: rerun the op in float32 on the same inputs."""
+        ctx = OpContext(dtype="float32", overflow_mode="inf_nan", cube_model=self.dev.cube_model,
+                        impl_mode=self.dev.impl_mode)
+        up = [a.astype(np.float32) if is_float(a) else a for a in args]
+        with np.errstate(all="ignore"):
+            outs = opdef(*up, ctx=ctx, **node.attrs)
+        finite = True
+        max_abs = 0.0
+        for o in outs:
+            if is_float(o) and o.size:
+                o64 = np.asarray(o, dtype=np.float64)
+                fin = np.isfinite(o64)
+                finite &= bool(fin.all())
+                if fin.any():
+                    max_abs = max(max_abs, float(np.abs(o64[fin]).max()))
+        return {"overflow": not finite, "max_abs": max_abs, "status": int(ctx.status)}
+
+    def _aicpu(self, node: Node, args) -> tuple:
+        if not self.dev.aicpu_fallback:
+            raise UnsupportedOpError([node.op])
+        from .aicpu import run_tf_node
+
+        orig = []
+        for a, ref in zip(args, node.inputs):
+            if is_float(a) and a.dtype.name in ("float16", "bfloat16"):
+                a = self._cast(tensor_name(ref), a, "float32")
+            orig.append(a)
+        outs = tuple(run_tf_node(node, orig))
+        status = 0
+        for o in outs:
+            if is_float(o) and o.size and not np.isfinite(np.asarray(o, dtype=np.float64)).all():
+                status |= 0x20
+        dt = outs[0].dtype.name if outs else ""
+        self._record(OpRecord(node.name, node.op, ascend_type(node.op), "AICPU", dt,
+                              [tensor_name(r) for r in node.inputs], status,
+                              precision={"list": None, "reason": "no AI Core kernel: runs on the AI CPU in its original dtype"}),
+                     outs, node.attrs)
+        return outs
+
+    def summary(self, seconds: float, fused) -> dict:
+        per_engine: dict = {}
+        for (engine, dt), n in sorted(self.counts.items()):
+            per_engine.setdefault(engine, {})[dt or "-"] = n
+        overflowing = [r.name for r in self.records if r.status]
+        return {
+            "ops": len(self.records),
+            "inserted_casts": sum(1 for r in self.records if r.inserted),
+            "per_engine_dtype": per_engine,
+            "overflowing_ops": len(overflowing),
+            "first_overflow": overflowing[0] if overflowing else None,
+            "float_status": self.status.get(),
+            "float_status_names": decode_status(self.status.get()),
+            "fusion_counts": dict(fused.counts),
+            "fused_away": len(fused.fused_away),
+            "outputs": list(self.graph.outputs),
+            "seconds": round(seconds, 3),
+        }

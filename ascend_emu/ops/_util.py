@@ -1,0 +1,53 @@
+"""Helpers shared by op implementations: dtype tests and the final rounding of ops that
+compute internally at higher precision."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import OVERFLOW_MODES, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW, bfloat16
+
+FLOAT_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_float(x) -> bool:
+    return np.asarray(x).dtype in FLOAT_DTYPES
+
+
+def as_int_list(x) -> list[int]:
+    return [int(v) for v in np.asarray(x).reshape(-1)]
+
+
+def finish(ctx, y) -> np.ndarray:
+    """Round an op's internal (float32/float64) result once to the compute dtype.
+
+    Used by ops modelled as "computed at higher precision inside the Unified Buffer,
+    rounded once on the way out" (NUMERICS.md section 2). A result that is not
+    finite, or that overflows the compute dtype, raises status 0x20 (a compute
+    overflow of this op, not a separate conversion), then ``overflow_mode`` applies.
+    """
+    from ..numerics import cast
+
+    y = np.asarray(y)
+    if ctx.dtype == np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = y.astype(np.float32)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            ctx.record(STATUS_FP_OVERFLOW)
+            if ctx.overflow_mode == "saturation":
+                fmax = np.finfo(np.float32).max
+                out = np.where(np.isnan(out), np.float32(0), np.clip(out, -fmax, fmax)).astype(np.float32)
+        return out
+    if y.dtype not in (np.float32, np.float64):
+        y = y.astype(np.float64)
+    out, st = cast(y, ctx.dtype_name, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
+    if st:
+        ctx.record(STATUS_FP_OVERFLOW | (st & ~STATUS_CONVERSION_OVERFLOW))
+    return out
+
+
+def to64(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+assert set(OVERFLOW_MODES) == {"inf_nan", "saturation"}

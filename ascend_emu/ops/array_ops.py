@@ -1,0 +1,190 @@
+"""Data-movement and host ops: exact in any dtype, so they never round."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import bfloat16
+from ._util import as_int_list, is_float
+from .registry import HOST, MOVE, register
+
+_NP_DTYPES = {"bfloat16": bfloat16}
+
+
+def _np_dtype(name):
+    return _NP_DTYPES.get(name) or np.dtype(name)
+
+
+@register("Const", kind=HOST)
+def const(*, ctx, value):
+    return np.asarray(value)
+
+
+@register("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics", kind=MOVE)
+def identity(x, *, ctx):
+    return x
+
+
+@register("IdentityN", kind=MOVE)
+def identity_n(*xs, ctx):
+    return tuple(xs)
+
+
+@register("Reshape", kind=MOVE)
+def reshape(x, shape, *, ctx):
+    return x.reshape(as_int_list(shape))
+
+
+@register("Squeeze", kind=MOVE)
+def squeeze(x, *, ctx, squeeze_dims=()):
+    dims = tuple(int(d) for d in squeeze_dims) if squeeze_dims else None
+    return np.squeeze(x, axis=dims) if dims is not None else np.squeeze(x)
+
+
+@register("ExpandDims", kind=MOVE)
+def expand_dims(x, dim, *, ctx):
+    return np.expand_dims(x, int(np.asarray(dim).reshape(-1)[0]))
+
+
+@register("Transpose", kind=MOVE)
+def transpose(x, perm, *, ctx):
+    return np.ascontiguousarray(np.transpose(x, as_int_list(perm)))
+
+
+@register("ConcatV2", kind=MOVE)
+def concat_v2(*args, ctx):
+    *xs, axis = args
+    return np.concatenate(xs, axis=int(axis))
+
+
+@register("Pack", kind=MOVE)
+def pack(*xs, ctx, axis=0):
+    return np.stack(xs, axis=int(axis))
+
+
+@register("Unpack", kind=MOVE)
+def unpack(x, *, ctx, axis=0, num=None):
+    return tuple(np.ascontiguousarray(t) for t in np.moveaxis(x, int(axis), 0))
+
+
+@register("Split", kind=MOVE)
+def split(axis, x, *, ctx, num_split):
+    return tuple(np.split(x, int(num_split), axis=int(axis)))
+
+
+@register("SplitV", kind=MOVE)
+def split_v(x, size_splits, axis, *, ctx, num_split=None):
+    sizes = as_int_list(size_splits)
+    ax = int(axis) % x.ndim
+    if -1 in sizes:
+        i = sizes.index(-1)
+        sizes[i] = x.shape[ax] - (sum(sizes) + 1)
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=ax))
+
+
+@register("StridedSlice", kind=MOVE)
+def strided_slice(x, begin, end, strides, *, ctx, begin_mask=0, end_mask=0, ellipsis_mask=0,
+                  new_axis_mask=0, shrink_axis_mask=0):
+    begin, end, strides = as_int_list(begin), as_int_list(end), as_int_list(strides)
+    index = []
+    for i in range(len(begin)):
+        if ellipsis_mask >> i & 1:
+            index.append(Ellipsis)
+        elif new_axis_mask >> i & 1:
+            index.append(None)
+        elif shrink_axis_mask >> i & 1:
+            index.append(begin[i])
+        else:
+            b = None if begin_mask >> i & 1 else begin[i]
+            e = None if end_mask >> i & 1 else end[i]
+            index.append(slice(b, e, strides[i]))
+    return np.ascontiguousarray(np.asarray(x)[tuple(index)])
+
+
+@register("Slice", kind=MOVE)
+def slice_(x, begin, size, *, ctx):
+    b, s = as_int_list(begin), as_int_list(size)
+    idx = tuple(slice(bi, None if si == -1 else bi + si) for bi, si in zip(b, s))
+    return np.ascontiguousarray(x[idx])
+
+
+@register("Pad", "PadV2", "MirrorPad", kind=MOVE)
+def pad(x, paddings, constant_values=None, *, ctx, mode="CONSTANT"):
+    p = np.asarray(paddings).astype(np.int64).tolist()
+    if mode.upper() == "REFLECT":
+        return np.pad(x, p, mode="reflect")
+    if mode.upper() == "SYMMETRIC":
+        return np.pad(x, p, mode="symmetric")
+    cv = 0 if constant_values is None else np.asarray(constant_values).reshape(()).astype(x.dtype)
+    return np.pad(x, p, mode="constant", constant_values=cv)
+
+
+@register("Tile", kind=MOVE)
+def tile(x, multiples, *, ctx):
+    return np.tile(x, as_int_list(multiples))
+
+
+@register("BroadcastTo", kind=MOVE)
+def broadcast_to(x, shape, *, ctx):
+    return np.ascontiguousarray(np.broadcast_to(x, as_int_list(shape)))
+
+
+@register("GatherV2", kind=MOVE)
+def gather_v2(params, indices, axis, *, ctx, batch_dims=0):
+    if batch_dims:
+        raise NotImplementedError("GatherV2 with batch_dims")
+    return np.take(params, np.asarray(indices).astype(np.int64), axis=int(axis))
+
+
+@register("Shape", kind=HOST)
+def shape(x, *, ctx, out_type="int32"):
+    return np.asarray(x.shape, dtype=_np_dtype(out_type))
+
+
+@register("Size", kind=HOST)
+def size(x, *, ctx, out_type="int32"):
+    return np.asarray(x.size, dtype=_np_dtype(out_type))
+
+
+@register("Rank", kind=HOST)
+def rank(x, *, ctx):
+    return np.asarray(x.ndim, dtype=np.int32)
+
+
+@register("Fill", kind=MOVE)
+def fill(dims, value, *, ctx):
+    return np.full(as_int_list(dims), np.asarray(value).reshape(()), dtype=np.asarray(value).dtype)
+
+
+@register("ZerosLike", kind=MOVE)
+def zeros_like(x, *, ctx):
+    return np.zeros_like(x)
+
+
+@register("OnesLike", kind=MOVE)
+def ones_like(x, *, ctx):
+    return np.ones_like(x)
+
+
+@register("Range", kind=HOST)
+def range_(start, limit, delta, *, ctx, Tidx="int32"):
+    return np.arange(np.asarray(start).item(), np.asarray(limit).item(), np.asarray(delta).item()).astype(_np_dtype(Tidx))
+
+
+@register("Cast", kind=MOVE)
+def cast_op(x, *, ctx, DstT="float32", Truncate=False):
+    """TF Cast: float<->float goes through the vector unit's rint cast; to ints it truncates like TF."""
+    from ..numerics import cast as vcast
+
+    dst = _np_dtype(DstT)
+    x = np.asarray(x)
+    if x.dtype == dst:
+        return x.copy()
+    if is_float(x) and dst in (np.dtype(np.float16), bfloat16):
+        src = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+        y, st = vcast(src, dst.name, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
+        ctx.record(st)
+        return y
+    if is_float(x) and dst.kind in "iu":
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x.astype(np.float64)).astype(dst)
+    return x.astype(dst)

@@ -1,0 +1,140 @@
+"""Elementwise and reduction ops on the vector unit.
+
+Float tensors go through :func:`ascend_emu.numerics.vector` / ``reduce`` in the op's
+compute dtype; integer and boolean tensors (shape arithmetic, masks) are exact and
+computed with numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._util import as_int_list, is_float
+from .registry import VECTOR, register
+
+_INT_FUNCS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+    "neg": np.negative, "abs": np.abs, "square": np.square, "floordiv": np.floor_divide,
+}
+
+
+def vec(ctx, op, *xs, **attrs):
+    """Run vector op ``op`` on ``xs`` in ``ctx``'s compute dtype (or exactly, for integers)."""
+    from ..numerics import vector
+
+    if all(is_float(x) for x in xs if not (op == "select" and x is xs[0])):
+        y, st = vector(op, *xs, dtype=ctx.dtype_name, overflow_mode=ctx.overflow_mode,
+                       subnormals=ctx.subnormals, **attrs)
+        ctx.record(st)
+        return y
+    if op == "select":
+        return np.where(xs[0], xs[1], xs[2])
+    if op in ("realdiv",):
+        return np.asarray(xs[0]) / np.asarray(xs[1])
+    return _INT_FUNCS[op](*xs)
+
+
+def _binary(name, tf_types):
+    @register(*tf_types, kind=VECTOR)
+    def op(x, y, *, ctx):
+        return vec(ctx, name, x, y)
+    op.__name__ = name
+    return op
+
+
+def _unary(name, tf_types):
+    @register(*tf_types, kind=VECTOR)
+    def op(x, *, ctx):
+        return vec(ctx, name, x)
+    op.__name__ = name
+    return op
+
+
+for _name, _types in {
+    "add": ("AddV2", "Add"), "sub": ("Sub",), "mul": ("Mul",), "realdiv": ("RealDiv", "Div"),
+    "maximum": ("Maximum",), "minimum": ("Minimum",), "squared_difference": ("SquaredDifference",),
+    "pow": ("Pow",),
+}.items():
+    _binary(_name, _types)
+
+for _name, _types in {
+    "neg": ("Neg",), "abs": ("Abs",), "square": ("Square",), "sqrt": ("Sqrt",), "rsqrt": ("Rsqrt",),
+    "reciprocal": ("Reciprocal", "Inv"), "exp": ("Exp",), "log": ("Log",), "tanh": ("Tanh",),
+    "sigmoid": ("Sigmoid",), "relu": ("Relu",), "relu6": ("Relu6",), "erf": ("Erf",), "erfc": ("Erfc",),
+}.items():
+    _unary(_name, _types)
+
+
+@register("LeakyRelu", kind=VECTOR)
+def leaky_relu(x, *, ctx, alpha=0.2):
+    return vec(ctx, "leaky_relu", x, alpha=float(alpha))
+
+
+@register("FloorDiv", kind=VECTOR)
+def floor_div(x, y, *, ctx):
+    if is_float(x):
+        raise NotImplementedError("float FloorDiv")
+    return np.floor_divide(x, y)
+
+
+@register("SelectV2", "Select", kind=VECTOR)
+def select(cond, x, y, *, ctx):
+    return vec(ctx, "select", np.asarray(cond, dtype=bool), x, y)
+
+
+@register("BiasAdd", kind=VECTOR)
+def bias_add(x, bias, *, ctx, data_format="NHWC"):
+    if data_format not in ("NHWC", "N..C"):
+        raise NotImplementedError(f"BiasAdd data_format {data_format}")
+    return vec(ctx, "add", x, bias)
+
+
+@register("AddN", kind=VECTOR)
+def add_n(*xs, ctx):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = vec(ctx, "add", acc, x)
+    return acc
+
+
+_CMP = {"Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less, "LessEqual": np.less_equal,
+        "Greater": np.greater, "GreaterEqual": np.greater_equal, "LogicalAnd": np.logical_and,
+        "LogicalOr": np.logical_or}
+
+
+def _cmp(tf_type, fn):
+    @register(tf_type, kind=VECTOR)
+    def op(x, y, *, ctx):
+        # comparisons of values already in the compute dtype are exact
+        return fn(np.asarray(x, dtype=np.float32) if is_float(x) else x,
+                  np.asarray(y, dtype=np.float32) if is_float(y) else y)
+    op.__name__ = tf_type
+
+
+for _t, _f in _CMP.items():
+    _cmp(_t, _f)
+
+
+@register("LogicalNot", kind=VECTOR)
+def logical_not(x, *, ctx):
+    return np.logical_not(x)
+
+
+def _reduce(name, tf_type):
+    @register(tf_type, kind=VECTOR)
+    def op(x, axis, *, ctx, keep_dims=False):
+        axes = tuple(a % max(x.ndim, 1) for a in as_int_list(axis))
+        if not is_float(x):
+            fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}[name]
+            return np.asarray(fn(x, axis=axes, keepdims=bool(keep_dims))).astype(x.dtype)
+        from ..numerics import reduce
+
+        y, st = reduce(name, x, axis=axes, keepdims=bool(keep_dims), dtype=ctx.dtype_name,
+                       accumulate=ctx.reduce_accumulate, overflow_mode=ctx.overflow_mode,
+                       subnormals=ctx.subnormals)
+        ctx.record(st)
+        return y
+    op.__name__ = name
+
+
+for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
+    _reduce(_name, _t)

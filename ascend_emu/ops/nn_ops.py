@@ -1,0 +1,186 @@
+"""Matrix ops on the cube unit, and the composite NN ops of the vector unit."""
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from ._util import as_int_list, finish, to64
+from .registry import CUBE, VECTOR, register
+
+
+def _cube_kw(ctx, bias=None):
+    operand = ctx.dtype_name
+    return dict(operand_dtype=operand, out_dtype=ctx.cube_out.name, overflow_mode=ctx.overflow_mode,
+                subnormals=ctx.subnormals, model=ctx.cube_model, bias=bias)
+
+
+def _record(ctx, res):
+    y, st = res
+    ctx.record(st)
+    return y
+
+
+@register("MatMul", kind=CUBE)
+def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None):
+    from ..cube import matmul
+
+    return _record(ctx, matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b), **_cube_kw(ctx, bias)))
+
+
+@register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE)
+def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None):
+    from ..cube import batch_matmul
+
+    return _record(ctx, batch_matmul(a, b, adj_x=bool(adj_x), adj_y=bool(adj_y), **_cube_kw(ctx, bias)))
+
+
+def _nhwc(data_format):
+    if data_format not in ("NHWC", None):
+        raise AscendEmuError(f"data_format {data_format!r} is not supported; export the model with NHWC (channels_last)")
+
+
+def _hw(v, default=(1, 1)):
+    v = as_int_list(v) if v is not None else list(default)
+    return (v[1], v[2]) if len(v) == 4 else tuple(v)
+
+
+def _padding(padding, explicit_paddings):
+    if padding == "EXPLICIT":
+        p = as_int_list(explicit_paddings)
+        return [[p[2], p[3]], [p[4], p[5]]]
+    return padding
+
+
+@register("Conv2D", kind=CUBE)
+def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
+              explicit_paddings=(), data_format="NHWC", bias=None):
+    from ..cube import conv2d
+
+    _nhwc(data_format)
+    return _record(ctx, conv2d(x, w, strides=_hw(strides), padding=_padding(padding, explicit_paddings),
+                               dilations=_hw(dilations), **_cube_kw(ctx, bias)))
+
+
+@register("DepthwiseConv2dNative", kind=CUBE)
+def depthwise_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
+                 explicit_paddings=(), data_format="NHWC", bias=None):
+    from ..cube import depthwise_conv2d
+
+    _nhwc(data_format)
+    return _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=_padding(padding, explicit_paddings),
+                                         dilations=_hw(dilations), **_cube_kw(ctx, bias)))
+
+
+def _einsum_plan(equation, ndims):
+    """Split a two-operand einsum into (batch, free_a, free_b, contracted) label groups."""
+    lhs, _, out = equation.replace(" ", "").partition("->")
+    ins = lhs.split(",")
+    if len(ins) != 2 or not _:
+        raise AscendEmuError(f"Einsum {equation!r}: only explicit two-operand equations run on the cube")
+    spare = [c for c in string.ascii_letters if c not in equation]
+    if "..." in equation:
+        n = max(nd - len(s.replace("...", "")) for s, nd in zip(ins, ndims))
+        ell = "".join(spare[:n])
+        ins = [s.replace("...", ell[len(ell) - (nd - len(s.replace("...", ""))):]) for s, nd in zip(ins, ndims)]
+        out = out.replace("...", ell)
+    a, b = ins
+    for s in (a, b):
+        if any(c not in out and c not in (b if s is a else a) for c in s):
+            raise AscendEmuError(f"Einsum {equation!r}: a label summed within one operand is not supported")
+    batch = [c for c in out if c in a and c in b]
+    free_a = [c for c in a if c not in b]
+    free_b = [c for c in b if c not in a]
+    contract = [c for c in a if c in b and c not in out]
+    return a, b, out, batch, free_a, free_b, contract
+
+
+@register("Einsum", kind=CUBE)
+def einsum(*xs, ctx, equation):
+    """Two-operand einsum lowered to one batch matmul: (batch, M, K) x (batch, K, N)."""
+    from ..cube import batch_matmul
+
+    if len(xs) != 2:
+        raise AscendEmuError(f"Einsum with {len(xs)} operands is not supported (two are)")
+    x, y = xs
+    a, b, out, batch, free_a, free_b, contract = _einsum_plan(equation, (x.ndim, y.ndim))
+    size = {**dict(zip(a, x.shape)), **dict(zip(b, y.shape))}
+    xt = np.transpose(x, [a.index(c) for c in batch + free_a + contract])
+    yt = np.transpose(y, [b.index(c) for c in batch + contract + free_b])
+    nb = int(np.prod([size[c] for c in batch])) if batch else 1
+    m = int(np.prod([size[c] for c in free_a])) if free_a else 1
+    n = int(np.prod([size[c] for c in free_b])) if free_b else 1
+    k = int(np.prod([size[c] for c in contract])) if contract else 1
+    z = _record(ctx, batch_matmul(np.ascontiguousarray(xt).reshape(nb, m, k),
+                                  np.ascontiguousarray(yt).reshape(nb, k, n), **_cube_kw(ctx)))
+    labels = batch + free_a + free_b
+    z = z.reshape([size[c] for c in labels])
+    return np.ascontiguousarray(np.transpose(z, [labels.index(c) for c in out]))
+
+
+def _windows(x, ksize, strides, padding, pad_value):
+    """Sliding NHWC windows -> (N, OH, OW, C, kh, kw) view and the count of real elements."""
+    kh, kw = _hw(ksize)
+    sh, sw = _hw(strides)
+    n, h, w, c = x.shape
+    if padding == "SAME":
+        oh, ow = -(-h // sh), -(-w // sw)
+        ph = max((oh - 1) * sh + kh - h, 0)
+        pw = max((ow - 1) * sw + kw - w, 0)
+        pads = ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0))
+    elif padding == "VALID":
+        pads = ((0, 0),) * 4
+    else:
+        raise AscendEmuError(f"pooling padding {padding!r} is not supported (SAME or VALID)")
+    xp = np.pad(x, pads, constant_values=pad_value)
+    ones = np.pad(np.ones((1, h, w, 1), np.float64), pads)
+    v = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::sh, ::sw]
+    cnt = np.lib.stride_tricks.sliding_window_view(ones, (kh, kw), axis=(1, 2))[:, ::sh, ::sw].sum(axis=(-1, -2))
+    return v, cnt
+
+
+@register("MaxPool", kind=VECTOR)
+def max_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
+    _nhwc(data_format)
+    v, _ = _windows(x.astype(np.float32), ksize, strides, padding, -np.inf)
+    return finish(ctx, v.max(axis=(-1, -2)))  # a max of representable values is exact
+
+
+@register("AvgPool", kind=VECTOR)
+def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
+    _nhwc(data_format)
+    v, cnt = _windows(to64(x), ksize, strides, padding, 0.0)
+    return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
+
+
+@register("Softmax", kind=VECTOR)
+def softmax(x, *, ctx):
+    z = to64(x)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return finish(ctx, z / z.sum(axis=-1, keepdims=True))
+
+
+@register("LogSoftmax", kind=VECTOR)
+def log_softmax(x, *, ctx):
+    z = to64(x)
+    z = z - z.max(axis=-1, keepdims=True)
+    return finish(ctx, z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
+
+
+@register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR)
+def fused_batch_norm(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, is_training=False, data_format="NHWC"):
+    """Inference batch norm: y = (x - mean) * scale / sqrt(var + eps) + offset, one rounding."""
+    if is_training:
+        raise AscendEmuError("FusedBatchNormV3 with is_training=True: export the model in inference mode (training=False)")
+    _nhwc(data_format)
+    inv = to64(scale) / np.sqrt(to64(variance) + float(epsilon))
+    y = finish(ctx, (to64(x) - to64(mean)) * inv + to64(offset))
+    m = np.asarray(mean, dtype=np.float32)
+    v = np.asarray(variance, dtype=np.float32)
+    return y, m, v, m, v, np.zeros(0, np.float32)
+
+
+@register("Softplus", kind=VECTOR)
+def softplus(x, *, ctx):
+    return finish(ctx, np.logaddexp(0.0, to64(x)))

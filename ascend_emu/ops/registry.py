@@ -1,0 +1,102 @@
+"""The op registry: a plain dict from TF op type to an implementation, filled by a decorator.
+
+Every implementation has one signature: inputs positional (numpy arrays), TF attributes
+as keyword arguments, and a keyword ``ctx`` (:class:`OpContext`) carrying the compute
+dtype and the numerics policy; it returns a tuple of arrays. Each op is callable alone,
+without a graph::
+
+    from ascend_emu.ops import run_op
+    (y,) = run_op("Relu", x, ctx=OpContext(dtype="float16"))
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..config import DEFAULT_CUBE_MODEL, CubeModel, compute_dtype
+from ..errors import AscendEmuError
+
+#: op kinds, which decide the engine and the precision rule
+CUBE, VECTOR, MOVE, HOST = "cube", "vector", "move", "host"
+
+
+@dataclass
+class OpContext:
+    """Compute dtype and numerics policy for one op invocation; collects its status bits.
+
+    ``dtype`` is the compute dtype for float tensors (float16, bfloat16 or float32);
+    ``cube_out`` the output dtype of cube ops (default: ``dtype``; float32 for
+    ``force_fp32``/``cube_fp16in_fp32out``).
+    """
+
+    dtype: object = "float32"
+    cube_out: object = None
+    overflow_mode: str = "inf_nan"
+    subnormals: str = "keep"
+    cube_model: CubeModel = DEFAULT_CUBE_MODEL
+    impl_mode: str = "high_precision"
+    reduce_accumulate: str = "float32"
+    status: int = 0
+
+    def __post_init__(self):
+        self.dtype = compute_dtype(self.dtype)
+        self.cube_out = compute_dtype(self.cube_out) if self.cube_out is not None else self.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return self.dtype.name
+
+    def record(self, status: int) -> None:
+        self.status |= int(status)
+
+
+@dataclass
+class OpDef:
+    tf_types: tuple
+    fn: Callable
+    kind: str
+    params: frozenset = field(default_factory=frozenset)
+    takes_all_attrs: bool = False
+
+    def __call__(self, *inputs, ctx: OpContext, **attrs):
+        if not self.takes_all_attrs:
+            attrs = {k: v for k, v in attrs.items() if k in self.params}
+        out = self.fn(*inputs, ctx=ctx, **attrs)
+        return out if isinstance(out, tuple) else (out,)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(*tf_types: str, kind: str = VECTOR):
+    """Register ``fn`` as the implementation of the TF op types ``tf_types``."""
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+        params = frozenset(p.name for p in sig.parameters.values()
+                           if p.kind == p.KEYWORD_ONLY and p.name != "ctx")
+        var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw)
+        for t in tf_types:
+            if t in OPS:
+                raise RuntimeError(f"op {t} registered twice")
+            OPS[t] = opdef
+        return fn
+
+    return deco
+
+
+def get_op(tf_type: str) -> OpDef:
+    try:
+        return OPS[tf_type]
+    except KeyError:
+        raise AscendEmuError(f"op type {tf_type!r} has no emulated kernel; supported: {', '.join(sorted(OPS))}") from None
+
+
+def run_op(tf_type: str, *inputs, ctx: OpContext | None = None, **attrs) -> tuple:
+    """Run one registered op on numpy inputs (ctx defaults to float32 compute)."""
+    ctx = ctx if ctx is not None else OpContext()
+    return get_op(tf_type)(*[np.asarray(x) if not isinstance(x, np.ndarray) else x for x in inputs], ctx=ctx, **attrs)
