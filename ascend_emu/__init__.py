@@ -25,11 +25,11 @@ _API = {
     "AscendEmuError": "ascend_emu.errors",
     # graphs
     "load_graph": "ascend_emu.loader",
-    "reference": "ascend_emu.reference",
+    "reference": "ascend_emu.tf_reference",
     "Device": "ascend_emu.device",
     # dumps and analysis
     "load_dump": "ascend_emu.dump",
-    "compare": "ascend_emu.compare",
+    "compare": "ascend_emu.comparison",
     "overflow_report": "ascend_emu.overflow",
     "write_report": "ascend_emu.report",
 }

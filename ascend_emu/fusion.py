@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -62,7 +63,14 @@ class FusionConfig:
 
     @classmethod
     def load(cls, spec=None) -> "FusionConfig":
-        """From None (all on), "off" (precision_tool's fusion-off: ALL off in both), a dict or a JSON path."""
+        """Build from a fusion switch.
+
+        ``spec``: None (all on), ``"off"``/``"on"`` (precision_tool's fusion-off file: ALL off in
+        both sections), a dict or a path to a file in CANN's JSON format
+        ``{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}``, or a path to a file in the
+        ATC/AOE line format (``PassName:off`` per line). A pass's own entry overrides
+        ``ALL`` of its section; unknown pass names warn with the closest known names.
+        """
         if spec is None:
             return cls()
         if isinstance(spec, FusionConfig):
@@ -73,14 +81,7 @@ class FusionConfig:
         label = "fusion_switch"
         if isinstance(spec, (str, os.PathLike)):
             label = str(spec)
-            try:
-                with open(spec, encoding="utf-8") as f:
-                    spec = json.load(f)
-            except FileNotFoundError:
-                raise AscendEmuError(f"fusion switch file {label} not found; pass a JSON file like "
-                                     '{"Switch": {"GraphFusion": {"ALL": "off"}}}') from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise AscendEmuError(f"fusion switch file {label} is not valid JSON ({e}); fix the file") from None
+            spec = _read_switch_file(label)
         if not isinstance(spec, dict) or not isinstance(spec.get("Switch"), dict):
             raise AscendEmuError(f"{label}: expected {{\"Switch\": {{\"GraphFusion\": {{...}}, \"UBFusion\": {{...}}}}}}")
         out = {GRAPH: {}, UB: {}}
@@ -92,15 +93,20 @@ class FusionConfig:
             for name, val in passes.items():
                 if val not in ("on", "off"):
                     raise AscendEmuError(f"{label}: {kind}.{name} is {val!r}; use \"on\" or \"off\"")
-                if name != "ALL" and name not in RULES:
-                    known = list(RULES) + list(OTHER_CANN_PASSES)
-                    if name not in known:
-                        close = difflib.get_close_matches(name, known, n=3)
+                where = kind
+                if name == "ALL":
+                    pass
+                elif name not in RULES:
+                    if name not in OTHER_CANN_PASSES:
+                        close = difflib.get_close_matches(name, list(RULES) + list(OTHER_CANN_PASSES), n=3)
                         warnings.warn(f"{label}: unknown fusion pass {name!r}"
-                                      + (f"; closest: {', '.join(close)}" if close else ""), stacklevel=2)
-                elif name in RULES and RULES[name].kind != kind:
-                    warnings.warn(f"{label}: {name} is a {RULES[name].kind} pass, listed under {kind}", stacklevel=2)
-                out[kind][name] = val == "on"
+                                      + (f"; closest: {', '.join(close)}" if close else "; see `ascend-emu rules`"),
+                                      stacklevel=2)
+                elif RULES[name].kind != kind:
+                    where = RULES[name].kind
+                    warnings.warn(f"{label}: {name} is a {where} pass, listed under {kind}; applied to {where}",
+                                  stacklevel=2)
+                out[where][name] = val == "on"
         return cls(out[GRAPH], out[UB], label)
 
     def enabled(self, rule: str) -> bool:
@@ -112,6 +118,38 @@ class FusionConfig:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "enabled": {name: self.enabled(name) for name in RULES}}
+
+
+_LINE = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*:\s*(on|off)\s*$")
+
+
+def _read_switch_file(path: str) -> dict:
+    """A fusion switch file as the JSON structure (the line format is converted)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise AscendEmuError(f"fusion switch file {path} not found; pass a JSON file like "
+                             '{"Switch": {"GraphFusion": {"ALL": "off"}}}') from None
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise AscendEmuError(f"fusion switch file {path} is not a text file ({e}); fix the file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        matches = [_LINE.match(ln) for ln in lines]
+        if not lines or not all(matches):
+            raise AscendEmuError(f"fusion switch file {path} is neither valid JSON ({e}) nor lines of "
+                                 "'PassName:on|off'; fix the file") from None
+    # ATC/AOE line format: PassName:off; ALL applies to both sections
+    sw: dict = {GRAPH: {}, UB: {}}
+    for m in matches:
+        name, val = m.group(1), m.group(2)
+        if name == "ALL":
+            sw[GRAPH]["ALL"] = sw[UB]["ALL"] = val
+        else:
+            sw[RULES[name].kind if name in RULES else GRAPH][name] = val
+    return {"Switch": sw}
 
 
 @dataclass
@@ -133,3 +171,6 @@ def apply_fusion(graph, config: FusionConfig) -> Fused:
             if n:
                 counts[name] = n
     return Fused(rw.nodes(), rw.fused_away, counts)
+
+
+from . import fusion_rules  # noqa: E402,F401  (registers the rules, in the order they apply)

@@ -49,7 +49,10 @@ class Node:
 class InputSpec:
     name: str            # placeholder node name
     dtype: str           # numpy dtype name
-    shape: list          # dims, None where unknown
+    shape: list | None   # dims, None where unknown; None for unknown rank
+    #: the user-facing name (SavedModel signature key, Keras input name); inputs are
+    #: accepted under either name
+    key: str | None = None
 
 
 @dataclass

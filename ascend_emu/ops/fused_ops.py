@@ -1,0 +1,191 @@
+"""Fused ops: what the fusion rules (:mod:`ascend_emu.fusion_rules`) put in place of a pattern.
+
+Registered under private op types (a leading underscore: they never occur in a TF graph).
+Their numerics are those of the fused CANN operator (NUMERICS.md section 6): the
+intermediates of the pattern are not rounded to the compute dtype.
+
+- ``_FusedConv2D`` / ``_FusedMatMul`` / ``_FusedBatchMatMul``: a cube op whose ``bias``
+  (a float32 vector, an attribute so it is not cast to the operand dtype) initialises
+  the float32 accumulator (L0C), and whose optional ``chain`` of elementwise steps
+  (UB fusion) is applied to the float32 accumulator in the vector unit in float32
+  before one rounding to the cube output dtype.
+- ``_EltwiseChain``: elementwise steps in float32, one rounding at the end.
+- ``_LayerNorm`` / ``_Gelu``: the whole formula without intermediate rounding (exact,
+  float64), one rounding.
+
+A chain step is ``{"op": TF type, "args": [...], "attrs": {...}, "name": original op}``;
+an argument is ``-1`` for the running value or ``k`` for the fused op's input ``k``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from . import nn_ops
+from ._util import finish, is_float, to64
+from .registry import CUBE, OPS, VECTOR, OpContext, register
+
+
+def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
+    """A context with ``ctx``'s policy, another dtype, and its own status."""
+    return OpContext(dtype=dtype if dtype is not None else ctx.dtype_name,
+                     cube_out=cube_out if cube_out is not None else ctx.cube_out.name,
+                     overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, cube_model=ctx.cube_model,
+                     impl_mode=ctx.impl_mode, reduce_accumulate=ctx.reduce_accumulate)
+
+
+def _f32(x):
+    # fp16/bf16 -> fp32 is exact
+    return np.asarray(x, dtype=np.float32) if is_float(x) else x
+
+
+def _chain(ctx: OpContext, value, inputs, chain) -> np.ndarray:
+    """Apply the elementwise ``chain`` in float32 (the Unified Buffer); the float32 result."""
+    c32 = _sub(ctx, "float32", "float32")
+    for step in chain:
+        args = [value if a == -1 else _f32(inputs[a]) for a in step["args"]]
+        value = OPS[step["op"]](*args, ctx=c32, **dict(step.get("attrs") or {}))[0]
+    ctx.record(c32.status)
+    return value
+
+
+def _round_to(ctx: OpContext, y, dtype: str) -> np.ndarray:
+    """The single rounding at the end of a fused op, its status bits into ``ctx``."""
+    out_ctx = _sub(ctx, dtype, dtype)
+    out = finish(out_ctx, y)
+    ctx.record(out_ctx.status)
+    return out
+
+
+def _bias(bias, n: int):
+    if bias is None:
+        return None
+    b = np.asarray(bias, dtype=np.float32).reshape(-1)
+    if b.size == 1 and n != 1:
+        b = np.full(n, b[0], dtype=np.float32)
+    if b.size != n:
+        raise AscendEmuError(f"fused bias of {b.size} values does not match the {n} output columns; "
+                             "switch MatMulBiasAddFusionPass/BiasaddConvFusionPass off for this model")
+    return b
+
+
+def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
+    """``run(ctx)`` computes the cube op (bias in L0C). Without a chain the cube's own Fixpipe
+    rounds to the output dtype; with one, the float32 accumulator goes through the chain first."""
+    if not chain:
+        return run(ctx)
+    sub = _sub(ctx, cube_out="float32")
+    acc = run(sub)
+    ctx.record(sub.status)
+    return _round_to(ctx, _chain(ctx, acc, inputs, chain), ctx.cube_out.name)
+
+
+@register("_FusedConv2D", kind=CUBE)
+def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=(1, 1, 1, 1), padding="VALID",
+                 dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC"):
+    """Conv2D / DepthwiseConv2dNative with bias in L0C and an optional elementwise chain."""
+    depthwise = base == "DepthwiseConv2dNative"
+    fn = nn_ops.depthwise_op if depthwise else nn_ops.conv2d_op
+    b = _bias(bias, int(w.shape[2] * w.shape[3]) if depthwise else int(w.shape[3]))
+
+    def run(c):
+        return fn(x, w, ctx=c, strides=strides, padding=padding, dilations=dilations,
+                  explicit_paddings=explicit_paddings, data_format=data_format, bias=b)
+    return _cube(ctx, (x, w) + extra, chain, run)
+
+
+@register("_FusedMatMul", kind=CUBE)
+def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpose_a=False, transpose_b=False):
+    """MatMul with bias in L0C and an optional elementwise chain."""
+    bb = _bias(bias, int(b.shape[0] if transpose_b else b.shape[1]))
+
+    def run(c):
+        return nn_ops.mat_mul(a, b, ctx=c, transpose_a=transpose_a, transpose_b=transpose_b, bias=bb)
+    return _cube(ctx, (a, b) + extra, chain, run)
+
+
+def _einsum(x, y, equation: str, bias, ctx: OpContext) -> np.ndarray:
+    """Two-operand einsum as one batch matmul with ``bias`` over the output's last label in L0C."""
+    from ..cube import batch_matmul
+
+    if bias is None:
+        return nn_ops.einsum(x, y, ctx=ctx, equation=equation)
+    a, b, out, batch, free_a, free_b, contract = nn_ops._einsum_plan(equation, (x.ndim, y.ndim))
+    if not out or out[-1] not in free_b:
+        raise AscendEmuError(f"Einsum {equation!r}: a fused bias needs the output's last label from the "
+                             "second operand; switch MatMulBiasAddFusionPass off for this model")
+    size = {**dict(zip(a, x.shape)), **dict(zip(b, y.shape))}
+    xt = np.ascontiguousarray(np.transpose(x, [a.index(c) for c in batch + free_a + contract]))
+    yt = np.ascontiguousarray(np.transpose(y, [b.index(c) for c in batch + contract + free_b]))
+    prod = lambda labels: int(np.prod([size[c] for c in labels])) if labels else 1  # noqa: E731
+    nb, m, n, k = prod(batch), prod(free_a), prod(free_b), prod(contract)
+    # the bias indexes the output's last label; spread it over the flattened free labels of y
+    bvec = _bias(bias, size[out[-1]])
+    which = np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)
+    z, st = batch_matmul(xt.reshape(nb, m, k), yt.reshape(nb, k, n), bias=bvec[which], **nn_ops._cube_kw(ctx))
+    ctx.record(st)
+    labels = batch + free_a + free_b
+    z = z.reshape([size[c] for c in labels])
+    return np.ascontiguousarray(np.transpose(z, [labels.index(c) for c in out]))
+
+
+@register("_FusedBatchMatMul", kind=CUBE)
+def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain=(), adj_x=False, adj_y=False,
+                       equation=None):
+    """BatchMatMul(V2) or a two-operand Einsum with bias in L0C and an optional elementwise chain."""
+    if base == "Einsum":
+        def run(c):
+            return _einsum(a, b, equation, bias, c)
+    else:
+        bb = _bias(bias, int(b.shape[-2] if adj_y else b.shape[-1]))
+
+        def run(c):
+            return nn_ops.batch_mat_mul(a, b, ctx=c, adj_x=adj_x, adj_y=adj_y, bias=bb)
+    return _cube(ctx, (a, b) + extra, chain, run)
+
+
+@register("_EltwiseChain", kind=VECTOR)
+def eltwise_chain(*xs, ctx, chain):
+    """AutomaticUbFusion: the chain's steps in float32, one rounding to the compute dtype."""
+    return _round_to(ctx, _chain(ctx, None, xs, chain), ctx.dtype_name)
+
+
+@register("_LayerNorm", kind=VECTOR)
+def layer_norm(x, *params, ctx, epsilon, axis=(-1,), has_gamma=True, has_beta=True):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over ``axis``, exact inside, one rounding."""
+    x64 = to64(x)
+    ax = tuple(int(a) % x64.ndim for a in axis)
+    mean = x64.mean(axis=ax, keepdims=True)
+    d = x64 - mean
+    var = (d * d).mean(axis=ax, keepdims=True)
+    y = d / np.sqrt(var + float(epsilon))
+    i = 0
+    if has_gamma:
+        y = y * to64(params[i])
+        i += 1
+    if has_beta:
+        y = y + to64(params[i])
+    return finish(ctx, y)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def gelu_f64(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """Gelu in float64: 0.5 x erfc(-x / sqrt 2), or the tanh approximation."""
+    x = np.asarray(x, dtype=np.float64)
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    # the erfc form stays accurate for large negative x, where 1 + erf cancels
+    return 0.5 * x * _erfc(-x / math.sqrt(2.0)).astype(np.float64)
+
+
+@register("_Gelu", kind=VECTOR)
+def gelu(x, *, ctx, approximate="none"):
+    """y = 0.5 x (1 + erf(x / sqrt 2)) (or the tanh approximation), exact inside, one rounding."""
+    if approximate not in ("none", "tanh"):
+        raise AscendEmuError(f"_Gelu approximate={approximate!r}; use 'none' or 'tanh'")
+    with np.errstate(all="ignore"):
+        return finish(ctx, gelu_f64(x, approximate))

@@ -1,0 +1,75 @@
+"""Cube unit throughput: fp16 matmul against numpy, conv2d on ResNet50 layer shapes against TensorFlow.
+
+GFLOP/s counts 2*M*N*K per product (one multiply and one add per term), for ours and the
+baseline alike. Ours is the public API end to end: operand conversion, the block-model
+accumulation (default CubeModel) and the fp16 output conversion with status.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import best_time, row
+
+# (name, batch, H, W, Cin, KH, KW, Cout, stride): ResNet50 layers
+RESNET50_LAYERS = [
+    ("conv2_x 3x3 56x56x64->64", 56, 56, 64, 3, 3, 64, 1),
+    ("conv3_x 3x3 28x28x128->128", 28, 28, 128, 3, 3, 128, 1),
+    ("conv5_x 3x3 7x7x512->512", 7, 7, 512, 3, 3, 512, 1),
+    ("conv2_x 1x1 56x56x64->256", 56, 56, 64, 1, 1, 256, 1),
+]
+
+
+def _gflops(flops: float, seconds: float) -> float:
+    return flops / seconds / 1e9
+
+
+def matmul_rows(quick: bool) -> list[dict]:
+    from ascend_emu.cube import matmul
+
+    n = 512 if quick else 1024
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    flops = 2.0 * n ** 3
+    repeat = 3 if quick else 5
+    ours = _gflops(flops, best_time(lambda: matmul(a, b), repeat=repeat))
+    np32 = _gflops(flops, best_time(lambda: a32 @ b32, repeat=repeat))
+    # numpy has no fp16 BLAS: its fp16 matmul takes seconds at this size, so one timed run
+    np16 = _gflops(flops, best_time(lambda: a @ b, repeat=1, warmup=0))
+    name = f"matmul {n}x{n}x{n} fp16 in, fp32 acc"
+    note = "default CubeModel (16-term adder tree), fp16 out, end to end"
+    return [
+        row("cube", name, ours, np32, "numpy float32 matmul (BLAS)", "GFLOP/s", target=0.33, note=note),
+        row("cube", name, ours, np16, "numpy float16 matmul", "GFLOP/s", target=100.0, note=note),
+    ]
+
+
+def conv_rows(quick: bool) -> list[dict]:
+    from ascend_emu.cube import conv2d
+
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return []
+    batch = 1 if quick else 8
+    rows = []
+    rng = np.random.default_rng(1)
+    for name, H, W, C, KH, KW, CO, s in RESNET50_LAYERS:
+        x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
+        w = (rng.standard_normal((KH, KW, C, CO)) / np.sqrt(KH * KW * C)).astype(np.float16)
+        OH, OW = -(-H // s), -(-W // s)
+        flops = 2.0 * batch * OH * OW * CO * KH * KW * C
+        xt = tf.constant(x.astype(np.float32))
+        wt = tf.constant(w.astype(np.float32))
+        repeat = 2 if quick else 5
+        ours = _gflops(flops, best_time(lambda: conv2d(x, w, strides=(s, s), padding="SAME"), repeat=repeat))
+        base = _gflops(flops, best_time(lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(),
+                                        repeat=repeat))
+        rows.append(row("cube", f"conv2d N={batch} {name}", ours, base, "TensorFlow float32 Conv2D (CPU)",
+                        "GFLOP/s", note="SAME padding, fp16 in/out, default CubeModel"))
+    return rows
+
+
+def run(quick: bool = False) -> list[dict]:
+    return matmul_rows(quick) + conv_rows(quick)

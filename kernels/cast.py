@@ -1,0 +1,366 @@
+"""Float format conversions of the Ascend vector unit (Cast with CAST_* round modes).
+
+Every narrowing conversion goes through one integer routine, :func:`narrow_bits`,
+generic over the target's mantissa width and bias: the source is decoded to an
+integer significand ``m`` and an unbiased exponent ``e``, shifted right to the
+target's quantum, and rounded by the remainder. Codes are those of
+``ascend_emu.config``: rounding rint=0 round=1 floor=2 ceil=3 trunc=4 odd=5,
+overflow inf_nan=0 saturation=1, subnormals keep=0 flush=1.
+
+Status bits returned (``ascend_emu.config.STATUS_BITS``): 0x100 when a finite input
+overflows the target format, 0x20 when the input is Inf or NaN, 0 otherwise.
+16-bit floats travel as ``uint16`` bit patterns (Numba has no float16 on CPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# Mirrors of ascend_emu.config codes (kernels take no policy objects).
+RINT, ROUND, FLOOR, CEIL, TRUNC, ODD = 0, 1, 2, 3, 4, 5
+INF_NAN, SATURATION = 0, 1
+KEEP, FLUSH = 0, 1
+ST_FP_OVERFLOW = 0x20
+ST_CONVERSION_OVERFLOW = 0x100
+
+# (mantissa bits, bias, exponent bits) of the 16-bit targets
+F16_MT, F16_BIAS, F16_EB = 10, 15, 5
+BF16_MT, BF16_BIAS, BF16_EB = 7, 127, 8
+F32_MT, F32_BIAS, F32_EB = 23, 127, 8
+
+_CHUNK = 1 << 16
+
+
+@njit(cache=True)
+def narrow_bits(sign, m, e, srcmant, mt, bias, expbits, rounding, overflow, subnormal):
+    """bits = round(m * 2**(e - srcmant)) to the (mt, bias, expbits) format; returns (bits, status)."""
+    # m: int64 significand (implicit bit included for normal sources), m != 0; value is finite.
+    sbit = np.int64(sign) << (mt + expbits)
+    emin = 1 - bias
+    infbits = ((np.int64(1) << expbits) - 1) << mt
+    s = (srcmant - mt) + max(0, emin - e)
+    if s > 62:
+        q = np.int64(0)
+        r = m
+        half = np.int64(1) << 62  # m < 2**62, so the remainder is below half
+    elif s > 0:
+        q = m >> s
+        r = m & ((np.int64(1) << s) - 1)
+        half = np.int64(1) << (s - 1)
+    else:  # widening or same width: exact
+        q = m << (-s)
+        r = np.int64(0)
+        half = np.int64(1)
+    if rounding == RINT:
+        if r > half or (r == half and (q & 1) == 1):
+            q += 1
+    elif rounding == ROUND:
+        if r >= half:
+            q += 1
+    elif rounding == FLOOR:
+        if sign != 0 and r != 0:
+            q += 1
+    elif rounding == CEIL:
+        if sign == 0 and r != 0:
+            q += 1
+    elif rounding == ODD:
+        if r != 0:
+            q |= 1
+    # trunc: no increment
+    # q carries the implicit bit for normal results, so a mantissa carry bumps the exponent
+    out = (np.int64(max(e - emin, 0)) << mt) + q
+    if out >= infbits:
+        if overflow == SATURATION:
+            return sbit | (infbits - 1), ST_CONVERSION_OVERFLOW
+        to_inf = rounding == RINT or rounding == ROUND or (rounding == CEIL and sign == 0) or (
+            rounding == FLOOR and sign != 0)
+        if to_inf:
+            return sbit | infbits, ST_CONVERSION_OVERFLOW
+        return sbit | (infbits - 1), ST_CONVERSION_OVERFLOW
+    if subnormal == FLUSH and out < (np.int64(1) << mt):
+        return sbit, 0
+    return sbit | out, 0
+
+
+@njit(cache=True)
+def _special_bits(sign, is_nan, mt, expbits, overflow):
+    """bits of Inf/NaN after a narrowing cast: IEEE in inf_nan, +-max / +0 in saturation."""
+    sbit = np.int64(sign) << (mt + expbits)
+    infbits = ((np.int64(1) << expbits) - 1) << mt
+    if overflow == SATURATION:
+        if is_nan:
+            return np.int64(0)
+        return sbit | (infbits - 1)
+    if is_nan:
+        return sbit | infbits | (np.int64(1) << (mt - 1))
+    return sbit | infbits
+
+
+@njit(cache=True)
+def f32bits_narrow(u, mt, bias, expbits, rounding, overflow, subnormal):
+    """bits = cast(float32 bit pattern u) to the (mt, bias, expbits) format; returns (bits, status)."""
+    # Branch-free twin of narrow_bits for float32 sources: every choice (mode, overflow,
+    # flush, Inf/NaN) is integer arithmetic on 0/1 masks, so loops over it vectorise even
+    # with runtime codes. Significands fit in 24 bits: a shift of 25 already leaves q = 0
+    # and r = m below half, and int64 lanes never overflow.
+    u = np.int64(u) & 0xFFFFFFFF
+    sign = u >> 31
+    pos = 1 - sign
+    E = (u >> 23) & 0xFF
+    F = u & 0x7FFFFF
+    m = F | (np.int64(E != 0) << 23)
+    e = max(E, 1) - 127
+    emin = 1 - bias
+    infbits = ((np.int64(1) << expbits) - 1) << mt
+    s = min((23 - mt) + max(0, emin - e), 25)
+    q = m >> s
+    r = m & ((np.int64(1) << s) - 1)
+    half = np.int64(1) << (s - 1)
+    odd = q & 1
+    nz = np.int64(r != 0)
+    is_rint = np.int64(rounding == RINT)
+    is_round = np.int64(rounding == ROUND)
+    is_floor = np.int64(rounding == FLOOR)
+    is_ceil = np.int64(rounding == CEIL)
+    is_odd = np.int64(rounding == ODD)
+    inc = (is_rint & (np.int64(r > half) | (np.int64(r == half) & odd))) | (is_round & np.int64(r >= half)) | (
+        is_floor & sign & nz) | (is_ceil & pos & nz) | (is_odd & nz & (1 - odd))
+    out = (max(e - emin, 0) << mt) + q + inc
+    special = np.int64(E == 0xFF)
+    over = np.int64(out >= infbits) & (1 - special)
+    # IEEE 754 overflow goes to Inf when rounding away from zero, else to the largest finite
+    away = is_rint | is_round | (is_ceil & pos) | (is_floor & sign)
+    sat = np.int64(overflow == SATURATION)
+    big = infbits - (sat | (1 - away))
+    out = out + over * (big - out)
+    flush = np.int64(subnormal == FLUSH) & np.int64(out < (np.int64(1) << mt))
+    out = out * (1 - flush)
+    # Inf / NaN inputs: IEEE in inf_nan; +-max and +0 in saturation
+    nan = special & np.int64(F != 0)
+    spec = (infbits - sat) | (((1 - sat) & nan) << (mt - 1))
+    out = out + special * (spec - out)
+    res = ((sign << (mt + expbits)) | out) * (1 - (nan & sat))
+    st = over * ST_CONVERSION_OVERFLOW | special * ST_FP_OVERFLOW
+    return res, st
+
+
+@njit(cache=True)
+def f64bits_narrow(u, mt, bias, expbits, rounding, overflow, subnormal):
+    """bits = cast(float64 bit pattern u) to the (mt, bias, expbits) format in one rounding; returns (bits, status)."""
+    u = np.uint64(u)
+    sign = np.int64(u >> np.uint64(63))
+    E = np.int64((u >> np.uint64(52)) & np.uint64(0x7FF))
+    F = np.int64(u & np.uint64(0xFFFFFFFFFFFFF))
+    if E == 0x7FF:
+        return _special_bits(sign, F != 0, mt, expbits, overflow), ST_FP_OVERFLOW
+    if E == 0:
+        if F == 0:
+            return sign << (mt + expbits), 0
+        return narrow_bits(sign, F, -1022, 52, mt, bias, expbits, rounding, overflow, subnormal)
+    return narrow_bits(sign, F | (np.int64(1) << 52), E - 1023, 52, mt, bias, expbits, rounding, overflow,
+                       subnormal)
+
+
+# ---------------------------------------------------------------- scalar API (callable from other @njit kernels)
+
+@njit(cache=True)
+def f32_to_f16_bits(x, rounding, overflow, subnormal):
+    """(bits, status) = fp16(float32 x) under the rounding / overflow / subnormal codes."""
+    b, st = f32bits_narrow(np.float32(x).view(np.uint32), F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
+    return np.uint16(b), np.int32(st)
+
+
+@njit(cache=True)
+def f32_to_bf16_bits(x, rounding, overflow, subnormal):
+    """(bits, status) = bf16(float32 x) under the rounding / overflow / subnormal codes."""
+    b, st = f32bits_narrow(np.float32(x).view(np.uint32), BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow,
+                           subnormal)
+    return np.uint16(b), np.int32(st)
+
+
+@njit(cache=True)
+def f64_to_f16_bits(x, rounding, overflow, subnormal):
+    """(bits, status) = fp16(float64 x), rounded once (no double rounding through float32)."""
+    b, st = f64bits_narrow(np.float64(x).view(np.uint64), F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
+    return np.uint16(b), np.int32(st)
+
+
+@njit(cache=True)
+def f64_to_bf16_bits(x, rounding, overflow, subnormal):
+    """(bits, status) = bf16(float64 x), rounded once (no double rounding through float32)."""
+    b, st = f64bits_narrow(np.float64(x).view(np.uint64), BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow,
+                           subnormal)
+    return np.uint16(b), np.int32(st)
+
+
+@njit(cache=True)
+def f16_bits_to_f32_bits(b, subnormal):
+    """float32 bits of the fp16 pattern b (exact; subnormal inputs -> signed zero under flush)."""
+    h = np.int64(b) & 0xFFFF
+    sign = (h & 0x8000) << 16
+    E = (h >> 10) & 0x1F
+    F = h & 0x3FF
+    normal = ((E + 112) << 23) | (F << 13)
+    infnan = 0x7F800000 | (F << 13)
+    # a subnormal is F * 2**-24: exact and normal in float32, so no denormal arithmetic
+    sub = np.int64(np.float32(np.float32(F) * np.float32(5.960464477539063e-08)).view(np.uint32))
+    sub = sub * (1 - np.int64(subnormal == FLUSH))
+    is_sub = np.int64(E == 0)
+    is_inf = np.int64(E == 0x1F)
+    mag = normal + is_inf * (infnan - normal) + is_sub * (sub - normal)
+    return np.uint32(sign | mag)
+
+
+@njit(cache=True)
+def bf16_bits_to_f32_bits(b, subnormal):
+    """float32 bits of the bf16 pattern b (exact; subnormal inputs -> signed zero under flush)."""
+    u = (np.int64(b) & 0xFFFF) << 16
+    fl = np.int64(subnormal == FLUSH) & np.int64((u & 0x7F800000) == 0)
+    return np.uint32(u & ~(fl * 0x7FFFFFFF))
+
+
+@njit(cache=True)
+def bits16_to_f32(b, bf16, subnormal):
+    """float32 value of the 16-bit pattern b: bf16 if bf16 else fp16 (exact)."""
+    x = np.int64(bf16_bits_to_f32_bits(b, subnormal))
+    y = np.int64(f16_bits_to_f32_bits(b, subnormal))
+    k = np.int64(bf16 != 0)
+    return np.uint32(y + k * (x - y)).view(np.float32)
+
+
+@njit(cache=True)
+def f16_bits_to_f32(b):
+    """float32 value of the fp16 bit pattern b (exact)."""
+    return np.uint32(f16_bits_to_f32_bits(b, KEEP)).view(np.float32)
+
+
+@njit(cache=True)
+def bf16_bits_to_f32(b):
+    """float32 value of the bf16 bit pattern b (exact)."""
+    return np.uint32(bf16_bits_to_f32_bits(b, KEEP)).view(np.float32)
+
+
+# ---------------------------------------------------------------- array kernels
+
+# Serial spans with the target format as compile-time constants, looping over a whole
+# (sliced) array so indices are provably non-negative: LLVM then vectorises them. The
+# parallel kernels hand them chunks.
+
+@njit(cache=True)
+def _f32_to_f16_span(src, out, rounding, overflow, subnormal):
+    """out[i] = fp16(float32 bits src[i]); returns the OR of the statuses."""
+    acc = np.int64(0)
+    for i in range(src.size):
+        b, s = f32bits_narrow(src[i], F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True)
+def _f32_to_bf16_span(src, out, rounding, overflow, subnormal):
+    """out[i] = bf16(float32 bits src[i]); returns the OR of the statuses."""
+    acc = np.int64(0)
+    for i in range(src.size):
+        b, s = f32bits_narrow(src[i], BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True)
+def _f64_to_16_span(src, out, mt, bias, expbits, rounding, overflow, subnormal):
+    """out[i] = 16-bit(float64 bits src[i]) in one rounding; returns the OR of the statuses."""
+    acc = np.int64(0)
+    for i in range(src.size):
+        b, s = f64bits_narrow(src[i], mt, bias, expbits, rounding, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, parallel=True)
+def cast_f32_to_16(src, out, bf16, rounding, overflow, subnormal):
+    """out[i] = fp16 (bf16 if bf16) of float32 bits src[i]; returns the OR of all statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        if bf16:
+            st[c] = _f32_to_bf16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
+        else:
+            st[c] = _f32_to_f16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def cast_f64_to_16(src, out, bf16, rounding, overflow, subnormal):
+    """out[i] = fp16 (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        if bf16:
+            st[c] = _f64_to_16_span(src[lo:hi], out[lo:hi], BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow, subnormal)
+        else:
+            st[c] = _f64_to_16_span(src[lo:hi], out[lo:hi], F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True)
+def _f64_to_f32_span(src, out, rounding, overflow, subnormal):
+    """out[i] = float32 bits of float64 bits src[i] in one rounding; returns the OR of the statuses."""
+    acc = np.int64(0)
+    for i in range(src.size):
+        b, s = f64bits_narrow(src[i], F32_MT, F32_BIAS, F32_EB, rounding, overflow, subnormal)
+        out[i] = np.uint32(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, parallel=True)
+def cast_f64_to_f32(src, out, rounding, overflow, subnormal):
+    """out[i] = float32 bits of float64 bits src[i] under the codes; returns the OR of all statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _f64_to_f32_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True)
+def _widen_span(src, out, bf16, subnormal):
+    """out[i] = float32 bits of the 16-bit pattern src[i] (exact)."""
+    if bf16:
+        for i in range(src.size):
+            out[i] = bf16_bits_to_f32_bits(src[i], subnormal)
+    else:
+        for i in range(src.size):
+            out[i] = f16_bits_to_f32_bits(src[i], subnormal)
+
+
+@njit(cache=True, parallel=True)
+def cast_16_to_f32(src, out, bf16, subnormal):
+    """out[i] = float32 bits of fp16 (bf16 if bf16) bits src[i] (exact)."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        _widen_span(src[lo:hi], out[lo:hi], bf16, subnormal)

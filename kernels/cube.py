@@ -1,0 +1,510 @@
+"""Cube unit (matrix engine) kernels: fp32 accumulation of dot products in K-blocks.
+
+An output element is ``acc = bias[j]`` (L0C initialised with the bias, +0 without one)
+followed by one accumulation step per K-block of ``block_size`` products
+``p_k = fl32(a[i, k] * b[k, j])`` (exact for fp16 operands), in k order. The step is
+chosen by the block model (codes mirror ``ascend_emu.config.BLOCK_SUMS`` / ``NORMALIZE``):
+
+- TREE: the block's products, padded with +0 to the next power of two, are summed by a
+  balanced binary tree of fp32 RNE adders (level by level, adjacent pairs), then
+  ``acc = fl32(acc + total)``.
+- SEQUENTIAL: ``acc = fl32(acc + p_k)`` for every real k (no padding terms).
+- ALIGNED: Khattak-Mikaitis block FMA over {acc, p_k}: align to the largest exponent,
+  truncate each magnitude below ``2**(emax - 23 - extra_bits)``, add exactly, normalise to
+  fp32 by truncation or RNE (see :func:`aligned_block`).
+
+All operands reach the kernels as float32 arrays holding the (exactly converted) operand
+values; A is (batch, M, Kp) and B is (batch, Kp, N) with K padded by zeros to a multiple of
+the block size, so padded products are +0. Vectorising across output columns j is legal:
+the order of additions is fixed per output element, never across elements.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
+                   f64_to_f16_bits)
+
+# Mirrors of ascend_emu.config (kernels take no policy objects); a test checks they agree.
+TREE, SEQUENTIAL, ALIGNED = 0, 1, 2  # index in config.BLOCK_SUMS
+NORM_RNE, NORM_TRUNCATE = 0, 1  # index in config.NORMALIZE
+INF_NAN, SATURATION = 0, 1
+RINT = 0
+ST_CUBE_OVERFLOW = 0x400
+FLT_MAX = np.float32(3.4028234663852886e38)
+
+# Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in a local
+# tile; B is packed once into contiguous 16 x LD slabs (LD = NC + 16 so the 16 rows of a slab
+# fall in different L1 sets), and two rows of A pass over each slab so one B load feeds two
+# trees. The inner loops take whole arrays and scalar indices: slicing views inside them
+# costs an atomic refcount update per view, which dominated the run time.
+MC = 32
+NC = 512
+LD = NC + 16
+# Columns per work item of the generic (non-default model) kernels.
+NCG = 256
+_CHUNK = 1 << 15
+
+
+# ---------------------------------------------------------------- default model: block 16, tree
+
+@njit(cache=True)
+def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
+           b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15):
+    """(((a0b0 + a1b1) + (a2b2 + a3b3)) + (...)) + (...): the 16-leaf fp32 adder tree."""
+    return ((((a0 * b0 + a1 * b1) + (a2 * b2 + a3 * b3)) + ((a4 * b4 + a5 * b5) + (a6 * b6 + a7 * b7)))
+            + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
+
+
+@njit(cache=True, parallel=True)
+def pack_b(B):
+    """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j] (+0 past N): contiguous 16 x LD slabs of B."""
+    nb, Kp, N = B.shape
+    nkb = Kp // 16
+    njt = (N + NC - 1) // NC
+    Bp = np.zeros((nb, njt, nkb, 16, LD), dtype=np.float32)
+    for w in prange(nb * njt * nkb):
+        t = w // (njt * nkb)
+        jt = (w // nkb) % njt
+        q = w % nkb
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        for l in range(16):
+            for j in range(jn):
+                Bp[t, jt, q, l, j] = B[t, 16 * q + l, j0 + j]
+    return Bp
+
+
+@njit(cache=True)
+def _tree16_rows2(C, r, A, ta, i, k, Bp, tb, jt, q, jn):
+    """C[r, j] += tree16(A[ta, i, k:k+16], slab[:, j]); C[r+1, j] += tree16(A[ta, i+1, k:k+16], slab[:, j])."""
+    x0 = A[ta, i, k]; x1 = A[ta, i, k + 1]; x2 = A[ta, i, k + 2]; x3 = A[ta, i, k + 3]  # noqa: E702
+    x4 = A[ta, i, k + 4]; x5 = A[ta, i, k + 5]; x6 = A[ta, i, k + 6]; x7 = A[ta, i, k + 7]  # noqa: E702
+    x8 = A[ta, i, k + 8]; x9 = A[ta, i, k + 9]; x10 = A[ta, i, k + 10]; x11 = A[ta, i, k + 11]  # noqa: E702
+    x12 = A[ta, i, k + 12]; x13 = A[ta, i, k + 13]; x14 = A[ta, i, k + 14]; x15 = A[ta, i, k + 15]  # noqa: E702
+    y0 = A[ta, i + 1, k]; y1 = A[ta, i + 1, k + 1]; y2 = A[ta, i + 1, k + 2]; y3 = A[ta, i + 1, k + 3]  # noqa: E702
+    y4 = A[ta, i + 1, k + 4]; y5 = A[ta, i + 1, k + 5]; y6 = A[ta, i + 1, k + 6]; y7 = A[ta, i + 1, k + 7]  # noqa
+    y8 = A[ta, i + 1, k + 8]; y9 = A[ta, i + 1, k + 9]; y10 = A[ta, i + 1, k + 10]  # noqa: E702
+    y11 = A[ta, i + 1, k + 11]; y12 = A[ta, i + 1, k + 12]; y13 = A[ta, i + 1, k + 13]  # noqa: E702
+    y14 = A[ta, i + 1, k + 14]; y15 = A[ta, i + 1, k + 15]  # noqa: E702
+    # unsigned j drops Numba's negative-index wraparound so LLVM vectorises the loop over j
+    for j in range(np.uintp(jn)):
+        b0 = Bp[tb, jt, q, 0, j]; b1 = Bp[tb, jt, q, 1, j]; b2 = Bp[tb, jt, q, 2, j]  # noqa: E702
+        b3 = Bp[tb, jt, q, 3, j]; b4 = Bp[tb, jt, q, 4, j]; b5 = Bp[tb, jt, q, 5, j]  # noqa: E702
+        b6 = Bp[tb, jt, q, 6, j]; b7 = Bp[tb, jt, q, 7, j]; b8 = Bp[tb, jt, q, 8, j]  # noqa: E702
+        b9 = Bp[tb, jt, q, 9, j]; b10 = Bp[tb, jt, q, 10, j]; b11 = Bp[tb, jt, q, 11, j]  # noqa: E702
+        b12 = Bp[tb, jt, q, 12, j]; b13 = Bp[tb, jt, q, 13, j]; b14 = Bp[tb, jt, q, 14, j]  # noqa: E702
+        b15 = Bp[tb, jt, q, 15, j]
+        s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
+                    b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
+        s1 = tree16(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
+                    b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
+        C[r, j] = C[r, j] + s0
+        C[r + 1, j] = C[r + 1, j] + s1
+
+
+@njit(cache=True)
+def _tree16_row1(C, r, A, ta, i, k, Bp, tb, jt, q, jn):
+    """C[r, j] += tree16(A[ta, i, k:k+16], slab[:, j])."""
+    x0 = A[ta, i, k]; x1 = A[ta, i, k + 1]; x2 = A[ta, i, k + 2]; x3 = A[ta, i, k + 3]  # noqa: E702
+    x4 = A[ta, i, k + 4]; x5 = A[ta, i, k + 5]; x6 = A[ta, i, k + 6]; x7 = A[ta, i, k + 7]  # noqa: E702
+    x8 = A[ta, i, k + 8]; x9 = A[ta, i, k + 9]; x10 = A[ta, i, k + 10]; x11 = A[ta, i, k + 11]  # noqa: E702
+    x12 = A[ta, i, k + 12]; x13 = A[ta, i, k + 13]; x14 = A[ta, i, k + 14]; x15 = A[ta, i, k + 15]  # noqa: E702
+    for j in range(np.uintp(jn)):
+        s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
+                    Bp[tb, jt, q, 0, j], Bp[tb, jt, q, 1, j], Bp[tb, jt, q, 2, j], Bp[tb, jt, q, 3, j],
+                    Bp[tb, jt, q, 4, j], Bp[tb, jt, q, 5, j], Bp[tb, jt, q, 6, j], Bp[tb, jt, q, 7, j],
+                    Bp[tb, jt, q, 8, j], Bp[tb, jt, q, 9, j], Bp[tb, jt, q, 10, j], Bp[tb, jt, q, 11, j],
+                    Bp[tb, jt, q, 12, j], Bp[tb, jt, q, 13, j], Bp[tb, jt, q, 14, j], Bp[tb, jt, q, 15, j])
+        C[r, j] = C[r, j] + s0
+
+
+@njit(cache=True, parallel=True)
+def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
+    """out[t, i, j] = bias[j] (bias[i] if bias_rows), then += tree16(A[ia[t], i, 16q:16q+16], B[ib[t], 16q:16q+16, j])."""
+    nb, M, N = out.shape
+    nkb = A.shape[2] // 16
+    nch = (M + MC - 1) // MC
+    njt = (N + NC - 1) // NC
+    for w in prange(nb * nch * njt):
+        t = w // (nch * njt)
+        i0 = ((w // njt) % nch) * MC
+        i1 = min(M, i0 + MC)
+        jt = w % njt
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        ta = ia[t]
+        tb = ib[t]
+        C = np.empty((MC, LD), dtype=np.float32)
+        for i in range(i0, i1):
+            for j in range(jn):
+                C[i - i0, j] = bias[i] if bias_rows else bias[j0 + j]
+        for q in range(nkb):
+            i = i0
+            while i + 1 < i1:
+                _tree16_rows2(C, i - i0, A, ta, i, 16 * q, Bp, tb, jt, q, jn)
+                i += 2
+            if i < i1:
+                _tree16_row1(C, i - i0, A, ta, i, 16 * q, Bp, tb, jt, q, jn)
+        for i in range(i0, i1):
+            for j in range(jn):
+                out[t, i, j0 + j] = C[i - i0, j]
+
+
+# ---------------------------------------------------------------- every model, generic block step
+
+@njit(cache=True)
+def _f32_parts(x):
+    """(m, e) with |x| = m * 2**e, m the integer significand of the finite float32 x (m = 0 for zeros)."""
+    u = np.int64(np.float32(x).view(np.uint32))
+    E = (u >> 23) & 0xFF
+    F = u & 0x7FFFFF
+    if E == 0:
+        return F, np.int64(-149)
+    return F | 0x800000, E - 150
+
+
+@njit(cache=True)
+def _bit_length(v):
+    """number of bits of the non-negative int64 v."""
+    n = 0
+    while v > 0:
+        v >>= 1
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def aligned_block(acc, T, j, nterms, extra_bits, normalize):
+    """fl32_norm(sum over t in {acc, T[0:nterms, j]} of sign(t) * trunc(|t| / 2**(emax-23-x)) * 2**(emax-23-x))."""
+    nan = False
+    pinf = False
+    ninf = False
+    emax = np.int64(-100000)
+    for l in range(-1, nterms):
+        t = acc if l < 0 else T[l, j]
+        if np.isnan(t):
+            nan = True
+        elif np.isinf(t):
+            if t > 0:
+                pinf = True
+            else:
+                ninf = True
+        elif t != 0:
+            m, e = _f32_parts(t)
+            lead = e + _bit_length(m) - 1
+            if lead > emax:
+                emax = lead
+    if nan or (pinf and ninf):
+        return np.float32(np.nan)
+    if pinf:
+        return np.float32(np.inf)
+    if ninf:
+        return np.float32(-np.inf)
+    if emax == -100000:  # every term is zero
+        return np.float32(0.0)
+    lsb = emax - 23 - extra_bits
+    S = np.int64(0)
+    for l in range(-1, nterms):
+        t = acc if l < 0 else T[l, j]
+        if t == 0:
+            continue
+        m, e = _f32_parts(t)
+        s = e - lsb
+        if s >= 0:
+            q = m << s
+        elif s > -63:
+            q = m >> (-s)
+        else:
+            q = np.int64(0)
+        S += q if t > 0 else -q
+    if S == 0:
+        return np.float32(0.0)
+    neg = S < 0
+    mag = -S if neg else S
+    L = _bit_length(mag)
+    tgt = max(lsb + L - 24, np.int64(-149))  # exponent of the result's last significand bit
+    r = tgt - lsb
+    if r <= 0:
+        v = math.ldexp(np.float64(mag), lsb)
+    else:
+        q = mag >> r
+        if normalize == NORM_RNE:
+            rem = mag & ((np.int64(1) << r) - 1)
+            half = np.int64(1) << (r - 1)
+            if rem > half or (rem == half and (q & 1) == 1):
+                q += 1
+        v = math.ldexp(np.float64(q), tgt)
+    # exponent overflow is Inf under both normalisations (so it is seen and flagged)
+    if v >= 2.0 ** 128:
+        v = np.inf
+    return np.float32(-v if neg else v)
+
+
+@njit(cache=True)
+def _block_step(T, nterms, P, acc, jn, block_sum, extra_bits, normalize):
+    """acc[0:jn] = block_sum step of acc with the products T[0:nterms, 0:jn] (tree pads T to P rows with +0)."""
+    if block_sum == TREE:
+        for l in range(nterms, P):
+            for j in range(jn):
+                T[l, j] = np.float32(0.0)
+        w = P
+        while w > 1:
+            h = w // 2
+            for l in range(h):  # row l is written after rows 2l, 2l+1 >= l were read
+                for j in range(np.uintp(jn)):
+                    T[l, j] = T[2 * l, j] + T[2 * l + 1, j]
+            w = h
+        for j in range(np.uintp(jn)):
+            acc[j] = acc[j] + T[0, j]
+    elif block_sum == SEQUENTIAL:
+        for l in range(nterms):
+            for j in range(np.uintp(jn)):
+                acc[j] = acc[j] + T[l, j]
+    else:
+        for j in range(jn):
+            acc[j] = aligned_block(acc[j], T, j, nterms, extra_bits, normalize)
+
+
+@njit(cache=True)
+def tree_leaves(block_size, block_sum):
+    """rows of the product buffer: next power of two >= block_size for the tree, else block_size."""
+    if block_sum != TREE:
+        return block_size
+    P = 1
+    while P < block_size:
+        P *= 2
+    return P
+
+
+@njit(cache=True, parallel=True)
+def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum, extra_bits, normalize):
+    """out[t, i, j] = bias[j] (bias[i] if bias_rows), then one block step per block of A[ia[t], i, k] * B[ib[t], k, j]."""
+    nb, M, N = out.shape
+    P = tree_leaves(block_size, block_sum)
+    njt = (N + NCG - 1) // NCG
+    nblk = (K + block_size - 1) // block_size
+    for w in prange(nb * M * njt):
+        t = w // (M * njt)
+        r = w % (M * njt)
+        i = r // njt
+        j0 = (r % njt) * NCG
+        j1 = min(N, j0 + NCG)
+        jn = j1 - j0
+        T = np.empty((P, NCG), dtype=np.float32)
+        a = A[ia[t], i]
+        Bt = B[ib[t]]
+        acc = out[t, i, j0:j1]
+        for j in range(jn):
+            acc[j] = bias[i] if bias_rows else bias[j0 + j]
+        for q in range(nblk):
+            k0 = q * block_size
+            nterms = min(block_size, K - k0)
+            for l in range(nterms):
+                al = a[k0 + l]
+                brow = Bt[k0 + l, j0:j1]
+                for j in range(np.uintp(jn)):
+                    T[l, j] = al * brow[j]
+            _block_step(T, nterms, P, acc, jn, block_sum, extra_bits, normalize)
+
+
+@njit(cache=True, parallel=True)
+def depthwise_blocked(xp, wf, mult, bias, out, sh, sw, dh, dw, KW, block_size, block_sum, extra_bits, normalize):
+    """out[n,y,x,c*mult+m] = bias, then block steps over k=(kh,kw) of xp[n, y*sh+kh*dh, x*sw+kw*dw, c] * wf[k, c*mult+m]."""
+    N, OH, OW, CM = out.shape
+    K = wf.shape[0]
+    P = tree_leaves(block_size, block_sum)
+    nblk = (K + block_size - 1) // block_size
+    for w in prange(N * OH):
+        n = w // OH
+        y = w % OH
+        T = np.empty((P, CM), dtype=np.float32)
+        for x in range(OW):
+            acc = out[n, y, x]
+            for ch in range(CM):
+                acc[ch] = bias[ch]
+            for q in range(nblk):
+                k0 = q * block_size
+                nterms = min(block_size, K - k0)
+                for l in range(nterms):
+                    kk = k0 + l
+                    pix = xp[n, y * sh + (kk // KW) * dh, x * sw + (kk % KW) * dw]
+                    wk = wf[kk]
+                    if mult == 1:
+                        for ch in range(np.uintp(CM)):
+                            T[l, ch] = pix[ch] * wk[ch]
+                    else:
+                        for ch in range(CM):
+                            T[l, ch] = pix[ch // mult] * wk[ch]
+                _block_step(T, nterms, P, acc, CM, block_sum, extra_bits, normalize)
+
+
+@njit(cache=True, parallel=True)
+def im2col(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
+    """out[r - r0, (kh*KW + kw)*C + c] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
+    C = xp.shape[3]
+    rows, Kp = out.shape
+    K = KH * KW * C
+    for rr in prange(rows):
+        r = r0 + rr
+        n = r // (OH * OW)
+        oh = (r // OW) % OH
+        ow = r % OW
+        dst = out[rr]
+        for kh in range(KH):
+            for kw in range(KW):
+                src = xp[n, oh * sh + kh * dh, ow * sw + kw * dw]
+                base = (kh * KW + kw) * C
+                for c in range(C):
+                    dst[base + c] = src[c]
+        for c in range(K, Kp):  # K padding: +0 products in the last block
+            dst[c] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
+    """out[(kh*KW + kw)*C + c, r - r0] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
+    C = xp.shape[3]
+    Kp, rows = out.shape
+    K = KH * KW * C
+    nblk = (rows + 15) // 16
+    for q in prange(nblk):
+        # 16 consecutive pixels per task: each out row then gets one 64-byte line per task
+        for rr in range(q * 16, min(rows, q * 16 + 16)):
+            r = r0 + rr
+            n = r // (OH * OW)
+            oh = (r // OW) % OH
+            ow = r % OW
+            for kh in range(KH):
+                for kw in range(KW):
+                    src = xp[n, oh * sh + kh * dh, ow * sw + kw * dw]
+                    base = (kh * KW + kw) * C
+                    for c in range(C):
+                        out[base + c, rr] = src[c]
+            for c in range(K, Kp):
+                out[c, rr] = np.float32(0.0)
+
+
+# ---------------------------------------------------------------- operands: round to the operand dtype
+
+@njit(cache=True)
+def _widen16(b, bf16):
+    """float32 value of the 16-bit pattern b (exact)."""
+    return bf16_bits_to_f32(b) if bf16 else f16_bits_to_f32(b)
+
+
+@njit(cache=True, parallel=True)
+def round_f32_operands(src, out, bf16, overflow, subnormal):
+    """out[i] = float32(fp16-or-bf16 rint(src[i])) with the cast's overflow/subnormal policy; returns the OR of statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int32)
+    for c in prange(nch):
+        s = np.int32(0)
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            if bf16:
+                b, s1 = f32_to_bf16_bits(src[i], RINT, overflow, subnormal)
+            else:
+                b, s1 = f32_to_f16_bits(src[i], RINT, overflow, subnormal)
+            out[i] = _widen16(b, bf16)
+            s |= s1
+        st[c] = s
+    r = np.int32(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def round_f64_operands(src, out, bf16, overflow, subnormal):
+    """out[i] = float32(fp16-or-bf16 rint(src[i])), one rounding from float64; returns the OR of statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int32)
+    for c in prange(nch):
+        s = np.int32(0)
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            if bf16:
+                b, s1 = f64_to_bf16_bits(src[i], RINT, overflow, subnormal)
+            else:
+                b, s1 = f64_to_f16_bits(src[i], RINT, overflow, subnormal)
+            out[i] = _widen16(b, bf16)
+            s |= s1
+        st[c] = s
+    r = np.int32(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def widen_operands(bits, out, bf16, flush):
+    """out[i] = float32 value of the 16-bit pattern bits[i]; subnormals -> signed zero under flush."""
+    tiny = np.float32(1.1754943508222875e-38) if bf16 else np.float32(6.103515625e-05)
+    for i in prange(bits.size):
+        v = _widen16(bits[i], bf16)
+        if flush and abs(v) < tiny:
+            v = np.float32(-0.0) if v < 0 or (v == 0 and np.signbit(v)) else np.float32(0.0)
+        out[i] = v
+
+
+# ---------------------------------------------------------------- Fixpipe: accumulator -> output
+
+@njit(cache=True)
+def _fixpipe_f32(x, saturate):
+    """(value, status): a non-finite accumulator raises 0x400; saturation maps Inf -> +-FLT_MAX, NaN -> 0."""
+    if np.isfinite(x):
+        return x, 0
+    if saturate:
+        if np.isnan(x):
+            return np.float32(0.0), ST_CUBE_OVERFLOW
+        return (FLT_MAX if x > 0 else -FLT_MAX), ST_CUBE_OVERFLOW
+    return x, ST_CUBE_OVERFLOW
+
+
+@njit(cache=True, parallel=True)
+def finish_f32(acc, saturate, flush):
+    """acc[i] = fixpipe(acc[i]) in place, fp32 subnormals -> signed zero under flush; returns the OR of statuses."""
+    n = acc.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int32)
+    for c in prange(nch):
+        s = np.int32(0)
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            v, s1 = _fixpipe_f32(acc[i], saturate)
+            if flush and v != 0 and abs(v) < np.float32(1.1754943508222875e-38):
+                v = np.float32(-0.0) if v < 0 else np.float32(0.0)
+            acc[i] = v
+            s |= s1
+        st[c] = s
+    r = np.int32(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def finish_to_16(acc, out, bf16, overflow, subnormal):
+    """out[i] = fp16 (or bf16) bits of fixpipe(acc[i]) rounded RNE; returns the OR of statuses."""
+    n = acc.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int32)
+    sat = overflow == SATURATION
+    for c in prange(nch):
+        s = np.int32(0)
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            v, s1 = _fixpipe_f32(acc[i], sat)
+            if bf16:
+                b, s2 = f32_to_bf16_bits(v, RINT, overflow, subnormal)
+            else:
+                b, s2 = f32_to_f16_bits(v, RINT, overflow, subnormal)
+            out[i] = b
+            s |= s1 | s2
+        st[c] = s
+    r = np.int32(0)
+    for c in range(nch):
+        r |= st[c]
+    return r

@@ -1,0 +1,434 @@
+"""Elementwise ops of the Ascend vector unit, rounded once to the compute dtype.
+
+16-bit compute dtypes (fp16, bf16) travel as ``uint16`` patterns; ``bf16`` flags
+which. Each element is decoded exactly to float32, the op is evaluated in float32
+(``+ - * /``, sqrt and the exact ops: correctly rounded there, then rounded once more
+to the 16-bit format, which is still correct because float32 carries at least
+2p + 2 bits, see NUMERICS.md section 2) or in float64 (transcendentals, the
+``high_precision`` model), and rounded to nearest-even with the overflow and
+subnormal codes of ``ascend_emu.config``. The float32 compute dtype uses float32
+arithmetic for the basic ops and float64-then-round for transcendentals.
+
+Kernels return the OR of the conversion statuses of their results; any non-zero
+value means some result was Inf or NaN, which the wrappers report as 0x20.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .cast import (BF16_BIAS, BF16_EB, BF16_MT, F16_BIAS, F16_EB, F16_MT, FLUSH, RINT, SATURATION,
+                   bits16_to_f32, f32bits_narrow, f64bits_narrow)
+
+# Unary op codes. Codes below RSQRT are computed in float32 (exact, or one IEEE
+# float32 operation); RSQRT and above are transcendental: float64 (high_precision)
+# or float32 libm (high_performance), then one rounding.
+NEG, ABS, SQUARE, SQRT, RECIPROCAL, RELU, RELU6, LEAKY_RELU = 0, 1, 2, 3, 4, 5, 6, 7
+RSQRT, EXP, EXPM1, LOG, LOG1P, TANH, SIGMOID, ERF, ERFC, SOFTPLUS, SOFTSIGN, GELU, GELU_TANH = range(8, 21)
+FIRST_TRANSCENDENTAL = RSQRT
+# Binary op codes; POW is transcendental, SQUARED_DIFFERENCE two roundings (sub, then square).
+ADD, SUB, MUL, REALDIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW = range(8)
+
+_CHUNK = 1 << 15
+_SQRT_HALF = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
+_F32_TINY = np.float32(1.1754943508222875e-38)
+_F32_MAX = np.float32(3.4028234663852886e38)
+
+
+@njit(cache=True, error_model="numpy")
+def eval_unary64(op, x, alpha):
+    """y = op(x) evaluated in float64."""
+    if op == NEG:
+        return -x
+    if op == ABS:
+        return abs(x)
+    if op == SQUARE:
+        return x * x
+    if op == SQRT:
+        return np.sqrt(x)
+    if op == RECIPROCAL:
+        return 1.0 / x
+    if op == RELU:
+        return x if (x > 0 or x != x) else 0.0
+    if op == RELU6:
+        return x if x != x else (min(x, 6.0) if x > 0 else 0.0)
+    if op == LEAKY_RELU:
+        return x if x >= 0 else x * alpha
+    if op == RSQRT:
+        return 1.0 / np.sqrt(x)
+    if op == EXP:
+        return math.exp(x)
+    if op == EXPM1:
+        return math.expm1(x)
+    if op == LOG:
+        return np.log(x)
+    if op == LOG1P:
+        return np.log1p(x)
+    if op == TANH:
+        return math.tanh(x)
+    if op == SIGMOID:
+        return 1.0 / (1.0 + math.exp(-x))
+    if op == ERF:
+        return math.erf(x)
+    if op == ERFC:
+        return math.erfc(x)
+    if op == SOFTPLUS:
+        return max(x, 0.0) + math.log1p(math.exp(-abs(x))) if x == x else x
+    if op == SOFTSIGN:
+        return x / (1.0 + abs(x))
+    if op == GELU:
+        # erfc form: no cancellation for negative x, where 1 + erf(x/sqrt2) would lose it all
+        return 0.5 * x * math.erfc(-x * _SQRT_HALF)
+    if op == GELU_TANH:
+        # 0.5 x (1 + tanh u) written as x / (1 + exp(-2u)): no cancellation for negative x
+        return x / (1.0 + math.exp(-2.0 * _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return np.nan
+
+
+@njit(cache=True, error_model="numpy")
+def eval_unary32(op, x, alpha):
+    """y = op(x) evaluated in float32 (libm float32 functions for transcendentals)."""
+    one = np.float32(1.0)
+    zero = np.float32(0.0)
+    if op == NEG:
+        return -x
+    if op == ABS:
+        return abs(x)
+    if op == SQUARE:
+        return x * x
+    if op == SQRT:
+        return np.sqrt(x)
+    if op == RECIPROCAL:
+        return one / x
+    if op == RELU:
+        return x if (x > zero or x != x) else zero
+    if op == RELU6:
+        return x if x != x else (min(x, np.float32(6.0)) if x > zero else zero)
+    if op == LEAKY_RELU:
+        return x if x >= zero else x * alpha
+    if op == RSQRT:
+        return one / np.sqrt(x)
+    if op == EXP:
+        return math.exp(x)
+    if op == EXPM1:
+        return math.expm1(x)
+    if op == LOG:
+        return np.log(x)
+    if op == LOG1P:
+        return np.log1p(x)
+    if op == TANH:
+        return math.tanh(x)
+    if op == SIGMOID:
+        return one / (one + math.exp(-x))
+    if op == ERF:
+        return math.erf(x)
+    if op == ERFC:
+        return math.erfc(x)
+    if op == SOFTPLUS:
+        return max(x, zero) + np.log1p(math.exp(-abs(x))) if x == x else x
+    if op == SOFTSIGN:
+        return x / (one + abs(x))
+    if op == GELU:
+        return np.float32(0.5) * x * math.erfc(-x * np.float32(_SQRT_HALF))
+    if op == GELU_TANH:
+        return x / (one + math.exp(np.float32(-2.0 * _SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)))
+    return np.float32(np.nan)
+
+
+@njit(cache=True, error_model="numpy")
+def eval_binary32(op, a, b):
+    """c = a op b in float32 (one IEEE float32 operation; POW through float32 libm)."""
+    if op == ADD:
+        return a + b
+    if op == SUB:
+        return a - b
+    if op == MUL:
+        return a * b
+    if op == REALDIV:
+        return a / b
+    if op == MAXIMUM:  # numpy's rule: NaN propagates, ties keep a
+        return a if (a >= b or a != a) else b
+    if op == MINIMUM:
+        return a if (a <= b or a != a) else b
+    if op == POW:
+        return a ** b
+    return np.float32(np.nan)
+
+
+@njit(cache=True, error_model="numpy")
+def eval_binary64(op, a, b):
+    """c = a op b evaluated in float64."""
+    if op == ADD:
+        return a + b
+    if op == SUB:
+        return a - b
+    if op == MUL:
+        return a * b
+    if op == REALDIV:
+        return a / b
+    if op == MAXIMUM:
+        return a if (a >= b or a != a) else b
+    if op == MINIMUM:
+        return a if (a <= b or a != a) else b
+    if op == POW:
+        return a ** b
+    return np.nan
+
+
+@njit(cache=True)
+def fmt16(bf16):
+    """(mantissa bits, bias, exponent bits) of bf16 if bf16 else fp16."""
+    if bf16:
+        return BF16_MT, BF16_BIAS, BF16_EB
+    return F16_MT, F16_BIAS, F16_EB
+
+
+@njit(cache=True)
+def round16_f32(c, mt, bias, eb, overflow, subnormal):
+    """(bits, st) = round-to-nearest-even of float32 c to the (mt, bias, eb) format."""
+    # no branch on the format here: a select between two calls would stop vectorisation
+    return f32bits_narrow(np.float32(c).view(np.uint32), mt, bias, eb, RINT, overflow, subnormal)
+
+
+@njit(cache=True)
+def round16_f64(c, mt, bias, eb, overflow, subnormal):
+    """(bits, st) = round-to-nearest-even of float64 c to the (mt, bias, eb) format, one rounding."""
+    return f64bits_narrow(np.float64(c).view(np.uint64), mt, bias, eb, RINT, overflow, subnormal)
+
+
+@njit(cache=True)
+def finish32(c, overflow, subnormal):
+    """(y, st) = float32 result c under the overflow and subnormal codes; st != 0 if c is Inf/NaN."""
+    bad = not (abs(c) <= _F32_MAX)
+    if bad and overflow == SATURATION:
+        c = np.float32(0.0) if c != c else (_F32_MAX if c > 0 else -_F32_MAX)
+    if subnormal == FLUSH and abs(c) < _F32_TINY:
+        c = c * np.float32(0.0)
+    return c, np.int64(bad)
+
+
+# ---------------------------------------------------------------- 16-bit spans (serial; vectorisable)
+
+@njit(cache=True, error_model="numpy")
+def _arith16_span(op, x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(x[i] op y[i]) for op in + - * / (float32 evaluation); returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    n = out.size
+    # one loop per op so each is a straight line LLVM can vectorise
+    if op == ADD:
+        for i in range(n):
+            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) + bits16_to_f32(y[i], bf16, subnormal),
+                               mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    elif op == SUB:
+        for i in range(n):
+            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) - bits16_to_f32(y[i], bf16, subnormal),
+                               mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    elif op == MUL:
+        for i in range(n):
+            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) * bits16_to_f32(y[i], bf16, subnormal),
+                               mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    else:
+        for i in range(n):
+            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) / bits16_to_f32(y[i], bf16, subnormal),
+                               mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _binary16_span(op, x, y, out, bf16, overflow, subnormal, use64):
+    """out[i] = round16(x[i] op y[i]) for any binary op; returns the OR of statuses."""
+    if op <= REALDIV:
+        return _arith16_span(op, x, y, out, bf16, overflow, subnormal)
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        a = bits16_to_f32(x[i], bf16, subnormal)
+        c = bits16_to_f32(y[i], bf16, subnormal)
+        if op == SQUARED_DIFFERENCE:
+            # two vector instructions, as TBE composes it: vsub, then vmul, each rounded
+            d, s1 = round16_f32(a - c, mt, bias, eb, overflow, subnormal)
+            t = bits16_to_f32(d, bf16, subnormal)
+            b, s = round16_f32(t * t, mt, bias, eb, overflow, subnormal)
+            s |= s1
+        elif op == POW and use64:
+            v = eval_binary64(op, np.float64(a), np.float64(c))
+            b, s = round16_f64(v, mt, bias, eb, overflow, subnormal)
+        else:
+            b, s = round16_f32(eval_binary32(op, a, c), mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _unary16_span(op, x, out, bf16, overflow, subnormal, use64, alpha):
+    """out[i] = round16(op(x[i])); returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    if use64 and op >= FIRST_TRANSCENDENTAL:
+        a64 = np.float64(alpha)
+        for i in range(out.size):
+            v = np.float64(bits16_to_f32(x[i], bf16, subnormal))
+            b, s = round16_f64(eval_unary64(op, v, a64), mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    else:
+        a32 = np.float32(alpha)
+        for i in range(out.size):
+            v = bits16_to_f32(x[i], bf16, subnormal)
+            b, s = round16_f32(eval_unary32(op, v, a32), mt, bias, eb, overflow, subnormal)
+            out[i] = np.uint16(b)
+            acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _select16_span(cond, x, y, out, bf16):
+    """out[i] = x[i] if cond[i] else y[i]; returns non-zero if an output is Inf/NaN."""
+    acc = np.int64(0)
+    lim = np.int64(0x7F80) if bf16 else np.int64(0x7C00)
+    for i in range(out.size):
+        v = x[i] if cond[i] else y[i]
+        out[i] = v
+        acc |= np.int64((np.int64(v) & 0x7FFF) >= lim)
+    return acc
+
+
+# ---------------------------------------------------------------- float32 spans
+
+@njit(cache=True, error_model="numpy")
+def _binary32_span(op, x, y, out, overflow, subnormal, use64):
+    """out[i] = x[i] op y[i] in float32 (POW: float64 then one rounding if use64); returns the OR of statuses."""
+    acc = np.int64(0)
+    flush = subnormal == FLUSH
+    for i in range(out.size):
+        a = x[i]
+        c = y[i]
+        if flush:
+            a = a * np.float32(0.0) if abs(a) < _F32_TINY else a
+            c = c * np.float32(0.0) if abs(c) < _F32_TINY else c
+        if op == SQUARED_DIFFERENCE:
+            d, s1 = finish32(a - c, overflow, subnormal)
+            r, s = finish32(d * d, overflow, subnormal)
+            s |= s1
+        elif op == POW and use64:
+            r, s = finish32(np.float32(eval_binary64(op, np.float64(a), np.float64(c))), overflow, subnormal)
+        else:
+            r, s = finish32(eval_binary32(op, a, c), overflow, subnormal)
+        out[i] = r
+        acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _unary32_span(op, x, out, overflow, subnormal, use64, alpha):
+    """out[i] = op(x[i]) in float32 (transcendentals: float64 then one rounding if use64); returns the OR of statuses."""
+    acc = np.int64(0)
+    flush = subnormal == FLUSH
+    a32 = np.float32(alpha)
+    a64 = np.float64(alpha)
+    for i in range(out.size):
+        a = x[i]
+        if flush:
+            a = a * np.float32(0.0) if abs(a) < _F32_TINY else a
+        if use64 and op >= FIRST_TRANSCENDENTAL:
+            r, s = finish32(np.float32(eval_unary64(op, np.float64(a), a64)), overflow, subnormal)
+        else:
+            r, s = finish32(eval_unary32(op, a, a32), overflow, subnormal)
+        out[i] = r
+        acc |= s
+    return acc
+
+
+# ---------------------------------------------------------------- parallel drivers over flat arrays
+
+@njit(cache=True, parallel=True)
+def binary16(op, x, y, out, bf16, overflow, subnormal, use64):
+    """out = round16(x op y) elementwise over equal-size flat uint16 arrays; returns the OR of statuses."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _binary16_span(op, x[lo:hi], y[lo:hi], out[lo:hi], bf16, overflow, subnormal, use64)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def unary16(op, x, out, bf16, overflow, subnormal, use64, alpha):
+    """out = round16(op(x)) elementwise over flat uint16 arrays; returns the OR of statuses."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _unary16_span(op, x[lo:hi], out[lo:hi], bf16, overflow, subnormal, use64, alpha)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def select16(cond, x, y, out, bf16):
+    """out = where(cond, x, y) over flat uint16 arrays; returns non-zero if an output is Inf/NaN."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _select16_span(cond[lo:hi], x[lo:hi], y[lo:hi], out[lo:hi], bf16)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def binary_f32(op, x, y, out, overflow, subnormal, use64):
+    """out = x op y elementwise over equal-size flat float32 arrays; returns the OR of statuses."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _binary32_span(op, x[lo:hi], y[lo:hi], out[lo:hi], overflow, subnormal, use64)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def unary_f32(op, x, out, overflow, subnormal, use64, alpha):
+    """out = op(x) elementwise over flat float32 arrays; returns the OR of statuses."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _unary32_span(op, x[lo:hi], out[lo:hi], overflow, subnormal, use64, alpha)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r

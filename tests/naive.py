@@ -1,0 +1,277 @@
+"""Slow, obvious float64 oracles for casts, vector ops and reductions.
+
+Written independently of ``kernels/``: no bit shifting of significands, no shared
+code. A value is rounded to a 16-bit format by bracketing it between the two
+adjacent representable magnitudes ``lo <= |x| <= hi`` (found from numpy's / ml_dtypes'
+round-to-nearest result and the fact that adjacent positive magnitudes have adjacent
+bit patterns), then choosing one of them with exact comparisons against the
+midpoint. Magnitudes above the largest finite value bracket against the pattern of
+Inf, which stands for ``2**(emax+1)``, the next value with an unbounded exponent; a
+choice of that pattern is an overflow.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+ROUNDINGS = ("rint", "round", "floor", "ceil", "trunc", "odd")
+FORMATS = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+# (Inf pattern, largest finite, 2**(emax+1), mantissa bits)
+_PARAMS = {"float16": (0x7C00, 65504.0, 2.0 ** 16, 10),
+           "bfloat16": (0x7F80, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0 ** 128, 7)}
+
+
+def _tables(fmt):
+    inf, _, top, _ = _PARAMS[fmt]
+    bits = np.arange(65536, dtype=np.uint16)
+    with np.errstate(invalid="ignore"):
+        val64 = bits.view(FORMATS[fmt]).astype(np.float64)
+    hi64 = val64.copy()
+    hi64[inf] = top  # the magnitude just above the largest finite, with unbounded exponent
+    mid64 = np.full(65536, np.nan)
+    mid64[:inf] = (hi64[:inf] + hi64[1:inf + 1]) / 2  # exact: one more bit than the format
+    with np.errstate(invalid="ignore"):
+        val32, mid32 = val64.astype(np.float32), mid64.astype(np.float32)
+    return {"val32": val32, "val64": val64, "mid32": mid32, "mid64": mid64}
+
+
+TABLES = {fmt: _tables(fmt) for fmt in FORMATS}
+
+
+def bracket(a, fmt):
+    """Bracket finite magnitudes ``a`` (float32 or float64 array, >= 0, no NaN/Inf).
+
+    Returns ``(lo, hi, nearest_even, tie)``: bit patterns of the representable
+    magnitudes just below/above ``a`` (equal when exact; the Inf pattern stands for
+    ``2**(emax+1)``), the round-to-nearest-even choice and whether ``a`` is a midpoint.
+    Magnitudes of a whole ulp beyond the largest finite value (every mode overflows)
+    and below half the smallest subnormal (nearest is 0, the next is the smallest
+    subnormal) are decided directly; numpy's and ml_dtypes' casts would only be slow
+    there, raising floating-point flags element by element.
+    """
+    inf, _, top, _ = _PARAMS[fmt]
+    t = TABLES[fmt]
+    wide = a.dtype == np.float64
+    val = t["val64"] if wide else t["val32"]
+    mid = t["mid64"] if wide else t["mid32"]
+    lo = np.zeros(a.shape, dtype=np.uint16)
+    hi = np.zeros(a.shape, dtype=np.uint16)
+    rne = np.zeros(a.shape, dtype=np.uint16)
+    tie = np.zeros(a.shape, dtype=bool)
+    if wide or top <= float(np.finfo(np.float32).max):
+        big = a >= top
+    else:
+        big = np.zeros(a.shape, dtype=bool)  # no finite float32 reaches 2**128
+    tiny = a < mid[0]
+    inside = ~(big | tiny)
+    lo[big] = hi[big] = rne[big] = inf
+    hi[tiny & (a > 0)] = 1
+    if inside.all():
+        sel, ai = slice(None), a
+    elif inside.any():
+        sel = inside
+        ai = a[sel]
+    else:
+        return lo, hi, rne, tie
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        r = ai.astype(FORMATS[fmt]).view(np.uint16)
+    rf = val[r]
+    li = (r - (rf > ai)).astype(np.uint16)
+    hi[sel] = r + (rf < ai)
+    m = mid[li]
+    lo[sel] = li
+    tie[sel] = ai == m
+    if wide:
+        # library double -> 16-bit casts may round twice; decide from the midpoint instead
+        rne[sel] = np.where(ai < m, li, np.where(ai > m, hi[sel], np.where(li & 1, hi[sel], li)))
+    else:
+        rne[sel] = r  # numpy / ml_dtypes single-rounding float32 casts: the independent reference
+    return lo, hi, rne, tie
+
+
+def choose(rounding, negative, lo, hi, rne, tie):
+    """Magnitude bits chosen by a rounding mode for values of one sign."""
+    if rounding == "rint":
+        return rne
+    if rounding == "round":
+        return np.where(tie, hi, rne)
+    if rounding == "trunc":
+        return lo
+    if rounding == "floor":
+        return hi if negative else lo
+    if rounding == "ceil":
+        return lo if negative else hi
+    if rounding == "odd":
+        return np.where(lo & 1, lo, hi)
+    raise ValueError(rounding)
+
+
+def finish(mag, rounding, negative, fmt, overflow_mode="inf_nan", subnormals="keep"):
+    """Apply overflow, flush and the sign to chosen magnitudes; returns (bits, any overflow)."""
+    inf, _, _, mt = _PARAMS[fmt]
+    over = mag == inf
+    any_over = bool(over.any())
+    to_inf = rounding in ("rint", "round") or (rounding == "ceil" and not negative) or (
+        rounding == "floor" and negative)
+    out = mag | np.uint16(0x8000) if negative else mag.copy()
+    if any_over and (overflow_mode == "saturation" or not to_inf):
+        out[over] = (inf - 1) | (0x8000 if negative else 0)
+    if subnormals == "flush":
+        sub = (mag > 0) & (mag < (1 << mt))
+        if sub.any():
+            out[sub] = 0x8000 if negative else 0
+    return out, any_over
+
+
+def cast_bits(x, fmt, rounding="rint", overflow_mode="inf_nan", subnormals="keep"):
+    """Oracle bits and status of casting float32/float64 ``x`` to ``fmt``."""
+    x = np.asarray(x)
+    assert x.dtype in (np.float32, np.float64)
+    flat = x.ravel()
+    inf, _, _, mt = _PARAMS[fmt]
+    out = np.zeros(flat.size, dtype=np.uint16)
+    status = 0
+    neg = np.signbit(flat)
+    nan = np.isnan(flat)
+    infs = np.isinf(flat)
+    fin = ~(nan | infs)
+    for negative in (False, True):
+        sel = fin & (neg == negative)
+        a = np.abs(flat[sel])
+        lo, hi, rne, tie = bracket(a, fmt)
+        mag = choose(rounding, negative, lo, hi, rne, tie)
+        bits, over = finish(mag, rounding, negative, fmt, overflow_mode, subnormals)
+        out[sel] = bits
+        if over:
+            status |= 0x100
+    sat = overflow_mode == "saturation"
+    out[infs] = (inf - 1 if sat else inf) | np.where(neg[infs], 0x8000, 0)
+    out[nan] = 0 if sat else inf | (1 << (mt - 1))  # a quiet NaN; any NaN pattern compares equal
+    if (nan | infs).any():
+        status |= 0x20
+    return out.reshape(x.shape), status
+
+
+def is_nan_bits(b, fmt):
+    inf = _PARAMS[fmt][0]
+    return ((b & 0x7FFF) > inf)
+
+
+def bits_equal(got, want, fmt) -> np.ndarray:
+    """Elementwise bit equality of 16-bit patterns, any NaN equal to any NaN."""
+    got = np.asarray(got).view(np.uint16)
+    want = np.asarray(want).view(np.uint16)
+    eq = got == want
+    if not eq.all():
+        eq |= is_nan_bits(got, fmt) & is_nan_bits(want, fmt)
+    return eq
+
+
+def round_f64(x, fmt, overflow_mode="inf_nan", subnormals="keep"):
+    """Round float64 values once (nearest-even) to ``fmt`` bits; returns (bits, any Inf/NaN result).
+
+    The vector-unit model: the op's float64 result is rounded once; a result that is
+    Inf or NaN (before saturation) raises status 0x20.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    bits, _ = cast_bits(x, fmt, "rint", "inf_nan", subnormals)
+    inf = _PARAMS[fmt][0]
+    nonfinite = (bits & 0x7FFF) >= inf
+    if overflow_mode == "saturation":
+        bits = saturate_bits(bits, fmt)
+    return bits, bool(nonfinite.any())
+
+
+def saturate_bits(bits, fmt):
+    """Saturation mode on 16-bit patterns: +-Inf -> +-max, NaN -> +0."""
+    inf = _PARAMS[fmt][0]
+    bits = bits.copy()
+    mag = bits & 0x7FFF
+    bits[mag == inf] -= 1
+    bits[mag > inf] = 0
+    return bits
+
+
+def to_f64(bits, fmt):
+    """float64 values of 16-bit patterns."""
+    return TABLES[fmt]["val64"][np.asarray(bits).view(np.uint16)]
+
+
+# ------------------------------------------------------------------ float64 models of the vector ops
+
+_SQRT2 = math.sqrt(2.0)
+_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _f(u):
+    return np.asarray(u, dtype=np.float64)
+
+
+def relu(x):
+    return np.where(np.isnan(x), x, np.where(x > 0, x, 0.0))
+
+
+UNARY64 = {
+    "neg": lambda x: -x,
+    "abs": np.abs,
+    "square": lambda x: x * x,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "exp": np.exp,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "relu": relu,
+    "relu6": lambda x: np.where(np.isnan(x), x, np.minimum(relu(x), 6.0)),
+    "erf": lambda x: _f(_erf(x)),
+    "erfc": lambda x: _f(_erfc(x)),
+    "softplus": lambda x: np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x))),
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
+    "gelu": lambda x: 0.5 * x * _f(_erfc(-x / _SQRT2)),
+    # 0.5 x (1 + tanh u) = x / (1 + exp(-2u)), the form without cancellation for x < 0
+    "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+}
+
+BINARY64 = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "realdiv": np.divide,
+    "maximum": lambda a, b: np.where((a >= b) | np.isnan(a), a, b),
+    "minimum": lambda a, b: np.where((a <= b) | np.isnan(a), a, b),
+    "pow": np.power,
+}
+
+
+def vector16(op, fmt, *bits, overflow_mode="inf_nan", **attrs):
+    """Oracle for a vector op over 16-bit inputs: exact float64 model, rounded once.
+
+    ``squared_difference`` is two vector instructions (sub, then square), each
+    rounded; ``leaky_relu`` multiplies by ``alpha`` first rounded to ``fmt``.
+    Returns (bits, status).
+    """
+    with np.errstate(all="ignore"):
+        xs = [to_f64(b, fmt) for b in bits]
+        if op == "squared_difference":
+            d, s1 = round_f64(xs[0] - xs[1], fmt, overflow_mode)
+            d = to_f64(d, fmt)
+            out, s2 = round_f64(d * d, fmt, overflow_mode)
+            return out, 0x20 if (s1 or s2) else 0
+        if op == "leaky_relu":
+            alpha = float(to_f64(cast_bits(np.array([attrs.get("alpha", 0.2)]), fmt)[0], fmt)[0])
+            x = xs[0]
+            y = np.where(x >= 0, x, x * alpha)
+        elif op == "gelu" and attrs.get("approximate", False):
+            y = UNARY64["gelu_tanh"](xs[0])
+        elif op in UNARY64:
+            y = UNARY64[op](xs[0])
+        else:
+            y = BINARY64[op](*xs)
+    out, st = round_f64(y, fmt, overflow_mode)
+    return out, 0x20 if st else 0
