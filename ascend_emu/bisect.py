@@ -111,12 +111,11 @@ class BisectResult:
 
     def format_text(self) -> str:
         """A table of every configuration tried, then the verdict."""
-        cols = ["config", "rules on", *METRICS, "status", "verdict"]
+        cols = ["config (rules on)", *METRICS, "status", "verdict"]
         rows = []
         for t in self.trials:
-            on = "ALL" if t.name == "all-on" else ("none" if t.name == "all-off" else "+".join(t.enabled))
             v = "baseline" if t.degraded is None else ("DEGRADED" if t.degraded else "ok")
-            rows.append([t.name, on, *(_fmt(t.metrics[m]) for m in METRICS), f"0x{t.float_status:x}", v])
+            rows.append([t.name, *(_fmt(t.metrics[m]) for m in METRICS), f"0x{t.float_status:x}", v])
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         line = lambda r: "  ".join(s.ljust(w) for s, w in zip(r, widths)).rstrip()  # noqa: E731
         out = [f"fusion-bisect {self.model}: precision_mode {self.precision_mode}, metric {self.metric} "
@@ -229,6 +228,8 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     if not isinstance(device, Device):
         raise AscendEmuError("device must be an ascend_emu.Device")
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+    if isinstance(inputs, (list, tuple)) and not inputs:
+        inputs = None   # the CLI's empty --input list: seeded random inputs
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
     if keep_dumps is not None:
         os.makedirs(keep_dumps, exist_ok=True)

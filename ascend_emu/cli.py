@@ -93,7 +93,8 @@ def _fmt_bytes(n):
         n /= 1024
 
 
-def print_replay_summary(summary, dump=None, out=sys.stdout):
+def print_replay_summary(summary, dump=None, out=None):
+    out = out or sys.stdout
     print(f"ops executed: {summary['ops']} (inserted casts: {summary['inserted_casts']}, "
           f"fused away: {summary.get('fused_away', 0)})", file=out)
     for engine, per in summary["per_engine_dtype"].items():
@@ -107,7 +108,7 @@ def print_replay_summary(summary, dump=None, out=sys.stdout):
     line = f"time: {summary.get('seconds', 0):.2f} s"
     if dump:
         line += f"; dump: {dump} ({_fmt_bytes(summary.get('dump_bytes', 0))})"
-    print(line, file=out)
+    print(line, file=out, flush=True)
 
 
 def cmd_replay(a):
@@ -219,7 +220,7 @@ def build_parser():
         sp = sub.add_parser(name, help=help, description=help, epilog="example:\n  " + example,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.set_defaults(fn=fn)
-        sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        sp.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
         return sp
 
     sp = add("replay", cmd_replay, "replay a model op by op on the emulated NPU and dump every op",

@@ -13,39 +13,43 @@ import time
 
 
 def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: bool = True,
-             precision_mode: str = "allow_mix_precision", soc: str = "Ascend910B", stream=None) -> dict:
+             precision_mode: str = "allow_mix_precision", soc: str = "Ascend910", stream=None) -> dict:
     """Run the demo; returns the paths it wrote and the main findings."""
     from . import Device, compare, overflow_report, reference, write_report
     from .cli import print_replay_summary
     from .models import demo_model
 
-    out = stream or sys.stdout
+    stream = stream or sys.stdout
+
+    def say(*args):
+        # flush so the lines interleave correctly with the progress bars on stderr
+        print(*args, file=stream, flush=True)
     t0 = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)
     bench_dir = os.path.join(out_dir, "bench")
     npu_dir = os.path.join(out_dir, "npu")
     model = demo_model()
-    print(f"[1/5] TensorFlow float32 reference of the demo model -> {bench_dir}", file=out)
+    say(f"[1/5] TensorFlow float32 reference of the demo model -> {bench_dir}")
     ref = reference(model, None, bench_dir, overwrite=overwrite, progress=progress)
-    print(f"[2/5] replay on the emulated {soc} with precision_mode={precision_mode} -> {npu_dir}", file=out)
+    say(f"[2/5] replay on the emulated {soc} with precision_mode={precision_mode} -> {npu_dir}")
     device = Device(precision_mode, soc=soc)
     res = device.replay(ref.graph, ref.inputs, npu_dir, overwrite=overwrite, progress=progress)
-    print_replay_summary(res.summary, res.dump, out=out)
-    print("[3/5] compare", file=out)
+    print_replay_summary(res.summary, res.dump, out=stream)
+    say("[3/5] compare")
     cmp = compare(npu_dir, bench_dir)
-    print(cmp.summary_text(), file=out)
+    say(cmp.summary_text())
     worst = cmp.worst(cosine=0.9999, limit=8)
-    print(cmp.format_table(worst), file=out)
+    say(cmp.format_table(worst))
     csv_path = os.path.join(out_dir, "compare.csv")
     cmp.to_csv(csv_path)
-    print("[4/5] overflow analysis", file=out)
+    say("[4/5] overflow analysis")
     ovf = overflow_report(npu_dir)
-    print(ovf.format_text(), file=out)
-    print("[5/5] HTML report", file=out)
+    say(ovf.format_text())
+    say("[5/5] HTML report")
     report = write_report(npu_dir, bench_dir, os.path.join(out_dir, "report.html"), comparison=cmp, overflow=ovf,
                           title="ascend-emu demo: allow_mix_precision vs float32")
     first = cmp.first_divergent()
-    print(f"\nreport: {os.path.abspath(report)}", file=out)
-    print(f"compare CSV: {os.path.abspath(csv_path)}; done in {time.perf_counter() - t0:.1f} s", file=out)
+    say(f"\nreport: {os.path.abspath(report)}")
+    say(f"compare CSV: {os.path.abspath(csv_path)}; done in {time.perf_counter() - t0:.1f} s")
     return {"report": report, "csv": csv_path, "npu": npu_dir, "bench": bench_dir, "first_divergent": first,
             "first_overflow": ovf.first, "comparison": cmp, "overflow": ovf}

@@ -175,7 +175,7 @@ class Device:
                                 model={"name": graph.name, "fingerprint": graph.fingerprint},
                                 inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
                                 select=select)
-        run = _Run(self, graph, feeds, writer)
+        run = _Run(self, graph, feeds, writer, keep_tensors)
         t0 = time.perf_counter()
         nodes = fused.nodes
         bar = None
@@ -190,9 +190,17 @@ class Device:
                 for f in fused.fused_away:
                     writer.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
 
+            position = iter(range(len(nodes)))
+
             def on_node(node, args, outs):
+                i = next(position)
                 if bar is not None:
                     bar.update(1)
+                if release is not None:
+                    # the casts of a tensor die with it (bounded memory on large models)
+                    for ref in node.inputs:
+                        if release.get(tensor_name(ref)) == i:
+                            run.forget(tensor_name(ref))
 
             env = interpret(nodes, {}, run.eval_node, on_node=on_node, release=release)
             summary = run.summary(time.perf_counter() - t0, fused)
@@ -209,6 +217,8 @@ class Device:
             if bar is not None:
                 bar.close()
         outputs = {t: env[t] for t in graph.outputs}
+        if keep_tensors:
+            env.update(run.cast_outputs)
         return ReplayResult(graph, outputs, env, run.records, run.status, summary,
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
 
@@ -231,8 +241,9 @@ def writer_bytes(path) -> int:
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
-    def __init__(self, device: Device, graph: Graph, feeds: dict, writer):
+    def __init__(self, device: Device, graph: Graph, feeds: dict, writer, keep: bool = True):
         self.dev = device
+        self.keep = keep
         self.graph = graph
         self.feeds = feeds
         self.writer = writer
@@ -241,6 +252,7 @@ class _Run:
         self.const: set[str] = set()        # tensors that are constants (folded by the graph engine)
         self.producer: dict[str, str] = {}  # tensor -> producing op kind
         self.casts: dict = {}               # (tensor, dtype) -> cast output
+        self.cast_outputs: dict = {}        # inserted Cast op's tensor name -> output
         self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
 
@@ -265,6 +277,10 @@ class _Run:
                                list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
                                fp32_check=rec.fp32_check)
 
+    def forget(self, ref: str) -> None:
+        for dtype in ("float16", "bfloat16", "float32"):
+            self.casts.pop((ref, dtype), None)
+
     def _cast(self, ref: str, value: np.ndarray, dtype: str) -> np.ndarray:
         """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own."""
         key = (ref, dtype)
@@ -286,8 +302,16 @@ class _Run:
                        precision={"list": None, "reason": f"inserted at a precision boundary ({value.dtype.name} -> {dtype})"
                                   + ("; constant-folded by the graph engine" if folded else "")},
                        inserted=True)
+        if ctx_status:
+            # float32 view of the same cast: the value itself (it is the cast that overflows)
+            v = np.asarray(value, dtype=np.float64)
+            fin = np.isfinite(v)
+            rec.fp32_check = {"overflow": not bool(fin.all()),
+                              "max_abs": float(np.abs(v[fin]).max()) if fin.any() else 0.0, "status": 0}
         self._record(rec, [out])
         self.casts[key] = out
+        if self.keep:
+            self.cast_outputs[name + ":0"] = out
         if folded:
             self.const.add(name + ":0")
         return out

@@ -83,7 +83,8 @@ class FusionConfig:
             label = str(spec)
             spec = _read_switch_file(label)
         if not isinstance(spec, dict) or not isinstance(spec.get("Switch"), dict):
-            raise AscendEmuError(f"{label}: expected {{\"Switch\": {{\"GraphFusion\": {{...}}, \"UBFusion\": {{...}}}}}}")
+            raise AscendEmuError(f"{label}: expected "
+                                 '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}} (CANN fusion_switch.cfg)')
         out = {GRAPH: {}, UB: {}}
         for kind, passes in spec["Switch"].items():
             if kind not in out:

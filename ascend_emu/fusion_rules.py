@@ -109,6 +109,11 @@ class Rewriter:
     def is_output(self, node: Node) -> bool:
         return any(t in self._outputs for t in node.outputs())
 
+    def is_used(self, ref: str) -> bool:
+        """True if tensor ``ref`` is read by a node or is a model output."""
+        ref = tensor_name(ref)
+        return bool(self._readers.get(ref)) or ref in self._outputs
+
     def sole_reader(self, node: Node) -> Node | None:
         """The node reading ``node``'s output 0 through a single edge, when that is the only use
         of any of ``node``'s outputs and none is a model output; else None."""
@@ -288,7 +293,8 @@ def _bias_of(rw: Rewriter, add: Node, x_ref: str, c: int | None) -> tuple[np.nda
     if add.op not in BIAS_ADD_TYPES or not rw.is_float(add):
         return None
     if add.op == "BiasAdd":
-        if tensor_name(add.inputs[0]) != tensor_name(x_ref) or add.attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
+        if tensor_name(add.inputs[0]) != tensor_name(x_ref) \
+                or add.attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
             return None
         b = tensor_name(add.inputs[1])
     else:
@@ -349,7 +355,7 @@ def _bn_scale_shift(rw: Rewriter, conv: Node, c: int):
                 or first.attrs.get("data_format", "NHWC") != "NHWC" or len(first.inputs) != 5:
             return None
         params = [tensor_name(r) for r in first.inputs[1:]]
-        if any(rw._readers.get(t) or t in rw._outputs for t in first.outputs()[1:]):
+        if any(rw.is_used(t) for t in first.outputs()[1:]):
             return None   # the batch statistics outputs are used
         if not all(rw.is_const(p) for p in params):
             return None
@@ -432,6 +438,8 @@ def _einsum_bias_ok(equation: str, ndims) -> bool:
     from .errors import AscendEmuError
     from .ops.nn_ops import _einsum_plan
 
+    if "..." in equation:
+        return False
     try:
         a, b, out, batch, free_a, free_b, contract = _einsum_plan(equation, ndims)
     except AscendEmuError:

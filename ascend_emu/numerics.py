@@ -14,6 +14,8 @@ import numpy as np
 from . import config
 from .errors import AscendEmuError
 from .kernels import cast as _kc
+from .kernels import reduce as _kr
+from .kernels import vector as _kv
 
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
 
@@ -124,9 +126,6 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
 
 
 # ------------------------------------------------------------------------------ vector unit
-
-from .kernels import reduce as _kr  # noqa: E402  (kernels compile lazily on first call)
-from .kernels import vector as _kv  # noqa: E402
 
 _UNARY = {
     "neg": _kv.NEG, "abs": _kv.ABS, "square": _kv.SQUARE, "sqrt": _kv.SQRT, "reciprocal": _kv.RECIPROCAL,

@@ -1,9 +1,11 @@
 """Float format conversions of the Ascend vector unit (Cast with CAST_* round modes).
 
-Every narrowing conversion goes through one integer routine, :func:`narrow_bits`,
-generic over the target's mantissa width and bias: the source is decoded to an
-integer significand ``m`` and an unbiased exponent ``e``, shifted right to the
-target's quantum, and rounded by the remainder. Codes are those of
+Every narrowing conversion is one integer rounding, generic over the target's
+mantissa width and bias: the source is decoded to an integer significand ``m`` and
+an unbiased exponent ``e``, shifted right to the target's quantum, and rounded by
+the remainder, so even float64 sources are rounded once. :func:`narrow_bits` does it
+for any source (float64 casts); :func:`f32bits_narrow` is its branch-free twin for
+float32 sources and 16-bit targets, the hot path that vectorises. Codes are those of
 ``ascend_emu.config``: rounding rint=0 round=1 floor=2 ceil=3 trunc=4 odd=5,
 overflow inf_nan=0 saturation=1, subnormals keep=0 flush=1.
 
@@ -98,7 +100,7 @@ def _special_bits(sign, is_nan, mt, expbits, overflow):
 
 @njit(cache=True)
 def f32bits_narrow(u, mt, bias, expbits, rounding, overflow, subnormal):
-    """bits = cast(float32 bit pattern u) to the (mt, bias, expbits) format; returns (bits, status)."""
+    """bits = cast(float32 bit pattern u) to the (mt <= 22, bias, expbits) format; returns (bits, status)."""
     # Branch-free twin of narrow_bits for float32 sources: every choice (mode, overflow,
     # flush, Inf/NaN) is integer arithmetic on 0/1 masks, so loops over it vectorise even
     # with runtime codes. Significands fit in 24 bits: a shift of 25 already leaves q = 0

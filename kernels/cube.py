@@ -42,7 +42,7 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 # trees. The inner loops take whole arrays and scalar indices: slicing views inside them
 # costs an atomic refcount update per view, which dominated the run time.
 MC = 32
-NC = 512
+NC = 1024
 LD = NC + 16
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
@@ -73,31 +73,30 @@ def pack_b(B):
         j0 = jt * NC
         jn = min(N, j0 + NC) - j0
         for l in range(16):
-            for j in range(jn):
-                Bp[t, jt, q, l, j] = B[t, 16 * q + l, j0 + j]
+            Bp[t, jt, q, l, :jn] = B[t, 16 * q + l, j0:j0 + jn]
     return Bp
 
 
 @njit(cache=True)
-def _tree16_rows2(C, r, A, ta, i, k, Bp, tb, jt, q, jn):
-    """C[r, j] += tree16(A[ta, i, k:k+16], slab[:, j]); C[r+1, j] += tree16(A[ta, i+1, k:k+16], slab[:, j])."""
-    x0 = A[ta, i, k]; x1 = A[ta, i, k + 1]; x2 = A[ta, i, k + 2]; x3 = A[ta, i, k + 3]  # noqa: E702
-    x4 = A[ta, i, k + 4]; x5 = A[ta, i, k + 5]; x6 = A[ta, i, k + 6]; x7 = A[ta, i, k + 7]  # noqa: E702
-    x8 = A[ta, i, k + 8]; x9 = A[ta, i, k + 9]; x10 = A[ta, i, k + 10]; x11 = A[ta, i, k + 11]  # noqa: E702
-    x12 = A[ta, i, k + 12]; x13 = A[ta, i, k + 13]; x14 = A[ta, i, k + 14]; x15 = A[ta, i, k + 15]  # noqa: E702
-    y0 = A[ta, i + 1, k]; y1 = A[ta, i + 1, k + 1]; y2 = A[ta, i + 1, k + 2]; y3 = A[ta, i + 1, k + 3]  # noqa: E702
-    y4 = A[ta, i + 1, k + 4]; y5 = A[ta, i + 1, k + 5]; y6 = A[ta, i + 1, k + 6]; y7 = A[ta, i + 1, k + 7]  # noqa
-    y8 = A[ta, i + 1, k + 8]; y9 = A[ta, i + 1, k + 9]; y10 = A[ta, i + 1, k + 10]  # noqa: E702
-    y11 = A[ta, i + 1, k + 11]; y12 = A[ta, i + 1, k + 12]; y13 = A[ta, i + 1, k + 13]  # noqa: E702
-    y14 = A[ta, i + 1, k + 14]; y15 = A[ta, i + 1, k + 15]  # noqa: E702
+def _tree16_rows2(C, r, A, i, k, Bp, jt, q, jn):
+    """C[r, j] += tree16(A[i, k:k+16], Bp[jt, q, :, j]); C[r+1, j] += tree16(A[i+1, k:k+16], Bp[jt, q, :, j])."""
+    x0 = A[i, k]; x1 = A[i, k + 1]; x2 = A[i, k + 2]; x3 = A[i, k + 3]  # noqa: E702
+    x4 = A[i, k + 4]; x5 = A[i, k + 5]; x6 = A[i, k + 6]; x7 = A[i, k + 7]  # noqa: E702
+    x8 = A[i, k + 8]; x9 = A[i, k + 9]; x10 = A[i, k + 10]; x11 = A[i, k + 11]  # noqa: E702
+    x12 = A[i, k + 12]; x13 = A[i, k + 13]; x14 = A[i, k + 14]; x15 = A[i, k + 15]  # noqa: E702
+    y0 = A[i + 1, k]; y1 = A[i + 1, k + 1]; y2 = A[i + 1, k + 2]; y3 = A[i + 1, k + 3]  # noqa: E702
+    y4 = A[i + 1, k + 4]; y5 = A[i + 1, k + 5]; y6 = A[i + 1, k + 6]; y7 = A[i + 1, k + 7]  # noqa
+    y8 = A[i + 1, k + 8]; y9 = A[i + 1, k + 9]; y10 = A[i + 1, k + 10]  # noqa: E702
+    y11 = A[i + 1, k + 11]; y12 = A[i + 1, k + 12]; y13 = A[i + 1, k + 13]  # noqa: E702
+    y14 = A[i + 1, k + 14]; y15 = A[i + 1, k + 15]  # noqa: E702
     # unsigned j drops Numba's negative-index wraparound so LLVM vectorises the loop over j
     for j in range(np.uintp(jn)):
-        b0 = Bp[tb, jt, q, 0, j]; b1 = Bp[tb, jt, q, 1, j]; b2 = Bp[tb, jt, q, 2, j]  # noqa: E702
-        b3 = Bp[tb, jt, q, 3, j]; b4 = Bp[tb, jt, q, 4, j]; b5 = Bp[tb, jt, q, 5, j]  # noqa: E702
-        b6 = Bp[tb, jt, q, 6, j]; b7 = Bp[tb, jt, q, 7, j]; b8 = Bp[tb, jt, q, 8, j]  # noqa: E702
-        b9 = Bp[tb, jt, q, 9, j]; b10 = Bp[tb, jt, q, 10, j]; b11 = Bp[tb, jt, q, 11, j]  # noqa: E702
-        b12 = Bp[tb, jt, q, 12, j]; b13 = Bp[tb, jt, q, 13, j]; b14 = Bp[tb, jt, q, 14, j]  # noqa: E702
-        b15 = Bp[tb, jt, q, 15, j]
+        b0 = Bp[jt, q, 0, j]; b1 = Bp[jt, q, 1, j]; b2 = Bp[jt, q, 2, j]  # noqa: E702
+        b3 = Bp[jt, q, 3, j]; b4 = Bp[jt, q, 4, j]; b5 = Bp[jt, q, 5, j]  # noqa: E702
+        b6 = Bp[jt, q, 6, j]; b7 = Bp[jt, q, 7, j]; b8 = Bp[jt, q, 8, j]  # noqa: E702
+        b9 = Bp[jt, q, 9, j]; b10 = Bp[jt, q, 10, j]; b11 = Bp[jt, q, 11, j]  # noqa: E702
+        b12 = Bp[jt, q, 12, j]; b13 = Bp[jt, q, 13, j]; b14 = Bp[jt, q, 14, j]  # noqa: E702
+        b15 = Bp[jt, q, 15, j]
         s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
                     b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
         s1 = tree16(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
@@ -107,18 +106,18 @@ def _tree16_rows2(C, r, A, ta, i, k, Bp, tb, jt, q, jn):
 
 
 @njit(cache=True)
-def _tree16_row1(C, r, A, ta, i, k, Bp, tb, jt, q, jn):
-    """C[r, j] += tree16(A[ta, i, k:k+16], slab[:, j])."""
-    x0 = A[ta, i, k]; x1 = A[ta, i, k + 1]; x2 = A[ta, i, k + 2]; x3 = A[ta, i, k + 3]  # noqa: E702
-    x4 = A[ta, i, k + 4]; x5 = A[ta, i, k + 5]; x6 = A[ta, i, k + 6]; x7 = A[ta, i, k + 7]  # noqa: E702
-    x8 = A[ta, i, k + 8]; x9 = A[ta, i, k + 9]; x10 = A[ta, i, k + 10]; x11 = A[ta, i, k + 11]  # noqa: E702
-    x12 = A[ta, i, k + 12]; x13 = A[ta, i, k + 13]; x14 = A[ta, i, k + 14]; x15 = A[ta, i, k + 15]  # noqa: E702
+def _tree16_row1(C, r, A, i, k, Bp, jt, q, jn):
+    """C[r, j] += tree16(A[i, k:k+16], Bp[jt, q, :, j])."""
+    x0 = A[i, k]; x1 = A[i, k + 1]; x2 = A[i, k + 2]; x3 = A[i, k + 3]  # noqa: E702
+    x4 = A[i, k + 4]; x5 = A[i, k + 5]; x6 = A[i, k + 6]; x7 = A[i, k + 7]  # noqa: E702
+    x8 = A[i, k + 8]; x9 = A[i, k + 9]; x10 = A[i, k + 10]; x11 = A[i, k + 11]  # noqa: E702
+    x12 = A[i, k + 12]; x13 = A[i, k + 13]; x14 = A[i, k + 14]; x15 = A[i, k + 15]  # noqa: E702
     for j in range(np.uintp(jn)):
         s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                    Bp[tb, jt, q, 0, j], Bp[tb, jt, q, 1, j], Bp[tb, jt, q, 2, j], Bp[tb, jt, q, 3, j],
-                    Bp[tb, jt, q, 4, j], Bp[tb, jt, q, 5, j], Bp[tb, jt, q, 6, j], Bp[tb, jt, q, 7, j],
-                    Bp[tb, jt, q, 8, j], Bp[tb, jt, q, 9, j], Bp[tb, jt, q, 10, j], Bp[tb, jt, q, 11, j],
-                    Bp[tb, jt, q, 12, j], Bp[tb, jt, q, 13, j], Bp[tb, jt, q, 14, j], Bp[tb, jt, q, 15, j])
+                    Bp[jt, q, 0, j], Bp[jt, q, 1, j], Bp[jt, q, 2, j], Bp[jt, q, 3, j],
+                    Bp[jt, q, 4, j], Bp[jt, q, 5, j], Bp[jt, q, 6, j], Bp[jt, q, 7, j],
+                    Bp[jt, q, 8, j], Bp[jt, q, 9, j], Bp[jt, q, 10, j], Bp[jt, q, 11, j],
+                    Bp[jt, q, 12, j], Bp[jt, q, 13, j], Bp[jt, q, 14, j], Bp[jt, q, 15, j])
         C[r, j] = C[r, j] + s0
 
 
@@ -136,8 +135,8 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
         jt = w % njt
         j0 = jt * NC
         jn = min(N, j0 + NC) - j0
-        ta = ia[t]
-        tb = ib[t]
+        At = A[ia[t]]
+        Bt = Bp[ib[t]]
         C = np.empty((MC, LD), dtype=np.float32)
         for i in range(i0, i1):
             for j in range(jn):
@@ -145,10 +144,10 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
         for q in range(nkb):
             i = i0
             while i + 1 < i1:
-                _tree16_rows2(C, i - i0, A, ta, i, 16 * q, Bp, tb, jt, q, jn)
+                _tree16_rows2(C, i - i0, At, i, 16 * q, Bt, jt, q, jn)
                 i += 2
             if i < i1:
-                _tree16_row1(C, i - i0, A, ta, i, 16 * q, Bp, tb, jt, q, jn)
+                _tree16_row1(C, i - i0, At, i, 16 * q, Bt, jt, q, jn)
         for i in range(i0, i1):
             for j in range(jn):
                 out[t, i, j0 + j] = C[i - i0, j]
@@ -295,19 +294,19 @@ def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum,
         j1 = min(N, j0 + NCG)
         jn = j1 - j0
         T = np.empty((P, NCG), dtype=np.float32)
-        a = A[ia[t], i]
-        Bt = B[ib[t]]
+        ta = ia[t]
+        tb = ib[t]
         acc = out[t, i, j0:j1]
         for j in range(jn):
             acc[j] = bias[i] if bias_rows else bias[j0 + j]
+        uj0 = np.uintp(j0)
         for q in range(nblk):
             k0 = q * block_size
             nterms = min(block_size, K - k0)
             for l in range(nterms):
-                al = a[k0 + l]
-                brow = Bt[k0 + l, j0:j1]
+                al = A[ta, i, k0 + l]
                 for j in range(np.uintp(jn)):
-                    T[l, j] = al * brow[j]
+                    T[l, j] = al * B[tb, k0 + l, uj0 + j]
             _block_step(T, nterms, P, acc, jn, block_sum, extra_bits, normalize)
 
 
@@ -331,14 +330,14 @@ def depthwise_blocked(xp, wf, mult, bias, out, sh, sw, dh, dw, KW, block_size, b
                 nterms = min(block_size, K - k0)
                 for l in range(nterms):
                     kk = k0 + l
-                    pix = xp[n, y * sh + (kk // KW) * dh, x * sw + (kk % KW) * dw]
-                    wk = wf[kk]
+                    yy = y * sh + (kk // KW) * dh
+                    xx = x * sw + (kk % KW) * dw
                     if mult == 1:
                         for ch in range(np.uintp(CM)):
-                            T[l, ch] = pix[ch] * wk[ch]
+                            T[l, ch] = xp[n, yy, xx, ch] * wf[kk, ch]
                     else:
-                        for ch in range(CM):
-                            T[l, ch] = pix[ch // mult] * wk[ch]
+                        for ch in range(np.uintp(CM)):
+                            T[l, ch] = xp[n, yy, xx, ch // np.uintp(mult)] * wf[kk, ch]
                 _block_step(T, nterms, P, acc, CM, block_sum, extra_bits, normalize)
 
 
@@ -486,6 +485,32 @@ def finish_f32(acc, saturate, flush):
     return r
 
 
+@njit(cache=True)
+def _fast16(u, bf16):
+    """(bits, ok): RNE of the float32 bit pattern u to fp16/bf16 by integer addition, ok when the result is normal."""
+    a = u & np.uint32(0x7FFFFFFF)
+    # ties go to even through the added lsb; the carry out of the mantissa bumps the exponent
+    if bf16:
+        b = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        ok = (a - np.uint32(0x00800000)) < np.uint32(0x7F7F8000 - 0x00800000)
+    else:
+        b = (((a - np.uint32(0x38000000)) + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1)))
+             >> np.uint32(13)) | ((u >> np.uint32(16)) & np.uint32(0x8000))
+        ok = (a - np.uint32(0x38800000)) < np.uint32(0x477FF000 - 0x38800000)
+    return np.uint16(b), ok
+
+
+@njit(cache=True)
+def to16(v, bf16, overflow, subnormal):
+    """(bits, status) = fp16 (or bf16) rint(float32 v): cast.f32_to_*_bits, with a shortcut for normal results."""
+    b, ok = _fast16(np.uint32(np.float32(v).view(np.uint32)), bf16)
+    if ok:
+        return b, 0
+    if bf16:
+        return f32_to_bf16_bits(v, RINT, overflow, subnormal)
+    return f32_to_f16_bits(v, RINT, overflow, subnormal)
+
+
 @njit(cache=True, parallel=True)
 def finish_to_16(acc, out, bf16, overflow, subnormal):
     """out[i] = fp16 (or bf16) bits of fixpipe(acc[i]) rounded RNE; returns the OR of statuses."""
@@ -493,16 +518,25 @@ def finish_to_16(acc, out, bf16, overflow, subnormal):
     nch = (n + _CHUNK - 1) // _CHUNK
     st = np.zeros(nch, dtype=np.int32)
     sat = overflow == SATURATION
+    bits = acc.view(np.uint32)
     for c in prange(nch):
-        s = np.int32(0)
-        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
-            v, s1 = _fixpipe_f32(acc[i], sat)
-            if bf16:
-                b, s2 = f32_to_bf16_bits(v, RINT, overflow, subnormal)
-            else:
-                b, s2 = f32_to_f16_bits(v, RINT, overflow, subnormal)
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        # pass 1, branch-free so it vectorises: the normal-result shortcut everywhere
+        nbad = 0
+        for i in range(lo, hi):
+            b, ok = _fast16(bits[i], bf16)
             out[i] = b
-            s |= s1 | s2
+            nbad += 0 if ok else 1
+        s = np.int32(0)
+        if nbad > 0:  # pass 2: overflow, subnormal and non-finite results through Fixpipe and the cast
+            for i in range(lo, hi):
+                b, ok = _fast16(bits[i], bf16)
+                if not ok:
+                    v, s1 = _fixpipe_f32(acc[i], sat)
+                    b, s2 = to16(v, bf16, overflow, subnormal)
+                    out[i] = b
+                    s |= s1 | s2
         st[c] = s
     r = np.int32(0)
     for c in range(nch):

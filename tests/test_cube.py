@@ -537,3 +537,50 @@ def test_kernel_codes_mirror_config():
     assert config.OVERFLOW_MODES["saturation"] == kcube.SATURATION
     assert config.ROUNDING_MODES["rint"] == kcube.RINT
     assert config.STATUS_CUBE_OVERFLOW == kcube.ST_CUBE_OVERFLOW
+
+
+# ---------------------------------------------------------------- Fixpipe conversion shortcut
+
+def _to16_mismatches():
+    from numba import njit, prange
+
+    from ascend_emu.kernels import cast as kcast
+
+    @njit(parallel=True)
+    def count(lo, hi, step, bf16, overflow, subnormal):
+        """number of fp32 patterns lo, lo+step, ... < hi where kcube.to16 differs from the cast kernel."""
+        bad = 0
+        for q in prange((hi - lo + step - 1) // step):
+            v = np.uint32(lo + q * step).view(np.float32)
+            b, s = kcube.to16(v, bf16, overflow, subnormal)
+            if bf16:
+                r, rs = kcast.f32_to_bf16_bits(v, 0, overflow, subnormal)
+            else:
+                r, rs = kcast.f32_to_f16_bits(v, 0, overflow, subnormal)
+            if b != r or s != rs:
+                bad += 1
+        return bad
+    return count
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
+def test_fixpipe_shortcut_matches_cast_at_boundaries(bf16):
+    """The integer RNE shortcut equals the cast kernel on every mantissa of the binades at its edges."""
+    count = _to16_mismatches()
+    exps = (0, 1, 254, 255) if bf16 else (102, 112, 113, 142, 143, 255)
+    for e in exps:
+        for sign in (0, 1):
+            lo = (sign << 31) | (e << 23)
+            for ovf, sub in ((0, 0), (1, 1)):
+                assert count(lo, lo + (1 << 23), 1, bf16, ovf, sub) == 0, (e, sign, ovf, sub)
+    assert count(0, 1 << 32, 997, bf16, 0, 0) == 0
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("chunk", range(16))
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
+def test_fixpipe_shortcut_matches_cast_exhaustive(bf16, chunk):
+    """Every fp32 pattern: Fixpipe's fp16/bf16 conversion equals the cast kernel (rint), bits and status."""
+    count = _to16_mismatches()
+    lo = chunk << 28
+    assert count(lo, lo + (1 << 28), 1, bf16, 0, 0) == 0

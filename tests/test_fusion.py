@@ -278,7 +278,8 @@ def test_layer_norm_patterns():
     import keras
 
     keras.utils.set_random_seed(0)
-    for kwargs, inputs in [({}, 3), ({"center": False}, 2), ({"scale": False}, 2), ({"scale": False, "center": False}, 1)]:
+    variants = [({}, 3), ({"center": False}, 2), ({"scale": False}, 2), ({"scale": False, "center": False}, 1)]
+    for kwargs, inputs in variants:
         inp = keras.Input((6, 16))
         layer = keras.layers.LayerNormalization(epsilon=1e-4, **kwargs)
         m = keras.Model(inp, layer(inp))
@@ -406,7 +407,8 @@ def matmul_f64(node, a, b):
 
 
 F32_STEPS = {
-    "Relu": lambda x: np.maximum(x, np.float32(0)), "Relu6": lambda x: np.minimum(np.maximum(x, np.float32(0)), np.float32(6)),
+    "Relu": lambda x: np.maximum(x, np.float32(0)),
+    "Relu6": lambda x: np.minimum(np.maximum(x, np.float32(0)), np.float32(6)),
     "Add": np.add, "AddV2": np.add, "BiasAdd": np.add, "Sub": np.subtract, "Mul": np.multiply,
     "RealDiv": np.divide, "Maximum": np.maximum, "Minimum": np.minimum, "Neg": np.negative,
     "Exp": lambda x: np.exp(x.astype(np.float64)).astype(np.float32),
@@ -565,11 +567,34 @@ def small_cases():
     def chain(x, y):
         return tf.tanh(tf.exp(x * np.float32(0.7)) - y) * np.float32(1.3) + y
 
+    wq = RNG.normal(0, 0.3, (16, 4, 6)).astype(np.float32)
+    bq = RNG.normal(0, 1, 6).astype(np.float32)
+
+    def matmuls(x, y):
+        p = tf.nn.bias_add(tf.matmul(x, w, transpose_b=False), b)              # MatMul + BiasAdd
+        r = tf.nn.relu(tf.linalg.matmul(y, w) + b)                             # BatchMatMulV2 + Add + Relu
+        s = tf.einsum("btd,dnh->bnth", y, wq) + bq                             # Einsum + Add over the last label
+        t = tf.nn.depthwise_conv2d(tf.reshape(y, (-1, 4, 4, 16)), np.resize(w, (3, 3, 16, 2)), [1, 1, 1, 1],
+                                   "VALID") + np.resize(b, 32)                 # DepthwiseConv2dNative + Add
+        u = tf.nn.relu6(-tf.matmul(x, w))                                     # MatMul + Neg + Relu6: no bit changes
+        return p, r, s, t, u
+
     return {"conv_fbn": (conv_fbn, [(2, 8, 8, 4)]), "conv_bias_bn": (conv_bias_keras_bn, [(2, 8, 8, 4)]),
-            "mlp": (mlp, [(8, 16)]), "chain": (chain, [(8, 16), (8, 16)])}
+            "mlp": (mlp, [(8, 16)]), "chain": (chain, [(8, 16), (8, 16)]),
+            "matmuls": (matmuls, [(8, 16), (2, 16, 16)])}
 
 
-@pytest.mark.parametrize("case", ["conv_fbn", "conv_bias_bn", "mlp", "chain"])
+SMALL_COUNTS = {
+    "conv_fbn": {"ConvBatchnormFusionPass": 1, "TbeEltwiseFusionPass": 1},
+    "conv_bias_bn": {"BiasaddConvFusionPass": 1, "ConvBatchnormFusionPass": 1, "TbeEltwiseFusionPass": 1},
+    "mlp": {"MatMulBiasAddFusionPass": 1, "LayerNormFusionPass": 1, "GeluFusionPass": 2, "TbeEltwiseFusionPass": 1},
+    "chain": {"AutomaticUbFusion": 1},
+    "matmuls": {"BiasaddConvFusionPass": 1, "MatMulBiasAddFusionPass": 3, "TbeEltwiseFusionPass": 2},
+}
+CASES = list(SMALL_COUNTS)
+
+
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", ["force_fp16", "allow_mix_precision", "allow_fp32_to_fp16"])
 def test_small_fused_ops_match_oracle(case, mode):
     from ascend_emu.device import Device
@@ -579,11 +604,12 @@ def test_small_fused_ops_match_oracle(case, mode):
     dev = Device(mode, soc="Ascend910B")
     on = dev.replay(g, seed=3, progress=False)
     off = Device(mode, soc="Ascend910B", fusion_switch="off").replay(g, seed=3, progress=False)
+    assert on.summary["fusion_counts"] == SMALL_COUNTS[case]
     checked = check_fused_against_oracle(on, dev, off)
     assert set(checked) == set(on.summary["fusion_counts"])
 
 
-@pytest.mark.parametrize("case", ["conv_fbn", "conv_bias_bn", "mlp", "chain"])
+@pytest.mark.parametrize("case", CASES)
 def test_small_fused_ops_float32_match_tensorflow(case):
     from ascend_emu.device import Device
     from ascend_emu.tf_reference import reference

@@ -124,7 +124,7 @@ def _einsum(x, y, equation: str, bias, ctx: OpContext) -> np.ndarray:
     # the bias indexes the output's last label; spread it over the flattened free labels of y
     bvec = _bias(bias, size[out[-1]])
     which = np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)
-    z, st = batch_matmul(xt.reshape(nb, m, k), yt.reshape(nb, k, n), bias=bvec[which], **nn_ops._cube_kw(ctx))
+    z, st = batch_matmul(xt.reshape(nb, m, k), yt.reshape(nb, k, n), **nn_ops._cube_kw(ctx, bvec[which]))
     ctx.record(st)
     labels = batch + free_a + free_b
     z = z.reshape([size[c] for c in labels])
