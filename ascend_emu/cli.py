@@ -45,7 +45,7 @@ def _device_args(p):
                    help="default: the SoC's (Ascend910 saturation, Ascend910B inf_nan)")
     p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
     p.add_argument("--soc", default="Ascend910", choices=("Ascend910", "Ascend910B"))
-    p.add_argument("--fusion-switch", metavar="FILE", help="CANN fusion_switch.cfg (JSON)")
+    p.add_argument("--fusion-switch", metavar="FILE", help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
     p.add_argument("--fusion-off", action="store_true", help="turn every fusion pass off (precision_tool's fusion-off)")
     p.add_argument("--no-aicpu-fallback", action="store_true",
                    help="fail on ops without an AI Core kernel instead of running them through TensorFlow")

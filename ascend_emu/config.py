@@ -101,20 +101,25 @@ class CubeModel:
 
     The order and rounding inside the hardware's 16-term blocks are not published
     (ASCEND-FACTS.md section 2); this follows the block-FMA models fitted to NVIDIA
-    tensor cores (Fasi et al. 2021; Khattak & Mikaitis). Products of 16-bit operands
-    are exact in fp32. K is split into blocks of ``block_size`` terms, in order.
+    tensor cores (Fasi et al. 2021; Khattak & Mikaitis). Products ``p_k = fl32(a_k b_k)``
+    are exact for fp16 operands. The accumulator starts at the bias (or +0) and K is
+    split into blocks of ``block_size`` terms, k = 0..K-1 in order; a partial last block
+    is padded with +0 products. NUMERICS.md section 3 has the details.
 
     block_sum:
-      ``"tree"``       (default) the block's products are summed by a binary adder tree
-                       in fp32 with round-to-nearest-even, then the block total is added
-                       to the fp32 accumulator (one more RNE rounding).
+      ``"tree"``       (default) the block's products, padded with +0 to the next power
+                       of two, are summed by a balanced binary tree of fp32 round-to-
+                       nearest-even adders (adjacent pairs, level by level:
+                       ((p0+p1)+(p2+p3)) + ((p4+p5)+(p6+p7)) ...), then the block total
+                       is added to the fp32 accumulator (one more RNE rounding).
       ``"sequential"`` every product is added to the accumulator in k order, each
                        addition rounded to fp32 (block_size has no effect).
       ``"aligned"``    Khattak-Mikaitis block FMA: the accumulator and the block's
-                       products are aligned to the largest exponent among them, bits
-                       beyond 24 + ``extra_bits`` below it are truncated, the terms are
-                       summed exactly, and the sum is normalised to fp32 by
-                       ``normalize`` (``"truncate"`` or ``"rne"``).
+                       products are aligned to the largest exponent ``emax`` among them,
+                       each magnitude is truncated to a multiple of
+                       ``2**(emax - 23 - extra_bits)``, the terms are summed exactly, and the
+                       sum is normalised to fp32 by ``normalize`` (``"truncate"``: toward
+                       zero, or ``"rne"``); an exponent overflow gives Inf under both.
     """
 
     block_size: int = 16

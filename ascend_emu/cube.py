@@ -110,12 +110,13 @@ def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:
 
 
 def _bias_vector(bias, n: int, out_shape) -> np.ndarray:
+    """The bias as a (1, n) float32 row (the kernels take one row, or one row per batch)."""
     if bias is None:
-        return np.zeros(n, dtype=np.float32)  # L0C starts from +0
+        return np.zeros((1, n), dtype=np.float32)  # L0C starts from +0
     b = _numeric(bias, "bias")
     if b.shape != (n,):
         raise AscendEmuError(f"bias has shape {b.shape}, expected ({n},) for an output of shape {tuple(out_shape)}")
-    return np.array(b, dtype=np.float32, order="C")
+    return np.array(b, dtype=np.float32, order="C").reshape(1, n)
 
 
 def _kp(k: int) -> int:
@@ -362,10 +363,14 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         if _transposed(R, CO):  # im2col laid out (K, pixels): pixels are the kernel's columns
-            colsT = cols_buf[:kp * n].reshape(1, kp, n)
-            _k.im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, colsT[0])
             outT = out_buf[:CO * n].reshape(1, CO, n)
-            _accumulate(WT, colsT, zero, zero, biasv, True, outT, K, pol)
+            if pol.fast:  # built directly in the kernel's packed slab layout
+                Bp = _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, kp)
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT)
+            else:
+                colsT = cols_buf[:kp * n].reshape(1, kp, n)
+                _k.im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, colsT[0])
+                _accumulate(WT, colsT, zero, zero, biasv, True, outT, K, pol)
             acc[r0:r0 + n] = outT[0].T
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
@@ -398,14 +403,32 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     xv, sx = _operand_values(x, pol)
     wv, sw_ = _operand_values(w, pol)
     biasv = _bias_vector(bias, C * mult, out_shape)
-    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
-    wf = np.ascontiguousarray(wv.reshape(KH * KW, C * mult))
-    acc = np.empty(out_shape, dtype=np.float32)
-    m = pol.model
-    _k.depthwise_blocked(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KW, m.block_size,
-                         BLOCK_SUMS.index(m.block_sum), m.extra_bits, NORMALIZE.index(m.normalize))
+    K = KH * KW
+    kp = _kp(K)
+    CM = C * mult
+    R = N * OH * OW
+    if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
+        xp = np.pad(xv, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
+        wf = _padded(wv.reshape(K, CM), 0, kp)
+        acc = np.empty(out_shape, dtype=np.float32)
+        _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
+    else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
+        xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+        WT = _padded(wv.reshape(K, CM).T.reshape(CM, 1, K), 2, kp)
+        ia = np.arange(CM, dtype=np.int64)
+        ib = ia // mult
+        bias_t = np.ascontiguousarray(biasv.reshape(CM, 1))
+        acc = np.empty((R, CM), dtype=np.float32)
+        chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1) * max(C, 1))) // _k.NC * _k.NC)
+        for r0 in range(0, R, chunk):
+            n = min(R, r0 + chunk) - r0
+            cols = np.empty((C, kp, n), dtype=np.float32)
+            _k.dw_im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, cols)
+            outT = np.empty((CM, 1, n), dtype=np.float32)
+            _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
+            acc[r0:r0 + n] = outT[:, 0, :].T
     out, sf = _finish(acc, pol)
-    return out, sx | sw_ | sf
+    return out.reshape(out_shape), sx | sw_ | sf
 
 
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):

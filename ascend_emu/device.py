@@ -364,8 +364,11 @@ class _Run:
         else:
             cargs = list(args)
             for i in float_idx:
-                if args[i].dtype.name != dec.dtype:
-                    cargs[i] = self._cast(refs[i], args[i], dec.dtype)
+                # a fused cube op's operands past (x, w) feed its elementwise chain, which runs on the
+                # accumulator and meets them in the cube's output dtype
+                target = dec.cube_out if opdef.kind == CUBE and i >= 2 and dec.cube_out else dec.dtype
+                if args[i].dtype.name != target:
+                    cargs[i] = self._cast(refs[i], args[i], target)
         ctx = self.dev.context(dec.dtype, dec.cube_out)
         try:
             outs = opdef(*cargs, ctx=ctx, **node.attrs)

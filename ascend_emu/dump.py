@@ -333,7 +333,8 @@ class DumpWriter:
                           "max_abs": None if fp32_check.get("max_abs") is None
                           else json_safe(float(fp32_check["max_abs"]))}
         if fusion is not None:
-            fusion = {"rule": str(fusion.get("rule")), "replaces": [str(r) for r in fusion.get("replaces", [])]}
+            fusion = {"rule": str(fusion.get("rule")), "replaces": [str(r) for r in fusion.get("replaces", [])],
+                      **({"rules": [str(r) for r in fusion["rules"]]} if fusion.get("rules") else {})}
         if precision is not None:
             precision = json_safe({"list": precision.get("list"), "reason": str(precision.get("reason", ""))})
         entry = {

@@ -123,7 +123,7 @@ def _tree16_row1(C, r, A, i, k, Bp, jt, q, jn):
 
 @njit(cache=True, parallel=True)
 def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
-    """out[t, i, j] = bias[j] (bias[i] if bias_rows), then += tree16(A[ia[t], i, 16q:16q+16], B[ib[t], 16q:16q+16, j])."""
+    """out[t, i, j] = bias[t', j] (bias[t', i] if bias_rows; t' = t or 0), then += tree16(A[ia[t], i, 16q:+16], B[ib[t], 16q:+16, j])."""
     nb, M, N = out.shape
     nkb = A.shape[2] // 16
     nch = (M + MC - 1) // MC
@@ -137,10 +137,11 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
         jn = min(N, j0 + NC) - j0
         At = A[ia[t]]
         Bt = Bp[ib[t]]
-        C = np.empty((MC, LD), dtype=np.float32)
+        tc = t if bias.shape[0] > 1 else 0
+        C = np.empty((i1 - i0, LD), dtype=np.float32)
         for i in range(i0, i1):
             for j in range(jn):
-                C[i - i0, j] = bias[i] if bias_rows else bias[j0 + j]
+                C[i - i0, j] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
         for q in range(nkb):
             i = i0
             while i + 1 < i1:
@@ -281,7 +282,7 @@ def tree_leaves(block_size, block_sum):
 
 @njit(cache=True, parallel=True)
 def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum, extra_bits, normalize):
-    """out[t, i, j] = bias[j] (bias[i] if bias_rows), then one block step per block of A[ia[t], i, k] * B[ib[t], k, j]."""
+    """out[t, i, j] = bias[t', j] (bias[t', i] if bias_rows; t' = t or 0), then block steps of A[ia[t], i, k] * B[ib[t], k, j]."""
     nb, M, N = out.shape
     P = tree_leaves(block_size, block_sum)
     njt = (N + NCG - 1) // NCG
@@ -297,8 +298,9 @@ def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum,
         ta = ia[t]
         tb = ib[t]
         acc = out[t, i, j0:j1]
+        tc = t if bias.shape[0] > 1 else 0
         for j in range(jn):
-            acc[j] = bias[i] if bias_rows else bias[j0 + j]
+            acc[j] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
         uj0 = np.uintp(j0)
         for q in range(nblk):
             k0 = q * block_size
@@ -308,37 +310,6 @@ def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum,
                 for j in range(np.uintp(jn)):
                     T[l, j] = al * B[tb, k0 + l, uj0 + j]
             _block_step(T, nterms, P, acc, jn, block_sum, extra_bits, normalize)
-
-
-@njit(cache=True, parallel=True)
-def depthwise_blocked(xp, wf, mult, bias, out, sh, sw, dh, dw, KW, block_size, block_sum, extra_bits, normalize):
-    """out[n,y,x,c*mult+m] = bias, then block steps over k=(kh,kw) of xp[n, y*sh+kh*dh, x*sw+kw*dw, c] * wf[k, c*mult+m]."""
-    N, OH, OW, CM = out.shape
-    K = wf.shape[0]
-    P = tree_leaves(block_size, block_sum)
-    nblk = (K + block_size - 1) // block_size
-    for w in prange(N * OH):
-        n = w // OH
-        y = w % OH
-        T = np.empty((P, CM), dtype=np.float32)
-        for x in range(OW):
-            acc = out[n, y, x]
-            for ch in range(CM):
-                acc[ch] = bias[ch]
-            for q in range(nblk):
-                k0 = q * block_size
-                nterms = min(block_size, K - k0)
-                for l in range(nterms):
-                    kk = k0 + l
-                    yy = y * sh + (kk // KW) * dh
-                    xx = x * sw + (kk % KW) * dw
-                    if mult == 1:
-                        for ch in range(np.uintp(CM)):
-                            T[l, ch] = xp[n, yy, xx, ch] * wf[kk, ch]
-                    else:
-                        for ch in range(np.uintp(CM)):
-                            T[l, ch] = xp[n, yy, xx, ch // np.uintp(mult)] * wf[kk, ch]
-                _block_step(T, nterms, P, acc, CM, block_sum, extra_bits, normalize)
 
 
 @njit(cache=True, parallel=True)
@@ -364,27 +335,142 @@ def im2col(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
 
 
 @njit(cache=True, parallel=True)
+def pixel_offsets(xp, sh, sw, OH, OW, r0, rows):
+    """po[rr] = flat offset in xp of pixel (n, oh*sh, ow*sw, 0) for r = r0 + rr = (n*OH + oh)*OW + ow."""
+    _, Hp, Wp, C = xp.shape
+    po = np.empty(rows, dtype=np.uintp)
+    for rr in prange(rows):
+        r = r0 + rr
+        n = r // (OH * OW)
+        po[rr] = ((n * Hp + ((r // OW) % OH) * sh) * Wp + (r % OW) * sw) * C
+    return po
+
+
+@njit(cache=True)
+def _tap_offset(k, KW, C, Wp, dh, dw):
+    """flat offset of im2col column k = (kh*KW + kw)*C + c from its pixel's (oh*sh, ow*sw, 0)."""
+    tap = k // C
+    return np.uintp((((tap // KW) * dh) * Wp + (tap % KW) * dw) * C + k % C)
+
+
+@njit(cache=True, parallel=True)
 def im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
     """out[(kh*KW + kw)*C + c, r - r0] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
-    C = xp.shape[3]
+    _, Hp, Wp, C = xp.shape
     Kp, rows = out.shape
     K = KH * KW * C
-    nblk = (rows + 15) // 16
-    for q in prange(nblk):
-        # 16 consecutive pixels per task: each out row then gets one 64-byte line per task
+    po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
+    xf = xp.reshape(-1)
+    for k in prange(Kp):
+        if k < K:
+            to = _tap_offset(k, KW, C, Wp, dh, dw)
+            for rr in range(rows):
+                out[k, rr] = xf[po[rr] + to]
+        else:  # K padding: +0 products in the last block
+            for rr in range(rows):
+                out[k, rr] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Kp):
+    """im2col_t(...) laid out as pack_b's slabs: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j."""
+    _, Hp, Wp, C = xp.shape
+    K = KH * KW * C
+    nkb = Kp // 16
+    njt = (rows + NC - 1) // NC
+    po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
+    xf = xp.reshape(-1)
+    Bp = np.zeros((1, njt, nkb, 16, LD), dtype=np.float32)
+    for w in prange(njt * nkb):
+        jt = w // nkb
+        q = w % nkb
+        j0 = jt * NC
+        jn = min(rows, j0 + NC) - j0
+        for l in range(16):
+            k = 16 * q + l
+            if k < K:  # beyond K the slab keeps its zeros: +0 products
+                to = _tap_offset(k, KW, C, Wp, dh, dw)
+                for j in range(jn):
+                    Bp[0, jt, q, l, j] = xf[po[j0 + j] + to]
+    return Bp
+
+
+@njit(cache=True, parallel=True)
+def dw_im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
+    """out[c, kh*KW + kw, r - r0] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
+    C, Kp, rows = out.shape
+    K = KH * KW
+    for q in prange((rows + 15) // 16):
         for rr in range(q * 16, min(rows, q * 16 + 16)):
             r = r0 + rr
             n = r // (OH * OW)
             oh = (r // OW) % OH
             ow = r % OW
-            for kh in range(KH):
-                for kw in range(KW):
-                    src = xp[n, oh * sh + kh * dh, ow * sw + kw * dw]
-                    base = (kh * KW + kw) * C
-                    for c in range(C):
-                        out[base + c, rr] = src[c]
-            for c in range(K, Kp):
-                out[c, rr] = np.float32(0.0)
+            for kk in range(K):
+                y = oh * sh + (kk // KW) * dh
+                x = ow * sw + (kk % KW) * dw
+                for c in range(C):
+                    out[c, kk, rr] = xp[n, y, x, c]
+            for kk in range(K, Kp):
+                for c in range(C):
+                    out[c, kk, rr] = np.float32(0.0)
+
+
+@njit(cache=True)
+def _dw_tree16(of, ob, xf, o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15,
+               wf, k0, CM, mult):
+    """of[ob + ch] += tree16(xf[o_l + ch // mult] for l < 16, wf[k0 + l, ch] for l < 16) for every channel ch."""
+    if mult == 1:
+        for ch in range(np.uintp(CM)):
+            s = tree16(xf[o0 + ch], xf[o1 + ch], xf[o2 + ch], xf[o3 + ch], xf[o4 + ch], xf[o5 + ch], xf[o6 + ch],
+                       xf[o7 + ch], xf[o8 + ch], xf[o9 + ch], xf[o10 + ch], xf[o11 + ch], xf[o12 + ch],
+                       xf[o13 + ch], xf[o14 + ch], xf[o15 + ch],
+                       wf[k0, ch], wf[k0 + 1, ch], wf[k0 + 2, ch], wf[k0 + 3, ch], wf[k0 + 4, ch], wf[k0 + 5, ch],
+                       wf[k0 + 6, ch], wf[k0 + 7, ch], wf[k0 + 8, ch], wf[k0 + 9, ch], wf[k0 + 10, ch],
+                       wf[k0 + 11, ch], wf[k0 + 12, ch], wf[k0 + 13, ch], wf[k0 + 14, ch], wf[k0 + 15, ch])
+            of[ob + ch] = of[ob + ch] + s
+    else:
+        um = np.uintp(mult)
+        for ch in range(np.uintp(CM)):
+            c = ch // um
+            s = tree16(xf[o0 + c], xf[o1 + c], xf[o2 + c], xf[o3 + c], xf[o4 + c], xf[o5 + c], xf[o6 + c],
+                       xf[o7 + c], xf[o8 + c], xf[o9 + c], xf[o10 + c], xf[o11 + c], xf[o12 + c], xf[o13 + c],
+                       xf[o14 + c], xf[o15 + c],
+                       wf[k0, ch], wf[k0 + 1, ch], wf[k0 + 2, ch], wf[k0 + 3, ch], wf[k0 + 4, ch], wf[k0 + 5, ch],
+                       wf[k0 + 6, ch], wf[k0 + 7, ch], wf[k0 + 8, ch], wf[k0 + 9, ch], wf[k0 + 10, ch],
+                       wf[k0 + 11, ch], wf[k0 + 12, ch], wf[k0 + 13, ch], wf[k0 + 14, ch], wf[k0 + 15, ch])
+            of[ob + ch] = of[ob + ch] + s
+
+
+@njit(cache=True, parallel=True)
+def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
+    """out[n,y,x,c*mult+m] = bias, then += tree16 over 16-tap blocks of xp[n, y*sh+kh*dh, x*sw+kw*dw, c] * wf[kh*KW+kw, c*mult+m]."""
+    # Taps past K (the partial last block) read the +0 pixel xp[n, Hp-1, 0] (a zero row the wrapper
+    # appends) times a +0 weight row (wf is padded to a multiple of 16 rows): +0 products, as in
+    # the matmul kernel. Flat offsets keep slicing (an atomic refcount per view) out of the loops.
+    N, Hp, Wp, C = xp.shape
+    _, OH, OW, CM = out.shape
+    K = KH * KW
+    nkb = wf.shape[0] // 16
+    xf = xp.reshape(-1)
+    of = out.reshape(-1)
+    for w in prange(N * OH):
+        n = w // OH
+        y = w % OH
+        o = np.empty(16, dtype=np.uintp)
+        for x in range(OW):
+            ob = np.uintp(((n * OH + y) * OW + x) * CM)
+            for ch in range(np.uintp(CM)):
+                of[ob + ch] = bias[0, ch]
+            for q in range(nkb):
+                for l in range(16):
+                    kk = 16 * q + l
+                    if kk < K:
+                        o[l] = ((n * Hp + y * sh + (kk // KW) * dh) * Wp + x * sw + (kk % KW) * dw) * C
+                    else:
+                        o[l] = ((n * Hp + Hp - 1) * Wp) * C
+                _dw_tree16(of, ob, xf, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11],
+                           o[12], o[13], o[14], o[15], wf, 16 * q, CM, mult)
 
 
 # ---------------------------------------------------------------- operands: round to the operand dtype

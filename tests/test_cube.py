@@ -248,9 +248,9 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
     fast = np.empty((1, M, N), np.float32)
     slow = np.empty((1, M, N), np.float32)
     for bias_rows in (False, True):
-        kcube.matmul_tree16(A, kcube.pack_b(B), bias[:M] if bias_rows else bias, bias_rows, z, z, fast)
-        kcube.matmul_blocked(A, B, bias[:M] if bias_rows else bias, bias_rows, z, z, slow, K, 16, kcube.TREE, 3,
-                             kcube.NORM_TRUNCATE)
+        b2 = bias[None, :M] if bias_rows else bias[None]
+        kcube.matmul_tree16(A, kcube.pack_b(B), b2, bias_rows, z, z, fast)
+        kcube.matmul_blocked(A, B, b2, bias_rows, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
         assert_same_bits(fast, slow)
 
 

@@ -157,16 +157,17 @@ def layer_norm(x, *params, ctx, epsilon, axis=(-1,), has_gamma=True, has_beta=Tr
     """y = (x - mean) / sqrt(var + eps) * gamma + beta over ``axis``, exact inside, one rounding."""
     x64 = to64(x)
     ax = tuple(int(a) % x64.ndim for a in axis)
-    mean = x64.mean(axis=ax, keepdims=True)
-    d = x64 - mean
-    var = (d * d).mean(axis=ax, keepdims=True)
-    y = d / np.sqrt(var + float(epsilon))
-    i = 0
-    if has_gamma:
-        y = y * to64(params[i])
-        i += 1
-    if has_beta:
-        y = y + to64(params[i])
+    with np.errstate(all="ignore"):   # an Inf/NaN input gives NaN, reported by the final rounding
+        mean = x64.mean(axis=ax, keepdims=True)
+        d = x64 - mean
+        var = (d * d).mean(axis=ax, keepdims=True)
+        y = d / np.sqrt(var + float(epsilon))
+        i = 0
+        if has_gamma:
+            y = y * to64(params[i])
+            i += 1
+        if has_beta:
+            y = y + to64(params[i])
     return finish(ctx, y)
 
 
