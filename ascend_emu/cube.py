@@ -20,14 +20,16 @@ from .errors import AscendEmuError
 from .kernels import cube as _k
 
 # im2col buffers are built in row chunks of at most this many bytes
-_IM2COL_BYTES = 64 << 20
+_IM2COL_BYTES = 16 << 20
 # The kernels vectorise over output columns; with fewer columns than this and more rows they
 # compute C^T = B^T A^T instead (the same products summed in the same k order: the same bits).
+# Below _FEW_COLS columns the transposition of A costs more than the short column loops.
 _MIN_COLS = 256
+_FEW_COLS = 8
 
 
 def _transposed(M: int, N: int) -> bool:
-    return N < _MIN_COLS and M > N
+    return _FEW_COLS <= N < _MIN_COLS and M > N
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,10 @@ def _operand_values(x: np.ndarray, pol: _Policy):
     bf16 = pol.operand == "bfloat16"
     out = np.empty(x.shape, dtype=np.float32)
     status = 0
-    if x.dtype == target:  # no conversion on the way in; subnormals may still be flushed
+    if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
         bits = np.ascontiguousarray(x).view(np.uint16)
-        _k.widen_operands(bits.reshape(-1), out.reshape(-1), bf16, pol.subnormal == config.SUBNORMAL_MODES["flush"])
+        _k.widen_operands(bits.reshape(-1), out.reshape(-1).view(np.uint32), bf16,
+                          pol.subnormal == config.SUBNORMAL_MODES["flush"])
     elif x.dtype == np.float32:
         status = _k.round_f32_operands(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), bf16, pol.overflow,
                                        pol.subnormal)
@@ -127,7 +130,9 @@ def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
     """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
     m = pol.model
     if pol.fast:
-        _k.matmul_tree16(A, _k.pack_b(B), bias, bias_rows, ia, ib, out)
+        Bp = np.empty(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]), dtype=np.float32)
+        _k.pack_b(B, Bp)
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out)
     else:
         _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
                           m.extra_bits, NORMALIZE.index(m.normalize))
@@ -352,20 +357,26 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     R = N * OH * OW
     acc = np.empty((R, CO), dtype=np.float32)
     zero = np.zeros(1, dtype=np.int64)
-    chunk = max(_k.MC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.MC * _k.MC)
+    transposed = _transposed(R, CO)
+    step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
+    chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
-    cols_buf = np.empty(rows * kp, dtype=np.float32)
-    if _transposed(R, CO):
+    if transposed:
         WT = _padded(wv.reshape(K, CO).T[None], 2, kp)
         out_buf = np.empty(CO * rows, dtype=np.float32)
     else:
         W = _padded(wv.reshape(1, K, CO), 1, kp)
+    if transposed and pol.fast:
+        slabs = np.empty(_k.slab_shape(1, rows, kp), dtype=np.float32)
+    else:
+        cols_buf = np.empty(rows * kp, dtype=np.float32)
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
-        if _transposed(R, CO):  # im2col laid out (K, pixels): pixels are the kernel's columns
+        if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
             outT = out_buf[:CO * n].reshape(1, CO, n)
             if pol.fast:  # built directly in the kernel's packed slab layout
-                Bp = _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, kp)
+                Bp = slabs[:, :-(-n // _k.NC)]
+                _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, Bp)
                 _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT)
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)

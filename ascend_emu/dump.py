@@ -118,48 +118,29 @@ def _attrs_subset(attrs: dict | None) -> dict:
 def tensor_stats(arr: np.ndarray) -> dict:
     """max, min, mean, l2norm of the finite values of ``arr`` in float64, and nan / inf counts.
 
-    Streams over the tensor in chunks so the float64 copy never exceeds ``CHUNK``
-    elements. Empty tensors and tensors with no finite value give ``None`` statistics.
-    Booleans count as 0/1, integers as their values.
+    One pass of a Numba kernel (``kernels/stats.py``) with float64 accumulators in
+    element order. Empty tensors and tensors with no finite value give ``None``
+    statistics. Booleans count as 0/1, integers as their values.
     """
+    from .kernels.stats import finite_stats, finite_stats_bits16
+
     arr = np.asarray(arr)
-    flat = arr.reshape(-1)
-    n = flat.size
-    vmax = -math.inf
-    vmin = math.inf
-    total = 0.0
-    sq = 0.0
-    count = 0
-    nnan = 0
-    ninf = 0
-    is_float = arr.dtype.kind in "fcV"
-    buf = np.empty(min(n, CHUNK))  # one reused float64 chunk (fresh allocations cost page faults)
-    with np.errstate(over="ignore", invalid="ignore"):  # float64 data may overflow: report inf
-        for start in range(0, n, CHUNK):
-            part = flat[start:start + CHUNK]
-            c = buf[:part.size]
-            np.copyto(c, part, casting="unsafe")
-            csum = float(c.sum())
-            if is_float and not math.isfinite(csum):
-                # an inf or nan in the chunk (or a float64 sum overflowing): drop the non-finite values
-                fin = np.isfinite(c)
-                k = int(fin.sum())
-                if k != c.size:
-                    nn = int(np.isnan(c).sum())
-                    nnan += nn
-                    ninf += c.size - k - nn
-                    c = c[fin]
-                    csum = float(c.sum())
-            if c.size == 0:
-                continue
-            vmax = max(vmax, float(c.max()))
-            vmin = min(vmin, float(c.min()))
-            total += csum
-            sq += float(np.dot(c, c))
-            count += c.size
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if arr.dtype == np.float16 or arr.dtype.name == "bfloat16":
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats_bits16(flat.view(np.uint16),
+                                                                       arr.dtype.name == "bfloat16")
+    elif arr.dtype in (np.float32, np.float64):
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat)
+    elif arr.dtype.kind in "biu" and flat.size:
+        f = flat.astype(np.float64)
+        vmax, vmin, total, sq, count, nnan, ninf = float(f.max()), float(f.min()), float(f.sum()), \
+            float(f @ f), f.size, 0, 0
+    else:
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat.astype(np.float64))
     if count == 0:
-        return {"max": None, "min": None, "mean": None, "l2norm": None, "nan": nnan, "inf": ninf}
-    return {"max": vmax, "min": vmin, "mean": total / count, "l2norm": math.sqrt(sq), "nan": nnan, "inf": ninf}
+        return {"max": None, "min": None, "mean": None, "l2norm": None, "nan": int(nnan), "inf": int(ninf)}
+    return {"max": float(vmax), "min": float(vmin), "mean": float(total) / count, "l2norm": math.sqrt(sq),
+            "nan": int(nnan), "inf": int(ninf)}
 
 
 # --------------------------------------------------------------------------- file names

@@ -25,6 +25,9 @@ MODELS = ("resnet50", "mobilenet_v2", "transformer_encoder", "demo_model",
 def _keras(seed: int):
     import_tf()
     import keras
+    # fresh name counters: layer and op names (which name every dumped tensor) then do not depend on
+    # what else this process built before
+    keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     return keras
 

@@ -15,8 +15,14 @@ overflows the target format, 0x20 when the input is Inf or NaN, 0 otherwise.
 """
 from __future__ import annotations
 
+import platform
+
+import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import binding as _llvm
+from llvmlite import ir as _ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 # Mirrors of ascend_emu.config codes (kernels take no policy objects).
 RINT, ROUND, FLOOR, CEIL, TRUNC, ODD = 0, 1, 2, 3, 4, 5
@@ -31,6 +37,62 @@ BF16_MT, BF16_BIAS, BF16_EB = 7, 127, 8
 F32_MT, F32_BIAS, F32_EB = 23, 127, 8
 
 _CHUNK = 1 << 16
+
+
+def _hardware_half() -> bool:
+    """Whether LLVM lowers float32 <-> fp16 conversions to instructions on this host
+    (x86 F16C, or any AArch64), so the fp16 fast paths need no soft-float library calls."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False  # a portable build: the target may lack the instructions
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return True
+    return machine in ("x86_64", "amd64") and bool(_llvm.get_host_cpu_features().get("f16c", False))
+
+
+#: the fp16 fast paths (hardware IEEE conversions) are used when True
+HW_HALF = _hardware_half()
+
+
+@intrinsic
+def f32_to_f16_hw(typingctx, x):
+    """bits = IEEE fp16 round-to-nearest-even of float32 x (one vcvtps2ph / fcvt; Inf on overflow)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], _ir.HalfType()), _ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def f16_to_f32_hw(typingctx, b):
+    """x = float32 value of fp16 bits b (exact; one vcvtph2ps / fcvt)."""
+    if b != types.uint16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.bitcast(args[0], _ir.HalfType()), _ir.FloatType())
+    return types.float32(types.uint16), codegen
+
+
+@njit(cache=True)
+def finish_f16_hw(b, special, overflow, subnormal):
+    """(bits, over) = fp16 RNE bits b under the overflow and subnormal codes; over: b is Inf/NaN."""
+    # special: the source was Inf/NaN (so an Inf/NaN result is not an overflow of a finite value)
+    b = np.int64(b)
+    mag = b & 0x7FFF
+    sign = b & 0x8000
+    bad = np.int64(mag >= 0x7C00)
+    sat = np.int64(overflow == SATURATION)
+    nan = np.int64(mag > 0x7C00)
+    # saturation: Inf -> +-65504, NaN -> +0
+    mag = mag - (sat & bad & (1 - nan)) * (mag - 0x7BFF)
+    sign = sign * (1 - (sat & nan))
+    mag = mag * (1 - (sat & nan))
+    flush = np.int64(subnormal == FLUSH) & np.int64(mag < 0x400)
+    mag = mag * (1 - flush)
+    return sign | mag, bad & (1 - special)
 
 
 @njit(cache=True)
@@ -294,6 +356,35 @@ def cast_f32_to_16(src, out, bf16, rounding, overflow, subnormal):
             st[c] = _f32_to_bf16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
         else:
             st[c] = _f32_to_f16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True)
+def _f32_to_f16_rint_hw_span(src, out, overflow, subnormal):
+    """out[i] = fp16 rint of float32 bits src[i] by the hardware conversion; returns the OR of statuses."""
+    acc = np.int64(0)
+    for i in range(src.size):
+        u = np.int64(src[i]) & 0x7FFFFFFF
+        special = np.int64(u >= 0x7F800000)
+        b, over = finish_f16_hw(f32_to_f16_hw(np.uint32(src[i]).view(np.float32)), special, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= over * ST_CONVERSION_OVERFLOW | special * ST_FP_OVERFLOW
+    return acc
+
+
+@njit(cache=True, parallel=True)
+def cast_f32_to_f16_rint_hw(src, out, overflow, subnormal):
+    """out[i] = fp16 rint of float32 bits src[i] (hardware conversion; HW_HALF hosts only); returns the OR of statuses."""
+    n = src.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _f32_to_f16_rint_hw_span(src[lo:hi], out[lo:hi], overflow, subnormal)
     r = np.int64(0)
     for c in range(nch):
         r |= st[c]

@@ -15,8 +15,10 @@ chosen by the block model (codes mirror ``ascend_emu.config.BLOCK_SUMS`` / ``NOR
 
 All operands reach the kernels as float32 arrays holding the (exactly converted) operand
 values; A is (batch, M, Kp) and B is (batch, Kp, N) with K padded by zeros to a multiple of
-the block size, so padded products are +0. Vectorising across output columns j is legal:
-the order of additions is fixed per output element, never across elements.
+16, so padded products are +0 (the default kernel takes B packed by :func:`pack_b`).
+Vectorising across output columns j is legal: the order of additions is fixed per output
+element, never across elements. Loops over j use unsigned indices: Numba's wraparound test
+for negative signed indices otherwise stops LLVM from vectorising them.
 """
 from __future__ import annotations
 
@@ -37,13 +39,13 @@ ST_CUBE_OVERFLOW = 0x400
 FLT_MAX = np.float32(3.4028234663852886e38)
 
 # Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in a local
-# tile; B is packed once into contiguous 16 x LD slabs (LD = NC + 16 so the 16 rows of a slab
-# fall in different L1 sets), and two rows of A pass over each slab so one B load feeds two
-# trees. The inner loops take whole arrays and scalar indices: slicing views inside them
-# costs an atomic refcount update per view, which dominated the run time.
+# tile; B is packed once into contiguous 16 x (NC + 16) slabs (+16, so the 16 rows of a slab
+# do not share cache sets as rows 4 KiB apart would), and two rows of A pass over each slab so
+# one B load feeds two trees. The inner loops take whole arrays and scalar indices: a slice
+# inside them costs an atomic refcount update per view, which dominated the run time. NC was
+# chosen by measurement (1024 beat 512 and 256: fewer, longer vector loops per A row).
 MC = 32
 NC = 1024
-LD = NC + 16
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
 _CHUNK = 1 << 15
@@ -59,13 +61,20 @@ def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
             + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
 
 
+def slab_shape(nb, N, Kp):
+    """Shape of the packed B of pack_b / im2col_packed: (nb, column tiles, K blocks, 16, row length)."""
+    # rows of NC columns plus 16 floats, or just enough for N (rounded up to 16, plus 16) when N < NC
+    return (nb, (N + NC - 1) // NC, Kp // 16, 16, min(NC, -(-N // 16) * 16) + 16)
+
+
 @njit(cache=True, parallel=True)
-def pack_b(B):
-    """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j] (+0 past N): contiguous 16 x LD slabs of B."""
+def pack_b(B, Bp):
+    """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j]: contiguous 16-row slabs of B (Bp shaped by slab_shape)."""
+    # Bp is allocated by the caller (numpy asks the kernel for huge pages; a fresh Numba array of
+    # this size costs a page fault per 4 KiB). Columns past N are never read.
     nb, Kp, N = B.shape
     nkb = Kp // 16
     njt = (N + NC - 1) // NC
-    Bp = np.zeros((nb, njt, nkb, 16, LD), dtype=np.float32)
     for w in prange(nb * njt * nkb):
         t = w // (njt * nkb)
         jt = (w // nkb) % njt
@@ -74,7 +83,6 @@ def pack_b(B):
         jn = min(N, j0 + NC) - j0
         for l in range(16):
             Bp[t, jt, q, l, :jn] = B[t, 16 * q + l, j0:j0 + jn]
-    return Bp
 
 
 @njit(cache=True)
@@ -85,7 +93,8 @@ def _tree16_rows2(C, r, A, i, k, Bp, jt, q, jn):
     x8 = A[i, k + 8]; x9 = A[i, k + 9]; x10 = A[i, k + 10]; x11 = A[i, k + 11]  # noqa: E702
     x12 = A[i, k + 12]; x13 = A[i, k + 13]; x14 = A[i, k + 14]; x15 = A[i, k + 15]  # noqa: E702
     y0 = A[i + 1, k]; y1 = A[i + 1, k + 1]; y2 = A[i + 1, k + 2]; y3 = A[i + 1, k + 3]  # noqa: E702
-    y4 = A[i + 1, k + 4]; y5 = A[i + 1, k + 5]; y6 = A[i + 1, k + 6]; y7 = A[i + 1, k + 7]  # noqa
+    y4 = A[i + 1, k + 4]; y5 = A[i + 1, k + 5]; y6 = A[i + 1, k + 6]  # noqa: E702
+    y7 = A[i + 1, k + 7]
     y8 = A[i + 1, k + 8]; y9 = A[i + 1, k + 9]; y10 = A[i + 1, k + 10]  # noqa: E702
     y11 = A[i + 1, k + 11]; y12 = A[i + 1, k + 12]; y13 = A[i + 1, k + 13]  # noqa: E702
     y14 = A[i + 1, k + 14]; y15 = A[i + 1, k + 15]  # noqa: E702
@@ -123,7 +132,7 @@ def _tree16_row1(C, r, A, i, k, Bp, jt, q, jn):
 
 @njit(cache=True, parallel=True)
 def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
-    """out[t, i, j] = bias[t', j] (bias[t', i] if bias_rows; t' = t or 0), then += tree16(A[ia[t], i, 16q:+16], B[ib[t], 16q:+16, j])."""
+    """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
     nb, M, N = out.shape
     nkb = A.shape[2] // 16
     nch = (M + MC - 1) // MC
@@ -138,7 +147,7 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
         At = A[ia[t]]
         Bt = Bp[ib[t]]
         tc = t if bias.shape[0] > 1 else 0
-        C = np.empty((i1 - i0, LD), dtype=np.float32)
+        C = np.empty((i1 - i0, Bp.shape[4]), dtype=np.float32)
         for i in range(i0, i1):
             for j in range(jn):
                 C[i - i0, j] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
@@ -149,9 +158,10 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out):
                 i += 2
             if i < i1:
                 _tree16_row1(C, i - i0, At, i, 16 * q, Bt, jt, q, jn)
+        uj0 = np.uintp(j0)
         for i in range(i0, i1):
-            for j in range(jn):
-                out[t, i, j0 + j] = C[i - i0, j]
+            for j in range(np.uintp(jn)):
+                out[t, i, uj0 + j] = C[i - i0, j]
 
 
 # ---------------------------------------------------------------- every model, generic block step
@@ -282,7 +292,7 @@ def tree_leaves(block_size, block_sum):
 
 @njit(cache=True, parallel=True)
 def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum, extra_bits, normalize):
-    """out[t, i, j] = bias[t', j] (bias[t', i] if bias_rows; t' = t or 0), then block steps of A[ia[t], i, k] * B[ib[t], k, j]."""
+    """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t or 0), then block steps of A[ia[t],i,k] * B[ib[t],k,j]."""
     nb, M, N = out.shape
     P = tree_leaves(block_size, block_sum)
     njt = (N + NCG - 1) // NCG
@@ -364,35 +374,37 @@ def im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
     for k in prange(Kp):
         if k < K:
             to = _tap_offset(k, KW, C, Wp, dh, dw)
-            for rr in range(rows):
+            for rr in range(np.uintp(rows)):
                 out[k, rr] = xf[po[rr] + to]
         else:  # K padding: +0 products in the last block
-            for rr in range(rows):
+            for rr in range(np.uintp(rows)):
                 out[k, rr] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
-def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Kp):
-    """im2col_t(...) laid out as pack_b's slabs: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j."""
+def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Bp):
+    """im2col_t(...) in pack_b's layout: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j (+0 past K)."""
     _, Hp, Wp, C = xp.shape
+    _, njt, nkb, _, _ = Bp.shape
     K = KH * KW * C
-    nkb = Kp // 16
-    njt = (rows + NC - 1) // NC
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
     xf = xp.reshape(-1)
-    Bp = np.zeros((1, njt, nkb, 16, LD), dtype=np.float32)
     for w in prange(njt * nkb):
         jt = w // nkb
         q = w % nkb
         j0 = jt * NC
         jn = min(rows, j0 + NC) - j0
-        for l in range(16):
-            k = 16 * q + l
-            if k < K:  # beyond K the slab keeps its zeros: +0 products
-                to = _tap_offset(k, KW, C, Wp, dh, dw)
-                for j in range(jn):
-                    Bp[0, jt, q, l, j] = xf[po[j0 + j] + to]
-    return Bp
+        to = np.zeros(16, dtype=np.uintp)
+        nl = min(16, K - 16 * q)  # real columns in this block; the rest are +0
+        for l in range(nl):
+            to[l] = _tap_offset(16 * q + l, KW, C, Wp, dh, dw)
+        # pixel-major: each pixel's 16 columns are (mostly) one cache line of xp
+        for j in range(jn):
+            base = po[j0 + j]
+            for l in range(nl):
+                Bp[0, jt, q, l, j] = xf[base + to[l]]
+            for l in range(nl, 16):
+                Bp[0, jt, q, l, j] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
@@ -444,7 +456,7 @@ def _dw_tree16(of, ob, xf, o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12
 
 @njit(cache=True, parallel=True)
 def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
-    """out[n,y,x,c*mult+m] = bias, then += tree16 over 16-tap blocks of xp[n, y*sh+kh*dh, x*sw+kw*dw, c] * wf[kh*KW+kw, c*mult+m]."""
+    """out[n,y,x,c*mult+m] = bias += tree16 per 16-tap block of xp[n,y*sh+kh*dh,x*sw+kw*dw,c] * wf[kh*KW+kw,c*mult+m]."""
     # Taps past K (the partial last block) read the +0 pixel xp[n, Hp-1, 0] (a zero row the wrapper
     # appends) times a +0 weight row (wf is padded to a multiple of 16 rows): +0 products, as in
     # the matmul kernel. Flat offsets keep slicing (an atomic refcount per view) out of the loops.
@@ -481,21 +493,73 @@ def _widen16(b, bf16):
     return bf16_bits_to_f32(b) if bf16 else f16_bits_to_f32(b)
 
 
+@njit(cache=True)
+def _normal16_f32bits(b, bf16):
+    """float32 bit pattern of the normal finite fp16/bf16 pattern b (exact)."""
+    b = np.uint32(b)
+    if bf16:
+        return b << np.uint32(16)
+    return ((((b & np.uint32(0x7FFF)) << np.uint32(13)) + np.uint32(0x38000000))
+            | ((b & np.uint32(0x8000)) << np.uint32(16)))
+
+
+@njit(cache=True, parallel=True)
+def widen_operands(bits, out, bf16, flush):
+    """out[i] = float32 bits of the 16-bit pattern bits[i] (exact; subnormals -> signed zero under flush)."""
+    n = bits.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    for c in prange(nch):
+        for b0 in range(c * _CHUNK, min(n, (c + 1) * _CHUNK), 256):
+            b1 = min(n, b0 + 256)
+            nbad = 0  # pass 1 (vectorised): normal numbers and zeros (and subnormals under flush)
+            for i in range(np.uintp(b0), np.uintp(b1)):
+                b = np.uint32(bits[i])
+                if bf16:
+                    e = b & np.uint32(0x7F80)
+                    sub = e == 0 and (b & np.uint32(0x7F)) != 0
+                    out[i] = (b & np.uint32(0x8000)) << np.uint32(16) if (sub and flush) else b << np.uint32(16)
+                    nbad += 0
+                else:
+                    e = b & np.uint32(0x7C00)
+                    sgn = (b & np.uint32(0x8000)) << np.uint32(16)
+                    out[i] = _normal16_f32bits(b, False) if e != 0 else sgn
+                    special = e == np.uint32(0x7C00) or (e == 0 and (b & np.uint32(0x3FF)) != 0 and not flush)
+                    nbad += 1 if special else 0
+            if nbad > 0:  # pass 2: fp16 Inf/NaN and kept subnormals, exactly
+                for i in range(b0, b1):
+                    b = np.uint32(bits[i])
+                    e = b & np.uint32(0x7C00)
+                    if e == np.uint32(0x7C00) or (e == 0 and (b & np.uint32(0x3FF)) != 0 and not flush):
+                        out[i] = np.float32(f16_bits_to_f32(b)).view(np.uint32)
+
+
 @njit(cache=True, parallel=True)
 def round_f32_operands(src, out, bf16, overflow, subnormal):
-    """out[i] = float32(fp16-or-bf16 rint(src[i])) with the cast's overflow/subnormal policy; returns the OR of statuses."""
+    """out[i] = float32(fp16/bf16 rint(src[i])) under the cast's overflow/subnormal codes; returns the OR of status."""
     n = src.size
     nch = (n + _CHUNK - 1) // _CHUNK
     st = np.zeros(nch, dtype=np.int32)
+    sbits = src.view(np.uint32)
+    obits = out.view(np.uint32)
     for c in prange(nch):
         s = np.int32(0)
-        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
-            if bf16:
-                b, s1 = f32_to_bf16_bits(src[i], RINT, overflow, subnormal)
-            else:
-                b, s1 = f32_to_f16_bits(src[i], RINT, overflow, subnormal)
-            out[i] = _widen16(b, bf16)
-            s |= s1
+        for b0 in range(c * _CHUNK, min(n, (c + 1) * _CHUNK), 256):
+            b1 = min(n, b0 + 256)
+            nbad = 0  # pass 1 (vectorised): values rounding to a normal 16-bit number, as in finish_to_16
+            for i in range(np.uintp(b0), np.uintp(b1)):
+                b, ok = _fast16(sbits[i], bf16)
+                obits[i] = _normal16_f32bits(b, bf16)
+                nbad += 0 if ok else 1
+            if nbad > 0:  # pass 2: the rest through the cast kernel
+                for i in range(b0, b1):
+                    b, ok = _fast16(sbits[i], bf16)
+                    if not ok:
+                        if bf16:
+                            b, s1 = f32_to_bf16_bits(src[i], RINT, overflow, subnormal)
+                        else:
+                            b, s1 = f32_to_f16_bits(src[i], RINT, overflow, subnormal)
+                        out[i] = _widen16(b, bf16)
+                        s |= s1
         st[c] = s
     r = np.int32(0)
     for c in range(nch):
@@ -525,17 +589,6 @@ def round_f64_operands(src, out, bf16, overflow, subnormal):
     return r
 
 
-@njit(cache=True, parallel=True)
-def widen_operands(bits, out, bf16, flush):
-    """out[i] = float32 value of the 16-bit pattern bits[i]; subnormals -> signed zero under flush."""
-    tiny = np.float32(1.1754943508222875e-38) if bf16 else np.float32(6.103515625e-05)
-    for i in prange(bits.size):
-        v = _widen16(bits[i], bf16)
-        if flush and abs(v) < tiny:
-            v = np.float32(-0.0) if v < 0 or (v == 0 and np.signbit(v)) else np.float32(0.0)
-        out[i] = v
-
-
 # ---------------------------------------------------------------- Fixpipe: accumulator -> output
 
 @njit(cache=True)
@@ -556,14 +609,24 @@ def finish_f32(acc, saturate, flush):
     n = acc.size
     nch = (n + _CHUNK - 1) // _CHUNK
     st = np.zeros(nch, dtype=np.int32)
+    bits = acc.view(np.uint32)
+    # exponent field all ones (Inf/NaN), or zero with a nonzero fraction (subnormal, only under flush)
+    lo = np.uint32(0x00000001) if flush else np.uint32(0x00800000)
     for c in prange(nch):
         s = np.int32(0)
-        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
-            v, s1 = _fixpipe_f32(acc[i], saturate)
-            if flush and v != 0 and abs(v) < np.float32(1.1754943508222875e-38):
-                v = np.float32(-0.0) if v < 0 else np.float32(0.0)
-            acc[i] = v
-            s |= s1
+        for b0 in range(c * _CHUNK, min(n, (c + 1) * _CHUNK), 256):
+            b1 = min(n, b0 + 256)
+            nspecial = 0  # pass 1 (vectorised, read only): anything to do in this block?
+            for i in range(np.uintp(b0), np.uintp(b1)):
+                a = bits[i] & np.uint32(0x7FFFFFFF)
+                nspecial += 1 if (a >= np.uint32(0x7F800000) or (a - lo) < np.uint32(0x00800000 - lo)) else 0
+            if nspecial > 0:
+                for i in range(b0, b1):
+                    v, s1 = _fixpipe_f32(acc[i], saturate)
+                    if flush and v != 0 and abs(v) < np.float32(1.1754943508222875e-38):
+                        v = np.float32(-0.0) if v < 0 else np.float32(0.0)
+                    acc[i] = v
+                    s |= s1
         st[c] = s
     r = np.int32(0)
     for c in range(nch):
@@ -606,23 +669,23 @@ def finish_to_16(acc, out, bf16, overflow, subnormal):
     sat = overflow == SATURATION
     bits = acc.view(np.uint32)
     for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        # pass 1, branch-free so it vectorises: the normal-result shortcut everywhere
-        nbad = 0
-        for i in range(lo, hi):
-            b, ok = _fast16(bits[i], bf16)
-            out[i] = b
-            nbad += 0 if ok else 1
         s = np.int32(0)
-        if nbad > 0:  # pass 2: overflow, subnormal and non-finite results through Fixpipe and the cast
-            for i in range(lo, hi):
+        for b0 in range(c * _CHUNK, min(n, (c + 1) * _CHUNK), 256):
+            b1 = min(n, b0 + 256)
+            # pass 1, branch-free so it vectorises: the normal-result shortcut everywhere
+            nbad = 0
+            for i in range(np.uintp(b0), np.uintp(b1)):  # unsigned: no wraparound test, so it vectorises
                 b, ok = _fast16(bits[i], bf16)
-                if not ok:
-                    v, s1 = _fixpipe_f32(acc[i], sat)
-                    b, s2 = to16(v, bf16, overflow, subnormal)
-                    out[i] = b
-                    s |= s1 | s2
+                out[i] = b
+                nbad += 0 if ok else 1
+            if nbad > 0:  # pass 2: overflow, subnormal and non-finite results through Fixpipe and the cast
+                for i in range(b0, b1):
+                    b, ok = _fast16(bits[i], bf16)
+                    if not ok:
+                        v, s1 = _fixpipe_f32(acc[i], sat)
+                        b, s2 = to16(v, bf16, overflow, subnormal)
+                        out[i] = b
+                        s |= s1 | s2
         st[c] = s
     r = np.int32(0)
     for c in range(nch):

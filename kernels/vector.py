@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from .cast import (BF16_BIAS, BF16_EB, BF16_MT, F16_BIAS, F16_EB, F16_MT, FLUSH, RINT, SATURATION,
-                   bits16_to_f32, f32bits_narrow, f64bits_narrow)
+                   bits16_to_f32, f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
 
 # Unary op codes. Codes below RSQRT are computed in float32 (exact, or one IEEE
 # float32 operation); RSQRT and above are transcendental: float64 (high_precision)
@@ -212,38 +212,145 @@ def finish32(c, overflow, subnormal):
 
 # ---------------------------------------------------------------- 16-bit spans (serial; vectorisable)
 
+# One small function per op: a loop holding a branch on the op (or several loops behind
+# one) is not vectorised by LLVM, a plain loop is.
+
+@njit(cache=True, error_model="numpy")
+def _add16(x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(x[i] + y[i]), one float32 op; returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = bits16_to_f32(x[i], bf16, subnormal) + bits16_to_f32(y[i], bf16, subnormal)
+        b, s = round16_f32(c, mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _sub16(x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(x[i] - y[i]), one float32 op; returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = bits16_to_f32(x[i], bf16, subnormal) - bits16_to_f32(y[i], bf16, subnormal)
+        b, s = round16_f32(c, mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _mul16(x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(x[i] * y[i]), one float32 op; returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = bits16_to_f32(x[i], bf16, subnormal) * bits16_to_f32(y[i], bf16, subnormal)
+        b, s = round16_f32(c, mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _div16(x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(x[i] / y[i]), one float32 op; returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = bits16_to_f32(x[i], bf16, subnormal) / bits16_to_f32(y[i], bf16, subnormal)
+        b, s = round16_f32(c, mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= s
+    return acc
+
+
 @njit(cache=True, error_model="numpy")
 def _arith16_span(op, x, y, out, bf16, overflow, subnormal):
     """out[i] = round16(x[i] op y[i]) for op in + - * / (float32 evaluation); returns the OR of statuses."""
-    mt, bias, eb = fmt16(bf16)
-    acc = np.int64(0)
-    n = out.size
-    # one loop per op so each is a straight line LLVM can vectorise
     if op == ADD:
-        for i in range(n):
-            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) + bits16_to_f32(y[i], bf16, subnormal),
-                               mt, bias, eb, overflow, subnormal)
-            out[i] = np.uint16(b)
-            acc |= s
-    elif op == SUB:
-        for i in range(n):
-            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) - bits16_to_f32(y[i], bf16, subnormal),
-                               mt, bias, eb, overflow, subnormal)
-            out[i] = np.uint16(b)
-            acc |= s
-    elif op == MUL:
-        for i in range(n):
-            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) * bits16_to_f32(y[i], bf16, subnormal),
-                               mt, bias, eb, overflow, subnormal)
-            out[i] = np.uint16(b)
-            acc |= s
-    else:
-        for i in range(n):
-            b, s = round16_f32(bits16_to_f32(x[i], bf16, subnormal) / bits16_to_f32(y[i], bf16, subnormal),
-                               mt, bias, eb, overflow, subnormal)
-            out[i] = np.uint16(b)
-            acc |= s
+        return _add16(x, y, out, bf16, overflow, subnormal)
+    if op == SUB:
+        return _sub16(x, y, out, bf16, overflow, subnormal)
+    if op == MUL:
+        return _mul16(x, y, out, bf16, overflow, subnormal)
+    return _div16(x, y, out, bf16, overflow, subnormal)
+
+
+@njit(cache=True)
+def _load_f16_hw(b, flush):
+    """float32 value of fp16 bits b by the hardware conversion; subnormals -> signed zero if flush."""
+    b = np.int64(b)
+    sub = np.int64((b & 0x7C00) == 0) & flush
+    return f16_to_f32_hw(np.uint16(b & ~(sub * 0x7FFF)))
+
+
+@njit(cache=True, error_model="numpy")
+def _add_f16_hw(x, y, out, overflow, subnormal):
+    """out[i] = fp16(x[i] + y[i]) with hardware conversions; returns non-zero if a result is Inf/NaN."""
+    fl = np.int64(subnormal == FLUSH)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = _load_f16_hw(x[i], fl) + _load_f16_hw(y[i], fl)
+        b, bad = finish_f16_hw(f32_to_f16_hw(c), 0, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= bad
     return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _sub_f16_hw(x, y, out, overflow, subnormal):
+    """out[i] = fp16(x[i] - y[i]) with hardware conversions; returns non-zero if a result is Inf/NaN."""
+    fl = np.int64(subnormal == FLUSH)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = _load_f16_hw(x[i], fl) - _load_f16_hw(y[i], fl)
+        b, bad = finish_f16_hw(f32_to_f16_hw(c), 0, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= bad
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _mul_f16_hw(x, y, out, overflow, subnormal):
+    """out[i] = fp16(x[i] * y[i]) with hardware conversions; returns non-zero if a result is Inf/NaN."""
+    fl = np.int64(subnormal == FLUSH)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = _load_f16_hw(x[i], fl) * _load_f16_hw(y[i], fl)
+        b, bad = finish_f16_hw(f32_to_f16_hw(c), 0, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= bad
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _div_f16_hw(x, y, out, overflow, subnormal):
+    """out[i] = fp16(x[i] / y[i]) with hardware conversions; returns non-zero if a result is Inf/NaN."""
+    fl = np.int64(subnormal == FLUSH)
+    acc = np.int64(0)
+    for i in range(out.size):
+        c = _load_f16_hw(x[i], fl) / _load_f16_hw(y[i], fl)
+        b, bad = finish_f16_hw(f32_to_f16_hw(c), 0, overflow, subnormal)
+        out[i] = np.uint16(b)
+        acc |= bad
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
+def _arith_f16_hw_span(op, x, y, out, overflow, subnormal):
+    """out[i] = fp16(x[i] op y[i]) for op in + - * / with hardware conversions; returns the OR of statuses."""
+    # the model of _arith16_span (exact decode, one float32 op, one RNE rounding) with the
+    # conversions done by vcvtph2ps / vcvtps2ph (HW_HALF hosts only)
+    if op == ADD:
+        return _add_f16_hw(x, y, out, overflow, subnormal)
+    if op == SUB:
+        return _sub_f16_hw(x, y, out, overflow, subnormal)
+    if op == MUL:
+        return _mul_f16_hw(x, y, out, overflow, subnormal)
+    return _div_f16_hw(x, y, out, overflow, subnormal)
 
 
 @njit(cache=True, error_model="numpy")
@@ -364,6 +471,22 @@ def binary16(op, x, y, out, bf16, overflow, subnormal, use64):
         lo = c * _CHUNK
         hi = min(n, lo + _CHUNK)
         st[c] = _binary16_span(op, x[lo:hi], y[lo:hi], out[lo:hi], bf16, overflow, subnormal, use64)
+    r = np.int64(0)
+    for c in range(nch):
+        r |= st[c]
+    return r
+
+
+@njit(cache=True, parallel=True)
+def arith_f16_hw(op, x, y, out, overflow, subnormal):
+    """out = fp16(x op y) for op in + - * / over flat fp16 bits (hardware conversions; HW_HALF hosts only)."""
+    n = out.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _arith_f16_hw_span(op, x[lo:hi], y[lo:hi], out[lo:hi], overflow, subnormal)
     r = np.int64(0)
     for c in range(nch):
         r |= st[c]

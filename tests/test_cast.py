@@ -58,12 +58,17 @@ def _check_slice(mags, fmt, out):
     for negative in (False, True):
         u = mags | np.uint32(0x80000000) if negative else mags
         for rounding, ov, sub in CONFIGS:
-            st = kc.cast_f32_to_16(u, out, bf16, RC[rounding], OC[ov], SC[sub])
             mag = naive.choose(rounding, negative, lo, hi, rne, tie)
             want, over = naive.finish(mag, rounding, negative, fmt, ov, sub)
-            if not np.array_equal(out, want):
-                _assert_bits(out, want, fmt, f"{fmt} {rounding} {ov} {sub} negative={negative}", u.view(np.float32))
-            assert st == (0x100 if over else 0), (fmt, rounding, ov, sub, negative, hex(st))
+            kernels = [lambda: kc.cast_f32_to_16(u, out, bf16, RC[rounding], OC[ov], SC[sub])]
+            if rounding == "rint" and not bf16 and kc.HW_HALF:  # the hardware path cast() takes
+                kernels.append(lambda: kc.cast_f32_to_f16_rint_hw(u, out, OC[ov], SC[sub]))
+            for k, kernel in enumerate(kernels):
+                st = kernel()
+                if not np.array_equal(out, want):
+                    _assert_bits(out, want, fmt, f"{fmt} {rounding} {ov} {sub} negative={negative} kernel {k}",
+                                 u.view(np.float32))
+                assert st == (0x100 if over else 0), (fmt, rounding, ov, sub, negative, k, hex(st))
 
 
 @pytest.mark.exhaustive

@@ -249,7 +249,9 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
     slow = np.empty((1, M, N), np.float32)
     for bias_rows in (False, True):
         b2 = bias[None, :M] if bias_rows else bias[None]
-        kcube.matmul_tree16(A, kcube.pack_b(B), b2, bias_rows, z, z, fast)
+        Bp = np.empty(kcube.slab_shape(1, N, K), np.float32)
+        kcube.pack_b(B, Bp)
+        kcube.matmul_tree16(A, Bp, b2, bias_rows, z, z, fast)
         kcube.matmul_blocked(A, B, b2, bias_rows, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
         assert_same_bits(fast, slow)
 
@@ -584,3 +586,53 @@ def test_fixpipe_shortcut_matches_cast_exhaustive(bf16, chunk):
     count = _to16_mismatches()
     lo = chunk << 28
     assert count(lo, lo + (1 << 28), 1, bf16, 0, 0) == 0
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
+def test_operand_rounding_matches_cast(bf16):
+    """round_f32_operands (shortcut + cast fallback) equals the cast kernel then an exact widening."""
+    from numba import njit
+
+    from ascend_emu.kernels import cast as kcast
+
+    @njit
+    def reference(src, out, bf16, overflow, subnormal):
+        st = 0
+        for i in range(src.size):
+            if bf16:
+                b, s = kcast.f32_to_bf16_bits(src[i], 0, overflow, subnormal)
+            else:
+                b, s = kcast.f32_to_f16_bits(src[i], 0, overflow, subnormal)
+            out[i] = b
+            st |= s
+        return st
+
+    rng = np.random.default_rng(14)
+    exps = (0, 1, 254, 255) if bf16 else (102, 112, 113, 142, 143, 255)
+    parts = [rng.integers(0, 2 ** 32, 1 << 20, dtype=np.uint64).astype(np.uint32)]
+    for e in exps:
+        parts.append((np.uint32(e << 23) | rng.integers(0, 1 << 23, 1 << 16, dtype=np.uint32)) ^ np.uint32(1 << 31))
+        parts.append(np.uint32(e << 23) | np.arange(0, 1 << 23, 97, dtype=np.uint32))
+    src = np.concatenate(parts).view(np.float32)
+    dt = BF16 if bf16 else np.float16
+    for ovf, sub in ((0, 0), (1, 1), (0, 1)):
+        out = np.empty_like(src)
+        st = kcube.round_f32_operands(src, out, bf16, ovf, sub)
+        bits = np.empty(src.size, np.uint16)
+        rst = reference(src, bits, bf16, ovf, sub)
+        assert_same_bits(out, bits.view(dt).astype(np.float32), f"ovf={ovf} sub={sub}")
+        assert st == rst
+
+
+@pytest.mark.parametrize("flush", [False, True], ids=["keep", "flush"])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
+def test_operand_widening_every_pattern(bf16, flush):
+    """All 65,536 16-bit patterns widen exactly to float32 (subnormals to signed zeros under flush)."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    out = np.empty(bits.size, np.uint32)
+    kcube.widen_operands(bits, out, bf16, flush)
+    ref = bits.view(BF16 if bf16 else np.float16).astype(np.float64)
+    if flush:
+        tiny = 2.0 ** -126 if bf16 else 2.0 ** -14
+        ref = np.where((ref != 0) & (np.abs(ref) < tiny), np.copysign(0.0, ref), ref)
+    assert_same_bits(out.view(np.float32), ref.astype(np.float32))

@@ -16,6 +16,7 @@ import pytest
 import naive
 from ascend_emu import AscendEmuError, config
 from ascend_emu.kernels import vector as kv
+from ascend_emu.kernels.cast import HW_HALF
 from ascend_emu.numerics import REDUCE_OPS, VECTOR_OPS, cast, reduce, vector
 
 F16, BF16 = np.float16, ml_dtypes.bfloat16
@@ -62,15 +63,33 @@ def test_fp16_every_pair(op, chunk):
         with np.errstate(all="ignore"):
             want = ufunc(val[av][:, None], val[None, :]).astype(np.float16).view(np.uint16).ravel()
         nonfinite = bool(((want & 0x7FFF) >= 0x7C00).any())
-        st = kv.binary16(code, a, b, out, False, 0, 0, True)
-        if not np.array_equal(out, want):
-            _assert_bits(out, want, "float16", f"{op} a={start}..")
-        assert bool(st) == nonfinite
-        st = kv.binary16(code, a, b, out, False, 1, 0, True)  # saturation
         sat = naive.saturate_bits(want, "float16")
-        if not np.array_equal(out, sat):
-            _assert_bits(out, sat, "float16", f"{op} saturation a={start}..")
-        assert bool(st) == nonfinite
+        for overflow, expect in ((0, want), (1, sat)):
+            kernels = [lambda: kv.binary16(code, a, b, out, False, overflow, 0, True)]
+            if HW_HALF:  # the hardware-conversion path vector() takes on this host
+                kernels.append(lambda: kv.arith_f16_hw(code, a, b, out, overflow, 0))
+            for k, kernel in enumerate(kernels):
+                st = kernel()
+                if not np.array_equal(out, expect):
+                    _assert_bits(out, expect, "float16", f"{op} overflow={overflow} kernel {k} a={start}..")
+                assert bool(st) == nonfinite
+
+
+@pytest.mark.skipif(not HW_HALF, reason="no hardware fp16 conversions on this host")
+def test_hardware_and_integer_paths_agree():
+    """fp16 + - * / through the CPU's conversions equal the integer rounding path, every mode."""
+    rng = np.random.default_rng(12)
+    a = rng.integers(0, 65536, 2 ** 20, dtype=np.uint16)
+    b = rng.integers(0, 65536, 2 ** 20, dtype=np.uint16)
+    o1 = np.empty_like(a)
+    o2 = np.empty_like(a)
+    for code in (kv.ADD, kv.SUB, kv.MUL, kv.REALDIV):
+        for overflow in (0, 1):
+            for subnormal in (0, 1):
+                s1 = kv.arith_f16_hw(code, a, b, o1, overflow, subnormal)
+                s2 = kv.binary16(code, a, b, o2, False, overflow, subnormal, True)
+                _assert_bits(o1, o2, "float16", f"op {code} overflow {overflow} flush {subnormal}")
+                assert bool(s1) == bool(s2)
 
 
 # ------------------------------------------------------------------ every 16-bit input of every unary op
