@@ -1,6 +1,8 @@
 """The cube unit against the slow oracle (tests/naive_cube.py), bit for bit, and against TensorFlow."""
 from __future__ import annotations
 
+import zlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -28,8 +30,9 @@ def assert_same_bits(ours, ref, what=""):
     assert ours.dtype == ref.dtype, (ours.dtype, ref.dtype)
     assert ours.shape == ref.shape, (ours.shape, ref.shape)
     u = np.uint16 if ours.dtype.itemsize == 2 else np.uint32
-    o64 = ours.astype(np.float64)
-    r64 = ref.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns
+        o64 = ours.astype(np.float64)
+        r64 = ref.astype(np.float64)
     nan_o, nan_r = np.isnan(o64), np.isnan(r64)
     assert (nan_o == nan_r).all(), f"{what}: NaN positions differ at {np.argwhere(nan_o != nan_r)[:5].tolist()}"
     ob = ours.view(u)[~nan_o]
@@ -88,7 +91,7 @@ SHAPES = [(5, 1, 3), (3, 15, 4), (4, 16, 5), (7, 17, 6), (6, 40, 9), (5, 73, 8),
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_default_model_matches_oracle(kind, shape):
     M, K, N = shape
-    rng = np.random.default_rng(hash((kind, shape)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((kind, shape)).encode()))
     a = fp16_values(rng, (M, K), kind)
     b = fp16_values(rng, (K, N), kind)
     bias = (rng.standard_normal(N) * 4).astype(np.float32)
@@ -190,7 +193,7 @@ def test_float32_inputs_are_rounded_to_the_operand_dtype():
             for sub in ("keep", "flush"):
                 out, st = check_matmul(a, b, operand_dtype=op, overflow_mode=mode, subnormals=sub,
                                        out_dtype="float32")
-                assert st & 0x120 == 0x120 or op == "bfloat16"
+                assert (st & 0x120) == (0x120 if op == "float16" else 0x20)  # 1e5 overflows fp16 only
     # float64 inputs round once to fp16
     check_matmul(a.astype(np.float64) * (1 + 2.0 ** -30), b.astype(np.float64), out_dtype="float32")
 
@@ -276,7 +279,7 @@ MODELS = [
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.block_sum}-{m.block_size}-{m.extra_bits}-{m.normalize}")
 def test_models_match_oracle(model):
-    rng = np.random.default_rng(abs(hash(model)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr(model).encode()))
     for K in (7, 16, 37):
         for kind in ("normal", "wide"):
             a = fp16_values(rng, (4, K), kind)
@@ -631,8 +634,10 @@ def test_operand_widening_every_pattern(bf16, flush):
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     out = np.empty(bits.size, np.uint32)
     kcube.widen_operands(bits, out, bf16, flush)
-    ref = bits.view(BF16 if bf16 else np.float16).astype(np.float64)
-    if flush:
-        tiny = 2.0 ** -126 if bf16 else 2.0 ** -14
-        ref = np.where((ref != 0) & (np.abs(ref) < tiny), np.copysign(0.0, ref), ref)
-    assert_same_bits(out.view(np.float32), ref.astype(np.float32))
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns
+        ref = bits.view(BF16 if bf16 else np.float16).astype(np.float64)
+        if flush:
+            tiny = 2.0 ** -126 if bf16 else 2.0 ** -14
+            ref = np.where((ref != 0) & (np.abs(ref) < tiny), np.copysign(0.0, ref), ref)
+        ref = ref.astype(np.float32)
+    assert_same_bits(out.view(np.float32), ref)
