@@ -11,6 +11,8 @@ arithmetic for the basic ops and float64-then-round for transcendentals.
 
 Kernels return the OR of the conversion statuses of their results; any non-zero
 value means some result was Inf or NaN, which the wrappers report as 0x20.
+``arith_f16_hw`` is the same model for fp16 + - * / with the decode and the rounding
+done by the CPU's IEEE fp16 conversions (hosts with ``cast.HW_HALF`` only).
 """
 from __future__ import annotations
 

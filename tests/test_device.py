@@ -250,3 +250,22 @@ def test_saturation_vs_inf_nan_visible_in_outputs(overflow_mode):
     assert res.float_status.get() & 0x20
     rec = res.record("y")
     assert rec.fp32_check == {"overflow": False, "max_abs": 80000.0, "status": 0}
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", ["transformer", "mobilenet_v2"])
+def test_replay_from_every_saved_format_matches_tensorflow(name, tmp_path):
+    """The model saved in every supported format, replayed in float32, matches TF's own run."""
+    paths = models.save_all_formats(MODELS[name](), tmp_path)
+    formats = ["keras_file", "saved_model", "pb", "pbtxt", "tf_function", "concrete_function"]
+    if name == "mobilenet_v2":
+        formats = ["keras_file", "saved_model", "pb"]   # the text GraphDef of a CNN is slow to parse
+    for fmt in formats:
+        ref = reference(paths[fmt], None, None, progress=False)
+        res = Device("must_keep_origin_dtype").replay(ref.graph, ref.inputs, progress=False)
+        worst = min(cosine(res.tensors[t], ref.tensors[t]) for t in ref.tensors
+                    if t in res.tensors and ref.tensors[t].dtype.kind == "f")
+        assert worst >= 0.99999, fmt
+        for t in ref.graph.outputs:
+            o, r = np.asarray(res.outputs[t], np.float64), np.asarray(ref.outputs[t], np.float64)
+            assert np.max(np.abs(o - r)) <= 1e-4 * np.max(np.abs(r)), fmt
