@@ -22,6 +22,8 @@ _API = {
     "CubeModel": "ascend_emu.config",
     "FloatStatus": "ascend_emu.status",
     "decode_status": "ascend_emu.status",
+    "FixedLossScaleManager": "ascend_emu.loss_scale",
+    "ExponentialUpdateLossScaleManager": "ascend_emu.loss_scale",
     "AscendEmuError": "ascend_emu.errors",
     # graphs
     "load_graph": "ascend_emu.loader",
