@@ -20,7 +20,7 @@ EPILOG = """examples:
 """
 
 
-def _model_args(p):
+def _model_args(p, dump=True):
     p.add_argument("model", help="a .keras file, SavedModel directory, or frozen GraphDef (.pb/.pbtxt)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz",
                    help="model input (repeatable); default: seeded N(0,1) random inputs of the signature's shapes")
@@ -28,6 +28,8 @@ def _model_args(p):
                    help="shape for an input whose signature leaves dimensions unknown")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--signature", default=None, help="SavedModel signature (default serving_default)")
+    if not dump:
+        return
     p.add_argument("--dump", required=False, metavar="DIR", help="write the dump to DIR")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dump in DIR")
     p.add_argument("--stats-only", action="store_true", help="dump statistics only, no tensors (large models)")
@@ -36,7 +38,7 @@ def _model_args(p):
                    help="save tensors only of ops of this TF type (repeatable)")
 
 
-def _device_args(p):
+def _device_args(p, fusion=True):
     from .precision import PRECISION_MODES
 
     p.add_argument("--precision-mode", default="force_fp16", choices=PRECISION_MODES,
@@ -45,8 +47,11 @@ def _device_args(p):
                    help="default: the SoC's (Ascend910 saturation, Ascend910B inf_nan)")
     p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
     p.add_argument("--soc", default="Ascend910", choices=("Ascend910", "Ascend910B"))
-    p.add_argument("--fusion-switch", metavar="FILE", help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
-    p.add_argument("--fusion-off", action="store_true", help="turn every fusion pass off (precision_tool's fusion-off)")
+    if fusion:
+        p.add_argument("--fusion-switch", metavar="FILE",
+                       help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
+        p.add_argument("--fusion-off", action="store_true",
+                       help="turn every fusion pass off (precision_tool's fusion-off)")
     p.add_argument("--no-aicpu-fallback", action="store_true",
                    help="fail on ops without an AI Core kernel instead of running them through TensorFlow")
     p.add_argument("--subnormals", choices=("keep", "flush"), default="keep")
@@ -64,7 +69,7 @@ def _device(a):
 
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize}.items() if v is not None}
-    fusion = "off" if a.fusion_off else a.fusion_switch
+    fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
     return Device(a.precision_mode, overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
                   cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,
                   reduce_accumulate=a.reduce_accumulate, fusion_switch=fusion,
@@ -79,7 +84,10 @@ def _select(a):
     except re.error as e:
         raise AscendEmuError(f"--select {a.select!r} is not a valid regular expression ({e})") from None
     types = set(a.select_type)
-    return lambda name, tf_type: bool((rx and rx.search(name)) or tf_type in types)
+    # a fused op (_FusedConv2D, _FusedMatMul, ...) counts as the cube op it is built on
+    fused = {t.replace("_Fused", "", 1) for t in ("_FusedConv2D", "_FusedMatMul", "_FusedBatchMatMul")}
+    return lambda name, tf_type: bool((rx and rx.search(name)) or tf_type in types
+                                      or (tf_type.startswith("_Fused") and tf_type[6:] in types & fused))
 
 
 def _shapes(a):
@@ -124,8 +132,18 @@ def cmd_reference(a):
 
     res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
                     overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)
-    print(f"reference: {len(res.graph.nodes)} ops in TensorFlow float32"
-          + (f"; dump: {res.dump}" if res.dump else ""))
+    s = res.summary
+    print(f"reference: {s['ops']} ops in TensorFlow {s.get('tensorflow', '')} float32 on the CPU")
+    for engine, per in s["per_engine_dtype"].items():
+        print(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
+    print(f"ops with inf/nan outputs: {s['nonfinite_ops']}"
+          + (f" (first: {s['first_nonfinite']})" if s.get("first_nonfinite") else ""))
+    line = f"time: {s.get('seconds', 0):.2f} s"
+    if res.dump:
+        from .device import writer_bytes
+
+        line += f"; dump: {res.dump} ({_fmt_bytes(writer_bytes(res.dump))})"
+    print(line)
     return 0
 
 
@@ -137,8 +155,12 @@ def cmd_compare(a):
         cmp.to_csv(a.csv)
         print(f"wrote {a.csv}")
     print(cmp.summary_text())
+    first = cmp.first_divergent()
+    if first is not None:
+        print(first.format_text())
     if a.cosine is not None or a.limit is not None:
-        rows = cmp.worst(cosine=a.cosine if a.cosine is not None else 0.98, limit=a.limit or 10)
+        rows = cmp.worst(cosine=a.cosine if a.cosine is not None else 0.98,
+                         limit=a.limit if a.limit is not None else 10)
         print(cmp.format_table(rows))
     return 0
 
@@ -151,10 +173,9 @@ def cmd_overflow(a):
     rep = overflow_report(a.dump)
     print(rep.format_text())
     if a.json:
-        tmp = a.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rep.to_json(), f, indent=1)
-        os.replace(tmp, a.json)
+        from .fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(rep.to_json(), indent=1))
         print(f"wrote {a.json}")
     return 0
 
@@ -248,8 +269,8 @@ def build_parser():
     sp.add_argument("-o", "--output", default="report.html")
     sp = add("fusion-bisect", cmd_bisect, "find the fusion rules that cost accuracy, by bisection",
              "ascend-emu fusion-bisect model.keras --precision-mode force_fp16")
-    _model_args(sp)
-    _device_args(sp)
+    _model_args(sp, dump=False)
+    _device_args(sp, fusion=False)
     sp.add_argument("--metric", default="cosine", choices=("cosine", "max_rel_err", "max_abs_err", "rmse"))
     sp.add_argument("--threshold", type=float, default=None,
                     help="how much the metric may differ between all-on and all-off before a rule is blamed")

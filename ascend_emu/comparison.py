@@ -14,7 +14,6 @@ import csv
 import io
 import math
 import os
-import tempfile
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -22,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from .dump import Dump, load_dump
+from .fileio import atomic_write_text
 from .errors import AscendEmuError
 from .graph import split_tensor_name
 
@@ -445,7 +445,7 @@ class Comparison:
         w.writerow(COLUMNS)
         for r in self.rows:
             w.writerow([_csv_value(r[c]) for c in COLUMNS])
-        _atomic_write_text(path, buf.getvalue())
+        atomic_write_text(path, buf.getvalue())
         return path
 
     @staticmethod
@@ -599,21 +599,6 @@ def _csv_value(v):
             return NAN
         return repr(v)
     return str(v)
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise AscendEmuError(f"cannot write {path}: directory {d} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 # --------------------------------------------------------------------------- building rows

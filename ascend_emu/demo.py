@@ -38,6 +38,9 @@ def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: 
     say("[3/5] compare")
     cmp = compare(npu_dir, bench_dir)
     say(cmp.summary_text())
+    first = cmp.first_divergent()
+    if first is not None:
+        say(first.format_text())
     worst = cmp.worst(cosine=0.9999, limit=8)
     say(cmp.format_table(worst))
     csv_path = os.path.join(out_dir, "compare.csv")
@@ -48,7 +51,6 @@ def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: 
     say("[5/5] HTML report")
     report = write_report(npu_dir, bench_dir, os.path.join(out_dir, "report.html"), comparison=cmp, overflow=ovf,
                           title="ascend-emu demo: allow_mix_precision vs float32")
-    first = cmp.first_divergent()
     say(f"\nreport: {os.path.abspath(report)}")
     say(f"compare CSV: {os.path.abspath(csv_path)}; done in {time.perf_counter() - t0:.1f} s")
     return {"report": report, "csv": csv_path, "npu": npu_dir, "bench": bench_dir, "first_divergent": first,

@@ -273,7 +273,8 @@ class DumpWriter:
 
         ``outputs`` is a list of arrays of any dtype. ``status`` is the op's overflow
         status bits, or a list with one entry per output (the op's status is their OR).
-        ``precision`` is ``{"list": "white"|"black"|"gray"|None, "reason": str}``;
+        ``precision`` is the device's decision, ``{"list": "white"|"black"|"gray"|None, "dtype",
+        "cube_out", "reason": str}`` (every key kept);
         ``fusion`` is ``{"rule": str, "replaces": [names]}``; ``fp32_check`` is
         ``{"overflow": bool, "max_abs": float}`` from the float32 rerun of an
         overflowing op. Returns the op's manifest entry.
@@ -317,7 +318,7 @@ class DumpWriter:
             fusion = {"rule": str(fusion.get("rule")), "replaces": [str(r) for r in fusion.get("replaces", [])],
                       **({"rules": [str(r) for r in fusion["rules"]]} if fusion.get("rules") else {})}
         if precision is not None:
-            precision = json_safe({"list": precision.get("list"), "reason": str(precision.get("reason", ""))})
+            precision = json_safe({k: (str(v) if k == "reason" else v) for k, v in precision.items()})
         entry = {
             "index": len(self._ops), "name": str(name), "tf_type": str(tf_type), "ascend_type": str(ascend_type),
             "engine": str(engine), "compute_dtype": None if compute_dtype is None else str(

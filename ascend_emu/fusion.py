@@ -160,11 +160,14 @@ class Fused:
     counts: dict
 
 
-def apply_fusion(graph, config: FusionConfig) -> Fused:
-    """Rewrite ``graph.nodes`` with every enabled rule, in registry order."""
+def apply_fusion(graph, config: FusionConfig, lists=None) -> Fused:
+    """Rewrite ``graph.nodes`` with every enabled rule, in registry order.
+
+    ``lists`` are the device's mixed-precision lists (default: the built-in ones).
+    """
     from .fusion_rules import Rewriter
 
-    rw = Rewriter(graph)
+    rw = Rewriter(graph, lists)
     counts = {}
     for name, rule in RULES.items():
         if config.enabled(name):

@@ -15,7 +15,6 @@ The fused implementations are in :mod:`ascend_emu.ops.fused_ops`.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
@@ -47,13 +46,12 @@ def _attrs_of(node: Node, keys) -> dict:
     return {k: node.attrs[k] for k in keys if k in node.attrs}
 
 
-@lru_cache(maxsize=None)
-def _gray_eltwise(tf_type: str) -> bool:
-    """Elementwise op on the default gray list: a chain of them runs in one dtype under every mode."""
+def _gray_eltwise(tf_type: str, lists) -> bool:
+    """Elementwise op on the gray list: a chain of them runs in one dtype under every mode."""
     from .ops import OPS
-    from .precision import MixLists, ascend_type
+    from .precision import ascend_type
 
-    return tf_type in ELTWISE and tf_type in OPS and MixLists.default().classify(ascend_type(tf_type)) == "gray"
+    return tf_type in ELTWISE and tf_type in OPS and lists.classify(ascend_type(tf_type)) == "gray"
 
 
 def _close(a: float, b: float) -> bool:
@@ -67,8 +65,12 @@ class Rewriter:
     constants (and their float32 values), and the ops swallowed so far.
     """
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, lists=None):
+        from .precision import MixLists
+
         self.graph = graph
+        #: the device's mixed-precision lists (only gray elementwise ops join a chain)
+        self.lists = lists if lists is not None else MixLists.default()
         self._nodes: list[Node] = list(graph.nodes)
         self.fused_away: list[dict] = []
         self._outputs = {tensor_name(t) for t in graph.outputs}
@@ -756,7 +758,7 @@ def gelu(rw: Rewriter) -> int:
 # --------------------------------------------------------------------------- UB fusion
 
 def _eltwise(rw: Rewriter, node: Node) -> bool:
-    if not _gray_eltwise(node.op) or not rw.is_float(node):
+    if not _gray_eltwise(node.op, rw.lists) or not rw.is_float(node):
         return False
     if node.op == "BiasAdd" and node.attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
         return False

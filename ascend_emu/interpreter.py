@@ -11,11 +11,13 @@ from .graph import Node, tensor_name
 
 
 def interpret(nodes: Iterable[Node], env: dict, eval_node: Callable, *, stop_at: str | None = None,
-              on_node: Callable | None = None, release: dict | None = None) -> dict:
+              on_node: Callable | None = None, release: dict | None = None,
+              on_release: Callable | None = None) -> dict:
     """Evaluate ``nodes`` in order, reading inputs from and writing outputs to ``env``.
 
     ``release`` maps a tensor name to the index of the last node that reads it; when
-    given, tensors are dropped from ``env`` after their last use (to bound memory).
+    given, tensors are dropped from ``env`` after their last use (to bound memory) and
+    ``on_release(tensor_name)`` is called for each.
     """
     for i, node in enumerate(nodes):
         args = [env[tensor_name(ref)] for ref in node.inputs]
@@ -26,8 +28,11 @@ def interpret(nodes: Iterable[Node], env: dict, eval_node: Callable, *, stop_at:
             on_node(node, args, outs)
         if release is not None:
             for ref in node.inputs:
-                if release.get(tensor_name(ref)) == i:
-                    env.pop(tensor_name(ref), None)
+                t = tensor_name(ref)
+                if release.get(t) == i and t in env:
+                    del env[t]
+                    if on_release is not None:
+                        on_release(t)
         if stop_at is not None and node.name == stop_at:
             break
     return env

@@ -84,6 +84,9 @@ class MixLists:
             except FileNotFoundError:
                 raise AscendEmuError(f"modify_mixlist file {label} not found; pass a JSON file like "
                                      '{"black-list": {"to-add": ["MatMulV2"]}}') from None
+            except OSError as e:
+                raise AscendEmuError(f"modify_mixlist file {label} cannot be read ({e.strerror}); "
+                                     "pass a JSON file") from None
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise AscendEmuError(f"modify_mixlist file {label} is not valid JSON ({e}); fix the file") from None
         if not isinstance(spec, dict):
@@ -158,7 +161,7 @@ class PrecisionPolicy:
         if m == "cube_fp16in_fp32out":
             if cube:
                 return Decision(red, "float32", None, "force_fp32/cube_fp16in_fp32out: cube takes fp16 in, gives fp32 out")
-            return Decision(orig, None, None, "force_fp32: vector ops run in fp32")
+            return Decision("float32", None, None, "force_fp32: vector ops run in fp32")
         if m in ("allow_fp32_to_fp16", "allow_fp32_to_bf16"):
             if cube:
                 return Decision(red, red, None, f"{m}: matrix ops drop fp32 to {red}")
@@ -174,7 +177,7 @@ class PrecisionPolicy:
         if producer_dtypes:
             return Decision(orig, orig if cube else None, "gray", "gray list: its producers run in the original dtype")
         if cube:
-            return Decision(red, red, "gray", f"gray list, no producer: matrix op follows allow_fp32_to_{red[:4]}")
+            return Decision(red, red, "gray", f"gray list, no producer: matrix op follows allow_fp32_to_{'bf16' if red == 'bfloat16' else 'fp16'}")
         return Decision(orig, None, "gray", "gray list, no producer: vector op keeps the original dtype")
 
     def to_dict(self) -> dict:

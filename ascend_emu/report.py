@@ -16,13 +16,13 @@ import html
 import io
 import math
 import os
-import tempfile
 
 import numpy as np
 
 from .comparison import COLUMNS, ERROR, NAN, Comparison, compare
 from .dump import load_dump
 from .errors import AscendEmuError
+from .fileio import atomic_write_text
 from .overflow import OverflowReport, overflow_report
 
 SECTIONS = ["summary", "configs", "per-op", "worst", "first-divergent", "overflow", "histogram", "all-tensors"]
@@ -228,6 +228,8 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise AscendEmuError(f"cannot write report {path}: directory {d} does not exist")
+    if os.path.isdir(path):
+        raise AscendEmuError(f"cannot write report {path}: it is a directory; give a file name like report.html")
     npu = load_dump(npu_dump)
     bench = load_dump(bench_dump)
     cmp = comparison if comparison is not None else compare(npu, bench)
@@ -348,13 +350,4 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     parts.append("</body></html>\n")
     text = "\n".join(parts)
 
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
+    return atomic_write_text(path, text)

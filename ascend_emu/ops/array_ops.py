@@ -179,8 +179,8 @@ def cast_op(x, *, ctx, DstT="float32", Truncate=False):
     x = np.asarray(x)
     if x.dtype == dst:
         return x.copy()
-    if is_float(x) and dst in (np.dtype(np.float16), bfloat16):
-        src = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+    if dst in (np.dtype(np.float16), bfloat16) and (is_float(x) or x.dtype.kind in "biu"):
+        src = x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
         y, st = vcast(src, dst.name, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
         ctx.record(st)
         return y

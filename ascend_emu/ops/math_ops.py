@@ -23,13 +23,17 @@ def vec(ctx, op, *xs, **attrs):
 
     if all(is_float(x) for x in xs if not (op == "select" and x is xs[0])):
         y, st = vector(op, *xs, dtype=ctx.dtype_name, overflow_mode=ctx.overflow_mode,
-                       subnormals=ctx.subnormals, **attrs)
+                       subnormals=ctx.subnormals, impl_mode=ctx.impl_mode, **attrs)
         ctx.record(st)
         return y
     if op == "select":
         return np.where(xs[0], xs[1], xs[2])
-    if op in ("realdiv",):
-        return np.asarray(xs[0]) / np.asarray(xs[1])
+    if op == "realdiv":
+        # TF's integer Div truncates toward zero
+        a, b = np.asarray(xs[0]), np.asarray(xs[1])
+        return (np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))).astype(np.result_type(a, b))
+    if op not in _INT_FUNCS:
+        raise NotImplementedError(f"integer {op}")
     return _INT_FUNCS[op](*xs)
 
 
@@ -129,7 +133,9 @@ def _reduce(name, tf_type):
         from ..numerics import reduce
 
         y, st = reduce(name, x, axis=axes, keepdims=bool(keep_dims), dtype=ctx.dtype_name,
-                       accumulate=ctx.reduce_accumulate, overflow_mode=ctx.overflow_mode,
+                       # the fp16-accumulator option concerns fp16 reductions only
+                       accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",
+                       overflow_mode=ctx.overflow_mode,
                        subnormals=ctx.subnormals)
         ctx.record(st)
         return y
