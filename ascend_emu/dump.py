@@ -122,21 +122,21 @@ def tensor_stats(arr: np.ndarray) -> dict:
     element order. Empty tensors and tensors with no finite value give ``None``
     statistics. Booleans count as 0/1, integers as their values.
     """
-    from .kernels.stats import finite_stats, finite_stats_bits16
+    from .kernels.stats import finite_stats
 
     arr = np.asarray(arr)
     flat = np.ascontiguousarray(arr).reshape(-1)
     if arr.dtype == np.float16 or arr.dtype.name == "bfloat16":
-        vmax, vmin, total, sq, count, nnan, ninf = finite_stats_bits16(flat.view(np.uint16),
-                                                                       arr.dtype.name == "bfloat16")
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat.view(np.uint16),
+                                                                int(arr.dtype.name == "bfloat16"))
     elif arr.dtype in (np.float32, np.float64):
-        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat)
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat, -1)
     elif arr.dtype.kind in "biu" and flat.size:
         f = flat.astype(np.float64)
         vmax, vmin, total, sq, count, nnan, ninf = float(f.max()), float(f.min()), float(f.sum()), \
             float(f @ f), f.size, 0, 0
     else:
-        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat.astype(np.float64))
+        vmax, vmin, total, sq, count, nnan, ninf = finite_stats(flat.astype(np.float64), -1)
     if count == 0:
         return {"max": None, "min": None, "mean": None, "l2norm": None, "nan": int(nnan), "inf": int(ninf)}
     return {"max": float(vmax), "min": float(vmin), "mean": float(total) / count, "l2norm": math.sqrt(sq),

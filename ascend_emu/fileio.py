@@ -7,18 +7,26 @@ import tempfile
 from .errors import AscendEmuError
 
 
+def check_writable(path, what: str = "") -> str:
+    """Fail early, in one line, if ``path`` cannot be written as a file."""
+    path = os.fspath(path)
+    label = f"{what} {path}".strip()
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise AscendEmuError(f"cannot write {label}: directory {d} does not exist; create it first")
+    if os.path.isdir(path):
+        raise AscendEmuError(f"cannot write {label}: it is a directory; give a file name")
+    return path
+
+
 def atomic_write_text(path, text: str) -> str:
     """Write ``text`` to ``path`` via a temporary file in the same directory and one rename.
 
     A missing parent directory or a target that is a directory is a one-line
     :class:`AscendEmuError`; on any failure the temporary file is removed.
     """
-    path = os.fspath(path)
+    path = check_writable(path)
     d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise AscendEmuError(f"cannot write {path}: directory {d} does not exist; create it first")
-    if os.path.isdir(path):
-        raise AscendEmuError(f"cannot write {path}: it is a directory; give a file name")
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
         # mkstemp creates 0600; give the file the permissions an ordinary open() would

@@ -21,8 +21,7 @@ import numpy as np
 
 from .comparison import COLUMNS, ERROR, NAN, Comparison, compare
 from .dump import load_dump
-from .errors import AscendEmuError
-from .fileio import atomic_write_text
+from .fileio import atomic_write_text, check_writable
 from .overflow import OverflowReport, overflow_report
 
 SECTIONS = ["summary", "configs", "per-op", "worst", "first-divergent", "overflow", "histogram", "all-tensors"]
@@ -224,12 +223,7 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     str
         ``path``.
     """
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise AscendEmuError(f"cannot write report {path}: directory {d} does not exist")
-    if os.path.isdir(path):
-        raise AscendEmuError(f"cannot write report {path}: it is a directory; give a file name like report.html")
+    path = check_writable(path, "report")
     npu = load_dump(npu_dump)
     bench = load_dump(bench_dump)
     cmp = comparison if comparison is not None else compare(npu, bench)

@@ -25,10 +25,11 @@ def machine() -> dict:
     info["numpy"] = numpy.__version__
     info["numba"] = numba.__version__
     try:
-        from threadpoolctl import threadpool_info
-        info["blas"] = [(d.get("internal_api"), d.get("architecture"), d.get("num_threads")) for d in threadpool_info()]
+        blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        info["blas"] = f"{blas.get('name')} {blas.get('version')}"
     except Exception:
         pass
+    info["OPENBLAS_CORETYPE"] = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
     return info
 
 
