@@ -41,11 +41,9 @@ METRIC_COLUMNS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thous
 
 PASS, ERROR, NA = "pass", "error", "N/A"
 NAN = "Nan"                       # msprobe's marker for metrics that cannot be computed (inf/nan mismatch)
-UNSUPPORTED = "unsupported"
 #: elements per chunk pair (float64 working set ~ 10 arrays of this many elements: stays in cache)
 CHUNK = 1 << 16
 CAST_MARK = "/ascend_cast"
-SOURCE_OPS = ("Const", "Placeholder", "PlaceholderWithDefault", "VarHandleOp", "ReadVariableOp")
 
 
 @dataclass(frozen=True)

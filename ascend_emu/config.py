@@ -19,6 +19,10 @@ ROUNDING_MODES = {"rint": 0, "round": 1, "floor": 2, "ceil": 3, "trunc": 4, "odd
 # aclrtFloatOverflowMode: ACL_RT_OVERFLOW_MODE_SATURATION / ACL_RT_OVERFLOW_MODE_INFNAN.
 OVERFLOW_MODES = {"inf_nan": 0, "saturation": 1}
 SUBNORMAL_MODES = {"keep": 0, "flush": 1}
+# transcendental models of the vector unit (op_select_implmode; NUMERICS.md section 2)
+IMPL_MODES = ("high_precision", "high_performance")
+# accumulator of fp16 reductions (NUMERICS.md section 2)
+REDUCE_ACCUMULATE = ("float32", "float16")
 
 # AI Core overflow status bits, as precision_tool decodes them (ASCEND-FACTS.md section 4).
 STATUS_BITS = {

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import DEFAULT_CUBE_MODEL, CubeModel, overflow_code, subnormal_code
+from .config import (DEFAULT_CUBE_MODEL, IMPL_MODES, REDUCE_ACCUMULATE, CubeModel, overflow_code,
+                     subnormal_code)
 from .errors import AscendEmuError, UnsupportedOpError
 from .graph import Graph, Node, tensor_name
 from .interpreter import interpret, last_uses
@@ -23,8 +24,6 @@ from .precision import PrecisionPolicy, ascend_type
 from .status import FloatStatus, decode_status
 
 SOCS = {"Ascend910": "saturation", "Ascend910B": "inf_nan"}
-IMPL_MODES = ("high_precision", "high_performance")
-REDUCE_ACCUMULATE = ("float32", "float16")
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
 
 

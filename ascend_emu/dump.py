@@ -178,6 +178,30 @@ def _looks_like_dump_file(fname: str) -> bool:
 
 # --------------------------------------------------------------------------- writer
 
+def check_dump_dir(path, overwrite: bool) -> list:
+    """Refuse a dump directory that cannot be (over)written; returns its current entries.
+
+    A path that is not a directory, a non-empty directory without ``overwrite``, and
+    (with ``overwrite``) a directory holding anything but a dump's files are one-line
+    errors, raised before any work is done.
+    """
+    p = os.fspath(path)
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise AscendEmuError(f"dump path {p} exists and is not a directory; choose another dump directory")
+    if not os.path.isdir(p):
+        return []
+    entries = os.listdir(p)
+    if entries and not overwrite:
+        raise AscendEmuError(f"dump directory {p} is not empty; pass --overwrite (overwrite=True) "
+                             "to replace it, or choose another directory")
+    foreign = sorted(e for e in entries if not (_looks_like_dump_file(e) and os.path.isfile(os.path.join(p, e))))
+    if foreign:
+        raise AscendEmuError(f"dump directory {p} holds files that are not part of a dump "
+                             f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                             "refusing to delete it with --overwrite; choose another directory")
+    return entries
+
+
 class DumpWriter:
     """Write a dump directory op by op.
 
@@ -228,20 +252,9 @@ class DumpWriter:
 
     def _prepare_dir(self, overwrite: bool) -> None:
         p = self.path
-        if os.path.exists(p) and not os.path.isdir(p):
-            raise AscendEmuError(f"dump path {p} exists and is not a directory; choose another dump directory")
+        entries = check_dump_dir(p, overwrite)
         if os.path.isdir(p):
-            entries = os.listdir(p)
             if entries:
-                if not overwrite:
-                    raise AscendEmuError(f"dump directory {p} is not empty; pass --overwrite (overwrite=True) "
-                                         "to replace it, or choose another directory")
-                foreign = sorted(e for e in entries
-                                 if not (_looks_like_dump_file(e) and os.path.isfile(os.path.join(p, e))))
-                if foreign:
-                    raise AscendEmuError(f"dump directory {p} holds files that are not part of a dump "
-                                         f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
-                                         "refusing to delete it with --overwrite; choose another directory")
                 # The marker goes first so the directory never looks complete while we clear it.
                 with open(os.path.join(p, MARKER), "w") as f:
                     f.write("dump being written by ascend-emu\n")

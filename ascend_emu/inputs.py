@@ -59,7 +59,10 @@ def parse_shape(text: str, what: str = "shape") -> tuple[int, ...]:
     if not text:
         return ()
     try:
-        dims = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+        pieces = text.replace("x", ",").split(",")
+        if any(not d.strip() for d in pieces):
+            raise ValueError(text)
+        dims = tuple(int(d) for d in pieces)
     except ValueError:
         raise AscendEmuError(f"{what} {text!r} is not a list of integers; write it like 1,224,224,3") from None
     if any(d < 0 for d in dims):
@@ -67,9 +70,10 @@ def parse_shape(text: str, what: str = "shape") -> tuple[int, ...]:
     return dims
 
 
-def _parse_shapes(graph: Graph, shapes, resolve) -> dict[str, tuple[int, ...]]:
+def shape_items(shapes) -> list[tuple[str, tuple]]:
+    """``--shape`` values (CLI strings ``NAME=1,224,224,3`` or a dict name -> dims) as (name, dims) pairs."""
     if not shapes:
-        return {}
+        return []
     if isinstance(shapes, (list, tuple)):
         items = []
         for s in shapes:
@@ -77,19 +81,26 @@ def _parse_shapes(graph: Graph, shapes, resolve) -> dict[str, tuple[int, ...]]:
             if not eq or not name:
                 raise AscendEmuError(f"--shape {s!r} must look like NAME=1,224,224,3")
             items.append((name.strip(), parse_shape(dims, f"--shape {s!r}")))
-    elif isinstance(shapes, dict):
-        items = [(k, tuple(int(d) for d in v)) for k, v in shapes.items()]
-    else:
-        raise AscendEmuError(f"shapes must be a dict name -> shape or a list of 'NAME=1,2,3' strings, "
-                             f"not {type(shapes).__name__}")
+        return items
+    if isinstance(shapes, dict):
+        return [(k, tuple(None if d is None or int(d) < 0 else int(d) for d in v)) for k, v in shapes.items()]
+    raise AscendEmuError(f"shapes must be a dict name -> shape or a list of 'NAME=1,2,3' strings, "
+                         f"not {type(shapes).__name__}")
+
+
+def check_shape_fits(spec, dims) -> None:
+    """A ``--shape`` must agree with the signature's known dimensions."""
+    if spec.shape is not None and (len(dims) != len(spec.shape) or any(
+            k is not None and d is not None and k != d for k, d in zip(spec.shape, dims))):
+        raise AscendEmuError(f"--shape for input {spec.name!r} is {tuple(dims)}, which does not fit "
+                             f"its signature {_fmt(spec.shape)}")
+
+
+def _parse_shapes(graph: Graph, shapes, resolve) -> dict[str, tuple[int, ...]]:
     out = {}
-    for name, dims in items:
+    for name, dims in shape_items(shapes):
         spec = resolve(name, "--shape")
-        if spec.shape is not None:
-            if len(dims) != len(spec.shape) or any(
-                    k is not None and k != d for k, d in zip(spec.shape, dims)):
-                raise AscendEmuError(f"--shape for input {spec.name!r} is {dims}, which does not fit "
-                                     f"its signature {_fmt(spec.shape)}")
+        check_shape_fits(spec, dims)
         out[spec.name] = dims
     return out
 

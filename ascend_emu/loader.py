@@ -523,27 +523,16 @@ def _apply_input_shapes(gd, specs: list[InputSpec], input_shapes) -> None:
         by_name[s.name] = by_name[s.name + ":0"] = s
         if s.key:
             by_name.setdefault(s.key, s)
+    from .inputs import check_shape_fits, shape_items
+
     tf = import_tf()
-    if isinstance(input_shapes, (list, tuple)):  # CLI strings "name=1,224,224,3"
-        from .inputs import parse_shape
-        parsed = {}
-        for item in input_shapes:
-            name, eq, dims = str(item).partition("=")
-            if not eq or not name:
-                raise AscendEmuError(f"--shape {item!r} must look like NAME=1,224,224,3")
-            parsed[name.strip()] = parse_shape(dims, f"--shape {item!r}")
-        input_shapes = parsed
-    for key, shape in dict(input_shapes).items():
+    for key, shape in shape_items(input_shapes):
         spec = by_name.get(key)
         if spec is None:
             raise AscendEmuError(f"--shape names unknown input {key!r}; the model's inputs are: "
                                  + ", ".join(s.name for s in specs))
         shape = [None if d is None or int(d) < 0 else int(d) for d in shape]
-        if spec.shape is not None and (
-                len(shape) != len(spec.shape)
-                or any(a is not None and b is not None and a != b for a, b in zip(spec.shape, shape))):
-            raise AscendEmuError(f"--shape for input {spec.name!r} is {tuple(shape)}, which does not "
-                                 f"fit its signature {tuple(spec.shape)}")
+        check_shape_fits(spec, shape)
         spec.shape = [s if s is not None else (spec.shape[i] if spec.shape else None)
                       for i, s in enumerate(shape)]
         for nd in gd.node:

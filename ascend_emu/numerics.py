@@ -145,7 +145,6 @@ _BINARY = {
 _ATTRS = {"leaky_relu": {"alpha": 0.2}, "gelu": {"approximate": False}}
 #: names of the elementwise ops :func:`vector` runs
 VECTOR_OPS = tuple(sorted([*_UNARY, *_BINARY, "select"]))
-IMPL_MODES = ("high_precision", "high_performance")
 
 
 def _choice(kind, value, choices):
@@ -222,7 +221,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     cdt = config.compute_dtype(dtype)
     oc = config.overflow_code(overflow_mode)
     sc = config.subnormal_code(subnormals)
-    use64 = _choice("impl_mode", impl_mode, IMPL_MODES) == "high_precision"
+    use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
     status = 0
     data = inputs[1:] if op == "select" else inputs
     arrays = []

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .dump import check_dump_dir
 from .errors import AscendEmuError
 from .graph import Graph, split_tensor_name, tensor_name
 
@@ -91,16 +92,6 @@ def run_graph(graph: Graph, feeds: dict, fetches: list[str]) -> list[np.ndarray]
             raise AscendEmuError(f"TensorFlow failed to run graph {graph.name!r}: {first_line(e)}") from None
 
 
-def _precheck_dump_dir(dump_dir, overwrite: bool) -> None:
-    """Refuse a non-empty dump directory before spending time on the run (DumpWriter checks again)."""
-    p = os.fspath(dump_dir)
-    if os.path.exists(p) and not os.path.isdir(p):
-        raise AscendEmuError(f"dump path {p} exists and is not a directory; choose another dump directory")
-    if os.path.isdir(p) and os.listdir(p) and not overwrite:
-        raise AscendEmuError(f"dump directory {p} is not empty; pass --overwrite (overwrite=True) "
-                             "to replace it, or choose another directory")
-
-
 def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
               overwrite: bool = False, stats_only: bool = False, select=None,
               progress: bool = True) -> ReferenceResult:
@@ -136,7 +127,7 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     from .loader import import_tf, load_graph
 
     if dump_dir is not None:
-        _precheck_dump_dir(dump_dir, overwrite)
+        check_dump_dir(dump_dir, overwrite)   # refuse before spending time on the run
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
