@@ -44,8 +44,8 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 # one B load feeds two trees. The inner loops take whole arrays and scalar indices: a slice
 # inside them costs an atomic refcount update per view, which dominated the run time. NC was
 # chosen by measurement (1024 beat 512 and 256: fewer, longer vector loops per A row).
-MC = 64
-NC = 512
+MC = 32
+NC = 256
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
 _CHUNK = 1 << 15

@@ -106,38 +106,13 @@ def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpos
     return _cube(ctx, (a, b) + extra, chain, run)
 
 
-def _einsum(x, y, equation: str, bias, ctx: OpContext) -> np.ndarray:
-    """Two-operand einsum as one batch matmul with ``bias`` over the output's last label in L0C."""
-    from ..cube import batch_matmul
-
-    if bias is None:
-        return nn_ops.einsum(x, y, ctx=ctx, equation=equation)
-    a, b, out, batch, free_a, free_b, contract = nn_ops._einsum_plan(equation, (x.ndim, y.ndim))
-    if not out or out[-1] not in free_b:
-        raise AscendEmuError(f"Einsum {equation!r}: a fused bias needs the output's last label from the "
-                             "second operand; switch MatMulBiasAddFusionPass off for this model")
-    size = {**dict(zip(a, x.shape)), **dict(zip(b, y.shape))}
-    xt = np.ascontiguousarray(np.transpose(x, [a.index(c) for c in batch + free_a + contract]))
-    yt = np.ascontiguousarray(np.transpose(y, [b.index(c) for c in batch + contract + free_b]))
-    prod = lambda labels: int(np.prod([size[c] for c in labels])) if labels else 1  # noqa: E731
-    nb, m, n, k = prod(batch), prod(free_a), prod(free_b), prod(contract)
-    # the bias indexes the output's last label; spread it over the flattened free labels of y
-    bvec = _bias(bias, size[out[-1]])
-    which = np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)
-    z, st = batch_matmul(xt.reshape(nb, m, k), yt.reshape(nb, k, n), **nn_ops._cube_kw(ctx, bvec[which]))
-    ctx.record(st)
-    labels = batch + free_a + free_b
-    z = z.reshape([size[c] for c in labels])
-    return np.ascontiguousarray(np.transpose(z, [labels.index(c) for c in out]))
-
-
 @register("_FusedBatchMatMul", kind=CUBE)
 def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain=(), adj_x=False, adj_y=False,
                        equation=None):
     """BatchMatMul(V2) or a two-operand Einsum with bias in L0C and an optional elementwise chain."""
     if base == "Einsum":
         def run(c):
-            return _einsum(a, b, equation, bias, c)
+            return nn_ops.einsum(a, b, ctx=c, equation=equation, bias=bias)
     else:
         bb = _bias(bias, int(b.shape[-2] if adj_y else b.shape[-1]))
 

@@ -97,8 +97,12 @@ def _einsum_plan(equation, ndims):
 
 
 @register("Einsum", kind=CUBE)
-def einsum(*xs, ctx, equation):
-    """Two-operand einsum lowered to one batch matmul: (batch, M, K) x (batch, K, N)."""
+def einsum(*xs, ctx, equation, bias=None):
+    """Two-operand einsum lowered to one batch matmul: (batch, M, K) x (batch, K, N).
+
+    ``bias`` (fused by MatMulBiasAddFusionPass) indexes the output's last label, which must
+    come from the second operand; it is added in the fp32 accumulator (L0C).
+    """
     from ..cube import batch_matmul
 
     if len(xs) != 2:
@@ -114,8 +118,19 @@ def einsum(*xs, ctx, equation):
     m = int(np.prod([size[c] for c in free_a])) if free_a else 1
     n = int(np.prod([size[c] for c in free_b])) if free_b else 1
     k = int(np.prod([size[c] for c in contract])) if contract else 1
+    bvec = None
+    if bias is not None:
+        if not out or out[-1] not in free_b:
+            raise AscendEmuError(f"Einsum {equation!r}: a fused bias needs the output's last label from the "
+                                 "second operand; switch MatMulBiasAddFusionPass off for this model")
+        b1 = np.asarray(bias, dtype=np.float32).reshape(-1)
+        if b1.size != size[out[-1]]:
+            raise AscendEmuError(f"fused bias of {b1.size} values does not match the {size[out[-1]]} output "
+                                 "columns; switch MatMulBiasAddFusionPass off for this model")
+        # spread the bias over the flattened free labels of the second operand
+        bvec = b1[np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)]
     z = _record(ctx, batch_matmul(np.ascontiguousarray(xt).reshape(nb, m, k),
-                                  np.ascontiguousarray(yt).reshape(nb, k, n), **_cube_kw(ctx)))
+                                  np.ascontiguousarray(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec)))
     labels = batch + free_a + free_b
     z = z.reshape([size[c] for c in labels])
     return np.ascontiguousarray(np.transpose(z, [labels.index(c) for c in out]))
