@@ -169,6 +169,12 @@ def _ours(op, inputs, attrs, opts, dtype):
 def test_every_registered_op_has_a_case():
     missing = sorted(t for t in OPS if t not in CASES and not t.startswith("_"))
     assert not missing, f"ops without a test case in tests/test_ops.py: {missing}"
+    # the fused ops (private types) are checked against their formula's oracle in tests/test_fusion.py
+    import pathlib
+
+    fusion_tests = (pathlib.Path(__file__).parent / "test_fusion.py").read_text()
+    untested = sorted(t for t in OPS if t.startswith("_") and f'"{t}"' not in fusion_tests)
+    assert not untested, f"fused ops without an oracle in tests/test_fusion.py: {untested}"
 
 
 @pytest.mark.parametrize("op", sorted(k for k, v in CASES.items() if v is not None))
