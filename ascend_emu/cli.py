@@ -215,9 +215,10 @@ def cmd_ops(a):
 
     kinds = {}
     for t, d in sorted(OPS.items()):
-        kinds.setdefault(d.kind, []).append(t)
+        kinds.setdefault("fused (made by fusion rules)" if t.startswith("_") else d.kind, []).append(t)
     for k, ts in kinds.items():
         print(f"{k}: {', '.join(ts)}")
+    print("other op types run through TensorFlow on the emulated AI CPU (engine AICPU)")
     return 0
 
 

@@ -45,7 +45,7 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 # inside them costs an atomic refcount update per view, which dominated the run time. NC was
 # chosen by measurement (1024 beat 512 and 256: fewer, longer vector loops per A row).
 MC = 32
-NC = 256
+NC = 1024
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
 _CHUNK = 1 << 15
