@@ -44,6 +44,13 @@ class _Policy:
     def fast(self) -> bool:
         return self.model.block_sum == "tree" and self.model.block_size == 16
 
+    @property
+    def exact_products(self) -> bool:
+        # fp16 x fp16 has 22 significant bits and |ab| in [2**-48, 2**32): exact and finite in fp32,
+        # so the fast kernel may fuse the tree's first level into FMAs (same bits); bf16 products
+        # can overflow or underflow fp32 and fp32 products round, so those keep the plain tree
+        return self.operand == "float16"
+
 
 def _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model) -> _Policy:
     operand = config.dtype_name(config.compute_dtype(operand_dtype))
@@ -132,7 +139,7 @@ def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
     if pol.fast:
         Bp = np.empty(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]), dtype=np.float32)
         _k.pack_b(B, Bp)
-        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out)
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, pol.exact_products)
     else:
         _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
                           m.extra_bits, NORMALIZE.index(m.normalize))
@@ -377,7 +384,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
                 _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, Bp)
-                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT)
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, pol.exact_products)
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
                 _k.im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, colsT[0])
