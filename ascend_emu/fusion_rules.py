@@ -335,15 +335,20 @@ def biasadd_conv(rw: Rewriter) -> int:
     for conv in list(rw.nodes()):
         if not rw.alive(conv) or conv.op not in CONV_TYPES or not rw.is_float(conv):
             continue
-        add = rw.sole_reader(conv)
-        found = add is not None and _bias_of(rw, add, conv.name + ":0", _conv_channels(rw, conv))
-        if not found:
-            continue
-        bias, bref = found
-        taken = rw.const_chain([bref], {conv.name, add.name})
-        rw.fuse("BiasaddConvFusionPass", [conv, add, *taken], _as_fused_cube(conv, add.name, bias=bias))
-        n += 1
+        n += _fuse_bias(rw, "BiasaddConvFusionPass", conv, _conv_channels(rw, conv))
     return n
+
+
+def _fuse_bias(rw: Rewriter, rule: str, cube: Node, channels: int) -> int:
+    """Fuse ``cube`` with its sole reader when that adds a constant per-channel bias; 1 if fused."""
+    add = rw.sole_reader(cube)
+    found = add is not None and _bias_of(rw, add, cube.name + ":0", channels)
+    if not found:
+        return 0
+    bias, bref = found
+    taken = rw.const_chain([bref], {cube.name, add.name})
+    rw.fuse(rule, [cube, add, *taken], _as_fused_cube(cube, add.name, bias=bias))
+    return 1
 
 
 def _bn_scale_shift(rw: Rewriter, conv: Node, c: int):
@@ -474,14 +479,7 @@ def matmul_biasadd(rw: Rewriter) -> int:
         if mm.op == "Einsum":
             if len(mm.inputs) != 2 or not _einsum_bias_ok(mm.attrs.get("equation", ""), (None, None)):
                 continue
-        add = rw.sole_reader(mm)
-        found = add is not None and _bias_of(rw, add, mm.name + ":0", _matmul_n(rw, mm))
-        if not found:
-            continue
-        bias, bref = found
-        taken = rw.const_chain([bref], {mm.name, add.name})
-        rw.fuse("MatMulBiasAddFusionPass", [mm, add, *taken], _as_fused_cube(mm, add.name, bias=bias))
-        n += 1
+        n += _fuse_bias(rw, "MatMulBiasAddFusionPass", mm, _matmul_n(rw, mm))
     return n
 
 
