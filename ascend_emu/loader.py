@@ -131,10 +131,10 @@ def decode_attr(value) -> Any:
         return None
     if kind == "list":
         lst = value.list
-        for field, conv in (("s", _string), ("i", int), ("f", float), ("b", bool),
+        for kind_name, conv in (("s", _string), ("i", int), ("f", float), ("b", bool),
                             ("type", dtype_name), ("shape", _shape), ("tensor", _tensor),
                             ("func", lambda f: f.name)):
-            items = getattr(lst, field)
+            items = getattr(lst, kind_name)
             if len(items):
                 return [conv(x) for x in items]
         return []

@@ -15,7 +15,6 @@ import base64
 import html
 import io
 import math
-import os
 
 import numpy as np
 
