@@ -137,7 +137,7 @@ def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
     """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
     m = pol.model
     if pol.fast:
-        Bp = np.empty(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]), dtype=np.float32)
+        Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
         _k.pack_b(B, Bp)
         _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, pol.exact_products)
     else:
@@ -374,7 +374,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     else:
         W = _padded(wv.reshape(1, K, CO), 1, kp)
     if transposed and pol.fast:
-        slabs = np.empty(_k.slab_shape(1, rows, kp), dtype=np.float32)
+        slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
     else:
         cols_buf = np.empty(rows * kp, dtype=np.float32)
     for r0 in range(0, R, chunk):

@@ -41,17 +41,24 @@ ST_CUBE_OVERFLOW = 0x400
 FLT_MAX = np.float32(3.4028234663852886e38)
 
 # Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in a local
-# tile; B is packed once into contiguous 16 x (NC + 16) slabs (+16, so the 16 rows of a slab
-# do not share cache sets as rows 4 KiB apart would), and two rows of A pass over each slab so
-# one B load feeds two trees. The inner loops take whole arrays and scalar indices: a slice
-# inside them costs an atomic refcount update per view, which dominated the run time. NC was
-# chosen by measurement: with the FMA tree (fp16 operands) 512 beat 1024 by ~30% (the slab,
-# 33 KiB, fits the 48 KiB L1 of the Zen 5 it was tuned on); the plain tree is ~5% slower at 512.
-MC = 32
+# tile (aligned to 64 bytes) laid out so a 2-row x 32-column block's four 16-lane vectors are
+# contiguous. B is packed once into 16 x SLAB slabs (SLAB = NC + 16 floats per row, a constant,
+# so the 16 row offsets are immediate displacements and the 16 rows do not share cache sets as
+# rows 4 KiB apart would). The micro-kernel (_tree16_2x2_*) is written as explicit LLVM vector
+# code: for 2 rows of A and 32 columns of B it loads each B vector once for both rows and each
+# broadcast A value once for both column halves (LLVM's loop vectoriser would not register-block
+# this: its runtime alias checks between the tile and the slab fail the check budget). MC and NC
+# were chosen by measurement on the 2-core Zen 5 it was tuned on (benchmarks/RESULTS.md): MC 128
+# keeps a column tile's B stream from L3 down to M/128 passes; the slab (33 KiB) stays in the 48
+# KiB L1 while the row pairs pass over it.
+MC = 128
 NC = 512
+SLAB = NC + 16
+LANES = 16  # floats per vector in the micro-kernel (one AVX-512 register; LLVM splits it elsewhere)
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
 _CHUNK = 1 << 15
+_ALIGN = 64
 
 
 # ---------------------------------------------------------------- default model: block 16, tree
@@ -64,43 +71,104 @@ def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
             + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
 
 
-@intrinsic
-def fma32(typingctx, x, y, z):
-    """fl32(x * y + z) rounded once (llvm.fma.f32, vfmadd when vectorised)."""
-    if not (x == types.float32 and y == types.float32 and z == types.float32):
-        return None
-    sig = types.float32(types.float32, types.float32, types.float32)
-
+def _tree16_2x2_codegen(fused):
+    """LLVM code for C[16s : 16s+16] += tree16(row r of A, column half h of B), s = 2h + r, h, r in {0, 1}."""
     def codegen(context, builder, signature, args):
+        c_addr, b_addr, x_addr, y_addr = args
         f32 = ir.FloatType()
-        fn = builder.module.declare_intrinsic("llvm.fma", [f32], ir.FunctionType(f32, [f32, f32, f32]))
-        return builder.call(fn, args)
-    return sig, codegen
+        i32 = ir.IntType(32)
+        i64 = ir.IntType(64)
+        vec = ir.VectorType(f32, LANES)
+        vptr = vec.as_pointer()
+        fptr = f32.as_pointer()
+        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
+        if fma is None:
+            fma = ir.Function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{LANES}f32")
+        cp, bp, xp, yp = (builder.inttoptr(v, fptr) for v in (c_addr, b_addr, x_addr, y_addr))
+        undef = ir.Constant(vec, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+        def at(p, off):
+            return builder.gep(p, [ir.Constant(i64, off)])
+
+        def broadcast(p, l):
+            v = builder.insert_element(undef, builder.load(at(p, l), align=4), ir.Constant(i32, 0))
+            return builder.shuffle_vector(v, undef, splat)
+
+        def load(p, off):
+            return builder.load(builder.bitcast(at(p, off), vptr), align=4)
+
+        def tree(a, b):
+            # the first level: fl(a0 b0 + a1 b1), one rounding when products are exact (fma), else two
+            if fused:
+                level = [builder.call(fma, [a[2 * m], b[2 * m], builder.fmul(a[2 * m + 1], b[2 * m + 1])])
+                         for m in range(8)]
+            else:
+                level = [builder.fadd(builder.fmul(a[2 * m], b[2 * m]), builder.fmul(a[2 * m + 1], b[2 * m + 1]))
+                         for m in range(8)]
+            while len(level) > 1:
+                level = [builder.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
+            return level[0]
+
+        rows = [[broadcast(p, l) for l in range(16)] for p in (xp, yp)]
+        for h in range(2):
+            b = [load(bp, SLAB * l + LANES * h) for l in range(16)]
+            for r in range(2):
+                slot = builder.bitcast(at(cp, LANES * (2 * h + r)), vptr)
+                acc = builder.load(slot, align=4)
+                builder.store(builder.fadd(acc, tree(rows[r], b)), slot, align=4)
+        return context.get_dummy_value()
+    return codegen
 
 
-@njit(cache=True)
-def tree16_fma(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
-               b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15):
-    """tree16 with the first level as fma(a0, b0, a1b1): equal bits when every product is exact in fp32."""
+@intrinsic
+def _tree16_2x2_fma(typingctx, c_addr, b_addr, x_addr, y_addr):
+    """tree16 block for 2 rows x 32 columns, first level fused (exact products only: fp16 operands)."""
     # fl(fl(a0b0) + fl(a1b1)) = fl(a0b0 + a1b1) = fma(a0, b0, fl(a1b1)) when both products are exact,
     # as they are for fp16 operands (22 significant bits, |ab| in [2**-48, 2**32)); Inf/NaN operands
     # give Inf/NaN either way (NaN payloads are not modelled)
-    return (((fma32(a0, b0, a1 * b1) + fma32(a2, b2, a3 * b3)) + (fma32(a4, b4, a5 * b5) + fma32(a6, b6, a7 * b7)))
-            + ((fma32(a8, b8, a9 * b9) + fma32(a10, b10, a11 * b11))
-               + (fma32(a12, b12, a13 * b13) + fma32(a14, b14, a15 * b15))))
+    return types.void(types.uintp, types.uintp, types.uintp, types.uintp), _tree16_2x2_codegen(True)
+
+
+@intrinsic
+def _tree16_2x2_mul(typingctx, c_addr, b_addr, x_addr, y_addr):
+    """tree16 block for 2 rows x 32 columns, every product rounded to fp32 (bf16 and fp32 operands)."""
+    return types.void(types.uintp, types.uintp, types.uintp, types.uintp), _tree16_2x2_codegen(False)
 
 
 def slab_shape(nb, N, Kp):
-    """Shape of the packed B of pack_b / im2col_packed: (nb, column tiles, K blocks, 16, row length)."""
-    # rows of NC columns plus 16 floats, or just enough for N (rounded up to 16, plus 16) when N < NC
-    return (nb, (N + NC - 1) // NC, Kp // 16, 16, min(NC, -(-N // 16) * 16) + 16)
+    """Shape of the packed B of pack_b / im2col_packed: (nb, column tiles, K blocks, 16, SLAB)."""
+    return (nb, (N + NC - 1) // NC, Kp // 16, 16, SLAB)
+
+
+def empty_slabs(shape):
+    """An uninitialised float32 array of this shape whose data starts on a 64-byte boundary."""
+    # aligned slab rows keep the micro-kernel's 64-byte loads within one cache line (~25% faster)
+    n = int(np.prod(shape))
+    raw = np.empty(n + _ALIGN // 4, dtype=np.float32)
+    skip = (-raw.ctypes.data % _ALIGN) // 4
+    return raw[skip:skip + n].reshape(shape)
+
+
+@njit(cache=True)
+def _aligned_floats(n):
+    """An uninitialised float32 vector of n elements starting on a 64-byte boundary."""
+    raw = np.empty(n + _ALIGN // 4, dtype=np.float32)
+    skip = np.int64((np.uintp(_ALIGN) - raw.ctypes.data % np.uintp(_ALIGN)) % np.uintp(_ALIGN)) // 4
+    return raw[skip:skip + n]
+
+
+@njit(cache=True)
+def _tail_columns(jn):
+    """Columns a tile of jn real columns computes: jn rounded up to the 32 of a 2x2 block."""
+    return min(SLAB, -(-jn // (2 * LANES)) * (2 * LANES))
 
 
 @njit(cache=True, parallel=True)
 def pack_b(B, Bp):
-    """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j]: contiguous 16-row slabs of B (Bp shaped by slab_shape)."""
-    # Bp is allocated by the caller (numpy asks the kernel for huge pages; a fresh Numba array of
-    # this size costs a page fault per 4 KiB). Columns past N are never read.
+    """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j] (+0 from column N up to the 2x2 block edge)."""
+    # Bp is allocated by the caller (empty_slabs: aligned; numpy asks the kernel for huge pages,
+    # a fresh Numba array of this size costs a page fault per 4 KiB). Columns past that edge are never read.
     nb, Kp, N = B.shape
     nkb = Kp // 16
     njt = (N + NC - 1) // NC
@@ -112,85 +180,21 @@ def pack_b(B, Bp):
         jn = min(N, j0 + NC) - j0
         for l in range(16):
             Bp[t, jt, q, l, :jn] = B[t, 16 * q + l, j0:j0 + jn]
-
-
-@njit(cache=True)
-def _tree16_rows2(C, r, A, i, k, Bp, jt, q, jn, fma):
-    """C[r, j] += tree16(A[i, k:k+16], Bp[jt, q, :, j]); C[r+1, j] += tree16(A[i+1, k:k+16], Bp[jt, q, :, j])."""
-    x0 = A[i, k]; x1 = A[i, k + 1]; x2 = A[i, k + 2]; x3 = A[i, k + 3]  # noqa: E702
-    x4 = A[i, k + 4]; x5 = A[i, k + 5]; x6 = A[i, k + 6]; x7 = A[i, k + 7]  # noqa: E702
-    x8 = A[i, k + 8]; x9 = A[i, k + 9]; x10 = A[i, k + 10]; x11 = A[i, k + 11]  # noqa: E702
-    x12 = A[i, k + 12]; x13 = A[i, k + 13]; x14 = A[i, k + 14]; x15 = A[i, k + 15]  # noqa: E702
-    y0 = A[i + 1, k]; y1 = A[i + 1, k + 1]; y2 = A[i + 1, k + 2]; y3 = A[i + 1, k + 3]  # noqa: E702
-    y4 = A[i + 1, k + 4]; y5 = A[i + 1, k + 5]; y6 = A[i + 1, k + 6]  # noqa: E702
-    y7 = A[i + 1, k + 7]
-    y8 = A[i + 1, k + 8]; y9 = A[i + 1, k + 9]; y10 = A[i + 1, k + 10]  # noqa: E702
-    y11 = A[i + 1, k + 11]; y12 = A[i + 1, k + 12]; y13 = A[i + 1, k + 13]  # noqa: E702
-    y14 = A[i + 1, k + 14]; y15 = A[i + 1, k + 15]  # noqa: E702
-    # unsigned j drops Numba's negative-index wraparound so LLVM vectorises the loop over j
-    if fma:
-        for j in range(np.uintp(jn)):
-            b0 = Bp[jt, q, 0, j]; b1 = Bp[jt, q, 1, j]; b2 = Bp[jt, q, 2, j]  # noqa: E702
-            b3 = Bp[jt, q, 3, j]; b4 = Bp[jt, q, 4, j]; b5 = Bp[jt, q, 5, j]  # noqa: E702
-            b6 = Bp[jt, q, 6, j]; b7 = Bp[jt, q, 7, j]; b8 = Bp[jt, q, 8, j]  # noqa: E702
-            b9 = Bp[jt, q, 9, j]; b10 = Bp[jt, q, 10, j]; b11 = Bp[jt, q, 11, j]  # noqa: E702
-            b12 = Bp[jt, q, 12, j]; b13 = Bp[jt, q, 13, j]; b14 = Bp[jt, q, 14, j]  # noqa: E702
-            b15 = Bp[jt, q, 15, j]
-            s0 = tree16_fma(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                            b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
-            s1 = tree16_fma(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
-                            b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
-            C[r, j] = C[r, j] + s0
-            C[r + 1, j] = C[r + 1, j] + s1
-    else:
-        for j in range(np.uintp(jn)):
-            b0 = Bp[jt, q, 0, j]; b1 = Bp[jt, q, 1, j]; b2 = Bp[jt, q, 2, j]  # noqa: E702
-            b3 = Bp[jt, q, 3, j]; b4 = Bp[jt, q, 4, j]; b5 = Bp[jt, q, 5, j]  # noqa: E702
-            b6 = Bp[jt, q, 6, j]; b7 = Bp[jt, q, 7, j]; b8 = Bp[jt, q, 8, j]  # noqa: E702
-            b9 = Bp[jt, q, 9, j]; b10 = Bp[jt, q, 10, j]; b11 = Bp[jt, q, 11, j]  # noqa: E702
-            b12 = Bp[jt, q, 12, j]; b13 = Bp[jt, q, 13, j]; b14 = Bp[jt, q, 14, j]  # noqa: E702
-            b15 = Bp[jt, q, 15, j]
-            s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
-            s1 = tree16(y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15,
-                        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15)
-            C[r, j] = C[r, j] + s0
-            C[r + 1, j] = C[r + 1, j] + s1
-
-
-@njit(cache=True)
-def _tree16_row1(C, r, A, i, k, Bp, jt, q, jn, fma):
-    """C[r, j] += tree16(A[i, k:k+16], Bp[jt, q, :, j])."""
-    x0 = A[i, k]; x1 = A[i, k + 1]; x2 = A[i, k + 2]; x3 = A[i, k + 3]  # noqa: E702
-    x4 = A[i, k + 4]; x5 = A[i, k + 5]; x6 = A[i, k + 6]; x7 = A[i, k + 7]  # noqa: E702
-    x8 = A[i, k + 8]; x9 = A[i, k + 9]; x10 = A[i, k + 10]; x11 = A[i, k + 11]  # noqa: E702
-    x12 = A[i, k + 12]; x13 = A[i, k + 13]; x14 = A[i, k + 14]; x15 = A[i, k + 15]  # noqa: E702
-    if fma:
-        for j in range(np.uintp(jn)):
-            s0 = tree16_fma(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                            Bp[jt, q, 0, j], Bp[jt, q, 1, j], Bp[jt, q, 2, j], Bp[jt, q, 3, j],
-                            Bp[jt, q, 4, j], Bp[jt, q, 5, j], Bp[jt, q, 6, j], Bp[jt, q, 7, j],
-                            Bp[jt, q, 8, j], Bp[jt, q, 9, j], Bp[jt, q, 10, j], Bp[jt, q, 11, j],
-                            Bp[jt, q, 12, j], Bp[jt, q, 13, j], Bp[jt, q, 14, j], Bp[jt, q, 15, j])
-            C[r, j] = C[r, j] + s0
-    else:
-        for j in range(np.uintp(jn)):
-            s0 = tree16(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                        Bp[jt, q, 0, j], Bp[jt, q, 1, j], Bp[jt, q, 2, j], Bp[jt, q, 3, j],
-                        Bp[jt, q, 4, j], Bp[jt, q, 5, j], Bp[jt, q, 6, j], Bp[jt, q, 7, j],
-                        Bp[jt, q, 8, j], Bp[jt, q, 9, j], Bp[jt, q, 10, j], Bp[jt, q, 11, j],
-                        Bp[jt, q, 12, j], Bp[jt, q, 13, j], Bp[jt, q, 14, j], Bp[jt, q, 15, j])
-            C[r, j] = C[r, j] + s0
+            Bp[t, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
 def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, fma=False):
     """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
-    # fma=True (tree16_fma, the same bits) only when every product is exact in fp32: fp16 operands
+    # fma=True (the same bits) only when every product is exact in fp32: fp16 operands. The tile C
+    # holds, per row pair p and 32-column group g, four vectors: (row 2p, 2p+1) x (columns 0-15, 16-31)
     nb, M, N = out.shape
     nkb = A.shape[2] // 16
     nch = (M + MC - 1) // MC
     njt = (N + NC - 1) // NC
+    # the micro-kernel addresses A's rows and the slabs' rows by pointer arithmetic
+    if nkb > 0 and (A.strides[2] != 4 or Bp.strides[3] != 4 * SLAB or Bp.strides[4] != 4 or Bp.shape[4] != SLAB):
+        raise ValueError("matmul_tree16: A rows and the slabs of Bp must be contiguous float32 (see slab_shape)")
     for w in prange(nb * nch * njt):
         t = w // (nch * njt)
         i0 = ((w // njt) % nch) * MC
@@ -198,24 +202,43 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, fma=False):
         jt = w % njt
         j0 = jt * NC
         jn = min(N, j0 + NC) - j0
+        ng = _tail_columns(jn) // (2 * LANES)
+        npair = (i1 - i0 + 1) // 2
         At = A[ia[t]]
-        Bt = Bp[ib[t]]
+        Bt = Bp[ib[t], jt]
         tc = t if bias.shape[0] > 1 else 0
-        C = np.empty((i1 - i0, Bp.shape[4]), dtype=np.float32)
-        for i in range(i0, i1):
-            for j in range(jn):
-                C[i - i0, j] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
+        C = _aligned_floats(npair * ng * 4 * LANES).reshape(npair, ng, 4, LANES)
+        for p in range(npair):
+            for s in range(4):
+                i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once
+                for g in range(ng):
+                    for l in range(LANES):
+                        j = min(2 * LANES * g + LANES * (s >> 1) + l, jn - 1)
+                        C[p, g, s, l] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
+        c_addr = C.ctypes.data
+        a_addr = At.ctypes.data
+        b_addr = Bt.ctypes.data
         for q in range(nkb):
-            i = i0
-            while i + 1 < i1:
-                _tree16_rows2(C, i - i0, At, i, 16 * q, Bt, jt, q, jn, fma)
-                i += 2
-            if i < i1:
-                _tree16_row1(C, i - i0, At, i, 16 * q, Bt, jt, q, jn, fma)
-        uj0 = np.uintp(j0)
-        for i in range(i0, i1):
-            for j in range(np.uintp(jn)):
-                out[t, i, uj0 + j] = C[i - i0, j]
+            bq = b_addr + np.uintp(q * Bt.strides[0])
+            for p in range(npair):
+                i = i0 + 2 * p
+                x = a_addr + np.uintp(i * At.strides[0] + 64 * q)
+                y = a_addr + np.uintp(min(i + 1, i1 - 1) * At.strides[0] + 64 * q)
+                for g in range(ng):
+                    c = c_addr + np.uintp(((p * ng + g) * 4) * LANES * 4)
+                    b = bq + np.uintp(2 * LANES * 4 * g)
+                    if fma:
+                        _tree16_2x2_fma(c, b, x, y)
+                    else:
+                        _tree16_2x2_mul(c, b, x, y)
+        for p in range(npair):
+            for s in range(4):
+                i = i0 + 2 * p + (s & 1)
+                if i < i1:
+                    for g in range(ng):
+                        jb = 2 * LANES * g + LANES * (s >> 1)
+                        for l in range(max(0, min(LANES, jn - jb))):
+                            out[t, i, j0 + jb + l] = C[p, g, s, l]
 
 
 # ---------------------------------------------------------------- every model, generic block step
@@ -459,6 +482,8 @@ def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Bp):
                 Bp[0, jt, q, l, j] = xf[base + to[l]]
             for l in range(nl, 16):
                 Bp[0, jt, q, l, j] = np.float32(0.0)
+        for l in range(16):  # +0 up to the 2x2 block edge, as pack_b
+            Bp[0, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)

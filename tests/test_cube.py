@@ -245,7 +245,7 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
     a, b = cancelling(rng, M, K, N, np.float32)
     a = a.astype(np.float16).astype(np.float32)
     b = b.astype(np.float16).astype(np.float32)
-    A, B = a[None], b[None]
+    A, B = np.ascontiguousarray(a[None]), np.ascontiguousarray(b[None])  # the fast kernel's layout
     bias = rng.standard_normal(N).astype(np.float32)
     z = np.zeros(1, np.int64)
     fast = np.empty((1, M, N), np.float32)
