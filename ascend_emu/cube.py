@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from . import config
@@ -133,13 +134,19 @@ def _kp(k: int) -> int:
     return -(-k // 16) * 16
 
 
+def _tiles() -> np.ndarray:
+    """The fast kernel's accumulator tiles, one per Numba thread (allocated by the caller: a tile
+    malloc'ed per work item inside the parallel loop ran up to 2x slower, depending on malloc's state)."""
+    return _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
+
+
 def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
     """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
     m = pol.model
     if pol.fast:
         Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
         _k.pack_b(B, Bp)
-        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, pol.exact_products)
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products)
     else:
         _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
                           m.extra_bits, NORMALIZE.index(m.normalize))
@@ -375,6 +382,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
         W = _padded(wv.reshape(1, K, CO), 1, kp)
     if transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
+        tiles = _tiles()
     else:
         cols_buf = np.empty(rows * kp, dtype=np.float32)
     for r0 in range(0, R, chunk):
@@ -384,7 +392,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
                 _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, Bp)
-                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, pol.exact_products)
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products)
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
                 _k.im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, colsT[0])

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import get_thread_id, njit, prange, types
 from numba.extending import intrinsic
 
 from .cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
@@ -40,7 +40,7 @@ RINT = 0
 ST_CUBE_OVERFLOW = 0x400
 FLT_MAX = np.float32(3.4028234663852886e38)
 
-# Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in a local
+# Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in the thread's
 # tile (aligned to 64 bytes) laid out so a 2-row x 32-column block's four 16-lane vectors are
 # contiguous. B is packed once into 16 x SLAB slabs (SLAB = NC + 16 floats per row, a constant,
 # so the 16 row offsets are immediate displacements and the 16 rows do not share cache sets as
@@ -59,6 +59,8 @@ LANES = 16  # floats per vector in the micro-kernel (one AVX-512 register; LLVM 
 NCG = 256
 _CHUNK = 1 << 15
 _ALIGN = 64
+# floats of accumulator tile per thread: MC/2 row pairs x NC/32 column groups x 4 vectors
+TILE = (MC // 2) * (NC // (2 * LANES)) * 4 * LANES
 
 
 # ---------------------------------------------------------------- default model: block 16, tree
@@ -151,14 +153,6 @@ def empty_slabs(shape):
 
 
 @njit(cache=True)
-def _aligned_floats(n):
-    """An uninitialised float32 vector of n elements starting on a 64-byte boundary."""
-    raw = np.empty(n + _ALIGN // 4, dtype=np.float32)
-    skip = np.int64((np.uintp(_ALIGN) - raw.ctypes.data % np.uintp(_ALIGN)) % np.uintp(_ALIGN)) // 4
-    return raw[skip:skip + n]
-
-
-@njit(cache=True)
 def _tail_columns(jn):
     """Columns a tile of jn real columns computes: jn rounded up to the 32 of a 2x2 block."""
     return min(SLAB, -(-jn // (2 * LANES)) * (2 * LANES))
@@ -184,8 +178,10 @@ def pack_b(B, Bp):
 
 
 @njit(cache=True, parallel=True)
-def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, fma=False):
+def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
     """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
+    # tiles: (NUMBA_NUM_THREADS, TILE) scratch, one row per thread id, 64-byte aligned (empty_slabs),
+    # allocated by the caller: a tile malloc'ed per work item in here ran up to 2x slower depending on malloc's state.
     # fma=True (the same bits) only when every product is exact in fp32: fp16 operands. The tile C
     # holds, per row pair p and 32-column group g, four vectors: (row 2p, 2p+1) x (columns 0-15, 16-31)
     nb, M, N = out.shape
@@ -193,6 +189,8 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, fma=False):
     nch = (M + MC - 1) // MC
     njt = (N + NC - 1) // NC
     # the micro-kernel addresses A's rows and the slabs' rows by pointer arithmetic
+    if tiles.shape[1] < TILE or tiles.strides[1] != 4:
+        raise ValueError("matmul_tree16: tiles must be (threads, TILE) float32, one row per Numba thread")
     if nkb > 0 and (A.strides[2] != 4 or Bp.strides[3] != 4 * SLAB or Bp.strides[4] != 4 or Bp.shape[4] != SLAB):
         raise ValueError("matmul_tree16: A rows and the slabs of Bp must be contiguous float32 (see slab_shape)")
     for w in prange(nb * nch * njt):
@@ -207,7 +205,7 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, fma=False):
         At = A[ia[t]]
         Bt = Bp[ib[t], jt]
         tc = t if bias.shape[0] > 1 else 0
-        C = _aligned_floats(npair * ng * 4 * LANES).reshape(npair, ng, 4, LANES)
+        C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
         for p in range(npair):
             for s in range(4):
                 i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once

@@ -4,6 +4,7 @@ from __future__ import annotations
 import zlib
 
 import ml_dtypes
+import numba
 import numpy as np
 import pytest
 
@@ -254,7 +255,8 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
         b2 = bias[None, :M] if bias_rows else bias[None]
         Bp = np.empty(kcube.slab_shape(1, N, K), np.float32)
         kcube.pack_b(B, Bp)
-        kcube.matmul_tree16(A, Bp, b2, bias_rows, z, z, fast)
+        tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
+        kcube.matmul_tree16(A, Bp, b2, bias_rows, z, z, fast, tiles)
         kcube.matmul_blocked(A, B, b2, bias_rows, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
         assert_same_bits(fast, slow)
 
