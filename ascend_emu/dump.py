@@ -524,6 +524,15 @@ class Dump:
         return self.op(name)["outputs"][index]
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_stat(v) -> bool:
+    """A statistic as the writer stores it: a number, None, or "nan" / "inf" / "-inf"."""
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("nan", "inf", "-inf")
+
+
 def _check_manifest(path: str, m) -> None:
     def bad(what):
         raise DumpError(f"dump {path}: manifest.json {what}; {_RERUN}")
@@ -544,9 +553,22 @@ def _check_manifest(path: str, m) -> None:
     for i, op in enumerate(ops):
         if not isinstance(op, dict) or not isinstance(op.get("name"), str) or not isinstance(op.get("outputs"), list):
             bad(f"has a malformed op entry at index {i}")
+        name = op["name"]
+        if not _is_int(op.get("status", 0)) or not isinstance(op.get("inputs", []), list):
+            bad(f"has a malformed status or input list in op {name!r}")
+        fc = op.get("fp32_check")
+        if fc is not None and (not isinstance(fc, dict) or not _is_stat(fc.get("max_abs"))):
+            bad(f"has a malformed fp32_check in op {name!r}")
         for out in op["outputs"]:
             if not isinstance(out, dict) or "dtype" not in out or "shape" not in out or "file" not in out:
-                bad(f"has a malformed output entry in op {op.get('name')!r}")
+                bad(f"has a malformed output entry in op {name!r}")
+            shape = out["shape"]
+            if (not isinstance(out["dtype"], str) or not (out["file"] is None or isinstance(out["file"], str))
+                    or not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape)):
+                bad(f"has a malformed dtype, shape or file in an output of op {name!r}")
+            if not all(_is_stat(out.get(k)) for k in _STAT_FIELDS) or not all(
+                    _is_int(out.get(k, 0)) for k in ("nan", "inf", "status")):
+                bad(f"has a malformed statistic or status in an output of op {name!r}")
     if not isinstance(m.get("fused_away", []), list):
         bad("has a malformed fused_away list")
 

@@ -271,6 +271,23 @@ def test_bad_dumps(tmp_path):
     with pytest.raises(DumpError, match="malformed op"):
         load_dump(p)
 
+    # hand-edited fields of the wrong type: one line naming the op, not a ValueError later
+    p = small_dump(tmp_path / "types")
+    good = json.loads((p / MANIFEST).read_text())
+    for edit in (lambda o: o.update(status="x"), lambda o: o["outputs"][0].update(status=1.5),
+                 lambda o: o["outputs"][0].update(shape=[2, "4"]), lambda o: o["outputs"][0].update(shape=[-1]),
+                 lambda o: o["outputs"][0].update(max="big"), lambda o: o["outputs"][0].update(nan=None),
+                 lambda o: o["outputs"][0].update(dtype=16), lambda o: o["outputs"][0].update(file=3),
+                 lambda o: o.update(fp32_check={"max_abs": "huge"}), lambda o: o.update(inputs="a")):
+        m = json.loads(json.dumps(good))
+        edit(next(o for o in m["ops"] if o["name"] == "mm"))
+        (p / MANIFEST).write_text(json.dumps(m))
+        with pytest.raises(DumpError) as e:
+            load_dump(p)
+        assert "'mm'" in one_line(e) and "malformed" in one_line(e) and "re-run" in one_line(e)
+    (p / MANIFEST).write_text(json.dumps(good))
+    assert load_dump(p).op("mm")["outputs"][0]["shape"] == [2, 4]
+
     p = small_dump(tmp_path / "missing")
     f = load_dump(p).op("mm")["outputs"][0]["file"]
     os.remove(p / f)
