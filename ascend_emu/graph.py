@@ -37,7 +37,7 @@ class Node:
     inputs: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     num_outputs: int = 1
-    #: the original NodeDef, serialised, for the AI CPU fallback (opaque here)
+    #: the original NodeDef, serialised, for the AI CPU fallback (opaque here; None for Const)
     node_def: bytes | None = None
 
     def outputs(self) -> list[str]:

@@ -605,9 +605,11 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
     for nd in gd.node:
         op_def = _op_def(nd.op, nd.name)
         attrs = node_attrs(nd, op_def)
+        # the NodeDef is kept for the AI CPU fallback; a Const always runs on the host from its
+        # decoded value, and its NodeDef would hold a second copy of every weight (~100 MB on ResNet50)
         nodes.append(Node(name=nd.name, op=nd.op, inputs=list(nd.input), attrs=attrs,
                           num_outputs=count_outputs(op_def, attrs),
-                          node_def=nd.SerializeToString(deterministic=True)))
+                          node_def=None if nd.op == "Const" else nd.SerializeToString(deterministic=True)))
     raw = gd.SerializeToString(deterministic=True)
     # named structures (dicts) come straight from the traced function; else Keras' names
     out_names = struct_names or src.output_names

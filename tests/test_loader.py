@@ -32,7 +32,10 @@ def assert_well_formed(g: Graph):
             if n.op == "Identity":
                 assert seen[src].op != "Const", f"{n.name} is an Identity of a Const"
         assert n.op != "NoOp"
-        assert isinstance(n.node_def, bytes) and n.node_def
+        if n.op == "Const":  # runs on the host from attrs["value"]; no second copy of the weights
+            assert n.node_def is None and isinstance(n.attrs["value"], np.ndarray)
+        else:
+            assert isinstance(n.node_def, bytes) and n.node_def
         seen[n.name] = n
     for t in g.outputs:
         src, idx = split_tensor_name(t)
