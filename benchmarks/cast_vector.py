@@ -10,17 +10,7 @@ import numpy as np
 
 from ascend_emu.numerics import cast, reduce, vector
 
-from .common import best_time, row
-
-
-def _side_by_side(ours, base, rounds):
-    """Best times of ``ours`` and ``base``, measured alternately so a load change on this
-    shared machine hits both sides alike."""
-    t_ours = t_base = float("inf")
-    for _ in range(rounds):
-        t_ours = min(t_ours, best_time(ours, repeat=1, warmup=0))
-        t_base = min(t_base, best_time(base, repeat=1, warmup=0))
-    return t_ours, t_base
+from .common import row, side_by_side
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -43,26 +33,26 @@ def run(quick: bool = False) -> list[dict]:
     vector("exp", a[:16])
     reduce("sum", a[:16])
 
-    t_ours, t_base = _side_by_side(lambda: cast(x32, "float16"), lambda: x32.astype(np.float16), repeat)
+    t_ours, t_base = side_by_side(lambda: cast(x32, "float16"), lambda: x32.astype(np.float16), repeat)
     ours, base = mps(t_ours), mps(t_base)
     rows.append(row("cast", f"fp32->fp16 rint + status, {size}", ours, base, "numpy astype(float16)",
                     "Melem/s", target=1.0))
     import ml_dtypes
 
-    t_ours, t_base = _side_by_side(lambda: cast(x32, "bfloat16", rounding="round"),
+    t_ours, t_base = side_by_side(lambda: cast(x32, "bfloat16", rounding="round"),
                                    lambda: x32.astype(ml_dtypes.bfloat16), repeat)
     rows.append(row("cast", f"fp32->bf16 round + status, {size}", mps(t_ours), mps(t_base),
                     "ml_dtypes astype(bfloat16) (rint)", "Melem/s"))
     for op, ufunc in (("add", np.add), ("mul", np.multiply)):
-        t_ours, t_base = _side_by_side(lambda: vector(op, a, b), lambda: ufunc(a, b), repeat)
+        t_ours, t_base = side_by_side(lambda: vector(op, a, b), lambda: ufunc(a, b), repeat)
         ours, base = mps(t_ours), mps(t_base)
         rows.append(row("vector", f"fp16 {op} + status, {size}", ours, base, f"numpy float16 {ufunc.__name__}",
                         "Melem/s", target=3.0))
-    t_ours, t_base = _side_by_side(lambda: vector("exp", a), lambda: np.exp(a), repeat)
+    t_ours, t_base = side_by_side(lambda: vector("exp", a), lambda: np.exp(a), repeat)
     ours, base = mps(t_ours), mps(t_base)
     rows.append(row("vector", f"fp16 exp (float64, round once), {size}", ours, base, "numpy float16 exp",
                     "Melem/s", note="correctly rounded model vs numpy's float32-then-round"))
-    t_ours, t_base = _side_by_side(lambda: reduce("sum", a), lambda: np.sum(a, dtype=np.float32), repeat)
+    t_ours, t_base = side_by_side(lambda: reduce("sum", a), lambda: np.sum(a, dtype=np.float32), repeat)
     ours, base = mps(t_ours), mps(t_base)
     rows.append(row("reduce", f"fp16 sum, fp32 accumulator, {size}", ours, base, "numpy sum(dtype=float32)",
                     "Melem/s", note="ours is one sequential chain (documented order); numpy sums pairwise"))

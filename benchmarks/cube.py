@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import best_time, row
+from .common import best_time, row, side_by_side
 
 # (name, batch, H, W, Cin, KH, KW, Cout, stride): ResNet50 layers
 RESNET50_LAYERS = [
@@ -32,9 +32,9 @@ def matmul_rows(quick: bool) -> list[dict]:
     b = rng.standard_normal((n, n)).astype(np.float16)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     flops = 2.0 * n ** 3
-    repeat = 3 if quick else 5
-    ours = _gflops(flops, best_time(lambda: matmul(a, b), repeat=repeat))
-    np32 = _gflops(flops, best_time(lambda: a32 @ b32, repeat=repeat))
+    # alternating rounds, best of each, with a pause for the BLAS threads to park
+    t_ours, t_np32 = side_by_side(lambda: matmul(a, b), lambda: a32 @ b32, rounds=5 if quick else 20, pause=0.25)
+    ours, np32 = _gflops(flops, t_ours), _gflops(flops, t_np32)
     # numpy has no fp16 BLAS: its fp16 matmul takes seconds at this size, so one timed run
     np16 = _gflops(flops, best_time(lambda: a @ b, repeat=1, warmup=0))
     name = f"matmul {n}x{n}x{n} fp16 in, fp32 acc"
@@ -62,10 +62,10 @@ def conv_rows(quick: bool) -> list[dict]:
         flops = 2.0 * batch * OH * OW * CO * KH * KW * C
         xt = tf.constant(x.astype(np.float32))
         wt = tf.constant(w.astype(np.float32))
-        repeat = 2 if quick else 5
-        ours = _gflops(flops, best_time(lambda: conv2d(x, w, strides=(s, s), padding="SAME"), repeat=repeat))
-        base = _gflops(flops, best_time(lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(),
-                                        repeat=repeat))
+        t_ours, t_base = side_by_side(lambda: conv2d(x, w, strides=(s, s), padding="SAME"),
+                                      lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(),
+                                      rounds=2 if quick else 8, pause=0.25)
+        ours, base = _gflops(flops, t_ours), _gflops(flops, t_base)
         rows.append(row("cube", f"conv2d N={batch} {name}", ours, base, "TensorFlow float32 Conv2D (CPU)",
                         "GFLOP/s", note="SAME padding, fp16 in/out, default CubeModel"))
     return rows
