@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import get_thread_id, njit, prange, types
+from numba import get_thread_id, literally, njit, prange, types
 from numba.extending import intrinsic
 
 from .cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
@@ -42,9 +42,9 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 
 # Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in the thread's
 # tile (aligned to 64 bytes) laid out so a 2-row x 32-column block's four 16-lane vectors are
-# contiguous. B is packed once into 16 x SLAB slabs (SLAB = NC + 16 floats per row, a constant,
-# so the 16 row offsets are immediate displacements and the 16 rows do not share cache sets as
-# rows 4 KiB apart would). The micro-kernel (_tree16_2x2_*) is written as explicit LLVM vector
+# contiguous. B is packed once into slabs of 16 rows of W floats, W one of SLABS (the smallest
+# holding min(N, NC) columns, +16 so the 16 rows do not share cache sets as rows 4 KiB apart
+# would); W is a compile-time constant of the micro-kernel, so the 16 row offsets are immediates. The micro-kernel (_tree16_2x2_*) is written as explicit LLVM vector
 # code: for 2 rows of A and 32 columns of B it loads each B vector once for both rows and each
 # broadcast A value once for both column halves (LLVM's loop vectoriser would not register-block
 # this: its runtime alias checks between the tile and the slab fail the check budget). MC and NC
@@ -53,7 +53,7 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 # KiB L1 while the row pairs pass over it.
 MC = 128
 NC = 512
-SLAB = NC + 16
+SLABS = (48, 80, 144, 272, 528)  # 32 * 2**k + 16 floats per slab row; the last is NC + 16
 LANES = 16  # floats per vector in the micro-kernel (one AVX-512 register; LLVM splits it elsewhere)
 # Columns per work item of the generic (non-default model) kernels.
 NCG = 256
@@ -73,10 +73,11 @@ def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
             + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
 
 
-def _tree16_2x2_codegen(fused):
-    """LLVM code for C[16s : 16s+16] += tree16(row r of A, column half h of B), s = 2h + r, h, r in {0, 1}."""
+def _tree16_2x2_codegen(fused, width):
+    """LLVM code for C[16s : 16s+16] += tree16(row r of A, column half h of B), s = 2h + r, h, r in {0, 1},
+    B's 16 rows ``width`` floats apart."""
     def codegen(context, builder, signature, args):
-        c_addr, b_addr, x_addr, y_addr = args
+        c_addr, b_addr, x_addr, y_addr = args[:4]
         f32 = ir.FloatType()
         i32 = ir.IntType(32)
         i64 = ir.IntType(64)
@@ -114,7 +115,7 @@ def _tree16_2x2_codegen(fused):
 
         rows = [[broadcast(p, l) for l in range(16)] for p in (xp, yp)]
         for h in range(2):
-            b = [load(bp, SLAB * l + LANES * h) for l in range(16)]
+            b = [load(bp, width * l + LANES * h) for l in range(16)]
             for r in range(2):
                 slot = builder.bitcast(at(cp, LANES * (2 * h + r)), vptr)
                 acc = builder.load(slot, align=4)
@@ -123,24 +124,45 @@ def _tree16_2x2_codegen(fused):
     return codegen
 
 
-@intrinsic
-def _tree16_2x2_fma(typingctx, c_addr, b_addr, x_addr, y_addr):
-    """tree16 block for 2 rows x 32 columns, first level fused (exact products only: fp16 operands)."""
+@intrinsic(prefer_literal=True)
+def _tree16_2x2(typingctx, c_addr, b_addr, x_addr, y_addr, width, fused):
+    """tree16 block for 2 rows x 32 columns of slab rows ``width`` floats long (a literal); ``fused``
+    (a literal) computes the first level as fma(a0, b0, a1*b1), for exact products only: fp16 operands."""
     # fl(fl(a0b0) + fl(a1b1)) = fl(a0b0 + a1b1) = fma(a0, b0, fl(a1b1)) when both products are exact,
     # as they are for fp16 operands (22 significant bits, |ab| in [2**-48, 2**32)); Inf/NaN operands
     # give Inf/NaN either way (NaN payloads are not modelled)
-    return types.void(types.uintp, types.uintp, types.uintp, types.uintp), _tree16_2x2_codegen(True)
+    if not isinstance(width, types.IntegerLiteral) or not isinstance(fused, types.BooleanLiteral):
+        return None
+    sig = types.void(types.uintp, types.uintp, types.uintp, types.uintp, width, fused)
+    return sig, _tree16_2x2_codegen(fused.literal_value, width.literal_value)
 
 
-@intrinsic
-def _tree16_2x2_mul(typingctx, c_addr, b_addr, x_addr, y_addr):
-    """tree16 block for 2 rows x 32 columns, every product rounded to fp32 (bf16 and fp32 operands)."""
-    return types.void(types.uintp, types.uintp, types.uintp, types.uintp), _tree16_2x2_codegen(False)
+@njit(cache=True)
+def _passes(width, fused, c_addr, a_addr, a_row, b_addr, b_block, i0, i1, nkb, npair, ng):
+    """One work item's K loop: for every K block q, row pair p and 32-column group g, the 2x2 block."""
+    # width and fused become compile-time constants (one compiled loop nest per slab width and
+    # product kind: a run-time choice inside the loop measured ~25% slower)
+    literally(width)
+    literally(fused)
+    for q in range(nkb):
+        bq = b_addr + np.uintp(q * b_block)
+        for p in range(npair):
+            i = i0 + 2 * p
+            x = a_addr + np.uintp(i * a_row + 64 * q)
+            y = a_addr + np.uintp(min(i + 1, i1 - 1) * a_row + 64 * q)
+            c = c_addr + np.uintp(p * ng * 4 * LANES * 4)
+            for g in range(ng):
+                _tree16_2x2(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(g * 2 * LANES * 4), x, y, width, fused)
+
+
+def slab_width(N):
+    """Floats per slab row for N columns: the smallest of SLABS holding min(N, NC) columns + 16."""
+    return next(w for w in SLABS if w - 16 >= min(N, NC))
 
 
 def slab_shape(nb, N, Kp):
-    """Shape of the packed B of pack_b / im2col_packed: (nb, column tiles, K blocks, 16, SLAB)."""
-    return (nb, (N + NC - 1) // NC, Kp // 16, 16, SLAB)
+    """Shape of the packed B of pack_b / im2col_packed: (nb, column tiles, K blocks, 16, slab_width(N))."""
+    return (nb, (N + NC - 1) // NC, Kp // 16, 16, slab_width(N))
 
 
 def empty_slabs(shape):
@@ -155,7 +177,7 @@ def empty_slabs(shape):
 @njit(cache=True)
 def _tail_columns(jn):
     """Columns a tile of jn real columns computes: jn rounded up to the 32 of a 2x2 block."""
-    return min(SLAB, -(-jn // (2 * LANES)) * (2 * LANES))
+    return min(NC, -(-jn // (2 * LANES)) * (2 * LANES))
 
 
 @njit(cache=True, parallel=True)
@@ -191,7 +213,9 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
     # the micro-kernel addresses A's rows and the slabs' rows by pointer arithmetic
     if tiles.shape[1] < TILE or tiles.strides[1] != 4:
         raise ValueError("matmul_tree16: tiles must be (threads, TILE) float32, one row per Numba thread")
-    if nkb > 0 and (A.strides[2] != 4 or Bp.strides[3] != 4 * SLAB or Bp.strides[4] != 4 or Bp.shape[4] != SLAB):
+    W = Bp.shape[4]
+    if nkb > 0 and (A.strides[2] != 4 or Bp.strides[3] != 4 * W or Bp.strides[4] != 4 or Bp.shape[2] != nkb
+                    or W - 16 < _tail_columns(min(N, NC)) or W not in SLABS):
         raise ValueError("matmul_tree16: A rows and the slabs of Bp must be contiguous float32 (see slab_shape)")
     for w in prange(nb * nch * njt):
         t = w // (nch * njt)
@@ -213,22 +237,31 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
                     for l in range(LANES):
                         j = min(2 * LANES * g + LANES * (s >> 1) + l, jn - 1)
                         C[p, g, s, l] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
-        c_addr = C.ctypes.data
-        a_addr = At.ctypes.data
-        b_addr = Bt.ctypes.data
-        for q in range(nkb):
-            bq = b_addr + np.uintp(q * Bt.strides[0])
-            for p in range(npair):
-                i = i0 + 2 * p
-                x = a_addr + np.uintp(i * At.strides[0] + 64 * q)
-                y = a_addr + np.uintp(min(i + 1, i1 - 1) * At.strides[0] + 64 * q)
-                for g in range(ng):
-                    c = c_addr + np.uintp(((p * ng + g) * 4) * LANES * 4)
-                    b = bq + np.uintp(2 * LANES * 4 * g)
-                    if fma:
-                        _tree16_2x2_fma(c, b, x, y)
-                    else:
-                        _tree16_2x2_mul(c, b, x, y)
+        c, a, ar, b, bb = C.ctypes.data, At.ctypes.data, At.strides[0], Bt.ctypes.data, Bt.strides[0]
+        if W == SLABS[4]:
+            if fma:
+                _passes(SLABS[4], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            else:
+                _passes(SLABS[4], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+        elif W == SLABS[3]:
+            if fma:
+                _passes(SLABS[3], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            else:
+                _passes(SLABS[3], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+        elif W == SLABS[2]:
+            if fma:
+                _passes(SLABS[2], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            else:
+                _passes(SLABS[2], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+        elif W == SLABS[1]:
+            if fma:
+                _passes(SLABS[1], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            else:
+                _passes(SLABS[1], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+        elif fma:
+            _passes(SLABS[0], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+        else:
+            _passes(SLABS[0], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
         for p in range(npair):
             for s in range(4):
                 i = i0 + 2 * p + (s & 1)

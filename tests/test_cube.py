@@ -261,6 +261,32 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
         assert_same_bits(fast, slow)
 
 
+@pytest.mark.parametrize("fma", [False, True])
+def test_fast_kernel_every_slab_width_and_column_tail(fma):
+    """Every slab width of the micro-kernel and every column tail (N mod 32) agree with the generic kernel."""
+    rng = np.random.default_rng(5)
+    widths = set()
+    z = np.zeros(1, np.int64)
+    tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
+    for M, K, N in [(3, 16, 1), (4, 40, 31), (5, 33, 33), (2, 20, 64), (7, 48, 65), (1, 17, 128), (6, 32, 129),
+                    (3, 64, 256), (9, 16, 257), (4, 50, 511), (5, 31, 513), (3, 16, 1100)]:
+        kp = -(-K // 16) * 16
+        a = np.zeros((1, M, kp), np.float32)
+        b = np.zeros((1, kp, N), np.float32)
+        a[0, :, :K] = fp16_values(rng, (M, K), "wide")
+        b[0, :K] = fp16_values(rng, (K, N), "wide")
+        bias = rng.standard_normal((1, N)).astype(np.float32)
+        Bp = kcube.empty_slabs(kcube.slab_shape(1, N, kp))
+        widths.add(Bp.shape[4])
+        kcube.pack_b(b, Bp)
+        fast = np.empty((1, M, N), np.float32)
+        slow = np.empty((1, M, N), np.float32)
+        kcube.matmul_tree16(a, Bp, bias, False, z, z, fast, tiles, fma)
+        kcube.matmul_blocked(a, b, bias, False, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
+        assert_same_bits(fast, slow)
+    assert widths == set(kcube.SLABS)
+
+
 # ---------------------------------------------------------------- other block models
 
 MODELS = [
