@@ -257,8 +257,37 @@ class Rewriter:
         kept = [n for n in self._nodes[:at] if n.name not in names]
         rest = [n for n in self._nodes[at + 1:] if n.name not in names]
         self._nodes = kept + list(new_consts) + [new] + rest
-        self._reindex()
+        self._update_index(absorbed, list(new_consts) + [new])
         return new
+
+    def _update_index(self, removed: list[Node], added: list[Node]) -> None:
+        """The indexes of _reindex after ``removed`` left and ``added`` joined ``_nodes`` (a full
+        reindex per fusion was O(N^2): 0.34 s of ResNet50's 1.1 s of fusion)."""
+        self._pos = {n.name: i for i, n in enumerate(self._nodes)}
+        touched = set()
+        for n in removed:
+            del self._by_name[n.name]
+            for ref in n.inputs:
+                t = tensor_name(ref)
+                self._readers[t] = [(r, slot) for r, slot in self._readers.get(t, []) if r is not n]
+                touched.add(t)
+        for n in added:
+            self._by_name[n.name] = n
+            for slot, ref in enumerate(n.inputs):
+                t = tensor_name(ref)
+                self._readers.setdefault(t, []).append((n, slot))
+                touched.add(t)
+        for t in touched:  # reader lists stay in execution order, as _reindex builds them
+            if self._readers[t]:
+                self._readers[t].sort(key=lambda e: (self._pos[e[0].name], e[1]))
+            else:
+                del self._readers[t]
+        self._const = {}
+
+    def index_snapshot(self) -> tuple:
+        """(node names by position, readers by tensor as (name, slot) lists): for the tests."""
+        return ([n.name for n in self._nodes], {n: i for n, i in self._pos.items()},
+                sorted(self._by_name), {t: [(r.name, s) for r, s in e] for t, e in self._readers.items()})
 
 
 def _fused_attrs(last: Node, ascend: str, **extra) -> dict:

@@ -800,6 +800,29 @@ def test_rules_fire_where_their_pattern_is(model_graph, name):
 
 @pytest.mark.models
 @pytest.mark.parametrize("name", MODEL_NAMES)
+def test_incremental_index_equals_a_full_reindex_after_every_fusion(model_graph, monkeypatch, name):
+    """Rewriter.fuse updates its indexes in place; after each fusion they equal a rebuild from scratch."""
+    from ascend_emu.fusion_rules import Rewriter
+
+    fuse = Rewriter.fuse
+    checked = []
+
+    def checking_fuse(self, *args, **kwargs):
+        new = fuse(self, *args, **kwargs)
+        incremental = self.index_snapshot()
+        self._reindex()
+        assert incremental == self.index_snapshot()
+        checked.append(new.name)
+        return new
+
+    monkeypatch.setattr(Rewriter, "fuse", checking_fuse)
+    _, g = model_graph(name)
+    f = apply_fusion(g, FusionConfig.load(None))
+    assert len(checked) == sum(f.counts.values()) > 0
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", MODEL_NAMES)
 def test_switching_a_rule_off_removes_it_from_the_dump(model_graph, tmp_path, name):
     from ascend_emu.device import Device
     from ascend_emu.dump import load_dump
