@@ -61,6 +61,8 @@ def _device_args(p, fusion=True):
     p.add_argument("--cube-block-sum", choices=("tree", "sequential", "aligned"), default=None)
     p.add_argument("--cube-extra-bits", type=int, default=None)
     p.add_argument("--cube-normalize", choices=("rne", "truncate"), default=None)
+    p.add_argument("--cube-conv-k-order", choices=("hwc", "c1hwc0"), default=None,
+                   help="cube model: K order of Conv2D (default hwc = TF's (kh, kw, cin); c1hwc0 = NC1HWC0's)")
 
 
 def _device(a):
@@ -68,7 +70,8 @@ def _device(a):
     from .config import CubeModel
 
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
-                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize}.items() if v is not None}
+                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
+                            "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
     fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
     return Device(a.precision_mode, overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
                   cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,

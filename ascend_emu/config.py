@@ -97,6 +97,7 @@ def compute_dtype(dtype) -> np.dtype:
 
 BLOCK_SUMS = ("tree", "sequential", "aligned")
 NORMALIZE = ("rne", "truncate")
+CONV_K_ORDERS = ("hwc", "c1hwc0")
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,20 @@ class CubeModel:
                        ``2**(emax - 23 - extra_bits)``, the terms are summed exactly, and the
                        sum is normalised to fp32 by ``normalize`` (``"truncate"``: toward
                        zero, or ``"rne"``); an exponent overflow gives Inf under both.
+
+    conv_k_order (Conv2D only; how a convolution's K = KH*KW*Cin terms are ordered):
+      ``"hwc"``        (default) TensorFlow's im2col order (kh, kw, cin), blocks running across
+                       taps when Cin is not a multiple of 16.
+      ``"c1hwc0"``     the NC1HWC0 layout's order (cin // 16, kh, kw, cin % 16), input channels
+                       zero-padded to a multiple of 16 (+0 products): every block is 16 channels
+                       of one tap.
     """
 
     block_size: int = 16
     block_sum: str = "tree"
     extra_bits: int = 3
     normalize: str = "truncate"
+    conv_k_order: str = "hwc"
 
     def __post_init__(self):
         if not isinstance(self.block_size, (int, np.integer)) or not 1 <= self.block_size <= 1024:
@@ -140,6 +149,9 @@ class CubeModel:
             raise AscendEmuError(f"CubeModel.extra_bits must be an integer in 0..30, got {self.extra_bits!r}")
         if self.normalize not in NORMALIZE:
             raise AscendEmuError(f"unknown CubeModel.normalize {self.normalize!r}; choose one of: {', '.join(NORMALIZE)}")
+        if self.conv_k_order not in CONV_K_ORDERS:
+            raise AscendEmuError(f"unknown CubeModel.conv_k_order {self.conv_k_order!r}; "
+                                 f"choose one of: {', '.join(CONV_K_ORDERS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -340,12 +340,32 @@ def _conv_geometry(op, x, w, strides, padding, dilations):
     return (sh, sw), (dh, dw), ((pt, pb), (pl, pr)), (OH, OW)
 
 
+def _k_offsets(KH, KW, C, Wp, dh, dw, order: str) -> np.ndarray:
+    """For each K position of the model's order, the flat offset in the padded NHWC input of its
+    (kh, kw, c) term from the output pixel's corner (n, oh*sh, ow*sw, 0)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
+    off = (kh * dh * Wp + kw * dw) * C + c
+    if order == "c1hwc0":  # (cin // 16, kh, kw, cin % 16)
+        off = off.reshape(KH, KW, C // 16, 16).transpose(2, 0, 1, 3)
+    return np.ascontiguousarray(off.reshape(-1), dtype=np.uintp)
+
+
+def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
+    """The (KH, KW, C, Cout) filter as (K, Cout) rows in the same K order as _k_offsets."""
+    KH, KW, C, CO = w.shape
+    if order == "c1hwc0":
+        w = w.reshape(KH, KW, C // 16, 16, CO).transpose(2, 0, 1, 3, 4)
+    return np.ascontiguousarray(w.reshape(KH * KW * C, CO))
+
+
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
            out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
     """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
 
     Each output is one dot product over K = KH*KW*Cin in the order (kh, kw, cin), as an
-    im2col matrix times the filter reshaped to (K, Cout); padded pixels are +0.
+    im2col matrix times the filter reshaped to (K, Cout); padded pixels are +0. With
+    ``model=CubeModel(conv_k_order="c1hwc0")`` the order is NC1HWC0's (cin // 16, kh, kw,
+    cin % 16) over channels zero-padded to a multiple of 16.
 
     Parameters
     ----------
@@ -365,8 +385,12 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     xv, sx = _operand_values(x, pol)
     wv, sw_ = _operand_values(w, pol)
     biasv = _bias_vector(bias, CO, out_shape)
-    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
-    K = KH * KW * C
+    order = pol.model.conv_k_order
+    Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
+    wk = _filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - C), (0, 0))), order)
+    K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
     acc = np.empty((R, CO), dtype=np.float32)
@@ -376,10 +400,10 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
     if transposed:
-        WT = _padded(wv.reshape(K, CO).T[None], 2, kp)
+        WT = _padded(wk.T[None], 2, kp)
         out_buf = np.empty(CO * rows, dtype=np.float32)
     else:
-        W = _padded(wv.reshape(1, K, CO), 1, kp)
+        W = _padded(wk[None], 1, kp)
     if transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
         tiles = _tiles()
@@ -391,16 +415,16 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             outT = out_buf[:CO * n].reshape(1, CO, n)
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
-                _k.im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, n, Bp)
+                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
                 _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products)
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
-                _k.im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, colsT[0])
+                _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])
                 _accumulate(WT, colsT, zero, zero, biasv, True, outT, K, pol)
             acc[r0:r0 + n] = outT[0].T
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
-            _k.im2col(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, cols[0])
+            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
             _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
     out, sf = _finish(acc, pol)
     return out.reshape(out_shape), sx | sw_ | sf

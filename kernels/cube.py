@@ -431,25 +431,19 @@ def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum,
 
 
 @njit(cache=True, parallel=True)
-def im2col(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
-    """out[r - r0, (kh*KW + kw)*C + c] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
-    C = xp.shape[3]
+def im2col(xp, koff, sh, sw, OH, OW, r0, out):
+    """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0."""
+    # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.cube._k_offsets
     rows, Kp = out.shape
-    K = KH * KW * C
+    K = koff.size
+    po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
+    xf = xp.reshape(-1)
     for rr in prange(rows):
-        r = r0 + rr
-        n = r // (OH * OW)
-        oh = (r // OW) % OH
-        ow = r % OW
-        dst = out[rr]
-        for kh in range(KH):
-            for kw in range(KW):
-                src = xp[n, oh * sh + kh * dh, ow * sw + kw * dw]
-                base = (kh * KW + kw) * C
-                for c in range(C):
-                    dst[base + c] = src[c]
-        for c in range(K, Kp):  # K padding: +0 products in the last block
-            dst[c] = np.float32(0.0)
+        base = po[rr]
+        for k in range(K):
+            out[rr, k] = xf[base + koff[k]]
+        for k in range(K, Kp):  # K padding: +0 products in the last block
+            out[rr, k] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
@@ -464,24 +458,16 @@ def pixel_offsets(xp, sh, sw, OH, OW, r0, rows):
     return po
 
 
-@njit(cache=True)
-def _tap_offset(k, KW, C, Wp, dh, dw):
-    """flat offset of im2col column k = (kh*KW + kw)*C + c from its pixel's (oh*sh, ow*sw, 0)."""
-    tap = k // C
-    return np.uintp((((tap // KW) * dh) * Wp + (tap % KW) * dw) * C + k % C)
-
-
 @njit(cache=True, parallel=True)
-def im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
-    """out[(kh*KW + kw)*C + c, r - r0] = xp[n, oh*sh + kh*dh, ow*sw + kw*dw, c], r = (n*OH + oh)*OW + ow; rest 0."""
-    _, Hp, Wp, C = xp.shape
+def im2col_t(xp, koff, sh, sw, OH, OW, r0, out):
+    """im2col(...) transposed: out[k, r - r0] (K rows, pixels as columns)."""
     Kp, rows = out.shape
-    K = KH * KW * C
+    K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
     xf = xp.reshape(-1)
     for k in prange(Kp):
         if k < K:
-            to = _tap_offset(k, KW, C, Wp, dh, dw)
+            to = koff[k]
             for rr in range(np.uintp(rows)):
                 out[k, rr] = xf[po[rr] + to]
         else:  # K padding: +0 products in the last block
@@ -490,11 +476,10 @@ def im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, out):
 
 
 @njit(cache=True, parallel=True)
-def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Bp):
+def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp):
     """im2col_t(...) in pack_b's layout: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j (+0 past K)."""
-    _, Hp, Wp, C = xp.shape
     _, njt, nkb, _, _ = Bp.shape
-    K = KH * KW * C
+    K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
     xf = xp.reshape(-1)
     for w in prange(njt * nkb):
@@ -505,7 +490,7 @@ def im2col_packed(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, rows, Bp):
         to = np.zeros(16, dtype=np.uintp)
         nl = min(16, K - 16 * q)  # real columns in this block; the rest are +0
         for l in range(nl):
-            to[l] = _tap_offset(16 * q + l, KW, C, Wp, dh, dw)
+            to[l] = koff[16 * q + l]
         # pixel-major: each pixel's 16 columns are (mostly) one cache line of xp
         for j in range(jn):
             base = po[j0 + j]

@@ -230,6 +230,7 @@ def conv2d(x, w, strides, padding, dilations, bias=None, operand_dtype="float16"
     nout = C * CO if depthwise else CO
     biasv = np.zeros(nout) if bias is None else np.asarray(bias, dtype=np.float32).astype(np.float64)
     kw = model_kwargs(model)
+    c1hwc0 = model is not None and model.conv_k_order == "c1hwc0"
 
     def pixel(n, y, x_, c):
         if 0 <= y < H and 0 <= x_ < W:
@@ -254,6 +255,12 @@ def conv2d(x, w, strides, padding, dilations, bias=None, operand_dtype="float16"
                                 for c in range(C):
                                     avals.append(pixel(n, y, x_, c))
                                     bvals.append(wv[kh, kw_, c, o])
+                    if c1hwc0 and not depthwise:  # (cin // 16, kh, kw, cin % 16), +0 for the padded channels
+                        taps = len(avals) // C
+                        avals = [avals[t * C + c] if c < C else 0.0 for c1 in range(-(-C // 16)) for t in range(taps)
+                                 for c in range(16 * c1, 16 * c1 + 16)]
+                        bvals = [bvals[t * C + c] if c < C else 0.0 for c1 in range(-(-C // 16)) for t in range(taps)
+                                 for c in range(16 * c1, 16 * c1 + 16)]
                     acc[n, oy, ox, o] = dot(avals, bvals, biasv[o], **kw)
     out, sf = finish(acc, out_dtype, overflow_mode, subnormals)
     return out, sx | sw | sf

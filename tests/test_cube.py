@@ -430,6 +430,57 @@ def test_depthwise_matches_oracle(case):
         assert st == rst
 
 
+C1HWC0 = CubeModel(conv_k_order="c1hwc0")
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_conv2d_c1hwc0_order_matches_oracle(case):
+    """conv_k_order='c1hwc0': K in (cin // 16, kh, kw, cin % 16) over channels zero-padded to 16."""
+    xs, (KH, KW, CO), strides, padding, dil = CONV_CASES[case]
+    rng = np.random.default_rng(150 + case)
+    x = fp16_values(rng, xs, "normal")
+    w = fp16_values(rng, (KH, KW, xs[3], CO), "wide")
+    bias = rng.standard_normal(CO).astype(np.float32)
+    for kw in (dict(out_dtype="float32", model=C1HWC0), dict(bias=bias, model=C1HWC0),
+               dict(out_dtype="float32", model=CubeModel(conv_k_order="c1hwc0", block_sum="sequential")),
+               dict(out_dtype="float32", model=CubeModel(conv_k_order="c1hwc0", block_sum="aligned"))):
+        ours, st = cube.conv2d(x, w, strides=strides, padding=padding, dilations=dil, **kw)
+        ref, rst = naive.conv2d(x, w, strides, padding, dil, **kw)
+        assert_same_bits(ours, ref, f"conv2d case {case} {kw}")
+        assert st == rst
+
+
+@pytest.mark.parametrize("cin, cout", [(37, 3), (32, 5), (20, 300)])
+def test_conv2d_c1hwc0_many_channels_and_both_layouts(cin, cout):
+    """Several channel groups, a partial last group, and the Cout >= 256 (untransposed) path."""
+    rng = np.random.default_rng(cin + cout)
+    x = fp16_values(rng, (1, 6, 5, cin), "normal")
+    w = fp16_values(rng, (3, 3, cin, cout), "normal")
+    ours, _ = cube.conv2d(x, w, padding="SAME", out_dtype="float32", model=C1HWC0)
+    ref, _ = naive.conv2d(x, w, (1, 1), "SAME", (1, 1), out_dtype="float32", model=C1HWC0)
+    assert_same_bits(ours, ref)
+
+
+def test_conv2d_k_orders_differ_and_agree_with_tensorflow_bound():
+    """With Cin = 32 both orders use the same 16-term blocks, in another order: other bits on cancelling
+    sums, both within fp32 accumulation error of TensorFlow."""
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(31)
+    a, b = cancelling(rng, 60, 3 * 3 * 32, 8)  # rows of a are pixels' im2col rows in (kh, kw, cin) order
+    # 60 output pixels, each a VALID 3x3 window of its own, side by side: (1, 3, 180, 32), stride (1, 3)
+    x = np.concatenate(list(a.reshape(60, 3, 3, 32)), axis=1)[None]
+    w = b.reshape(3, 3, 32, 8)
+    hwc, _ = cube.conv2d(x, w, strides=(1, 3), out_dtype="float32")
+    c1, _ = cube.conv2d(x, w, strides=(1, 3), out_dtype="float32", model=C1HWC0)
+    assert hwc.shape == c1.shape == (1, 1, 60, 8)
+    assert np.any(hwc.view(np.uint32) != c1.view(np.uint32))
+    exp = tf.nn.conv2d(tf.constant(x.astype(np.float32)), tf.constant(w.astype(np.float32)), strides=(1, 3),
+                       padding="VALID").numpy()
+    bound = _tf_bound(tf, tf.nn.conv2d, x, w, 3 * 3 * 32, strides=(1, 3), padding="VALID")
+    for ours in (hwc, c1):
+        assert np.all(np.abs(ours.astype(np.float64) - exp) <= bound)
+
+
 def test_conv2d_large_channels_matches_oracle():
     """K = 3*3*37 = 333: many blocks, a partial last block, and a fast-kernel row chunk boundary."""
     rng = np.random.default_rng(12)
@@ -557,6 +608,8 @@ def test_bad_arguments():
         cube.conv2d(np.ones((1, 2, 2, 3)), np.ones((3, 3, 3, 4)))
     with pytest.raises(AscendEmuError, match="strides"):
         cube.depthwise_conv2d(np.ones((1, 5, 5, 3)), np.ones((3, 3, 3, 1)), strides=(0, 1))
+    with pytest.raises(AscendEmuError, match="hwc, c1hwc0"):
+        CubeModel(conv_k_order="nchw")
     with pytest.raises(AscendEmuError, match="62"):
         cube.matmul(a, b, model=CubeModel(block_sum="aligned", block_size=1024, extra_bits=30))
 

@@ -121,3 +121,32 @@ def test_einsum_the_cube_does_not_lower_runs_on_the_ai_cpu():
     x = next(iter(res.inputs.values()))
     np.testing.assert_allclose(res.tensor(rec.name), np.einsum("...ij,...jk->...ik", np.ones((1, 3, 4)), x),
                                rtol=1e-5)
+
+
+def test_conv_k_order_reaches_the_cube_and_the_cli(tmp_path):
+    """--cube-conv-k-order reaches the replayed Conv2D (float32 cube path) and the dump's config."""
+    from ascend_emu import CubeModel, conv2d
+    from ascend_emu.dump import load_dump
+    from ascend_emu.models import _keras
+
+    keras = _keras(7)
+    inp = keras.Input((6, 6, 20), batch_size=2, name="x")
+    model = keras.Model(inp, keras.layers.Conv2D(8, 3, padding="same", use_bias=False, name="conv")(inp))
+    model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(7).standard_normal((2, 6, 6, 20)).astype(np.float32)
+    w = model.get_layer("conv").get_weights()[0]
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for order in ("hwc", "c1hwc0"):
+        d = tmp_path / order
+        assert main(["-q", "replay", str(tmp_path / "m.keras"), "--input", f"x={tmp_path / 'x.npy'}",
+                     "--precision-mode", "must_keep_origin_dtype", "--cube-conv-k-order", order, "--dump", str(d)]) == 0
+        dump = load_dump(d)
+        assert dump.manifest["config"]["cube_model"]["conv_k_order"] == order
+        conv = next(op["name"] for op in dump.ops if op["tf_type"] == "Conv2D")
+        outs[order] = dump.tensor(conv)
+        want, _ = conv2d(x, w, padding="SAME", model=CubeModel(conv_k_order=order), operand_dtype="float32",
+                         out_dtype="float32")
+        np.testing.assert_array_equal(outs[order].view(np.uint32), want.view(np.uint32))
+    # float32 outputs show the other order of additions (fp16 outputs usually round it away)
+    assert np.any(outs["hwc"].view(np.uint32) != outs["c1hwc0"].view(np.uint32))
