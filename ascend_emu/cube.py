@@ -146,7 +146,8 @@ def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
     if pol.fast:
         Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
         _k.pack_b(B, Bp)
-        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products)
+        mc = _k.row_block(out.shape[1], out.shape[0] * Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products, mc)
     else:
         _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
                           m.extra_bits, NORMALIZE.index(m.normalize))
@@ -416,7 +417,8 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
                 _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
-                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products)
+                mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
                 _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])

@@ -155,6 +155,16 @@ def _passes(width, fused, c_addr, a_addr, a_row, b_addr, b_block, i0, i1, nkb, n
                 _tree16_2x2(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(g * 2 * LANES * 4), x, y, width, fused)
 
 
+def row_block(M, other_items, threads):
+    """Rows per work item of matmul_tree16: MC, or fewer so that a product with few work items
+    splits into a multiple of ``threads`` nearly equal row blocks (392 rows on 2 threads: 4 x 98,
+    not 128, 128, 128, 8). ``other_items`` is the number of (batch, column tile) pairs."""
+    if other_items >= 2 * threads:
+        return MC
+    k = -(-max(-(-M // MC), 1) // threads) * threads
+    return max(1, min(MC, -(-M // k)))
+
+
 def slab_width(N):
     """Floats per slab row for N columns: the smallest of SLABS holding min(N, NC) columns + 16."""
     return next(w for w in SLABS if w - 16 >= min(N, NC))
@@ -200,7 +210,7 @@ def pack_b(B, Bp):
 
 
 @njit(cache=True, parallel=True)
-def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
+def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
     """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
     # tiles: (NUMBA_NUM_THREADS, TILE) scratch, one row per thread id, 64-byte aligned (empty_slabs),
     # allocated by the caller: a tile malloc'ed per work item in here ran up to 2x slower depending on malloc's state.
@@ -208,7 +218,9 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
     # holds, per row pair p and 32-column group g, four vectors: (row 2p, 2p+1) x (columns 0-15, 16-31)
     nb, M, N = out.shape
     nkb = A.shape[2] // 16
-    nch = (M + MC - 1) // MC
+    if not 1 <= mc <= MC:
+        raise ValueError("matmul_tree16: mc (rows per work item) must be in 1..MC")
+    nch = (M + mc - 1) // mc
     njt = (N + NC - 1) // NC
     # the micro-kernel addresses A's rows and the slabs' rows by pointer arithmetic
     if tiles.shape[1] < TILE or tiles.strides[1] != 4:
@@ -219,8 +231,8 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False):
         raise ValueError("matmul_tree16: A rows and the slabs of Bp must be contiguous float32 (see slab_shape)")
     for w in prange(nb * nch * njt):
         t = w // (nch * njt)
-        i0 = ((w // njt) % nch) * MC
-        i1 = min(M, i0 + MC)
+        i0 = ((w // njt) % nch) * mc
+        i1 = min(M, i0 + mc)
         jt = w % njt
         j0 = jt * NC
         jn = min(N, j0 + NC) - j0

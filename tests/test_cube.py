@@ -287,6 +287,29 @@ def test_fast_kernel_every_slab_width_and_column_tail(fma):
     assert widths == set(kcube.SLABS)
 
 
+def test_fast_kernel_bits_do_not_depend_on_the_row_blocking():
+    """Rows per work item (row_block's load balancing) only regroup outputs, never their additions."""
+    rng = np.random.default_rng(6)
+    M, K, N = 37, 48, 70
+    a = np.ascontiguousarray(fp16_values(rng, (1, M, K), "wide").astype(np.float32))
+    b = fp16_values(rng, (1, K, N), "wide").astype(np.float32)
+    bias = rng.standard_normal((1, M)).astype(np.float32)
+    z = np.zeros(1, np.int64)
+    tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
+    Bp = kcube.empty_slabs(kcube.slab_shape(1, N, K))
+    kcube.pack_b(b, Bp)
+    outs = []
+    for mc in (1, 2, 7, 19, kcube.MC):
+        out = np.empty((1, M, N), np.float32)
+        kcube.matmul_tree16(a, Bp, bias, True, z, z, out, tiles, True, mc)
+        outs.append(out)
+    for out in outs[1:]:
+        assert_same_bits(out, outs[0])
+    assert kcube.row_block(392, 1, 2) == 98 and kcube.row_block(4096, 1, 2) == kcube.MC
+    with pytest.raises(ValueError, match="mc"):
+        kcube.matmul_tree16(a, Bp, bias, True, z, z, outs[0], tiles, True, kcube.MC + 1)
+
+
 # ---------------------------------------------------------------- other block models
 
 MODELS = [
