@@ -151,10 +151,16 @@ def test_16_to_16_rounds_once():
     for src, dst in (("float16", "bfloat16"), ("bfloat16", "float16")):
         x = bits.view(naive.FORMATS[src])
         for rounding in ROUNDINGS:
-            got, st = cast(x, dst, rounding, "saturation")
-            want, wst = naive.cast_bits(naive.to_f64(bits, src), dst, rounding, "saturation")
-            _assert_bits(got, want, dst, f"{src}->{dst} {rounding}")
-            assert st == wst
+            for overflow in ("saturation", "inf_nan"):
+                got, st = cast(x, dst, rounding, overflow)
+                want, wst = naive.cast_bits(naive.to_f64(bits, src), dst, rounding, overflow)
+                _assert_bits(got, want, dst, f"{src}->{dst} {rounding} {overflow}")
+                assert st == wst
+    # under flush the source's subnormals are read as signed zeros on the way in (the widening step),
+    # even an fp16 subnormal that bf16 could hold
+    sub = np.array([2.0 ** -20, -(2.0 ** -24)], np.float16)
+    got, _ = cast(sub, "bfloat16", subnormals="flush")
+    assert np.all(got.astype(np.float32) == 0) and list(np.signbit(got.astype(np.float32))) == [False, True]
 
 
 def test_overflow_modes_and_status():

@@ -329,6 +329,17 @@ def test_gelu_patterns(fn, approx):
     assert {n.op for n in f.nodes} <= {"Placeholder", "Const", "_Gelu", "Identity"}
 
 
+def test_fused_tanh_gelu_keeps_its_tail_for_negative_inputs():
+    """0.5 x (1 + tanh u) cancels to 0 for x << 0; the fused op keeps the tiny true value, as the vector unit does."""
+    from ascend_emu.ops import OpContext, run_op
+
+    x = np.array([-8.0, -6.0, -4.0], np.float32)
+    (y,) = run_op("_Gelu", x, ctx=OpContext(dtype="float32"), approximate="tanh")
+    u = math.sqrt(2 / math.pi) * (x.astype(np.float64) + 0.044715 * x.astype(np.float64) ** 3)
+    tail = x * np.exp(2 * u) * (1 - np.exp(2 * u))  # x * sigmoid(2u) for 2u << 0, to O(e^(4u))
+    assert np.all(y < 0) and np.allclose(y, tail, rtol=1e-6)
+
+
 def test_gelu_wrong_constant_is_not_gelu():
     tf = _tf()
 
@@ -427,8 +438,10 @@ def chain_f32(chain, value, inputs, op_dtype):
 
 def gelu_oracle(x, approximate):
     x = np.asarray(x, np.float64)
-    if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if approximate == "tanh":  # NUMERICS section 2's form of 0.5 x (1 + tanh u), without cancellation
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        with np.errstate(over="ignore"):
+            return x / (1 + np.exp(-2 * u))
     return np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.reshape(-1)]).reshape(x.shape)
 
 

@@ -229,3 +229,14 @@ def test_unknown_op_lists_supported():
 
     with pytest.raises(AscendEmuError, match="supported: .*Conv2D"):
         run_op("NoSuchOp", f(2))
+
+
+def test_float32_composite_results_obey_subnormal_flush():
+    """Ops rounded once from float64 (Softmax here) flush float32 subnormal results under subnormals='flush'."""
+    from ascend_emu.ops import OpContext, run_op
+
+    x = np.array([[0.0, -100.0]], np.float32)  # softmax[1] = e^-100 ~ 3.7e-44, a float32 subnormal
+    (keep,) = run_op("Softmax", x, ctx=OpContext(dtype="float32"))
+    (flush,) = run_op("Softmax", x, ctx=OpContext(dtype="float32", subnormals="flush"))
+    assert 0 < keep[0, 1] < np.finfo(np.float32).tiny
+    assert flush[0, 1] == 0 and not np.signbit(flush[0, 1]) and flush[0, 0] == keep[0, 0]

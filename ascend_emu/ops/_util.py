@@ -37,6 +37,10 @@ def finish(ctx, y) -> np.ndarray:
             if ctx.overflow_mode == "saturation":
                 fmax = np.finfo(np.float32).max
                 out = np.where(np.isnan(out), np.float32(0), np.clip(out, -fmax, fmax)).astype(np.float32)
+        if ctx.subnormals == "flush":  # as every other float32 result under flush: subnormals -> signed zero
+            tiny = (out != 0) & (np.abs(out) < np.finfo(np.float32).tiny)
+            if tiny.any():
+                out = np.where(tiny, np.copysign(np.float32(0), out), out).astype(np.float32)
         return out
     if y.dtype not in (np.float32, np.float64):
         y = y.astype(np.float64)

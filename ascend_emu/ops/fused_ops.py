@@ -153,7 +153,9 @@ def gelu_f64(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     """Gelu in float64: 0.5 x erfc(-x / sqrt 2), or the tanh approximation."""
     x = np.asarray(x, dtype=np.float64)
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        # 0.5 x (1 + tanh u) as x / (1 + e^(-2u)), the vector unit's form: no cancellation for negative x
+        with np.errstate(over="ignore"):
+            return x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
     # the erfc form stays accurate for large negative x, where 1 + erf cancels
     return 0.5 * x * _erfc(-x / math.sqrt(2.0)).astype(np.float64)
 
