@@ -18,6 +18,7 @@ import numpy as np
 from . import config
 from .config import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
 from .errors import AscendEmuError
+from .kernels import alloc as _alloc
 from .kernels import cube as _k
 
 # im2col buffers are built in row chunks of at most this many bytes
@@ -91,7 +92,7 @@ def _operand_values(x: np.ndarray, pol: _Policy):
         return v, 0
     target = config.COMPUTE_DTYPES[pol.operand]
     bf16 = pol.operand == "bfloat16"
-    out = np.empty(x.shape, dtype=np.float32)
+    out = _alloc.empty(x.shape, np.float32)
     status = 0
     if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
         bits = np.ascontiguousarray(x).view(np.uint16)
@@ -159,7 +160,7 @@ def _finish(acc: np.ndarray, pol: _Policy):
     if pol.out == "float32":
         st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
         return acc, int(st)
-    bits = np.empty(acc.shape, dtype=np.uint16)
+    bits = _alloc.empty(acc.shape, np.uint16)
     st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal)
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
@@ -175,12 +176,12 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape):
     ia = np.ascontiguousarray(ia, dtype=np.int64)
     ib = np.ascontiguousarray(ib, dtype=np.int64)
     if _transposed(M, N):
-        accT = np.empty((len(ia), N, M), dtype=np.float32)
+        accT = _alloc.empty((len(ia), N, M), np.float32)
         _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
                     True, accT, K, pol)
         acc = np.ascontiguousarray(accT.transpose(0, 2, 1))
     else:
-        acc = np.empty((len(ia), M, N), dtype=np.float32)
+        acc = _alloc.empty((len(ia), M, N), np.float32)
         _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
     out, sf = _finish(acc, pol)
     return out.reshape(out_shape), sa | sb | sf
@@ -394,7 +395,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
-    acc = np.empty((R, CO), dtype=np.float32)
+    acc = _alloc.empty((R, CO), np.float32)
     zero = np.zeros(1, dtype=np.int64)
     transposed = _transposed(R, CO)
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
@@ -402,14 +403,14 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     rows = min(chunk, R)
     if transposed:
         WT = _padded(wk.T[None], 2, kp)
-        out_buf = np.empty(CO * rows, dtype=np.float32)
+        out_buf = _alloc.empty(CO * rows, np.float32)
     else:
         W = _padded(wk[None], 1, kp)
     if transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
         tiles = _tiles()
     else:
-        cols_buf = np.empty(rows * kp, dtype=np.float32)
+        cols_buf = _alloc.empty(rows * kp, np.float32)
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
@@ -462,7 +463,7 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
         xp = np.pad(xv, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
         wf = _padded(wv.reshape(K, CM), 0, kp)
-        acc = np.empty(out_shape, dtype=np.float32)
+        acc = _alloc.empty(out_shape, np.float32)
         _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
     else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
         xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
@@ -470,13 +471,13 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
         ia = np.arange(CM, dtype=np.int64)
         ib = ia // mult
         bias_t = np.ascontiguousarray(biasv.reshape(CM, 1))
-        acc = np.empty((R, CM), dtype=np.float32)
+        acc = _alloc.empty((R, CM), np.float32)
         chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1) * max(C, 1))) // _k.NC * _k.NC)
         for r0 in range(0, R, chunk):
             n = min(R, r0 + chunk) - r0
-            cols = np.empty((C, kp, n), dtype=np.float32)
+            cols = _alloc.empty((C, kp, n), np.float32)
             _k.dw_im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, cols)
-            outT = np.empty((CM, 1, n), dtype=np.float32)
+            outT = _alloc.empty((CM, 1, n), np.float32)
             _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
             acc[r0:r0 + n] = outT[:, 0, :].T
     out, sf = _finish(acc, pol)

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import config
 from .errors import AscendEmuError
+from .kernels import alloc as _alloc
 from .kernels import cast as _kc
 from .kernels import reduce as _kr
 from .kernels import vector as _kv
@@ -99,7 +100,7 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
     shape = a.shape
     flat = np.ascontiguousarray(a).reshape(-1)
     if src in ("float16", "bfloat16"):
-        wide = np.empty(flat.size, dtype=np.uint32)
+        wide = _alloc.empty(flat.size, np.uint32)
         _kc.cast_16_to_f32(flat.view(np.uint16), wide, src == "bfloat16", sc)
         wide = wide.view(np.float32)
         if dst == "float32":
@@ -115,10 +116,10 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
             out[np.abs(out) < np.finfo(np.float32).tiny] *= 0.0  # keeps the sign
         return out.reshape(shape), 0
     if dst == "float32":  # from float64
-        out = np.empty(flat.size, dtype=np.uint32)
+        out = _alloc.empty(flat.size, np.uint32)
         st = _kc.cast_f64_to_f32(flat.view(np.uint64), out, rc, oc, sc)
         return out.view(np.float32).reshape(shape), int(st)
-    out = np.empty(flat.size, dtype=np.uint16)
+    out = _alloc.empty(flat.size, np.uint16)
     if src == "float32" and dst == "float16" and rc == 0 and _kc.HW_HALF:
         # the CPU's own IEEE conversion gives the same bits (checked exhaustively), faster
         st = _kc.cast_f32_to_f16_rint_hw(flat.view(np.uint32), out, oc, sc)
@@ -239,7 +240,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     size = int(np.prod(shape, dtype=np.int64))
     wide = cdt == config.float32
     bf16 = cdt == config.bfloat16
-    out = np.empty(size, dtype=np.float32 if wide else np.uint16)
+    out = _alloc.empty(size, np.float32 if wide else np.uint16)
     bits = [f if wide or f.dtype == np.bool_ else f.view(np.uint16) for f in flat]
     if op == "select":
         if wide:
@@ -345,10 +346,10 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         raise AscendEmuError(f"reduce {op!r} over an empty axis has no identity; reduce a non-empty array")
     x2 = np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
     if cdt == config.float32:
-        out = np.empty(rows, dtype=np.float32)
+        out = _alloc.empty(rows, np.float32)
         st = _kr.reduce_f32(_REDUCE[op], x2, out, oc, sc)
     else:
-        out = np.empty(rows, dtype=np.uint16)
+        out = _alloc.empty(rows, np.uint16)
         st = _kr.reduce16(_REDUCE[op], x2.view(np.uint16), out, cdt == config.bfloat16, acc_name != "float32", oc, sc)
     if st:
         status |= config.STATUS_FP_OVERFLOW

@@ -71,5 +71,38 @@ def conv_rows(quick: bool) -> list[dict]:
     return rows
 
 
+# (name, H, W, C, stride): MobileNetV2 3x3 depthwise layers (multiplier 1)
+MOBILENET_DEPTHWISE = [
+    ("block 2 3x3 dw 112x112x96 s2", 112, 112, 96, 2),
+    ("block 4 3x3 dw 28x28x192", 28, 28, 192, 1),
+]
+
+
+def depthwise_rows(quick: bool) -> list[dict]:
+    from ascend_emu.cube import depthwise_conv2d
+
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return []
+    batch = 1 if quick else 8
+    rows = []
+    rng = np.random.default_rng(2)
+    for name, H, W, C, s in MOBILENET_DEPTHWISE:
+        x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
+        w = (rng.standard_normal((3, 3, C, 1)) / 3).astype(np.float16)
+        flops = 2.0 * batch * -(-H // s) * -(-W // s) * C * 9
+        xt = tf.constant(x.astype(np.float32))
+        wt = tf.constant(w.astype(np.float32))
+        t_ours, t_base = side_by_side(lambda: depthwise_conv2d(x, w, strides=(s, s), padding="SAME"),
+                                      lambda: tf.nn.depthwise_conv2d(xt, wt, strides=[1, s, s, 1],
+                                                                     padding="SAME").numpy(),
+                                      rounds=2 if quick else 8, pause=0.25)
+        rows.append(row("cube", f"depthwise N={batch} {name}", _gflops(flops, t_ours), _gflops(flops, t_base),
+                        "TensorFlow float32 DepthwiseConv2dNative (CPU)", "GFLOP/s",
+                        note="SAME padding, fp16 in/out, default CubeModel (one partial 9-tap block per output)"))
+    return rows
+
+
 def run(quick: bool = False) -> list[dict]:
-    return matmul_rows(quick) + conv_rows(quick)
+    return matmul_rows(quick) + conv_rows(quick) + depthwise_rows(quick)

@@ -29,6 +29,7 @@ from llvmlite import ir
 from numba import get_thread_id, literally, njit, prange, types
 from numba.extending import intrinsic
 
+from . import alloc
 from .cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
                    f64_to_f16_bits)
 
@@ -179,7 +180,7 @@ def empty_slabs(shape):
     """An uninitialised float32 array of this shape whose data starts on a 64-byte boundary."""
     # aligned slab rows keep the micro-kernel's 64-byte loads within one cache line (~25% faster)
     n = int(np.prod(shape))
-    raw = np.empty(n + _ALIGN // 4, dtype=np.float32)
+    raw = alloc.empty(n + _ALIGN // 4, np.float32)
     skip = (-raw.ctypes.data % _ALIGN) // 4
     return raw[skip:skip + n].reshape(shape)
 
