@@ -745,3 +745,13 @@ def test_operand_widening_every_pattern(bf16, flush):
             ref = np.where((ref != 0) & (np.abs(ref) < tiny), np.copysign(0.0, ref), ref)
         ref = ref.astype(np.float32)
     assert_same_bits(out.view(np.float32), ref)
+
+
+def test_prefaulted_buffers_are_plain_arrays():
+    from ascend_emu.kernels import alloc
+
+    for shape, dtype in (((3, 1 << 19), np.float32), ((5,), np.uint16), ((2, 0), np.float32), ((1 << 20,), np.uint16)):
+        a = alloc.empty(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    s = kcube.empty_slabs((3, 1000))
+    assert s.shape == (3, 1000) and s.ctypes.data % 64 == 0
