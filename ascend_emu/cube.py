@@ -20,6 +20,7 @@ from .config import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
 from .errors import AscendEmuError
 from .kernels import alloc as _alloc
 from .kernels import cube as _k
+from .numerics import flush_f32_subnormals
 
 # im2col buffers are built in row chunks of at most this many bytes
 _IM2COL_BYTES = 16 << 20
@@ -87,8 +88,7 @@ def _operand_values(x: np.ndarray, pol: _Policy):
     if pol.operand == "float32":
         v = np.array(x, dtype=np.float32, order="C")  # float64 rounds to nearest even
         if pol.subnormal == config.SUBNORMAL_MODES["flush"]:
-            tiny = (v != 0) & (np.abs(v) < np.finfo(np.float32).tiny)
-            v[tiny] = np.copysign(np.float32(0), v[tiny])
+            flush_f32_subnormals(v)
         return v, 0
     target = config.COMPUTE_DTYPES[pol.operand]
     bf16 = pol.operand == "bfloat16"

@@ -62,8 +62,12 @@ def _encode_float(x: float):
     return x
 
 
+# how JSON holds non-finite floats (_encode_float writes them, _decode_float reads them back)
+_NONFINITE = ("nan", "inf", "-inf")
+
+
 def _decode_float(x):
-    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+    if isinstance(x, str) and x in _NONFINITE:
         return float(x)
     return x
 
@@ -530,7 +534,7 @@ def _is_int(v) -> bool:
 
 def _is_stat(v) -> bool:
     """A statistic as the writer stores it: a number, None, or "nan" / "inf" / "-inf"."""
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("nan", "inf", "-inf")
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in _NONFINITE
 
 
 def _check_manifest(path: str, m) -> None:

@@ -284,11 +284,6 @@ class Rewriter:
                 del self._readers[t]
         self._const = {}
 
-    def index_snapshot(self) -> tuple:
-        """(node names by position, readers by tensor as (name, slot) lists): for the tests."""
-        return ([n.name for n in self._nodes], {n: i for n, i in self._pos.items()},
-                sorted(self._by_name), {t: [(r.name, s) for r, s in e] for t, e in self._readers.items()})
-
 
 def _fused_attrs(last: Node, ascend: str, **extra) -> dict:
     attrs = {"T": last.attrs.get("T", "float32"), "_ascend_type": ascend}

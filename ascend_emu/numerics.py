@@ -21,6 +21,13 @@ from .kernels import vector as _kv
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
 
 
+def flush_f32_subnormals(a: np.ndarray) -> np.ndarray:
+    """Replace float32 subnormals in ``a`` (float32, or float64 holding float32 values) by zeros of the
+    same sign, in place; returns ``a``."""
+    a[np.abs(a) < np.finfo(np.float32).tiny] *= 0.0  # x * 0 keeps the sign; NaN and zeros are not selected
+    return a
+
+
 def _as_real_array(x, what: str) -> np.ndarray:
     """``x`` as a numpy array of a real numeric dtype (bool and integers allowed)."""
     try:
@@ -113,7 +120,7 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
         with np.errstate(invalid="ignore"):
             out = flat.astype(np.float64)
         if sc:
-            out[np.abs(out) < np.finfo(np.float32).tiny] *= 0.0  # keeps the sign
+            flush_f32_subnormals(out)
         return out.reshape(shape), 0
     if dst == "float32":  # from float64
         out = _alloc.empty(flat.size, np.uint32)

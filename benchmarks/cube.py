@@ -45,6 +45,12 @@ def matmul_rows(quick: bool) -> list[dict]:
     ]
 
 
+def _conv_row(name, ours_fn, tf_fn, flops, quick, baseline_name, note) -> dict:
+    """One row: ours against TensorFlow, alternating rounds with a pause for the other side's threads."""
+    t_ours, t_base = side_by_side(ours_fn, tf_fn, rounds=2 if quick else 8, pause=0.25)
+    return row("cube", name, _gflops(flops, t_ours), _gflops(flops, t_base), baseline_name, "GFLOP/s", note=note)
+
+
 def conv_rows(quick: bool) -> list[dict]:
     from ascend_emu.cube import conv2d
 
@@ -62,12 +68,9 @@ def conv_rows(quick: bool) -> list[dict]:
         flops = 2.0 * batch * OH * OW * CO * KH * KW * C
         xt = tf.constant(x.astype(np.float32))
         wt = tf.constant(w.astype(np.float32))
-        t_ours, t_base = side_by_side(lambda: conv2d(x, w, strides=(s, s), padding="SAME"),
-                                      lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(),
-                                      rounds=2 if quick else 8, pause=0.25)
-        ours, base = _gflops(flops, t_ours), _gflops(flops, t_base)
-        rows.append(row("cube", f"conv2d N={batch} {name}", ours, base, "TensorFlow float32 Conv2D (CPU)",
-                        "GFLOP/s", note="SAME padding, fp16 in/out, default CubeModel"))
+        rows.append(_conv_row(f"conv2d N={batch} {name}", lambda: conv2d(x, w, strides=(s, s), padding="SAME"),
+                              lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(), flops, quick,
+                              "TensorFlow float32 Conv2D (CPU)", "SAME padding, fp16 in/out, default CubeModel"))
     return rows
 
 
@@ -94,13 +97,11 @@ def depthwise_rows(quick: bool) -> list[dict]:
         flops = 2.0 * batch * -(-H // s) * -(-W // s) * C * 9
         xt = tf.constant(x.astype(np.float32))
         wt = tf.constant(w.astype(np.float32))
-        t_ours, t_base = side_by_side(lambda: depthwise_conv2d(x, w, strides=(s, s), padding="SAME"),
-                                      lambda: tf.nn.depthwise_conv2d(xt, wt, strides=[1, s, s, 1],
-                                                                     padding="SAME").numpy(),
-                                      rounds=2 if quick else 8, pause=0.25)
-        rows.append(row("cube", f"depthwise N={batch} {name}", _gflops(flops, t_ours), _gflops(flops, t_base),
-                        "TensorFlow float32 DepthwiseConv2dNative (CPU)", "GFLOP/s",
-                        note="SAME padding, fp16 in/out, default CubeModel (one partial 9-tap block per output)"))
+        rows.append(_conv_row(f"depthwise N={batch} {name}",
+                              lambda: depthwise_conv2d(x, w, strides=(s, s), padding="SAME"),
+                              lambda: tf.nn.depthwise_conv2d(xt, wt, strides=[1, s, s, 1], padding="SAME").numpy(),
+                              flops, quick, "TensorFlow float32 DepthwiseConv2dNative (CPU)",
+                              "SAME padding, fp16 in/out, default CubeModel (one partial 9-tap block per output)"))
     return rows
 
 

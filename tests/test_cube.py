@@ -239,6 +239,28 @@ def test_large_product_sampled_against_oracle(M, K, N):
         assert np.float32(ref).view(np.uint32) == out[i, j].view(np.uint32), (i, j)
 
 
+def fast_kernel(a, b, bias, bias_rows=False, fma=False, mc=kcube.MC, aligned=True):
+    """(out, slab width) of kcube.matmul_tree16 on (1, M, Kp) @ (1, Kp, N) float32 stacks; aligned=False
+    packs B into a plain np.empty (the kernel must not rely on alignment)."""
+    M, N = a.shape[1], b.shape[2]
+    shape = kcube.slab_shape(1, N, b.shape[1])
+    Bp = kcube.empty_slabs(shape) if aligned else np.empty(shape, np.float32)
+    kcube.pack_b(b, Bp)
+    tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
+    out = np.empty((1, M, N), np.float32)
+    z = np.zeros(1, np.int64)
+    kcube.matmul_tree16(a, Bp, bias, bias_rows, z, z, out, tiles, fma, mc)
+    return out, Bp.shape[4]
+
+
+def generic_kernel(a, b, bias, bias_rows, K):
+    """kcube.matmul_blocked under the default model (tree of 16), the reference for the fast kernel."""
+    out = np.empty((1, a.shape[1], b.shape[2]), np.float32)
+    z = np.zeros(1, np.int64)
+    kcube.matmul_blocked(a, b, bias, bias_rows, z, z, out, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
+    return out
+
+
 def test_fast_kernel_equals_generic_kernel_on_large_inputs():
     """The blocked tree16 kernel and the generic block-step kernel agree bit for bit at scale."""
     rng = np.random.default_rng(4)
@@ -248,17 +270,10 @@ def test_fast_kernel_equals_generic_kernel_on_large_inputs():
     b = b.astype(np.float16).astype(np.float32)
     A, B = np.ascontiguousarray(a[None]), np.ascontiguousarray(b[None])  # the fast kernel's layout
     bias = rng.standard_normal(N).astype(np.float32)
-    z = np.zeros(1, np.int64)
-    fast = np.empty((1, M, N), np.float32)
-    slow = np.empty((1, M, N), np.float32)
     for bias_rows in (False, True):
         b2 = bias[None, :M] if bias_rows else bias[None]
-        Bp = np.empty(kcube.slab_shape(1, N, K), np.float32)
-        kcube.pack_b(B, Bp)
-        tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
-        kcube.matmul_tree16(A, Bp, b2, bias_rows, z, z, fast, tiles)
-        kcube.matmul_blocked(A, B, b2, bias_rows, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
-        assert_same_bits(fast, slow)
+        fast, _ = fast_kernel(A, B, b2, bias_rows, aligned=False)
+        assert_same_bits(fast, generic_kernel(A, B, b2, bias_rows, K))
 
 
 @pytest.mark.parametrize("fma", [False, True])
@@ -266,8 +281,6 @@ def test_fast_kernel_every_slab_width_and_column_tail(fma):
     """Every slab width of the micro-kernel and every column tail (N mod 32) agree with the generic kernel."""
     rng = np.random.default_rng(5)
     widths = set()
-    z = np.zeros(1, np.int64)
-    tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
     for M, K, N in [(3, 16, 1), (4, 40, 31), (5, 33, 33), (2, 20, 64), (7, 48, 65), (1, 17, 128), (6, 32, 129),
                     (3, 64, 256), (9, 16, 257), (4, 50, 511), (5, 31, 513), (3, 16, 1100)]:
         kp = -(-K // 16) * 16
@@ -276,14 +289,9 @@ def test_fast_kernel_every_slab_width_and_column_tail(fma):
         a[0, :, :K] = fp16_values(rng, (M, K), "wide")
         b[0, :K] = fp16_values(rng, (K, N), "wide")
         bias = rng.standard_normal((1, N)).astype(np.float32)
-        Bp = kcube.empty_slabs(kcube.slab_shape(1, N, kp))
-        widths.add(Bp.shape[4])
-        kcube.pack_b(b, Bp)
-        fast = np.empty((1, M, N), np.float32)
-        slow = np.empty((1, M, N), np.float32)
-        kcube.matmul_tree16(a, Bp, bias, False, z, z, fast, tiles, fma)
-        kcube.matmul_blocked(a, b, bias, False, z, z, slow, K, 16, kcube.TREE, 3, kcube.NORM_TRUNCATE)
-        assert_same_bits(fast, slow)
+        fast, width = fast_kernel(a, b, bias, fma=fma)
+        widths.add(width)
+        assert_same_bits(fast, generic_kernel(a, b, bias, False, K))
     assert widths == set(kcube.SLABS)
 
 
@@ -294,20 +302,12 @@ def test_fast_kernel_bits_do_not_depend_on_the_row_blocking():
     a = np.ascontiguousarray(fp16_values(rng, (1, M, K), "wide").astype(np.float32))
     b = fp16_values(rng, (1, K, N), "wide").astype(np.float32)
     bias = rng.standard_normal((1, M)).astype(np.float32)
-    z = np.zeros(1, np.int64)
-    tiles = kcube.empty_slabs((numba.config.NUMBA_NUM_THREADS, kcube.TILE))
-    Bp = kcube.empty_slabs(kcube.slab_shape(1, N, K))
-    kcube.pack_b(b, Bp)
-    outs = []
-    for mc in (1, 2, 7, 19, kcube.MC):
-        out = np.empty((1, M, N), np.float32)
-        kcube.matmul_tree16(a, Bp, bias, True, z, z, out, tiles, True, mc)
-        outs.append(out)
+    outs = [fast_kernel(a, b, bias, True, True, mc)[0] for mc in (1, 2, 7, 19, kcube.MC)]
     for out in outs[1:]:
         assert_same_bits(out, outs[0])
     assert kcube.row_block(392, 1, 2) == 98 and kcube.row_block(4096, 1, 2) == kcube.MC
     with pytest.raises(ValueError, match="mc"):
-        kcube.matmul_tree16(a, Bp, bias, True, z, z, outs[0], tiles, True, kcube.MC + 1)
+        fast_kernel(a, b, bias, True, True, kcube.MC + 1)
 
 
 # ---------------------------------------------------------------- other block models

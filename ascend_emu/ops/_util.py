@@ -25,7 +25,7 @@ def finish(ctx, y) -> np.ndarray:
     finite, or that overflows the compute dtype, raises status 0x20 (a compute
     overflow of this op, not a separate conversion), then ``overflow_mode`` applies.
     """
-    from ..numerics import cast
+    from ..numerics import cast, flush_f32_subnormals
 
     y = np.asarray(y)
     if ctx.dtype == np.float32:
@@ -38,9 +38,7 @@ def finish(ctx, y) -> np.ndarray:
                 fmax = np.finfo(np.float32).max
                 out = np.where(np.isnan(out), np.float32(0), np.clip(out, -fmax, fmax)).astype(np.float32)
         if ctx.subnormals == "flush":  # as every other float32 result under flush: subnormals -> signed zero
-            tiny = (out != 0) & (np.abs(out) < np.finfo(np.float32).tiny)
-            if tiny.any():
-                out = np.where(tiny, np.copysign(np.float32(0), out), out).astype(np.float32)
+            flush_f32_subnormals(out)
         return out
     if y.dtype not in (np.float32, np.float64):
         y = y.astype(np.float64)
