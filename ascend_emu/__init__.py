@@ -1,39 +1,47 @@
 """ascend-emu: emulate the numerics of Huawei's Ascend NPU on a CPU.
 
 The public API is imported lazily so that comparison and reporting never pull in
-TensorFlow or compile kernels they do not use.
+TensorFlow or compile kernels they do not use. The package is layered (ARCHITECTURE.md):
+``numerics`` and ``graph`` at the bottom, then ``ops`` and ``analysis``, ``frontend``
+(TensorFlow), ``npu`` (the emulated device), ``tools`` and ``cli`` on top.
 """
 from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from . import _compat
+
+from .version import __version__  # noqa: F401
 
 _API = {
     # numerics core
-    "cast": "ascend_emu.numerics",
-    "vector": "ascend_emu.numerics",
-    "reduce": "ascend_emu.numerics",
-    "VECTOR_OPS": "ascend_emu.numerics",
-    "matmul": "ascend_emu.cube",
-    "batch_matmul": "ascend_emu.cube",
-    "conv2d": "ascend_emu.cube",
-    "depthwise_conv2d": "ascend_emu.cube",
-    "CubeModel": "ascend_emu.config",
-    "FloatStatus": "ascend_emu.status",
-    "decode_status": "ascend_emu.status",
-    "FixedLossScaleManager": "ascend_emu.loss_scale",
-    "ExponentialUpdateLossScaleManager": "ascend_emu.loss_scale",
+    "cast": "ascend_emu.numerics.vector",
+    "vector": "ascend_emu.numerics.vector",
+    "reduce": "ascend_emu.numerics.vector",
+    "VECTOR_OPS": "ascend_emu.numerics.vector",
+    "matmul": "ascend_emu.numerics.cube",
+    "batch_matmul": "ascend_emu.numerics.cube",
+    "conv2d": "ascend_emu.numerics.cube",
+    "depthwise_conv2d": "ascend_emu.numerics.cube",
+    "CubeModel": "ascend_emu.numerics.policy",
+    "NumericsPolicy": "ascend_emu.numerics.policy",
+    "FloatStatus": "ascend_emu.numerics.status",
+    "decode_status": "ascend_emu.numerics.status",
+    "FixedLossScaleManager": "ascend_emu.npu.loss_scale",
+    "ExponentialUpdateLossScaleManager": "ascend_emu.npu.loss_scale",
     "AscendEmuError": "ascend_emu.errors",
     # graphs
-    "load_graph": "ascend_emu.loader",
-    "reference": "ascend_emu.tf_reference",
-    "Device": "ascend_emu.device",
+    "load_graph": "ascend_emu.frontend.loader",
+    "reference": "ascend_emu.frontend.reference",
+    "Device": "ascend_emu.npu.device",
     # dumps and analysis
-    "load_dump": "ascend_emu.dump",
-    "compare": "ascend_emu.comparison",
-    "overflow_report": "ascend_emu.overflow",
-    "write_report": "ascend_emu.report",
+    "load_dump": "ascend_emu.analysis.dump",
+    "op_selector": "ascend_emu.analysis.dump",
+    "compare": "ascend_emu.analysis.compare",
+    "overflow_report": "ascend_emu.analysis.overflow",
+    "write_report": "ascend_emu.analysis.report",
+    # jobs
+    "fusion_bisect": "ascend_emu.tools.bisect",
 }
 
 __all__ = sorted(_API) + ["__version__"]
@@ -50,3 +58,6 @@ def __getattr__(name):
 
 def __dir__():
     return __all__
+
+
+_compat.install()

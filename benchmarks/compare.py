@@ -18,7 +18,7 @@ _CHILD = r"""
 import json, os, sys, time
 import numpy as np
 which, npu, bench, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-from ascend_emu.comparison import compare
+from ascend_emu.analysis.compare import compare
 
 def baseline():
     # plain numpy: load both files of every pair fully, cosine in float64
@@ -65,7 +65,7 @@ def _shapes(total_elements: int, n: int, seed: int = 0) -> list[int]:
 def build(tmp: str, total_elements: int, n: int) -> tuple[str, str, int, int]:
     """Write the NPU (fp16) and bench (fp32) dumps; returns their paths, the tensor bytes and
     the largest pair's bytes."""
-    from ascend_emu.dump import DumpWriter
+    from ascend_emu.analysis.dump import DumpWriter
 
     rng = np.random.default_rng(1)
     npu_dir, bench_dir = os.path.join(tmp, "npu"), os.path.join(tmp, "bench")

@@ -24,7 +24,7 @@ def _gflops(flops: float, seconds: float) -> float:
 
 
 def matmul_rows(quick: bool) -> list[dict]:
-    from ascend_emu.cube import matmul
+    from ascend_emu.numerics.cube import matmul
 
     n = 512 if quick else 1024
     rng = np.random.default_rng(0)
@@ -52,7 +52,7 @@ def _conv_row(name, ours_fn, tf_fn, flops, quick, baseline_name, note) -> dict:
 
 
 def conv_rows(quick: bool) -> list[dict]:
-    from ascend_emu.cube import conv2d
+    from ascend_emu.numerics.cube import conv2d
 
     try:
         import tensorflow as tf
@@ -82,7 +82,7 @@ MOBILENET_DEPTHWISE = [
 
 
 def depthwise_rows(quick: bool) -> list[dict]:
-    from ascend_emu.cube import depthwise_conv2d
+    from ascend_emu.numerics.cube import depthwise_conv2d
 
     try:
         import tensorflow as tf

@@ -6,10 +6,10 @@ an unbiased exponent ``e``, shifted right to the target's quantum, and rounded b
 the remainder, so even float64 sources are rounded once. :func:`narrow_bits` does it
 for any source (float64 casts); :func:`f32bits_narrow` is its branch-free twin for
 float32 sources and 16-bit targets, the hot path that vectorises. Codes are those of
-``ascend_emu.config``: rounding rint=0 round=1 floor=2 ceil=3 trunc=4 odd=5,
+``kernels/codes.py``: rounding rint=0 round=1 floor=2 ceil=3 trunc=4 odd=5,
 overflow inf_nan=0 saturation=1, subnormals keep=0 flush=1.
 
-Status bits returned (``ascend_emu.config.STATUS_BITS``): 0x100 when a finite input
+Status bits returned (``kernels/codes.py``): 0x100 when a finite input
 overflows the target format, 0x20 when the input is Inf or NaN, 0 otherwise.
 16-bit floats travel as ``uint16`` bit patterns (Numba has no float16 on CPU).
 """
@@ -24,17 +24,9 @@ from llvmlite import ir as _ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-# Mirrors of ascend_emu.config codes (kernels take no policy objects).
-RINT, ROUND, FLOOR, CEIL, TRUNC, ODD = 0, 1, 2, 3, 4, 5
-INF_NAN, SATURATION = 0, 1
-KEEP, FLUSH = 0, 1
-ST_FP_OVERFLOW = 0x20
-ST_CONVERSION_OVERFLOW = 0x100
-
-# (mantissa bits, bias, exponent bits) of the 16-bit targets
-F16_MT, F16_BIAS, F16_EB = 10, 15, 5
-BF16_MT, BF16_BIAS, BF16_EB = 7, 127, 8
-F32_MT, F32_BIAS, F32_EB = 23, 127, 8
+from .codes import (BF16_BIAS, BF16_EB, BF16_MT, CEIL, F16_BIAS, F16_EB, F16_MT, F32_BIAS, F32_EB,  # noqa: F401
+                    F32_MT, FLOOR, FLUSH, INF_NAN, KEEP, ODD, RINT, ROUND, SATURATION, ST_CONVERSION_OVERFLOW,
+                    ST_FP_OVERFLOW, TRUNC)
 
 _CHUNK = 1 << 16
 

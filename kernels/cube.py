@@ -3,7 +3,7 @@
 An output element is ``acc = bias[j]`` (L0C initialised with the bias, +0 without one)
 followed by one accumulation step per K-block of ``block_size`` products
 ``p_k = fl32(a[i, k] * b[k, j])`` (exact for fp16 operands), in k order. The step is
-chosen by the block model (codes mirror ``ascend_emu.config.BLOCK_SUMS`` / ``NORMALIZE``):
+chosen by the block model (codes mirror ``ascend_emu.numerics.policy.BLOCK_SUMS`` / ``NORMALIZE``):
 
 - TREE: the block's products, padded with +0 to the next power of two, are summed by a
   balanced binary tree of fp32 RNE adders (level by level, adjacent pairs), then
@@ -33,13 +33,8 @@ from . import alloc
 from .cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
                    f64_to_f16_bits)
 
-# Mirrors of ascend_emu.config (kernels take no policy objects); a test checks they agree.
-TREE, SEQUENTIAL, ALIGNED = 0, 1, 2  # index in config.BLOCK_SUMS
-NORM_RNE, NORM_TRUNCATE = 0, 1  # index in config.NORMALIZE
-INF_NAN, SATURATION = 0, 1
-RINT = 0
-ST_CUBE_OVERFLOW = 0x400
-FLT_MAX = np.float32(3.4028234663852886e38)
+from .codes import (ALIGNED, FLT_MAX, INF_NAN, NORM_RNE, NORM_TRUNCATE, RINT, SATURATION,  # noqa: F401
+                    SEQUENTIAL, ST_CUBE_OVERFLOW, TREE)
 
 # Work item of the tree16 kernel: MC output rows x NC output columns, accumulated in the thread's
 # tile (aligned to 64 bytes) laid out so a 2-row x 32-column block's four 16-lane vectors are
@@ -446,7 +441,7 @@ def matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, block_size, block_sum,
 @njit(cache=True, parallel=True)
 def im2col(xp, koff, sh, sw, OH, OW, r0, out):
     """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0."""
-    # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.cube._k_offsets
+    # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.numerics.cube._k_offsets
     rows, Kp = out.shape
     K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)

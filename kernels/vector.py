@@ -6,7 +6,7 @@ which. Each element is decoded exactly to float32, the op is evaluated in float3
 to the 16-bit format, which is still correct because float32 carries at least
 2p + 2 bits, see NUMERICS.md section 2) or in float64 (transcendentals, the
 ``high_precision`` model), and rounded to nearest-even with the overflow and
-subnormal codes of ``ascend_emu.config``. The float32 compute dtype uses float32
+subnormal codes of ``kernels/codes.py``. The float32 compute dtype uses float32
 arithmetic for the basic ops and float64-then-round for transcendentals.
 
 Kernels return the OR of the conversion statuses of their results; any non-zero
@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .codes import FLT_MAX
 from .cast import (BF16_BIAS, BF16_EB, BF16_MT, F16_BIAS, F16_EB, F16_MT, FLUSH, RINT, SATURATION,
                    bits16_to_f32, f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
 
@@ -37,7 +38,7 @@ _CHUNK = 1 << 15
 _SQRT_HALF = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
 _F32_TINY = np.float32(1.1754943508222875e-38)
-_F32_MAX = np.float32(3.4028234663852886e38)
+_F32_MAX = FLT_MAX
 
 
 @njit(cache=True, error_model="numpy")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import OVERFLOW_MODES, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW, bfloat16
+from ..numerics.policy import OVERFLOW_MODES, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW, bfloat16
 
 FLOAT_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
 
@@ -25,7 +25,7 @@ def finish(ctx, y) -> np.ndarray:
     finite, or that overflows the compute dtype, raises status 0x20 (a compute
     overflow of this op, not a separate conversion), then ``overflow_mode`` applies.
     """
-    from ..numerics import cast, flush_f32_subnormals
+    from ..numerics.vector import cast, flush_f32_subnormals
 
     y = np.asarray(y)
     if ctx.dtype == np.float32:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import bfloat16
+from ..numerics.policy import bfloat16
 from ._util import as_int_list, is_float
 from .registry import HOST, MOVE, register
 
@@ -173,7 +173,7 @@ def range_(start, limit, delta, *, ctx, Tidx="int32"):
 @register("Cast", kind=MOVE)
 def cast_op(x, *, ctx, DstT="float32", Truncate=False):
     """TF Cast: float<->float goes through the vector unit's rint cast; to ints it truncates like TF."""
-    from ..numerics import cast as vcast
+    from ..numerics.vector import cast as vcast
 
     dst = _np_dtype(DstT)
     x = np.asarray(x)

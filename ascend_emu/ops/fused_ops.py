@@ -1,4 +1,4 @@
-"""Fused ops: what the fusion rules (:mod:`ascend_emu.fusion_rules`) put in place of a pattern.
+"""Fused ops: what the fusion rules (:mod:`ascend_emu.npu.fusion.rules`) put in place of a pattern.
 
 Registered under private op types (a leading underscore: they never occur in a TF graph).
 Their numerics are those of the fused CANN operator (NUMERICS.md section 6): the

@@ -19,7 +19,7 @@ _INT_FUNCS = {
 
 def vec(ctx, op, *xs, **attrs):
     """Run vector op ``op`` on ``xs`` in ``ctx``'s compute dtype (or exactly, for integers)."""
-    from ..numerics import vector
+    from ..numerics.vector import vector
 
     if all(is_float(x) for x in xs if not (op == "select" and x is xs[0])):
         y, st = vector(op, *xs, dtype=ctx.dtype_name, overflow_mode=ctx.overflow_mode,
@@ -130,7 +130,7 @@ def _reduce(name, tf_type):
         if not is_float(x):
             fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}[name]
             return np.asarray(fn(x, axis=axes, keepdims=bool(keep_dims))).astype(x.dtype)
-        from ..numerics import reduce
+        from ..numerics.vector import reduce
 
         y, st = reduce(name, x, axis=axes, keepdims=bool(keep_dims), dtype=ctx.dtype_name,
                        # the fp16-accumulator option concerns fp16 reductions only

@@ -24,14 +24,14 @@ def _record(ctx, res):
 
 @register("MatMul", kind=CUBE)
 def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None):
-    from ..cube import matmul
+    from ..numerics.cube import matmul
 
     return _record(ctx, matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b), **_cube_kw(ctx, bias)))
 
 
 @register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE)
 def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None):
-    from ..cube import batch_matmul
+    from ..numerics.cube import batch_matmul
 
     return _record(ctx, batch_matmul(a, b, adj_x=bool(adj_x), adj_y=bool(adj_y), **_cube_kw(ctx, bias)))
 
@@ -56,7 +56,7 @@ def _padding(padding, explicit_paddings):
 @register("Conv2D", kind=CUBE)
 def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
               explicit_paddings=(), data_format="NHWC", bias=None):
-    from ..cube import conv2d
+    from ..numerics.cube import conv2d
 
     _nhwc(data_format)
     return _record(ctx, conv2d(x, w, strides=_hw(strides), padding=_padding(padding, explicit_paddings),
@@ -66,7 +66,7 @@ def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1,
 @register("DepthwiseConv2dNative", kind=CUBE)
 def depthwise_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
                  explicit_paddings=(), data_format="NHWC", bias=None):
-    from ..cube import depthwise_conv2d
+    from ..numerics.cube import depthwise_conv2d
 
     _nhwc(data_format)
     return _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=_padding(padding, explicit_paddings),
@@ -103,7 +103,7 @@ def einsum(*xs, ctx, equation, bias=None):
     ``bias`` (fused by MatMulBiasAddFusionPass) indexes the output's last label, which must
     come from the second operand; it is added in the fp32 accumulator (L0C).
     """
-    from ..cube import batch_matmul
+    from ..numerics.cube import batch_matmul
 
     if len(xs) != 2:
         raise NotImplementedError(f"Einsum with {len(xs)} operands")

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import DEFAULT_CUBE_MODEL, CubeModel, compute_dtype
+from ..numerics.policy import DEFAULT_CUBE_MODEL, CubeModel, compute_dtype
 from ..errors import AscendEmuError
 
 #: op kinds, which decide the engine and the precision rule
@@ -44,6 +44,13 @@ class OpContext:
     def __post_init__(self):
         self.dtype = compute_dtype(self.dtype)
         self.cube_out = compute_dtype(self.cube_out) if self.cube_out is not None else self.dtype
+
+    @classmethod
+    def from_policy(cls, policy, dtype="float32", cube_out=None) -> "OpContext":
+        """The context of one op on a device with :class:`~ascend_emu.numerics.policy.NumericsPolicy` ``policy``."""
+        return cls(dtype=dtype, cube_out=cube_out, overflow_mode=policy.overflow_mode,
+                   subnormals=policy.subnormals, cube_model=policy.cube_model, impl_mode=policy.impl_mode,
+                   reduce_accumulate=policy.reduce_accumulate)
 
     @property
     def dtype_name(self) -> str:

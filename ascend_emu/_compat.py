@@ -1,0 +1,67 @@
+"""Deprecated module names of the flat layout (before 0.2), kept importable.
+
+``import ascend_emu.device`` (and the other old module names) still works: a meta-path
+finder maps it to the module's new home in the layered package, with a
+DeprecationWarning that names the new path. New code imports the new paths.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+#: old module -> new module
+MOVED = {
+    "ascend_emu.config": "ascend_emu.numerics.policy",
+    "ascend_emu.cube": "ascend_emu.numerics.cube",
+    "ascend_emu.status": "ascend_emu.numerics.status",
+    "ascend_emu.interpreter": "ascend_emu.graph.interpreter",
+    "ascend_emu.loader": "ascend_emu.frontend.loader",
+    "ascend_emu.inputs": "ascend_emu.frontend.inputs",
+    "ascend_emu.models": "ascend_emu.frontend.models",
+    "ascend_emu.tf_reference": "ascend_emu.frontend.reference",
+    "ascend_emu.device": "ascend_emu.npu.device",
+    "ascend_emu.precision": "ascend_emu.npu.precision",
+    "ascend_emu.aicpu": "ascend_emu.npu.aicpu",
+    "ascend_emu.loss_scale": "ascend_emu.npu.loss_scale",
+    "ascend_emu.fusion": "ascend_emu.npu.fusion",
+    "ascend_emu.fusion_rules": "ascend_emu.npu.fusion.rules",
+    "ascend_emu.dump": "ascend_emu.analysis.dump",
+    "ascend_emu.comparison": "ascend_emu.analysis.compare",
+    "ascend_emu.overflow": "ascend_emu.analysis.overflow",
+    "ascend_emu.report": "ascend_emu.analysis.report",
+    "ascend_emu.bisect": "ascend_emu.tools.bisect",
+    "ascend_emu.demo": "ascend_emu.tools.demo",
+}
+# (ascend_emu.numerics and ascend_emu.graph are packages now; they re-export what the old modules held.)
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self):
+        self._specs = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in MOVED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        new = MOVED[spec.name]
+        warnings.warn(f"{spec.name} is deprecated; import {new}", DeprecationWarning, stacklevel=3)
+        module = importlib.import_module(new)
+        self._specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # the import system stamped the alias's spec on the real module: give it its own back
+        module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)
+
+
+_FINDER = _Alias()
+
+
+def install() -> None:
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)

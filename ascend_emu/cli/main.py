@@ -1,0 +1,277 @@
+"""ascend-emu command line: a thin shell over the public API, one call per subcommand."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from ..errors import AscendEmuError
+
+EPILOG = """examples:
+  ascend-emu demo                                   # the whole workflow on the bundled model
+  ascend-emu reference model.keras --dump bench/
+  ascend-emu replay model.keras --precision-mode allow_mix_precision --dump npu/
+  ascend-emu compare npu/ bench/ --cosine 0.98 --limit 10 --csv compare.csv
+  ascend-emu overflow npu/
+  ascend-emu report npu/ bench/ -o report.html
+  ascend-emu fusion-bisect model.keras --precision-mode force_fp16
+"""
+
+
+def _model_args(p, dump=True):
+    p.add_argument("model", help="a .keras file, SavedModel directory, or frozen GraphDef (.pb/.pbtxt)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz",
+                   help="model input (repeatable); default: seeded N(0,1) random inputs of the signature's shapes")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="shape for an input whose signature leaves dimensions unknown")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--signature", default=None, help="SavedModel signature (default serving_default)")
+    if not dump:
+        return
+    p.add_argument("--dump", required=False, metavar="DIR", help="write the dump to DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dump in DIR")
+    p.add_argument("--stats-only", action="store_true", help="dump statistics only, no tensors (large models)")
+    p.add_argument("--select", metavar="REGEX", help="save tensors only of ops whose name matches REGEX")
+    p.add_argument("--select-type", action="append", default=[], metavar="OPTYPE",
+                   help="save tensors only of ops of this TF type (repeatable)")
+
+
+def _device_args(p, fusion=True):
+    from ..npu.precision import PRECISION_MODES
+
+    p.add_argument("--precision-mode", default="force_fp16", choices=PRECISION_MODES,
+                   help="CANN precision_mode (default force_fp16, the TF adapter's inference default)")
+    p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
+                   help="default: the SoC's (Ascend910 saturation, Ascend910B inf_nan)")
+    p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
+    p.add_argument("--soc", default="Ascend910", choices=("Ascend910", "Ascend910B"))
+    if fusion:
+        p.add_argument("--fusion-switch", metavar="FILE",
+                       help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
+        p.add_argument("--fusion-off", action="store_true",
+                       help="turn every fusion pass off (precision_tool's fusion-off)")
+    p.add_argument("--no-aicpu-fallback", action="store_true",
+                   help="fail on ops without an AI Core kernel instead of running them through TensorFlow")
+    p.add_argument("--subnormals", choices=("keep", "flush"), default="keep")
+    p.add_argument("--impl-mode", choices=("high_precision", "high_performance"), default="high_precision")
+    p.add_argument("--reduce-accumulate", choices=("float32", "float16"), default="float32")
+    p.add_argument("--cube-block-size", type=int, default=None, help="cube model: terms per block (default 16)")
+    p.add_argument("--cube-block-sum", choices=("tree", "sequential", "aligned"), default=None)
+    p.add_argument("--cube-extra-bits", type=int, default=None)
+    p.add_argument("--cube-normalize", choices=("rne", "truncate"), default=None)
+    p.add_argument("--cube-conv-k-order", choices=("hwc", "c1hwc0"), default=None,
+                   help="cube model: K order of Conv2D (default hwc = TF's (kh, kw, cin); c1hwc0 = NC1HWC0's)")
+
+
+def _device(a):
+    from ..npu.device import Device
+    from ..numerics.policy import CubeModel
+
+    cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
+                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
+                            "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
+    fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
+    return Device(a.precision_mode, overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
+                  cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,
+                  reduce_accumulate=a.reduce_accumulate, fusion_switch=fusion,
+                  aicpu_fallback=not a.no_aicpu_fallback)
+
+
+def _select(a):
+    from ..analysis.dump import op_selector
+
+    return op_selector(a.select, a.select_type)
+
+
+def _shapes(a):
+    return a.shape or None
+
+
+def cmd_replay(a):
+    res = _device(a).replay(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
+                            overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a),
+                            progress=not a.quiet, keep_tensors=False)
+    print(res.format_summary(), flush=True)
+    return 0
+
+
+def cmd_reference(a):
+    from ..frontend.reference import reference
+
+    res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
+                    overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)
+    s = res.summary
+    print(f"reference: {s['ops']} ops in TensorFlow {s.get('tensorflow', '')} float32 on the CPU")
+    for engine, per in s["per_engine_dtype"].items():
+        print(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
+    print(f"ops with inf/nan outputs: {s['nonfinite_ops']}"
+          + (f" (first: {s['first_nonfinite']})" if s.get("first_nonfinite") else ""))
+    line = f"time: {s.get('seconds', 0):.2f} s"
+    if res.dump:
+        from ..analysis.dump import dump_bytes, fmt_bytes
+
+        line += f"; dump: {res.dump} ({fmt_bytes(dump_bytes(res.dump))})"
+    print(line)
+    return 0
+
+
+def cmd_compare(a):
+    from ..analysis.compare import compare
+
+    cmp = compare(a.npu_dir, a.bench_dir)
+    if a.csv:
+        cmp.to_csv(a.csv)
+        print(f"wrote {a.csv}")
+    print(cmp.summary_text())
+    first = cmp.first_divergent()
+    if first is not None:
+        print(first.format_text())
+    if a.cosine is not None or a.limit is not None:
+        rows = cmp.worst(cosine=a.cosine if a.cosine is not None else 0.98,
+                         limit=a.limit if a.limit is not None else 10)
+        print(cmp.format_table(rows))
+    return 0
+
+
+def cmd_overflow(a):
+    import json
+
+    from ..analysis.overflow import overflow_report
+
+    rep = overflow_report(a.dump)
+    print(rep.format_text())
+    if a.json:
+        from ..fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(rep.to_json(), indent=1))
+        print(f"wrote {a.json}")
+    return 0
+
+
+def cmd_report(a):
+    from ..analysis.report import write_report
+
+    path = write_report(a.npu_dir, a.bench_dir, a.output)
+    print(f"report: {os.path.abspath(path)}")
+    return 0
+
+
+def cmd_bisect(a):
+    from ..tools.bisect import fusion_bisect
+
+    res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
+                        shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
+                        keep_dumps=a.keep_dumps, progress=not a.quiet)
+    print(res.format_text())
+    return 0
+
+
+def _device_kwargs(a):
+    d = _device(a)
+    return {"device": d}
+
+
+def cmd_demo(a):
+    from ..tools.demo import run_demo
+
+    run_demo(a.out, overwrite=True, progress=not a.quiet)
+    return 0
+
+
+def cmd_ops(a):
+    from ..ops import OPS
+
+    kinds = {}
+    for t, d in sorted(OPS.items()):
+        kinds.setdefault("fused (made by fusion rules)" if t.startswith("_") else d.kind, []).append(t)
+    for k, ts in kinds.items():
+        print(f"{k}: {', '.join(ts)}")
+    print("other op types run through TensorFlow on the emulated AI CPU (engine AICPU)")
+    return 0
+
+
+def cmd_rules(a):
+    from ..npu.fusion import RULES
+
+    for r in RULES.values():
+        print(f"{r.name} ({r.kind})\n  pattern:  {r.pattern}\n  numerics: {r.numerics}")
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="ascend-emu", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Emulate Ascend NPU numerics on a CPU: replay TensorFlow graphs, "
+                                            "dump every op, compare with float32, find the op that goes wrong.",
+                                epilog=EPILOG)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def add(name, fn, help, example):
+        sp = sub.add_parser(name, help=help, description=help, epilog="example:\n  " + example,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.set_defaults(fn=fn)
+        sp.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+        return sp
+
+    sp = add("replay", cmd_replay, "replay a model op by op on the emulated NPU and dump every op",
+             "ascend-emu replay model.keras --precision-mode allow_mix_precision --dump npu/")
+    _model_args(sp)
+    _device_args(sp)
+    sp = add("reference", cmd_reference, "run the model in TensorFlow float32 and dump every op (the benchmark)",
+             "ascend-emu reference model.keras --dump bench/")
+    _model_args(sp)
+    sp = add("compare", cmd_compare, "compare an NPU dump with a benchmark dump, op by op",
+             "ascend-emu compare npu/ bench/ --cosine 0.98 --limit 10 --csv compare.csv")
+    sp.add_argument("npu_dir")
+    sp.add_argument("bench_dir")
+    sp.add_argument("--csv", metavar="FILE", help="write every row in msprobe's column order")
+    sp.add_argument("--cosine", type=float, default=None, help="list ops with any output cosine <= C")
+    sp.add_argument("--limit", type=int, default=None, help="at most N ops in that list (default 10)")
+    sp = add("overflow", cmd_overflow, "list overflowing ops, the first one, and a normal/abnormal verdict",
+             "ascend-emu overflow npu/ --json overflow.json")
+    sp.add_argument("dump")
+    sp.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    sp = add("report", cmd_report, "write a self-contained HTML report with plots",
+             "ascend-emu report npu/ bench/ -o report.html")
+    sp.add_argument("npu_dir")
+    sp.add_argument("bench_dir")
+    sp.add_argument("-o", "--output", default="report.html")
+    sp = add("fusion-bisect", cmd_bisect, "find the fusion rules that cost accuracy, by bisection",
+             "ascend-emu fusion-bisect model.keras --precision-mode force_fp16")
+    _model_args(sp, dump=False)
+    _device_args(sp, fusion=False)
+    sp.add_argument("--metric", default="cosine", choices=("cosine", "max_rel_err", "max_abs_err", "rmse"))
+    sp.add_argument("--threshold", type=float, default=None,
+                    help="how much the metric may differ between all-on and all-off before a rule is blamed")
+    sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each configuration's dump under DIR")
+    sp = add("demo", cmd_demo, "the whole workflow on the bundled model: reference, replay, compare, overflow, report",
+             "ascend-emu demo --out demo-output")
+    sp.add_argument("--out", default="demo-output", help="output directory (default demo-output)")
+    add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")
+    add("rules", cmd_rules, "list the fusion rules and their numerics", "ascend-emu rules")
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not getattr(a, "fn", None):
+        parser.print_help()
+        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.formatwarning = lambda msg, cat, *rest: f"ascend-emu: warning: {msg}\n"
+        try:
+            return a.fn(a)
+        except AscendEmuError as e:
+            print(f"ascend-emu: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("ascend-emu: interrupted", file=sys.stderr)
+            return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

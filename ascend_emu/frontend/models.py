@@ -1,0 +1,256 @@
+"""Seeded Keras models for tests, benchmarks and the demo. Nothing is downloaded.
+
+Every builder seeds Keras (``keras.utils.set_random_seed``) and numpy
+(``np.random.default_rng(seed)``) so the same seed gives the same weights, bit
+for bit. Batch-normalisation statistics are randomised (they are zero/one
+after construction, which would make batch norm an identity): moving mean
+N(0, 0.1^2), moving variance U(0.5, 2), gamma U(0.5, 1.5), beta N(0, 0.1^2).
+
+Building a model costs seconds (ResNet50 several), so builders return a cached
+instance per argument set; pass ``fresh=True`` for a new, unshared one. Do not
+modify a cached model.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tf import import_tf
+
+_CACHE: dict = {}
+
+MODELS = ("resnet50", "mobilenet_v2", "transformer_encoder", "demo_model",
+          "planted_overflow_model", "float32_overflow_model")
+
+
+def _keras(seed: int):
+    import_tf()
+    import keras
+    # fresh name counters: layer and op names (which name every dumped tensor) then do not depend on
+    # what else this process built before
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    return keras
+
+
+def _cached(key, build, fresh: bool):
+    if fresh:
+        return build()
+    if key not in _CACHE:
+        _CACHE[key] = build()
+    return _CACHE[key]
+
+
+def randomize_batchnorm(model, rng: np.random.Generator) -> None:
+    """Give every BatchNormalization layer non-trivial, seeded statistics (module docstring)."""
+    import keras
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            n = int(layer.moving_mean.shape[0])
+            f32 = np.float32
+            layer.moving_mean.assign(rng.normal(0.0, 0.1, n).astype(f32))
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, n).astype(f32))
+            if layer.gamma is not None:
+                layer.gamma.assign(rng.uniform(0.5, 1.5, n).astype(f32))
+            if layer.beta is not None:
+                layer.beta.assign(rng.normal(0.0, 0.1, n).astype(f32))
+
+
+def resnet50(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False):
+    """keras.applications ResNet50 (1000 classes, softmax), random weights, random BN statistics.
+
+    Parameters
+    ----------
+    input_shape : tuple
+        (height, width, channels); at least 32x32. The batch dimension is left
+        unknown (None).
+    seed : int
+        Seeds the weights and the batch-norm statistics.
+    fresh : bool
+        Build a new model instead of returning the cached one.
+    """
+    def build():
+        keras = _keras(seed)
+        # name the input: Keras' automatic names depend on what was built before
+        image = keras.Input(tuple(input_shape), name="image")
+        app = keras.applications.ResNet50(weights=None, input_tensor=image)
+        # re-wrap so the model takes a plain tensor (input_tensor= makes its input a list)
+        m = keras.Model(image, app.output, name="resnet50")
+        randomize_batchnorm(m, np.random.default_rng(seed))
+        return m
+    return _cached(("resnet50", tuple(input_shape), seed), build, fresh)
+
+
+def mobilenet_v2(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False):
+    """keras.applications MobileNetV2 (alpha 1.0, 1000 classes), random weights and BN statistics.
+
+    Exercises DepthwiseConv2dNative, Relu6 and the inverted-residual adds. See
+    :func:`resnet50` for the parameters.
+    """
+    def build():
+        keras = _keras(seed)
+        # name the input: Keras' automatic names depend on what was built before
+        image = keras.Input(tuple(input_shape), name="image")
+        app = keras.applications.MobileNetV2(weights=None, input_tensor=image)
+        # re-wrap so the model takes a plain tensor (input_tensor= makes its input a list)
+        m = keras.Model(image, app.output, name="mobilenet_v2")
+        randomize_batchnorm(m, np.random.default_rng(seed))
+        return m
+    return _cached(("mobilenet_v2", tuple(input_shape), seed), build, fresh)
+
+
+def transformer_encoder(seq_len: int = 16, d_model: int = 64, num_heads: int = 4, ff_dim: int = 128,
+                        seed: int = 0, *, fresh: bool = False):
+    """One post-norm Transformer encoder block (Keras functional).
+
+    ``x -> MultiHeadAttention(x, x) -> x + attn -> LayerNormalization -> Dense(ff_dim, gelu exact,
+    i.e. via Erf) -> Dense(d_model) -> residual add -> LayerNormalization``. Input
+    ``tokens`` of shape (batch, seq_len, d_model), batch unknown. The attention
+    projections are Einsum ops, the attention scores a Softmax.
+    """
+    def build():
+        keras = _keras(seed)
+        L = keras.layers
+        x = keras.Input((seq_len, d_model), name="tokens")
+        attn = L.MultiHeadAttention(num_heads=num_heads, key_dim=d_model // num_heads,
+                                    name="attention")(x, x)
+        h = L.LayerNormalization(epsilon=1e-6, name="norm1")(L.Add(name="residual1")([x, attn]))
+        f = L.Dense(ff_dim, activation="gelu", name="ffn1")(h)  # keras gelu: approximate=False
+        f = L.Dense(d_model, name="ffn2")(f)
+        out = L.LayerNormalization(epsilon=1e-6, name="norm2")(L.Add(name="residual2")([h, f]))
+        return keras.Model(x, out, name="transformer_encoder")
+    return _cached(("transformer_encoder", seq_len, d_model, num_heads, ff_dim, seed), build, fresh)
+
+
+def demo_model(seed: int = 0, *, fresh: bool = False):
+    """A small CNN that replays in seconds and shows both fp16 failure modes.
+
+    ``image (batch, 32, 32, 3) -> Conv2D(16, 3x3, relu) -> Conv2D(16, 3x3, stride 2, relu)
+    -> GlobalAveragePooling2D -> Dense(64, "wide") -> LayerNormalization -> Dense(10, "logits")
+    -> Softmax``.
+
+    - Overflow: the kernel columns 0-3 of ``wide`` are |N(0, 1)| * 8e4 (clipped to
+      6e4, so the weights themselves are fp16-representable and only the matmul
+      overflows): those outputs exceed 65504, the fp16 maximum, while float32 holds them;
+      the LayerNormalization brings the values back to O(1), so only an fp16
+      matmul changes the result (inf/NaN in inf_nan mode, saturation to 65504
+      otherwise).
+    - Accuracy loss: the ``logits`` bias is 300, so the logits are 300 +- a few;
+      fp16 spaces numbers there 0.25 apart, and the softmax turns that rounding
+      of the logits (up to 0.125) into relative errors of up to ~13% in the
+      probabilities, while float32 is exact to 1e-5.
+    """
+    def build():
+        keras = _keras(seed)
+        rng = np.random.default_rng(seed)
+        L = keras.layers
+        x = keras.Input((32, 32, 3), name="image")
+        h = L.Conv2D(16, 3, padding="same", activation="relu", name="conv1")(x)
+        h = L.Conv2D(16, 3, strides=2, padding="same", activation="relu", name="conv2")(h)
+        h = L.GlobalAveragePooling2D(name="pool")(h)
+        wide = L.Dense(64, name="wide")
+        h = wide(h)
+        h = L.LayerNormalization(name="norm")(h)
+        logits = L.Dense(10, name="logits")
+        h = logits(h)
+        out = L.Softmax(name="probabilities")(h)
+        m = keras.Model(x, out, name="demo_model")
+        k = rng.normal(0.0, 1.0, (16, 64)).astype(np.float32)
+        k[:, :4] = np.minimum(np.abs(k[:, :4]) * 8e4, 6e4)
+        # fp16-exact weights: the cast of the weights is exact, the matmul is what overflows
+        wide.kernel.assign(k.astype(np.float16).astype(np.float32))
+        logits.kernel.assign(rng.normal(0.0, 0.15, (64, 10)).astype(np.float32))
+        logits.bias.assign(np.full(10, 300.0, np.float32))
+        return m
+    return _cached(("demo_model", seed), build, fresh)
+
+
+def planted_overflow_model(seed: int = 0, *, fresh: bool = False):
+    """An MLP with one matmul planted to overflow fp16 but not float32.
+
+    ``features (batch, 64) -> Dense(32, relu, "dense_in") -> Dense(32, "planted_overflow")
+    -> LayerNormalization -> Dense(4, "head")``. The ``planted_overflow``
+    kernel is |N(0, 1)| * 2e4 clipped to 6e4 (every weight fp16-representable, so
+    no weight cast overflows; all positive, so the relu inputs add up): its MatMul outputs are ~1e5 for
+    N(0, 1) inputs: above 65504 (fp16 overflow), far below float32's limit. The
+    LayerNormalization returns the values to O(1). It is the only op that
+    overflows in fp16 (the other matmuls stay below 100).
+    """
+    def build():
+        keras = _keras(seed)
+        rng = np.random.default_rng(seed)
+        L = keras.layers
+        x = keras.Input((64,), name="features")
+        h = L.Dense(32, activation="relu", name="dense_in")(x)
+        planted = L.Dense(32, name="planted_overflow")
+        h = planted(h)
+        h = L.LayerNormalization(name="norm")(h)
+        out = L.Dense(4, name="head")(h)
+        m = keras.Model(x, out, name="planted_overflow_model")
+        k = np.minimum(np.abs(rng.normal(0.0, 1.0, (32, 32))) * 2e4, 6e4)
+        # fp16-exact weights: their cast to fp16 is exact, so the matmul is the first op to go wrong
+        planted.kernel.assign(k.astype(np.float16).astype(np.float32))
+        return m
+    return _cached(("planted_overflow_model", seed), build, fresh)
+
+
+def float32_overflow_model(seed: int = 0, *, fresh: bool = False):
+    """An MLP that overflows even in float32.
+
+    ``features (batch, 16) -> Dense(16, "huge1") -> Dense(16, "huge2")``, both
+    kernels N(0, 1) scaled by 1e30: ``huge1`` gives ~1e30 (overflows fp16, fine
+    in float32 and bfloat16), ``huge2`` ~1e60, which is inf in float32 too, so
+    the float32 reference itself overflows there.
+    """
+    def build():
+        keras = _keras(seed)
+        rng = np.random.default_rng(seed)
+        L = keras.layers
+        x = keras.Input((16,), name="features")
+        d1, d2 = L.Dense(16, name="huge1"), L.Dense(16, name="huge2")
+        out = d2(d1(x))
+        m = keras.Model(x, out, name="float32_overflow_model")
+        d1.kernel.assign((rng.normal(0.0, 1.0, (16, 16)) * 1e30).astype(np.float32))
+        d2.kernel.assign((rng.normal(0.0, 1.0, (16, 16)) * 1e30).astype(np.float32))
+        return m
+    return _cached(("float32_overflow_model", seed), build, fresh)
+
+
+#: the model formats :func:`save_all_formats` produces (and load_graph accepts)
+FORMATS = ("keras", "keras_file", "saved_model", "pb", "pbtxt", "tf_function", "concrete_function")
+
+
+def save_all_formats(model, directory) -> dict:
+    """Save a Keras model in every format :func:`ascend_emu.frontend.loader.load_graph` reads.
+
+    Returns a dict format -> what to pass to ``load_graph``: ``"keras"`` the
+    model itself; ``"keras_file"`` ``directory/model.keras`` (``model.save``);
+    ``"saved_model"`` ``directory/saved_model`` (``model.export``);
+    ``"pb"``/``"pbtxt"`` ``directory/frozen.pb``/``.pbtxt``, frozen the usual
+    way (``convert_variables_to_constants_v2`` on a tf.function of
+    ``model(x, training=False)``, written with ``tf.io.write_graph``);
+    ``"tf_function"`` that tf.function (with an input_signature) and
+    ``"concrete_function"`` its ConcreteFunction.
+    """
+    import os
+    tf = import_tf()
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    out = {"keras": model}
+    out["keras_file"] = os.path.join(directory, "model.keras")
+    model.save(out["keras_file"])
+    out["saved_model"] = os.path.join(directory, "saved_model")
+    model.export(out["saved_model"], verbose=False)
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=f"input_{i}") for i, t in enumerate(model.inputs)]
+    single = len(specs) == 1
+    fn = tf.function(lambda *xs: model(xs[0] if single else list(xs), training=False),
+                     input_signature=specs)
+    cf = fn.get_concrete_function()
+    gd = convert_variables_to_constants_v2(cf).graph.as_graph_def()
+    tf.io.write_graph(gd, directory, "frozen.pb", as_text=False)
+    tf.io.write_graph(gd, directory, "frozen.pbtxt", as_text=True)
+    out["pb"] = os.path.join(directory, "frozen.pb")
+    out["pbtxt"] = os.path.join(directory, "frozen.pbtxt")
+    out["tf_function"] = fn
+    out["concrete_function"] = cf
+    return out

@@ -1,0 +1,191 @@
+"""The benchmark: run the loaded graph in TensorFlow on the CPU and dump every op.
+
+The cleaned GraphDef of :func:`ascend_emu.frontend.loader.load_graph` is imported into a
+``tf.compat.v1`` Session with Grappler switched off, so TensorFlow executes
+exactly the nodes the emulator replays, one kernel per node, in the model's own
+dtypes (float32 for float32 models). Every output of every node is fetched in
+one run and written with :class:`ascend_emu.analysis.dump.DumpWriter` as a ``"bench"``
+dump whose op names are the graph's node names, so the emulator's dump of the
+same graph aligns op for op.
+
+Engines in the dump: ``HOST`` for ``Const`` and ``Placeholder`` (nothing is
+computed; the interpreter records them the same way), ``TF`` for every other op.
+The compute dtype of an op is the dtype of its first output.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..analysis.dump import check_dump_dir
+from ..errors import AscendEmuError
+from ..graph.core import Graph, split_tensor_name, tensor_name
+
+#: op types recorded with engine HOST (no computation)
+HOST_OPS = frozenset({"Const", "Placeholder"})
+
+
+@dataclass
+class ReferenceResult:
+    """What :func:`reference` returns.
+
+    Attributes
+    ----------
+    graph : Graph
+        The graph that ran.
+    inputs : dict
+        Placeholder name -> the array fed.
+    outputs : dict
+        The model's output tensor names (``graph.outputs``) -> arrays.
+    tensors : dict
+        Every tensor of the run, ``"node:index"`` -> array.
+    dump : str or None
+        The dump directory, if one was written.
+    summary : dict
+        Op counts per engine and dtype, non-finite ops, TensorFlow version, seconds.
+    """
+
+    graph: Graph
+    inputs: dict
+    outputs: dict
+    tensors: dict = field(repr=False)
+    dump: str | None = None
+    summary: dict = field(default_factory=dict)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Output ``"node:i"`` (or ``"node"`` for output 0) of the run."""
+        key = tensor_name(name)
+        try:
+            return self.tensors[key]
+        except KeyError:
+            node, idx = split_tensor_name(key)
+            raise KeyError(f"no tensor {key!r} in the reference run (node {node!r} "
+                           f"{'does not exist' if not any(k.startswith(node + ':') for k in self.tensors) else f'has no output {idx}'})") from None
+
+    @property
+    def output_list(self) -> list[np.ndarray]:
+        """The outputs in ``graph.outputs`` order."""
+        return [self.outputs[t] for t in self.graph.outputs]
+
+
+def run_graph(graph: Graph, feeds: dict, fetches: list[str]) -> list[np.ndarray]:
+    """Run ``graph.graph_def`` in TensorFlow on the CPU (no Grappler), feeding placeholders by name."""
+    from .tf import first_line, import_tf, session_config
+    tf = import_tf()
+    if not graph.graph_def:
+        raise AscendEmuError(f"graph {graph.name!r} carries no GraphDef; build it with load_graph")
+    gd = tf.compat.v1.GraphDef.FromString(graph.graph_def)
+    tfg = tf.Graph()
+    try:
+        with tfg.as_default():
+            tf.compat.v1.import_graph_def(gd, name="")
+    except Exception as e:
+        raise AscendEmuError(f"TensorFlow cannot import graph {graph.name!r}: {first_line(e)}") from None
+    with tf.compat.v1.Session(graph=tfg, config=session_config()) as sess:
+        try:
+            return sess.run(fetches, {f"{k}:0": v for k, v in feeds.items()})
+        except Exception as e:
+            raise AscendEmuError(f"TensorFlow failed to run graph {graph.name!r}: {first_line(e)}") from None
+
+
+def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
+              overwrite: bool = False, stats_only: bool = False, select=None,
+              progress: bool = True) -> ReferenceResult:
+    """Run ``model`` in TensorFlow (float32 for float32 models) on the CPU; optionally dump every op.
+
+    Parameters
+    ----------
+    model : Keras model, path, tf.function, ConcreteFunction or Graph
+        Anything :func:`ascend_emu.frontend.loader.load_graph` accepts.
+    inputs : None, dict, array, list
+        As :func:`ascend_emu.frontend.inputs.make_inputs`: ``None`` for seeded random inputs.
+    dump_dir : str or os.PathLike, optional
+        Write a ``"bench"`` dump here. Refused if it exists and is not empty,
+        unless ``overwrite``.
+    signature : str, optional
+        SavedModel signature (default ``"serving_default"``).
+    shapes : dict or list of str, optional
+        Shapes for inputs whose signature leaves dimensions unknown.
+    seed : int
+        Seed of random inputs.
+    overwrite, stats_only, select
+        Passed to :class:`ascend_emu.analysis.dump.DumpWriter`: replace an existing dump;
+        statistics only; ``select(name, tf_type) -> bool`` chooses which ops get
+        tensor files.
+    progress : bool
+        Show a progress bar (stderr) while the dump is written.
+
+    Returns
+    -------
+    ReferenceResult
+    """
+    from .inputs import make_inputs
+    from .loader import load_graph
+    from .tf import import_tf
+
+    if dump_dir is not None:
+        check_dump_dir(dump_dir, overwrite)   # refuse before spending time on the run
+    graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
+                                                              input_shapes=shapes)
+    feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+    t0 = time.perf_counter()
+    fetches = [t for node in graph.nodes for t in node.outputs()]
+    values = run_graph(graph, feeds, fetches)
+    tensors = {t: np.asarray(v) for t, v in zip(fetches, values)}
+    seconds_run = time.perf_counter() - t0
+
+    counts: dict = {}
+    nonfinite = []
+    records = []
+    for node in graph.nodes:
+        outs = [tensors[t] for t in node.outputs()]
+        engine = "HOST" if node.op in HOST_OPS else "TF"
+        dtype = outs[0].dtype.name if outs else ""
+        counts.setdefault(engine, {}).setdefault(dtype or "-", 0)
+        counts[engine][dtype or "-"] += 1
+        if any(o.dtype.kind == "f" and o.size and not np.isfinite(o).all() for o in outs):
+            nonfinite.append(node.name)
+        records.append((node, engine, dtype, outs))
+    tf = import_tf()
+    summary = {"ops": len(graph.nodes), "per_engine_dtype": counts,
+               "nonfinite_ops": len(nonfinite), "first_nonfinite": nonfinite[0] if nonfinite else None,
+               "outputs": list(graph.outputs), "tensorflow": tf.__version__}
+
+    if dump_dir is not None:
+        _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite,
+                    stats_only=stats_only, select=select, progress=progress)
+    summary = dict(summary, seconds=round(time.perf_counter() - t0, 3), seconds_run=round(seconds_run, 3))
+    outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
+    return ReferenceResult(graph, feeds, outputs, tensors,
+                           dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
+
+
+def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress):
+    from ..analysis.dump import DumpWriter
+    from .inputs import inputs_sha256
+    from ..ops.ascend_types import ascend_type
+
+    config = {"framework": "tensorflow", "tensorflow_version": summary["tensorflow"], "device": "CPU",
+              "dtype": "original (float32 for float32 models)", "grappler": "off"}
+    model = {"name": graph.name, "fingerprint": graph.fingerprint}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(records), desc="reference dump", unit="op", leave=False, dynamic_ncols=True)
+    try:
+        with DumpWriter(dump_dir, kind="bench", config=config, model=model,
+                        inputs_sha256=inputs_sha256(feeds), overwrite=overwrite,
+                        stats_only=stats_only, select=select) as w:
+            for node, engine, dtype, outs in records:
+                atype = "Data" if node.op == "Placeholder" else ascend_type(node.op)
+                w.add_op(node.name, node.op, atype, engine, dtype or None,
+                         [tensor_name(r) for r in node.inputs], outs, 0, attrs=node.attrs)
+                if bar is not None:
+                    bar.update(1)
+            w.finish(summary)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,49 @@
+"""A small graph interpreter: an environment of tensors and one loop over nodes.
+
+It knows nothing of numerics: ``eval_node(node, inputs) -> tuple of outputs`` does the
+work (the device decides dtypes and casts; the ops compute). Hooks see every node.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from .core import Node, tensor_name
+
+
+def interpret(nodes: Iterable[Node], env: dict, eval_node: Callable, *, stop_at: str | None = None,
+              on_node: Callable | None = None, release: dict | None = None,
+              on_release: Callable | None = None) -> dict:
+    """Evaluate ``nodes`` in order, reading inputs from and writing outputs to ``env``.
+
+    ``release`` maps a tensor name to the index of the last node that reads it; when
+    given, tensors are dropped from ``env`` after their last use (to bound memory) and
+    ``on_release(tensor_name)`` is called for each.
+    """
+    for i, node in enumerate(nodes):
+        args = [env[tensor_name(ref)] for ref in node.inputs]
+        outs = eval_node(node, args)
+        for name, value in zip(node.outputs(), outs):
+            env[name] = value
+        if on_node is not None:
+            on_node(node, args, outs)
+        if release is not None:
+            for ref in node.inputs:
+                t = tensor_name(ref)
+                if release.get(t) == i and t in env:
+                    del env[t]
+                    if on_release is not None:
+                        on_release(t)
+        if stop_at is not None and node.name == stop_at:
+            break
+    return env
+
+
+def last_uses(nodes: list[Node], keep: Iterable[str] = ()) -> dict:
+    """tensor name -> index of the last node that reads it (``keep`` tensors never released)."""
+    last = {}
+    for i, node in enumerate(nodes):
+        for ref in node.inputs:
+            last[tensor_name(ref)] = i
+    for k in keep:
+        last.pop(tensor_name(k), None)
+    return last

@@ -1,0 +1,489 @@
+"""The cube unit: matmul, batch matmul, conv2d and depthwise conv2d with Ascend numerics.
+
+Operands are rounded to the operand dtype (fp16 by default, round-to-nearest-even as a
+Cast would), multiplied exactly, accumulated in fp32 in K-blocks as ``CubeModel`` says,
+starting from the bias (L0C initialised with it) or +0, and the fp32 accumulator is
+converted to the output dtype by the Fixpipe stage. Every function returns
+``(array, status)`` where ``status`` holds the AI Core status bits raised (0x100
+conversion overflow, 0x20 Inf/NaN met by a conversion, 0x400 accumulator not finite).
+See NUMERICS.md section 3 for the model and what is known versus assumed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from . import policy as config
+from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
+from ..errors import AscendEmuError
+from ..kernels import alloc as _alloc
+from ..kernels import cube as _k
+from .vector import flush_f32_subnormals
+
+# im2col buffers are built in row chunks of at most this many bytes
+_IM2COL_BYTES = 16 << 20
+# The kernels vectorise over output columns; with fewer columns than this and more rows they
+# compute C^T = B^T A^T instead (the same products summed in the same k order: the same bits).
+# Below _FEW_COLS columns the transposition of A costs more than the short column loops.
+_MIN_COLS = 256
+_FEW_COLS = 8
+
+
+def _transposed(M: int, N: int) -> bool:
+    return _FEW_COLS <= N < _MIN_COLS and M > N
+
+
+@dataclass(frozen=True)
+class _Policy:
+    operand: str
+    out: str
+    overflow: int
+    subnormal: int
+    model: CubeModel
+
+    @property
+    def fast(self) -> bool:
+        return self.model.block_sum == "tree" and self.model.block_size == 16
+
+    @property
+    def exact_products(self) -> bool:
+        # fp16 x fp16 has 22 significant bits and |ab| in [2**-48, 2**32): exact and finite in fp32,
+        # so the fast kernel may fuse the tree's first level into FMAs (same bits); bf16 products
+        # can overflow or underflow fp32 and fp32 products round, so those keep the plain tree
+        return self.operand == "float16"
+
+
+def _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model) -> _Policy:
+    operand = config.dtype_name(config.compute_dtype(operand_dtype))
+    out = config.dtype_name(config.compute_dtype(out_dtype))
+    if model is None:
+        model = DEFAULT_CUBE_MODEL
+    if not isinstance(model, CubeModel):
+        raise AscendEmuError(f"model must be an ascend_emu.CubeModel or None, got {type(model).__name__}")
+    if model.block_sum == "aligned":
+        # the exact block sum lives in an int64: (block_size + 1) terms of 24 + extra_bits bits
+        need = 24 + model.extra_bits + int(model.block_size + 1).bit_length()
+        if need > 62:
+            raise AscendEmuError(
+                f"CubeModel(block_sum='aligned', block_size={model.block_size}, extra_bits={model.extra_bits}) "
+                f"needs a {need}-bit exact sum; lower block_size or extra_bits so that "
+                f"24 + extra_bits + bit_length(block_size + 1) <= 62")
+    return _Policy(operand, out, config.overflow_code(overflow_mode), config.subnormal_code(subnormals), model)
+
+
+def _numeric(x, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise AscendEmuError(f"{what} is not a numeric array ({e}); pass a float array") from None
+    if arr.dtype.kind not in "fiub" and arr.dtype != config.bfloat16:
+        raise AscendEmuError(f"{what} has dtype {arr.dtype}, not a real number type; pass a float array")
+    return arr
+
+
+def _operand_values(x: np.ndarray, pol: _Policy):
+    """(float32 array of x rounded to the operand dtype, status) -- the values the cube multiplies."""
+    if pol.operand == "float32":
+        v = np.array(x, dtype=np.float32, order="C")  # float64 rounds to nearest even
+        if pol.subnormal == config.SUBNORMAL_MODES["flush"]:
+            flush_f32_subnormals(v)
+        return v, 0
+    target = config.COMPUTE_DTYPES[pol.operand]
+    bf16 = pol.operand == "bfloat16"
+    out = _alloc.empty(x.shape, np.float32)
+    status = 0
+    if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
+        bits = np.ascontiguousarray(x).view(np.uint16)
+        _k.widen_operands(bits.reshape(-1), out.reshape(-1).view(np.uint32), bf16,
+                          pol.subnormal == config.SUBNORMAL_MODES["flush"])
+    elif x.dtype == np.float32:
+        status = _k.round_f32_operands(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), bf16, pol.overflow,
+                                       pol.subnormal)
+    else:  # float64, the other 16-bit float, integers: exact in float64, then one rounding
+        status = _k.round_f64_operands(np.ascontiguousarray(x, dtype=np.float64).reshape(-1), out.reshape(-1), bf16,
+                                       pol.overflow, pol.subnormal)
+    return out, int(status)
+
+
+def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:
+    """v with zeros appended along axis up to length kp (the partial last block's +0 products)."""
+    k = v.shape[axis]
+    if k == kp:
+        return np.ascontiguousarray(v)
+    shape = list(v.shape)
+    shape[axis] = kp
+    out = np.zeros(shape, dtype=np.float32)
+    idx = [slice(None)] * v.ndim
+    idx[axis] = slice(0, k)
+    out[tuple(idx)] = v
+    return out
+
+
+def _bias_vector(bias, n: int, out_shape) -> np.ndarray:
+    """The bias as a (1, n) float32 row (the kernels take one row, or one row per batch)."""
+    if bias is None:
+        return np.zeros((1, n), dtype=np.float32)  # L0C starts from +0
+    b = _numeric(bias, "bias")
+    if b.shape != (n,):
+        raise AscendEmuError(f"bias has shape {b.shape}, expected ({n},) for an output of shape {tuple(out_shape)}")
+    return np.array(b, dtype=np.float32, order="C").reshape(1, n)
+
+
+def _kp(k: int) -> int:
+    return -(-k // 16) * 16
+
+
+def _tiles() -> np.ndarray:
+    """The fast kernel's accumulator tiles, one per Numba thread (allocated by the caller: a tile
+    malloc'ed per work item inside the parallel loop ran up to 2x slower, depending on malloc's state)."""
+    return _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
+
+
+def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
+    """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
+    m = pol.model
+    if pol.fast:
+        Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
+        _k.pack_b(B, Bp)
+        mc = _k.row_block(out.shape[1], out.shape[0] * Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products, mc)
+    else:
+        _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
+                          m.extra_bits, NORMALIZE.index(m.normalize))
+
+
+def _finish(acc: np.ndarray, pol: _Policy):
+    """Fixpipe: fp32 accumulator -> output dtype; returns (array, status)."""
+    sat = pol.overflow == config.OVERFLOW_MODES["saturation"]
+    if pol.out == "float32":
+        st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
+        return acc, int(st)
+    bits = _alloc.empty(acc.shape, np.uint16)
+    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal)
+    return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
+
+
+def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape):
+    """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status)."""
+    _, M, K = a3.shape
+    N = b3.shape[2]
+    kp = _kp(K)
+    av, sa = _operand_values(a3, pol)
+    bv, sb = _operand_values(b3, pol)
+    biasv = _bias_vector(bias, N, out_shape)
+    ia = np.ascontiguousarray(ia, dtype=np.int64)
+    ib = np.ascontiguousarray(ib, dtype=np.int64)
+    if _transposed(M, N):
+        accT = _alloc.empty((len(ia), N, M), np.float32)
+        _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
+                    True, accT, K, pol)
+        acc = np.ascontiguousarray(accT.transpose(0, 2, 1))
+    else:
+        acc = _alloc.empty((len(ia), M, N), np.float32)
+        _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sa | sb | sf
+
+
+_KW_DOC = """
+    bias : array_like of shape (N,), optional
+        fp32 bias; L0C is initialised with it before the K accumulation (+0 without one).
+    operand_dtype : {"float16", "bfloat16", "float32"}
+        Operands not already of this dtype are rounded to it (nearest even) and that
+        conversion's status is ORed in. "float32" is the plain fp32 cube path (fp32
+        products rounded to fp32, same block order).
+    out_dtype : {"float16", "bfloat16", "float32"}
+        The Fixpipe output dtype; 16-bit outputs are rounded to nearest even.
+    overflow_mode : {"inf_nan", "saturation"}
+        IEEE Inf/NaN, or saturation: a non-finite accumulator becomes +-FLT_MAX (NaN -> 0)
+        and conversions clamp to the largest finite value.
+    subnormals : {"keep", "flush"}
+        "flush" turns subnormal operands and subnormal outputs into signed zeros.
+    model : CubeModel, optional
+        The block accumulation model (default ``CubeModel()``: blocks of 16, adder tree).
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        The result in ``out_dtype`` and the status bits raised (0 when nothing overflowed).
+"""
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype="float16", out_dtype="float16",
+           overflow_mode="inf_nan", subnormals="keep", model=None):
+    """Matrix product on the emulated cube unit (TF MatMul).
+
+    Parameters
+    ----------
+    a, b : array_like, 2-D
+        ``op(a)`` is (M, K) and ``op(b)`` is (K, N), where op transposes when asked.
+    transpose_a, transpose_b : bool
+        Use the transpose of ``a`` / ``b``.
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    a = _numeric(a, "a")
+    b = _numeric(b, "b")
+    if a.ndim != 2 or b.ndim != 2:
+        raise AscendEmuError(f"matmul needs 2-D operands, got a of shape {a.shape} and b of shape {b.shape}; "
+                             "use batch_matmul for stacks of matrices")
+    at = a.T if transpose_a else a
+    bt = b.T if transpose_b else b
+    if at.shape[1] != bt.shape[0]:
+        raise AscendEmuError(f"matmul: inner dimensions differ: a of shape {a.shape} (transpose_a={bool(transpose_a)}) "
+                             f"and b of shape {b.shape} (transpose_b={bool(transpose_b)})")
+    zero = np.zeros(1, dtype=np.int64)
+    return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]))
+
+
+def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float16", out_dtype="float16",
+                 overflow_mode="inf_nan", subnormals="keep", model=None):
+    """Batched matrix product on the emulated cube unit (TF BatchMatMulV2, broadcasting batch dims).
+
+    Parameters
+    ----------
+    a, b : array_like of rank >= 2
+        ``(..., M, K)`` and ``(..., K, N)`` after the optional adjoints; the leading batch
+        dimensions broadcast against each other as in NumPy.
+    adj_x, adj_y : bool
+        Transpose the last two dimensions of ``a`` / ``b`` (real data: adjoint = transpose).
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    a = _numeric(a, "a")
+    b = _numeric(b, "b")
+    if a.ndim < 2 or b.ndim < 2:
+        raise AscendEmuError(f"batch_matmul needs operands of rank >= 2, got a of shape {a.shape} "
+                             f"and b of shape {b.shape}")
+    at = np.swapaxes(a, -1, -2) if adj_x else a
+    bt = np.swapaxes(b, -1, -2) if adj_y else b
+    M, K = at.shape[-2:]
+    K2, N = bt.shape[-2:]
+    if K != K2:
+        raise AscendEmuError(f"batch_matmul: inner dimensions differ: a of shape {a.shape} (adj_x={bool(adj_x)}) "
+                             f"and b of shape {b.shape} (adj_y={bool(adj_y)})")
+    ba, bb = at.shape[:-2], bt.shape[:-2]
+    try:
+        batch = np.broadcast_shapes(ba, bb)
+    except ValueError:
+        raise AscendEmuError(f"batch_matmul: batch dimensions do not broadcast: a of shape {a.shape} "
+                             f"and b of shape {b.shape}") from None
+    ia = np.broadcast_to(np.arange(int(np.prod(ba)), dtype=np.int64).reshape(ba), batch).ravel()
+    ib = np.broadcast_to(np.arange(int(np.prod(bb)), dtype=np.int64).reshape(bb), batch).ravel()
+    return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N))
+
+
+def _hw(value, what: str):
+    """(h, w) from an int, a 2-sequence or TF's 4-element NHWC list [1, h, w, 1]."""
+    try:
+        v = [int(t) for t in np.atleast_1d(np.asarray(value)).ravel()]
+    except (TypeError, ValueError):
+        raise AscendEmuError(f"{what} must be an int, (h, w) or [1, h, w, 1], got {value!r}") from None
+    if len(v) == 1:
+        v = v * 2
+    elif len(v) == 4:
+        if v[0] != 1 or v[3] != 1:
+            raise AscendEmuError(f"{what} {value!r}: batch and channel entries must be 1 (NHWC)")
+        v = v[1:3]
+    if len(v) != 2 or min(v) < 1:
+        raise AscendEmuError(f"{what} must be positive: an int, (h, w) or [1, h, w, 1], got {value!r}")
+    return v[0], v[1]
+
+
+def _pads(padding, H, W, KH, KW, sh, sw, dh, dw):
+    """((top, bottom), (left, right)) for SAME / VALID / explicit padding, as TensorFlow computes them."""
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode == "VALID":
+            return (0, 0), (0, 0)
+        if mode == "SAME":
+            def same(n, k, s, d):
+                total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+                return total // 2, total - total // 2  # the odd pixel goes to the bottom / right
+            return same(H, KH, sh, dh), same(W, KW, sw, dw)
+        raise AscendEmuError(f"unknown padding {padding!r}; choose one of: SAME, VALID, "
+                             "or explicit [[top, bottom], [left, right]]")
+    try:
+        p = np.asarray(padding, dtype=np.int64)
+    except (TypeError, ValueError):
+        p = None
+    if p is not None and p.size == 8:
+        p = p.reshape(4, 2)
+        if p[0].any() or p[3].any():
+            raise AscendEmuError(f"explicit padding {padding!r}: batch and channel pads must be 0 (NHWC)")
+        p = p[1:3]
+    elif p is not None and p.size == 4:
+        p = p.reshape(2, 2)
+    else:
+        p = None
+    if p is None or (p < 0).any():
+        raise AscendEmuError(f"padding {padding!r} must be SAME, VALID or non-negative explicit pads "
+                             "[[top, bottom], [left, right]] (or TF's 4x2 NHWC form)")
+    return (int(p[0, 0]), int(p[0, 1])), (int(p[1, 0]), int(p[1, 1]))
+
+
+def _conv_geometry(op, x, w, strides, padding, dilations):
+    if x.ndim != 4 or w.ndim != 4:
+        raise AscendEmuError(f"{op} needs a 4-D NHWC input and a 4-D filter, got x of shape {x.shape} "
+                             f"and w of shape {w.shape}")
+    if w.shape[2] != x.shape[3]:
+        raise AscendEmuError(f"{op}: filter in-channels differ from input channels: x of shape {x.shape} (NHWC) "
+                             f"and w of shape {w.shape}")
+    sh, sw = _hw(strides, "strides")
+    dh, dw = _hw(dilations, "dilations")
+    _, H, W, _ = x.shape
+    KH, KW = w.shape[:2]
+    (pt, pb), (pl, pr) = _pads(padding, H, W, KH, KW, sh, sw, dh, dw)
+    OH = (H + pt + pb - (KH - 1) * dh - 1) // sh + 1
+    OW = (W + pl + pr - (KW - 1) * dw - 1) // sw + 1
+    if OH <= 0 or OW <= 0 or KH == 0 or KW == 0:
+        raise AscendEmuError(f"{op}: the dilated filter of shape {w.shape} (dilations {(dh, dw)}) does not fit the "
+                             f"padded input of shape {x.shape} (padding {padding!r})")
+    return (sh, sw), (dh, dw), ((pt, pb), (pl, pr)), (OH, OW)
+
+
+def _k_offsets(KH, KW, C, Wp, dh, dw, order: str) -> np.ndarray:
+    """For each K position of the model's order, the flat offset in the padded NHWC input of its
+    (kh, kw, c) term from the output pixel's corner (n, oh*sh, ow*sw, 0)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
+    off = (kh * dh * Wp + kw * dw) * C + c
+    if order == "c1hwc0":  # (cin // 16, kh, kw, cin % 16)
+        off = off.reshape(KH, KW, C // 16, 16).transpose(2, 0, 1, 3)
+    return np.ascontiguousarray(off.reshape(-1), dtype=np.uintp)
+
+
+def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
+    """The (KH, KW, C, Cout) filter as (K, Cout) rows in the same K order as _k_offsets."""
+    KH, KW, C, CO = w.shape
+    if order == "c1hwc0":
+        w = w.reshape(KH, KW, C // 16, 16, CO).transpose(2, 0, 1, 3, 4)
+    return np.ascontiguousarray(w.reshape(KH * KW * C, CO))
+
+
+def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
+           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+    """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
+
+    Each output is one dot product over K = KH*KW*Cin in the order (kh, kw, cin), as an
+    im2col matrix times the filter reshaped to (K, Cout); padded pixels are +0. With
+    ``model=CubeModel(conv_k_order="c1hwc0")`` the order is NC1HWC0's (cin // 16, kh, kw,
+    cin % 16) over channels zero-padded to a multiple of 16.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    w : array_like (KH, KW, Cin, Cout)
+    strides, dilations : int, (h, w) or [1, h, w, 1]
+    padding : "SAME", "VALID", [[top, bottom], [left, right]] or TF's [[0, 0], [t, b], [l, r], [0, 0]]
+        SAME puts the odd padding pixel at the bottom / right, as TensorFlow does.
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x = _numeric(x, "x")
+    w = _numeric(w, "w")
+    (sh, sw), (dh, dw), pads, (OH, OW) = _conv_geometry("conv2d", x, w, strides, padding, dilations)
+    N = x.shape[0]
+    KH, KW, C, CO = w.shape
+    out_shape = (N, OH, OW, CO)
+    xv, sx = _operand_values(x, pol)
+    wv, sw_ = _operand_values(w, pol)
+    biasv = _bias_vector(bias, CO, out_shape)
+    order = pol.model.conv_k_order
+    Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
+    wk = _filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - C), (0, 0))), order)
+    K = KH * KW * Cp
+    kp = _kp(K)
+    R = N * OH * OW
+    acc = _alloc.empty((R, CO), np.float32)
+    zero = np.zeros(1, dtype=np.int64)
+    transposed = _transposed(R, CO)
+    step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
+    chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
+    rows = min(chunk, R)
+    if transposed:
+        WT = _padded(wk.T[None], 2, kp)
+        out_buf = _alloc.empty(CO * rows, np.float32)
+    else:
+        W = _padded(wk[None], 1, kp)
+    if transposed and pol.fast:
+        slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
+        tiles = _tiles()
+    else:
+        cols_buf = _alloc.empty(rows * kp, np.float32)
+    for r0 in range(0, R, chunk):
+        n = min(R, r0 + chunk) - r0
+        if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
+            outT = out_buf[:CO * n].reshape(1, CO, n)
+            if pol.fast:  # built directly in the kernel's packed slab layout
+                Bp = slabs[:, :-(-n // _k.NC)]
+                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
+                mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
+            else:
+                colsT = cols_buf[:kp * n].reshape(1, kp, n)
+                _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])
+                _accumulate(WT, colsT, zero, zero, biasv, True, outT, K, pol)
+            acc[r0:r0 + n] = outT[0].T
+        else:
+            cols = cols_buf[:kp * n].reshape(1, n, kp)
+            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
+            _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sx | sw_ | sf
+
+
+def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
+                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+    """Depthwise 2-D convolution on the emulated cube unit (TF DepthwiseConv2dNative).
+
+    Output channel ``c * multiplier + m`` is the dot product over K = KH*KW taps, in the
+    order (kh, kw), of input channel c with ``w[:, :, c, m]``; same block model as matmul.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    w : array_like (KH, KW, Cin, multiplier)
+    strides, dilations, padding : as :func:`conv2d`.
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x = _numeric(x, "x")
+    w = _numeric(w, "w")
+    (sh, sw), (dh, dw), pads, (OH, OW) = _conv_geometry("depthwise_conv2d", x, w, strides, padding, dilations)
+    N = x.shape[0]
+    KH, KW, C, mult = w.shape
+    out_shape = (N, OH, OW, C * mult)
+    xv, sx = _operand_values(x, pol)
+    wv, sw_ = _operand_values(w, pol)
+    biasv = _bias_vector(bias, C * mult, out_shape)
+    K = KH * KW
+    kp = _kp(K)
+    CM = C * mult
+    R = N * OH * OW
+    if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
+        xp = np.pad(xv, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
+        wf = _padded(wv.reshape(K, CM), 0, kp)
+        acc = _alloc.empty(out_shape, np.float32)
+        _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
+    else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
+        xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+        WT = _padded(wv.reshape(K, CM).T.reshape(CM, 1, K), 2, kp)
+        ia = np.arange(CM, dtype=np.int64)
+        ib = ia // mult
+        bias_t = np.ascontiguousarray(biasv.reshape(CM, 1))
+        acc = _alloc.empty((R, CM), np.float32)
+        chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1) * max(C, 1))) // _k.NC * _k.NC)
+        for r0 in range(0, R, chunk):
+            n = min(R, r0 + chunk) - r0
+            cols = _alloc.empty((C, kp, n), np.float32)
+            _k.dw_im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, cols)
+            outT = _alloc.empty((CM, 1, n), np.float32)
+            _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
+            acc[r0:r0 + n] = outT[:, 0, :].T
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sx | sw_ | sf
+
+
+for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):
+    _f.__doc__ = _f.__doc__.rstrip() + "\n" + _KW_DOC
+del _f

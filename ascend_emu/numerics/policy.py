@@ -1,0 +1,249 @@
+"""All numerics policy in one place.
+
+Rounding modes, overflow modes, subnormal policy, status bits, the float formats, the
+SoC table and the cube (matrix unit) accumulation model; :class:`NumericsPolicy` bundles
+the choices one device makes. Kernels receive these as small integers from
+``kernels/codes.py`` (the one place each code and limit is written); wrappers translate
+and validate the user's strings here. See NUMERICS.md for the source of every behaviour.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import AscendEmuError
+from ..kernels import codes as _codes
+
+# Ascend C RoundMode: CAST_RINT, CAST_ROUND, CAST_FLOOR, CAST_CEIL, CAST_TRUNC, CAST_ODD.
+ROUNDING_MODES = dict(_codes.ROUNDING)
+# aclrtFloatOverflowMode: ACL_RT_OVERFLOW_MODE_SATURATION / ACL_RT_OVERFLOW_MODE_INFNAN.
+OVERFLOW_MODES = dict(_codes.OVERFLOW)
+SUBNORMAL_MODES = dict(_codes.SUBNORMALS)
+# transcendental models of the vector unit (op_select_implmode; NUMERICS.md section 2)
+IMPL_MODES = ("high_precision", "high_performance")
+# accumulator of fp16 reductions (NUMERICS.md section 2)
+REDUCE_ACCUMULATE = ("float32", "float16")
+
+# AI Core overflow status bits, as precision_tool decodes them (ASCEND-FACTS.md section 4).
+STATUS_BITS = {
+    _codes.ST_NEG_MIN_INT: "negation of the most negative integer",
+    _codes.ST_INT_OVERFLOW: "integer overflow",
+    _codes.ST_FP_OVERFLOW: "floating-point compute overflow (Inf/NaN produced or propagated)",
+    _codes.ST_NEG_TO_UNSIGNED: "negative float converted to unsigned",
+    _codes.ST_CONVERSION_OVERFLOW: "FP32->FP16 (or int32->FP16) conversion overflow",
+    _codes.ST_CUBE_OVERFLOW: "cube accumulation overflow",
+}
+STATUS_FP_OVERFLOW = _codes.ST_FP_OVERFLOW
+STATUS_CONVERSION_OVERFLOW = _codes.ST_CONVERSION_OVERFLOW
+STATUS_CUBE_OVERFLOW = _codes.ST_CUBE_OVERFLOW
+
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+#: compute dtypes of the emulated units, by name
+COMPUTE_DTYPES = {"float16": float16, "bfloat16": bfloat16, "float32": float32}
+#: 16-bit formats: (mantissa bits, exponent bias, largest finite value)
+LOW_PRECISION = {
+    "float16": (_codes.F16_MT, _codes.F16_BIAS, _codes.F16_MAX),
+    "bfloat16": (_codes.BF16_MT, _codes.BF16_BIAS, _codes.BF16_MAX),
+}
+#: largest finite value of every float format a dump can hold
+FORMAT_MAX = {
+    "float16": _codes.F16_MAX,
+    "bfloat16": _codes.BF16_MAX,
+    "float32": float(_codes.FLT_MAX),
+    "float64": float(np.finfo(np.float64).max),
+}
+
+
+@dataclass(frozen=True)
+class SoC:
+    """What the emulator knows of one Ascend SoC (ASCEND-FACTS.md sections 4 and 10).
+
+    ``overflow_mode`` is the SoC's default (the 910 saturates only; Atlas A2 defaults to
+    INF_NAN); ``ai_cores`` is CANN platform_config's ``ai_core_cnt``.
+    """
+
+    name: str
+    overflow_mode: str
+    ai_cores: int
+    supports_inf_nan: bool
+    supports_bf16: bool
+
+
+SOCS = {
+    "Ascend910": SoC("Ascend910", "saturation", 32, False, False),
+    "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True),
+}
+
+
+def soc(name: str) -> SoC:
+    """The :class:`SoC` called ``name``; a clear error naming the known ones otherwise."""
+    try:
+        return SOCS[name]
+    except (KeyError, TypeError):
+        raise AscendEmuError(f"unknown soc {name!r}; choose one of: {', '.join(SOCS)}") from None
+
+
+def _choose(kind: str, value, table) -> int:
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise AscendEmuError(f"unknown {kind} {value!r}; choose one of: {', '.join(table)}") from None
+
+
+def rounding_code(rounding: str) -> int:
+    return _choose("rounding mode", rounding, ROUNDING_MODES)
+
+
+def overflow_code(overflow_mode: str) -> int:
+    return _choose("overflow_mode", overflow_mode, OVERFLOW_MODES)
+
+
+def subnormal_code(subnormals: str) -> int:
+    return _choose("subnormals mode", subnormals, SUBNORMAL_MODES)
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name of a float dtype given as a string, numpy dtype or type."""
+    if isinstance(dtype, str):
+        if dtype in COMPUTE_DTYPES or dtype == "float64":
+            return dtype
+        aliases = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
+                   "float": "float32", "fp64": "float64", "double": "float64"}
+        if dtype in aliases:
+            return aliases[dtype]
+        raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32")
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32") from None
+    return name
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """Validate a compute dtype of the emulated units (float16, bfloat16, float32)."""
+    name = dtype_name(dtype)
+    if name not in COMPUTE_DTYPES:
+        raise AscendEmuError(f"unsupported compute dtype {name!r}; choose one of: float16, bfloat16, float32")
+    return COMPUTE_DTYPES[name]
+
+
+BLOCK_SUMS = _codes.BLOCK_SUMS
+NORMALIZE = _codes.NORMALIZE
+CONV_K_ORDERS = ("hwc", "c1hwc0")
+
+
+@dataclass(frozen=True)
+class CubeModel:
+    """How the cube unit accumulates a dot product of fp16/bf16 operands in fp32.
+
+    The order and rounding inside the hardware's 16-term blocks are not published
+    (ASCEND-FACTS.md section 2); this follows the block-FMA models fitted to NVIDIA
+    tensor cores (Fasi et al. 2021; Khattak & Mikaitis). Products ``p_k = fl32(a_k b_k)``
+    are exact for fp16 operands. The accumulator starts at the bias (or +0) and K is
+    split into blocks of ``block_size`` terms, k = 0..K-1 in order; a partial last block
+    is padded with +0 products. NUMERICS.md section 3 has the details.
+
+    block_sum:
+      ``"tree"``       (default) the block's products, padded with +0 to the next power
+                       of two, are summed by a balanced binary tree of fp32 round-to-
+                       nearest-even adders (adjacent pairs, level by level:
+                       ((p0+p1)+(p2+p3)) + ((p4+p5)+(p6+p7)) ...), then the block total
+                       is added to the fp32 accumulator (one more RNE rounding).
+      ``"sequential"`` every product is added to the accumulator in k order, each
+                       addition rounded to fp32 (block_size has no effect).
+      ``"aligned"``    Khattak-Mikaitis block FMA: the accumulator and the block's
+                       products are aligned to the largest exponent ``emax`` among them,
+                       each magnitude is truncated to a multiple of
+                       ``2**(emax - 23 - extra_bits)``, the terms are summed exactly, and the
+                       sum is normalised to fp32 by ``normalize`` (``"truncate"``: toward
+                       zero, or ``"rne"``); an exponent overflow gives Inf under both.
+
+    conv_k_order (Conv2D only; how a convolution's K = KH*KW*Cin terms are ordered):
+      ``"hwc"``        (default) TensorFlow's im2col order (kh, kw, cin), blocks running across
+                       taps when Cin is not a multiple of 16.
+      ``"c1hwc0"``     the NC1HWC0 layout's order (cin // 16, kh, kw, cin % 16), input channels
+                       zero-padded to a multiple of 16 (+0 products): every block is 16 channels
+                       of one tap.
+    """
+
+    block_size: int = 16
+    block_sum: str = "tree"
+    extra_bits: int = 3
+    normalize: str = "truncate"
+    conv_k_order: str = "hwc"
+
+    def __post_init__(self):
+        if not isinstance(self.block_size, (int, np.integer)) or not 1 <= self.block_size <= 1024:
+            raise AscendEmuError(f"CubeModel.block_size must be an integer in 1..1024, got {self.block_size!r}")
+        if self.block_sum not in BLOCK_SUMS:
+            raise AscendEmuError(f"unknown CubeModel.block_sum {self.block_sum!r}; choose one of: {', '.join(BLOCK_SUMS)}")
+        if not isinstance(self.extra_bits, (int, np.integer)) or not 0 <= self.extra_bits <= 30:
+            raise AscendEmuError(f"CubeModel.extra_bits must be an integer in 0..30, got {self.extra_bits!r}")
+        if self.normalize not in NORMALIZE:
+            raise AscendEmuError(f"unknown CubeModel.normalize {self.normalize!r}; choose one of: {', '.join(NORMALIZE)}")
+        if self.conv_k_order not in CONV_K_ORDERS:
+            raise AscendEmuError(f"unknown CubeModel.conv_k_order {self.conv_k_order!r}; "
+                                 f"choose one of: {', '.join(CONV_K_ORDERS)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_CUBE_MODEL = CubeModel()
+
+
+@dataclass(frozen=True)
+class NumericsPolicy:
+    """Every numerics choice of one emulated device, validated once.
+
+    Parameters
+    ----------
+    soc : {"Ascend910", "Ascend910B"}
+    overflow_mode : {"saturation", "inf_nan"} or None
+        None takes the SoC's default (Ascend910: saturation; Ascend910B: inf_nan).
+    subnormals : {"keep", "flush"}
+    impl_mode : {"high_precision", "high_performance"}
+        Transcendental implementation model of the vector unit (NUMERICS.md section 2).
+    reduce_accumulate : {"float32", "float16"}
+        Accumulator of fp16 reductions.
+    cube_model : CubeModel
+        Accumulation model of the cube unit (NUMERICS.md section 3).
+    """
+
+    soc: str = "Ascend910"
+    overflow_mode: str | None = None
+    subnormals: str = "keep"
+    impl_mode: str = "high_precision"
+    reduce_accumulate: str = "float32"
+    cube_model: CubeModel = field(default_factory=CubeModel)
+
+    def __post_init__(self):
+        chip = soc(self.soc)
+        if self.overflow_mode is None:
+            object.__setattr__(self, "overflow_mode", chip.overflow_mode)
+        overflow_code(self.overflow_mode)
+        subnormal_code(self.subnormals)
+        if self.impl_mode not in IMPL_MODES:
+            raise AscendEmuError(f"unknown impl_mode {self.impl_mode!r}; choose one of: {', '.join(IMPL_MODES)}")
+        if self.reduce_accumulate not in REDUCE_ACCUMULATE:
+            raise AscendEmuError(f"unknown reduce_accumulate {self.reduce_accumulate!r}; "
+                                 f"choose one of: {', '.join(REDUCE_ACCUMULATE)}")
+        if self.cube_model is None:
+            object.__setattr__(self, "cube_model", DEFAULT_CUBE_MODEL)
+        if not isinstance(self.cube_model, CubeModel):
+            raise AscendEmuError("cube_model must be an ascend_emu.CubeModel")
+
+    @property
+    def chip(self) -> SoC:
+        return SOCS[self.soc]
+
+    def to_dict(self) -> dict:
+        return {"overflow_mode": self.overflow_mode, "soc": self.soc, "cube_model": self.cube_model.to_dict(),
+                "subnormals": self.subnormals, "impl_mode": self.impl_mode,
+                "reduce_accumulate": self.reduce_accumulate}

@@ -1,0 +1,364 @@
+"""Casts, vector-unit ops and reductions with Ascend rounding, overflow and status.
+
+Thin wrappers: validate arguments, translate policy strings through
+:mod:`ascend_emu.numerics.policy`, allocate outputs and call the Numba kernels in
+``ascend_emu.kernels``. Every function returns ``(array, status)`` where ``status``
+is the OR of the AI Core status bits the call raised (``config.STATUS_BITS``); pass
+it to a :class:`ascend_emu.numerics.status.FloatStatus` to keep a sticky register. The
+behaviours and their sources are in NUMERICS.md sections 1, 2 and 4.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import policy as config
+from ..errors import AscendEmuError
+from ..kernels import alloc as _alloc
+from ..kernels import cast as _kc
+from ..kernels import reduce as _kr
+from ..kernels import vector as _kv
+
+_CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
+
+
+def flush_f32_subnormals(a: np.ndarray) -> np.ndarray:
+    """Replace float32 subnormals in ``a`` (float32, or float64 holding float32 values) by zeros of the
+    same sign, in place; returns ``a``."""
+    a[np.abs(a) < np.finfo(np.float32).tiny] *= 0.0  # x * 0 keeps the sign; NaN and zeros are not selected
+    return a
+
+
+def _as_real_array(x, what: str) -> np.ndarray:
+    """``x`` as a numpy array of a real numeric dtype (bool and integers allowed)."""
+    try:
+        a = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise AscendEmuError(f"{what} must be a real numeric array ({exc})") from None
+    if a.dtype == config.bfloat16:
+        return a
+    if a.dtype.kind not in "biuf":
+        raise AscendEmuError(f"{what} must be a real numeric array, got dtype {a.dtype}; "
+                             "convert it to float16, bfloat16, float32 or float64 first")
+    if a.dtype.kind == "f" and a.dtype not in (config.float16, config.float32, config.float64):
+        raise AscendEmuError(f"{what} has unsupported float dtype {a.dtype}; use float16, bfloat16, float32 or float64")
+    return a
+
+
+def _ints_to_f64(a: np.ndarray, what: str) -> np.ndarray:
+    """Booleans and integers as float64, refusing values float64 cannot hold exactly."""
+    f = a.astype(np.float64)
+    if a.dtype.itemsize >= 8 and a.dtype.kind in "iu":
+        if not np.array_equal(f.astype(a.dtype), a) or (np.abs(f) > 2.0 ** 53).any():
+            raise AscendEmuError(f"{what} holds 64-bit integers beyond 2**53, which a float cast would round "
+                                 "twice; convert them to float64 yourself if that is acceptable")
+    return f
+
+
+def _name(a: np.ndarray) -> str:
+    return "bfloat16" if a.dtype == config.bfloat16 else a.dtype.name
+
+
+def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subnormals: str = "keep"):
+    """Convert ``x`` to ``dtype`` as the Ascend vector unit's Cast does.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64 values; booleans
+        and integers are taken exactly through float64.
+    dtype : str or dtype
+        ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``.
+    rounding : {"rint", "round", "floor", "ceil", "trunc", "odd"}
+        Ascend C ``CAST_*`` rounding of narrowing casts: nearest with ties to even,
+        nearest with ties away from zero, toward -inf, toward +inf, toward zero, and
+        round to odd (truncate, then set the last bit if anything was dropped).
+    overflow_mode : {"inf_nan", "saturation"}
+        ``inf_nan``: IEEE 754 (overflow to Inf in the nearest modes and in the
+        direction of a directed mode, else to the largest finite value; Inf and NaN
+        stay). ``saturation``: out-of-range values and Inf become the format's largest
+        finite value with their sign, NaN becomes +0.
+    subnormals : {"keep", "flush"}
+        ``flush`` turns subnormal results (and, for widening casts, subnormal inputs)
+        into zeros of the same sign.
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        The converted array (same shape) and the status bits: 0x100 if a finite
+        value overflowed the target format, 0x20 if the input held Inf or NaN (for
+        narrowing casts), else 0. Widening casts are exact and raise no status; a
+        cast to the input's own dtype returns an unchanged copy with status 0.
+    """
+    rc = config.rounding_code(rounding)
+    oc = config.overflow_code(overflow_mode)
+    sc = config.subnormal_code(subnormals)
+    try:
+        dst = config.dtype_name(dtype)
+    except AscendEmuError:
+        dst = None
+    if dst not in _CAST_TARGETS:
+        raise AscendEmuError(f"unsupported cast target dtype {dtype!r}; choose one of: {', '.join(_CAST_TARGETS)}")
+    a = _as_real_array(x, "cast input")
+    if a.dtype.kind in "biu":
+        a = _ints_to_f64(a, "cast input")
+    src = _name(a)
+    if src == dst:
+        return a.copy(), 0
+    shape = a.shape
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if src in ("float16", "bfloat16"):
+        wide = _alloc.empty(flat.size, np.uint32)
+        _kc.cast_16_to_f32(flat.view(np.uint16), wide, src == "bfloat16", sc)
+        wide = wide.view(np.float32)
+        if dst == "float32":
+            return wide.reshape(shape), 0
+        if dst == "float64":
+            with np.errstate(invalid="ignore"):  # signalling NaN payloads
+                return wide.astype(np.float64).reshape(shape), 0
+        flat, src = wide, "float32"  # fp16 <-> bf16: the float32 step is exact, so one rounding
+    if src == "float32" and dst == "float64":
+        with np.errstate(invalid="ignore"):
+            out = flat.astype(np.float64)
+        if sc:
+            flush_f32_subnormals(out)
+        return out.reshape(shape), 0
+    if dst == "float32":  # from float64
+        out = _alloc.empty(flat.size, np.uint32)
+        st = _kc.cast_f64_to_f32(flat.view(np.uint64), out, rc, oc, sc)
+        return out.view(np.float32).reshape(shape), int(st)
+    out = _alloc.empty(flat.size, np.uint16)
+    if src == "float32" and dst == "float16" and rc == 0 and _kc.HW_HALF:
+        # the CPU's own IEEE conversion gives the same bits (checked exhaustively), faster
+        st = _kc.cast_f32_to_f16_rint_hw(flat.view(np.uint32), out, oc, sc)
+    else:
+        kernel = _kc.cast_f32_to_16 if src == "float32" else _kc.cast_f64_to_16
+        src_bits = flat.view(np.uint32 if src == "float32" else np.uint64)
+        st = kernel(src_bits, out, dst == "bfloat16", rc, oc, sc)
+    return out.view(config.COMPUTE_DTYPES[dst]).reshape(shape), int(st)
+
+
+# ------------------------------------------------------------------------------ vector unit
+
+_UNARY = {
+    "neg": _kv.NEG, "abs": _kv.ABS, "square": _kv.SQUARE, "sqrt": _kv.SQRT, "reciprocal": _kv.RECIPROCAL,
+    "relu": _kv.RELU, "relu6": _kv.RELU6, "leaky_relu": _kv.LEAKY_RELU, "rsqrt": _kv.RSQRT, "exp": _kv.EXP,
+    "expm1": _kv.EXPM1, "log": _kv.LOG, "log1p": _kv.LOG1P, "tanh": _kv.TANH, "sigmoid": _kv.SIGMOID,
+    "erf": _kv.ERF, "erfc": _kv.ERFC, "softplus": _kv.SOFTPLUS, "softsign": _kv.SOFTSIGN, "gelu": _kv.GELU,
+}
+_BINARY = {
+    "add": _kv.ADD, "sub": _kv.SUB, "mul": _kv.MUL, "realdiv": _kv.REALDIV, "maximum": _kv.MAXIMUM,
+    "minimum": _kv.MINIMUM, "squared_difference": _kv.SQUARED_DIFFERENCE, "pow": _kv.POW,
+}
+#: attributes each op accepts, with their defaults
+_ATTRS = {"leaky_relu": {"alpha": 0.2}, "gelu": {"approximate": False}}
+#: names of the elementwise ops :func:`vector` runs
+VECTOR_OPS = tuple(sorted([*_UNARY, *_BINARY, "select"]))
+
+
+def _choice(kind, value, choices):
+    if value not in choices:
+        raise AscendEmuError(f"unknown {kind} {value!r}; choose one of: {', '.join(choices)}")
+    return value
+
+
+def _to_compute(x, cdt: np.dtype, what: str, overflow_mode: str, subnormals: str):
+    """``x`` in the compute dtype: other float dtypes are cast (rint) and their status returned."""
+    a = _as_real_array(x, what)
+    if a.dtype == cdt:
+        return a, 0
+    return cast(a, cdt, "rint", overflow_mode, subnormals)
+
+
+def _broadcast_flat(arrays, what: str):
+    """The broadcast shape and each array as a contiguous flat array of that shape."""
+    try:
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    except ValueError:
+        shapes = " and ".join(str(a.shape) for a in arrays)
+        raise AscendEmuError(f"{what}: input shapes {shapes} do not broadcast together") from None
+    flat = [np.ascontiguousarray(a if a.shape == shape else np.broadcast_to(a, shape)).reshape(-1) for a in arrays]
+    return shape, flat
+
+
+def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", subnormals: str = "keep",
+           impl_mode: str = "high_precision", **attrs):
+    """Run one elementwise op of the vector unit in a compute dtype.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`VECTOR_OPS`. ``select`` takes ``(cond, a, b)`` with a boolean
+        ``cond``; the unary ops take one input, the others two.
+    *inputs : array_like
+        Broadcast together as numpy does. Float inputs of another dtype are first
+        cast to the compute dtype (``rint``), and that cast's status is included.
+    dtype : {"float16", "bfloat16", "float32"}
+        The compute dtype; also the output dtype.
+    overflow_mode : {"inf_nan", "saturation"}
+        ``saturation`` turns Inf results into the largest finite value of the
+        compute dtype (sign kept) and NaN results into +0.
+    subnormals : {"keep", "flush"}
+        ``flush`` treats subnormal inputs as zero and flushes subnormal results.
+    impl_mode : {"high_precision", "high_performance"}
+        Transcendental ops (rsqrt, exp, expm1, log, log1p, tanh, sigmoid, erf, erfc,
+        softplus, softsign, gelu, pow): ``high_precision`` evaluates in float64 and
+        rounds once; ``high_performance`` evaluates in float32 (libm) and then rounds
+        to a 16-bit compute dtype, a second rounding. Other ops are unaffected.
+    **attrs
+        ``alpha`` for leaky_relu (default 0.2, rounded to the compute dtype first);
+        ``approximate`` for gelu (default False: the erf form; True: the tanh form).
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        The result in the compute dtype and the status bits: 0x20 if any result
+        (or intermediate rounding) was Inf or NaN before saturation, ORed with the
+        status of the input casts.
+    """
+    if op not in VECTOR_OPS:
+        raise AscendEmuError(f"unknown vector op {op!r}; choose one of: {', '.join(VECTOR_OPS)}")
+    arity = 3 if op == "select" else (1 if op in _UNARY else 2)
+    if len(inputs) != arity:
+        raise AscendEmuError(f"vector op {op!r} takes {arity} input{'s' if arity > 1 else ''}, got {len(inputs)}")
+    allowed = _ATTRS.get(op, {})
+    unknown = sorted(set(attrs) - set(allowed))
+    if unknown:
+        raise AscendEmuError(f"vector op {op!r} has no attribute {unknown[0]!r}; "
+                             f"it takes: {', '.join(allowed) if allowed else 'no attributes'}")
+    params = {**allowed, **attrs}
+    cdt = config.compute_dtype(dtype)
+    oc = config.overflow_code(overflow_mode)
+    sc = config.subnormal_code(subnormals)
+    use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
+    status = 0
+    data = inputs[1:] if op == "select" else inputs
+    arrays = []
+    for k, x in enumerate(data):
+        a, st = _to_compute(x, cdt, f"vector op {op!r} input {k}", overflow_mode, subnormals)
+        arrays.append(a)
+        status |= st
+    if op == "select":
+        cond = np.asarray(inputs[0])
+        if cond.dtype != np.bool_:
+            raise AscendEmuError(f"vector op 'select' needs a boolean condition, got dtype {cond.dtype}; "
+                                 "compare first (e.g. x > 0)")
+        arrays.insert(0, cond)
+    shape, flat = _broadcast_flat(arrays, f"vector op {op!r}")
+    size = int(np.prod(shape, dtype=np.int64))
+    wide = cdt == config.float32
+    bf16 = cdt == config.bfloat16
+    out = _alloc.empty(size, np.float32 if wide else np.uint16)
+    bits = [f if wide or f.dtype == np.bool_ else f.view(np.uint16) for f in flat]
+    if op == "select":
+        if wide:
+            np.copyto(out, np.where(bits[0], bits[1], bits[2]))
+            st = int(not np.isfinite(out).all())
+        else:
+            st = _kv.select16(bits[0], bits[1], bits[2], out, bf16)
+    elif op in _UNARY:
+        code = _kv.GELU_TANH if (op == "gelu" and params["approximate"]) else _UNARY[op]
+        alpha = 0.0
+        if op == "leaky_relu":
+            # the vector unit multiplies by a scalar held in the compute dtype
+            alpha = float(cast(np.float64(params["alpha"]), cdt)[0].astype(np.float64))
+        if wide:
+            st = _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)
+        else:
+            st = _kv.unary16(code, bits[0], out, bf16, oc, sc, use64, alpha)
+    else:
+        code = _BINARY[op]
+        if wide:
+            st = _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
+        elif _kc.HW_HALF and not bf16 and code <= _kv.REALDIV:
+            # same model, with the exact conversions done by the CPU's fp16 instructions
+            st = _kv.arith_f16_hw(code, bits[0], bits[1], out, oc, sc)
+        else:
+            st = _kv.binary16(code, bits[0], bits[1], out, bf16, oc, sc, use64)
+    if st:
+        status |= config.STATUS_FP_OVERFLOW
+    return out.view(cdt).reshape(shape), status
+
+
+# ------------------------------------------------------------------------------ reductions
+
+_REDUCE = {"sum": _kr.SUM, "mean": _kr.MEAN, "max": _kr.MAX, "min": _kr.MIN, "prod": _kr.PROD}
+#: names of the reductions :func:`reduce` runs
+REDUCE_OPS = tuple(_REDUCE)
+
+
+def _axes(axis, ndim: int) -> tuple:
+    if axis is None:
+        return tuple(range(ndim))
+    items = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in items:
+        if not isinstance(a, (int, np.integer)) or not -ndim <= a < ndim:
+            raise AscendEmuError(f"reduce axis {a!r} is out of range for an array of {ndim} dimension(s)")
+        a = int(a) % ndim if ndim else 0
+        if a in out:
+            raise AscendEmuError(f"reduce axis {a} is repeated in axis={axis!r}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accumulate="float32",
+           overflow_mode: str = "inf_nan", subnormals: str = "keep"):
+    """Reduce ``x`` over ``axis`` as the vector unit's ReduceSum/Mean/Max/Min/Prod.
+
+    Parameters
+    ----------
+    op : {"sum", "mean", "max", "min", "prod"}
+    x : array_like
+        Cast to the compute dtype first (``rint``) if it has another float dtype.
+    axis : None, int or tuple of int
+        Axes to reduce (None: all).
+    keepdims : bool
+        Keep the reduced axes with length 1.
+    dtype : {"float16", "bfloat16", "float32"}
+        The compute and output dtype.
+    accumulate : str
+        ``"float32"`` (default): each output is accumulated in float32, in row-major
+        order over the reduced axes, and rounded once to ``dtype``. The compute dtype
+        itself (e.g. ``"float16"``): every step is rounded to it, the precision loss
+        of an fp16 ReduceSum. ``mean`` divides the accumulated sum by the count in
+        the accumulator.
+    overflow_mode, subnormals
+        As for :func:`vector`.
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        The reduction in ``dtype`` and the status bits (0x20 if a result or an
+        accumulation step was Inf or NaN, ORed with the input cast's status).
+    """
+    if op not in _REDUCE:
+        raise AscendEmuError(f"unknown reduce op {op!r}; choose one of: {', '.join(REDUCE_OPS)}")
+    cdt = config.compute_dtype(dtype)
+    name = "bfloat16" if cdt == config.bfloat16 else cdt.name
+    try:
+        acc_name = config.dtype_name(accumulate)
+    except AscendEmuError:
+        acc_name = None
+    if acc_name not in ("float32", name):
+        raise AscendEmuError(f"unsupported accumulate {accumulate!r} for dtype {name}; "
+                             f"choose one of: {', '.join(dict.fromkeys(('float32', name)))}")
+    oc = config.overflow_code(overflow_mode)
+    sc = config.subnormal_code(subnormals)
+    a, status = _to_compute(x, cdt, "reduce input", overflow_mode, subnormals)
+    axes = _axes(axis, a.ndim)
+    kept = tuple(d for d in range(a.ndim) if d not in axes)
+    rows = int(np.prod([a.shape[d] for d in kept], dtype=np.int64))
+    inner = int(np.prod([a.shape[d] for d in axes], dtype=np.int64))
+    if op in ("max", "min") and inner == 0:
+        raise AscendEmuError(f"reduce {op!r} over an empty axis has no identity; reduce a non-empty array")
+    x2 = np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
+    if cdt == config.float32:
+        out = _alloc.empty(rows, np.float32)
+        st = _kr.reduce_f32(_REDUCE[op], x2, out, oc, sc)
+    else:
+        out = _alloc.empty(rows, np.uint16)
+        st = _kr.reduce16(_REDUCE[op], x2.view(np.uint16), out, cdt == config.bfloat16, acc_name != "float32", oc, sc)
+    if st:
+        status |= config.STATUS_FP_OVERFLOW
+    shape = tuple(1 if d in axes else a.shape[d] for d in range(a.ndim)) if keepdims else tuple(a.shape[d] for d in kept)
+    return out.view(cdt).reshape(shape), status

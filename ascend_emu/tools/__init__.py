@@ -1,0 +1,1 @@
+"""Jobs built from the public API: fusion bisection, the demo."""

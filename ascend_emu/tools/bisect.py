@@ -1,0 +1,291 @@
+"""Fusion bisection: find the fusion rules that cost a model accuracy.
+
+precision_tool's "fusion exception detection" turns every fusion off and looks
+whether accuracy comes back; it cannot say which rule is at fault. Here the model
+is replayed with every rule on and every rule off; if the final output against the
+float32 TensorFlow reference is worse with fusion on by more than the threshold,
+delta debugging (Zeller's ddmin) over the rules that fired finds a minimal set of
+rules whose enabling alone (all others off) reproduces the loss. Only the fusion
+switch varies between replays; the device's precision mode, overflow mode etc. stay.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from ..npu.fusion import GRAPH, RULES, UB
+
+METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
+#: default thresholds: cosine may drop by this much; an error may grow by this fraction
+DEFAULT_THRESHOLDS = {"cosine": 1e-3, "max_rel_err": 0.5, "max_abs_err": 0.5, "rmse": 0.5}
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def output_metrics(npu, bench) -> dict:
+    """cosine, max_rel_err, max_abs_err, rmse of ``npu`` against ``bench`` (float64, flat).
+
+    An inf or nan in ``npu`` where ``bench`` is finite (or different specials) makes
+    every metric nan: the worst value. The relative error uses float32's eps where
+    the bench value is 0.
+    """
+    n = np.asarray(npu, dtype=np.float64).reshape(-1)
+    b = np.asarray(bench, dtype=np.float64).reshape(-1)
+    if n.size != b.size:
+        raise AscendEmuError(f"output has {n.size} elements, the reference {b.size}")
+    fn, fb = np.isfinite(n), np.isfinite(b)
+    same = (~fn & ~fb) & ((np.isnan(n) & np.isnan(b)) | (n == b))
+    if ((~fn | ~fb) & ~same).any():
+        return {m: math.nan for m in METRICS}
+    n, b = n[fn & fb], b[fn & fb]
+    if n.size == 0:
+        return {"cosine": 1.0, "max_rel_err": 0.0, "max_abs_err": 0.0, "rmse": 0.0}
+    d = np.abs(n - b)
+    nn, nb = float(np.linalg.norm(n)), float(np.linalg.norm(b))
+    cos = 1.0 if nn == 0 and nb == 0 else (0.0 if nn == 0 or nb == 0 else float(np.dot(n, b) / nn / nb))
+    rel = d / np.where(b == 0, _EPS32, np.abs(b))
+    return {"cosine": min(1.0, cos), "max_rel_err": float(rel.max()), "max_abs_err": float(d.max()),
+            "rmse": float(np.sqrt(np.mean(d * d)))}
+
+
+def _worse(value: float, baseline: float, metric: str, threshold: float) -> bool:
+    """True if ``value`` is worse than ``baseline`` by more than ``threshold`` (nan is the worst)."""
+    if math.isnan(value):
+        return not math.isnan(baseline)
+    if math.isnan(baseline):
+        return False
+    if metric == "cosine":
+        return baseline - value > threshold
+    return value - baseline > threshold * max(baseline, 1e-30)
+
+
+@dataclass
+class Trial:
+    """One replay: which rules were on, what fired, the final output's metrics."""
+
+    name: str
+    enabled: tuple            # rules switched on (all of them for "all-on")
+    metrics: dict
+    fired: dict               # rule -> times it fired
+    float_status: int
+    degraded: bool | None     # worse than all-off by more than the threshold (None for all-off)
+    dump: str | None = None
+
+
+@dataclass
+class BisectResult:
+    """What :func:`fusion_bisect` found. ``culprits``: the minimal set of rules (empty if fusion does not hurt)."""
+
+    model: str
+    metric: str
+    threshold: float
+    precision_mode: str
+    trials: list = field(default_factory=list)
+    fired: list = field(default_factory=list)
+    culprits: list = field(default_factory=list)
+    degraded: bool = False
+
+    def trial(self, name: str) -> Trial:
+        for t in self.trials:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def verdict(self) -> str:
+        on, off = self.trial("all-on"), self.trial("all-off")
+        m = self.metric
+        head = f"{m} with fusion on {_fmt(on.metrics[m])}, off {_fmt(off.metrics[m])}"
+        if not self.degraded:
+            return f"fusion does not cost accuracy here ({head}; threshold {self.threshold:g})"
+        if not self.culprits:
+            return (f"fusion costs accuracy ({head}) but no subset of the rules that fired reproduces it alone; "
+                    "the loss needs rules together with all others")
+        rules = ", ".join(self.culprits)
+        return (f"fusion costs accuracy ({head}); minimal set of rules responsible: {rules}. "
+                f"Switch {'it' if len(self.culprits) == 1 else 'them'} off with a fusion switch file: "
+                + _switch_hint(self.culprits))
+
+    def format_text(self) -> str:
+        """A table of every configuration tried, then the verdict."""
+        cols = ["config (rules on)", *METRICS, "status", "verdict"]
+        rows = []
+        for t in self.trials:
+            v = "baseline" if t.degraded is None else ("DEGRADED" if t.degraded else "ok")
+            rows.append([t.name, *(_fmt(t.metrics[m]) for m in METRICS), f"0x{t.float_status:x}", v])
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        line = lambda r: "  ".join(s.ljust(w) for s, w in zip(r, widths)).rstrip()  # noqa: E731
+        out = [f"fusion-bisect {self.model}: precision_mode {self.precision_mode}, metric {self.metric} "
+               f"vs the float32 TensorFlow reference, threshold {self.threshold:g}",
+               f"rules that fired: {', '.join(self.fired) if self.fired else 'none'}", "",
+               line(cols), line(["-" * w for w in widths])]
+        out += [line(r) for r in rows]
+        out += ["", self.verdict()]
+        return "\n".join(out)
+
+
+def _fmt(v: float) -> str:
+    return "nan" if isinstance(v, float) and math.isnan(v) else f"{v:.6g}"
+
+
+def _switch_hint(rules) -> str:
+    sw = {GRAPH: {}, UB: {}}
+    for r in rules:
+        sw[RULES[r].kind][r] = "off"
+    import json
+
+    return json.dumps({"Switch": {k: v for k, v in sw.items() if v}})
+
+
+def _switch(enabled) -> dict:
+    """fusion_switch.cfg content with exactly ``enabled`` on."""
+    sw = {GRAPH: {"ALL": "off"}, UB: {"ALL": "off"}}
+    for r in enabled:
+        sw[RULES[r].kind][r] = "on"
+    return {"Switch": sw}
+
+
+def _ddmin(items: list, test) -> list:
+    """A 1-minimal subset of ``items`` for which ``test`` holds (``test(items)`` is known to hold)."""
+    n = 2
+    while len(items) >= 2:
+        size = math.ceil(len(items) / n)
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        for c in chunks:
+            if test(c):
+                items, n = c, 2
+                break
+        else:
+            for c in chunks:
+                rest = [x for x in items if x not in c]
+                if len(chunks) > 2 and test(rest):
+                    items, n = rest, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(items):
+                    break
+                n = min(len(items), 2 * n)
+    return items
+
+
+def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
+                  seed: int = 0, metric: str = "cosine", threshold: float | None = None, keep_dumps=None,
+                  progress: bool = True) -> BisectResult:
+    """Find the fusion rules responsible for a loss of accuracy, by bisection.
+
+    Parameters
+    ----------
+    model : Keras model, path, tf.function, ConcreteFunction or Graph
+        Anything :func:`ascend_emu.frontend.loader.load_graph` accepts.
+    inputs : None, dict or CLI strings
+        As :meth:`ascend_emu.npu.device.Device.replay` (None: seeded random inputs).
+    device : Device, optional
+        The emulated NPU (precision mode, overflow mode, ...); only its fusion switch
+        is varied. Default ``Device()``.
+    device_kwargs : dict, optional
+        ``{"device": Device}`` (what the CLI passes) or keyword arguments for ``Device``.
+    signature, shapes, seed
+        As :meth:`Device.replay`.
+    metric : {"cosine", "max_rel_err", "max_abs_err", "rmse"}
+        Accuracy of the final output(s) against the float32 TensorFlow reference.
+    threshold : float, optional
+        How much worse than all-off a configuration may be before it counts as
+        degraded: an absolute drop for cosine (default 1e-3), a relative growth
+        for the errors (default 0.5, i.e. 50%).
+    keep_dumps : path, optional
+        Keep each replay's dump under ``keep_dumps/<config>/`` and the reference's
+        under ``keep_dumps/reference/``; by default no dump is written.
+    progress : bool
+        Show a progress bar (one step per replay).
+
+    Returns
+    -------
+    BisectResult
+        ``print(result.format_text())`` shows every configuration and the verdict.
+    """
+    from ..npu.device import Device
+    from ..npu.fusion import FusionConfig
+    from ..graph.core import Graph
+    from ..frontend.inputs import make_inputs
+    from ..frontend.loader import load_graph
+    from ..frontend.reference import reference
+
+    if metric not in METRICS:
+        raise AscendEmuError(f"unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
+    threshold = DEFAULT_THRESHOLDS[metric] if threshold is None else float(threshold)
+    if not threshold >= 0:
+        raise AscendEmuError(f"threshold must be a number >= 0, got {threshold!r}")
+    kw = dict(device_kwargs or {})
+    if device is None:
+        device = kw.pop("device", None)
+    if device is None:
+        device = Device(**kw)
+    elif kw:
+        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    if not isinstance(device, Device):
+        raise AscendEmuError("device must be an ascend_emu.Device")
+    graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+    if isinstance(inputs, (list, tuple)) and not inputs:
+        inputs = None   # the CLI's empty --input list: seeded random inputs
+    feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+    if keep_dumps is not None:
+        os.makedirs(keep_dumps, exist_ok=True)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc="fusion-bisect", unit="replay", leave=False, dynamic_ncols=True)
+
+    def dump_dir(name):
+        return None if keep_dumps is None else os.path.join(os.fspath(keep_dumps), name)
+
+    try:
+        ref = reference(graph, feeds, dump_dir=dump_dir("reference"), overwrite=True, progress=False)
+        bench = _flat(ref.outputs[t] for t in graph.outputs)
+        result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode)
+        cache: dict = {}
+
+        def run(name, enabled, switch):
+            dev = copy.copy(device)
+            dev.fusion = FusionConfig.load(switch)
+            rep = dev.replay(graph, feeds, dump_dir=dump_dir(name), overwrite=True, progress=False)
+            if bar is not None:
+                bar.update(1)
+            m = output_metrics(_flat(rep.outputs[t] for t in graph.outputs), bench)
+            return Trial(name, tuple(enabled), m, dict(rep.summary.get("fusion_counts", {})),
+                         int(rep.float_status.get()), None, rep.dump)
+
+        off = run("all-off", (), "off")
+        result.trials.append(off)
+        on = run("all-on", tuple(RULES), None)
+        on.degraded = _worse(on.metrics[metric], off.metrics[metric], metric, threshold)
+        result.trials.append(on)
+        result.fired = [r for r in RULES if on.fired.get(r)]
+        result.degraded = on.degraded
+        if on.degraded:
+            cache[tuple(result.fired)] = True
+
+            def test(subset) -> bool:
+                key = tuple(r for r in result.fired if r in subset)
+                if key not in cache:
+                    t = run(f"only-{'+'.join(key)}", key, _switch(key))
+                    t.degraded = _worse(t.metrics[metric], off.metrics[metric], metric, threshold)
+                    result.trials.append(t)
+                    cache[key] = t.degraded
+                return cache[key]
+
+            culprits = _ddmin(list(result.fired), test)
+            result.culprits = culprits if test(culprits) else []
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
+
+
+def _flat(arrays) -> np.ndarray:
+    parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays
+             if np.asarray(a).dtype.kind == "f" or np.asarray(a).dtype.name == "bfloat16"]
+    return np.concatenate(parts) if parts else np.zeros(0)

@@ -1,0 +1,165 @@
+"""The folder tree is the architecture: every import points down a layer, none forms a cycle.
+
+Reads every module's imports with ``ast`` (module-level and inside functions, relative and
+absolute), maps each to its layer, and fails on an upward import, on an import cycle
+between modules, and on TensorFlow imported outside the layers allowed to. ARCHITECTURE.md
+draws the same table.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PKG = ROOT / "ascend_emu"
+KERNELS = ROOT / "kernels"
+
+#: layer name -> rank; a module may import modules of its own rank or lower, never higher
+LAYERS = {
+    "errors": 0, "fileio": 0, "version": 0, "_compat": 0, "data": 0,
+    "kernels": 1,
+    "numerics": 2, "graph": 2,
+    "ops": 3, "analysis": 3,
+    "frontend": 4,
+    "npu": 5,
+    "tools": 6,
+    "cli": 7,
+}
+#: same-rank layers that must not import each other (siblings)
+SIBLINGS = [("numerics", "graph"), ("ops", "analysis")]
+#: the only places TensorFlow (or Keras) may be imported
+TF_ALLOWED = ("ascend_emu.frontend", "ascend_emu.npu.aicpu")
+
+
+def _modules():
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(["ascend_emu", *parts])] = path
+    for path in sorted(KERNELS.glob("*.py")):
+        name = "ascend_emu.kernels" + ("" if path.stem == "__init__" else "." + path.stem)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_pkg(mod: str) -> bool:
+    return MODULES[mod].name == "__init__.py"
+
+
+def _imports(mod: str):
+    """(imported module, line) pairs of ``mod``; ``from X import name`` counts name when it is a module."""
+    tree = ast.parse(MODULES[mod].read_text())
+    base = mod.split(".") if _is_pkg(mod) else mod.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                yield (sub if sub in MODULES else target), node.lineno
+
+
+def _layer(mod: str) -> str | None:
+    parts = mod.split(".")
+    if parts[0] != "ascend_emu":
+        return None
+    if len(parts) == 1:
+        return "api"   # the package facade (lazy public API) sits on top of everything
+    return parts[1]
+
+
+def test_every_module_has_a_layer():
+    unknown = sorted({_layer(m) for m in MODULES} - set(LAYERS) - {"api"})
+    assert not unknown, f"modules outside every layer: {unknown}; add the layer to LAYERS and ARCHITECTURE.md"
+
+
+def test_no_upward_or_sibling_imports():
+    bad = []
+    for mod in MODULES:
+        lo = _layer(mod)
+        if lo == "api":
+            continue
+        for imp, line in _imports(mod):
+            li = _layer(imp)
+            if li is None or li == lo:
+                continue
+            if li == "api":
+                bad.append(f"{mod}:{line} imports the package facade ascend_emu (import the module itself)")
+            elif LAYERS[li] > LAYERS[lo]:
+                bad.append(f"{mod}:{line} ({lo}) imports {imp} ({li}): upward")
+            elif (lo, li) in SIBLINGS or (li, lo) in SIBLINGS:
+                bad.append(f"{mod}:{line} ({lo}) imports {imp} ({li}): sibling layers stay apart")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = {m: sorted({i for i, _ in _imports(m) if i in MODULES and i != m}) for m in MODULES}
+    # a package's __init__ re-exporting its own submodules is not a cycle with them
+    for m in graph:
+        graph[m] = [i for i in graph[m] if not (_is_pkg(m) and i.startswith(m + "."))]
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_tensorflow_only_in_frontend_and_aicpu():
+    bad = []
+    for mod in MODULES:
+        if mod.startswith(TF_ALLOWED):
+            continue
+        for imp, line in _imports(mod):
+            if imp.split(".")[0] in ("tensorflow", "keras", "tf_keras"):
+                bad.append(f"{mod}:{line} imports {imp}")
+    assert not bad, "TensorFlow outside frontend/ and npu/aicpu: " + "; ".join(bad)
+
+
+def test_kernels_import_no_policy():
+    bad = [f"{m}: {i}" for m in MODULES if m.startswith("ascend_emu.kernels")
+           for i, _ in _imports(m) if i.startswith("ascend_emu") and not i.startswith("ascend_emu.kernels")]
+    assert not bad, f"kernels must not import the library (they take integer codes): {bad}"
+
+
+def test_public_api_resolves():
+    import ascend_emu
+
+    for name in ascend_emu.__all__:
+        assert getattr(ascend_emu, name) is not None, name
+
+
+@pytest.mark.parametrize("old", sorted(__import__("ascend_emu._compat", fromlist=["MOVED"]).MOVED))
+def test_deprecated_module_names_still_import(old):
+    from ascend_emu._compat import MOVED
+
+    with pytest.warns(DeprecationWarning, match=MOVED[old].replace(".", r"\.")):
+        import sys
+        sys.modules.pop(old, None)
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(MOVED[old])

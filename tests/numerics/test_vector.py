@@ -1,0 +1,418 @@
+"""Vector unit and reductions against the float64 models in tests/naive.py, bit for bit.
+
+The exhaustive tests run every pair of fp16 operands (2**32) through add and mul
+against "compute in float64, round once" (numpy's float64 -> float16 cast, which is
+correctly rounded; a sum or product of two fp16 values is exact in float64), in both
+overflow modes. Every fp16 and every bf16 input goes through every unary op.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import naive
+from ascend_emu import AscendEmuError
+from ascend_emu.numerics import policy as config
+from ascend_emu.kernels import vector as kv
+from ascend_emu.kernels.cast import HW_HALF
+from ascend_emu.numerics import REDUCE_OPS, VECTOR_OPS, cast, reduce, vector
+
+F16, BF16 = np.float16, ml_dtypes.bfloat16
+ALL16 = np.arange(65536, dtype=np.uint16)
+UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "reciprocal", "exp", "expm1", "log", "log1p", "tanh",
+         "sigmoid", "relu", "relu6", "erf", "erfc", "softplus", "softsign", "gelu", "leaky_relu")
+BINARY = ("add", "sub", "mul", "realdiv", "maximum", "minimum", "squared_difference", "pow")
+
+
+def _assert_bits(got, want, fmt, what):
+    eq = naive.bits_equal(got, want, fmt)
+    if not eq.all():
+        i = np.flatnonzero(~eq.ravel())[:5]
+        raise AssertionError(f"{what}: {np.count_nonzero(~eq)} mismatches at flat {i}: got "
+                             f"{np.asarray(got).view(np.uint16).ravel()[i]} want {np.asarray(want).ravel()[i]}")
+
+
+def _rand_bits(rng, n, fmt):
+    """Random 16-bit patterns: all classes, and a share of ordinary values that do not overflow."""
+    raw = rng.integers(0, 65536, n, dtype=np.uint16)
+    tame = (rng.standard_normal(n) * 4).astype(naive.FORMATS[fmt]).view(np.uint16)
+    return np.where(rng.random(n) < 0.5, raw, tame).astype(np.uint16)
+
+
+# ------------------------------------------------------------------ exhaustive: every fp16 pair
+
+N_PAIR_CHUNKS = 32
+A_PER_SLICE = 256
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("chunk", range(N_PAIR_CHUNKS))
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_fp16_every_pair(op, chunk):
+    """Kernel driven directly into reused buffers (the wrapper is covered below)."""
+    code, ufunc = {"add": (kv.ADD, np.add), "mul": (kv.MUL, np.multiply)}[op]
+    val = naive.TABLES["float16"]["val64"]
+    b = np.tile(ALL16, A_PER_SLICE)
+    out = np.empty(b.size, dtype=np.uint16)
+    per_chunk = 65536 // N_PAIR_CHUNKS
+    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
+        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
+        a = np.repeat(av, 65536)
+        with np.errstate(all="ignore"):
+            want = ufunc(val[av][:, None], val[None, :]).astype(np.float16).view(np.uint16).ravel()
+        nonfinite = bool(((want & 0x7FFF) >= 0x7C00).any())
+        sat = naive.saturate_bits(want, "float16")
+        for overflow, expect in ((0, want), (1, sat)):
+            kernels = [lambda: kv.binary16(code, a, b, out, False, overflow, 0, True)]
+            if HW_HALF:  # the hardware-conversion path vector() takes on this host
+                kernels.append(lambda: kv.arith_f16_hw(code, a, b, out, overflow, 0))
+            for k, kernel in enumerate(kernels):
+                st = kernel()
+                if not np.array_equal(out, expect):
+                    _assert_bits(out, expect, "float16", f"{op} overflow={overflow} kernel {k} a={start}..")
+                assert bool(st) == nonfinite
+
+
+@pytest.mark.skipif(not HW_HALF, reason="no hardware fp16 conversions on this host")
+def test_hardware_and_integer_paths_agree():
+    """fp16 + - * / through the CPU's conversions equal the integer rounding path, every mode."""
+    rng = np.random.default_rng(12)
+    a = rng.integers(0, 65536, 2 ** 20, dtype=np.uint16)
+    b = rng.integers(0, 65536, 2 ** 20, dtype=np.uint16)
+    o1 = np.empty_like(a)
+    o2 = np.empty_like(a)
+    for code in (kv.ADD, kv.SUB, kv.MUL, kv.REALDIV):
+        for overflow in (0, 1):
+            for subnormal in (0, 1):
+                s1 = kv.arith_f16_hw(code, a, b, o1, overflow, subnormal)
+                s2 = kv.binary16(code, a, b, o2, False, overflow, subnormal, True)
+                _assert_bits(o1, o2, "float16", f"op {code} overflow {overflow} flush {subnormal}")
+                assert bool(s1) == bool(s2)
+
+
+# ------------------------------------------------------------------ every 16-bit input of every unary op
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", UNARY + ("gelu_approximate",))
+def test_unary_every_input(op, fmt):
+    x = ALL16.view(naive.FORMATS[fmt])
+    attrs = {"approximate": True} if op == "gelu_approximate" else {}
+    name = "gelu" if op == "gelu_approximate" else op
+    for ov in ("inf_nan", "saturation"):
+        got, st = vector(name, x, dtype=fmt, overflow_mode=ov, **attrs)
+        assert got.dtype == naive.FORMATS[fmt] and got.shape == x.shape
+        want, wst = naive.vector16(name, fmt, ALL16, overflow_mode=ov, **attrs)
+        _assert_bits(got, want, fmt, f"{op} {fmt} {ov}")
+        assert st == wst == 0x20  # the inputs hold Inf and NaN
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.01, 0.3333])
+def test_leaky_relu_alpha_is_rounded_first(alpha):
+    x = ALL16.view(F16)
+    got, _ = vector("leaky_relu", x, alpha=alpha)
+    want, _ = naive.vector16("leaky_relu", "float16", ALL16, alpha=alpha)
+    _assert_bits(got, want, "float16", f"leaky_relu {alpha}")
+    assert got[np.float16(-1.0).view(np.uint16)] == -np.float16(alpha)
+
+
+def test_high_performance_is_within_one_ulp():
+    """float32 libm then a second rounding: never more than 1 ulp from the float64 model."""
+    x = ALL16.view(F16)
+    finite = np.isfinite(x)
+    for op in ("exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "gelu", "softplus", "expm1"):
+        hp, _ = vector(op, x, impl_mode="high_performance")
+        ref, _ = vector(op, x)
+        both = finite & np.isfinite(hp) & np.isfinite(ref)
+        d = np.abs(hp.view(np.uint16)[both].astype(np.int32) - ref.view(np.uint16)[both].astype(np.int32))
+        sign_flip = np.signbit(hp[both]) != np.signbit(ref[both])
+        assert (d[~sign_flip] <= 1).all(), op
+        assert np.array_equal(np.isnan(hp), np.isnan(ref)), op
+    for op in ("add", "mul", "realdiv"):  # basic ops do not depend on impl_mode
+        a = ALL16[:65534:7].view(F16)
+        b = ALL16[3::7].view(F16)
+        r1, _ = vector(op, a, b, impl_mode="high_performance")
+        r2, _ = vector(op, a, b)
+        _assert_bits(r1, r2, "float16", op)
+
+
+# ------------------------------------------------------------------ random inputs, other binary ops, bf16
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_random(op, fmt):
+    rng = np.random.default_rng(abs(hash((op, fmt))) % 2 ** 32)
+    a = _rand_bits(rng, 2 ** 17, fmt)
+    b = _rand_bits(rng, 2 ** 17, fmt)
+    for ov in ("inf_nan", "saturation"):
+        got, st = vector(op, a.view(naive.FORMATS[fmt]), b.view(naive.FORMATS[fmt]), dtype=fmt, overflow_mode=ov)
+        want, wst = naive.vector16(op, fmt, a, b, overflow_mode=ov)
+        _assert_bits(got, want, fmt, f"{op} {fmt} {ov}")
+        assert st == wst
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "realdiv", "sub"])
+def test_bf16_all_b_for_many_a(op):
+    """Every bf16 b against 48 a values spread over the exponent range (3.1M pairs)."""
+    rng = np.random.default_rng(11)
+    av = np.concatenate([rng.integers(0, 65536, 40), [0x0001, 0x0080, 0x7F7F, 0x3F80, 0x8001, 0xFF7F, 0x0000, 0x8000]]
+                        ).astype(np.uint16)
+    a = np.repeat(av, 65536)
+    b = np.tile(ALL16, av.size)
+    got, st = vector(op, a.view(BF16), b.view(BF16), dtype="bfloat16")
+    want, wst = naive.vector16(op, "bfloat16", a, b)
+    _assert_bits(got, want, "bfloat16", op)
+    assert st == wst
+
+
+def test_squared_difference_rounds_twice():
+    """vsub then vmul, each rounded: differs from rounding the exact square once."""
+    a = np.float16([1.0 + 2 ** -10, 200.0, 200.0])
+    b = np.float16([-(2.0 ** -11) * (1 + 2 ** -10), -55.0, -200.0])
+    got, st = vector("squared_difference", a, b)
+    exact = (a[0].astype(np.float64) - b[0].astype(np.float64)) ** 2
+    assert got[0] == np.float16(1 + 4 * 2 ** -10) and np.float16(exact) == np.float16(1 + 3 * 2 ** -10)
+    assert got[1] == 65024.0 and np.isposinf(got[2]) and st == 0x20
+
+
+# ------------------------------------------------------------------ float32 compute dtype
+
+def test_float32_basic_ops_are_ieee():
+    rng = np.random.default_rng(5)
+    with np.errstate(all="ignore"):
+        a = (rng.standard_normal(10000) * np.exp2(rng.integers(-130, 128, 10000))).astype(np.float32)
+        b = (rng.standard_normal(10000) * np.exp2(rng.integers(-130, 128, 10000))).astype(np.float32)
+        for op, f in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("realdiv", np.divide),
+                      ("maximum", np.maximum), ("minimum", np.minimum)):
+            got, st = vector(op, a, b, dtype="float32")
+            want = f(a, b)
+            assert got.dtype == np.float32 and np.array_equal(got, want, equal_nan=True), op
+            assert st == (0x20 if not np.isfinite(want).all() else 0)
+        got, _ = vector("sqrt", np.abs(a), dtype="float32")
+        assert np.array_equal(got, np.sqrt(np.abs(a)))
+
+
+@pytest.mark.parametrize("op", ["exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "pow", "gelu"])
+def test_float32_transcendentals_round_float64_once(op):
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(5000) * 8).astype(np.float32)
+    if op in ("log", "rsqrt"):
+        x = np.abs(x)
+    with np.errstate(all="ignore"):
+        if op == "pow":
+            y = np.abs(rng.standard_normal(5000)).astype(np.float32) * 3
+            got, _ = vector(op, np.abs(x), y, dtype="float32")
+            want = np.power(np.abs(x).astype(np.float64), y.astype(np.float64)).astype(np.float32)
+        else:
+            got, _ = vector(op, x, dtype="float32")
+            f = naive.UNARY64[op]
+            want = np.asarray(f(x.astype(np.float64)), dtype=np.float64).astype(np.float32)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_float32_saturation_and_flush():
+    big = np.float32([3e38, -3e38, 1.0])
+    got, st = vector("mul", big, np.float32(10), dtype="float32")
+    assert np.isinf(got[:2]).all() and st == 0x20
+    got, st = vector("mul", big, np.float32(10), dtype="float32", overflow_mode="saturation")
+    assert got.tolist()[:2] == [float(np.finfo(np.float32).max), -float(np.finfo(np.float32).max)] and st == 0x20
+    got, _ = vector("sub", np.float32([np.inf]), np.float32([np.inf]), dtype="float32", overflow_mode="saturation")
+    assert got.view(np.uint32)[0] == 0
+    tiny = np.float32([1e-39, -1e-39, 2e-38])
+    got, _ = vector("mul", tiny, np.float32(1.0), dtype="float32", subnormals="flush")
+    assert got.view(np.uint32).tolist() == [0, 0x80000000, np.float32(2e-38).view(np.uint32)]
+
+
+# ------------------------------------------------------------------ overflow, status, flush in 16 bits
+
+def test_overflow_modes_fp16():
+    a = np.float16([60000, -60000, 1, np.inf])
+    b = np.float16([60000, -60000, 1, -np.inf])
+    got, st = vector("add", a, b)
+    assert np.isinf(got[0]) and np.isinf(got[1]) and got[2] == 2 and np.isnan(got[3]) and st == 0x20
+    got, st = vector("add", a, b, overflow_mode="saturation")
+    assert got.tolist()[:3] == [65504.0, -65504.0, 2.0] and got.view(np.uint16)[3] == 0 and st == 0x20
+    got, st = vector("add", a[2:3], b[2:3])
+    assert st == 0
+    got, st = vector("exp", np.float16([12.0]))
+    assert np.isinf(got[0]) and st == 0x20
+    got, st = vector("exp", np.float16([12.0]), dtype="bfloat16")  # input cast fp16 -> bf16, then exp
+    assert float(got[0]) == float(ml_dtypes.bfloat16(math.exp(12.0))) and st == 0
+    got, st = vector("realdiv", np.float16([1.0, 0.0]), np.float16([0.0, 0.0]))
+    assert np.isposinf(got[0]) and np.isnan(got[1]) and st == 0x20
+    got, st = vector("log", np.float16([-1.0]), overflow_mode="saturation")
+    assert got.view(np.uint16)[0] == 0 and st == 0x20
+
+
+def test_subnormal_flush_fp16():
+    sub = np.float16([2 ** -20, -(2 ** -20), 2 ** -14])
+    got, _ = vector("mul", sub, np.float16(1.0), subnormals="flush")
+    assert got.view(np.uint16).tolist() == [0, 0x8000, 0x0400]
+    got, _ = vector("mul", np.float16([2 ** -10]), np.float16([2 ** -10]), subnormals="flush")
+    assert got.view(np.uint16)[0] == 0  # 2**-20 is subnormal in fp16
+    got, _ = vector("mul", np.float16([2 ** -10]), np.float16([2 ** -10]))
+    assert got[0] == np.float16(2 ** -20)
+
+
+def test_input_casts_and_broadcasting():
+    a = np.arange(12, dtype=np.float32).reshape(3, 1, 4) * 1000
+    b = np.float16([[1.0], [2.0]])
+    got, st = vector("mul", a, b)
+    assert got.shape == (3, 2, 4) and got.dtype == np.float16 and st == 0
+    a16, _ = cast(a, "float16")
+    want, _ = naive.vector16("mul", "float16", np.broadcast_to(a16, (3, 2, 4)).view(np.uint16),
+                             np.broadcast_to(b, (3, 2, 4)).view(np.uint16))
+    _assert_bits(got, want, "float16", "broadcast mul")
+    got, st = vector("add", np.float32([1e5]), np.float16([1.0]))  # the input cast overflows
+    assert np.isinf(got[0]) and st == 0x120
+    got, st = vector("add", 1.5, 2)  # python scalars
+    assert got.shape == () and float(got) == 3.5 and st == 0
+    strided = np.arange(40, dtype=np.float16)[::3]
+    got, _ = vector("square", strided)
+    assert np.array_equal(got, strided * strided)
+
+
+def test_select():
+    cond = np.array([[True], [False]])
+    a = np.float16([1, 2, np.inf])
+    b = np.float16([-1, -2, -3])
+    got, st = vector("select", cond, a, b)
+    assert got.tolist() == [[1, 2, np.inf], [-1, -2, -3]] and st == 0x20
+    got, st = vector("select", np.array([False, False, False]), a, b)
+    assert st == 0
+    got, st = vector("select", np.array([True, False]), np.float32([1, 2]), np.float32([3, 4]), dtype="float32")
+    assert got.tolist() == [1, 4] and st == 0
+    got, _ = vector("select", np.array([True, False]), np.float32([1, 2]), np.float32([3, 4]), dtype="bfloat16")
+    assert got.dtype == BF16 and got.astype(np.float32).tolist() == [1, 4]
+    with pytest.raises(AscendEmuError, match="boolean condition"):
+        vector("select", np.array([1, 0]), a[:2], b[:2])
+
+
+def test_vector_ops_registry_is_covered():
+    tested = set(UNARY) | set(BINARY) | {"select"}
+    assert tested == set(VECTOR_OPS)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: vector("softmax", np.ones(2)), "unknown vector op 'softmax'; choose one of: abs, add"),
+    (lambda: vector("add", np.ones(2)), "vector op 'add' takes 2 inputs, got 1"),
+    (lambda: vector("exp", np.ones(2), np.ones(2)), "vector op 'exp' takes 1 input, got 2"),
+    (lambda: vector("relu", np.ones(2), alpha=0.1), "vector op 'relu' has no attribute 'alpha'; it takes: no attr"),
+    (lambda: vector("add", np.ones(2), np.ones(2), dtype="int8"), "unknown dtype 'int8'; choose one of"),
+    (lambda: vector("add", np.ones(2), np.ones(2), dtype=np.float64), "unsupported compute dtype 'float64'"),
+    (lambda: vector("exp", np.ones(2), impl_mode="fast"), "unknown impl_mode 'fast'; choose one of: high_precision"),
+    (lambda: vector("add", np.ones(2), np.ones(3)), r"input shapes \(2,\) and \(3,\) do not broadcast"),
+    (lambda: vector("add", np.array(["x"]), np.ones(1)), "must be a real numeric array"),
+    (lambda: vector("add", np.ones(2), np.ones(2), overflow_mode="clip"), "unknown overflow_mode 'clip'"),
+])
+def test_vector_bad_arguments(call, match):
+    with pytest.raises(AscendEmuError, match=match):
+        call()
+
+
+# ------------------------------------------------------------------ reductions
+
+def _reduce_oracle(op, x16, axes, fmt, acc):
+    """Sequential row-major reduction in float32 (or in fmt when acc == fmt), rounded once."""
+    kept = tuple(d for d in range(x16.ndim) if d not in axes)
+    x2 = np.transpose(x16, kept + axes).reshape(-1, int(np.prod([x16.shape[d] for d in axes])))
+    v = naive.to_f64(x2.view(np.uint16), fmt)
+    n = v.shape[1]
+    with np.errstate(all="ignore"):
+        if acc == "float32":
+            v = v.astype(np.float32)
+            if op in ("sum", "mean"):
+                r = np.add.accumulate(v, axis=1)[:, -1]
+            elif op == "prod":
+                r = np.multiply.accumulate(v, axis=1)[:, -1]
+            else:
+                r = (np.max if op == "max" else np.min)(v, axis=1)
+            if op == "mean":
+                r = r / np.float32(n)
+            return naive.round_f64(r.astype(np.float64), fmt)
+        bits = x2[:, 0].view(np.uint16).copy()
+        nonfinite = False
+        for j in range(1, n):
+            step = {"sum": "add", "mean": "add", "prod": "mul", "max": "maximum", "min": "minimum"}[op]
+            bits, st = naive.vector16(step, fmt, bits, x2[:, j].view(np.uint16))
+            nonfinite |= bool(st)
+        if op == "mean":
+            r, st = naive.round_f64((naive.to_f64(bits, fmt).astype(np.float32) / np.float32(n)).astype(np.float64), fmt)
+            return r, nonfinite or st
+        return bits, nonfinite
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_against_oracle(op, fmt):
+    rng = np.random.default_rng(abs(hash((op, fmt))) % 2 ** 32)
+    x = (rng.standard_normal((3, 37, 5)) * (1.2 if op == "prod" else 50)).astype(naive.FORMATS[fmt])
+    for axis in (None, 1, (0, 2), -1, (2, 0)):
+        axes = tuple(range(3)) if axis is None else tuple(sorted(a % 3 for a in ((axis,) if isinstance(axis, int) else axis)))
+        for acc in ("float32", fmt):
+            got, st = reduce(op, x, axis=axis, dtype=fmt, accumulate=acc)
+            want, wst = _reduce_oracle(op, x, axes, fmt, acc)
+            _assert_bits(got.ravel(), want, fmt, f"{op} axis={axis} acc={acc}")
+            assert got.shape == tuple(x.shape[d] for d in range(3) if d not in axes)
+            assert st == (0x20 if wst else 0)
+        kd, _ = reduce(op, x, axis=axis, keepdims=True, dtype=fmt)
+        assert kd.shape == tuple(1 if d in axes else x.shape[d] for d in range(3))
+
+
+def test_reduce_float32():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 1000)).astype(np.float32)
+    got, st = reduce("sum", x, axis=1, dtype="float32")
+    assert np.array_equal(got, np.add.accumulate(x, axis=1)[:, -1]) and st == 0
+    got, _ = reduce("mean", x, axis=0, dtype="float32")
+    assert np.array_equal(got, np.add.accumulate(x, axis=0)[-1] / np.float32(4))
+    got, _ = reduce("max", x, dtype="float32")
+    assert got == x.max()
+    with pytest.raises(AscendEmuError, match="unsupported accumulate 'float16' for dtype float32"):
+        reduce("sum", x, dtype="float32", accumulate="float16")
+
+
+def test_reduce_fp16_accumulator_pitfall():
+    """ReduceSum left in fp16 stalls at 2048 (2048 + 1 rounds back to 2048)."""
+    ones = np.ones(4096, dtype=np.float16)
+    s32, st = reduce("sum", ones)
+    s16, _ = reduce("sum", ones, accumulate="float16")
+    assert float(s32) == 4096.0 and float(s16) == 2048.0 and st == 0
+    m16, _ = reduce("mean", ones, accumulate="float16")
+    assert float(m16) == 0.5
+
+
+def test_reduce_overflow_status_and_modes():
+    x = np.float16([60000, 60000, -60000])
+    got, st = reduce("sum", x)  # the float32 accumulator holds 120000, then 60000
+    assert float(got) == 60000.0 and st == 0
+    got, st = reduce("sum", x, accumulate="float16")  # 60000 + 60000 overflows an fp16 accumulator
+    assert np.isposinf(got) and st == 0x20
+    got, st = reduce("sum", x, accumulate="float16", overflow_mode="saturation")
+    assert float(got) == 65504.0 - 60000.0 and st == 0x20
+    got, st = reduce("sum", x[:2])
+    assert np.isposinf(got) and st == 0x20
+    got, st = reduce("sum", x[:2], overflow_mode="saturation")
+    assert float(got) == 65504.0 and st == 0x20
+    got, st = reduce("max", np.float16([1, np.nan, 3]))
+    assert np.isnan(got) and st == 0x20
+    got, st = reduce("sum", np.zeros((2, 0), np.float16), axis=1)
+    assert got.tolist() == [0.0, 0.0] and st == 0
+    got, st = reduce("prod", np.zeros((0,), np.float16))
+    assert float(got) == 1.0
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: reduce("median", np.ones(3)), "unknown reduce op 'median'; choose one of: sum, mean, max, min, prod"),
+    (lambda: reduce("sum", np.ones((2, 3)), axis=2), "reduce axis 2 is out of range for an array of 2 dimension"),
+    (lambda: reduce("sum", np.ones((2, 3)), axis=(1, -1)), "reduce axis 1 is repeated"),
+    (lambda: reduce("sum", np.ones(3), accumulate="float64"), "unsupported accumulate 'float64' for dtype float16; "
+                                                              "choose one of: float32, float16"),
+    (lambda: reduce("max", np.ones((2, 0)), axis=1), "reduce 'max' over an empty axis"),
+    (lambda: reduce("sum", np.array(["a"])), "must be a real numeric array"),
+])
+def test_reduce_bad_arguments(call, match):
+    with pytest.raises(AscendEmuError, match=match):
+        call()
