@@ -39,6 +39,10 @@ class Node:
     num_outputs: int = 1
     #: the original NodeDef, serialised, for the AI CPU fallback (opaque here; None for Const)
     node_def: bytes | None = None
+    #: the emulator's own bookkeeping, kept apart from TensorFlow's attributes: ``"fusion"`` (the
+    #: rule(s) and the ops a fused node replaces), ``"ascend_type"`` (the CANN op type deciding its
+    #: precision); never passed to an op
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def outputs(self) -> list[str]:
         return [f"{self.name}:{i}" for i in range(self.num_outputs)]

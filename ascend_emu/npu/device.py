@@ -315,11 +315,11 @@ class _Run:
             self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", out.dtype.name, []), [out])
             return (out,)
         opdef = OPS.get(node.op)
-        fusion = node.attrs.get("_fusion")
+        fusion = node.meta.get("fusion")
         if opdef is None:
             return self._aicpu(node, args)
         refs = [tensor_name(r) for r in node.inputs]
-        ascend_op = node.attrs.get("_ascend_type") or ascend_type(node.op)
+        ascend_op = node.meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
             ctx = self.dev.context()
             outs = opdef(*args, ctx=ctx, **node.attrs)

@@ -166,8 +166,8 @@ def test_conv_fused_batch_norm_v3_is_folded():
     (conv,) = by_op(f, "_FusedConv2D")
     bn = next(n for n in g.nodes if n.op == "FusedBatchNormV3")
     assert conv.name == bn.name
-    assert conv.attrs["_fusion"]["replaces"] == ["Conv2D", bn.name]
-    assert conv.attrs["_ascend_type"] == "Conv2D"
+    assert conv.meta["fusion"]["replaces"] == ["Conv2D", bn.name]
+    assert conv.meta["ascend_type"] == "Conv2D"
     assert f.fused_away == [{"name": "Conv2D", "tf_type": "Conv2D", "rule": "ConvBatchnormFusionPass",
                              "into": bn.name}]
     # the folded filter is a new float32 Const: w * gamma / sqrt(var + eps), in float32
@@ -180,7 +180,7 @@ def test_conv_fused_batch_norm_v3_is_folded():
     assert f.counts == {"ConvBatchnormFusionPass": 1, "TbeEltwiseFusionPass": 1}
     (conv,) = by_op(f, "_FusedConv2D")
     assert [s["op"] for s in conv.attrs["chain"]] == ["Relu"]
-    assert conv.attrs["_fusion"]["rules"] == ["ConvBatchnormFusionPass", "TbeEltwiseFusionPass"]
+    assert conv.meta["fusion"]["rules"] == ["ConvBatchnormFusionPass", "TbeEltwiseFusionPass"]
     assert {e["into"] for e in f.fused_away} == {conv.name} and len(f.fused_away) == 2
 
 
@@ -213,7 +213,7 @@ def test_depthwise_conv_bn_folds_per_output_channel():
     f = fused(g)
     assert f.counts == {"ConvBatchnormFusionPass": 1}
     (conv,) = by_op(f, "_FusedConv2D")
-    assert conv.attrs["base"] == "DepthwiseConv2dNative" and conv.attrs["_ascend_type"] == "DepthwiseConv2D"
+    assert conv.attrs["base"] == "DepthwiseConv2dNative" and conv.meta["ascend_type"] == "DepthwiseConv2D"
     filt = next(n for n in f.nodes if n.name + ":0" == tensor_name(conv.inputs[1]))
     scale = np.resize(GAMMA, 8) / np.sqrt(np.resize(VAR, 8) + np.float32(1e-3))
     np.testing.assert_allclose(filt.attrs["value"], DW * scale.reshape(4, 2), rtol=2e-7)
@@ -270,7 +270,7 @@ def test_matmul_bias_add_variants():
     for n in f.nodes:
         if n.op.startswith("_Fused") and not n.attrs.get("chain"):
             np.testing.assert_array_equal(n.attrs["bias"], b)
-            assert n.attrs["_ascend_type"] in ("MatMulV2", "BatchMatMulV2")
+            assert n.meta["ascend_type"] in ("MatMulV2", "BatchMatMulV2")
 
 
 def test_layer_norm_patterns():
@@ -289,7 +289,7 @@ def test_layer_norm_patterns():
         assert f.counts == {"LayerNormFusionPass": 1}, kwargs
         (ln,) = by_op(f, "_LayerNorm")
         assert len(ln.inputs) == inputs and ln.attrs["epsilon"] == pytest.approx(1e-4, rel=1e-6)
-        assert ln.attrs["axis"] == [-1] and ln.attrs["_ascend_type"] == "LayerNorm"
+        assert ln.attrs["axis"] == [-1] and ln.meta["ascend_type"] == "LayerNorm"
         assert {n.op for n in f.nodes} <= {"Placeholder", "Const", "Reshape", "_LayerNorm", "Identity"}
 
     def tf_moments(x):   # the tf.nn.moments + batch_normalization form
@@ -366,7 +366,7 @@ def test_automatic_ub_chain_and_limit():
     lens = sorted(len(c.attrs["chain"]) for c in chains)
     assert lens == [2, 6, 28, 28, 28]     # 90 ops cut into pieces of at most 28, and exp(x) * y
     from ascend_emu.npu.precision import ascend_type
-    assert all(c.attrs["_ascend_type"] == ascend_type(c.attrs["chain"][0]["op"]) for c in chains)
+    assert all(c.meta["ascend_type"] == ascend_type(c.attrs["chain"][0]["op"]) for c in chains)
 
 
 # --------------------------------------------------------------------------- oracles
@@ -528,12 +528,12 @@ def check_fused_against_oracle(rep, dev, unfused=None):
             assert d.max() <= CUBE_ULPS and (d == 0).mean() >= CUBE_EXACT, (node.name, d.max(), (d == 0).mean())
         else:
             assert d.max() == 0, (node.name, d.max(), (d != 0).sum())
-        for rule in node.attrs["_fusion"]["rules"]:
+        for rule in node.meta["fusion"]["rules"]:
             checked[rule] = checked.get(rule, 0) + 1
         if unfused is not None:
             off = unfused.tensor(node.name)
             steps = {s["op"] for s in node.attrs.get("chain", [])}
-            rules = set(node.attrs["_fusion"]["rules"])
+            rules = set(node.meta["fusion"]["rules"])
             if rules == {"TbeEltwiseFusionPass"} and steps <= TRANSPARENT:
                 np.testing.assert_array_equal(got, off, err_msg=node.name)
             elif node.op == "_EltwiseChain" and got.dtype == np.float32:
@@ -676,7 +676,7 @@ def test_dump_records_fusion_and_fused_away(tmp_path):
     (conv,) = by_op(f, "_FusedConv2D")
     op = d.op(conv.name)
     assert op["fusion"]["rule"] == "TbeEltwiseFusionPass"
-    assert op["attrs"]["_fusion"]["rules"] == ["BiasaddConvFusionPass", "ConvBatchnormFusionPass",
+    assert "_fusion" not in op["attrs"] and op["fusion"]["rules"] == ["BiasaddConvFusionPass", "ConvBatchnormFusionPass",
                                                "TbeEltwiseFusionPass"]
     assert op["tf_type"] == "_FusedConv2D" and op["ascend_type"] == "Conv2D" and op["engine"] == "AICORE"
     originals = {n.name for n in g.nodes}
@@ -782,7 +782,7 @@ TRANSFORMER_WHERE = {  # rule -> for each fused op, the original ops (name suffi
 
 
 def _rules_of(node):
-    return node.attrs["_fusion"]["rules"]
+    return node.meta["fusion"]["rules"]
 
 
 @pytest.mark.models
@@ -798,17 +798,17 @@ def test_rules_fire_where_their_pattern_is(model_graph, name):
     assert len(away) == len(set(away)) and set(away) <= originals
     kept = {n.name for n in f.nodes}
     assert kept | set(away) >= originals and not (kept & set(away))
-    replaced = [r for n in f.nodes if n.op.startswith("_") for r in n.attrs["_fusion"]["replaces"]]
+    replaced = [r for n in f.nodes if n.op.startswith("_") for r in n.meta["fusion"]["replaces"]]
     assert len(replaced) == len(set(replaced)) and set(replaced) == set(away) | {n.name for n in f.nodes
                                                                                   if n.op.startswith("_")}
     if name == "transformer_encoder":
         for rule, where in TRANSFORMER_WHERE.items():
-            reps = [n.attrs["_fusion"]["replaces"] for n in f.nodes if n.op.startswith("_") and rule in _rules_of(n)]
+            reps = [n.meta["fusion"]["replaces"] for n in f.nodes if n.op.startswith("_") and rule in _rules_of(n)]
             assert len(reps) == len(where), rule
             for suffixes in where:
                 assert any(all(any(r.endswith("/" + sfx) for r in rs) for sfx in suffixes) for rs in reps), rule
         for ln in by_op(f, "_LayerNorm"):
-            assert all("norm" in r for r in ln.attrs["_fusion"]["replaces"])
+            assert all("norm" in r for r in ln.meta["fusion"]["replaces"])
 
 
 @pytest.mark.models
@@ -853,7 +853,7 @@ def test_switching_a_rule_off_removes_it_from_the_dump(model_graph, tmp_path, na
         Device("must_keep_origin_dtype", fusion_switch=switch).replay(g, dump_dir=out, seed=0, progress=False,
                                                                       stats_only=True)
         d = load_dump(out)
-        rules_in_dump = {r for op in d.ops if op.get("fusion") for r in op["attrs"]["_fusion"]["rules"]}
+        rules_in_dump = {r for op in d.ops if op.get("fusion") for r in op["fusion"]["rules"]}
         rules_in_dump |= {op["fusion"]["rule"] for op in d.ops if op.get("fusion")}
         rules_in_dump |= {e["rule"] for e in d.fused_away}
         if rule == "ALL":

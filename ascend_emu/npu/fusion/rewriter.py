@@ -180,7 +180,7 @@ class Rewriter:
 
     @staticmethod
     def orig_type(node: Node) -> str:
-        f = node.attrs.get("_fusion")
+        f = node.meta.get("fusion")
         return f["tf_type"] if f else node.op
 
     # -- rewriting ---------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class Rewriter:
         replaces: list[str] = []
         rules: list[str] = []
         for n in absorbed:
-            f = n.attrs.get("_fusion")
+            f = n.meta.get("fusion")
             if f:
                 replaces.extend(f["replaces"])
                 rules.extend(r for r in f["rules"] if r not in rules)
@@ -205,7 +205,7 @@ class Rewriter:
                 replaces.append(n.name)
         if rule not in rules:
             rules.append(rule)
-        new.attrs["_fusion"] = {"rule": rule, "rules": rules, "replaces": replaces, "tf_type": self.orig_type(last)}
+        new.meta["fusion"] = {"rule": rule, "rules": rules, "replaces": replaces, "tf_type": self.orig_type(last)}
         for entry in self.fused_away:
             if entry["into"] in names:
                 entry["into"] = new.name

@@ -7,8 +7,8 @@ pattern matches only when no intermediate output is read outside it (nor is a mo
 output) and its parameters are constants (``Const`` nodes or chains computed from
 them only).
 
-The fused node takes the name of the last original op, ``attrs["_fusion"]`` records
-the rule(s) and the original ops it replaces, ``attrs["_ascend_type"]`` the CANN op
+The fused node takes the name of the last original op, ``meta["fusion"]`` records
+the rule(s) and the original ops it replaces, ``meta["ascend_type"]`` the CANN op
 type that decides its precision, and the swallowed ops go to ``Rewriter.fused_away``.
 The fused implementations are in :mod:`ascend_emu.ops.fused_ops`.
 """
@@ -59,10 +59,15 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= CONST_RTOL * abs(b)
 
 
-def _fused_attrs(last: Node, ascend: str, **extra) -> dict:
-    attrs = {"T": last.attrs.get("T", "float32"), "_ascend_type": ascend}
+def _fused_attrs(last: Node, **extra) -> dict:
+    attrs = {"T": last.attrs.get("T", "float32")}
     attrs.update(extra)
     return attrs
+
+
+def _fused_node(name: str, op: str, inputs, attrs: dict, ascend: str) -> Node:
+    """A fused node; ``ascend`` is the CANN op type that decides its precision (``meta``)."""
+    return Node(name, op, list(inputs), attrs, meta={"ascend_type": ascend})
 
 
 # --------------------------------------------------------------------------- cube + bias
@@ -119,8 +124,8 @@ def _as_fused_cube(node: Node, name: str, **changes) -> Node:
     attrs.update(changes)
     from ..precision import ascend_type
 
-    full = _fused_attrs(node, node.attrs.get("_ascend_type") or ascend_type(base), **attrs)
-    return Node(name, FUSED_CUBE[base], list(node.inputs), full)
+    return _fused_node(name, FUSED_CUBE[base], node.inputs, _fused_attrs(node, **attrs),
+                       node.meta.get("ascend_type") or ascend_type(base))
 
 
 @fusion_rule(
@@ -392,9 +397,9 @@ def layer_norm(rw: Rewriter) -> int:
             continue
         internal, x, gamma, beta, eps, axes, out = m
         inputs = [x] + ([gamma] if gamma else []) + ([beta] if beta else [])
-        fused = Node(out.name, "_LayerNorm", inputs,
-                     _fused_attrs(out, "LayerNorm", epsilon=float(eps), axis=list(axes),
-                                  has_gamma=gamma is not None, has_beta=beta is not None))
+        fused = _fused_node(out.name, "_LayerNorm", inputs, _fused_attrs(out, epsilon=float(eps), axis=list(axes),
+                                  has_gamma=gamma is not None, has_beta=beta is not None),
+                            "LayerNorm")
         rw.fuse("LayerNormFusionPass", internal, fused)
         n += 1
     return n
@@ -545,7 +550,7 @@ def gelu(rw: Rewriter) -> int:
         if m is None:
             continue
         internal, x, approx, out = m
-        fused = Node(out.name, "_Gelu", [x], _fused_attrs(out, "Gelu", approximate=approx))
+        fused = _fused_node(out.name, "_Gelu", [x], _fused_attrs(out, approximate=approx), "Gelu")
         rw.fuse("GeluFusionPass", internal, fused)
         n += 1
     return n
@@ -656,8 +661,8 @@ def automatic_ub(rw: Rewriter) -> int:
                 value = op.name + ":0"
             from ..precision import ascend_type
 
-            fused = Node(piece[-1].name, "_EltwiseChain", inputs,
-                         _fused_attrs(piece[-1], ascend_type(piece[0].op), chain=steps))
+            fused = _fused_node(piece[-1].name, "_EltwiseChain", inputs, _fused_attrs(piece[-1], chain=steps),
+                                ascend_type(piece[0].op))
             rw.fuse("AutomaticUbFusion", piece, fused)
             n += 1
     return n
