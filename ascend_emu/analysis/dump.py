@@ -286,7 +286,7 @@ class DumpWriter:
 
     def add_op(self, name: str, tf_type: str, ascend_type: str, engine: str, compute_dtype, inputs,
                outputs, status=0, *, attrs: dict | None = None, precision: dict | None = None,
-               fusion: dict | None = None, fp32_check: dict | None = None) -> dict:
+               fusion: dict | None = None, fp32_check: dict | None = None, phase: str | None = None) -> dict:
         """Record one executed op and its outputs (in execution order).
 
         ``outputs`` is a list of arrays of any dtype. ``status`` is the op's overflow
@@ -295,7 +295,8 @@ class DumpWriter:
         "cube_out", "reason": str}`` (every key kept);
         ``fusion`` is ``{"rule": str, "replaces": [names]}``; ``fp32_check`` is
         ``{"overflow": bool, "max_abs": float}`` from the float32 rerun of an
-        overflowing op. Returns the op's manifest entry.
+        overflowing op; ``phase`` (training steps) is ``forward``, ``backward`` or
+        ``update``. Returns the op's manifest entry.
         """
         if self._finished:
             raise RuntimeError(f"dump {self.path} is already finished")
@@ -345,6 +346,8 @@ class DumpWriter:
             "precision": precision, "fusion": fusion, "status": op_status,
             "status_names": decode_status(op_status), "fp32_check": fp32_check, "outputs": outs,
         }
+        if phase is not None:
+            entry["phase"] = str(phase)
         self._names.add(name)
         self._ops.append(entry)
         return entry

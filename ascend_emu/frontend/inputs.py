@@ -237,7 +237,8 @@ def _check(spec: InputSpec, value, override) -> np.ndarray:
     if expect is not None and (len(arr.shape) != len(expect) or any(
             e is not None and e != d for e, d in zip(expect, arr.shape))):
         raise AscendEmuError(f"input {spec.name!r} has shape {tuple(arr.shape)}, expected {_fmt(expect)}")
-    return np.ascontiguousarray(arr)
+    # (np.ascontiguousarray would turn a scalar into shape (1,))
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
 
 
 def inputs_sha256(inputs: dict[str, np.ndarray]) -> str:

@@ -42,6 +42,7 @@ class OpRecord:
     fusion: dict | None = None
     fp32_check: dict | None = None
     inserted: bool = False
+    phase: str | None = None
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Device:
         self.precision = PrecisionPolicy(precision_mode, modify_mixlist)
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
+        self._fusion_cache: dict = {}
 
     # the numerics choices, by their user-facing names
     soc = property(lambda self: self.numerics.soc)
@@ -139,7 +141,7 @@ class Device:
     # -- replay ------------------------------------------------------------------------------
     def replay(self, model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
                overwrite: bool = False, stats_only: bool = False, select=None, progress: bool = True,
-               keep_tensors: bool = True) -> ReplayResult:
+               keep_tensors: bool = True, phases=None) -> ReplayResult:
         """Run ``model`` op by op on the emulated NPU.
 
         Parameters
@@ -148,7 +150,10 @@ class Device:
             ConcreteFunction or :class:`ascend_emu.graph.Graph`.
         inputs : None (seeded random), dict name -> array, or CLI strings ``name=file.npy`` / ``file.npz``.
         dump_dir : where to write the dump (None: no dump).
-        select : None, or callable ``(name, tf_type) -> bool`` choosing the ops whose tensors are saved.
+        select : None, a regular expression on op names, or a callable ``(name, tf_type) -> bool``
+            choosing the ops whose tensors are saved (:func:`ascend_emu.analysis.dump.op_selector`).
+        phases : None, or callable ``op name -> str`` naming each op's phase (training steps:
+            forward, backward, update), recorded in the dump.
 
         Returns
         -------
@@ -159,7 +164,7 @@ class Device:
 
         graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
         feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
-        fused = apply_fusion(graph, self.fusion, self.precision.lists)
+        fused = self._fused(graph)
         self._check_supported(fused.nodes)
         writer = None
         if dump_dir is not None:
@@ -169,7 +174,7 @@ class Device:
                                 model={"name": graph.name, "fingerprint": graph.fingerprint},
                                 inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
                                 select=select)
-        run = _Run(self, graph, feeds, writer, keep_tensors)
+        run = _Run(self, graph, feeds, writer, keep_tensors, phases)
         t0 = time.perf_counter()
         nodes = fused.nodes
         bar = None
@@ -209,6 +214,52 @@ class Device:
         return ReplayResult(graph, outputs, env, run.records, run.status, summary,
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
 
+    def _fused(self, graph: Graph):
+        """The graph after the enabled fusion passes, cached per graph (training replays one graph per step)."""
+        cached = self._fusion_cache.get(id(graph))
+        if cached is not None and cached[0] is graph:
+            return cached[1]
+        fused = apply_fusion(graph, self.fusion, self.precision.lists)
+        self._fusion_cache = {id(graph): (graph, fused)}
+        return fused
+
+    def train(self, model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
+              batch_size: int = 32, steps=None, epochs=None, loss_scale=None, shuffle: bool = False,
+              seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False, reference_dump_dir=None,
+              overflow_check: str = "status", overwrite: bool = False, progress: bool = True):
+        """Train a Keras model for whole steps (forward, backward, optimizer update) on the emulated NPU.
+
+        Parameters
+        ----------
+        model : Keras 3 model (compiled, or with ``loss`` and ``optimizer`` given) or a ``.keras`` path.
+        data : ``.npz`` path with arrays ``x`` and ``y``, a dict with them, or a pair ``(x, y)``.
+        loss : Keras loss name or object (default: the compiled one); ``*_from_logits`` names work.
+        optimizer : ``"sgd"``, ``"adam"``, ``"adamw"``, ``"rmsprop"`` or a Keras optimizer (default: the
+            compiled one); ``learning_rate`` and ``optimizer_options`` (momentum, nesterov, beta_1, ...)
+            override its settings.
+        batch_size, steps, epochs : batches are taken in order (``shuffle=True``: a permutation per
+            epoch from ``seed``); ``steps`` defaults to one epoch.
+        loss_scale : None/``"none"``, ``"fixed:1024"``, ``"dynamic"`` (Keras' LossScaleOptimizer defaults) or
+            ``"exponential:init=..,incr_every=..,decr_every=..,incr_ratio=..,decr_ratio=.."`` (the TF
+            adapter's ExponentialUpdateLossScaleManager), or a manager object.
+        overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.
+        dump_dir, dump_steps : a dump per listed step in ``dump_dir/step-N`` (forward, backward and update
+            ops, each with its phase); with ``reference`` the float32 reference of the same step in
+            ``reference_dump_dir/step-N`` (default ``dump_dir/reference``).
+        reference : also train in TensorFlow float32 from the same weights on the same batches.
+
+        Returns
+        -------
+        ascend_emu.npu.training.TrainResult
+        """
+        from .training import train
+
+        return train(self, model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+                     optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
+                     loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,
+                     reference=reference, reference_dump_dir=reference_dump_dir, overflow_check=overflow_check,
+                     overwrite=overwrite, progress=progress)
+
     def _check_supported(self, nodes):
         missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}
         if missing and not self.aicpu_fallback:
@@ -237,8 +288,9 @@ def format_replay_summary(summary: dict, dump=None) -> str:
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
-    def __init__(self, device: Device, graph: Graph, feeds: dict, writer, keep: bool = True):
+    def __init__(self, device: Device, graph: Graph, feeds: dict, writer, keep: bool = True, phases=None):
         self.dev = device
+        self.phases = phases
         self.keep = keep
         self.graph = graph
         self.feeds = feeds
@@ -264,6 +316,8 @@ class _Run:
         return "float32"
 
     def _record(self, rec: OpRecord, outs, attrs=None):
+        if self.phases is not None:
+            rec.phase = self.phases(rec.name)
         self.records.append(rec)
         self.status.record(rec.status)
         key = (rec.engine, rec.compute_dtype)
@@ -271,7 +325,7 @@ class _Run:
         if self.writer is not None:
             self.writer.add_op(rec.name, rec.tf_type, rec.ascend_type, rec.engine, rec.compute_dtype, rec.inputs,
                                list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
-                               fp32_check=rec.fp32_check)
+                               fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
         for dtype in ("float16", "bfloat16", "float32"):

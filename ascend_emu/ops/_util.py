@@ -53,3 +53,10 @@ def to64(x) -> np.ndarray:
 
 
 assert set(OVERFLOW_MODES) == {"inf_nan", "saturation"}
+
+
+def contiguous(a) -> np.ndarray:
+    """``a`` as a C-contiguous array of the same shape (``np.ascontiguousarray`` turns a 0-d array into
+    shape (1,), which gave StridedSlice/Unpack/BroadcastTo scalars the wrong shape)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics.policy import bfloat16
-from ._util import as_int_list, is_float
+from ._util import as_int_list, contiguous, is_float
 from .registry import HOST, MOVE, register
 
 _NP_DTYPES = {"bfloat16": bfloat16}
@@ -47,7 +47,7 @@ def expand_dims(x, dim, *, ctx):
 
 @register("Transpose", kind=MOVE)
 def transpose(x, perm, *, ctx):
-    return np.ascontiguousarray(np.transpose(x, as_int_list(perm)))
+    return contiguous(np.transpose(x, as_int_list(perm)))
 
 
 @register("ConcatV2", kind=MOVE)
@@ -63,7 +63,7 @@ def pack(*xs, ctx, axis=0):
 
 @register("Unpack", kind=MOVE)
 def unpack(x, *, ctx, axis=0, num=None):
-    return tuple(np.ascontiguousarray(t) for t in np.moveaxis(x, int(axis), 0))
+    return tuple(contiguous(t) for t in np.moveaxis(x, int(axis), 0))
 
 
 @register("Split", kind=MOVE)
@@ -97,14 +97,14 @@ def strided_slice(x, begin, end, strides, *, ctx, begin_mask=0, end_mask=0, elli
             b = None if begin_mask >> i & 1 else begin[i]
             e = None if end_mask >> i & 1 else end[i]
             index.append(slice(b, e, strides[i]))
-    return np.ascontiguousarray(np.asarray(x)[tuple(index)])
+    return contiguous(np.asarray(x)[tuple(index)])
 
 
 @register("Slice", kind=MOVE)
 def slice_(x, begin, size, *, ctx):
     b, s = as_int_list(begin), as_int_list(size)
     idx = tuple(slice(bi, None if si == -1 else bi + si) for bi, si in zip(b, s))
-    return np.ascontiguousarray(x[idx])
+    return contiguous(x[idx])
 
 
 @register("Pad", "PadV2", "MirrorPad", kind=MOVE)
@@ -125,7 +125,7 @@ def tile(x, multiples, *, ctx):
 
 @register("BroadcastTo", kind=MOVE)
 def broadcast_to(x, shape, *, ctx):
-    return np.ascontiguousarray(np.broadcast_to(x, as_int_list(shape)))
+    return contiguous(np.broadcast_to(x, as_int_list(shape)))
 
 
 @register("GatherV2", kind=MOVE)

@@ -6,7 +6,7 @@ import string
 import numpy as np
 
 from ..errors import AscendEmuError
-from ._util import as_int_list, finish, to64
+from ._util import as_int_list, contiguous, finish, to64
 from .registry import CUBE, VECTOR, register
 
 
@@ -129,11 +129,11 @@ def einsum(*xs, ctx, equation, bias=None):
                                  "columns; switch MatMulBiasAddFusionPass off for this model")
         # spread the bias over the flattened free labels of the second operand
         bvec = b1[np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)]
-    z = _record(ctx, batch_matmul(np.ascontiguousarray(xt).reshape(nb, m, k),
-                                  np.ascontiguousarray(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec)))
+    z = _record(ctx, batch_matmul(contiguous(xt).reshape(nb, m, k),
+                                  contiguous(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec)))
     labels = batch + free_a + free_b
     z = z.reshape([size[c] for c in labels])
-    return np.ascontiguousarray(np.transpose(z, [labels.index(c) for c in out]))
+    return contiguous(np.transpose(z, [labels.index(c) for c in out]))
 
 
 def _windows(x, ksize, strides, padding, pad_value):

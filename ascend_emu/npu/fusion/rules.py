@@ -47,12 +47,19 @@ def _attrs_of(node: Node, keys) -> dict:
     return {k: node.attrs[k] for k in keys if k in node.attrs}
 
 
-def _gray_eltwise(tf_type: str, lists) -> bool:
-    """Elementwise op on the gray list: a chain of them runs in one dtype under every mode."""
-    from ...ops import OPS
+def _ascend_of(node: Node) -> str:
+    """The CANN op type deciding ``node``'s precision: its own, or the operator it is part of (``meta``,
+    e.g. a decomposed optimizer update that CANN runs as one ApplyAdam)."""
     from ..precision import ascend_type
 
-    return tf_type in ELTWISE and tf_type in OPS and lists.classify(ascend_type(tf_type)) == "gray"
+    return node.meta.get("ascend_type") or ascend_type(node.op)
+
+
+def _gray_eltwise(node: Node, lists) -> bool:
+    """Elementwise op on the gray list: a chain of them runs in one dtype under every mode."""
+    from ...ops import OPS
+
+    return node.op in ELTWISE and node.op in OPS and lists.classify(_ascend_of(node)) == "gray"
 
 
 def _close(a: float, b: float) -> bool:
@@ -559,7 +566,7 @@ def gelu(rw: Rewriter) -> int:
 # --------------------------------------------------------------------------- UB fusion
 
 def _eltwise(rw: Rewriter, node: Node) -> bool:
-    if not _gray_eltwise(node.op, rw.lists) or not rw.is_float(node):
+    if not _gray_eltwise(node, rw.lists) or not rw.is_float(node):
         return False
     if node.op == "BiasAdd" and node.attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
         return False
@@ -662,7 +669,7 @@ def automatic_ub(rw: Rewriter) -> int:
             from ..precision import ascend_type
 
             fused = _fused_node(piece[-1].name, "_EltwiseChain", inputs, _fused_attrs(piece[-1], chain=steps),
-                                ascend_type(piece[0].op))
+                                _ascend_of(piece[0]))
             rw.fuse("AutomaticUbFusion", piece, fused)
             n += 1
     return n

@@ -1,0 +1,397 @@
+"""A Keras model's training step as one plain graph: forward, backward, loss scaling, optimizer update.
+
+The step is traced as a ``tf.function`` whose every piece of state is an input and every
+new value an output, so the emulated device replays it like any inference graph and keeps
+the state itself (:mod:`ascend_emu.npu.training`)::
+
+    (x, y, loss_scale, iteration, trainable..., non_trainable..., slots...)
+        -> (loss, grads..., new trainable..., new non_trainable..., new slots...)
+
+- forward: ``model.stateless_call(trainable, non_trainable, x, training=True)`` (BatchNorm's
+  moving statistics and the dropout seed state come back as new non-trainable values);
+- backward: ``tf.GradientTape`` on ``loss * loss_scale`` (ops named ``gradient_tape/...``), then
+  the gradients are multiplied by ``1 / loss_scale`` as the Ascend TF adapter's
+  NPULossScaleOptimizer does (name scope ``loss_scale_unscale``);
+- update: the optimizer's update written as tensor ops (name scope ``update``). Keras 3 refuses
+  ``stateless_apply`` on the TensorFlow backend, so :class:`FunctionalOptimizer` writes the same
+  update formulas as ``keras.optimizers.{SGD, Adam, AdamW, RMSprop}.update_step``, op for op;
+  ``tests/frontend/test_training.py`` holds it against Keras' own ``apply`` bit for bit.
+
+The reference run (TensorFlow float32) calls the same traced function, so both sides run the
+same graph and their dumps line up op by op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from .tf import first_line, import_keras, import_tf
+
+#: optimizers and the Keras config keys each understands
+OPTIMIZERS = {
+    "sgd": ("SGD", ("learning_rate", "momentum", "nesterov")),
+    "adam": ("Adam", ("learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad")),
+    "adamw": ("AdamW", ("learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad", "weight_decay")),
+    "rmsprop": ("RMSprop", ("learning_rate", "rho", "momentum", "epsilon", "centered")),
+}
+#: loss names the CLI accepts (any Keras loss identifier works through keras.losses.get)
+LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
+          "mean_squared_error", "mean_absolute_error")
+#: Keras optimizer options this emulation does not model; a model compiled with them is refused
+_UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "gradient_accumulation_steps",
+                "loss_scale_factor")
+
+#: name scopes of the traced step, for telling the phases apart
+BACKWARD_PREFIXES = ("gradient_tape/", "loss_scale_unscale/")
+UPDATE_PREFIX = "update/"
+
+
+def phase_of(op_name: str) -> str:
+    """``forward``, ``backward`` or ``update``: where op ``op_name`` of a traced step belongs."""
+    if op_name.startswith(UPDATE_PREFIX):
+        return "update"
+    if op_name.startswith(BACKWARD_PREFIXES):
+        return "backward"
+    return "forward"
+
+
+# --------------------------------------------------------------------------- loss and optimizer
+
+def resolve_loss(model, loss=None):
+    """The Keras loss object: ``loss`` (a name or a loss) or the compiled model's."""
+    keras = import_keras()
+    spec = loss if loss is not None else getattr(model, "loss", None)
+    if spec is None:
+        raise AscendEmuError("the model has no loss: compile it with one or pass --loss NAME "
+                             f"(e.g. {', '.join(LOSSES)})")
+    if isinstance(spec, (list, tuple, dict)):
+        raise AscendEmuError("models with several losses are not supported yet; pass one --loss")
+    if isinstance(spec, str) and spec.endswith("_from_logits"):
+        base = spec[:-len("_from_logits")]
+        try:
+            cls = type(keras.losses.get(base))
+        except (ValueError, TypeError):
+            raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)}") from None
+        return cls(from_logits=True)
+    try:
+        obj = keras.losses.get(spec)
+    except (ValueError, TypeError):
+        raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)} "
+                             "(append _from_logits for logits)") from None
+    if obj is None:
+        raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)}")
+    return obj
+
+
+@dataclass
+class FunctionalOptimizer:
+    """One of Keras 3's optimizers as a pure function of (gradients, params, slots, iteration).
+
+    ``kind`` is ``sgd``, ``adam``, ``adamw`` or ``rmsprop``; ``config`` holds its hyperparameters
+    with Keras' defaults; ``schedule`` is a Keras LearningRateSchedule (or None).
+    """
+
+    kind: str
+    config: dict
+    schedule: object = None
+
+    @classmethod
+    def from_keras(cls, opt) -> "FunctionalOptimizer":
+        keras = import_keras()
+        name = type(opt).__name__.lower()
+        if name not in OPTIMIZERS:
+            raise AscendEmuError(f"optimizer {type(opt).__name__} is not supported; use one of: "
+                                 + ", ".join(v[0] for v in OPTIMIZERS.values()))
+        cfg = opt.get_config()
+        bad = [k for k in _UNSUPPORTED if cfg.get(k) not in (None, False, 0)]
+        if bad:
+            raise AscendEmuError(f"optimizer option(s) {', '.join(bad)} are not emulated; compile without them")
+        keys = OPTIMIZERS[name][1]
+        conf = {k: cfg[k] for k in keys if k in cfg}
+        schedule = None
+        lr = opt._learning_rate
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+            schedule = lr
+            conf["learning_rate"] = None
+        else:
+            conf["learning_rate"] = float(np.asarray(opt.learning_rate))
+        if name == "adamw" and cfg.get("exclude_from_weight_decay"):
+            raise AscendEmuError("AdamW's exclude_from_weight_decay is not emulated; compile without it")
+        return cls(name, conf, schedule)
+
+    @classmethod
+    def build(cls, name: str, **options) -> "FunctionalOptimizer":
+        """By name (``sgd``, ``adam``, ``adamw``, ``rmsprop``) with Keras' defaults for what is not given."""
+        keras = import_keras()
+        key = str(name).lower()
+        if key not in OPTIMIZERS:
+            raise AscendEmuError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+        keras_cls = getattr(keras.optimizers, OPTIMIZERS[key][0])
+        allowed = OPTIMIZERS[key][1]
+        given = {k: v for k, v in options.items() if v is not None}
+        wrong = [k for k in given if k not in allowed]
+        if wrong:
+            raise AscendEmuError(f"optimizer {key} takes no {', '.join(wrong)}; its options: {', '.join(allowed)}")
+        try:
+            return cls.from_keras(keras_cls(**given))
+        except (TypeError, ValueError) as e:
+            raise AscendEmuError(f"optimizer {key}: {first_line(e)}") from None
+
+    def keras_optimizer(self):
+        """A fresh Keras optimizer of this configuration (for the reference and for comparison)."""
+        keras = import_keras()
+        conf = dict(self.config)
+        if self.schedule is not None:
+            conf["learning_rate"] = self.schedule
+        return getattr(keras.optimizers, OPTIMIZERS[self.kind][0])(**conf)
+
+    def slot_names(self) -> list[str]:
+        c = self.config
+        if self.kind == "sgd":
+            return ["momentum"] if c.get("momentum", 0.0) != 0 else []
+        if self.kind in ("adam", "adamw"):
+            return ["momentum", "velocity"] + (["velocity_hat"] if c.get("amsgrad") else [])
+        # rmsprop
+        return (["velocity"] + (["momentum"] if c.get("momentum", 0.0) > 0 else [])
+                + (["average_gradient"] if c.get("centered") else []))
+
+    def to_dict(self) -> dict:
+        out = {"name": OPTIMIZERS[self.kind][0], **{k: v for k, v in self.config.items() if v is not None}}
+        if self.schedule is not None:
+            out["learning_rate"] = {"schedule": type(self.schedule).__name__,
+                                    **{k: v for k, v in self.schedule.get_config().items()
+                                       if isinstance(v, (int, float, str, bool))}}
+        return out
+
+    # -- the update, as tensor ops (same op sequence as keras.optimizers.*.update_step) ----------
+    def apply(self, grads, params, slots, iteration):
+        """New (params, slots) after one step; ``slots[i]`` lists param i's slots in ``slot_names`` order."""
+        tf = import_tf()
+        c = self.config
+        if self.schedule is not None:
+            lr_all = self.schedule(iteration)
+        else:
+            lr_all = tf.constant(c["learning_rate"], tf.float32)
+        new_params, new_slots = [], []
+        for g, p, s in zip(grads, params, slots):
+            lr = tf.cast(lr_all, p.dtype)
+            g = tf.cast(g, p.dtype)
+            if self.kind == "adamw" and c.get("weight_decay"):
+                # Keras applies the decoupled weight decay before the update step
+                wd = tf.cast(c["weight_decay"], p.dtype)
+                p = p - p * wd * lr
+            if self.kind == "sgd":
+                p, s = self._sgd(g, p, s, lr)
+            elif self.kind in ("adam", "adamw"):
+                p, s = self._adam(g, p, s, lr, iteration)
+            else:
+                p, s = self._rmsprop(g, p, s, lr)
+            new_params.append(p)
+            new_slots.append(s)
+        return new_params, new_slots
+
+    def _sgd(self, g, p, s, lr):
+        tf = import_tf()
+        mom = self.config.get("momentum", 0.0)
+        if mom == 0:
+            return p - g * lr, []
+        (m,) = s
+        momentum = tf.cast(mom, p.dtype)
+        m = m * momentum - g * lr
+        if self.config.get("nesterov"):
+            p = p + (m * momentum - g * lr)
+        else:
+            p = p + m
+        return p, [m]
+
+    def _adam(self, g, p, s, lr, iteration):
+        tf = import_tf()
+        c = self.config
+        local_step = tf.cast(iteration + 1, p.dtype)
+        beta_1_power = tf.pow(tf.cast(c["beta_1"], p.dtype), local_step)
+        beta_2_power = tf.pow(tf.cast(c["beta_2"], p.dtype), local_step)
+        m, v = s[0], s[1]
+        alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        m = m + (g - m) * (1 - c["beta_1"])
+        v = v + (tf.square(g) - v) * (1 - c["beta_2"])
+        out = [m, v]
+        if c.get("amsgrad"):
+            v_hat = tf.maximum(s[2], v)
+            out.append(v_hat)
+            v = v_hat
+        p = p - (m * alpha) / (tf.sqrt(v) + c["epsilon"])
+        return p, out
+
+    def _rmsprop(self, g, p, s, lr):
+        tf = import_tf()
+        c = self.config
+        rho = c["rho"]
+        names = self.slot_names()
+        slot = dict(zip(names, s))
+        vel = slot["velocity"] * rho + tf.square(g) * (1 - rho)
+        out = {"velocity": vel}
+        if c.get("centered"):
+            avg = slot["average_gradient"] * rho + g * (1 - rho)
+            out["average_gradient"] = avg
+            denominator = vel - tf.square(avg) + c["epsilon"]
+        else:
+            denominator = vel + c["epsilon"]
+        increment = (lr * g) / tf.sqrt(denominator)
+        if c.get("momentum", 0.0) > 0:
+            mom = slot["momentum"] * c["momentum"] + increment
+            out["momentum"] = mom
+            p = p - mom
+        else:
+            p = p - increment
+        return p, [out[n] for n in names]
+
+
+def resolve_optimizer(model, optimizer=None, **options) -> FunctionalOptimizer:
+    """``optimizer`` (a name, with ``options`` such as learning_rate) or the compiled model's."""
+    if optimizer is None:
+        opt = getattr(model, "optimizer", None)
+        if opt is None:
+            raise AscendEmuError("the model has no optimizer: compile it with one or pass --optimizer NAME "
+                                 f"({', '.join(OPTIMIZERS)})")
+        fopt = FunctionalOptimizer.from_keras(opt)
+        given = {k: v for k, v in options.items() if v is not None}
+        if given:
+            conf = {**fopt.config, **given}
+            return FunctionalOptimizer.build(fopt.kind, **{k: v for k, v in conf.items() if v is not None})
+        return fopt
+    if isinstance(optimizer, FunctionalOptimizer):
+        return optimizer
+    if isinstance(optimizer, str):
+        return FunctionalOptimizer.build(optimizer, **options)
+    return FunctionalOptimizer.from_keras(optimizer)
+
+
+# --------------------------------------------------------------------------- the traced step
+
+@dataclass
+class TrainStep:
+    """A traced training step and how its inputs and outputs map to the training state.
+
+    ``state`` names every state tensor in input order (``trainable/<path>``,
+    ``non_trainable/<path>``, ``slot/<slot>/<path>``) with its placeholder; the step's outputs
+    are ``[loss, grads (one per trainable), new state (same order as state)]``.
+    """
+
+    function: object                  # the tf ConcreteFunction
+    graph: object                     # ascend_emu.graph.Graph of it
+    x_name: str
+    y_name: str
+    scale_name: str
+    iteration_name: str
+    state: list = field(default_factory=list)        # [(state key, placeholder name, dtype)]
+    trainable: list = field(default_factory=list)    # state keys of the trainable variables
+    optimizer: FunctionalOptimizer | None = None
+    loss_name: str = ""
+
+    @property
+    def n_grads(self) -> int:
+        return len(self.trainable)
+
+
+def _safe(path: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_" else "_" for ch in path)
+
+
+def trace_train_step(model, loss_fn, fopt: FunctionalOptimizer, x_example: np.ndarray,
+                     y_example: np.ndarray) -> TrainStep:
+    """Trace one training step of Keras ``model`` for batches shaped like the examples (batch dim free)."""
+    tf = import_tf()
+    from .loader import load_graph
+
+    tv = list(model.trainable_variables)
+    ntv = list(model.non_trainable_variables)
+    if not tv:
+        raise AscendEmuError(f"model {model.name!r} has no trainable variables; nothing to train")
+    slot_names = fopt.slot_names()
+    sig = [tf.TensorSpec((None, *x_example.shape[1:]), tf.as_dtype(x_example.dtype), name="x"),
+           tf.TensorSpec((None, *y_example.shape[1:]), tf.as_dtype(y_example.dtype), name="y"),
+           tf.TensorSpec((), tf.float32, name="loss_scale"),
+           tf.TensorSpec((), tf.int64, name="iteration")]
+    state = []
+    for kind, vars_ in (("trainable", tv), ("non_trainable", ntv)):
+        for i, v in enumerate(vars_):
+            name = f"{kind[0]}{i}_{_safe(v.path)}"
+            sig.append(tf.TensorSpec(v.shape, v.dtype, name=name))
+            state.append((f"{kind}/{v.path}", name, np.dtype(v.dtype).name))
+    for s in slot_names:
+        for i, v in enumerate(tv):
+            name = f"s_{s}_{i}_{_safe(v.path)}"
+            sig.append(tf.TensorSpec(v.shape, v.dtype, name=name))
+            state.append((f"slot/{s}/{v.path}", name, np.dtype(v.dtype).name))
+    nt, nn = len(tv), len(ntv)
+
+    def step(x, y, scale, iteration, *st):
+        t = list(st[:nt])
+        n = list(st[nt:nt + nn])
+        flat_slots = list(st[nt + nn:])
+        slots = [[flat_slots[k * nt + i] for k in range(len(slot_names))] for i in range(nt)]
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            pred, n2 = model.stateless_call(t, n, x, training=True)
+            loss = loss_fn(y, pred)
+            scaled = loss * scale
+        grads = tape.gradient(scaled, t)
+        with tf.name_scope("loss_scale_unscale"):
+            inv = 1.0 / scale
+            grads = [g * inv for g in grads]
+        with tf.name_scope("update"):
+            t2, s2 = fopt.apply(grads, t, slots, iteration)
+        flat_s2 = [s2[i][k] for k in range(len(slot_names)) for i in range(nt)]
+        return [loss] + list(grads) + list(t2) + list(n2) + flat_s2
+
+    try:
+        fn = tf.function(step, input_signature=sig, autograph=False)
+        cf = fn.get_concrete_function()
+    except AscendEmuError:
+        raise
+    except Exception as e:
+        raise AscendEmuError(f"cannot trace a training step of model {model.name!r}: {first_line(e)} "
+                             "(do x and y in --data fit the model's input and loss?)") from None
+    missing = [v.path for v, g in zip(tv, cf.structured_outputs[1:1 + nt]) if g is None]
+    if missing:
+        raise AscendEmuError(f"no gradient reaches variable(s) {', '.join(missing[:5])}; "
+                             "they are not connected to the loss")
+    graph = load_graph(cf)
+    graph.name = f"{model.name}_train_step"
+    by_key = {s.key or s.name: s.name for s in graph.inputs}
+
+    def ph(name):
+        return by_key.get(name, name)
+
+    step_info = TrainStep(cf, graph, ph("x"), ph("y"), ph("loss_scale"), ph("iteration"),
+                          [(k, ph(n), dt) for k, n, dt in state],
+                          [k for k, _, _ in state if k.startswith("trainable/")], fopt,
+                          loss_name=graph.outputs[0])
+    return step_info
+
+
+def initial_state(model, fopt: FunctionalOptimizer) -> dict:
+    """State key -> float32 array: the model's variables and zero optimizer slots (Keras' initial values)."""
+    state = {}
+    for v in model.trainable_variables:
+        state[f"trainable/{v.path}"] = np.array(v.numpy(), copy=True)
+    for v in model.non_trainable_variables:
+        state[f"non_trainable/{v.path}"] = np.array(v.numpy(), copy=True)
+    for s in fopt.slot_names():
+        for v in model.trainable_variables:
+            state[f"slot/{s}/{v.path}"] = np.zeros(v.shape, np.dtype(v.dtype))
+    return state
+
+
+def run_reference_step(step: TrainStep, feeds: dict) -> list[np.ndarray]:
+    """TensorFlow's own float32 execution of the traced step (the ConcreteFunction, no fetches)."""
+    tf = import_tf()
+    names = [s.name for s in step.graph.inputs]
+    args = [tf.constant(feeds[n]) for n in names]
+    try:
+        outs = step.function(*args)
+    except Exception as e:
+        raise AscendEmuError(f"TensorFlow failed to run the training step: {first_line(e)}") from None
+    return [np.asarray(o) for o in outs]

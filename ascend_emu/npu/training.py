@@ -1,0 +1,348 @@
+"""Training on the emulated NPU: whole steps (forward, backward, loss scaling, optimizer update).
+
+Each step replays the traced step graph (:mod:`ascend_emu.frontend.training`) on the device with
+the current state as inputs: every op on the emulated units with the precision lists deciding its
+dtype, the fusion passes, the overflow model. The device keeps the state (float32 master weights,
+BatchNorm statistics, optimizer slots) between steps in its own dtype.
+
+Loss scaling follows the Ascend TF adapter's NPULossScaleOptimizer (ASCEND-FACTS.md sections 5
+and 10): the loss is multiplied by the scale, the gradients by its inverse, and the overflow
+decision reads the **float status register** after the backward pass (the forward and backward
+ops' status bits), so under saturation mode an overflow that saturates to 65504 still skips the
+step; ``overflow_check="isfinite"`` instead checks the gradients for Inf/NaN, as Keras'
+LossScaleOptimizer does, to show what it misses under saturation. A skipped step keeps the old
+state and the manager lowers the scale.
+
+The optimizer's update ops run as CANN's ``Apply*`` operators, which the default lists put on the
+black list: they compute in float32 whatever the precision mode (NUMERICS.md section 9).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
+
+#: Keras' LossScaleOptimizer defaults (ASCEND-FACTS section 10): 2**15, x2 after 2000 finite steps, /2 on overflow
+KERAS_DYNAMIC = {"init": 2.0 ** 15, "incr_every": 2000, "decr_every": 1, "incr_ratio": 2.0, "decr_ratio": 0.5}
+#: the TF adapter's ExponentialUpdateLossScaleManager defaults for what ``exponential:`` leaves out
+EXPONENTIAL_DEFAULTS = {"init": 2.0 ** 15, "incr_every": 1000, "decr_every": 2, "incr_ratio": 2.0, "decr_ratio": 0.8}
+#: the CANN operator each optimizer's update runs as (its precision list decides the update's dtype)
+APPLY_OPS = {"sgd": "ApplyGradientDescent", "sgd_momentum": "ApplyMomentum", "adam": "ApplyAdam",
+             "adamw": "ApplyAdam", "rmsprop": "ApplyRMSProp"}
+OVERFLOW_CHECKS = ("status", "isfinite")
+
+
+def loss_scale_manager(spec):
+    """A loss-scale manager from ``none``, ``fixed:N``, ``dynamic`` or ``exponential:k=v,...`` (or a manager)."""
+    if spec is None or spec == "none":
+        return None
+    if isinstance(spec, (FixedLossScaleManager, ExponentialUpdateLossScaleManager)):
+        return spec
+    if not isinstance(spec, str):
+        raise AscendEmuError(f"loss_scale must be none, fixed:N, dynamic or exponential:..., not {spec!r}")
+    kind, _, rest = spec.partition(":")
+    if kind == "fixed":
+        try:
+            return FixedLossScaleManager(float(rest))
+        except ValueError:
+            raise AscendEmuError(f"--loss-scale {spec!r}: write fixed:1024") from None
+    if kind == "dynamic" and not rest:
+        k = KERAS_DYNAMIC
+    elif kind == "exponential":
+        k = dict(EXPONENTIAL_DEFAULTS)
+        for item in filter(None, rest.split(",")):
+            key, eq, val = item.partition("=")
+            if not eq or key.strip() not in k:
+                raise AscendEmuError(f"--loss-scale {spec!r}: unknown setting {item!r}; settings: {', '.join(k)}")
+            try:
+                k[key.strip()] = float(val)
+            except ValueError:
+                raise AscendEmuError(f"--loss-scale {spec!r}: {key.strip()} must be a number") from None
+    else:
+        raise AscendEmuError(f"--loss-scale {spec!r}: choose none, fixed:N, dynamic or "
+                             "exponential:init=..,incr_every=..,decr_every=..,incr_ratio=..,decr_ratio=..")
+    for key in ("incr_every", "decr_every"):
+        if k[key] != int(k[key]):
+            raise AscendEmuError(f"--loss-scale {spec!r}: {key} must be a whole number")
+    return ExponentialUpdateLossScaleManager(k["init"], int(k["incr_every"]), int(k["decr_every"]),
+                                             k["incr_ratio"], k["decr_ratio"])
+
+
+def _manager_dict(m) -> dict | str:
+    if m is None:
+        return "none"
+    if isinstance(m, FixedLossScaleManager):
+        return {"kind": "fixed", "loss_scale": m.loss_scale}
+    return {"kind": "exponential", "init": m.init_loss_scale, "incr_every": m.incr_every_n_steps,
+            "decr_every": m.decr_every_n_nan_or_inf, "incr_ratio": m.incr_ratio, "decr_ratio": m.decr_ratio}
+
+
+# --------------------------------------------------------------------------- data
+
+def load_data(data) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) from an ``.npz`` path with arrays ``x`` and ``y``, a dict, or a pair of arrays."""
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if not os.path.isfile(path):
+            raise AscendEmuError(f"--data {path}: no such file; give an .npz with arrays x and y")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        except (ValueError, OSError, EOFError) as e:
+            raise AscendEmuError(f"--data {path}: not a readable .npz ({str(e).splitlines()[0][:200]})") from None
+    if isinstance(data, dict):
+        missing = [k for k in ("x", "y") if k not in data]
+        if missing:
+            raise AscendEmuError(f"training data needs arrays x and y; missing {', '.join(missing)} "
+                                 f"(has: {', '.join(sorted(data)) or 'nothing'})")
+        x, y = data["x"], data["y"]
+    elif isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = data
+    else:
+        raise AscendEmuError("training data must be an .npz path, a dict with x and y, or a pair (x, y)")
+    x, y = np.asarray(x), np.asarray(y)
+    for name, a in (("x", x), ("y", y)):
+        if a.dtype.kind not in "fiub":
+            raise AscendEmuError(f"training data {name} has dtype {a.dtype}; numbers only")
+        if a.ndim == 0 or len(a) == 0:
+            raise AscendEmuError(f"training data {name} is empty")
+    if len(x) != len(y):
+        raise AscendEmuError(f"training data has {len(x)} samples in x but {len(y)} in y")
+    if x.dtype.kind == "f" and x.dtype != np.float32:
+        x = x.astype(np.float32)
+    if y.dtype.kind == "f" and y.dtype != np.float32:
+        y = y.astype(np.float32)
+    return x, y
+
+
+def batch_order(n: int, batch_size: int, steps: int, *, shuffle: bool, seed: int) -> list[np.ndarray]:
+    """Sample indices of each step's batch: in order (or a seeded permutation per epoch), partial last batches kept."""
+    per_epoch = math.ceil(n / batch_size)
+    rng = np.random.default_rng(seed)
+    out = []
+    epoch = 0
+    while len(out) < steps:
+        order = rng.permutation(n) if shuffle else np.arange(n)
+        for b in range(per_epoch):
+            if len(out) == steps:
+                break
+            out.append(order[b * batch_size:(b + 1) * batch_size])
+        epoch += 1
+    return out
+
+
+# --------------------------------------------------------------------------- result
+
+@dataclass
+class TrainResult:
+    """What :meth:`Device.train` did, step by step.
+
+    ``steps`` holds one dict per step with the fields of ``train --json``: ``step``, ``loss``,
+    ``reference_loss`` (with a reference run), ``loss_scale`` (the scale used in that step),
+    ``skipped``, ``float_status``, ``first_overflow`` (None or ``{"name", "tf_type", "phase"}``),
+    and ``grad_zeros`` / ``grad_values`` (gradient elements that are exactly zero, of all).
+    """
+
+    config: dict
+    steps: list
+    state: dict
+    reference_state: dict | None = None
+    dumps: dict = field(default_factory=dict)            # step -> NPU dump dir
+    reference_dumps: dict = field(default_factory=dict)  # step -> reference dump dir
+
+    def _col(self, key, dtype=float):
+        return np.array([s.get(key) if s.get(key) is not None else np.nan for s in self.steps], dtype=dtype)
+
+    losses = property(lambda self: self._col("loss"))
+    reference_losses = property(lambda self: self._col("reference_loss"))
+    loss_scales = property(lambda self: self._col("loss_scale"))
+    skipped = property(lambda self: np.array([s["skipped"] for s in self.steps], dtype=bool))
+    float_status = property(lambda self: np.array([s["float_status"] for s in self.steps], dtype=np.int64))
+
+    def first_overflow(self, step: int) -> dict | None:
+        return self.steps[step]["first_overflow"]
+
+    def weights(self, reference: bool = False) -> dict:
+        """Variable path -> array after training (trainable and non-trainable)."""
+        state = self.reference_state if reference else self.state
+        if state is None:
+            raise AscendEmuError("no reference run: train with reference=True")
+        return {k.split("/", 1)[1]: v for k, v in state.items() if not k.startswith("slot/")}
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "steps": self.steps,
+                "dumps": {str(k): v for k, v in self.dumps.items()},
+                "reference_dumps": {str(k): v for k, v in self.reference_dumps.items()}}
+
+    def format_text(self) -> str:
+        skipped = [s["step"] for s in self.steps if s["skipped"]]
+        lines = [f"steps: {len(self.steps)}; skipped: {len(skipped)}"
+                 + (f" (steps {', '.join(map(str, skipped[:10]))}{', ...' if len(skipped) > 10 else ''})" if skipped else "")]
+        first = next((s for s in self.steps if s["first_overflow"]), None)
+        if first:
+            f = first["first_overflow"]
+            lines.append(f"first overflow: step {first['step']}, op {f['name']} ({f['tf_type']}), phase {f['phase']}")
+        last = self.steps[-1]
+        line = f"loss: first {self.steps[0]['loss']:.6g}, last {last['loss']:.6g}"
+        if last.get("reference_loss") is not None:
+            line += f"; reference last {last['reference_loss']:.6g}"
+        lines.append(line)
+        lines.append(f"loss scale: first {self.steps[0]['loss_scale']:.6g}, last {last['loss_scale']:.6g}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the loop
+
+def _load_model(model):
+    from ..frontend.tf import first_line, import_keras
+
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise AscendEmuError(f"model {path}: no such file; give a .keras file")
+        if not path.endswith(".keras"):
+            raise AscendEmuError(f"model {path}: training needs a Keras model (.keras file)")
+        keras = import_keras()
+        try:
+            return keras.saving.load_model(path, safe_mode=True)
+        except Exception as e:
+            raise AscendEmuError(f"model {path}: cannot load it ({first_line(e)})") from None
+    if not hasattr(model, "stateless_call"):
+        raise AscendEmuError("training needs a Keras 3 model (or a .keras file)")
+    return model
+
+
+def _apply_op(fopt) -> str:
+    if fopt.kind == "sgd":
+        return APPLY_OPS["sgd_momentum" if fopt.config.get("momentum", 0.0) else "sgd"]
+    return APPLY_OPS[fopt.kind]
+
+
+def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
+          batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
+          shuffle: bool = False, seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False,
+          reference_dump_dir=None, overflow_check: str = "status", overwrite: bool = False,
+          progress: bool = True) -> TrainResult:
+    """Train ``model`` on ``device``; see :meth:`ascend_emu.npu.device.Device.train`."""
+    from ..frontend import training as T
+    from ..frontend.reference import reference as tf_reference
+
+    if overflow_check not in OVERFLOW_CHECKS:
+        raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise AscendEmuError(f"batch_size must be a positive integer, got {batch_size!r}")
+    x, y = load_data(data)
+    per_epoch = math.ceil(len(x) / batch_size)
+    if steps is None and epochs is None:
+        steps = per_epoch
+    elif steps is None:
+        if not isinstance(epochs, (int, np.integer)) or epochs < 1:
+            raise AscendEmuError(f"epochs must be a positive integer, got {epochs!r}")
+        steps = per_epoch * int(epochs)
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise AscendEmuError(f"steps must be a positive integer, got {steps!r}")
+    steps = int(steps)
+    dump_steps = sorted(set(int(s) for s in (dump_steps or ())))
+    bad = [s for s in dump_steps if not 0 <= s < steps]
+    if bad:
+        raise AscendEmuError(f"dump step(s) {', '.join(map(str, bad))} are outside the run (steps 0..{steps - 1})")
+    if dump_steps and dump_dir is None:
+        raise AscendEmuError("dump_steps needs dump_dir (--dump DIR)")
+    if dump_dir is not None and not dump_steps:
+        dump_steps = [0, steps - 1] if steps > 1 else [0]
+    manager = loss_scale_manager(loss_scale)
+
+    model = _load_model(model)
+    loss_fn = T.resolve_loss(model, loss)
+    fopt = T.resolve_optimizer(model, optimizer, learning_rate=learning_rate, **(optimizer_options or {}))
+    in_shape = tuple(model.inputs[0].shape[1:]) if getattr(model, "inputs", None) else None
+    if in_shape is not None and (len(in_shape) != x.ndim - 1 or any(
+            d is not None and d != s for d, s in zip(in_shape, x.shape[1:]))):
+        raise AscendEmuError(f"training data x has samples of shape {tuple(x.shape[1:])} but the model takes "
+                             f"{tuple(in_shape)}")
+    step_graph = T.trace_train_step(model, loss_fn, fopt, x[:1], y[:1])
+    apply_op = _apply_op(fopt)
+    for node in step_graph.graph.nodes:
+        if T.phase_of(node.name) == "update":
+            node.meta["ascend_type"] = apply_op
+    state = T.initial_state(model, fopt)
+    ref_state = {k: v.copy() for k, v in state.items()} if reference else None
+    order = batch_order(len(x), batch_size, steps, shuffle=shuffle, seed=seed)
+
+    config = {"device": device.config(), "loss": getattr(loss_fn, "name", type(loss_fn).__name__),
+              "optimizer": fopt.to_dict(), "batch_size": int(batch_size), "steps": steps,
+              "loss_scale": _manager_dict(manager), "overflow_check": overflow_check, "shuffle": bool(shuffle),
+              "seed": int(seed), "samples": int(len(x)), "model": {"name": model.name,
+                                                                     "fingerprint": step_graph.graph.fingerprint}}
+    result = TrainResult(config, [], state, ref_state)
+    ng = step_graph.n_grads
+    keys = [k for k, _, _ in step_graph.state]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="train", unit="step", leave=False, dynamic_ncols=True)
+    try:
+        for i, idx in enumerate(order):
+            scale = manager.get_loss_scale() if manager is not None else 1.0
+            feeds = {step_graph.x_name: x[idx], step_graph.y_name: y[idx],
+                     step_graph.scale_name: np.float32(scale), step_graph.iteration_name: np.int64(i)}
+            for key, ph, _ in step_graph.state:
+                feeds[ph] = state[key]
+            ddir = os.path.join(os.fspath(dump_dir), f"step-{i}") if i in dump_steps else None
+            res = device.replay(step_graph.graph, feeds, ddir, overwrite=overwrite, progress=False,
+                                keep_tensors=False, phases=T.phase_of)
+            outs = [res.outputs[t] for t in step_graph.graph.outputs]
+            grads = outs[1:1 + ng]
+            new_state = outs[1 + ng:]
+            bits, first = 0, None
+            for r in res.records:
+                if r.status and T.phase_of(r.name) != "update":
+                    bits |= r.status
+                    if first is None:
+                        first = {"name": r.name, "tf_type": r.tf_type, "phase": T.phase_of(r.name)}
+            if overflow_check == "status":
+                overflow = bits != 0
+            else:
+                overflow = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in grads)
+            applied = manager.update(not overflow) if manager is not None else True
+            if applied:
+                for key, v in zip(keys, new_state):
+                    state[key] = np.asarray(v, dtype=state[key].dtype)
+            rec = {"step": i, "loss": float(np.asarray(outs[0], np.float64)), "loss_scale": float(scale),
+                   "skipped": not applied, "float_status": int(bits), "first_overflow": first,
+                   "grad_zeros": int(sum(int(np.count_nonzero(np.asarray(g) == 0)) for g in grads)),
+                   "grad_values": int(sum(np.asarray(g).size for g in grads))}
+            if ddir is not None:
+                result.dumps[i] = ddir
+            if reference:
+                ref_feeds = dict(feeds)
+                ref_feeds[step_graph.scale_name] = np.float32(1.0)
+                for key, ph, _ in step_graph.state:
+                    ref_feeds[ph] = ref_state[key]
+                rout = T.run_reference_step(step_graph, ref_feeds)
+                rec["reference_loss"] = float(np.asarray(rout[0], np.float64))
+                rec["reference_grad_zeros"] = int(sum(int(np.count_nonzero(g == 0)) for g in rout[1:1 + ng]))
+                for key, v in zip(keys, rout[1 + ng:]):
+                    ref_state[key] = np.asarray(v, dtype=ref_state[key].dtype)
+                if ddir is not None:
+                    # the float32 reference of the very same step: same inputs and weights as the emulated one,
+                    # so the two dumps compare op by op
+                    rroot = reference_dump_dir if reference_dump_dir is not None else os.path.join(
+                        os.fspath(dump_dir), "reference")
+                    rdir = os.path.join(os.fspath(rroot), f"step-{i}")
+                    tf_reference(step_graph.graph, feeds, rdir, overwrite=overwrite, progress=False)
+                    result.reference_dumps[i] = rdir
+            result.steps.append(rec)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{scale:.3g}", refresh=False)
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
