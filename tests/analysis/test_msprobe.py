@@ -467,7 +467,7 @@ def test_real_msprobe_compare_agrees(tmp_path, model):
         key, idx = name.rsplit(".output.", 1)
         safe = key[len("Functional."):-len(".0.forward")]
         r = ours[f"{keys[safe]}:{idx}"]
-        for col in ("Cosine", "MaxAbsErr", "MaxRelativeErr"):
+        for col in ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr"):
             try:
                 v = float(t[col])
             except ValueError:
