@@ -339,6 +339,8 @@ def export_msprobe(dump, out, *, step: int = 0, rank: int = 0, tensor_format: st
         An ascend-emu dump directory.
     out : str or os.PathLike
         The msprobe dump root; ``out/step{step}/rank{rank}/`` is written.
+    step, rank : int
+        The step and rank the directory is named for (default 0, 0).
     tensor_format : {"npy", "pt"}
         ``.npy`` files (default, no PyTorch needed), or ``.pt`` (PyTorch's format, which msprobe's
         PyTorch ``compare`` reads; needs torch).
@@ -353,11 +355,18 @@ def export_msprobe(dump, out, *, step: int = 0, rank: int = 0, tensor_format: st
     dump exactly. A dump with no tensor files exports as msprobe's ``statistics`` task.
     """
     if tensor_format not in TENSOR_FORMATS:
-        raise AscendEmuError(f"unknown tensor format {tensor_format!r}; choose one of: {', '.join(TENSOR_FORMATS)}")
+        raise AscendEmuError(f"unknown tensor format {tensor_format!r}; choose one of: "
+                             f"{', '.join(TENSOR_FORMATS)}")
     for what, v in (("step", step), ("rank", rank)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise AscendEmuError(f"{what} must be a non-negative integer, got {v!r}")
     d = load_dump(dump)
+    for op in d.ops:   # every dtype must have a spelling before anything is written
+        for o in op["outputs"]:
+            try:
+                torch_dtype(o["dtype"])
+            except AscendEmuError as e:
+                raise AscendEmuError(f"op {op['name']!r}: {e}") from None
     if tensor_format == "pt":
         _import_torch("exporting .pt tensor files")
     root = os.path.join(os.fspath(out), f"step{step}", f"rank{rank}")
@@ -412,6 +421,7 @@ def export_msprobe(dump, out, *, step: int = 0, rank: int = 0, tensor_format: st
         "task": task, "level": "L1", "framework": "pytorch",
         "dump_data_dir": os.path.abspath(data_dir) if task == "tensor" else None, "data": data}))
     return root
+
 
 # --------------------------------------------------------------------------- import
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .compare import COLUMNS, ERROR, NAN, Comparison, compare
+from .compare import COLUMNS, ERROR, NAN, WARNING, Comparison, compare
 from .dump import load_dump
 from ..fileio import atomic_write_text, check_writable
 from .overflow import OverflowReport, overflow_report
@@ -345,7 +345,8 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
                  '(the CSV has the same columns)</summary><p class="muted">EucDist is the absolute Euclidean '
                  'distance |NPU - bench| (msprobe\'s column); RelEucDist is the relative one, |NPU - bench| / '
                  '|bench| (msaccucmp\'s RelativeEuclideanDistance).</p>'
-                 + _table(cmp.rows, COLUMNS, classes=["error" if r["Result"] == ERROR else "" for r in cmp.rows])
+                 + _table(cmp.rows, COLUMNS, classes=[{ERROR: "error", WARNING: "diff"}.get(r["Result"], "")
+                                                      for r in cmp.rows])
                  + "</details></section>")
     parts.append("</body></html>\n")
     text = "\n".join(parts)

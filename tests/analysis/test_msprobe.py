@@ -19,7 +19,7 @@ import pytest
 from ascend_emu.analysis.compare import ERROR, NAN, PASS, compare
 from ascend_emu.analysis.dump import DumpWriter, load_dump
 from ascend_emu.analysis.msprobe import (NAME_PATTERN, SIDECAR, WARNING, export_msprobe, import_msprobe,
-                                         msprobe_names, msprobe_stats, read_mapping)
+                                         msprobe_names, read_mapping)
 from ascend_emu.cli import main
 from ascend_emu.errors import AscendEmuError
 
@@ -404,6 +404,18 @@ def test_msprobe_rules(tmp_path):
     cmp = _chain(tmp_path / "6", [x, y * 1.2], [x, y], stats_only=True)
     assert [r["Result"] for r in cmp.rows] == [PASS, WARNING] and "RelativeWarn" in cmp.rows[1]["Err_message"]
     assert "1 warning" in cmp.summary_text()
+
+
+def test_report_with_msprobe_rules(tmp_path):
+    from ascend_emu.analysis.report import write_report
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(100)
+    y = np.maximum(x, 0) + 1.0
+    cmp = _chain(tmp_path, [x, y * 1.2], [x, y], stats_only=True)
+    text = open(write_report(cmp.npu, cmp.bench, tmp_path / "r.html", rules="msprobe")).read()
+    assert "<td>Result rules</td><td>msprobe</td>" in text and "<td>1 / 1 / 0</td>" in text
+    assert '<tr class="diff">' in text and "RelEucDist is the relative one" in text
 
 
 def test_unknown_rules(tmp_path):
