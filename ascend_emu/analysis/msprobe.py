@@ -577,7 +577,8 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
         first divergent op can be found. Unmatched names are an error listing them, unless
         ``allow_unmatched``.
     kind : {"npu", "bench"}
-        The kind of dump written (``npu`` for a hardware dump, the default).
+        The kind of dump written (``npu`` for a hardware dump, the default); a restored export keeps
+        the kind it had.
 
     A dump written by :func:`export_msprobe` (with its ``ascend_emu.json``) is restored exactly:
     names, op metadata and statistics. Other dumps: every key's tensor outputs become the outputs

@@ -187,6 +187,28 @@ def test_round_trip_is_identical(tmp_path, mode):
     assert all(r["Result"] == PASS for r in cmp.rows if r["Result"] != "N/A")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch for .pt files")
+def test_round_trip_through_pt_files(tmp_path):
+    import torch
+
+    src = write(tmp_path / "d", "npu", rich_ops())
+    root = export_msprobe(src, tmp_path / "ms", tensor_format="pt")
+    dj = json.load(open(os.path.join(root, "dump.json")))
+    leaf = dj["data"][KEY.format("model.a.b_2")]["output"][0]
+    assert leaf["data_name"].endswith(".output.0.pt")
+    t = torch.load(os.path.join(root, "dump_tensor_data", leaf["data_name"]), weights_only=True)
+    assert t.dtype == torch.bfloat16 and str(t.dtype) == leaf["dtype"]
+    assert_same_dump(src, import_msprobe(tmp_path / "ms", tmp_path / "back"))
+    os.remove(os.path.join(root, SIDECAR))   # as a dump from msprobe itself: named by its keys
+    d = import_msprobe(tmp_path / "ms", tmp_path / "back2", against=src)
+    assert [op["name"] for op in d.ops] == [op[0] for op in rich_ops()]
+    for op in load_dump(src).ops:
+        for o in op["outputs"]:
+            a = np.asarray(load_dump(src).tensor(op["name"], o["index"]))
+            b = np.asarray(d.tensor(op["name"], o["index"]))
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 # --------------------------------------------------------------------------- import of msprobe's own layout
 
 def _leaf(arr, data_name=None, dtype=None):
