@@ -40,6 +40,8 @@ _API = {
     "compare": "ascend_emu.analysis.compare",
     "overflow_report": "ascend_emu.analysis.overflow",
     "write_report": "ascend_emu.analysis.report",
+    "export_msprobe": "ascend_emu.analysis.msprobe",
+    "import_msprobe": "ascend_emu.analysis.msprobe",
     # jobs
     "fusion_bisect": "ascend_emu.tools.bisect",
 }

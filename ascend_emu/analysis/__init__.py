@@ -1,2 +1,3 @@
 """Analysis of dumps: the dump format (writer, reader), comparison with msprobe's metrics, overflow
-analysis and the HTML report. Never imports TensorFlow: it runs where only the dumps are."""
+analysis, the HTML report, and msprobe's dump format (export, import). Never imports TensorFlow: it
+runs where only the dumps are."""

@@ -35,11 +35,17 @@ MSPROBE_COLUMNS = [
 #: our columns, after msprobe's
 EXTRA_COLUMNS = ["MeanAbsErr", "RMSE", "Op Type", "Ascend Op Type", "Engine", "Compute Dtype",
                  "Overflow Status", "Index"]
-COLUMNS = MSPROBE_COLUMNS + EXTRA_COLUMNS
-METRIC_COLUMNS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+#: msprobe's columns with our relative Euclidean distance next to its absolute one, then ours
+COLUMNS = (MSPROBE_COLUMNS[:MSPROBE_COLUMNS.index("EucDist") + 1] + ["RelEucDist"]
+           + MSPROBE_COLUMNS[MSPROBE_COLUMNS.index("EucDist") + 1:] + EXTRA_COLUMNS)
+METRIC_COLUMNS = ["Cosine", "EucDist", "RelEucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
                   "Five Thousandths Err Ratio", "MeanAbsErr", "RMSE"]
+#: the statistics columns (printed as inf, -inf, nan when they are)
+STAT_COLUMNS = [f"{side} {k}" for side in ("NPU", "Bench") for k in ("max", "min", "mean", "l2norm")]
+#: how a row's Result is decided: ours (msprobe's former cosine rule) or msprobe 26.x's checkers
+RULES = ("ascend-emu", "msprobe")
 
-PASS, ERROR, NA = "pass", "error", "N/A"
+PASS, WARNING, ERROR, NA = "pass", "warning", "error", "N/A"
 NAN = "Nan"                       # msprobe's marker for metrics that cannot be computed (inf/nan mismatch)
 #: elements per chunk pair (float64 working set ~ 10 arrays of this many elements: stays in cache)
 CHUNK = 1 << 16
@@ -147,14 +153,15 @@ def tensor_metrics(npu, bench, *, bench_dtype=None, thresholds: Thresholds | Non
     Returns
     -------
     dict
-        ``Cosine, EucDist, MaxAbsErr, MaxRelativeErr, One Thousandth Err Ratio,
+        ``Cosine, EucDist, RelEucDist, MaxAbsErr, MaxRelativeErr, One Thousandth Err Ratio,
         Five Thousandths Err Ratio, MeanAbsErr, RMSE`` (floats, or ``"Nan"`` when the
         inf/nan positions of the two tensors differ, or ``"N/A"`` for empty tensors),
         ``Err_message`` (str) and ``count`` (elements compared).
 
     Definitions (d = n - b over all elements, after zeroing positions where both
     sides hold the same inf or nan): Cosine = n.b / (|n| |b|) (1 if both are all
-    zero, 0 if only one is); EucDist = |d| / |b| (0 if d = 0, inf if b = 0 != d);
+    zero, 0 if only one is); EucDist = |d| (absolute, msprobe's); RelEucDist = |d| / |b|
+    (0 if d = 0, inf if b = 0 != d);
     MaxAbsErr = max |d|; rel = |d| / |b|, with eps(bench dtype) in place of |b| where
     b = 0; MaxRelativeErr = max rel; the ratios = fraction with rel < 0.001 / 0.005;
     MeanAbsErr = mean |d|; RMSE = sqrt(mean d^2).
@@ -244,7 +251,7 @@ def tensor_metrics(npu, bench, *, bench_dtype=None, thresholds: Thresholds | Non
         cos = min(1.0, max(-1.0, nb / na / nbn))
     rd = math.sqrt(dd)
     euc = 0.0 if rd == 0 else (rd / nbn if nbn > 0 else math.inf)
-    return {"Cosine": cos, "EucDist": euc, "MaxAbsErr": maxabs, "MaxRelativeErr": maxrel,
+    return {"Cosine": cos, "EucDist": rd, "RelEucDist": euc, "MaxAbsErr": maxabs, "MaxRelativeErr": maxrel,
             "One Thousandth Err Ratio": c1 / count, "Five Thousandths Err Ratio": c5 / count,
             "MeanAbsErr": sabs / count, "RMSE": math.sqrt(dd / count), "Err_message": " ".join(msgs),
             "count": count}
@@ -303,14 +310,18 @@ class Comparison:
         Keyed by :data:`COLUMNS` (msprobe's columns in its order, then ours).
     npu, bench : Dump
     thresholds : Thresholds
+    rules : {"ascend-emu", "msprobe"}
+        How the Result column was decided.
     """
 
-    def __init__(self, npu: Dump, bench: Dump, rows: list[dict], info: list[_Info], thresholds: Thresholds):
+    def __init__(self, npu: Dump, bench: Dump, rows: list[dict], info: list[_Info], thresholds: Thresholds,
+                 rules: str = "ascend-emu"):
         self.npu = npu
         self.bench = bench
         self.rows = rows
         self._info = info
         self.thresholds = thresholds
+        self.rules = rules
         self._by_op: dict[str, list[dict]] = {}
         for r, i in zip(rows, info):
             self._by_op.setdefault(i.npu_op or i.bench_op, []).append(r)
@@ -329,11 +340,13 @@ class Comparison:
         return list(self._by_op.get(op_name, []))
 
     def op_result(self, op_name: str) -> str:
-        """"error" if any output of the op fails, "pass" if any passes and none fails, else "N/A"."""
+        """"error" if any output of the op fails, else "warning" if any warns (msprobe's rules), "pass"
+        if any passes, else "N/A"."""
         res = [r["Result"] for r in self.rows_of(op_name)]
-        if ERROR in res:
-            return ERROR
-        return PASS if PASS in res else NA
+        for level in (ERROR, WARNING, PASS):
+            if level in res:
+                return level
+        return NA
 
     def worst(self, cosine: float = 0.98, limit: int = 10) -> list[dict]:
         """Rows with cosine <= ``cosine``, worst first (like precision_tool's ``vcs -c 0.98 -l 10``).
@@ -442,7 +455,7 @@ class Comparison:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(COLUMNS)
         for r in self.rows:
-            w.writerow([_csv_value(r[c]) for c in COLUMNS])
+            w.writerow([_csv_stat(r[c]) if c in STAT_COLUMNS else _csv_value(r[c]) for c in COLUMNS])
         atomic_write_text(path, buf.getvalue())
         return path
 
@@ -476,10 +489,10 @@ class Comparison:
         return "\n".join(lines)
 
     def counts(self) -> dict:
-        c = {"tensors": len(self.rows), "compared": 0, "pass": 0, "error": 0}
+        c = {"tensors": len(self.rows), "compared": 0, "pass": 0, "warning": 0, "error": 0}
         for r, i in zip(self.rows, self._info):
             c[i.kind] = c.get(i.kind, 0) + 1
-            if r["Result"] in (PASS, ERROR):
+            if r["Result"] in (PASS, WARNING, ERROR):
                 c["compared"] += 1
                 c[r["Result"]] += 1
         return c
@@ -488,8 +501,9 @@ class Comparison:
         """A few lines for the terminal: counts, worst cosine, first divergent op."""
         c = self.counts()
         cos = [r["Cosine"] for r in self.rows if isinstance(r["Cosine"], float)]
-        lines = [f"compared {c['compared']} of {c['tensors']} tensors: {c['pass']} pass, {c['error']} error"
-                 f" (NPU dump {self.npu.path} vs bench dump {self.bench.path})"]
+        warn = f"{c['warning']} warning, " if self.rules == "msprobe" else ""
+        lines = [f"compared {c['compared']} of {c['tensors']} tensors: {c['pass']} pass, {warn}{c['error']} error"
+                 f" (NPU dump {self.npu.path} vs bench dump {self.bench.path}; rules: {self.rules})"]
         extra = [f"{c[k]} {k}" for k in ("cast", "npu only", "bench only", "fused", "stats only") if c.get(k)]
         if extra:
             lines.append("also: " + ", ".join(extra))
@@ -589,6 +603,15 @@ def _short(v) -> str:
     return str(v)
 
 
+def _csv_stat(v):
+    """A statistic: a number, "inf", "-inf", "nan", or N/A; never an empty cell."""
+    if v is None:
+        return NA
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return _csv_value(v)
+
+
 def _csv_value(v):
     if v is None:
         return ""
@@ -686,7 +709,7 @@ def _cast_source(npu: Dump, bench: Dump, op: dict):
     return None
 
 
-def compare(npu_dump, bench_dump, *, thresholds=None, chunk: int = CHUNK) -> Comparison:
+def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu", chunk: int = CHUNK) -> Comparison:
     """Compare an NPU dump with a bench dump, tensor by tensor.
 
     Parameters
@@ -695,6 +718,10 @@ def compare(npu_dump, bench_dump, *, thresholds=None, chunk: int = CHUNK) -> Com
         Dump directories (or loaded dumps) written by the replay and the reference.
     thresholds : Thresholds or dict, optional
         The accuracy rule's thresholds (msprobe's defaults).
+    rules : {"ascend-emu", "msprobe"}
+        How each row's Result is decided: ``"ascend-emu"`` (default) the cosine / MaxAbsErr rule
+        above; ``"msprobe"`` msprobe 26.x's checkers (:func:`ascend_emu.analysis.msprobe.apply_msprobe_rules`),
+        which give pass, warning or error.
     chunk : int
         Elements read per step when streaming tensors.
 
@@ -715,6 +742,8 @@ def compare(npu_dump, bench_dump, *, thresholds=None, chunk: int = CHUNK) -> Com
         The dumps share no op name (different models).
     """
     t = Thresholds.coerce(thresholds)
+    if rules not in RULES:
+        raise AscendEmuError(f"unknown rules {rules!r}; choose one of: {', '.join(RULES)}")
     npu = load_dump(npu_dump)
     bench = load_dump(bench_dump)
     common = [op["name"] for op in npu.ops if op["name"] in bench]
@@ -820,4 +849,9 @@ def compare(npu_dump, bench_dump, *, thresholds=None, chunk: int = CHUNK) -> Com
         keyed.append(((into, -1, -1, 0), row, _Info("fused", None, name, 0, None)))
 
     keyed.sort(key=lambda x: x[0])
-    return Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t)
+    cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules)
+    if rules == "msprobe":
+        from .msprobe import apply_msprobe_rules
+
+        apply_msprobe_rules(cmp)
+    return cmp

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import ml_dtypes
@@ -182,6 +183,36 @@ def _looks_like_dump_file(fname: str) -> bool:
 
 # --------------------------------------------------------------------------- writer
 
+@dataclass(frozen=True)
+class StatsOnly:
+    """An output known by its statistics only, for :meth:`DumpWriter.add_op` (no tensor file).
+
+    For dumps converted from another tool's statistics (msprobe's statistics level) or restored
+    from an export. Fields as in the manifest: ``dtype`` (a name :class:`Dump` reads), ``shape``,
+    ``max``/``min``/``mean``/``l2norm`` (float, ``None``, or non-finite) and the ``nan``/``inf`` counts.
+    """
+
+    dtype: str
+    shape: tuple
+    max: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    l2norm: float | None = None
+    nan: int = 0
+    inf: int = 0
+
+    def entry(self) -> dict:
+        try:
+            _dtype_from_name(self.dtype)
+        except TypeError:
+            raise AscendEmuError(f"unknown dtype {self.dtype!r} in recorded statistics") from None
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in self.shape):
+            raise AscendEmuError(f"malformed shape {list(self.shape)!r} in recorded statistics")
+        return {"file": None, "dtype": str(self.dtype), "shape": [int(d) for d in self.shape],
+                **{k: json_safe(None if getattr(self, k) is None else float(getattr(self, k)))
+                   for k in _STAT_FIELDS}, "nan": int(self.nan), "inf": int(self.inf)}
+
+
 def check_dump_dir(path, overwrite: bool) -> list:
     """Refuse a dump directory that cannot be (over)written; returns its current entries.
 
@@ -289,7 +320,8 @@ class DumpWriter:
                fusion: dict | None = None, fp32_check: dict | None = None, phase: str | None = None) -> dict:
         """Record one executed op and its outputs (in execution order).
 
-        ``outputs`` is a list of arrays of any dtype. ``status`` is the op's overflow
+        ``outputs`` is a list of arrays of any dtype (or :class:`StatsOnly` records of outputs
+        known by their statistics only). ``status`` is the op's overflow
         status bits, or a list with one entry per output (the op's status is their OR).
         ``precision`` is the device's decision, ``{"list": "white"|"black"|"gray"|None, "dtype",
         "cube_out", "reason": str}`` (every key kept);
@@ -315,9 +347,12 @@ class DumpWriter:
         if not outputs:
             op_status = int(status) if not isinstance(status, (list, tuple)) else 0
         keep = not self.stats_only and (self.select is None or bool(self.select(name, tf_type)))
-        stem = self._file_stem(name) if keep and outputs else None
+        stem = self._file_stem(name) if keep and any(not isinstance(o, StatsOnly) for o in outputs) else None
         outs = []
         for i, arr in enumerate(outputs):
+            if isinstance(arr, StatsOnly):
+                outs.append({"index": i, **arr.entry(), "status": out_status[i]})
+                continue
             arr = np.asarray(arr)
             stored, dname = _storage(arr)
             fname = None

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .compare import COLUMNS, ERROR, NAN, Comparison, compare
+from .compare import COLUMNS, ERROR, NAN, WARNING, Comparison, compare
 from .dump import load_dump
 from ..fileio import atomic_write_text, check_writable
 from .overflow import OverflowReport, overflow_report
@@ -202,7 +202,7 @@ def _histogram_plot(name, h_abs, h_rel, exact, nonfinite, total, t) -> str:
 # --------------------------------------------------------------------------- report
 
 def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = None,
-                 overflow: OverflowReport | None = None, title: str | None = None) -> str:
+                 overflow: OverflowReport | None = None, title: str | None = None, rules: str = "ascend-emu") -> str:
     """Write a self-contained HTML report comparing two dumps.
 
     Parameters
@@ -216,6 +216,8 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     overflow : OverflowReport, optional
         Reuse an overflow report (else :func:`overflow_report` of the NPU dump).
     title : str, optional
+    rules : {"ascend-emu", "msprobe"}
+        How :func:`compare` decides each row's Result (when ``comparison`` is not given).
 
     Returns
     -------
@@ -225,7 +227,7 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     path = check_writable(path, "report")
     npu = load_dump(npu_dump)
     bench = load_dump(bench_dump)
-    cmp = comparison if comparison is not None else compare(npu, bench)
+    cmp = comparison if comparison is not None else compare(npu, bench, rules=rules)
     ov = overflow if overflow is not None else overflow_report(cmp.npu)
     first = cmp.first_divergent()
     model = cmp.npu.model.get("name") or "model"
@@ -240,7 +242,10 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     summary = [
         ("NPU dump", cmp.npu.path), ("bench dump", cmp.bench.path),
         ("tensors", counts["tensors"]), ("compared", counts["compared"]),
-        ("pass / error", f"{counts['pass']} / {counts['error']}"),
+        ("Result rules", cmp.rules),
+        ("pass / warning / error" if cmp.rules == "msprobe" else "pass / error",
+         f"{counts['pass']} / {counts['warning']} / {counts['error']}" if cmp.rules == "msprobe"
+         else f"{counts['pass']} / {counts['error']}"),
         ("lowest cosine", _num(min(cos)) if cos else "-"),
         ("first divergent op", f"[{first.op.get('tf_type')}][{first.index}] {first.name}" if first else "none"),
         ("float status register", f"0x{ov.register:x}"),
@@ -337,8 +342,11 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
 
     # every row
     parts.append(f'<section id="all-tensors"><h2>All tensors</h2><details><summary>{len(cmp.rows)} rows '
-                 '(the CSV has the same columns)</summary>'
-                 + _table(cmp.rows, COLUMNS, classes=["error" if r["Result"] == ERROR else "" for r in cmp.rows])
+                 '(the CSV has the same columns)</summary><p class="muted">EucDist is the absolute Euclidean '
+                 'distance |NPU - bench| (msprobe\'s column); RelEucDist is the relative one, |NPU - bench| / '
+                 '|bench| (msaccucmp\'s RelativeEuclideanDistance).</p>'
+                 + _table(cmp.rows, COLUMNS, classes=[{ERROR: "error", WARNING: "diff"}.get(r["Result"], "")
+                                                      for r in cmp.rows])
                  + "</details></section>")
     parts.append("</body></html>\n")
     text = "\n".join(parts)

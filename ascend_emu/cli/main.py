@@ -16,6 +16,8 @@ EPILOG = """examples:
   ascend-emu overflow npu/
   ascend-emu report npu/ bench/ -o report.html
   ascend-emu fusion-bisect model.keras --precision-mode force_fp16
+  ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
+  ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml
 """
 
 
@@ -78,6 +80,12 @@ def _device(a):
                   aicpu_fallback=not a.no_aicpu_fallback)
 
 
+def _rules_arg(p):
+    p.add_argument("--rules", choices=("ascend-emu", "msprobe"), default="ascend-emu",
+                   help="how Result is decided: ascend-emu (default: the cosine / MaxAbsErr rule) or msprobe "
+                        "(msprobe 26.x's checkers: pass / warning / error)")
+
+
 def _select(a):
     from ..analysis.dump import op_selector
 
@@ -119,7 +127,7 @@ def cmd_reference(a):
 def cmd_compare(a):
     from ..analysis.compare import compare
 
-    cmp = compare(a.npu_dir, a.bench_dir)
+    cmp = compare(a.npu_dir, a.bench_dir, rules=a.rules)
     if a.csv:
         cmp.to_csv(a.csv)
         print(f"wrote {a.csv}")
@@ -152,8 +160,28 @@ def cmd_overflow(a):
 def cmd_report(a):
     from ..analysis.report import write_report
 
-    path = write_report(a.npu_dir, a.bench_dir, a.output)
+    path = write_report(a.npu_dir, a.bench_dir, a.output, rules=a.rules)
     print(f"report: {os.path.abspath(path)}")
+    return 0
+
+
+def cmd_export_msprobe(a):
+    from ..analysis.msprobe import export_msprobe
+
+    root = export_msprobe(a.dump, a.out, step=a.step, rank=a.rank, tensor_format=a.tensor_format,
+                          overwrite=a.overwrite)
+    print(f"msprobe dump: {root} (compare with: msprobe compare -tp {os.path.dirname(root)} -gp <other step dir>)")
+    return 0
+
+
+def cmd_import_msprobe(a):
+    from ..analysis.msprobe import import_msprobe
+
+    d = import_msprobe(a.dir, a.out, mapping=a.mapping, against=a.against, kind=a.kind, step=a.step,
+                       rank=a.rank, allow_unmatched=a.allow_unmatched, overwrite=a.overwrite)
+    files = sum(1 for op in d.ops for o in op["outputs"] if o["file"])
+    outs = sum(len(op["outputs"]) for op in d.ops)
+    print(f"ascend-emu dump: {d.path} ({len(d.ops)} ops, {outs} outputs, {files} with tensors)")
     return 0
 
 
@@ -228,6 +256,7 @@ def build_parser():
     sp.add_argument("--csv", metavar="FILE", help="write every row in msprobe's column order")
     sp.add_argument("--cosine", type=float, default=None, help="list ops with any output cosine <= C")
     sp.add_argument("--limit", type=int, default=None, help="at most N ops in that list (default 10)")
+    _rules_arg(sp)
     sp = add("overflow", cmd_overflow, "list overflowing ops, the first one, and a normal/abnormal verdict",
              "ascend-emu overflow npu/ --json overflow.json")
     sp.add_argument("dump")
@@ -237,6 +266,30 @@ def build_parser():
     sp.add_argument("npu_dir")
     sp.add_argument("bench_dir")
     sp.add_argument("-o", "--output", default="report.html")
+    _rules_arg(sp)
+    sp = add("export-msprobe", cmd_export_msprobe, "write a dump in msprobe's dump layout (step/rank/dump.json)",
+             "ascend-emu export-msprobe npu/ msprobe-npu/ --step 0 --rank 0")
+    sp.add_argument("dump", help="an ascend-emu dump directory")
+    sp.add_argument("out", help="the msprobe dump root (OUT/step{N}/rank{R}/ is written)")
+    sp.add_argument("--step", type=int, default=0, help="step number of the directory (default 0)")
+    sp.add_argument("--rank", type=int, default=0, help="rank number of the directory (default 0)")
+    sp.add_argument("--tensor-format", choices=("npy", "pt"), default="npy",
+                    help="tensor files: .npy (default) or .pt (read by msprobe's PyTorch compare; needs torch)")
+    sp.add_argument("--overwrite", action="store_true", help="replace an msprobe dump already there")
+    sp = add("import-msprobe", cmd_import_msprobe, "read an msprobe dump (e.g. from a real NPU) as an ascend-emu dump",
+             "ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml")
+    sp.add_argument("dir", help="the msprobe dump: its root, a step directory or a rank directory")
+    sp.add_argument("out", help="the ascend-emu dump directory to write")
+    sp.add_argument("--mapping", metavar="FILE",
+                    help="msprobe name -> ascend-emu name, as YAML (name: name) or a two-column CSV")
+    sp.add_argument("--against", metavar="DUMP",
+                    help="the ascend-emu dump it will be compared with: names are checked against it and "
+                         "matched ops take its op types and inputs")
+    sp.add_argument("--allow-unmatched", action="store_true", help="import even if some names match no op of --against")
+    sp.add_argument("--kind", choices=("npu", "bench"), default="npu", help="kind of the dump written (default npu)")
+    sp.add_argument("--step", type=int, default=None, help="the step to read when the dump has several")
+    sp.add_argument("--rank", type=int, default=None, help="the rank to read when the dump has several")
+    sp.add_argument("--overwrite", action="store_true", help="replace an existing dump in OUT")
     sp = add("fusion-bisect", cmd_bisect, "find the fusion rules that cost accuracy, by bisection",
              "ascend-emu fusion-bisect model.keras --precision-mode force_fp16")
     _model_args(sp, dump=False)

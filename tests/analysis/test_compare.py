@@ -12,8 +12,8 @@ from ascend_emu.analysis.compare import (COLUMNS, MSPROBE_COLUMNS, NAN, Threshol
 from ascend_emu.analysis.dump import DumpWriter, load_dump
 from ascend_emu.errors import AscendEmuError, DumpError
 
-M = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio",
-     "MeanAbsErr", "RMSE"]
+M = ["Cosine", "EucDist", "RelEucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+     "Five Thousandths Err Ratio", "MeanAbsErr", "RMSE"]
 
 
 def write(path, kind, ops, *, fused=(), summary=None, model="m", **kw):
@@ -49,7 +49,7 @@ def naive(n, b, bench_dtype=None):
     d = [x - y for x, y in zip(n, b)]
     rel = [abs(di) / (abs(y) if y != 0 else eps) for di, y in zip(d, b)]
     dn = math.sqrt(sum(di * di for di in d))
-    return {"Cosine": min(1.0, cos), "EucDist": 0.0 if dn == 0 else (dn / bb if bb else math.inf),
+    return {"Cosine": min(1.0, cos), "EucDist": dn, "RelEucDist": 0.0 if dn == 0 else (dn / bb if bb else math.inf),
             "MaxAbsErr": max(abs(di) for di in d), "MaxRelativeErr": max(rel),
             "One Thousandth Err Ratio": sum(r < 0.001 for r in rel) / len(rel),
             "Five Thousandths Err Ratio": sum(r < 0.005 for r in rel) / len(rel),
@@ -61,7 +61,8 @@ def test_hand_computed():
     b = np.array([1, 2, 0, 5], np.float32)
     m = tensor_metrics(n, b)
     assert m["Cosine"] == pytest.approx(25 / math.sqrt(21 * 30), rel=1e-15)
-    assert m["EucDist"] == pytest.approx(1 / math.sqrt(30), rel=1e-15)
+    assert m["RelEucDist"] == pytest.approx(1 / math.sqrt(30), rel=1e-15)
+    assert m["EucDist"] == 1.0  # absolute (msprobe's)
     assert m["MaxAbsErr"] == 1.0
     assert m["MaxRelativeErr"] == pytest.approx(0.2)
     assert m["One Thousandth Err Ratio"] == 0.75 and m["Five Thousandths Err Ratio"] == 0.75
@@ -88,14 +89,15 @@ def test_eps_table():
 def test_zero_tensors():
     z = np.zeros(5, np.float32)
     m = tensor_metrics(z, z)
-    assert m["Cosine"] == 1.0 and m["EucDist"] == 0.0 and m["MaxAbsErr"] == 0.0 and m["MaxRelativeErr"] == 0.0
+    assert m["Cosine"] == 1.0 and m["EucDist"] == m["RelEucDist"] == 0.0
+    assert m["MaxAbsErr"] == 0.0 and m["MaxRelativeErr"] == 0.0
     assert m["One Thousandth Err Ratio"] == 1.0
     one = np.array([0, 0, 3, 4], np.float32)
     m = tensor_metrics(one, np.zeros(4, np.float32))  # bench all zero, NPU not
-    assert m["Cosine"] == 0.0 and m["EucDist"] == math.inf and "bench" in m["Err_message"]
+    assert m["Cosine"] == 0.0 and m["RelEucDist"] == math.inf and m["EucDist"] == 5.0 and "bench" in m["Err_message"]
     assert not accuracy_reached(m["Cosine"], m["MaxAbsErr"])
     m = tensor_metrics(np.zeros(4, np.float32), one)  # NPU all zero
-    assert m["Cosine"] == 0.0 and m["EucDist"] == 1.0 and "NPU" in m["Err_message"]
+    assert m["Cosine"] == 0.0 and m["RelEucDist"] == 1.0 and m["EucDist"] == 5.0 and "NPU" in m["Err_message"]
     m = tensor_metrics(np.zeros(0, np.float32), np.zeros(0, np.float32))
     assert m["Cosine"] == "N/A" and "empty" in m["Err_message"]
 
@@ -287,9 +289,11 @@ def test_csv(tmp_path):
     assert c.to_csv(out) == str(out)
     with open(out, newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0][:len(MSPROBE_COLUMNS)] == MSPROBE_COLUMNS
-    assert rows[0][len(MSPROBE_COLUMNS):] == ["MeanAbsErr", "RMSE", "Op Type", "Ascend Op Type", "Engine",
-                                               "Compute Dtype", "Overflow Status", "Index"]
+    # msprobe's columns in its order, our relative Euclidean distance right after its absolute one, then ours
+    assert [h for h in rows[0] if h in MSPROBE_COLUMNS] == MSPROBE_COLUMNS
+    assert rows[0][rows[0].index("EucDist") + 1] == "RelEucDist"
+    assert rows[0][len(MSPROBE_COLUMNS) + 1:] == ["MeanAbsErr", "RMSE", "Op Type", "Ascend Op Type", "Engine",
+                                                   "Compute Dtype", "Overflow Status", "Index"]
     assert len(rows) == 1 + len(c.rows)
     got = dict(zip(rows[0], rows[4]))
     assert got["NPU Name"] == "op3:0" and got["Result"] == "error"
