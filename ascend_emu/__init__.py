@@ -46,7 +46,7 @@ _API = {
     "fusion_bisect": "ascend_emu.tools.bisect",
     "reference_train": "ascend_emu.npu.training",
     "train_step_from_tf_function": "ascend_emu.frontend.stateful",
-    "train_step_from_tf1_graph": "ascend_emu.frontend.stateful",
+    "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",
     "write_train_report": "ascend_emu.analysis.train_report",
 }
 

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from ascend_emu import AscendEmuError, Device, reference_train
-from ascend_emu.frontend.stateful import train_step_from_tf1_graph, train_step_from_tf_function
+from ascend_emu.frontend.stateful import train_step_from_tf_function
+from ascend_emu.frontend.tf1_step import train_step_from_tf1_graph
 from ascend_emu.frontend.tf import import_keras, import_tf
 
 STEPS, BATCH = 20, 16
