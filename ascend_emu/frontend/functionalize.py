@@ -359,6 +359,20 @@ def functionalize(gd, variables: list, fetches: list, *, targets=(), captures=No
                       counts)
 
 
+def _arg_sizes(args, nd) -> list:
+    """(OpDef arg, how many tensors it stands for, their dtype enums or None) of ``nd`` for ``args``."""
+    out = []
+    for arg in args:
+        if arg.number_attr:
+            out.append((arg, nd.attr[arg.number_attr].i, None))
+        elif arg.type_list_attr:
+            types = list(nd.attr[arg.type_list_attr].list.type)
+            out.append((arg, len(types), types))
+        else:
+            out.append((arg, 1, None))
+    return out
+
+
 def _output_dtype(nd, index: int):
     tf = import_tf()
     try:
@@ -366,20 +380,11 @@ def _output_dtype(nd, index: int):
     except AscendEmuError:
         return None
     k = 0
-    for arg in op_def.output_arg:
-        n = 1
-        if arg.number_attr:
-            n = nd.attr[arg.number_attr].i
-        elif arg.type_list_attr:
-            types = list(nd.attr[arg.type_list_attr].list.type)
-            if k <= index < k + len(types):
-                return np.dtype(tf.as_dtype(types[index - k]).as_numpy_dtype).name
-            k += len(types)
-            continue
+    for arg, n, types in _arg_sizes(op_def.output_arg, nd):
         if k <= index < k + n:
-            enum = arg.type if arg.type else nd.attr[arg.type_attr].type
+            enum = types[index - k] if types is not None else (arg.type or nd.attr[arg.type_attr].type)
             dt = tf.as_dtype(enum)
-            if dt.is_floating:
+            if types is not None or dt.is_floating:
                 return np.dtype(dt.as_numpy_dtype).name
             return None
         k += n
@@ -388,12 +393,4 @@ def _output_dtype(nd, index: int):
 
 def _input_args(op_def, nd) -> list:
     """The OpDef input arg of each of ``nd``'s data inputs."""
-    out = []
-    for arg in op_def.input_arg:
-        n = 1
-        if arg.number_attr:
-            n = nd.attr[arg.number_attr].i
-        elif arg.type_list_attr:
-            n = len(nd.attr[arg.type_list_attr].list.type)
-        out.extend([arg] * n)
-    return out
+    return [arg for arg, n, _ in _arg_sizes(op_def.input_arg, nd) for _ in range(n)]

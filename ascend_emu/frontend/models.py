@@ -55,6 +55,20 @@ def randomize_batchnorm(model, rng: np.random.Generator) -> None:
                 layer.beta.assign(rng.normal(0.0, 0.1, n).astype(f32))
 
 
+def _image_application(constructor: str, name: str, input_shape, seed: int, fresh: bool):
+    """keras.applications ``constructor`` (1000 classes) on a named image input, random weights and BN statistics."""
+    def build():
+        keras = _keras(seed)
+        # name the input: Keras' automatic names depend on what was built before
+        image = keras.Input(tuple(input_shape), name="image")
+        app = getattr(keras.applications, constructor)(weights=None, input_tensor=image)
+        # re-wrap so the model takes a plain tensor (input_tensor= makes its input a list)
+        m = keras.Model(image, app.output, name=name)
+        randomize_batchnorm(m, np.random.default_rng(seed))
+        return m
+    return _cached((name, tuple(input_shape), seed), build, fresh)
+
+
 def resnet50(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False):
     """keras.applications ResNet50 (1000 classes, softmax), random weights, random BN statistics.
 
@@ -68,16 +82,7 @@ def resnet50(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False):
     fresh : bool
         Build a new model instead of returning the cached one.
     """
-    def build():
-        keras = _keras(seed)
-        # name the input: Keras' automatic names depend on what was built before
-        image = keras.Input(tuple(input_shape), name="image")
-        app = keras.applications.ResNet50(weights=None, input_tensor=image)
-        # re-wrap so the model takes a plain tensor (input_tensor= makes its input a list)
-        m = keras.Model(image, app.output, name="resnet50")
-        randomize_batchnorm(m, np.random.default_rng(seed))
-        return m
-    return _cached(("resnet50", tuple(input_shape), seed), build, fresh)
+    return _image_application("ResNet50", "resnet50", input_shape, seed, fresh)
 
 
 def mobilenet_v2(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False):
@@ -86,16 +91,7 @@ def mobilenet_v2(input_shape=(64, 64, 3), seed: int = 0, *, fresh: bool = False)
     Exercises DepthwiseConv2dNative, Relu6 and the inverted-residual adds. See
     :func:`resnet50` for the parameters.
     """
-    def build():
-        keras = _keras(seed)
-        # name the input: Keras' automatic names depend on what was built before
-        image = keras.Input(tuple(input_shape), name="image")
-        app = keras.applications.MobileNetV2(weights=None, input_tensor=image)
-        # re-wrap so the model takes a plain tensor (input_tensor= makes its input a list)
-        m = keras.Model(image, app.output, name="mobilenet_v2")
-        randomize_batchnorm(m, np.random.default_rng(seed))
-        return m
-    return _cached(("mobilenet_v2", tuple(input_shape), seed), build, fresh)
+    return _image_application("MobileNetV2", "mobilenet_v2", input_shape, seed, fresh)
 
 
 #: the smallest input each keras.applications family accepts (32x32 unless listed)
