@@ -143,6 +143,35 @@ def _load_array(path: str, what: str) -> np.ndarray:
     return data
 
 
+def load_npz(path, what: str) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` at ``path``, by name; anything else (no file, not a regular file, a
+    single ``.npy``, a damaged archive, pickled objects) is a one-line error naming ``what``."""
+    p = Path(path)
+    if not p.exists():
+        raise AscendEmuError(f"{what}: file {str(path)!r} does not exist; save the arrays with np.savez")
+    if not p.is_file():
+        raise AscendEmuError(f"{what}: {str(path)!r} is not a regular file; save the arrays with np.savez")
+    try:
+        with open(p, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as e:
+        raise AscendEmuError(f"{what}: cannot read {str(path)!r} ({e.strerror})") from None
+    if magic.startswith(b"\x93NUMPY"):
+        raise AscendEmuError(f"{what}: {str(path)!r} is a single array, not an .npz archive; save the arrays "
+                             "with np.savez")
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        raise AscendEmuError(f"{what}: {str(path)!r} is not an .npz archive (not a zip file); save the arrays "
+                             "with np.savez")
+    with open(p, "rb") as fh:       # numpy leaves its own handle open when the archive is damaged
+        try:
+            z = np.load(fh, allow_pickle=False)
+        except Exception as e:   # noqa: BLE001 - numpy raises many kinds for a damaged file
+            raise AscendEmuError(f"{what}: cannot read {str(path)!r} as an .npz file ({_load_problem(e)}); "
+                                 "save the arrays with np.savez") from None
+        with z:
+            return {k: _npz_member(z, k, path, what) for k in z.files}
+
+
 def _npz_member(z, key: str, path, what: str) -> np.ndarray:
     """One array of an open .npz; an object array (a pickle) or a damaged member is a one-line error."""
     try:
@@ -179,19 +208,8 @@ def _parse_cli(items, graph: Graph) -> dict[str, np.ndarray]:
             continue
         path = item
         if path.lower().endswith(".npz"):
-            p = Path(path)
-            if not p.is_file():
-                raise AscendEmuError(f"--input {item}: file {path!r} does not exist")
-            try:
-                z = np.load(p, allow_pickle=False)
-            except Exception as e:   # noqa: BLE001
-                raise AscendEmuError(f"--input {item}: cannot read {path!r} as an .npz file "
-                                     f"({_load_problem(e)})") from None
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise AscendEmuError(f"--input {item}: {path!r} is not an .npz archive; save it with np.savez")
-            with z:
-                for k in z.files:
-                    put(k, _npz_member(z, k, path, f"--input {item}"), item)
+            for k, v in load_npz(path, f"--input {item}").items():
+                put(k, v, item)
         elif len(graph.inputs) == 1:
             put(graph.inputs[0].name, _load_array(path, f"--input {item}"), item)
         else:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AscendEmuError
+from ..frontend.inputs import load_npz
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 
 #: Keras' LossScaleOptimizer defaults (ASCEND-FACTS section 10): 2**15, x2 after 2000 finite steps, /2 on overflow
@@ -86,13 +87,7 @@ def load_data(data) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) from an ``.npz`` path with arrays ``x`` and ``y``, a dict, or a pair of arrays."""
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
-        if not os.path.isfile(path):
-            raise AscendEmuError(f"--data {path}: no such file; give an .npz with arrays x and y")
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                data = {k: f[k] for k in f.files}
-        except (ValueError, OSError, EOFError) as e:
-            raise AscendEmuError(f"--data {path}: not a readable .npz ({str(e).splitlines()[0][:200]})") from None
+        data = load_npz(path, f"--data {path}")
     if isinstance(data, dict):
         missing = [k for k in ("x", "y") if k not in data]
         if missing:

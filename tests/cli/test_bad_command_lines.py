@@ -156,7 +156,9 @@ CATALOGUE = [
     ("import-msprobe {msdeep} {file}", None), ("import-msprobe {msdeep} {npu}", None),
     # train
     ("train", None), ("train {model}", None), ("train {missing} --data {train}", "no such file"),
-    ("train {model} --data {missing}", "no such file"), ("train {model} --data {file}", "not a readable .npz"),
+    ("train {model} --data {missing}", "does not exist"), ("train {model} --data {file}", "not an .npz archive"),
+    ("train {model} --data /dev/null", "not a regular file"), ("train {model} --data {tmp}", "not a regular file"),
+    ("train {model} --data {truncnpy}", "single array"),
     ("train {model} --data {objnpz}", ".npz"), ("train {model} --data {train}", "no loss"),
     ("train {model} --data {train} --loss mean_squared_error", "no optimizer"),
     ("train {model} --data {train} --loss nope --optimizer sgd", "unknown loss"),

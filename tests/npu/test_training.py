@@ -271,7 +271,7 @@ BAD = [
     (["cnn.keras", "--loss-scale", "fixed:abc"], "fixed:1024"),
     (["cnn.keras", "--optimizer", "sgd", "--beta-1", "0.9"], "takes no beta_1"),
     (["missing.keras"], "no such file"),
-    (["cnn.keras", "--data", "{tmp}/none.npz"], "no such file"),
+    (["cnn.keras", "--data", "{tmp}/none.npz"], "does not exist"),
 ]
 
 
