@@ -269,7 +269,8 @@ def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
 
 # ------------------------------------------------------------------------------ batch norm gradient
 
-@register("FusedBatchNormGradV3", "FusedBatchNormGradV2", "FusedBatchNormGrad", kind=VECTOR)
+@register("FusedBatchNormGradV3", "FusedBatchNormGradV2", "FusedBatchNormGrad", kind=VECTOR,
+          fp32_inputs=(2, 3, 4))
 def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3, is_training=True,
                           data_format="NHWC"):
     """Batch-norm gradient as CANN splits it: BNTrainingUpdateGrad (float32 sums of dy * x_norm and

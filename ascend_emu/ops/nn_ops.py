@@ -244,7 +244,7 @@ def batch_norm_training(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, 
             bvar.astype(np.float32), np.zeros(0, np.float32))
 
 
-@register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR)
+@register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR, fp32_inputs=(1, 2, 3, 4))
 def fused_batch_norm(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, is_training=False, data_format="NHWC",
                      exponential_avg_factor=1.0):
     """Inference batch norm: y = (x - mean) * scale / sqrt(var + eps) + offset, CANN's kernel step by step,

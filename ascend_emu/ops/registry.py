@@ -70,6 +70,9 @@ class OpDef:
     takes_all_attrs: bool = False
     #: the vector unit's elementwise op (:data:`ascend_emu.numerics.vector.VECTOR_OPS`) it runs, if any
     eltwise: str | None = None
+    #: indices of the float inputs the CANN operator takes in float32 whatever its compute dtype (batch
+    #: norm's scale, offset, mean and variance: the op protos declare them float32)
+    fp32_inputs: frozenset = frozenset()
 
     def __call__(self, *inputs, ctx: OpContext, **attrs):
         if not self.takes_all_attrs:
@@ -81,11 +84,13 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
-def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None):
+def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp32_inputs=()):
     """Register ``fn`` as the implementation of the TF op types ``tf_types``.
 
     ``eltwise`` names the vector unit's elementwise op (``numerics.vector.vector``) the
     implementation runs on float tensors; tests check that every such op is registered.
+    ``fp32_inputs``: the input indices the device hands over in float32 even when the op computes
+    in a 16-bit dtype (they are never cast down).
     """
 
     def deco(fn):
@@ -93,7 +98,7 @@ def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None):
         params = frozenset(p.name for p in sig.parameters.values()
                            if p.kind == p.KEYWORD_ONLY and p.name != "ctx")
         var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise)
+        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise, frozenset(fp32_inputs))
         for t in tf_types:
             if t in OPS:
                 raise RuntimeError(f"op {t} registered twice")

@@ -300,3 +300,34 @@ def test_a_wrong_shape_is_caught_at_the_op_that_made_it(monkeypatch):
     with pytest.raises(AscendEmuError, match=r"op '[^']*flatten[^']*strided_slice' \(StridedSlice\) produced "
                                              r"output 0 of shape \(1,\) where TensorFlow infers \(\)"):
         Device("must_keep_origin_dtype").replay(g, progress=False)
+
+
+def test_batch_norm_parameters_stay_float32_when_it_computes_in_fp16():
+    """CANN's BatchNorm/BNInfer protos take scale, offset, mean and variance in float32 whatever x's
+    dtype: under force_fp16 only x is cast, and y equals the op run on the float32 parameters."""
+    from ascend_emu.ops import OPS
+
+    rng = np.random.default_rng(7)
+    c = 5
+    # parameters that float16 cannot hold exactly (a cast would change them)
+    params = {n: rng.uniform(0.5, 1.5, c).astype(np.float32) + np.float32(1e-4) for n in ("s", "o", "m", "v")}
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [2, 3, 3, c]})]
+    nodes += [Node(n, "Const", [], {"dtype": "float32", "value": v}) for n, v in params.items()]
+    nodes.append(Node("bn", "FusedBatchNormV3", ["x", "s", "o", "m", "v"],
+                      {"T": "float32", "U": "float32", "epsilon": 1e-3, "is_training": False,
+                       "data_format": "NHWC"}, num_outputs=6))
+    g = Graph(nodes, [InputSpec("x", "float32", [2, 3, 3, c])], ["bn:0"], name="bn")
+    x = rng.normal(size=(2, 3, 3, c)).astype(np.float32)
+    dev = Device("force_fp16", fusion_switch="off")
+    res = dev.replay(g, {"x": x}, progress=False)
+    casts = [r for r in res.records if r.inserted]
+    assert [r.inputs for r in casts] == [["x:0"]]          # only x reaches the op as float16
+    bn = next(r for r in res.records if r.name == "bn")
+    assert bn.compute_dtype == "float16"
+    ctx = dev.context("float16")
+    want = OPS["FusedBatchNormV3"](x.astype(np.float16), *params.values(), ctx=ctx, epsilon=1e-3)[0]
+    np.testing.assert_array_equal(np.asarray(res.tensor("bn:0")).view(np.uint16), want.view(np.uint16))
+    # with the parameters rounded to float16 first (what the device did before), y differs
+    rounded = [p.astype(np.float16) for p in params.values()]
+    before = OPS["FusedBatchNormV3"](x.astype(np.float16), *rounded, ctx=ctx, epsilon=1e-3)[0]
+    assert not np.array_equal(before.view(np.uint16), want.view(np.uint16))
