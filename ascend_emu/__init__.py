@@ -48,12 +48,22 @@ _API = {
     "train_step_from_tf_function": "ascend_emu.frontend.stateful",
     "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",
     "write_train_report": "ascend_emu.analysis.train_report",
+    # the user's own script
+    "emulate": "ascend_emu.npu.emulate",
+    "Emulation": "ascend_emu.npu.emulate",
+    "NpuLossScaleOptimizer": "ascend_emu.frontend.hooks",
 }
+#: submodules offered as attributes of the package (``ascend_emu.tf1.wrap(sess)``)
+_SUBMODULES = {"tf1": "ascend_emu.npu.tf1"}
 
-__all__ = sorted(_API) + ["__version__"]
+__all__ = sorted(_API) + sorted(_SUBMODULES) + ["__version__"]
 
 
 def __getattr__(name):
+    if name in _SUBMODULES:
+        value = importlib.import_module(_SUBMODULES[name])
+        globals()[name] = value
+        return value
     mod = _API.get(name)
     if mod is None:
         raise AttributeError(f"module 'ascend_emu' has no attribute {name!r}")

@@ -41,7 +41,7 @@ def _model_args(p, dump=True):
 
 
 #: the TF adapter's training default per SoC (ASCEND-FACTS section 1): Atlas A2 (910B) keeps the dtypes
-TRAIN_PRECISION_DEFAULT = {"Ascend910": "allow_fp32_to_fp16", "Ascend910B": "must_keep_origin_dtype"}
+from ..npu.precision import TRAIN_PRECISION_DEFAULT  # noqa: E402  (the TF adapter's training default)
 
 
 def _device_args(p, fusion=True, training=False):

@@ -126,15 +126,18 @@ def _free(names: set, want: str) -> str:
 # --------------------------------------------------------------------------- tf.function steps
 
 @contextlib.contextmanager
-def _scaled_gradients(scale, record: list):
+def _scaled_gradients(scale, record: list, targets: list | None = None):
     """While tracing: ``tf.GradientTape.gradient`` seeds the backward pass with ``scale`` (d(loss*scale)/d
     loss), multiplies the gradients by ``1 / scale`` (name scope ``loss_scale_unscale``, as the Keras
-    path and NPULossScaleOptimizer do) and appends them to ``record``. Restored on exit."""
+    path and NPULossScaleOptimizer do) and appends them to ``record`` (and its target to ``targets``).
+    Restored on exit."""
     tf = import_tf()
     cls = tf.GradientTape
     original = cls.gradient
 
     def gradient(tape, target, sources, output_gradients=None, **kwargs):
+        if targets is not None:
+            targets.append(target)
         with tf.name_scope("loss_scale_seed"):
             if output_gradients is None:
                 seeds = tf.nest.map_structure(lambda t: tf.fill(tf.shape(t), tf.cast(scale, t.dtype)), target)
@@ -206,8 +209,15 @@ def _keras_optimizer(py, optimizer):
     return next(iter(found.values())) if len(found) == 1 else None
 
 
+def _tape_loss(targets: list, fname: str):
+    if len(targets) != 1:
+        raise AscendEmuError(f"training step {fname!r} calls tape.gradient {len(targets)} times; one call on the "
+                             "loss is what an emulated step takes")
+    return _loss_of(targets[0], fname)
+
+
 def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, optimizer=None,
-                                name: str | None = None) -> TrainStep:
+                                name: str | None = None, loss_from: str = "return") -> TrainStep:
     """A training step written as a ``tf.function`` on ``tf.Variable``\\ s, as a :class:`TrainStep`.
 
     Parameters
@@ -227,6 +237,9 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
         ApplyMomentum, Adam/AdamW: ApplyAdam, RMSprop: ApplyRMSProp), black-listed, so in float32 under
         the mixed modes, as in the Keras path. Without one, a hand-written update runs as its own ops.
     name : the step's name in dumps (default: the function's name).
+    loss_from : ``"return"`` (the loss is what the function returns) or ``"tape"`` (the target of its
+        ``tape.gradient`` call, for a step that returns something else, such as Keras' ``train_step``,
+        whose logs hold the running mean of the loss).
 
     Returns
     -------
@@ -244,6 +257,8 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
         raise AscendEmuError("train_step_from_tf_function needs a tf.function or a Python function, not "
                              f"{type(fn).__name__}")
     fname = name or getattr(py, "__name__", None) or "train_step"
+    if loss_from not in ("return", "tape"):
+        raise AscendEmuError(f"loss_from must be 'return' or 'tape', not {loss_from!r}")
     opt = _keras_optimizer(py, optimizer)
     update_type = None
     if opt is not None:
@@ -262,9 +277,11 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
 
     def traced(x, y, loss_scale, iteration):
         del grads[:]       # a tf.function that creates variables traces twice
-        with _scaled_gradients(loss_scale, grads):
+        targets: list = []
+        with _scaled_gradients(loss_scale, grads, targets):
             out = py(x, y)
-        return [_loss_of(out, fname)] + list(grads)
+        loss = _tape_loss(targets, fname) if loss_from == "tape" else _loss_of(out, fname)
+        return [loss] + list(grads)
 
     try:
         cf = tf.function(traced, input_signature=specs).get_concrete_function()
@@ -324,9 +341,10 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
         for (h, _), s in zip(handles, state):
             tf.raw_ops.AssignVariableOp(resource=h, value=s)
         rec: list = []
-        with _scaled_gradients(loss_scale, rec):
+        targets: list = []
+        with _scaled_gradients(loss_scale, rec, targets):
             out = py(x, y)
-        loss = _loss_of(out, fname)
+        loss = _tape_loss(targets, fname) if loss_from == "tape" else _loss_of(out, fname)
         new = [tf.raw_ops.ReadVariableOp(resource=h, dtype=dt) for h, dt in handles]
         with tf.control_dependencies(new + [loss] + rec):
             for (h, _), s in zip(handles, saved):
@@ -335,8 +353,26 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
 
     state_specs = [tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for v in specs_]
     ref = tf.function(reference, input_signature=specs + state_specs)
-    return _make_step(ref, fn_out, name=fname, x=inputs[0], y=inputs[1], scale=inputs[2], iteration=inputs[3],
+    step = _make_step(ref, fn_out, name=fname, x=inputs[0], y=inputs[1], scale=inputs[2], iteration=inputs[3],
                       variables=specs_, initial=initial, n_grads=n_grads, update_type=update_type,
                       description={"kind": "tf_function", "function": fname, "updates": fn_out.writes,
                                    **({"optimizer": type(opt).__name__, "update_type": update_type}
                                       if opt is not None else {})})
+    step.handles = {spec.key: h for spec, h in zip(specs_, handles)}
+    return step
+
+
+def read_variables(step: TrainStep) -> dict:
+    """State key -> the current value of each variable of a :func:`train_step_from_tf_function` step."""
+    tf = import_tf()
+    if step.handles is None:
+        raise AscendEmuError("this TrainStep has no variables to read (build it with train_step_from_tf_function)")
+    return {k: np.array(tf.raw_ops.ReadVariableOp(resource=h, dtype=dt).numpy(), copy=True)
+            for k, (h, dt) in step.handles.items()}
+
+
+def assign_variables(step: TrainStep, state: dict) -> None:
+    """Write ``state`` (state key -> value) into the variables of a :func:`train_step_from_tf_function` step."""
+    tf = import_tf()
+    for k, (h, dt) in step.handles.items():
+        tf.raw_ops.AssignVariableOp(resource=h, value=tf.constant(state[k], dtype=dt))

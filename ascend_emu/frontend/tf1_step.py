@@ -199,7 +199,55 @@ def train_step_from_tf1_graph(graph, *, x, y, loss, train_op, session=None, chec
                            extra_inputs=[x_t.op.name, y_t.op.name, scale, iteration], loss_scale=scale,
                            name=f"train op {op.name!r}")
     ref = _Tf1Reference(gd, variables, x_t.op.name, y_t.op.name, loss_t.name, fn_out.grad_sources, op.name)
-    return _make_step(ref, fn_out, name=sname, x=x_t.op.name, y=y_t.op.name, scale=scale, iteration=iteration,
+    step = _make_step(ref, fn_out, name=sname, x=x_t.op.name, y=y_t.op.name, scale=scale, iteration=iteration,
                       variables=variables, initial=initial, n_grads=len(fn_out.grads),
                       description={"kind": "tf1_graph", "loss": loss_t.name, "train_op": op.name,
                                    "updates": fn_out.writes})
+    step.handles = {v.key: v for v in variables}
+    step.source_graph = graph
+    return step
+
+
+def _session_io(step: TrainStep, session) -> list:
+    """Per variable of a TF1 step: (state key, fetch giving its value, initializer op, its initial-value tensor)
+    (an initializer fed a value is how a value is written without adding ops to the user's graph)."""
+    tf = import_tf()
+    io = getattr(step, "_session_io", None)
+    if io is not None:
+        return io
+    graph = session.graph
+    if graph is not getattr(step, "source_graph", None):
+        raise AscendEmuError("the session runs a different graph than the training step was built from")
+    by_op = {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+             + graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)}
+    io = []
+    for key, spec in step.handles.items():
+        var = by_op.get(spec.node)
+        if var is None:
+            raise AscendEmuError(f"variable {spec.node!r} is in no variable collection of the graph; its emulated "
+                                 "value cannot be written back into the session")
+        init = var.initializer
+        value = var if not spec.resource else None
+        if spec.resource:
+            reads = [o for o in graph.get_operations() if o.type == "ReadVariableOp" and o.inputs
+                     and o.inputs[0].op.name == spec.node and not o.control_inputs]
+            if not reads:
+                raise AscendEmuError(f"resource variable {spec.node!r} has no ReadVariableOp in the graph to read "
+                                     "it with")
+            value = reads[0].outputs[0]
+        io.append((key, value, init, init.inputs[1]))
+    step._session_io = io
+    return io
+
+
+def read_session_variables(step: TrainStep, session) -> dict:
+    """State key -> the current value in ``session`` of each variable of a :func:`train_step_from_tf1_graph` step."""
+    io = _session_io(step, session)
+    values = session.run([v for _, v, _, _ in io])
+    return {k: np.array(val, dtype=step.handles[k].dtype, copy=True) for (k, _, _, _), val in zip(io, values)}
+
+
+def load_session_variables(step: TrainStep, session, state: dict) -> None:
+    """Write ``state`` into ``session``'s variables (each variable's initializer, fed the value)."""
+    io = _session_io(step, session)
+    session.run([init for _, _, init, _ in io], {iv: state[k] for k, _, _, iv in io})

@@ -323,6 +323,9 @@ class TrainStep:
     initial: dict | None = None
     #: what the step is, for the run's config (kind, loss, updates)
     description: dict = field(default_factory=dict)
+    #: the variables behind the state, state key -> (resource handle, dtype) for a tf.function step, the
+    #: VariableSpec for a TF1 graph's (to read and write the user's variables, frontend/hooks.py)
+    handles: dict | None = None
 
     @property
     def n_grads(self) -> int:

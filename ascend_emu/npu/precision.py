@@ -17,6 +17,8 @@ from ..ops.ascend_types import ascend_type  # noqa: F401  (re-exported: the prec
 from ..ops.ascend_types import data_file as _data
 from ..ops.ascend_types import optype_map as _optype_map
 
+#: the TF adapter's training default precision mode per SoC (ASCEND-FACTS section 10)
+TRAIN_PRECISION_DEFAULT = {"Ascend910": "allow_fp32_to_fp16", "Ascend910B": "must_keep_origin_dtype"}
 PRECISION_MODES = ("force_fp16", "force_fp32", "cube_fp16in_fp32out", "allow_fp32_to_fp16",
                    "must_keep_origin_dtype", "allow_mix_precision", "allow_mix_precision_fp16",
                    "allow_mix_precision_bf16", "allow_fp32_to_bf16")

@@ -311,15 +311,6 @@ def _prepare_step(step, x, y, *, loss, optimizer, learning_rate, optimizer_optio
     return _Run(step, step, None, x, y, order, steps, dump_steps, manager, config)
 
 
-def _feeds(run: _Run, i: int, idx, scale: float, state: dict) -> dict:
-    sg = run.step_graph
-    feeds = {sg.x_name: run.x[idx], sg.y_name: run.y[idx], sg.scale_name: np.float32(scale),
-             sg.iteration_name: np.int64(i)}
-    for key, ph, _ in sg.state:
-        feeds[ph] = state[key]
-    return feeds
-
-
 def _progress(enabled: bool, steps: int, desc: str):
     if not enabled:
         return None
@@ -345,7 +336,6 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
           progress: bool = True) -> TrainResult:
     """Train ``model`` on ``device``; see :meth:`ascend_emu.npu.device.Device.train`."""
     from ..frontend import training as T
-    from ..frontend.reference import reference as tf_reference
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
@@ -362,57 +352,94 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
     config = {"device": device.config(), **run.config, "overflow_check": overflow_check,
               "reference": bool(reference)}
     result = TrainResult(config, [], state, ref_state)
-    ng = step_graph.n_grads
-    keys = [k for k, _, _ in step_graph.state]
     bar = _progress(progress, run.steps, "train")
     try:
         for i, idx in enumerate(run.order):
-            scale = manager.get_loss_scale() if manager is not None else 1.0
-            feeds = _feeds(run, i, idx, scale, state)
             ddir = os.path.join(os.fspath(dump_dir), f"step-{i}") if i in run.dump_steps else None
-            res = device.replay(step_graph.graph, feeds, ddir, overwrite=overwrite, progress=False,
-                                keep_tensors=False, phases=step_graph.phase)
-            outs = [res.outputs[t] for t in step_graph.graph.outputs]
-            grads = outs[1:1 + ng]
-            new_state = outs[1 + ng:]
-            bits, first = 0, None
-            for r in res.records:
-                if r.status and step_graph.phase(r.name) != "update":
-                    bits |= r.status
-                    if first is None:
-                        first = {"name": r.name, "tf_type": r.tf_type, "phase": step_graph.phase(r.name)}
-            if overflow_check == "status":
-                overflow = bits != 0
-            else:
-                overflow = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in grads)
-            applied = manager.update(not overflow) if manager is not None else True
-            if applied:
-                _store(state, keys, new_state)
-            rec = {"step": i, "loss": float(np.asarray(outs[0], np.float64)), "loss_scale": float(scale),
-                   "skipped": not applied, "float_status": int(bits), "first_overflow": first,
-                   "grad_zeros": _zeros(grads), "grad_values": int(sum(np.asarray(g).size for g in grads))}
+            # the float32 reference dump of the very same step: the emulated step's inputs and weights, so the
+            # two dumps compare op by op
+            dump_feeds = step_feeds(step_graph, run.x[idx], run.y[idx], i, manager.get_loss_scale()
+                                    if manager is not None else 1.0, dict(state)) if reference and ddir else None
+            rec = run_step(device, step_graph, run.x[idx], run.y[idx], i, state, manager=manager,
+                           overflow_check=overflow_check, dump_dir=ddir, overwrite=overwrite)
             if ddir is not None:
                 result.dumps[i] = ddir
             if reference:
-                ref_feeds = _feeds(run, i, idx, 1.0, ref_state)
-                rout = T.run_reference_step(step_graph, ref_feeds)
-                rec["reference_loss"] = float(np.asarray(rout[0], np.float64))
-                rec["reference_grad_zeros"] = _zeros(rout[1:1 + ng])
-                _store(ref_state, keys, rout[1 + ng:])
-                if ddir is not None:
-                    # the float32 reference of the very same step: same inputs and weights as the emulated one,
-                    # so the two dumps compare op by op
-                    rdir = os.path.join(os.fspath(rroot), f"step-{i}")
-                    tf_reference(step_graph.graph, feeds, rdir, overwrite=overwrite, progress=False)
+                rdir = os.path.join(os.fspath(rroot), f"step-{i}") if ddir is not None else None
+                rec.update(reference_step(step_graph, run.x[idx], run.y[idx], i, ref_state, dump_dir=rdir,
+                                          dump_feeds=dump_feeds, overwrite=overwrite))
+                if rdir is not None:
                     result.reference_dumps[i] = rdir
             result.steps.append(rec)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{scale:.3g}", refresh=False)
+                bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{rec['loss_scale']:.3g}", refresh=False)
     finally:
         if bar is not None:
             bar.close()
     return result
+
+
+def step_feeds(step_graph, x, y, i: int, scale: float, state: dict) -> dict:
+    """The inputs of one replay of ``step_graph``: the batch, the loss scale, the iteration, the state."""
+    feeds = {step_graph.x_name: x, step_graph.y_name: y, step_graph.scale_name: np.float32(scale),
+             step_graph.iteration_name: np.int64(i)}
+    for key, ph, _ in step_graph.state:
+        feeds[ph] = state[key]
+    return feeds
+
+
+def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, overflow_check: str = "status",
+             dump_dir=None, overwrite: bool = False) -> dict:
+    """One training step of ``step_graph`` on ``device`` from ``state``, which it updates in place.
+
+    The step replays with the manager's loss scale; the overflow decision reads the float status of the
+    forward and backward ops (``overflow_check="status"``, as NPULossScaleOptimizer) or the gradients'
+    Inf/NaN (``"isfinite"``); the manager records it, and only an applied step writes its new state
+    (each value in its state's own dtype). Returns the step's record, the fields of ``train --json``
+    (``step`` is ``i``).
+    """
+    scale = manager.get_loss_scale() if manager is not None else 1.0
+    feeds = step_feeds(step_graph, x, y, i, scale, state)
+    res = device.replay(step_graph.graph, feeds, dump_dir, overwrite=overwrite, progress=False,
+                        keep_tensors=False, phases=step_graph.phase)
+    ng = step_graph.n_grads
+    outs = [res.outputs[t] for t in step_graph.graph.outputs]
+    grads = outs[1:1 + ng]
+    bits, first = 0, None
+    for r in res.records:
+        if r.status and step_graph.phase(r.name) != "update":
+            bits |= r.status
+            if first is None:
+                first = {"name": r.name, "tf_type": r.tf_type, "phase": step_graph.phase(r.name)}
+    if overflow_check == "status":
+        overflow = bits != 0
+    else:
+        overflow = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in grads)
+    applied = manager.update(not overflow) if manager is not None else True
+    if applied:
+        _store(state, [k for k, _, _ in step_graph.state], outs[1 + ng:1 + ng + len(step_graph.state)])
+    return {"step": i, "loss": float(np.asarray(outs[0], np.float64)), "loss_scale": float(scale),
+            "skipped": not applied, "float_status": int(bits), "first_overflow": first,
+            "grad_zeros": _zeros(grads), "grad_values": int(sum(np.asarray(g).size for g in grads))}
+
+
+def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump_feeds=None,
+                   overwrite: bool = False) -> dict:
+    """TensorFlow float32's own run of the same step (unscaled) from ``state``, which it updates in place;
+    returns ``reference_loss`` and ``reference_grad_zeros``. With ``dump_dir``, the reference dump of the
+    step's graph is written there from ``dump_feeds`` (default: this run's own inputs)."""
+    from ..frontend import training as T
+    from ..frontend.reference import reference as tf_reference
+
+    feeds = step_feeds(step_graph, x, y, i, 1.0, state)
+    ng = step_graph.n_grads
+    rout = T.run_reference_step(step_graph, feeds)
+    _store(state, [k for k, _, _ in step_graph.state], rout[1 + ng:1 + ng + len(step_graph.state)])
+    if dump_dir is not None:
+        tf_reference(step_graph.graph, dump_feeds if dump_feeds is not None else feeds, dump_dir,
+                     overwrite=overwrite, progress=False)
+    return {"reference_loss": float(np.asarray(rout[0], np.float64)), "reference_grad_zeros": _zeros(rout[1:1 + ng])}
 
 
 def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
@@ -441,7 +468,7 @@ def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=Non
     bar = _progress(progress, run.steps, "reference train")
     try:
         for i, idx in enumerate(run.order):
-            feeds = _feeds(run, i, idx, 1.0, state)
+            feeds = step_feeds(sg, run.x[idx], run.y[idx], i, 1.0, state)
             if i in run.dump_steps:
                 ddir = os.path.join(os.fspath(dump_dir), f"step-{i}")
                 tf_reference(sg.graph, feeds, ddir, overwrite=overwrite, progress=False)

@@ -1,0 +1,227 @@
+"""The user's own training script on the emulated NPU: ``with ascend_emu.emulate(...) as run:``.
+
+Inside the context, Keras 3 ``fit`` / ``train_on_batch`` / ``evaluate`` / ``predict``, a ``tf.function``
+training step called in the user's loop, and ``tf.compat.v1.Session.run`` of a train op run each
+step on an emulated :class:`~ascend_emu.npu.device.Device` (the interceptions are in
+:mod:`ascend_emu.frontend.hooks`; which calls are taken and why is said there). Each training step
+is the engine of ``ascend-emu train`` (:func:`ascend_emu.npu.training.run_step`): the step's graph
+replayed with the variables as state, the loss scaling and the NPU's overflow check, so the run
+record (``run.steps``) has the fields of ``train --json``.
+
+The step's numbers go back into the user's variables after every step, so what the script sees
+(History, callbacks, ``model.weights``, ``sess.run(w)``) is the emulated run. The state is read from
+the variables before every step, so whatever the script or a callback writes between steps (a new
+learning rate, restored weights) is what the next step starts from.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from .device import Device
+from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
+from .precision import TRAIN_PRECISION_DEFAULT
+from .training import OVERFLOW_CHECKS, TrainResult, _manager_dict, loss_scale_manager, reference_step, run_step, \
+    step_feeds
+
+#: TF1 train ops whose script wraps its optimizer in NPULossScaleOptimizer: (graph id, op name) -> manager
+_TF1_MANAGERS: dict = {}
+
+
+def register_tf1_loss_scale(graph, op_name: str, manager) -> None:
+    """Record that train op ``op_name`` of ``graph`` is loss-scaled by ``manager`` (NPULossScaleOptimizer)."""
+    _TF1_MANAGERS[(id(graph), op_name)] = manager
+
+
+class Emulation:
+    """An emulated NPU for a user's own script, and the record of the steps it trained.
+
+    Use :func:`emulate` to make one. ``steps`` holds one dict per training step with the fields of
+    ``train --json`` (``step``, ``loss``, ``loss_scale``, ``skipped``, ``float_status``,
+    ``first_overflow``, ``grad_zeros``, ``grad_values``; ``reference_loss`` and
+    ``reference_grad_zeros`` with ``reference=True``) and ``function``, the name of the step's graph.
+    """
+
+    def __init__(self, precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=None,
+                 reference: bool = False, overflow_check: str = "status", overwrite: bool = False,
+                 **device_options):
+        soc = device_options.get("soc", "Ascend910")
+        if precision_mode is None:
+            precision_mode = TRAIN_PRECISION_DEFAULT.get(soc, "must_keep_origin_dtype")
+        try:
+            self.device = Device(precision_mode, **device_options)
+        except TypeError as e:
+            raise AscendEmuError(f"emulate: {e}") from None
+        if overflow_check not in OVERFLOW_CHECKS:
+            raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: "
+                                 f"{', '.join(OVERFLOW_CHECKS)}")
+        loss_scale_manager(loss_scale)          # check the spelling now, before the script runs
+        self.loss_scale = loss_scale
+        self.overflow_check = overflow_check
+        self.reference = bool(reference)
+        self.overwrite = bool(overwrite)
+        self.dump_dir = None if dump_dir is None else os.fspath(dump_dir)
+        try:
+            self.dump_steps = sorted(set(int(s) for s in (dump_steps or ())))
+        except (TypeError, ValueError):
+            raise AscendEmuError(f"dump steps must be step numbers, got {dump_steps!r}") from None
+        if any(s < 0 for s in self.dump_steps):
+            raise AscendEmuError(f"dump steps must be >= 0, got {dump_steps!r}")
+        if self.dump_steps and self.dump_dir is None:
+            raise AscendEmuError("dump_steps needs dump_dir")
+        if self.dump_dir is not None and not self.dump_steps:
+            self.dump_steps = [0]
+        self.steps: list = []
+        self.dumps: dict = {}
+        self.reference_dumps: dict = {}
+        self._per_step: dict = {}       # step key -> {"manager", "ref_state", "name"}
+        self._hooks = None
+        self._models: list = []
+
+    # -- the runner the hooks call ------------------------------------------------------------
+    def _entry(self, key, step, state, loss_scale) -> dict:
+        entry = self._per_step.get(key)
+        if entry is None:
+            if loss_scale is not None:           # the script's own loss scaling
+                if isinstance(loss_scale, dict):
+                    manager = loss_scale_manager(loss_scale["spec"])
+                    manager.good_steps = int(loss_scale.get("good_steps", 0))
+                else:
+                    manager = loss_scale_manager(loss_scale)
+                source = "script"
+            else:
+                manager = loss_scale_manager(self.loss_scale)
+                source = "emulate" if manager is not None else None
+            entry = {"manager": manager, "source": source, "name": step.graph.name,
+                     "ref_state": {k: np.array(v, copy=True) for k, v in state.items()} if self.reference else None}
+            self._per_step[key] = entry
+        return entry
+
+    def train(self, step, x, y, state: dict, *, key, loss_scale=None) -> dict:
+        """Run one training step of ``step`` (a TrainStep) on the batch from ``state`` (updated in place when
+        the step is applied); returns its record, appended to ``steps``."""
+        entry = self._entry(key, step, state, loss_scale)
+        manager = entry["manager"]
+        x, y = step.fit_data(np.asarray(x), np.asarray(y))
+        i = len(self.steps)
+        ddir = rdir = dump_feeds = None
+        if self.dump_dir is not None and i in self.dump_steps:
+            ddir = os.path.join(self.dump_dir, f"step-{i}")
+            if self.reference:
+                rdir = os.path.join(self.dump_dir, "reference", f"step-{i}")
+                dump_feeds = step_feeds(step, x, y, i, manager.get_loss_scale() if manager is not None else 1.0,
+                                        dict(state))
+        rec = run_step(self.device, step, x, y, i, state, manager=manager, overflow_check=self.overflow_check,
+                       dump_dir=ddir, overwrite=self.overwrite)
+        if ddir is not None:
+            self.dumps[i] = ddir
+        if self.reference:
+            rec.update(reference_step(step, x, y, i, entry["ref_state"], dump_dir=rdir, dump_feeds=dump_feeds,
+                                      overwrite=self.overwrite))
+            if rdir is not None:
+                self.reference_dumps[i] = rdir
+        rec["function"] = entry["name"]
+        self.steps.append(rec)
+        return rec
+
+    def manager_state(self, key) -> tuple[float, int] | None:
+        """(loss scale, finite steps since its last change) of a step's manager, for writing it back into the
+        script's LossScaleOptimizer; None without loss scaling."""
+        m = self._per_step[key]["manager"]
+        if m is None:
+            return None
+        if isinstance(m, FixedLossScaleManager):
+            return m.get_loss_scale(), 0
+        return m.get_loss_scale(), m.good_steps
+
+    def forward(self, graph, feeds: dict) -> list:
+        """Replay a forward graph (evaluation, prediction) on the device; its outputs in order."""
+        res = self.device.replay(graph, feeds, progress=False, keep_tensors=False)
+        return [res.outputs[t] for t in graph.outputs]
+
+    def tf1_loss_scale(self, graph, op_name: str):
+        return _TF1_MANAGERS.get((id(graph), op_name))
+
+    # -- the record ----------------------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        managers = {e["name"]: {"loss_scale": _manager_dict(e["manager"]), "from": e["source"]}
+                    for e in self._per_step.values()}
+        return {"device": self.device.config(), "steps": len(self.steps), "overflow_check": self.overflow_check,
+                "reference": self.reference, "loss_scale": _manager_dict(loss_scale_manager(self.loss_scale)),
+                "functions": managers, "model": {"name": ", ".join(sorted(managers)) or "script"}}
+
+    def to_json(self) -> dict:
+        """``{"config", "steps", "dumps", "reference_dumps"}``, as ``train --json`` writes."""
+        return {"config": self.config, "steps": self.steps,
+                "dumps": {str(k): v for k, v in self.dumps.items()},
+                "reference_dumps": {str(k): v for k, v in self.reference_dumps.items()}}
+
+    def result(self) -> TrainResult:
+        """The record as a :class:`~ascend_emu.npu.training.TrainResult` (``losses``, ``loss_scales``, ...)."""
+        return TrainResult(self.config, self.steps, {}, None, dict(self.dumps), dict(self.reference_dumps))
+
+    def write_report(self, path, **kwargs) -> str:
+        """The HTML training report of the steps so far (:func:`ascend_emu.analysis.train_report.write_train_report`)."""
+        from ..analysis.train_report import write_train_report
+
+        return write_train_report(self.to_json(), path, **kwargs)
+
+    # -- context manager and decorator ---------------------------------------------------------
+    def __enter__(self) -> "Emulation":
+        from ..frontend.hooks import Hooks
+
+        if self._hooks is not None:
+            raise AscendEmuError("this emulate(...) context is already active; nest a new emulate(...) instead")
+        self._hooks = Hooks(self)
+        self._hooks.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from ..frontend.hooks import reset_keras_functions
+
+        hooks, self._hooks = self._hooks, None
+        hooks.uninstall()
+        reset_keras_functions(hooks.keras.models)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        wrapper.emulation = self
+        return wrapper
+
+
+def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=None, reference: bool = False,
+            overflow_check: str = "status", overwrite: bool = False, **device_options) -> Emulation:
+    """Run the training in a user's own script on the emulated NPU: a context manager and a decorator.
+
+    Parameters
+    ----------
+    precision_mode : CANN precision mode (default: the TF adapter's training default for ``soc``,
+        allow_fp32_to_fp16 on Ascend910, must_keep_origin_dtype on Ascend910B).
+    loss_scale : None, ``"fixed:N"``, ``"dynamic"``, ``"exponential:..."`` or a manager: loss scaling for
+        steps whose script has none (a Keras LossScaleOptimizer or an NPULossScaleOptimizer in the
+        script brings its own, which takes precedence).
+    dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]) in
+        ``dump_dir/step-N``; with ``reference``, TensorFlow's of the same inputs in ``dump_dir/reference/step-N``.
+    reference : also run each step in TensorFlow float32 from its own copy of the weights (starting from
+        the same values, on the same batches) and record ``reference_loss``.
+    overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.
+    **device_options : :class:`~ascend_emu.npu.device.Device`'s (soc, overflow_mode, modify_mixlist, ...).
+
+    Returns
+    -------
+    Emulation
+        ``with emulate(...) as run:`` ... ``run.steps``, ``run.write_report(path)``, ``run.result()``.
+    """
+    return Emulation(precision_mode, loss_scale=loss_scale, dump_dir=dump_dir, dump_steps=dump_steps,
+                     reference=reference, overflow_check=overflow_check, overwrite=overwrite, **device_options)
+
+
+__all__ = ["emulate", "Emulation", "register_tf1_loss_scale", "ExponentialUpdateLossScaleManager",
+           "FixedLossScaleManager"]
