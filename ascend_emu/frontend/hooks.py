@@ -137,6 +137,8 @@ class KerasSteps:
             if opt is None:
                 raise AscendEmuError(f"emulate: model {model.name!r} has no optimizer; compile it with one")
             lso = opt if isinstance(opt, _keras_lso_class()) else None
+            if not opt.built:
+                opt.build(model.trainable_variables)
             inner = lso.inner_optimizer if lso is not None else opt
 
             def keras_train_step(bx, by):
@@ -324,6 +326,29 @@ def _ancestors(op) -> list:
     return out
 
 
+def _loss_of_gradients(graph, ops):
+    """The tensor ``tf.gradients`` differentiates, from its seed (``gradients/grad_ys_0``, a Fill of ones):
+    the seed feeds the gradient of the loss's op, named ``gradients/<loss op>_grad/...``."""
+    import re
+
+    seed = re.compile(r"(^|/)gradients(_\d+)?/grad_ys_\d+$")
+    for o in ops:
+        if o.type != "Fill" or not seed.search(o.name):
+            continue
+        for c in o.outputs[0].consumers():
+            m = re.match(r"^(?:.*/)?gradients(?:_\d+)?/(.+?)_grad/", c.name)
+            if m is None:
+                continue
+            try:
+                op = graph.get_operation_by_name(m.group(1))
+            except KeyError:
+                continue
+            for t in op.outputs:
+                if t.dtype.is_floating and t.shape.rank == 0:
+                    return t
+    return None
+
+
 def _flatten(fetches) -> list:
     tf = import_tf()
     return tf.nest.flatten(fetches, expand_composites=False)
@@ -345,13 +370,7 @@ class SessionSteps:
             loss = None
             anc = _ancestors(op)
             if any(o.type.startswith(_WRITE_PREFIXES) for o in anc):
-                import re
-
-                seed = re.compile(r"(^|/)gradients(_\d+)?/(grad_ys_\d+|Fill)$")
-                for o in anc:
-                    if o.type == "Fill" and seed.search(o.name) and o.inputs[0].op.type == "Shape":
-                        loss = o.inputs[0].op.inputs[0]
-                        break
+                loss = _loss_of_gradients(graph, anc)
             self._train_ops[key] = loss
         return self._train_ops[key]
 
@@ -398,7 +417,7 @@ class SessionSteps:
             out[i] = v
         for i, e in enumerate(elems):
             if e is loss:
-                out[i] = np.asarray(rec["loss"], dtype=loss.dtype.as_numpy_dtype)
+                out[i] = loss.dtype.as_numpy_dtype(rec["loss"])
         return tf.nest.pack_sequence_as(fetches, out)
 
 
