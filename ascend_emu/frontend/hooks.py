@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from .stateful import assign_variables, read_variables, train_step_from_tf_function
-from .tf import first_line, import_keras, import_tf
+from .tf import first_line, import_keras, import_tf, traced_error
 
 _local = threading.local()
 
@@ -279,7 +279,8 @@ class FunctionSteps:
         try:
             out = tf.function(fn.python_function).get_concrete_function(x, y).structured_outputs
         except Exception as e:
-            raise AscendEmuError(f"emulate: cannot trace tf.function {fn.__name__!r}: {first_line(e)}") from None
+            raise AscendEmuError(f"emulate: cannot trace tf.function {fn.__name__!r}: "
+                                 f"{traced_error(e) or first_line(e)}") from None
         finally:
             cls.gradient = original
         if calls and not (isinstance(out, tf.Tensor) and out.shape.rank == 0):

@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import AscendEmuError
 from ..graph.core import split_tensor_name, tensor_name
 from .functionalize import Functional, VariableSpec, functionalize
-from .tf import first_line, import_keras, import_tf
+from .tf import first_line, import_keras, import_tf, traced_error
 from .training import UNSCALE_PREFIX, TrainStep
 
 #: Keras 3 optimizers (class name) -> the CANN Apply* operator their decomposed update runs as, as in the
@@ -288,6 +288,10 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
     except AscendEmuError:
         raise
     except Exception as e:
+        user = traced_error(e)
+        if user is not None:
+            raise AscendEmuError(f"cannot trace training step {fname!r}: {user}; eager-only code (.numpy(), Python "
+                                 "decisions on tensor values) cannot run as a traced step") from None
         raise AscendEmuError(f"cannot trace training step {fname!r}: {first_line(e)} "
                              "(does it take (x, y) shaped like x_example and y_example?)") from None
     n_grads = len(cf.outputs) - 1

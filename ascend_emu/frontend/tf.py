@@ -168,6 +168,33 @@ def first_line(e: BaseException) -> str:
     return s[0][:300] if s else type(e).__name__
 
 
+def traced_error(e: BaseException) -> str | None:
+    """One line for an error raised while tracing user code (TensorFlow's "in user code:" report, Keras'
+    "Exception encountered when calling ..."): the error and the user's line that raised it; None for any
+    other error."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    if "in user code:" not in text and "Exception encountered when calling" not in text:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    where = None
+    for i, ln in enumerate(lines):
+        m = re.match(r'File "([^"]+)", line (\d+), in (\S+)', ln)
+        if m and "site-packages" not in m.group(1):
+            code = lines[i + 1] if i + 1 < len(lines) and not re.match(r"(File |\w+:)", lines[i + 1]) else ""
+            where = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)} in {m.group(3)}" + (f": {code[:120]}" if code else "")
+    err = None
+    for i, ln in enumerate(lines):
+        m = re.match(r"(?:(\w+): )?Exception encountered when calling (\S+?)\.?$", ln)
+        if m and i + 1 < len(lines):
+            err = f"{m.group(1) or type(e).__name__} in {m.group(2)}: {lines[i + 1]}"
+            break
+    if err is None:
+        err = next((ln for ln in reversed(lines) if re.match(r"^[A-Za-z_][\w.]*(Error|Exception):", ln)), lines[-1])
+    return err[:300] + (f" (at {where})" if where else "")
+
+
 def session_config():
     """Session options for faithful op-by-op execution: no Grappler rewrites, CPU only."""
     tf = import_tf()
