@@ -445,13 +445,16 @@ def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump
 def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
                     batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
                     shuffle: bool = False, seed: int = 0, dump_dir=None, dump_steps=None, overwrite: bool = False,
-                    progress: bool = True) -> TrainResult:
+                    progress: bool = True, on_step=None) -> TrainResult:
     """The same training in TensorFlow float32 on the CPU: the traced step run as TensorFlow runs it.
 
     Same arguments and result as :meth:`Device.train` (``losses`` are TensorFlow's; ``float_status`` is 0
     and nothing is skipped, since float32 on the CPU has no status register; ``loss_scale`` is accepted
     and recorded, but a float32 step runs unscaled, as Keras does without a LossScaleOptimizer). Dumps
     (``dump_dir/step-N``) are reference dumps of the listed steps, each from this run's own weights.
+    ``on_step(i, step, feeds, outputs)``, if given, sees every step: the traced
+    :class:`~ascend_emu.frontend.training.TrainStep`, the step's feeds (placeholder -> array) and its outputs
+    ``[loss, gradients..., new state...]`` (what ``ascend-emu check`` reads gradient norms from).
     """
     from ..frontend import training as T
     from ..frontend.reference import reference as tf_reference
@@ -474,6 +477,8 @@ def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=Non
                 tf_reference(sg.graph, feeds, ddir, overwrite=overwrite, progress=False)
                 result.dumps[i] = ddir
             outs = T.run_reference_step(sg, feeds)
+            if on_step is not None:
+                on_step(i, sg, feeds, outs)
             _store(state, keys, outs[1 + ng:])
             result.steps.append({"step": i, "loss": float(np.asarray(outs[0], np.float64)), "loss_scale": 1.0,
                                  "skipped": False, "float_status": 0, "first_overflow": None,
