@@ -44,6 +44,8 @@ _API = {
     "import_msprobe": "ascend_emu.analysis.msprobe",
     # jobs
     "fusion_bisect": "ascend_emu.tools.bisect",
+    "check": "ascend_emu.tools.check",
+    "write_check_report": "ascend_emu.analysis.check_report",
     "reference_train": "ascend_emu.npu.training",
     "train_step_from_tf_function": "ascend_emu.frontend.stateful",
     "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",

@@ -17,6 +17,7 @@ EPILOG = """examples:
   ascend-emu report npu/ bench/ -o report.html
   ascend-emu fusion-bisect model.keras --precision-mode force_fp16
   ascend-emu train model.keras --data train.npz --steps 50 --loss-scale dynamic --reference --report train.html
+  ascend-emu check model.keras --data train.npz --loss-scale dynamic --report check.html
   ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
   ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml
 """
@@ -278,6 +279,37 @@ def cmd_train(a):
     return 0
 
 
+def cmd_check(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.check import check
+
+    for path, what in ((a.json, "--json"), (a.report, "--report"), (a.ops_info, "--ops-info")):
+        if path:
+            check_writable(path, what)
+    res = check(a.model, a.data, device=_device(a), benchmark=a.benchmark, benchmark_config=a.benchmark_config,
+                loss=a.loss, optimizer=a.optimizer, learning_rate=a.learning_rate, batch_size=a.batch_size,
+                steps=a.steps, epochs=a.epochs, loss_scale=a.loss_scale, overflow_check=a.overflow_check,
+                shuffle=a.shuffle, seed=a.seed, work_dir=a.keep_dumps, progress=not a.quiet)
+    print(res.format_text(), flush=True)
+    if res.ops_info:
+        text = json.dumps(res.ops_info, indent=1)
+        if a.ops_info:
+            atomic_write_text(a.ops_info, text + "\n")
+            print(f"wrote {a.ops_info} (suggested modify_mixlist; try it: --modify-mixlist {a.ops_info})")
+        else:
+            print("suggested ops_info.json (write it with --ops-info FILE, use it with --modify-mixlist):\n" + text)
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1) + "\n")
+        print(f"wrote {a.json}")
+    if a.report:
+        from ..analysis.check_report import write_check_report
+
+        print(f"report: {os.path.abspath(write_check_report(res.report_data(), a.report))}")
+    return res.exit_code
+
+
 def cmd_demo(a):
     from ..tools.demo import run_demo
 
@@ -431,6 +463,39 @@ def build_parser():
     tf1.add_argument("--train-op", default=None, metavar="NAME", help="the op one training step runs")
     sp.add_argument("--json", metavar="FILE", help="write the per-step record as JSON")
     sp.add_argument("--report", metavar="FILE", help="write an HTML report (loss curves, loss scale, overflows)")
+    _device_args(sp, training=True)
+    sp = add("check", cmd_check, "the pre-tuning checklist: every item a program can decide (data, benchmark, "
+                                 "training, mixed precision, loss scaling, fp16 overflow and error), Passed / Failed / "
+                                 "Not checked; exit status 1 when an item failed",
+             "ascend-emu check model.keras --data train.npz --benchmark bench.keras --steps 20 "
+             "--precision-mode allow_mix_precision --loss-scale dynamic --json check.json --report check.html")
+    sp.add_argument("model", help="a .keras file compiled with a loss and an optimizer (or give --loss/--optimizer)")
+    sp.add_argument("--data", required=True, metavar="FILE.npz", help="training data: an .npz with arrays x and y")
+    sp.add_argument("--benchmark", metavar="MODEL.keras", default=None,
+                    help="the benchmark model: item 10 compares its compiled optimizer and loss")
+    sp.add_argument("--benchmark-config", metavar="FILE.json", default=None,
+                    help='the benchmark\'s hyperparameters, e.g. {"optimizer": "sgd", "learning_rate": 0.01, '
+                         '"batch_size": 32, "epochs": 90, "loss": "sparse_categorical_crossentropy"}')
+    sp.add_argument("--steps", type=int, default=20, help="training steps run by the reference and the emulator "
+                                                          "(default 20)")
+    sp.add_argument("--batch-size", type=int, default=32, help="samples per step (default 32)")
+    sp.add_argument("--epochs", type=int, default=None, help="the planned epochs (compared with the benchmark only)")
+    sp.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch")
+    sp.add_argument("--seed", type=int, default=0, help="seed of --shuffle (default 0)")
+    sp.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
+    sp.add_argument("--optimizer", default=None, metavar="NAME",
+                    help="sgd, adam, adamw or rmsprop (default: the compiled one)")
+    sp.add_argument("--learning-rate", type=float, default=None)
+    sp.add_argument("--loss-scale", default="none", metavar="SPEC",
+                    help="the port's loss scaling: none (default), fixed:N, dynamic or exponential:...")
+    sp.add_argument("--overflow-check", choices=("status", "isfinite"), default="status",
+                    help="the port's overflow check: status (the float status register) or isfinite")
+    sp.add_argument("--json", metavar="FILE", help='write {"rows": [...]}')
+    sp.add_argument("--report", metavar="FILE", help="write an HTML report: the table and the numeric rows' plots")
+    sp.add_argument("--ops-info", metavar="FILE", help="write the suggested modify_mixlist when an item fails for "
+                                                       "precision reasons")
+    sp.add_argument("--keep-dumps", metavar="DIR", default=None,
+                    help="keep the dumps the check writes (reference runs, emulated step 0) in DIR")
     _device_args(sp, training=True)
     sp = add("demo", cmd_demo, "the whole workflow on the bundled model: reference, replay, compare, overflow, report",
              "ascend-emu demo --out demo-output")

@@ -1,0 +1,220 @@
+"""The pre-tuning checklist (ascend_emu.check, ``ascend-emu check``).
+
+One small Keras classifier (Dense -> BatchNorm -> ReLU -> Dropout -> Dense(tanh) -> Dense) and 64 samples; each
+test plants one fault and asserts that exactly its row fails, with the evidence naming the fault; the clean
+model passes every row it can check (item 8 needs the user's cluster: Not checked). Exploding gradients also
+make the loss diverge (item 14): the same fault seen in the loss curve, asserted as such.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+import ascend_emu as ae  # noqa: E402
+from ascend_emu.cli.main import main  # noqa: E402
+from ascend_emu.tools.check import RESULTS  # noqa: E402
+
+STEPS, BATCH = 4, 16
+BENCH = {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.0, "batch_size": BATCH,
+         "loss": "sparse_categorical_crossentropy_from_logits"}
+
+
+class Noise(keras.layers.Layer):
+    """Adds 1e-6 of unseeded uniform noise: a stateful random op whose every run draws anew."""
+
+    def call(self, x):
+        return x + tf.raw_ops.RandomUniform(shape=tf.shape(x), dtype=tf.float32, seed=0, seed2=0) * 1e-6
+
+
+def build(fault=None, lr=0.05):
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    inp = keras.Input((8,))
+    if fault == "explode":
+        h = L.Dense(16, activation="relu", name="dense1")(inp)
+        m = keras.Model(inp, L.Dense(4, name="out")(h), name="regressor")
+        m.compile(optimizer=keras.optimizers.SGD(lr), loss="mean_squared_error")
+        return m
+    h = L.Dense(16, name="dense1")(inp)
+    if fault == "noise":
+        h = Noise(name="noise")(h)
+    if fault == "overflow":
+        h = L.Rescaling(6e4, name="amplify")(h)   # fine in float32 (BatchNorm follows), beyond 65504 in fp16
+    h = L.BatchNormalization(name="bn")(h)
+    h = L.Activation("relu", name="relu")(h)
+    h = L.Dropout(0.2, name="drop")(h)
+    kernel = {"zero": "zeros", "sigmoid": keras.initializers.RandomNormal(stddev=5.0)}.get(fault, "glorot_uniform")
+    h = L.Dense(8, activation="sigmoid" if fault == "sigmoid" else "tanh", kernel_initializer=kernel, name="dense2")(h)
+    m = keras.Model(inp, L.Dense(4, name="logits")(h), name="classifier")
+    if fault == "frozen":
+        m.get_layer("dense2").trainable = False
+    m.compile(optimizer=keras.optimizers.SGD(lr), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def data(fault=None):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8)).astype(np.float32)
+    y = rng.integers(0, 4, 64)
+    if fault == "bad_data":
+        x[3, 2] = np.nan
+        y[5] = 7
+    if fault == "explode":
+        x, y = x * np.float32(4), rng.normal(size=(64, 4)).astype(np.float32)
+    return {"x": x, "y": y}
+
+
+def run(fault=None, *, precision_mode="allow_mix_precision", loss_scale="dynamic", benchmark_config=BENCH, lr=0.05):
+    dev = ae.Device(precision_mode, soc="Ascend910")
+    return ae.check(build(fault, lr), data(fault), device=dev, batch_size=BATCH, steps=STEPS, loss_scale=loss_scale,
+                    benchmark_config=benchmark_config)
+
+
+def failed(res) -> set:
+    return {r.number for r in res.failed}
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return run()
+
+
+def test_clean_model_passes_every_row_it_can_check(clean):
+    assert [r.number for r in clean] == ["1", "2/3", "4", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+                                         "16", "17", "18", "19"]
+    assert {r.number: r.result for r in clean if r.result != "Passed"} == {"8": "Not checked"}, clean.format_text()
+    assert clean.exit_code == 0 and clean.ops_info is None
+    assert "bit-identical" in clean["1"].evidence
+    assert "8 of 8 matrix ops in fp16" in clean["2/3"].evidence
+    assert "5 setting(s) equal" in clean["10"].evidence
+    # the numeric rows carry their plots' numbers
+    assert len(clean["12"].plot["norms"]) == STEPS and clean["12"].plot["layers"] == [
+        "dense1", "bn", "dense2", "logits"]
+    assert {a["type"] for a in clean["13"].plot["activations"]} == {"Relu", "Tanh"}
+    assert len(clean["14"].plot["reference"]) == len(clean["14"].plot["npu"]) == STEPS
+
+
+def test_json_rows_have_exactly_the_five_fields(clean):
+    doc = json.loads(json.dumps(clean.to_json()))
+    assert list(doc) == ["rows"]
+    for r in doc["rows"]:
+        assert list(r) == ["number", "item", "method", "result", "evidence"]
+        assert r["result"] in RESULTS
+
+
+def test_nondeterministic_benchmark_names_the_first_differing_op():
+    res = run("noise")
+    assert failed(res) == {"1"}, res.format_text()
+    ev = res["1"].evidence
+    assert "inference: first differing op" in ev and "RandomUniform" in ev and "training: step 0 differs" in ev
+    # the emulator's own comparison leaves the random op to item 1
+    assert "random op(s)" in res["17"].evidence
+
+
+def test_mixed_precision_off():
+    res = run(precision_mode="must_keep_origin_dtype")
+    assert failed(res) == {"2/3"}, res.format_text()
+    assert "0 of 8 matrix ops in fp16" in res["2/3"].evidence and "must_keep_origin_dtype" in res["2/3"].evidence
+    assert res["4"].result == "Passed" and "not needed" in res["4"].evidence
+
+
+def test_no_loss_scale_under_saturation():
+    res = run(loss_scale="none")
+    assert failed(res) == {"4"}, res.format_text()
+    assert "no loss scale" in res["4"].evidence and "saturation" in res["4"].evidence
+
+
+def test_isfinite_overflow_check_under_saturation_is_flagged():
+    res = ae.check(build(), data(), device=ae.Device("allow_mix_precision", soc="Ascend910"), batch_size=BATCH,
+                   steps=2, loss_scale="dynamic", overflow_check="isfinite", benchmark_config=BENCH)
+    assert res["4"].result == "Failed" and "isfinite" in res["4"].evidence and "65504" in res["4"].evidence
+
+
+def test_dataset_with_nan_and_out_of_range_labels():
+    res = run("bad_data")
+    assert failed(res) == {"6"}, res.format_text()
+    ev = res["6"].evidence
+    assert "1 sample(s) with NaN/Inf in x" in ev and "sample 3" in ev
+    assert "outside the model's 4 classes" in ev and "values 7" in ev
+    assert "62 clean samples" in ev
+
+
+def test_frozen_layer():
+    res = run("frozen")
+    assert failed(res) == {"9"}, res.format_text()
+    assert "frozen layer(s), not in the optimizer: dense2" in res["9"].evidence
+
+
+def test_zero_initialised_dense_layer():
+    res = run("zero")
+    assert failed(res) == {"11"}, res.format_text()
+    assert "all zero: dense2/kernel" in res["11"].evidence
+
+
+def test_hyperparameter_difference_against_the_benchmark_config():
+    res = run(benchmark_config=dict(BENCH, learning_rate=0.01, batch_size=32))
+    assert failed(res) == {"10"}, res.format_text()
+    ev = res["10"].evidence
+    assert "learning_rate: 0.05 here, 0.01 in the benchmark" in ev and "batch_size: 16 here, 32" in ev
+
+
+def test_exploding_gradients_with_a_large_learning_rate():
+    res = run("explode", lr=1.0, benchmark_config=None)
+    # the loss diverges with the gradients: item 14 is the same fault in the loss curve
+    assert failed(res) == {"12", "14"}, res.format_text()
+    assert "non-finite gradient" in res["12"].evidence or "exploding" in res["12"].evidence
+    assert res["15"].result == "Passed"      # 1.0 is within SGD's range: the model's curvature makes it too large
+
+
+def test_sigmoid_saturation():
+    res = run("sigmoid")
+    assert failed(res) == {"13"}, res.format_text()
+    assert "dense2_1/Sigmoid (Sigmoid)" in res["13"].evidence and "pinned at 0 or 1" in res["13"].evidence
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("check")
+    m = build("overflow")
+    m.save(d / "port.keras")
+    build().save(d / "bench.keras")     # same optimizer and loss: item 10 passes
+    np.savez(d / "train.npz", **data())
+    return d
+
+
+def test_cli_planted_fp16_overflow_json_report_and_ops_info(files, tmp_path, capsys):
+    out = tmp_path
+    code = main(["check", str(files / "port.keras"), "--data", str(files / "train.npz"), "--benchmark",
+                 str(files / "bench.keras"), "--steps", str(STEPS), "--batch-size", str(BATCH), "--precision-mode",
+                 "allow_mix_precision", "--loss-scale", "dynamic", "--json", str(out / "c.json"), "--report",
+                 str(out / "c.html"), "--ops-info", str(out / "ops_info.json"), "-q"])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    rows = {r["number"]: r for r in json.loads((out / "c.json").read_text())["rows"]}
+    assert {k for k, r in rows.items() if r["result"] == "Failed"} == {"16"}, text
+    ev = rows["16"]["evidence"]
+    assert "amplify" in ev and "phase forward" in ev and "verdict abnormal" in ev
+    assert rows["10"]["result"] == "Passed" and "--benchmark" in rows["10"]["evidence"]
+    assert json.loads((out / "ops_info.json").read_text()) == {"black-list": {"to-add": ["MatMulV2"]}}
+    html = (out / "c.html").read_text()
+    for sec in ("summary", "checklist", "plots", "ops-info", "config"):
+        assert f'id="{sec}"' in html
+    assert html.count("<img") == 3        # gradient norms, activation histograms, loss
+    assert "No fp16 overflow in forward or backward" in html and "Failed" in html
+    # the suggested list is a valid modify_mixlist
+    ae.Device("allow_mix_precision", modify_mixlist=str(out / "ops_info.json"))
+
+
+def test_bad_arguments_are_one_line_errors():
+    with pytest.raises(ae.AscendEmuError, match="steps"):
+        ae.check(build(), data(), steps=0)
+    with pytest.raises(ae.AscendEmuError, match="not both"):
+        ae.check(build(), data(), benchmark="b.keras", benchmark_config=BENCH)
+    with pytest.raises(ae.AscendEmuError, match="missing y"):
+        ae.check(build(), {"x": np.ones((4, 8), np.float32)})
