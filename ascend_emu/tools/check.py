@@ -311,8 +311,7 @@ class _Ctx:
     device: object
     loss_scale: object
     overflow_check: str
-    benchmark: object
-    benchmark_config: dict | None
+    benchmark: tuple | None        # (settings, source) of the benchmark, or None
     work: str
     progress: bool
     ref_a: _RefRun | None = None
@@ -1053,12 +1052,13 @@ def _loss_name(loss_fn) -> str:
     return str(name)
 
 
-def _benchmark_config(c: _Ctx) -> tuple[dict, str]:
+def _benchmark_settings(benchmark, benchmark_config) -> tuple[dict, str]:
+    """(settings, source) of the benchmark: its model's compiled optimizer and loss, or the config's keys."""
     from ..frontend import training as T
     from ..npu.training import _load_model
 
-    if c.benchmark_config is not None:
-        cfg = dict(c.benchmark_config)
+    if benchmark_config is not None:
+        cfg = dict(benchmark_config)
         out = {}
         opt = cfg.pop("optimizer", None)
         if isinstance(opt, dict):
@@ -1069,7 +1069,10 @@ def _benchmark_config(c: _Ctx) -> tuple[dict, str]:
             out["optimizer"] = str(opt).lower()
         out.update(cfg)
         return out, "--benchmark-config"
-    bm = _load_model(c.benchmark)
+    bm = _load_model(benchmark)
+    if getattr(bm, "optimizer", None) is None or getattr(bm, "loss", None) is None:
+        raise AscendEmuError("the benchmark model is not compiled with an optimizer and a loss, so it states no "
+                             "hyperparameters; give --benchmark-config CONFIG.json instead")
     fopt = T.resolve_optimizer(bm)
     loss = T.resolve_loss(bm)
     opt = fopt.to_dict()
@@ -1093,10 +1096,10 @@ def _same(a, b) -> bool:
 def _row_hyper(c: _Ctx) -> CheckRow:
     item = "Hyperparameters match the benchmark"
     method = "optimizer and its settings, learning rate (and schedule), loss, batch size, epochs: every one both state"
-    if c.benchmark is None and c.benchmark_config is None:
+    if c.benchmark is None:
         return _not_checked(10, item, method, "no benchmark given: pass --benchmark MODEL.keras or "
                                               "--benchmark-config CONFIG.json")
-    bench, src = _benchmark_config(c)
+    bench, src = c.benchmark
     mine = _config_of(c)
     diffs = []
     for k in sorted(set(bench) & set(mine)):
@@ -1163,6 +1166,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     for name, v in (("batch_size", batch_size), ("steps", steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise AscendEmuError(f"{name} must be a positive integer, got {v!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise AscendEmuError(f"--seed must be a non-negative integer, got {seed!r}")
     if epochs is not None and (not isinstance(epochs, (int, np.integer)) or isinstance(epochs, bool) or epochs < 1):
         raise AscendEmuError(f"epochs must be a positive integer, got {epochs!r}")
     if overflow_check not in ("status", "isfinite"):
@@ -1182,13 +1187,22 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     model = _load_model(model)
     loss_fn = T.resolve_loss(model, loss)
     fopt = T.resolve_optimizer(model, optimizer, learning_rate=learning_rate)
-    if benchmark is not None:
-        benchmark = _load_model(benchmark)
+    in_shape = tuple(model.inputs[0].shape[1:]) if getattr(model, "inputs", None) else None
+    if in_shape is not None and len(x) and (len(in_shape) != x.ndim - 1 or any(
+            d is not None and d != s for d, s in zip(in_shape, x.shape[1:]))):
+        raise AscendEmuError(f"training data x has samples of shape {tuple(x.shape[1:])} but the model takes "
+                             f"{in_shape}")
+    bench = None
+    if benchmark is not None or benchmark_config is not None:
+        try:
+            bench = _benchmark_settings(benchmark, benchmark_config)
+        except AscendEmuError as e:
+            raise AscendEmuError(f"{'--benchmark' if benchmark is not None else '--benchmark-config'}: {e}") from None
 
     with tempfile.TemporaryDirectory(prefix="ascend-emu-check-") as tmp:
         work = os.fspath(work_dir) if work_dir is not None else tmp
         c = _Ctx(model, loss_fn, fopt, x, y, None, "", int(batch_size), int(steps), epochs, bool(shuffle), int(seed),
-                 device, loss_scale, overflow_check, benchmark, benchmark_config, work, progress)
+                 device, loss_scale, overflow_check, bench, work, progress)
         rows = {"6": _row_dataset(c)}
         if c.valid is not None:
             _run(c)

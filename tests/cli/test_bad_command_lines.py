@@ -177,6 +177,29 @@ CATALOGUE = [
     ("train {model} --data {train} --json {nodir}/t.json", "does not exist"),
     ("train {model} --data {train} --report {tmp}", "directory"),
     ("train {model} --data {train} --precision-mode nope", None), ("train {model} --data {train} --soc nope", None),
+    # check
+    ("check", None), ("check {model}", None), ("check {missing} --data {train}", "no such file"),
+    ("check {model} --data {missing}", "no such file"), ("check {model} --data {file}", "not a readable .npz"),
+    ("check {model} --data {objnpz}", ".npz"), ("check {model} --data {train}", "no loss"),
+    ("check {model} --data {train} --loss mean_squared_error", "no optimizer"),
+    ("check {model} --data {wrong} --loss mse --optimizer sgd", "shape"),
+    ("check {model} --data {train} --steps 0", "steps must be"), ("check {model} --data {train} --steps x", None),
+    ("check {model} --data {train} --batch-size 0", "batch_size"), ("check {model} --data {train} --seed -1", "seed"),
+    ("check {model} --data {train} --epochs 0", "epochs"),
+    ("check {model} --data {train} --benchmark {missing}", "no such file"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --benchmark {file}", "--benchmark"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --benchmark {model}", "not compiled"),
+    ("check {model} --data {train} --benchmark-config {missing}", "not found"),
+    ("check {model} --data {train} --benchmark-config {badjson}", "JSON"),
+    ("check {model} --data {train} --benchmark-config {deep}", "nested"),
+    ("check {model} --data {train} --benchmark {model} --benchmark-config {badjson}", "not both"),
+    ("check {model} --data {train} --loss-scale weird", "--loss-scale"),
+    ("check {model} --data {train} --overflow-check x", None), ("check {model} --data {train} --soc nope", None),
+    ("check {model} --data {train} --precision-mode nope", None),
+    ("check {model} --data {train} --json {nodir}/c.json", "does not exist"),
+    ("check {model} --data {train} --report {tmp}", "directory"),
+    ("check {model} --data {train} --ops-info {tmp}", "directory"),
+    ("check {model} --data {train} --modify-mixlist {badjson}", "JSON"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]
@@ -238,6 +261,9 @@ OPTIONS = {
                       "--precision-mode", "--modify-mixlist"],
     "export-msprobe": ["--step", "--rank", "--tensor-format", "--overwrite"],
     "import-msprobe": ["--mapping", "--against", "--allow-unmatched", "--kind", "--step", "--rank", "--overwrite"],
+    "check": ["--data", "--benchmark", "--benchmark-config", "--steps", "--batch-size", "--epochs", "--shuffle",
+              "--seed", "--loss", "--optimizer", "--learning-rate", "--loss-scale", "--overflow-check", "--json",
+              "--report", "--ops-info", "--keep-dumps", "--precision-mode", "--soc"],
     "ops": [], "rules": [],
 }
 VALUES = ["", "x", "-1", "0", "1e400", "nan", "-inf", "10000000000000000000000", "a=b", "=", "x=1,2", "x=",
@@ -253,7 +279,7 @@ def test_fuzz_command_lines(env):
     for case in range(600):
         cmd = rng.choice(list(OPTIONS))
         argv = [cmd] if rng.random() < 0.97 else []
-        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "train") else 0)
+        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "train", "check") else 0)
         for _ in range(npos + rng.choice([-1, 0, 0, 0, 1])):
             argv.append(rng.choice(VALUES + ["{npu}", "{bench}", "{missing}", "{file}"]))
         for _ in range(rng.randint(0, 3)):
