@@ -19,7 +19,7 @@ import ascend_emu as ae  # noqa: E402
 from ascend_emu.cli.main import main  # noqa: E402
 from ascend_emu.tools.check import RESULTS  # noqa: E402
 
-STEPS, BATCH = 4, 16
+STEPS, BATCH = 3, 16
 BENCH = {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.0, "batch_size": BATCH,
          "loss": "sparse_categorical_crossentropy_from_logits"}
 
