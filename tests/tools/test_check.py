@@ -218,3 +218,63 @@ def test_bad_arguments_are_one_line_errors():
         ae.check(build(), data(), benchmark="b.keras", benchmark_config=BENCH)
     with pytest.raises(ae.AscendEmuError, match="missing y"):
         ae.check(build(), {"x": np.ones((4, 8), np.float32)})
+
+
+# --------------------------------------------------------------------------- rows on hand-made dumps (no model)
+
+def _ctx(tmp_path, ops, *, y=None, shuffle=False):
+    """A check context whose emulated step 0 is the dump of ``ops`` [(name, tf_type, ascend_type, dtype, inputs,
+    outputs, list)] and whose data are 64 samples with labels ``y``."""
+    from ascend_emu.analysis.dump import DumpWriter, load_dump
+    from ascend_emu.tools.check import _Ctx
+
+    with DumpWriter(tmp_path / "npu", kind="npu", config={}, model={"name": "m", "fingerprint": "f"},
+                    inputs_sha256="s") as w:
+        for name, t, at, dt, inputs, outs, lst in ops:
+            w.add_op(name, t, at, "AICORE", dt, inputs, outs, precision={"list": lst}, phase="forward")
+        w.finish({})
+    y = np.arange(64) % 4 if y is None else y
+    c = _Ctx(None, None, None, np.zeros((64, 8), np.float32), y, np.ones(64, bool), BATCH, STEPS, None, shuffle, 0,
+             ae.Device("allow_mix_precision"), "dynamic", "status", None, str(tmp_path), False)
+    c.npu_dump = load_dump(tmp_path / "npu")
+    return c
+
+
+def test_long_fp16_reduction_fails_and_is_suggested_for_the_black_list(tmp_path):
+    from ascend_emu.tools.check import _row_reductions
+
+    f16 = np.ones(4096, np.float16)
+    c = _ctx(tmp_path, [("x", "Placeholder", "Data", "float16", [], [f16], None),
+                        ("s", "Sum", "ReduceSumD", "float16", ["x:0"], [np.float16([4096])], "gray"),
+                        ("t", "Sum", "ReduceSumD", "float32", ["x:0"], [np.float32([4096])], "black")])
+    row = _row_reductions(c)
+    assert row.result == "Failed" and "s (ReduceSumD, float16) sums 4096 terms" in row.evidence
+    assert c.ops_info["black-list"]["to-add"] == ["ReduceSumD"]
+
+
+def test_matrix_ops_in_float32_fail_mixed_precision_and_a_user_black_list_is_named(tmp_path):
+    from ascend_emu.tools.check import _row_mixed_precision
+
+    a = np.ones((4, 8), np.float32)
+    b = np.ones((8, 4), np.float32)
+    c = _ctx(tmp_path, [("a", "Placeholder", "Data", "float32", [], [a], None),
+                        ("b", "Placeholder", "Data", "float32", [], [b], None),
+                        ("mm", "MatMul", "MatMulV2", "float32", ["a:0", "b:0"], [a @ b], "black"),
+                        ("mm2", "MatMul", "MatMulV2", "float16", ["a:0", "b:0"], [(a @ b).astype(np.float16)],
+                         "white")])
+    row = _row_mixed_precision(c)
+    # equal FLOPs: 50% in fp16 passes the share; MatMulV2 is not on the shipped black list, so its
+    # black-listing came from the user's modify_mixlist: named, not a victim
+    assert row.result == "Passed", row.evidence
+    assert "1 of 2 matrix ops in fp16/bf16, 50.0% of 512 FLOPs" in row.evidence
+    assert "black-listed by modify_mixlist" in row.evidence and "mm (MatMulV2)" in row.evidence
+
+
+def test_labels_sorted_without_shuffle_fail_the_order_row(tmp_path):
+    from ascend_emu.tools.check import _row_order
+
+    c = _ctx(tmp_path, [], y=np.repeat(np.arange(4), 16))
+    row = _row_order(c)
+    assert row.result == "Failed" and "3 of 3 batches hold a single label" in row.evidence
+    c.shuffle = True
+    assert _row_order(c).result == "Passed"
