@@ -421,9 +421,10 @@ def _row_dataset(c: _Ctx) -> CheckRow:
         if live.size > 1:
             ratio = float(live.max() / live.min())
             if ratio > THRESHOLDS["feature_scale_ratio"]:
-                bad.append(f"features not normalised: their RMS spans {ratio:.3g}x (feature "
-                           f"{int(np.argmax(rms))}: {_fmt(rms.max())}, feature {int(np.flatnonzero(rms == live.min())[0])}"
-                           f": {_fmt(live.min())}; limit {THRESHOLDS['feature_scale_ratio']:g}x)")
+                small = int(np.flatnonzero(rms == live.min())[0])
+                bad.append(f"features not normalised: their RMS spans {ratio:.3g}x (feature {int(np.argmax(rms))}: "
+                           f"{_fmt(rms.max())}, feature {small}: {_fmt(live.min())}; limit "
+                           f"{THRESHOLDS['feature_scale_ratio']:g}x)")
             notes.append(f"feature RMS {_fmt(live.min())}..{_fmt(live.max())}")
     # duplicates
     keys = {}
@@ -712,8 +713,9 @@ def _row_divergence(c: _Ctx) -> CheckRow:
     t = Thresholds()
     method = (f"emulated step 0 against float32 on the same weights and batch, op by op: first op failing msprobe's "
               f"rule (cos < {t.cosine} and MaxAbsErr > {t.max_abs_err}, cos < {t.cosine_min} or MaxAbsErr > "
-              f"{t.max_abs_err_max}) whose inputs pass; backward errors divided by the loss scale; tensors whose values "
-              f"and error all stay below {t.max_abs_err} pass; overflowing and random ops are items 16's and 1's")
+              f"{t.max_abs_err_max}) whose inputs pass; backward errors divided by the loss scale; tensors whose "
+              f"values and error all stay below {t.max_abs_err} pass; overflowing and random ops are items 16's and "
+              "1's")
     if c.npu_dump is None or c.bench_dump is None:
         return _not_checked(17, item, method, c.npu_error or "the emulated run did not run")
     cmp = compare(c.npu_dump, c.bench_dump)
@@ -822,7 +824,8 @@ def _row_reductions(c: _Ctx) -> CheckRow:
         for op, _ in long:
             c.suggest("to-add", op.get("ascend_type"))
         return _row(19, item, method, FAILED, "; ".join(f"{op['name']} ({op.get('ascend_type')}, "
-                                                         f"{op.get('compute_dtype')}) sums {k} terms" for op, k in long[:5])
+                                                         f"{op.get('compute_dtype')}) sums {k} terms"
+                                                         for op, k in long[:5])
                     + f" (reduce accumulator: {c.device.reduce_accumulate}); keep them in float32")
     return _row(19, item, method, PASSED, f"{count} reduction(s); none in fp16 over more than {lim} terms")
 
@@ -885,22 +888,19 @@ def _row_training(c: _Ctx) -> CheckRow:
 
 def _row_init(c: _Ctx) -> CheckRow:
     item = "Weights initialised (not all zero, units not identical)"
-    method = "every trainable weight matrix at the start: all zeros, or every unit (output column) the same"
-    if c.ref_a is None or c.ref_a.initial is None:
-        return _not_checked(11, item, method, c.ref_error or "no usable samples (item 6)")
+    method = "every trainable weight matrix of the model as given: all zeros, or every unit (output column) the same"
     zero, ident, n = [], [], 0
-    for k in c.ref_a.grad_keys:
-        w = c.ref_a.initial[k]
+    for v in c.model.trainable_variables:
+        w = np.asarray(v.numpy())
         if w.ndim < 2:
             continue   # biases, BatchNorm's beta/gamma: zero or one by design
         n += 1
-        name = k.split("/", 1)[1]
         if not np.any(w):
-            zero.append(name)
+            zero.append(v.path)
             continue
         cols = w.reshape(-1, w.shape[-1])
         if cols.shape[1] > 1 and np.all(cols == cols[:, :1]):
-            ident.append(name)
+            ident.append(v.path)
     bad = ([f"all zero: {_names(zero)}"] if zero else []) + ([f"identical units: {_names(ident)}"] if ident else [])
     if bad:
         return _row(11, item, method, FAILED, "; ".join(bad) + " (symmetric units learn the same thing: use a "
@@ -989,7 +989,8 @@ def _row_saturation(c: _Ctx) -> CheckRow:
             share = float(np.mean(~np.any(units > 0, axis=0)))
             what = "dead units"
         fin = v[np.isfinite(v)]
-        counts, edges = np.histogram(fin, bins=_HIST_BINS) if fin.size else (np.zeros(_HIST_BINS), np.zeros(_HIST_BINS + 1))
+        counts, edges = (np.histogram(fin, bins=_HIST_BINS) if fin.size
+                         else (np.zeros(_HIST_BINS), np.zeros(_HIST_BINS + 1)))
         hists.append({"name": op["name"], "type": t, "share": share, "what": what,
                       "counts": counts.tolist(), "edges": edges.tolist()})
         if share > THRESHOLDS["saturated_share"]:
@@ -1216,6 +1217,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
         rows = {"6": _row_dataset(c)}
         if c.valid is not None:
             _run(c)
+        else:
+            c.ref_error = c.npu_error = "no usable samples (item 6)"
         rows["1"] = _row_constant(c)
         for fn in (_row_mixed_precision, _row_loss_scale, _row_order, _row_training, _row_hyper, _row_init,
                    _row_gradients, _row_saturation, _row_loss, _row_lr, _row_overflow, _row_divergence,
@@ -1224,8 +1227,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
             rows[r.number] = r
         rows["8"] = _row_distributed()
         ops_info = {"black-list": {k: v for k, v in c.ops_info["black-list"].items() if v}}
-        config = {"device": device.config(), "batch_size": c.batch_size, "steps": c.steps, "loss_scale": str(loss_scale),
-                  "overflow_check": overflow_check, "shuffle": c.shuffle, "seed": c.seed,
+        config = {"device": device.config(), "batch_size": c.batch_size, "steps": c.steps,
+                  "loss_scale": str(loss_scale), "overflow_check": overflow_check, "shuffle": c.shuffle, "seed": c.seed,
                   "model": getattr(model, "name", ""), "samples": int(len(x)),
                   "samples_used": int(c.valid.sum()) if c.valid is not None else 0}
         return CheckResult([rows[k] for k in ORDER], ops_info if ops_info["black-list"] else None, config)

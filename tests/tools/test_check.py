@@ -278,3 +278,12 @@ def test_labels_sorted_without_shuffle_fail_the_order_row(tmp_path):
     assert row.result == "Failed" and "3 of 3 batches hold a single label" in row.evidence
     c.shuffle = True
     assert _row_order(c).result == "Passed"
+
+
+def test_truncated_data_fails_item_6_and_leaves_the_training_items_not_checked():
+    res = ae.check(build(), {"x": np.ones((4, 8), np.float32), "y": np.zeros(3, np.int64)}, steps=2, batch_size=2)
+    assert failed(res) == {"6"} and "x has 4 samples but y 3" in res["6"].evidence
+    assert res["11"].result == res["15"].result == "Passed"       # decided from the model alone
+    assert {r.number for r in res if r.result == "Not checked"} == set(
+        ["1", "2/3", "4", "7", "8", "9", "10", "12", "13", "14", "16", "17", "18", "19"])
+    assert res["9"].evidence == "no usable samples (item 6)" and res.exit_code == 1
