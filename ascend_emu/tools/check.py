@@ -215,6 +215,7 @@ class _RefRun:
     initial: dict | None = None
     final: dict | None = None
     end_loss_batch0: float | None = None
+    tiny0: tuple = (0, 0)                                # step 0: gradient elements below fp16's range, of all
     phase: object = None                                 # TrainStep.phase
     dump0: str | None = None
     error: str | None = None
@@ -245,6 +246,10 @@ def _reference_run(step, x, y, *, batch_size, steps, shuffle, seed, dump_dir, de
             return
         run.phase = sg.phase
         if i == 0:
+            grads = [np.abs(np.asarray(g, np.float64)) for g in outs[1:1 + ng]]
+            # below half fp16's smallest subnormal (2^-24): rounds to zero in fp16 without a loss scale
+            run.tiny0 = (int(sum(np.count_nonzero((g > 0) & (g < 2.0 ** -25)) for g in grads)),
+                         int(sum(g.size for g in grads)))
             run.grad_keys = list(sg.trainable)
             run.initial = {k: np.array(feeds[ph], copy=True) for k, ph, _ in sg.state}
             run.state0 = {k: np.array(v, copy=True) for k, v in zip(keys, outs[1 + ng:])}
@@ -782,7 +787,7 @@ def _row_divergence(c: _Ctx) -> CheckRow:
 def _row_underflow(c: _Ctx) -> CheckRow:
     item = "fp16 gradient underflow"
     method = ("emulated step 0 against float32 on the same weights: gradient elements that are zero in the "
-              "emulated run but not in float32, at the configured loss scale")
+              "emulated run but not in float32, at the configured loss scale; float32 gradients below fp16's range")
     if c.npu is None:
         return _not_checked(18, item, method, c.npu_error or "the emulated run did not run")
     s = c.npu.steps[0]
@@ -794,6 +799,10 @@ def _row_underflow(c: _Ctx) -> CheckRow:
     ls = c.npu.config.get("loss_scale")
     ev = (f"{extra} of {n} gradient elements ({share:.2%}) flush to zero "
           + ("without loss scaling" if ls == "none" else f"at loss scale {_fmt(s['loss_scale'])}"))
+    if c.ref_a is not None and ls != "none":
+        tiny, total = c.ref_a.tiny0
+        ev += (f"; without loss scaling {tiny} of {total} float32 gradient elements ({tiny / max(1, total):.2%}) "
+               "are below fp16's smallest subnormal")
     if share > THRESHOLDS["underflow_share"]:
         return _row(18, item, method, FAILED, ev + "; use (a larger) --loss-scale")
     return _row(18, item, method, PASSED, ev)
