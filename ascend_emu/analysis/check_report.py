@@ -1,6 +1,6 @@
 """A self-contained HTML report of the pre-tuning checklist (``ascend-emu check --report``).
 
-Input is :meth:`ascend_emu.tools.check.CheckResult.report_data`: the rows (number, item, method, result,
+Input is :meth:`ascend_emu.tools.check.common.CheckResult.report_data`: the rows (number, item, method, result,
 evidence) and, for the numeric rows, the numbers behind their plots. Sections (their ids): ``summary``,
 ``checklist`` (the table, failed rows highlighted), ``plots`` (gradient norms per layer over the steps,
 activation histograms at step 0, the loss over the first steps), ``ops-info`` (the suggested CANN

@@ -226,7 +226,7 @@ def _ctx(tmp_path, ops, *, y=None, shuffle=False):
     """A check context whose emulated step 0 is the dump of ``ops`` [(name, tf_type, ascend_type, dtype, inputs,
     outputs, list)] and whose data are 64 samples with labels ``y``."""
     from ascend_emu.analysis.dump import DumpWriter, load_dump
-    from ascend_emu.tools.check import _Ctx
+    from ascend_emu.tools.check.runs import _Ctx
 
     with DumpWriter(tmp_path / "npu", kind="npu", config={}, model={"name": "m", "fingerprint": "f"},
                     inputs_sha256="s") as w:
@@ -241,7 +241,7 @@ def _ctx(tmp_path, ops, *, y=None, shuffle=False):
 
 
 def test_long_fp16_reduction_fails_and_is_suggested_for_the_black_list(tmp_path):
-    from ascend_emu.tools.check import _row_reductions
+    from ascend_emu.tools.check.precision_rows import _row_reductions
 
     f16 = np.ones(4096, np.float16)
     c = _ctx(tmp_path, [("x", "Placeholder", "Data", "float16", [], [f16], None),
@@ -253,7 +253,7 @@ def test_long_fp16_reduction_fails_and_is_suggested_for_the_black_list(tmp_path)
 
 
 def test_matrix_ops_in_float32_fail_mixed_precision_and_a_user_black_list_is_named(tmp_path):
-    from ascend_emu.tools.check import _row_mixed_precision
+    from ascend_emu.tools.check.precision_rows import _row_mixed_precision
 
     a = np.ones((4, 8), np.float32)
     b = np.ones((8, 4), np.float32)
@@ -271,7 +271,7 @@ def test_matrix_ops_in_float32_fail_mixed_precision_and_a_user_black_list_is_nam
 
 
 def test_labels_sorted_without_shuffle_fail_the_order_row(tmp_path):
-    from ascend_emu.tools.check import _row_order
+    from ascend_emu.tools.check.data_rows import _row_order
 
     c = _ctx(tmp_path, [], y=np.repeat(np.arange(4), 16))
     row = _row_order(c)
