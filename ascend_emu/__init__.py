@@ -25,6 +25,8 @@ _API = {
     "depthwise_conv2d": "ascend_emu.numerics.cube",
     "CubeModel": "ascend_emu.numerics.policy",
     "NumericsPolicy": "ascend_emu.numerics.policy",
+    "MultiCoreModel": "ascend_emu.numerics.multicore",
+    "MULTICORE_OPS": "ascend_emu.ops.multicore",
     "FloatStatus": "ascend_emu.numerics.status",
     "decode_status": "ascend_emu.numerics.status",
     "FixedLossScaleManager": "ascend_emu.npu.loss_scale",

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..numerics.multicore import Launch, MultiCoreModel
 from ..numerics.policy import CubeModel, NumericsPolicy
+from ..ops.multicore import MULTICORE_OPS
 from ..analysis.dump import dump_bytes, fmt_bytes
 from ..errors import UnsupportedOpError
 from ..graph.core import Graph, tensor_name
@@ -91,15 +93,32 @@ class Device:
     aicpu_fallback : bool
         Run ops without an emulated AI Core kernel through TensorFlow (engine AICPU);
         if False, such ops are an error listing all of them.
+    deterministic : bool or None
+        CANN's ``deterministic`` switch. None (the default) follows ``deterministic_level``, and with
+        neither given the device is deterministic (level 1): unlike CANN, whose default is off, so that
+        the same inputs and configuration always give the same bits. False (level 0): the op types of
+        ``ascend_emu.ops.multicore.MULTICORE_OPS`` combine their per-core partial results in an order
+        drawn from ``run_seed``, the launch and the op's name (NUMERICS.md section 11).
+    deterministic_level : {0, 1, 2} or None
+        0 off, 1 deterministic, 2 strong consistency (a row's result independent of its batch).
+    run_seed : int
+        Seed of the arrival orders when determinism is off (default 0, fixed: a run is reproducible;
+        ``random_errors`` draws a different one per run).
+    multicore : MultiCoreModel, optional
+        When an op splits over cores (thresholds, ``aicore_num``).
     """
 
     def __init__(self, precision_mode: str = "force_fp16", *, overflow_mode: str | None = None,
                  modify_mixlist=None, soc: str = "Ascend910", cube_model: CubeModel | None = None,
                  subnormals: str = "keep", impl_mode: str = "high_precision", reduce_accumulate: str = "float32",
-                 op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True):
+                 op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
+                 deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
+                 multicore: MultiCoreModel | None = None):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
-                                       cube_model=cube_model, op_model=op_model)
+                                       cube_model=cube_model, op_model=op_model, deterministic=deterministic,
+                                       deterministic_level=deterministic_level, run_seed=run_seed,
+                                       multicore=multicore)
         self.precision = PrecisionPolicy(precision_mode, modify_mixlist)
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
@@ -113,6 +132,9 @@ class Device:
     reduce_accumulate = property(lambda self: self.numerics.reduce_accumulate)
     op_model = property(lambda self: self.numerics.op_model)
     cube_model = property(lambda self: self.numerics.cube_model)
+    deterministic = property(lambda self: self.numerics.deterministic)
+    deterministic_level = property(lambda self: self.numerics.deterministic_level)
+    run_seed = property(lambda self: self.numerics.run_seed)
 
     # -- configuration -------------------------------------------------------------------
     def config(self) -> dict:
@@ -123,15 +145,25 @@ class Device:
             "reduce_accumulate": n["reduce_accumulate"], "op_model": n["op_model"],
             "aicpu_fallback": self.aicpu_fallback,
             "fusion_switch": self.fusion.to_dict(),
+            "deterministic": n["deterministic"], "deterministic_level": n["deterministic_level"],
+            "run_seed": n["run_seed"], "multicore": n["multicore"],
         }
 
-    def context(self, dtype="float32", cube_out=None) -> OpContext:
-        return OpContext.from_policy(self.numerics, dtype=dtype, cube_out=cube_out)
+    def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,
+                launch: int = 0) -> OpContext:
+        """The context of one op; with determinism off, an op ``op`` of a type in ``MULTICORE_OPS`` gets
+        its non-deterministic :class:`~ascend_emu.numerics.multicore.Launch` (``launch``: a training step)."""
+        mc = None
+        if self.numerics.deterministic_level == 0 and op is not None and tf_type in MULTICORE_OPS:
+            cube, vec = self.numerics.cores
+            mc = Launch(MULTICORE_OPS[tf_type].kind, op, self.numerics.run_seed, launch, cube, vec,
+                        self.numerics.multicore)
+        return OpContext.from_policy(self.numerics, dtype=dtype, cube_out=cube_out, multicore=mc)
 
     # -- replay ------------------------------------------------------------------------------
     def replay(self, model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
                overwrite: bool = False, stats_only: bool = False, select=None, progress: bool = True,
-               keep_tensors: bool = True, phases=None) -> ReplayResult:
+               keep_tensors: bool = True, phases=None, launch: int = 0) -> ReplayResult:
         """Run ``model`` op by op on the emulated NPU.
 
         Parameters
@@ -144,6 +176,8 @@ class Device:
             choosing the ops whose tensors are saved (:func:`ascend_emu.analysis.dump.op_selector`).
         phases : None, or callable ``op name -> str`` naming each op's phase (training steps:
             forward, backward, update), recorded in the dump.
+        launch : which launch of the model this is (a training step): with determinism off, seeds the
+            arrival orders with ``run_seed`` and the op names, so each step draws afresh.
 
         Returns
         -------
@@ -164,7 +198,7 @@ class Device:
                                 model={"name": graph.name, "fingerprint": graph.fingerprint},
                                 inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
                                 select=select)
-        run = _Run(self, graph, feeds, writer, keep_tensors, phases)
+        run = _Run(self, graph, feeds, writer, keep_tensors, phases, launch)
         t0 = time.perf_counter()
         nodes = fused.nodes
         bar = None

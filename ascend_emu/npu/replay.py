@@ -44,8 +44,9 @@ class OpRecord:
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
-    def __init__(self, device, graph: Graph, feeds: dict, writer, keep: bool = True, phases=None):
+    def __init__(self, device, graph: Graph, feeds: dict, writer, keep: bool = True, phases=None, launch: int = 0):
         self.dev = device
+        self.launch = launch
         self.phases = phases
         self.keep = keep
         self.graph = graph
@@ -184,7 +185,7 @@ class _Run:
                     continue        # a parameter the CANN operator takes in float32
                 if args[i].dtype.name != target:
                     cargs[i] = self._cast(refs[i], args[i], target)
-        ctx = self.dev.context(dec.dtype, dec.cube_out)
+        ctx = self.dev.context(dec.dtype, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
         try:
             outs = self._run(opdef, node, cargs, ctx)
         except NotImplementedError as e:

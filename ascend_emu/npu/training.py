@@ -402,7 +402,7 @@ def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, ove
     scale = manager.get_loss_scale() if manager is not None else 1.0
     feeds = step_feeds(step_graph, x, y, i, scale, state)
     res = device.replay(step_graph.graph, feeds, dump_dir, overwrite=overwrite, progress=False,
-                        keep_tensors=False, phases=step_graph.phase)
+                        keep_tensors=False, phases=step_graph.phase, launch=i)
     ng = step_graph.n_grads
     outs = [res.outputs[t] for t in step_graph.graph.outputs]
     grads = outs[1:1 + ng]

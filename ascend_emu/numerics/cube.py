@@ -20,6 +20,7 @@ from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
+from ..kernels import multicore as _km
 from .vector import flush_f32_subnormals
 
 # im2col buffers are built in row chunks of at most this many bytes
@@ -165,24 +166,55 @@ def _finish(acc: np.ndarray, pol: _Policy):
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
 
-def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape):
-    """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status)."""
+def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int) -> np.ndarray:
+    """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order."""
+    kp = _kp(K)
+    if _transposed(M, N):
+        accT = _alloc.empty((len(ia), N, M), np.float32)
+        _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
+                    True, accT, K, pol)
+        return np.ascontiguousarray(accT.transpose(0, 2, 1))
+    acc = _alloc.empty((len(ia), M, N), np.float32)
+    _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
+    return acc
+
+
+def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm) -> np.ndarray:
+    """Split-K over cores (NUMERICS.md section 11): core c accumulates K range bounds[c]:bounds[c+1] from
+    +0 (the bias goes to the first range's core), and the fp32 partials are added to the cleared output
+    in the order ``perm``."""
+    parts = np.empty((len(bounds) - 1, len(ia) * M * N), dtype=np.float32)
+    zero = np.zeros_like(biasv)
+    for c in range(len(bounds) - 1):
+        k0, k1 = int(bounds[c]), int(bounds[c + 1])
+        a_c = np.ascontiguousarray(av[:, :, k0:k1])
+        b_c = np.ascontiguousarray(bv[:, k0:k1, :])
+        parts[c] = _acc(a_c, b_c, ia, ib, biasv if c == 0 else zero, pol, M, N, k1 - k0).reshape(-1)
+    acc = np.empty(len(ia) * M * N, dtype=np.float32)
+    _km.combine_f32(parts, np.ascontiguousarray(perm, dtype=np.int64), acc)
+    return acc.reshape(len(ia), M, N)
+
+
+def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None):
+    """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
+
+    ``multicore`` (a non-deterministic :class:`~ascend_emu.numerics.multicore.Launch`) may split K over
+    cores: by whole samples when ``samples`` says K holds that many samples' terms, else split-K."""
     _, M, K = a3.shape
     N = b3.shape[2]
-    kp = _kp(K)
     av, sa = _operand_values(a3, pol)
     bv, sb = _operand_values(b3, pol)
     biasv = _bias_vector(bias, N, out_shape)
     ia = np.ascontiguousarray(ia, dtype=np.int64)
     ib = np.ascontiguousarray(ib, dtype=np.int64)
-    if _transposed(M, N):
-        accT = _alloc.empty((len(ia), N, M), np.float32)
-        _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
-                    True, accT, K, pol)
-        acc = np.ascontiguousarray(accT.transpose(0, 2, 1))
+    bounds = None
+    if multicore is not None:
+        bounds = (multicore.batch_bounds(samples, K // samples) if samples
+                  else multicore.splitk_bounds(len(ia), M, N, K))
+    if bounds is not None:
+        acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
-        acc = _alloc.empty((len(ia), M, N), np.float32)
-        _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
+        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K)
     out, sf = _finish(acc, pol)
     return out.reshape(out_shape), sa | sb | sf
 
@@ -203,6 +235,9 @@ _KW_DOC = """
         "flush" turns subnormal operands and subnormal outputs into signed zeros.
     model : CubeModel, optional
         The block accumulation model (default ``CubeModel()``: blocks of 16, adder tree).
+    multicore : :class:`ascend_emu.numerics.multicore.Launch`, optional (matmul, batch_matmul)
+        A non-deterministic launch: a small output with a long K is split over cores (split-K),
+        the fp32 partials added in a drawn order (NUMERICS.md section 11). None: K in order.
 
     Returns
     -------
@@ -212,7 +247,7 @@ _KW_DOC = """
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype="float16", out_dtype="float16",
-           overflow_mode="inf_nan", subnormals="keep", model=None):
+           overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None, samples=None):
     """Matrix product on the emulated cube unit (TF MatMul).
 
     Parameters
@@ -234,11 +269,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype=
         raise AscendEmuError(f"matmul: inner dimensions differ: a of shape {a.shape} (transpose_a={bool(transpose_a)}) "
                              f"and b of shape {b.shape} (transpose_b={bool(transpose_b)})")
     zero = np.zeros(1, dtype=np.int64)
-    return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]))
+    return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]), multicore, samples)
 
 
 def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float16", out_dtype="float16",
-                 overflow_mode="inf_nan", subnormals="keep", model=None):
+                 overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None):
     """Batched matrix product on the emulated cube unit (TF BatchMatMulV2, broadcasting batch dims).
 
     Parameters
@@ -270,7 +305,8 @@ def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float
                              f"and b of shape {b.shape}") from None
     ia = np.broadcast_to(np.arange(int(np.prod(ba)), dtype=np.int64).reshape(ba), batch).ravel()
     ib = np.broadcast_to(np.arange(int(np.prod(bb)), dtype=np.int64).reshape(bb), batch).ravel()
-    return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N))
+    return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N),
+                    multicore)
 
 
 def _hw(value, what: str):

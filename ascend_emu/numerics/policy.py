@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..kernels import codes as _codes
+from .multicore import DEFAULT_MULTICORE_MODEL, MultiCoreModel, check_run_seed, resolve_level
 
 # Ascend C RoundMode: CAST_RINT, CAST_ROUND, CAST_FLOOR, CAST_CEIL, CAST_TRUNC, CAST_ODD.
 ROUNDING_MODES = dict(_codes.ROUNDING)
@@ -71,7 +72,8 @@ class SoC:
     ``overflow_mode`` is the SoC's default (the 910 saturates only; Atlas A2 defaults to
     INF_NAN); ``ai_cores`` is CANN platform_config's ``ai_core_cnt``; ``op_model`` the family of
     CANN kernels it runs (its TBE generation: the 910 is v100, the 910B v220, which TBE's
-    ``after_v200()`` selects; NUMERICS.md section 2).
+    ``after_v200()`` selects; NUMERICS.md section 2); ``vector_cores`` its ``vector_core_cnt`` (0: the
+    vector units are inside the AI Cores, as on the 910), over which vector work splits (section 11).
     """
 
     name: str
@@ -80,11 +82,12 @@ class SoC:
     supports_inf_nan: bool
     supports_bf16: bool
     op_model: str
+    vector_cores: int = 0
 
 
 SOCS = {
     "Ascend910": SoC("Ascend910", "saturation", 32, False, False, "tbe_v100"),
-    "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True, "tbe_v220"),
+    "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True, "tbe_v220", 48),
 }
 
 
@@ -225,6 +228,16 @@ class NumericsPolicy:
         (Ascend910: tbe_v100; Ascend910B: tbe_v220); "exact" is the float64 model.
     cube_model : CubeModel
         Accumulation model of the cube unit (NUMERICS.md section 3).
+    deterministic : bool or None
+        CANN's ``deterministic``; None follows ``deterministic_level`` (both None: on, level 1).
+    deterministic_level : {0, 1, 2} or None
+        0: the ops of ``ascend_emu.ops.multicore.MULTICORE_OPS`` combine their per-core partial
+        results in an order drawn from ``run_seed`` (NUMERICS.md section 11); 1: one fixed order;
+        2: also independent of the batch composition. Resolved to an int here.
+    run_seed : int
+        Seeds the arrival orders of level 0 (default 0: the same run twice gives the same bits).
+    multicore : MultiCoreModel
+        When ops split over cores (thresholds, ``aicore_num``).
     """
 
     soc: str = "Ascend910"
@@ -234,9 +247,20 @@ class NumericsPolicy:
     reduce_accumulate: str = "float32"
     cube_model: CubeModel = field(default_factory=CubeModel)
     op_model: str | None = None
+    deterministic: bool | None = None
+    deterministic_level: int | None = None
+    run_seed: int = 0
+    multicore: MultiCoreModel = field(default_factory=MultiCoreModel)
 
     def __post_init__(self):
         chip = soc(self.soc)
+        object.__setattr__(self, "deterministic_level", resolve_level(self.deterministic, self.deterministic_level))
+        object.__setattr__(self, "deterministic", self.deterministic_level > 0)
+        object.__setattr__(self, "run_seed", check_run_seed(self.run_seed))
+        if self.multicore is None:
+            object.__setattr__(self, "multicore", DEFAULT_MULTICORE_MODEL)
+        if not isinstance(self.multicore, MultiCoreModel):
+            raise AscendEmuError("multicore must be an ascend_emu.MultiCoreModel")
         if self.overflow_mode is None:
             object.__setattr__(self, "overflow_mode", chip.overflow_mode)
         if self.op_model is None:
@@ -259,7 +283,22 @@ class NumericsPolicy:
     def chip(self) -> SoC:
         return SOCS[self.soc]
 
+    @property
+    def cores(self) -> tuple[int, int]:
+        """(cube cores, vector cores) a split op uses: ``multicore.aicore_num`` or the SoC's counts."""
+        chip = self.chip
+        cube = chip.ai_cores
+        vec = chip.vector_cores or chip.ai_cores
+        n = self.multicore.aicore_num
+        if n is not None:
+            # ATC --aicore_num limits the AI Cores; a SoC with split cores keeps its vector:cube ratio
+            vec = max(1, n * vec // cube)
+            cube = n
+        return cube, vec
+
     def to_dict(self) -> dict:
         return {"overflow_mode": self.overflow_mode, "soc": self.soc, "cube_model": self.cube_model.to_dict(),
                 "subnormals": self.subnormals, "impl_mode": self.impl_mode,
-                "reduce_accumulate": self.reduce_accumulate, "op_model": self.op_model}
+                "reduce_accumulate": self.reduce_accumulate, "op_model": self.op_model,
+                "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
+                "run_seed": self.run_seed, "multicore": self.multicore.to_dict()}

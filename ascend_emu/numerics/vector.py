@@ -15,6 +15,7 @@ from . import policy as config
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
+from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
 from ..kernels import vector as _kv
 
@@ -337,7 +338,7 @@ def _axes(axis, ndim: int) -> tuple:
 
 
 def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accumulate="float32",
-           overflow_mode: str = "inf_nan", subnormals: str = "keep", op_model: str = "tbe_v220"):
+           overflow_mode: str = "inf_nan", subnormals: str = "keep", op_model: str = "tbe_v220", multicore=None):
     """Reduce ``x`` over ``axis`` as the vector unit's ReduceSum/Mean/Max/Min/Prod.
 
     Parameters
@@ -363,6 +364,11 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         (a float32 constant; in the 16-bit format when it is the accumulator) and sum
         the products; the Ascend C kernel multiplies the sum by ``cof``; ``exact``
         divides the sum by n. The other reductions do not depend on it.
+    multicore : :class:`ascend_emu.numerics.multicore.Launch` or None
+        A non-deterministic launch (NUMERICS.md section 11): a sum or mean whose rows cannot fill
+        the cores splits its reduced axis into chunks, one per core, each reduced in order in the
+        accumulator; the partials are added to +0 in an order drawn per row. None (the default,
+        and always for max, min, prod): every row in order, as above.
 
     Returns
     -------
@@ -395,7 +401,17 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         code = {"exact": _kr.MEAN, "ascendc": _kr.MEAN_SCALE_LAST}.get(
             _choice("op_model", op_model, config.OP_MODELS), _kr.MEAN_SCALE_FIRST)
     x2 = np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
-    if cdt == config.float32:
+    bounds = multicore.reduce_bounds(rows, inner) if multicore is not None and op in ("sum", "mean") else None
+    if bounds is not None:
+        perm = multicore.row_orders(rows, len(bounds) - 1)
+        if cdt == config.float32:
+            out = _alloc.empty(rows, np.float32)
+            st = _km.reduce_split_f32(code, x2, out, bounds, perm, oc, sc)
+        else:
+            out = _alloc.empty(rows, np.uint16)
+            st = _km.reduce_split16(code, x2.view(np.uint16), out, bounds, perm, cdt == config.bfloat16,
+                                    acc_name != "float32", oc, sc)
+    elif cdt == config.float32:
         out = _alloc.empty(rows, np.float32)
         st = _kr.reduce_f32(code, x2, out, oc, sc)
     else:

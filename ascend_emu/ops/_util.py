@@ -84,11 +84,12 @@ def f32_chain(ctx, fn, *xs):
 
 def sum_f32(ctx, x, axes) -> np.ndarray:
     """Sequential float32 sum of float32 ``x`` over ``axes`` (the vector unit's ReduceSum in
-    float32, NUMERICS.md section 2); its status goes into ``ctx``."""
+    float32, NUMERICS.md section 2), split over cores under ``ctx.multicore`` (section 11); its
+    status goes into ``ctx``."""
     from ..numerics.vector import reduce
 
     y, st = reduce("sum", x, axis=axes, dtype="float32", accumulate="float32", overflow_mode=ctx.overflow_mode,
-                   subnormals=ctx.subnormals)
+                   subnormals=ctx.subnormals, multicore=ctx.multicore)
     ctx.record(st)
     return y
 

@@ -36,7 +36,7 @@ def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
                      cube_out=cube_out if cube_out is not None else ctx.cube_out.name,
                      overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, cube_model=ctx.cube_model,
                      impl_mode=ctx.impl_mode, reduce_accumulate=ctx.reduce_accumulate,
-                     op_model=ctx.op_model)
+                     op_model=ctx.op_model, multicore=ctx.multicore)
 
 
 def _f32(x):

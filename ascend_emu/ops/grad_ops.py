@@ -98,7 +98,8 @@ def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilati
     kh, kw, c, co = as_int_list(filter_sizes)
     taps = _padded_input(x, filter_sizes, dy, strides, padding, dilations, explicit_paddings)
     cols = np.stack(taps, axis=3).reshape(-1, kh * kw * c)       # rows (n, oh, ow), columns (kh, kw, cin)
-    out = _record(ctx, matmul(cols, dy.reshape(-1, co), transpose_a=True, **_cube_kw(ctx)))
+    out = _record(ctx, matmul(cols, dy.reshape(-1, co), transpose_a=True, multicore=ctx.multicore,
+                              samples=int(x.shape[0]), **_cube_kw(ctx)))
     return out.reshape(kh, kw, c, co)
 
 
@@ -241,7 +242,7 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
         raise NotImplementedError(f"BiasAddGrad data_format {data_format}")
     y, st = reduce("sum", dy, axis=tuple(range(dy.ndim - 1)), dtype=ctx.dtype_name,
                    accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",
-                   overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
+                   overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, multicore=ctx.multicore)
     ctx.record(st)
     return y
 
@@ -262,8 +263,16 @@ def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
         np.add.at(out, ids[keep], rows[keep])
         return out
     acc = np.zeros((ns,) + rows.shape[1:], dtype=np.float32)
-    with np.errstate(all="ignore"):
-        np.add.at(acc, ids[keep], widen(ctx, rows[keep]))
+    order = ctx.multicore.arrival(ids.size) if ctx.multicore is not None else None
+    if order is None:
+        with np.errstate(all="ignore"):
+            np.add.at(acc, ids[keep], widen(ctx, rows[keep]))
+    else:
+        # the vector cores' atomic adds into one row interleave in arrival order (NUMERICS.md section 11)
+        from ..numerics.multicore import segment_add
+
+        with np.errstate(all="ignore"):
+            segment_add(acc, widen(ctx, rows), ids, order)
     return finish(ctx, acc)
 
 

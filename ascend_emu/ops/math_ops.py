@@ -146,7 +146,7 @@ def _reduce(name, tf_type):
                        # the fp16-accumulator option concerns fp16 reductions only
                        accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",
                        overflow_mode=ctx.overflow_mode,
-                       subnormals=ctx.subnormals, op_model=ctx.op_model)
+                       subnormals=ctx.subnormals, op_model=ctx.op_model, multicore=ctx.multicore)
         ctx.record(st)
         return y
     op.__name__ = name

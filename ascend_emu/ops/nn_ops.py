@@ -27,14 +27,16 @@ def _record(ctx, res):
 def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None):
     from ..numerics.cube import matmul
 
-    return _record(ctx, matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b), **_cube_kw(ctx, bias)))
+    return _record(ctx, matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
+                               multicore=ctx.multicore, **_cube_kw(ctx, bias)))
 
 
 @register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE)
 def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None):
     from ..numerics.cube import batch_matmul
 
-    return _record(ctx, batch_matmul(a, b, adj_x=bool(adj_x), adj_y=bool(adj_y), **_cube_kw(ctx, bias)))
+    return _record(ctx, batch_matmul(a, b, adj_x=bool(adj_x), adj_y=bool(adj_y), multicore=ctx.multicore,
+                                     **_cube_kw(ctx, bias)))
 
 
 def _nhwc(data_format):

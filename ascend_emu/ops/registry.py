@@ -41,17 +41,20 @@ class OpContext:
     reduce_accumulate: str = "float32"
     op_model: str = "tbe_v220"
     status: int = 0
+    #: a non-deterministic launch (:class:`ascend_emu.numerics.multicore.Launch`) for the op types of
+    #: :data:`ascend_emu.ops.multicore.MULTICORE_OPS` when determinism is off; None: canonical order
+    multicore: object = None
 
     def __post_init__(self):
         self.dtype = compute_dtype(self.dtype)
         self.cube_out = compute_dtype(self.cube_out) if self.cube_out is not None else self.dtype
 
     @classmethod
-    def from_policy(cls, policy, dtype="float32", cube_out=None) -> "OpContext":
+    def from_policy(cls, policy, dtype="float32", cube_out=None, multicore=None) -> "OpContext":
         """The context of one op on a device with :class:`~ascend_emu.numerics.policy.NumericsPolicy` ``policy``."""
         return cls(dtype=dtype, cube_out=cube_out, overflow_mode=policy.overflow_mode,
                    subnormals=policy.subnormals, cube_model=policy.cube_model, impl_mode=policy.impl_mode,
-                   reduce_accumulate=policy.reduce_accumulate, op_model=policy.op_model)
+                   reduce_accumulate=policy.reduce_accumulate, op_model=policy.op_model, multicore=multicore)
 
     @property
     def dtype_name(self) -> str:
