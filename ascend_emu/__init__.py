@@ -48,6 +48,8 @@ _API = {
     "fusion_bisect": "ascend_emu.tools.bisect",
     "check": "ascend_emu.tools.check",
     "write_check_report": "ascend_emu.analysis.check_report",
+    "random_errors": "ascend_emu.tools.random_errors",
+    "compare_runs": "ascend_emu.analysis.runs",
     "reference_train": "ascend_emu.npu.training",
     "train_step_from_tf_function": "ascend_emu.frontend.stateful",
     "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",

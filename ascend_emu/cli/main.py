@@ -78,21 +78,40 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--cube-normalize", choices=("rne", "truncate"), default=None)
     p.add_argument("--cube-conv-k-order", choices=("hwc", "c1hwc0"), default=None,
                    help="cube model: K order of Conv2D (default hwc = TF's (kh, kw, cin); c1hwc0 = NC1HWC0's)")
+    p.add_argument("--deterministic", type=int, choices=(0, 1), default=None,
+                   help="CANN's deterministic: 0 = multi-core ops combine partial sums in a seeded random order "
+                        "(NUMERICS.md section 11), 1 = a fixed order (the default here; CANN's default is 0)")
+    p.add_argument("--deterministic-level", type=int, choices=(0, 1, 2), default=None,
+                   help="0 off, 1 deterministic, 2 strong consistency (a row independent of its batch)")
+    p.add_argument("--run-seed", type=int, default=None, metavar="N",
+                   help="seed of the arrival orders with --deterministic 0 (default 0: reproducible)")
+    p.add_argument("--aicore-num", type=int, default=None, metavar="N",
+                   help="AI Cores a split op uses (ATC --aicore_num; default: the SoC's)")
 
 
 def _device(a):
     from ..npu.device import Device
-    from ..numerics.policy import CubeModel
 
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
     fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
     mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
-    return Device(mode, overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
-                  cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,
-                  reduce_accumulate=a.reduce_accumulate, op_model=a.op_model, fusion_switch=fusion,
-                  aicpu_fallback=not a.no_aicpu_fallback)
+    return Device(mode, **_device_options(a, cm, fusion))
+
+
+def _device_options(a, cm, fusion) -> dict:
+    from ..numerics.multicore import MultiCoreModel
+    from ..numerics.policy import CubeModel
+
+    return dict(overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
+                cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,
+                reduce_accumulate=a.reduce_accumulate, op_model=a.op_model, fusion_switch=fusion,
+                aicpu_fallback=not a.no_aicpu_fallback,
+                deterministic=None if a.deterministic is None else bool(a.deterministic),
+                deterministic_level=a.deterministic_level,
+                run_seed=a.run_seed if a.run_seed is not None else 0,
+                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None)
 
 
 def _rules_arg(p):
@@ -141,7 +160,13 @@ def cmd_reference(a):
 
 def cmd_compare(a):
     from ..analysis.compare import compare
+    from ..analysis.dump import load_dump
 
+    if load_dump(a.npu_dir).kind == "npu" and load_dump(a.bench_dir).kind == "npu":
+        # two emulated runs of one model: bit for bit first (random-error detection), then the metrics
+        from ..analysis.runs import compare_runs
+
+        print(compare_runs(a.npu_dir, a.bench_dir, force=a.force).format_text(), flush=True)
     cmp = compare(a.npu_dir, a.bench_dir, rules=a.rules, force=a.force)
     if a.csv:
         cmp.to_csv(a.csv)
@@ -319,6 +344,7 @@ def cmd_demo(a):
 
 def cmd_ops(a):
     from ..ops import OPS
+    from ..ops.multicore import MULTICORE_OPS
 
     kinds = {}
     for t, d in sorted(OPS.items()):
@@ -326,6 +352,53 @@ def cmd_ops(a):
     for k, ts in kinds.items():
         print(f"{k}: {', '.join(ts)}")
     print("other op types run through TensorFlow on the emulated AI CPU (engine AICPU)")
+    print("\nsplit over several cores, non-deterministic with --deterministic 0 (NUMERICS.md section 11):")
+    for t, row in MULTICORE_OPS.items():
+        print(f"  {t} ({row.kind})\n    splits:   {row.split}\n    combines: {row.combine}\n    source:   {row.source}")
+    return 0
+
+
+def cmd_random_errors(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.random_errors import random_errors
+
+    if a.json:
+        check_writable(a.json, "--json")
+    if a.report:
+        check_writable(a.report, "--report")
+    cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
+                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
+                            "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
+    fusion = "off" if a.fusion_off else a.fusion_switch
+    opts = _device_options(a, cm, fusion)
+    run_seed = opts.pop("run_seed")
+    if a.data is not None:
+        mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
+        train = {k: v for k, v in {"steps": a.steps, "batch_size": a.batch_size, "loss": a.loss,
+                                   "optimizer": a.optimizer, "learning_rate": a.learning_rate,
+                                   "loss_scale": a.loss_scale, "shuffle": a.shuffle or None}.items() if v is not None}
+        if a.input or a.shape:
+            raise AscendEmuError("--input and --shape apply to replays; training reads --data")
+    else:
+        mode = a.precision_mode if a.precision_mode is not None else "force_fp16"
+        train = {}
+        if any(v is not None for v in (a.steps, a.batch_size, a.loss, a.optimizer, a.learning_rate, a.loss_scale)) \
+                or a.shuffle:
+            raise AscendEmuError("--steps, --batch-size, --loss, --optimizer, --learning-rate, --loss-scale and "
+                                 "--shuffle apply to training: give --data FILE.npz")
+    opts["precision_mode"] = mode
+    opts = {k: v for k, v in opts.items() if v is not None}
+    res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
+                        inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
+                        data=a.data, report=a.report, **train)
+    print(res.format_text(), flush=True)
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True, default=str) + "\n")
+        print(f"wrote {a.json}")
+    if a.report:
+        print(f"report: {os.path.abspath(a.report)}")
     return 0
 
 
@@ -500,6 +573,25 @@ def build_parser():
     sp = add("demo", cmd_demo, "the whole workflow on the bundled model: reference, replay, compare, overflow, report",
              "ascend-emu demo --out demo-output")
     sp.add_argument("--out", default="demo-output", help="output directory (default demo-output)")
+    sp = add("random-errors", cmd_random_errors, "run a model N times with different run seeds (deterministic off) "
+             "and find the first op where the runs differ", "ascend-emu random-errors model.keras --runs 2 "
+             "--precision-mode must_keep_origin_dtype   (or --data train.npz --steps 20 --runs 4 --report re.html)")
+    _model_args(sp, dump=False)
+    sp.add_argument("--runs", type=int, default=2, help="number of runs (default 2), run k with run seed N + k")
+    sp.add_argument("--out", default="random-errors-output", metavar="DIR",
+                    help="each run's dumps go to DIR/run-K (default random-errors-output)")
+    sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    sp.add_argument("--report", metavar="FILE", help="write an HTML report (every run's loss curve when training)")
+    tr = sp.add_argument_group("training (give --data to train instead of replaying)")
+    tr.add_argument("--data", default=None, metavar="FILE.npz", help="training data: an .npz with arrays x and y")
+    tr.add_argument("--steps", type=int, default=None, help="steps per run (every step is dumped)")
+    tr.add_argument("--batch-size", type=int, default=None)
+    tr.add_argument("--loss", default=None, metavar="NAME")
+    tr.add_argument("--optimizer", default=None, metavar="NAME")
+    tr.add_argument("--learning-rate", type=float, default=None)
+    tr.add_argument("--loss-scale", default=None, metavar="SPEC")
+    tr.add_argument("--shuffle", action="store_true")
+    _device_args(sp, training=True)
     add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")
     add("rules", cmd_rules, "list the fusion rules and their numerics", "ascend-emu rules")
     return p

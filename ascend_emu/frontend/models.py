@@ -285,6 +285,39 @@ def train_demo_model(seed: int = 0, *, fresh: bool = False):
     return _cached(("train_demo_model", seed), build, fresh)
 
 
+def embedding_classifier(vocab: int = 40, seq_len: int = 8, dim: int = 16, classes: int = 4, seed: int = 0, *,
+                         fresh: bool = False):
+    """A compiled token classifier with an Embedding and a BatchNormalization layer.
+
+    ``tokens (batch, seq_len) int32 -> Embedding(vocab, dim) -> BatchNormalization -> GlobalAveragePooling1D
+    -> Dense(classes)`` logits, Adam(1e-2), sparse categorical cross-entropy from logits. Its backward pass
+    accumulates the embedding gradient with UnsortedSegmentSum (atomic adds on the NPU) and the batch
+    norm's per-channel sums: the random-error detection's training model (NUMERICS.md section 11).
+    """
+    def build():
+        keras = _keras(seed)
+        L = keras.layers
+        x = keras.Input((seq_len,), dtype="int32", name="tokens")
+        h = L.Embedding(vocab, dim, name="embed")(x)
+        h = L.BatchNormalization(name="bn")(h)
+        h = L.GlobalAveragePooling1D(name="pool")(h)
+        out = L.Dense(classes, name="logits")(h)
+        m = keras.Model(x, out, name="embedding_classifier")
+        m.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+    return _cached(("embedding_classifier", vocab, seq_len, dim, classes, seed), build, fresh)
+
+
+def embedding_data(n: int = 256, vocab: int = 40, seq_len: int = 8, classes: int = 4, seed: int = 0) -> dict:
+    """Seeded data for :func:`embedding_classifier`: token ids (repeated within and across samples) and
+    labels that depend on them (the class of the sample's most frequent token id, modulo classes)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, vocab, (n, seq_len)).astype(np.int32)
+    y = np.array([np.bincount(r, minlength=vocab).argmax() % classes for r in x], dtype=np.int64)
+    return {"x": x, "y": y}
+
+
 def train_demo_data(n: int = 256, seed: int = 0) -> dict:
     """Seeded training data for :func:`train_demo_model`: N(0, 1) images, labels 0..9."""
     rng = np.random.default_rng(seed)

@@ -146,7 +146,8 @@ class Device:
             "aicpu_fallback": self.aicpu_fallback,
             "fusion_switch": self.fusion.to_dict(),
             "deterministic": n["deterministic"], "deterministic_level": n["deterministic_level"],
-            "run_seed": n["run_seed"], "multicore": n["multicore"],
+            # the run seed only matters with determinism off: deterministic runs write identical manifests
+            "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
         }
 
     def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,
