@@ -200,6 +200,19 @@ CATALOGUE = [
     ("check {model} --data {train} --report {tmp}", "directory"),
     ("check {model} --data {train} --ops-info {tmp}", "directory"),
     ("check {model} --data {train} --modify-mixlist {badjson}", "JSON"),
+    # determinism options (replay, train) and random-errors
+    ("replay {model} --deterministic 2", None), ("replay {model} --deterministic-level 3", None),
+    ("replay {model} --deterministic 0 --deterministic-level 1", "contradicts"),
+    ("replay {model} --run-seed -1", "run_seed"), ("replay {model} --run-seed x", None),
+    ("replay {model} --aicore-num 0", "aicore_num"), ("train {model} --data {train} --deterministic x", None),
+    ("random-errors", None), ("random-errors {missing}", "missing.keras"), ("random-errors {model} --runs 1", "runs"),
+    ("random-errors {model} --runs x", None), ("random-errors {model} --steps 3", "--data"),
+    ("random-errors {model} --data {train} --input inp={inp}", "--input"),
+    ("random-errors {model} --out {file}", "not a directory"),
+    ("random-errors {model} --json {nodir}/x.json", "does not exist"),
+    ("random-errors {model} --data {missing} --steps 2", "no such file"),
+    ("random-errors {model} --data {train}", "steps"),
+    ("random-errors {model} --deterministic 0 --deterministic-level 2", "contradicts"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]
