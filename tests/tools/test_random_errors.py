@@ -1,0 +1,110 @@
+"""random-errors (NUMERICS.md section 11): runs with deterministic off part at a multi-core op, which the
+command names as the source; deterministic runs are byte-identical dumps (issue 13's Done-when)."""
+import filecmp
+import json
+import os
+
+import numpy as np
+import pytest
+
+from ascend_emu.cli import main
+from ascend_emu.ops.multicore import MULTICORE_OPS
+from ascend_emu.tools.random_errors import random_errors
+
+
+def same_files(d1, d2) -> bool:
+    """Every file of two dump directories byte for byte (manifest included)."""
+    names = sorted(os.listdir(d1))
+    if names != sorted(os.listdir(d2)):
+        return False
+    return all(filecmp.cmp(os.path.join(d1, n), os.path.join(d2, n), shallow=False) for n in names)
+
+
+def check_parts_at_multicore_op(res, op_hint):
+    assert not res.identical
+    f = res.first
+    assert f["source"] and f["tf_type"] in MULTICORE_OPS and op_hint in f["name"], f
+    assert f["split"].startswith(f["tf_type"])
+    assert all(s["tf_type"] in MULTICORE_OPS for s in res.sources)
+    assert res.output_spread["max_abs"] > 0
+    text = res.format_text()
+    assert f["name"] in text and "the source" in text and "multi-core op" in text
+
+
+@pytest.mark.models
+def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
+    from ascend_emu.frontend.models import _keras
+
+    keras = _keras(0)
+    m = keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=100)
+    dev = {"precision_mode": "must_keep_origin_dtype"}
+    # K = 1280 in 4 chunks: 12 distinct sums of 4 partials, so two runs may agree; three runs part
+    res = random_errors(m, runs=3, out_dir=tmp_path / "off", device_options=dev)
+    check_parts_at_multicore_op(res, "predictions")
+    det = random_errors(m, runs=2, out_dir=tmp_path / "on", device_options={**dev, "deterministic": True})
+    assert det.identical and det.output_spread["max_abs"] == 0
+    assert same_files(tmp_path / "on" / "run-0", tmp_path / "on" / "run-1")
+
+
+@pytest.mark.models
+def test_transformer_replays_part_at_the_ffn_matmul_and_deterministic_dumps_are_identical(tmp_path):
+    from ascend_emu.frontend.models import transformer_encoder
+
+    m = transformer_encoder(ff_dim=1024)      # ffn2: K = 1024 over 3 cube cores (split-K)
+    dev = {"precision_mode": "must_keep_origin_dtype"}
+    res = random_errors(m, runs=2, out_dir=tmp_path / "off", device_options=dev)
+    check_parts_at_multicore_op(res, "ffn2")
+    assert res.differing_ops >= 2              # it propagates to the residual add and the layer norm
+    det = random_errors(m, runs=3, out_dir=tmp_path / "on", device_options={**dev, "deterministic_level": 1})
+    assert det.identical and det.deterministic_level == 1
+    for k in (1, 2):
+        assert same_files(tmp_path / "on" / "run-0", tmp_path / "on" / f"run-{k}")
+
+
+@pytest.mark.models
+def test_training_with_an_embedding_parts_at_a_named_step_and_op(tmp_path):
+    from ascend_emu.frontend.models import embedding_classifier, embedding_data
+
+    m, data = embedding_classifier(), embedding_data()
+    kw = dict(data=data, steps=20, batch_size=16, device_options={"precision_mode": "must_keep_origin_dtype"})
+    res = random_errors(m, runs=4, out_dir=tmp_path / "off", dump_steps=[0], report=tmp_path / "re.html", **kw)
+    f = res.first
+    assert (f["step"], f["phase"], f["tf_type"], f["source"]) == (0, "backward", "UnsortedSegmentSum", True)
+    assert res.first_loss_step is not None and res.loss_spread["runs"] == 4 and res.loss_spread["max_abs"] > 0
+    text = res.format_text()
+    assert "step 0" in text and "UnsortedSegmentSum" in text and "final loss spread over 4 runs" in text
+    html = (tmp_path / "re.html").read_text()
+    assert 'id="curves"' in html and "UnsortedSegmentSum" in html
+    det = random_errors(m, runs=2, out_dir=tmp_path / "on", dump_steps=[0, 19],
+                        **{**kw, "device_options": {**kw["device_options"], "deterministic": True}})
+    assert det.identical and det.first_loss_step is None
+    a, b = det.runs
+    assert np.array(a["losses"]).tobytes() == np.array(b["losses"]).tobytes()
+    for k in ("step-0", "step-19"):
+        assert same_files(tmp_path / "on" / "run-0" / k, tmp_path / "on" / "run-1" / k)
+
+
+def test_cli_random_errors_names_the_op_and_compare_says_where_runs_part(tmp_path, monkeypatch, capsys):
+    from ascend_emu.frontend.loader import import_tf
+
+    tf = import_tf()
+    monkeypatch.chdir(tmp_path)
+    inp = tf.keras.Input((1500,), name="inp")
+    m = tf.keras.Model(inp, tf.keras.layers.Dense(6, name="dense")(inp))
+    m.layers[1].set_weights([np.random.default_rng(0).standard_normal((1500, 6)).astype(np.float32),
+                             np.zeros(6, np.float32)])
+    m.save(tmp_path / "m.keras")
+    args = ["-q", "random-errors", "m.keras", "--precision-mode", "must_keep_origin_dtype", "--runs", "3"]
+    assert main(args + ["--json", "re.json", "--report", "re.html"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads((tmp_path / "re.json").read_text())
+    assert res["first"]["source"] and res["first"]["tf_type"] in ("MatMul", "_FusedMatMul"), res["first"]
+    assert res["first"]["name"] in out and (tmp_path / "re.html").exists()
+    seeds = res["first"]["run_seeds"]
+    assert main(["compare", f"random-errors-output/run-{seeds[0]}", f"random-errors-output/run-{seeds[1]}"]) == 0
+    out = capsys.readouterr().out
+    assert "the runs part at op" in out and res["first"]["name"] in out and "the source" in out
+    assert main(args + ["--deterministic", "1", "--out", "det"]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert main(["compare", "det/run-0", "det/run-2"]) == 0
+    assert capsys.readouterr().out.startswith("identical: all")
