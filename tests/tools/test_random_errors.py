@@ -20,13 +20,13 @@ def same_files(d1, d2) -> bool:
     return all(filecmp.cmp(os.path.join(d1, n), os.path.join(d2, n), shallow=False) for n in names)
 
 
-def check_parts_at_multicore_op(res, op_hint):
+def check_parts_at_multicore_op(res, op_hint, reaches_output=True):
     assert not res.identical
     f = res.first
     assert f["source"] and f["tf_type"] in MULTICORE_OPS and op_hint in f["name"], f
     assert f["split"].startswith(f["tf_type"])
     assert all(s["tf_type"] in MULTICORE_OPS for s in res.sources)
-    assert res.output_spread["max_abs"] > 0
+    assert (res.output_spread["max_abs"] > 0) == reaches_output
     text = res.format_text()
     assert f["name"] in text and "the source" in text and "multi-core op" in text
 
@@ -40,7 +40,8 @@ def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
     dev = {"precision_mode": "must_keep_origin_dtype"}
     # K = 1280 in 4 chunks: 12 distinct sums of 4 partials, so two runs may agree; three runs part
     res = random_errors(m, runs=3, out_dir=tmp_path / "off", device_options=dev)
-    check_parts_at_multicore_op(res, "predictions")
+    # with random weights the logits are ~1e-11: the softmax absorbs their last-bit differences
+    check_parts_at_multicore_op(res, "predictions", reaches_output=False)
     det = random_errors(m, runs=2, out_dir=tmp_path / "on", device_options={**dev, "deterministic": True})
     assert det.identical and det.output_spread["max_abs"] == 0
     assert same_files(tmp_path / "on" / "run-0", tmp_path / "on" / "run-1")
