@@ -210,7 +210,7 @@ CATALOGUE = [
     ("random-errors {model} --data {train} --input inp={inp}", "--input"),
     ("random-errors {model} --out {file}", "not a directory"),
     ("random-errors {model} --json {nodir}/x.json", "does not exist"),
-    ("random-errors {model} --data {missing} --steps 2", "no such file"),
+    ("random-errors {model} --data {missing} --steps 2", "does not exist"),
     ("random-errors {model} --data {train}", "steps"),
     ("random-errors {model} --deterministic 0 --deterministic-level 2", "contradicts"),
     # demo, ops, rules
