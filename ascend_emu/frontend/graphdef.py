@@ -11,6 +11,7 @@ the order.
 from __future__ import annotations
 
 import heapq
+import re
 
 from ..errors import AscendEmuError
 from ..graph.core import split_tensor_name, tensor_name
@@ -381,7 +382,7 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
         keep.add(n)
         stack.extend(split_tensor_name(r)[0] for r in data_in[n])
         stack.extend(c for c in ctrl_in[n] if nodes[c].op in _PIVOT_OPS)
-    keep.update(n for n, nd in nodes.items() if nd.op == "Placeholder")
+    keep.update(n for n, nd in nodes.items() if nd.op == "Placeholder" and not lowering_artifact(nd, data_in))
     keep = {n for n in keep if nodes[n].op != "NoOp"}
     ctrl_in = {n: [c for c in ctrl_in[n] if c in keep] for n in keep}
 
@@ -416,6 +417,14 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
     if used_funcs:
         out.library.CopyFrom(gd.library)
     return out
+
+
+def lowering_artifact(nd, data_in: dict) -> bool:
+    """True for the unread ``unused_control_flow_input`` placeholders TensorFlow's lowering of
+    functional control flow leaves in a frozen graph: no input of the model."""
+    if nd.op != "Placeholder" or not re.fullmatch(r"unused_control_flow_input(_\d+)?", nd.name):
+        return False
+    return not any(split_tensor_name(r)[0] == nd.name for ins in data_in.values() for r in ins)
 
 
 def _control_sources(nodes: dict, n: str) -> list[str]:

@@ -43,7 +43,7 @@ from .tf import (_quiet_stderr, count_outputs, dtype_name, first_line, import_ke
 from .sources import SUFFIXES, SUPPORTED, _source  # noqa: F401
 from .graphdef import (CALL_OPS, CONTROL_FLOW_OPS, _clean, _control_flow_check, _freeze,  # noqa: F401
                        _function_graph_def, _inline_calls, _sinks, _unsupported_control_flow_check,
-                       _wrap_graph_def)
+                       _wrap_graph_def, lowering_artifact)
 
 #: functional control flow (TF2): interpreted, with the functions it calls as subgraphs
 FUNCTIONAL_CONTROL_FLOW = {"While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
@@ -152,7 +152,8 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
         if any(nd.op in CALL_OPS for nd in gd.node):
             gd, input_names, outputs, _ = _freeze(_wrap_graph_def(gd))
         else:
-            input_names = [nd.name for nd in gd.node if nd.op == "Placeholder"]
+            data_in = {nd.name: [r for r in nd.input if not r.startswith("^")] for nd in gd.node}
+            input_names = [nd.name for nd in gd.node if nd.op == "Placeholder" and not lowering_artifact(nd, data_in)]
             outputs = _sinks(gd)
         if not outputs:
             raise AscendEmuError(f"GraphDef {src.name!r} has no output (every node is consumed "

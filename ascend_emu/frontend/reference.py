@@ -196,7 +196,9 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
-    if stats_only and dump_dir is not None:
+    if stats_only and dump_dir is not None and not _has_loops(graph):
+        # (loops and branches run call by call, which streaming by segments cannot do: their
+        # statistics are written from the full run)
         return _reference_streaming(graph, feeds, dump_dir, overwrite=overwrite, select=select, progress=progress)
     t0 = time.perf_counter()
     tensors, ran = _run_all(graph, feeds)
@@ -213,6 +215,12 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
     return ReferenceResult(graph, feeds, outputs, tensors,
                            dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
+
+
+def _has_loops(graph: Graph) -> bool:
+    from ..graph.control_flow import CONTROL_FLOW
+    from ..graph.dataflow import has_dataflow_control_flow
+    return has_dataflow_control_flow(graph.nodes) or any(n.op in CONTROL_FLOW for n in graph.nodes)
 
 
 def _run_all(graph: Graph, feeds: dict) -> tuple[dict, list]:
