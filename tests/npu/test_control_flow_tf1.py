@@ -122,3 +122,23 @@ def test_tf1_dead_output_is_an_error(tmp_path, control_flow_v1):
     np.testing.assert_array_equal(res.outputs["pos:0"], np.full(3, 2, np.float32))
     with pytest.raises(AscendEmuError, match=r"output 'pos:0' of the graph is dead: it lies in a cond branch"):
         Device("must_keep_origin_dtype").replay(gr, {"x": -np.ones(3, np.float32)}, progress=False)
+
+
+def test_switch_case_frozen_to_switch_n_takes_each_branch(tmp_path):
+    """tf.switch_case: the freezing pass lowers its Case to _SwitchN + Merge; out of range takes the last branch."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32), tf.TensorSpec([], tf.int32)])
+    def f(x, i):
+        return tf.switch_case(i, [lambda: x * 2.0, lambda: tf.nn.relu(x), lambda: x - 1.0])
+
+    gd = convert_variables_to_constants_v2(f.get_concrete_function()).graph.as_graph_def()
+    assert {"_SwitchN", "Merge"} <= {nd.op for nd in gd.node}
+    tf.io.write_graph(gd, str(tmp_path), "case.pb", as_text=False)
+    g = load_graph(tmp_path / "case.pb")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
+    for i in (0, 1, 2, 9):
+        res = Device("must_keep_origin_dtype").replay(g, {g.inputs[0].name: x, g.inputs[1].name: np.int32(i)},
+                                                      progress=False)
+        (out,) = res.outputs.values()
+        np.testing.assert_array_equal(out, f(x, i).numpy())
