@@ -19,7 +19,7 @@ from .tf import import_tf
 _CACHE: dict = {}
 
 MODELS = ("resnet50", "mobilenet_v2", "transformer_encoder", "demo_model",
-          "planted_overflow_model", "float32_overflow_model", "application", "rnn_classifier")
+          "planted_overflow_model", "float32_overflow_model", "application", "rnn_classifier", "hub_backbone")
 
 
 def _keras(seed: int):
@@ -129,6 +129,41 @@ def rnn_classifier(layer: str = "LSTM", steps: int = 20, features: int = 8, unit
         out = keras.layers.Dense(classes, activation="softmax")(getattr(keras.layers, layer)(units)(inp))
         return keras.Model(inp, out, name=f"{layer.lower()}_classifier")
     return _cached(("rnn", layer, steps, features, units, classes, seed), build, fresh)
+
+
+#: keras_hub backbones in the zoo, each built from a tiny config (never from a preset: nothing downloaded)
+HUB_BACKBONES = ("BertBackbone", "GPT2Backbone")
+#: the tiny config: 2 layers, 2 heads, hidden 16, feed-forward 32, vocabulary 100, positions 16
+HUB_CONFIG = {"vocabulary_size": 100, "num_layers": 2, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32,
+              "max_sequence_length": 16}
+
+
+def hub_backbone(name: str, seq_len: int = 8, seed: int = 0, *, fresh: bool = False):
+    """keras_hub backbone ``name`` (:data:`HUB_BACKBONES`) with :data:`HUB_CONFIG` and seeded random weights.
+
+    Wrapped so that its one input is ``token_ids`` of shape (batch, ``seq_len``), int32 (the default
+    random inputs, integers 0..9, are valid token ids); the padding mask is all ones and the segment
+    ids (BERT) zeros. Outputs: the backbone's (BERT: ``pooled_output`` and ``sequence_output``; GPT-2
+    the sequence output). Needs keras-hub (``pip install -e '.[hub]'``).
+    """
+    from ..errors import AscendEmuError
+
+    if name not in HUB_BACKBONES:
+        raise AscendEmuError(f"unknown keras_hub backbone {name!r}; the zoo has {', '.join(HUB_BACKBONES)}")
+
+    def build():
+        keras = _keras(seed)
+        try:
+            import keras_hub
+        except ImportError:
+            raise AscendEmuError("keras_hub is not installed; install it with pip install -e '.[hub]'") from None
+        backbone = getattr(keras_hub.models, name)(**HUB_CONFIG)
+        tok = keras.Input((seq_len,), dtype="int32", name="token_ids")
+        args = {"token_ids": tok, "padding_mask": keras.ops.ones_like(tok)}
+        if "segment_ids" in [t.name for t in backbone.inputs]:
+            args["segment_ids"] = keras.ops.zeros_like(tok)
+        return keras.Model(tok, backbone(args), name=name.lower())
+    return _cached(("hub", name, seq_len, seed), build, fresh)
 
 
 def transformer_encoder(seq_len: int = 16, d_model: int = 64, num_heads: int = 4, ff_dim: int = 128,
