@@ -118,7 +118,9 @@ class FunctionRunner:
         for spec, a in zip(fg.inputs, args):
             if spec.name in holders:
                 if not isinstance(a, _Handle):
-                    raise AscendEmuError(f"function {fname!r}: variant argument {spec.name!r} has no session handle")
+                    raise AscendEmuError(f"function {fname!r}: its TensorList argument {spec.name!r} comes from a "
+                                         f"graph with TF1 control flow, whose reference cannot pass TensorLists; "
+                                         f"export the model with one kind of control flow")
                 feed[holders[spec.name]] = a.handle.handle
             else:
                 feed[f"{prefix}/{spec.name}:0"] = a
@@ -180,18 +182,31 @@ def run_tf1_graph(graph: Graph, feeds: dict) -> tuple[dict, list]:
     from .tfnode import run_tf_node
 
     records: list = []
+    runner = None
 
     def evaluate(node: Node, args):
+        nonlocal runner
         if node.op == "Placeholder":
             return (feeds[node.name],)
         if node.op == "Const":
             return (np.asarray(node.attrs["value"]),)
         if node.op in CONTROL_FLOW:
-            raise AscendEmuError(f"op {node.name!r} ({node.op}): functional control flow inside a graph with "
-                                 f"TF1 control flow is not supported; export with one kind of control flow")
+            # a functional loop or branch in a TF1 graph: its calls run as in expand_control_flow (a
+            # TensorList argument has no handle here, and is refused by the call)
+            runner = runner or FunctionRunner(graph)
+            runner.records = []
+            outs = CONTROL_FLOW[node.op](node, args, runner.call)
+            records.extend(runner.records)
+            return outs
         return tuple(run_tf_node(node, args))
 
-    tensors = run_dataflow(graph.nodes, {}, evaluate, on_node=lambda n, a, o: records.append((n, list(o))),
-                           on_control=lambda n, o: records.append((n, list(o))))
+    try:
+        tensors = run_dataflow(graph.nodes, {}, evaluate, on_node=lambda n, a, o: records.append((n, list(o))),
+                               on_control=lambda n, o: records.append((n, list(o))))
+    finally:
+        if runner is not None:
+            runner.close()
     check_live(tensors, graph.outputs)
+    for n, outs in records:
+        tensors.update(zip(n.outputs(), outs))
     return tensors, records

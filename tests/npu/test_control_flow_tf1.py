@@ -142,3 +142,27 @@ def test_switch_case_frozen_to_switch_n_takes_each_branch(tmp_path):
                                                       progress=False)
         (out,) = res.outputs.values()
         np.testing.assert_array_equal(out, f(x, i).numpy())
+
+
+def test_functional_while_inside_a_tf1_graph(tmp_path):
+    """A Switch/Merge cond feeding a functional While: the replay and the op-by-op reference both run the loop
+    per iteration under the same names."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [3], name="x")
+        sw = tf.raw_ops.Switch(data=x, pred=tf.reduce_sum(x) > 0)
+        m = tf.raw_ops.Merge(inputs=[sw.output_true * 2.0, -sw.output_false]).output
+        _, y = tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * 1.5), [tf.constant(0), m])
+        tf.identity(y, name="out")
+        with tf1.Session() as sess:
+            feeds = {"x": np.array([1, -2, 3], np.float32)}
+            want = sess.run("out:0", {"x:0": feeds["x"]})
+    tf.io.write_graph(g.as_graph_def(), str(tmp_path), "mixed.pb", as_text=False)
+    gr = load_graph(tmp_path / "mixed.pb")
+    assert {"Switch", "Merge", "StatelessWhile"} <= {n.op for n in gr.nodes}
+    res = Device("must_keep_origin_dtype").replay(gr, feeds, progress=False)
+    ref = reference(gr, feeds, progress=False)
+    np.testing.assert_array_equal(res.outputs["out:0"], want)
+    np.testing.assert_array_equal(ref.outputs["out:0"], want)
+    body = {r.name for r in res.records if "/body/2/" in r.name}
+    assert body and body <= {t.rpartition(":")[0] for t in ref.tensors}
