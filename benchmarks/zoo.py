@@ -1,7 +1,8 @@
 """python -m benchmarks.zoo [--only A,B] [--out docs/ZOO.md]: replay the model zoo and write its table.
 
 Every keras.applications constructor at its smallest input, the Keras LSTM/GRU classifiers and the
-keras_hub BERT and GPT-2 backbones (tiny configs), seeded random weights: the TensorFlow float32 reference, then a must_keep_origin_dtype replay (compared with
+keras_hub BERT and GPT-2 backbones (tiny configs) and a frozen tf.compat.v1 graph with TF1 control flow,
+seeded random weights: the TensorFlow float32 reference, then a must_keep_origin_dtype replay (compared with
 the reference) and an allow_mix_precision replay. One row per model: graph ops, where the replayed
 ops ran (AI Core / AI CPU / host), the float32 agreement, the times. A model that fails gets its error.
 """
@@ -27,6 +28,7 @@ def cases() -> list[tuple[str, callable]]:
     out += [(f"{layer} classifier", lambda k=layer: models.rnn_classifier(k, fresh=True)) for layer in ("LSTM", "GRU")]
     # keras_hub backbones, tiny configs (needs keras-hub: pip install -e '.[hub]'; else the row says so)
     out += [(f"keras_hub {name}", lambda n=name: models.hub_backbone(n, fresh=True)) for name in models.HUB_BACKBONES]
+    out.append(("TF1 frozen while_loop + cond", models.tf1_control_flow_graph))
     return out
 
 
@@ -38,7 +40,7 @@ def row(name: str, build) -> str:
     try:
         g = load_graph(build())
         spec = g.inputs[0].shape
-        size = "x".join(str(d) for d in spec[1:]) if spec else "-"
+        size = "x".join(str(d) for d in (spec[1:] if spec[0] is None else spec)) if spec else "-"  # batch dim unknown
         t0 = time.perf_counter()
         ref = reference(g, None, progress=False)
         t_tf = time.perf_counter() - t0

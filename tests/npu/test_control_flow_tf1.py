@@ -7,54 +7,29 @@ import pytest
 
 from ascend_emu import Device, compare, reference
 from ascend_emu.errors import AscendEmuError
+from ascend_emu.frontend import models
 from ascend_emu.frontend.loader import import_tf, load_graph
 
 tf = import_tf()
 tf1 = tf.compat.v1
 
 
-@pytest.fixture
-def control_flow_v1():
-    """Build graphs with TF1 control flow (process-wide switch, restored after the test)."""
-    from tensorflow.python.ops import control_flow_util
-    old = control_flow_util.ENABLE_CONTROL_FLOW_V2
-    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-    try:
-        yield
-    finally:
-        control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
-
-
 def _frozen_model(path):
-    """x (2, 3) -> a loop of 3 steps, each with an inner loop of 2 steps and a cond, then a cond on the sign of x,
-    with a variable weight; frozen with its session (tf.compat.v1.graph_util) to a binary GraphDef."""
+    """models.tf1_control_flow_graph written to ``path``; two inputs (positive and negative, taking the two
+    branches of the final cond) and TensorFlow's outputs for them (the frozen graph in a Session)."""
+    gd = models.tf1_control_flow_graph()
+    tf.io.write_graph(gd, str(path.parent), path.name, as_text=False)
+    inputs = [np.abs(np.random.default_rng(0).standard_normal((2, 3))).astype(np.float32),
+              -np.abs(np.random.default_rng(1).standard_normal((2, 3))).astype(np.float32) * 5]
     g = tf.Graph()
     with g.as_default():
-        x = tf1.placeholder(tf.float32, [2, 3], name="x")
-        w = tf1.get_variable("w", initializer=np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2))
-        v = tf1.get_variable("v", initializer=np.linspace(0.5, -0.5, 9, dtype=np.float32).reshape(3, 3))
-
-        def body(i, h):
-            inner = tf1.while_loop(lambda j, a: j < 2, lambda j, a: (j + 1, a * 1.5 - 0.25), [tf.constant(0), h])[1]
-            h = tf.nn.relu(tf.matmul(inner, v) + 0.1)
-            h = tf1.cond(tf.reduce_max(h) > 1.0, lambda: h * 0.5, lambda: h + tf.constant(0.2))
-            return i + 1, h
-
-        _, y = tf1.while_loop(lambda i, h: i < 3, body, [tf.constant(0), x])
-        z = tf1.cond(tf.reduce_sum(x) > 0, lambda: tf.matmul(y, w), lambda: tf.constant(7.0, shape=[2, 2]))
-        tf.identity(z, name="out")
-        with tf1.Session() as sess:
-            sess.run(tf1.global_variables_initializer())
-            frozen = tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["out"])
-            run = lambda xv: sess.run("out:0", {"x:0": xv})   # noqa: E731
-            inputs = [np.abs(np.random.default_rng(0).standard_normal((2, 3))).astype(np.float32),
-                      -np.abs(np.random.default_rng(1).standard_normal((2, 3))).astype(np.float32) * 5]
-            want = [run(xv) for xv in inputs]
-    tf.io.write_graph(frozen, str(path.parent), path.name, as_text=False)
+        tf1.import_graph_def(gd, name="")
+        with tf1.Session(graph=g) as sess:
+            want = [sess.run("out:0", {"x:0": xv}) for xv in inputs]
     return inputs, want
 
 
-def test_tf1_frozen_cond_and_nested_while_match_tensorflow(tmp_path, control_flow_v1):
+def test_tf1_frozen_cond_and_nested_while_match_tensorflow(tmp_path):
     inputs, want = _frozen_model(tmp_path / "tf1.pb")
     g = load_graph(tmp_path / "tf1.pb")
     ops = {n.op for n in g.nodes}
@@ -85,7 +60,7 @@ def test_tf1_frozen_cond_and_nested_while_match_tensorflow(tmp_path, control_flo
     assert branches == {True, False}          # the two inputs take the two branches of the final cond
 
 
-def test_tf1_reference_lines_up_every_iteration_and_mixed_precision_replays(tmp_path, control_flow_v1):
+def test_tf1_reference_lines_up_every_iteration_and_mixed_precision_replays(tmp_path):
     inputs, want = _frozen_model(tmp_path / "tf1.pb")
     g = load_graph(tmp_path / "tf1.pb")
     feeds = {"x": inputs[0]}
@@ -110,7 +85,7 @@ def test_tf1_reference_lines_up_every_iteration_and_mixed_precision_replays(tmp_
                and "/body/" in cmp.rows[i]["NPU Name"]) == len(body)
 
 
-def test_tf1_dead_output_is_an_error(tmp_path, control_flow_v1):
+def test_tf1_dead_output_is_an_error(tmp_path):
     g = tf.Graph()
     with g.as_default():
         x = tf1.placeholder(tf.float32, [3], name="x")
