@@ -294,7 +294,8 @@ class _Tally:
         return engine, dtype
 
     def summary(self, graph, tf_version: str, ops: int | None = None) -> dict:
-        return {"ops": len(graph.nodes) if ops is None else ops, "per_engine_dtype": self.counts, "nonfinite_ops": len(self.nonfinite),
+        return {"ops": len(graph.nodes) if ops is None else ops, "per_engine_dtype": self.counts,
+                "nonfinite_ops": len(self.nonfinite),
                 "first_nonfinite": self.nonfinite[0] if self.nonfinite else None,
                 "outputs": list(graph.outputs), "tensorflow": tf_version}
 
