@@ -26,8 +26,14 @@ TESTENV := NUMBA_NUM_THREADS=1
 test: $(STAMP)
 	$(TESTENV) $(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q -m "not zoo"
 
+# keras-hub for the zoo's BERT and GPT-2 backbones (not in `make test`: it brings ~260 MB of tensorflow-text)
+HUB_STAMP := $(VENV)/.installed-hub
+$(HUB_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,hub]'
+	touch $(HUB_STAMP)
+
 # every keras.applications model and the other zoo cases (long: the largest models take minutes each)
-test-zoo: $(STAMP)
+test-zoo: $(HUB_STAMP)
 	$(TESTENV) $(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q -m zoo
 
 # everything but the 2^32 sweeps and the big-model tests, for quick iteration

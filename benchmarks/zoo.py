@@ -1,7 +1,8 @@
 """python -m benchmarks.zoo [--only A,B] [--out docs/ZOO.md]: replay the model zoo and write its table.
 
-Every keras.applications constructor at its smallest input and the Keras LSTM/GRU classifiers, seeded
-random weights: the TensorFlow float32 reference, then a must_keep_origin_dtype replay (compared with
+Every keras.applications constructor at its smallest input, the Keras LSTM/GRU classifiers and the
+keras_hub BERT and GPT-2 backbones (tiny configs) and a frozen tf.compat.v1 graph with TF1 control flow,
+seeded random weights: the TensorFlow float32 reference, then a must_keep_origin_dtype replay (compared with
 the reference) and an allow_mix_precision replay. One row per model: graph ops, where the replayed
 ops ran (AI Core / AI CPU / host), the float32 agreement, the times. A model that fails gets its error.
 """
@@ -25,6 +26,9 @@ def cases() -> list[tuple[str, callable]]:
 
     out = [(name, lambda n=name: models.application(n, fresh=True)) for name in models.applications()]
     out += [(f"{layer} classifier", lambda k=layer: models.rnn_classifier(k, fresh=True)) for layer in ("LSTM", "GRU")]
+    # keras_hub backbones, tiny configs (needs keras-hub: pip install -e '.[hub]'; else the row says so)
+    out += [(f"keras_hub {name}", lambda n=name: models.hub_backbone(n, fresh=True)) for name in models.HUB_BACKBONES]
+    out.append(("TF1 frozen while_loop + cond", models.tf1_control_flow_graph))
     return out
 
 
@@ -36,7 +40,7 @@ def row(name: str, build) -> str:
     try:
         g = load_graph(build())
         spec = g.inputs[0].shape
-        size = "x".join(str(d) for d in spec[1:]) if spec else "-"
+        size = "x".join(str(d) for d in (spec[1:] if spec[0] is None else spec)) if spec else "-"  # batch dim unknown
         t0 = time.perf_counter()
         ref = reference(g, None, progress=False)
         t_tf = time.perf_counter() - t0
@@ -49,11 +53,12 @@ def row(name: str, build) -> str:
     except Exception as e:   # the table records the failure, with the op the error names
         return f"| {name} | {size} | | | | | | | | fails: {first_line(e).replace('|', '/')} |"
     engines = {k: sum(1 for r in res.records if r.engine == k) for k in ("AICORE", "AICPU", "HOST")}
-    out = g.outputs[0]
-    a = np.asarray(res.outputs[out], np.float64).ravel()
-    b = np.asarray(ref.outputs[out], np.float64).ravel()
-    one_minus_cos = 1 - float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-    rel = float(np.abs(a - b).max() / np.abs(b).max())
+    one_minus_cos = rel = 0.0
+    for out in g.outputs:      # the worst output (BERT has two)
+        a = np.asarray(res.outputs[out], np.float64).ravel()
+        b = np.asarray(ref.outputs[out], np.float64).ravel()
+        one_minus_cos = max(one_minus_cos, 1 - float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
+        rel = max(rel, float(np.abs(a - b).max() / np.abs(b).max()))
     return (f"| {name} | {size} | {len(g.nodes)} | {engines['AICORE']} / {engines['AICPU']} / {engines['HOST']} | "
             f"{one_minus_cos:.1e} | {rel:.1e} | {t_tf:.1f} | {t_fp32:.1f} | {t_mix:.1f} | "
             f"{'matches' if one_minus_cos <= 1 - COSINE and rel <= REL_MAX_ABS else 'DIFFERS'} |")

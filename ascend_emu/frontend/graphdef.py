@@ -4,23 +4,31 @@ Freezing turns variables into constants and lets Grappler inline function calls 
 flow stays functional); cleaning inlines the calls it left (``call/<node>``), drops
 control inputs and ``NoOp``, turns the frozen ``ReadVariableOp`` Identities into ``Const``,
 removes what does not feed an output, orders the nodes topologically (Kahn, ties in the
-frozen order) and fills attribute defaults. TF1 Switch/Merge control flow is refused.
+frozen order) and fills attribute defaults. In a graph with TF1 control flow (Switch/Merge/Enter/Exit/
+NextIteration) the control edges stay, since they carry deadness, and the loops' back edges are left out of
+the order.
 """
 from __future__ import annotations
 
 import heapq
+import re
 
 from ..errors import AscendEmuError
 from ..graph.core import split_tensor_name, tensor_name
+from ..graph.dataflow import DATAFLOW_OPS, NEXT_ITERATION
 from .tf import count_outputs, first_line, import_tf, lookup_op_def, node_attrs
 from .sources import _func_name
 
 
-#: TF1 dataflow control flow (Switch/Merge/Enter/Exit/NextIteration graphs); refused
-CONTROL_FLOW_OPS = frozenset({
-    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
-    "NextIteration", "RefNextIteration", "LoopCond", "ControlTrigger",
-})
+#: TF1 dataflow control flow (Switch/Merge/Enter/Exit/NextIteration graphs): the loader keeps it (with
+#: the control edges that carry deadness) for :mod:`ascend_emu.graph.dataflow`; stateful training
+#: steps refuse it
+CONTROL_FLOW_OPS = DATAFLOW_OPS | frozenset({"ControlTrigger"})
+#: TF1 control flow that nothing here runs
+UNSUPPORTED_CONTROL_FLOW = frozenset({"ControlTrigger"})
+#: a control input from one of these op types carries a branch's or a loop's deadness (the pivots
+#: tf.cond and tf.while_loop hang a branch's constants on): followed when pruning a TF1 graph
+_PIVOT_OPS = DATAFLOW_OPS | frozenset({"Identity"})
 
 
 #: function-call ops that must have been inlined by the freezing pass
@@ -61,9 +69,10 @@ def _sinks(gd) -> list[str]:
         for ref in nd.input:
             read.add(split_tensor_name(ref.lstrip("^"))[0])
     outs = []
+    in_loop = _in_loop(gd)
     for nd in gd.node:
-        if nd.name in read or nd.op in ("NoOp", "Const", "Placeholder", "Assert", "SaveV2",
-                                        "RestoreV2", "VarHandleOp", "VariableV2"):
+        if nd.name in read or nd.name in in_loop or nd.op in ("NoOp", "Const", "Placeholder", "Assert", "SaveV2",
+                                                                "RestoreV2", "VarHandleOp", "VariableV2"):
             continue
         op_def = lookup_op_def(nd.op, nd.name)
         n = count_outputs(op_def, node_attrs(nd, op_def))
@@ -81,6 +90,31 @@ def _control_flow_check(gd, what: str) -> None:
         raise AscendEmuError(f"{what} contains TF1 control flow ({listed}), which ascend-emu cannot replay; "
                              f"export it with functional control flow (a TF2 tf.function, or "
                              f"tf.compat.v1.enable_control_flow_v2() before building the graph)")
+
+
+def _in_loop(gd) -> set:
+    """Names of the nodes whose outputs live inside a TF1 loop frame (a loop's Exit is outside it)."""
+    if not any(nd.op in DATAFLOW_OPS for nd in gd.node):
+        return set()
+    nodes = {nd.name: nd for nd in gd.node}
+    srcs = {}
+    for nd in gd.node:
+        ins = [split_tensor_name(r.lstrip("^"))[0] for r in nd.input]
+        srcs[nd.name] = [i for i in ins if i in nodes
+                         and not (nd.op in ("Merge", "RefMerge") and nodes[i].op in NEXT_ITERATION)]
+    depth: dict = {}
+    for n in stable_topological_order(list(nodes), srcs, {n: i for i, n in enumerate(nodes)}):
+        d = max((depth[i] for i in srcs[n]), default=0)
+        op = nodes[n].op
+        depth[n] = d + 1 if op in ("Enter", "RefEnter") else max(d - 1, 0) if op in ("Exit", "RefExit") else d
+    return {n for n, d in depth.items() if d > 0}
+
+
+def _unsupported_control_flow_check(gd, what: str) -> None:
+    ops = sorted({nd.op for nd in gd.node if nd.op in UNSUPPORTED_CONTROL_FLOW})
+    if ops:
+        raise AscendEmuError(f"{what} contains {', '.join(ops)}, a TF1 control-flow op ascend-emu cannot replay; "
+                             f"export it with functional control flow (a TF2 tf.function)")
 
 
 def _called_function(nd, library: dict):
@@ -298,6 +332,10 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
         order[nd.name] = i
     # data inputs only (drop ^control edges); NoOps then have no data consumers
     data_in = {n: [r for r in nd.input if not r.startswith("^")] for n, nd in nodes.items()}
+    # TF1 control flow: control edges carry deadness into a branch's constants, so they stay
+    # (a NoOp's stand for the NoOp's own inputs)
+    tf1 = any(nd.op in DATAFLOW_OPS for nd in nodes.values())
+    ctrl_in = {n: [] for n in nodes}
     for ref in outputs:
         if split_tensor_name(ref)[0] not in nodes:
             raise AscendEmuError(f"output {ref!r} is not a node of the graph")
@@ -309,6 +347,14 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
             if split_tensor_name(r)[0] not in nodes:
                 raise AscendEmuError(f"node {n!r} reads {r!r}, which is not in the graph; "
                                      f"the GraphDef is incomplete")
+
+    if tf1:
+        for n, nd in nodes.items():
+            for r in nd.input:
+                if r.startswith("^") and r[1:] not in nodes:
+                    raise AscendEmuError(f"node {n!r} has a control input from {r[1:]!r}, which is not in the graph; "
+                                         f"the GraphDef is incomplete")
+        ctrl_in = {n: _control_sources(nodes, n) for n in nodes}
 
     # Identity(Const) -> Const of the same name (the frozen ReadVariableOp, and the
     # Identity chains function inlining leaves); repeat to collapse whole chains
@@ -335,10 +381,12 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
             continue
         keep.add(n)
         stack.extend(split_tensor_name(r)[0] for r in data_in[n])
-    keep.update(n for n, nd in nodes.items() if nd.op == "Placeholder")
+        stack.extend(c for c in ctrl_in[n] if nodes[c].op in _PIVOT_OPS)
+    keep.update(n for n, nd in nodes.items() if nd.op == "Placeholder" and not lowering_artifact(nd, data_in))
     keep = {n for n in keep if nodes[n].op != "NoOp"}
+    ctrl_in = {n: [c for c in ctrl_in[n] if c in keep] for n in keep}
 
-    _control_flow_check(tf.compat.v1.GraphDef(node=[nodes[n] for n in keep]), "the model")
+    _unsupported_control_flow_check(tf.compat.v1.GraphDef(node=[nodes[n] for n in keep]), "the model")
     calls = sorted({nodes[n].op for n in keep if nodes[n].op in CALL_OPS})
     if calls:
         raise AscendEmuError(f"function calls ({', '.join(calls)}) could not be inlined; "
@@ -348,7 +396,11 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
     # so the same model gives the same cleaned graph and fingerprint
     first = {n: k for k, n in enumerate(input_names)}
     order = {n: (0, first[n]) if n in first else (1, i) for n, i in order.items()}
-    topo = stable_topological_order(keep, {n: [split_tensor_name(r)[0] for r in data_in[n]] for n in keep}, order)
+    # a loop's back edges (NextIteration -> Merge) are left out of the order
+    sources = {n: [split_tensor_name(r)[0] for r in data_in[n]
+                   if not (nodes[n].op in ("Merge", "RefMerge")
+                           and nodes[split_tensor_name(r)[0]].op in NEXT_ITERATION)] + ctrl_in[n] for n in keep}
+    topo = stable_topological_order(keep, sources, order)
     if len(topo) != len(keep):
         stuck = sorted(set(keep) - set(topo))[:5]
         raise AscendEmuError(f"the graph has a cycle (through {', '.join(stuck)}); "
@@ -360,10 +412,34 @@ def _clean(gd, input_names: list[str], outputs: list[str]):
         nd = out.node.add()
         nd.CopyFrom(nodes[n])
         del nd.input[:]
-        nd.input.extend(data_in[n])
+        nd.input.extend(data_in[n] + ["^" + c for c in ctrl_in[n]])
     used_funcs = _referenced_functions(out)
     if used_funcs:
         out.library.CopyFrom(gd.library)
+    return out
+
+
+def lowering_artifact(nd, data_in: dict) -> bool:
+    """True for the unread ``unused_control_flow_input`` placeholders TensorFlow's lowering of
+    functional control flow leaves in a frozen graph: no input of the model."""
+    if nd.op != "Placeholder" or not re.fullmatch(r"unused_control_flow_input(_\d+)?", nd.name):
+        return False
+    return not any(split_tensor_name(r)[0] == nd.name for ins in data_in.values() for r in ins)
+
+
+def _control_sources(nodes: dict, n: str) -> list[str]:
+    """The control inputs of node ``n``, a NoOp's replaced by its own inputs (at any depth), each once."""
+    out, seen = [], set()
+    stack = [r[1:] for r in reversed(nodes[n].input) if r.startswith("^")]
+    while stack:
+        c = stack.pop()
+        if c in seen or c == n:
+            continue
+        seen.add(c)
+        if nodes[c].op == "NoOp":
+            stack.extend(split_tensor_name(r.lstrip("^"))[0] for r in reversed(nodes[c].input))
+        else:
+            out.append(c)
     return out
 
 

@@ -17,7 +17,10 @@ cleaned into a flat GraphDef:
 - every node's output dtypes and shapes recorded from TensorFlow's shape inference
   (``Node.output_dtypes``/``output_shapes``), which the device checks each op against;
 - the functions of functional control flow (While cond/body, If/Case branches) loaded
-  the same way as subgraphs, ``Graph.functions``; TF1 Switch/Merge control flow is refused.
+  the same way as subgraphs, ``Graph.functions``;
+- TF1 control flow (Switch/Merge/Enter/Exit/NextIteration, frozen from ``tf.compat.v1`` ``tf.cond`` and
+  ``tf.while_loop``) kept with its control edges (``Node.control_inputs``), which carry deadness, for
+  :mod:`ascend_emu.graph.dataflow`; the loops' back edges are left out of the topological order.
 
 Nothing else is rewritten: no constant folding, no fusion, so a Keras
 BatchNormalization stays the Mul/Add/Rsqrt pattern (or ``FusedBatchNormV3``)
@@ -39,7 +42,8 @@ from .tf import (_quiet_stderr, count_outputs, dtype_name, first_line, import_ke
                  lookup_op_def, node_attrs)
 from .sources import SUFFIXES, SUPPORTED, _source  # noqa: F401
 from .graphdef import (CALL_OPS, CONTROL_FLOW_OPS, _clean, _control_flow_check, _freeze,  # noqa: F401
-                       _function_graph_def, _inline_calls, _sinks, _wrap_graph_def)
+                       _function_graph_def, _inline_calls, _sinks, _unsupported_control_flow_check,
+                       _wrap_graph_def, lowering_artifact)
 
 #: functional control flow (TF2): interpreted, with the functions it calls as subgraphs
 FUNCTIONAL_CONTROL_FLOW = {"While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
@@ -133,8 +137,8 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
     ------
     AscendEmuError
         For a missing or unreadable file, a directory that is not a SavedModel,
-        an unknown signature, an unsupported object, or a graph with TF1
-        control flow (the message names the Switch/Merge/... ops and their counts).
+        an unknown signature, an unsupported object, or a graph with a
+        ``ControlTrigger`` (the one TF1 control-flow op not supported).
     """
     if isinstance(model, Graph):
         return model
@@ -144,11 +148,12 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
         gd, input_names, outputs, struct_names = _freeze(src.func)
     else:
         gd = src.graph_def
-        _control_flow_check(gd, f"GraphDef {src.name!r}")
+        _unsupported_control_flow_check(gd, f"GraphDef {src.name!r}")
         if any(nd.op in CALL_OPS for nd in gd.node):
             gd, input_names, outputs, _ = _freeze(_wrap_graph_def(gd))
         else:
-            input_names = [nd.name for nd in gd.node if nd.op == "Placeholder"]
+            data_in = {nd.name: [r for r in nd.input if not r.startswith("^")] for nd in gd.node}
+            input_names = [nd.name for nd in gd.node if nd.op == "Placeholder" and not lowering_artifact(nd, data_in)]
             outputs = _sinks(gd)
         if not outputs:
             raise AscendEmuError(f"GraphDef {src.name!r} has no output (every node is consumed "
@@ -201,7 +206,8 @@ def _nodes(gd) -> list[Node]:
         out_dtypes, out_shapes = sigs.get(nd.name, (None, None))
         # the NodeDef is kept for the AI CPU fallback; a Const always runs on the host from its
         # decoded value, and its NodeDef would hold a second copy of every weight (~100 MB on ResNet50)
-        nodes.append(Node(name=nd.name, op=nd.op, inputs=list(nd.input), attrs=attrs,
+        nodes.append(Node(name=nd.name, op=nd.op, inputs=[r for r in nd.input if not r.startswith("^")],
+                          attrs=attrs, control_inputs=[r[1:] for r in nd.input if r.startswith("^")],
                           num_outputs=count_outputs(op_def, attrs),
                           node_def=None if nd.op == "Const" else nd.SerializeToString(deterministic=True),
                           output_shapes=out_shapes, output_dtypes=out_dtypes))
@@ -229,6 +235,8 @@ def _functions(gd, nodes: list[Node]) -> dict:
                 specs = [InputSpec(n.name, n.attrs["dtype"], n.attrs.get("shape")) for n in fnodes
                          if n.op == "Placeholder"]
                 by_name = {s.name: s for s in specs}
-                out[fname] = Graph(nodes=fnodes, inputs=[by_name[a] for a in args], outputs=outs, name=fname)
+                # the GraphDef lets the reference run the function in TensorFlow, one call at a time
+                out[fname] = Graph(nodes=fnodes, inputs=[by_name[a] for a in args], outputs=outs, name=fname,
+                                   graph_def=fgd.SerializeToString(deterministic=True))
                 todo.extend(n for n in fnodes if n.op in FUNCTIONAL_CONTROL_FLOW)
     return out

@@ -19,7 +19,8 @@ from .tf import import_tf
 _CACHE: dict = {}
 
 MODELS = ("resnet50", "mobilenet_v2", "transformer_encoder", "demo_model",
-          "planted_overflow_model", "float32_overflow_model", "application", "rnn_classifier")
+          "planted_overflow_model", "float32_overflow_model", "application", "rnn_classifier", "hub_backbone",
+          "tf1_control_flow_graph")
 
 
 def _keras(seed: int):
@@ -129,6 +130,81 @@ def rnn_classifier(layer: str = "LSTM", steps: int = 20, features: int = 8, unit
         out = keras.layers.Dense(classes, activation="softmax")(getattr(keras.layers, layer)(units)(inp))
         return keras.Model(inp, out, name=f"{layer.lower()}_classifier")
     return _cached(("rnn", layer, steps, features, units, classes, seed), build, fresh)
+
+
+#: keras_hub backbones in the zoo, each built from a tiny config (never from a preset: nothing downloaded)
+HUB_BACKBONES = ("BertBackbone", "GPT2Backbone")
+#: the tiny config: 2 layers, 2 heads, hidden 16, feed-forward 32, vocabulary 100, positions 16
+HUB_CONFIG = {"vocabulary_size": 100, "num_layers": 2, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32,
+              "max_sequence_length": 16}
+
+
+def hub_backbone(name: str, seq_len: int = 8, seed: int = 0, *, fresh: bool = False):
+    """keras_hub backbone ``name`` (:data:`HUB_BACKBONES`) with :data:`HUB_CONFIG` and seeded random weights.
+
+    Wrapped so that its one input is ``token_ids`` of shape (batch, ``seq_len``), int32 (the default
+    random inputs, integers 0..9, are valid token ids); the padding mask is all ones and the segment
+    ids (BERT) zeros. Outputs: the backbone's (BERT: ``pooled_output`` and ``sequence_output``; GPT-2
+    the sequence output). Needs keras-hub (``pip install -e '.[hub]'``).
+    """
+    from ..errors import AscendEmuError
+
+    if name not in HUB_BACKBONES:
+        raise AscendEmuError(f"unknown keras_hub backbone {name!r}; the zoo has {', '.join(HUB_BACKBONES)}")
+
+    def build():
+        keras = _keras(seed)
+        try:
+            import keras_hub
+        except ImportError:
+            raise AscendEmuError("keras_hub is not installed; install it with pip install -e '.[hub]'") from None
+        backbone = getattr(keras_hub.models, name)(**HUB_CONFIG)
+        tok = keras.Input((seq_len,), dtype="int32", name="token_ids")
+        args = {"token_ids": tok, "padding_mask": keras.ops.ones_like(tok)}
+        if "segment_ids" in [t.name for t in backbone.inputs]:
+            args["segment_ids"] = keras.ops.zeros_like(tok)
+        return keras.Model(tok, backbone(args), name=name.lower())
+    return _cached(("hub", name, seq_len, seed), build, fresh)
+
+
+def tf1_control_flow_graph(seed: int = 0):
+    """A ``tf.compat.v1`` model with TF1 control flow, frozen with its session: a GraphDef.
+
+    ``x`` (2, 3) float32 -> ``tf.while_loop`` of 3 steps, each running an inner ``tf.while_loop`` of 2
+    steps, a MatMul with a variable, Relu and a ``tf.cond`` on the step's maximum; then a ``tf.cond`` on
+    the sign of ``sum(x)`` (a MatMul with a second variable, or a constant) -> ``out`` (2, 2). Built with
+    control flow v1 (Switch/Merge/Enter/Exit/NextIteration; the process-wide switch is restored), the
+    variables seeded, frozen by ``tf.compat.v1.graph_util.convert_variables_to_constants``.
+    """
+    from tensorflow.python.ops import control_flow_util
+
+    tf = import_tf()
+    tf1 = tf.compat.v1
+    rng = np.random.default_rng(seed)
+    old = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf1.placeholder(tf.float32, [2, 3], name="x")
+            w = tf1.get_variable("w", initializer=rng.normal(0, 0.7, (3, 2)).astype(np.float32))
+            v = tf1.get_variable("v", initializer=rng.normal(0, 0.5, (3, 3)).astype(np.float32))
+
+            def body(i, h):
+                inner = tf1.while_loop(lambda j, a: j < 2, lambda j, a: (j + 1, a * 1.5 - 0.25),
+                                       [tf.constant(0), h])[1]
+                h = tf.nn.relu(tf.matmul(inner, v) + 0.1)
+                h = tf1.cond(tf.reduce_max(h) > 1.0, lambda: h * 0.5, lambda: h + tf.constant(0.2))
+                return i + 1, h
+
+            _, y = tf1.while_loop(lambda i, h: i < 3, body, [tf.constant(0), x])
+            z = tf1.cond(tf.reduce_sum(x) > 0, lambda: tf.matmul(y, w), lambda: tf.constant(7.0, shape=[2, 2]))
+            tf.identity(z, name="out")
+            with tf1.Session() as sess:
+                sess.run(tf1.global_variables_initializer())
+                return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["out"])
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
 
 
 def transformer_encoder(seq_len: int = 16, d_model: int = 64, num_heads: int = 4, ff_dim: int = 128,

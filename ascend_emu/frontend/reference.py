@@ -196,24 +196,17 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
-    if stats_only and dump_dir is not None:
+    if stats_only and dump_dir is not None and not _has_loops(graph):
+        # (loops and branches run call by call, which streaming by segments cannot do: their
+        # statistics are written from the full run)
         return _reference_streaming(graph, feeds, dump_dir, overwrite=overwrite, select=select, progress=progress)
     t0 = time.perf_counter()
-    # a TF variant (a loop's TensorList) cannot be fetched: it is recorded without a tensor
-    variant = {t for node in graph.nodes for i, t in enumerate(node.outputs())
-               if node.output_dtypes is not None and node.output_dtypes[i] in ("variant", "resource")}
-    fetches = [t for node in graph.nodes for t in node.outputs() if t not in variant]
-    values = run_graph(graph, feeds, fetches)
-    tensors = {t: np.asarray(v) for t, v in zip(fetches, values)}
-    tensors.update((t, np.empty((), dtype=object)) for t in variant)
+    tensors, ran = _run_all(graph, feeds)
     seconds_run = time.perf_counter() - t0
 
     tally = _Tally()
-    records = []
-    for node in graph.nodes:
-        outs = [tensors[t] for t in node.outputs()]
-        records.append((node, *tally.add(node, outs), outs))
-    summary = tally.summary(graph, import_tf().__version__)
+    records = [(node, *tally.add(node, outs), outs) for node, outs in ran]
+    summary = tally.summary(graph, import_tf().__version__, ops=len(records))
 
     if dump_dir is not None:
         _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite,
@@ -222,6 +215,31 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
     return ReferenceResult(graph, feeds, outputs, tensors,
                            dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
+
+
+def _has_loops(graph: Graph) -> bool:
+    from ..graph.control_flow import CONTROL_FLOW
+    from ..graph.dataflow import has_dataflow_control_flow
+    return has_dataflow_control_flow(graph.nodes) or any(n.op in CONTROL_FLOW for n in graph.nodes)
+
+
+def _run_all(graph: Graph, feeds: dict) -> tuple[dict, list]:
+    """Every tensor of the run by name, and ``(node, outputs)`` per op in execution order, loops and
+    branches included: each iteration's ops under the names the emulated device gives them (:mod:`.loops`)."""
+    from ..graph.dataflow import has_dataflow_control_flow
+    from .loops import expand_control_flow, run_tf1_graph, variant_placeholder
+
+    if has_dataflow_control_flow(graph.nodes):
+        return run_tf1_graph(graph, feeds)
+    # a TF variant (a loop's TensorList) cannot be fetched: it is recorded without a tensor
+    variant = {t for node in graph.nodes for i, t in enumerate(node.outputs())
+               if node.output_dtypes is not None and node.output_dtypes[i] in ("variant", "resource")}
+    fetches = [t for node in graph.nodes for t in node.outputs() if t not in variant]
+    values = run_graph(graph, feeds, fetches)
+    tensors = {t: np.asarray(v) for t, v in zip(fetches, values)}
+    tensors.update((t, variant_placeholder()) for t in variant)
+    ran = [(node, [tensors[t] for t in node.outputs()]) for node in graph.nodes]
+    return tensors, expand_control_flow(graph, tensors, feeds, ran)
 
 
 def _reference_streaming(graph, feeds, dump_dir, *, overwrite, select, progress) -> ReferenceResult:
@@ -275,8 +293,9 @@ class _Tally:
             self.nonfinite.append(node.name)
         return engine, dtype
 
-    def summary(self, graph, tf_version: str) -> dict:
-        return {"ops": len(graph.nodes), "per_engine_dtype": self.counts, "nonfinite_ops": len(self.nonfinite),
+    def summary(self, graph, tf_version: str, ops: int | None = None) -> dict:
+        return {"ops": len(graph.nodes) if ops is None else ops, "per_engine_dtype": self.counts,
+                "nonfinite_ops": len(self.nonfinite),
                 "first_nonfinite": self.nonfinite[0] if self.nonfinite else None,
                 "outputs": list(graph.outputs), "tensorflow": tf_version}
 

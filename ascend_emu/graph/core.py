@@ -51,6 +51,9 @@ class Node:
     #: an unknown rank) and output dtypes (numpy names, or TF names such as "variant"); None if not known
     output_shapes: list | None = None
     output_dtypes: list | None = None
+    #: names of the nodes this one has control inputs from: kept only in graphs with TF1 control flow,
+    #: where they carry deadness (a cond branch's constants depend on its pivot); empty elsewhere
+    control_inputs: list[str] = field(default_factory=list)
 
     def outputs(self) -> list[str]:
         return [f"{self.name}:{i}" for i in range(self.num_outputs)]
@@ -84,13 +87,15 @@ class Graph:
     #: Graph whose inputs are the function's arguments (Placeholder nodes) and outputs its results
     functions: dict = field(default_factory=dict)
 
-    def scoped(self, scope: str) -> list[Node]:
+    def scoped(self, scope: str, names_from: "Graph | None" = None) -> list[Node]:
         """The nodes, renamed ``scope/<name>`` (inputs too): one execution of a function body.
 
         The directory all the body's ops share (a loop's own name scope, which TensorFlow repeats
         inside its body) is dropped, so ``lstm/while`` iteration 3 reads ``lstm/while/body/3/cell/MatMul``.
+        ``names_from`` (the body before fusion) decides that directory, so a fused body's ops keep
+        the names the unfused body's ops have (the TensorFlow reference's).
         """
-        dirs = [n.name.split("/")[:-1] for n in self.nodes if n.op != "Placeholder"]
+        dirs = [n.name.split("/")[:-1] for n in (names_from or self).nodes if n.op != "Placeholder"]
         k = 0
         while dirs and k < min(len(d) for d in dirs) and len({d[k] for d in dirs}) == 1:
             k += 1

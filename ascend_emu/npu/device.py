@@ -21,6 +21,7 @@ from ..ops.multicore import MULTICORE_OPS
 from ..analysis.dump import dump_bytes, fmt_bytes
 from ..errors import UnsupportedOpError
 from ..graph.core import Graph, tensor_name
+from ..graph.dataflow import check_live, has_dataflow_control_flow, run_dataflow, sibling_name
 from ..graph.interpreter import interpret, last_uses
 from ..ops import OPS, OpContext
 from .fusion import FusionConfig, apply_fusion
@@ -208,18 +209,37 @@ class Device:
 
             bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
         release = None if keep_tensors else last_uses(nodes, keep=graph.outputs)
+        tf1 = has_dataflow_control_flow(nodes)
         try:
             if writer is not None:
                 writer.__enter__()
-                for f in fused.fused_away:
-                    writer.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
+                if not tf1:    # (with TF1 control flow, recorded as each execution of the fused op runs)
+                    for f in fused.fused_away:
+                        writer.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
 
             def on_node(node, args, outs):
                 if bar is not None:
                     bar.update(1)
 
-            # the casts of a tensor die with it (bounded memory on large models)
-            env = interpret(nodes, {}, run.eval_node, on_node=on_node, release=release, on_release=run.forget)
+            if tf1:
+                # TF1 control flow: dead branches, loop frames; every op of every iteration under its own name
+                swallowed: dict = {}
+                for f in fused.fused_away:
+                    swallowed.setdefault(f["into"], []).append(f)
+
+                def on_executed(node, args, outs):
+                    on_node(node, args, outs)
+                    orig = node.meta.get("executes", node.name)
+                    if writer is not None:
+                        # a fusion inside a loop swallows the op in every iteration, under that iteration's name
+                        for f in swallowed.get(orig, ()):
+                            writer.add_fused(sibling_name(node.name, orig, f["name"]), f["tf_type"], f["rule"],
+                                             node.name)
+                env = run_dataflow(nodes, {}, run.eval_node, on_control=run.record_control, on_node=on_executed)
+                check_live(env, graph.outputs)
+            else:
+                # the casts of a tensor die with it (bounded memory on large models)
+                env = interpret(nodes, {}, run.eval_node, on_node=on_node, release=release, on_release=run.forget)
             summary = run.summary(time.perf_counter() - t0, fused)
             if writer is not None:
                 # wall time and dump size are not part of the dump: same inputs and config, same bytes

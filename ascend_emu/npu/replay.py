@@ -59,7 +59,7 @@ class _Run:
         self.casts: dict = {}               # (tensor, dtype) -> cast output
         self.cast_outputs: dict = {}        # inserted Cast op's tensor name -> output
         self.scoped_outputs: dict = {}      # tensors of control-flow bodies, by scoped name
-        self.functions: dict = {}           # function name -> its fused Graph
+        self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
         self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
 
@@ -218,19 +218,33 @@ class _Run:
                                          f"recorded under {node.name}/..."}), outs, node.attrs)
         return outs
 
+    def record_control(self, node: Node, outs) -> None:
+        """A TF1 routing op that ran (a cond's Merge, a loop's Exit or LoopCond): it only forwards a tensor."""
+        dt = outs[0].dtype.name if hasattr(outs[0], "dtype") else ""
+        self._record(OpRecord(node.name, node.op, ascend_type(node.op), "HOST", dt,
+                              [tensor_name(r) for r in node.inputs],
+                              precision={"list": None, "reason": "TF1 control flow: forwards a tensor"}),
+                     outs, node.attrs)
+
     def _call(self, fname: str, args: tuple, scope: str) -> tuple:
         """Run function ``fname`` of the graph on ``args``, its nodes named ``scope/<node>``."""
-        fg = self.functions.get(fname)
-        if fg is None:
-            sub = self.graph.functions.get(fname)
-            if sub is None:
-                raise AscendEmuError(f"the graph has no function {fname!r}; load the model with load_graph")
+        sub = self.graph.functions.get(fname)
+        if sub is None:
+            raise AscendEmuError(f"the graph has no function {fname!r}; load the model with load_graph")
+        if fname not in self.functions:
             # the graph engine compiles a body like any graph: the same fusion passes apply
             fused = apply_fusion(sub, self.dev.fusion, self.dev.precision.lists)
-            fg = self.functions[fname] = Graph(nodes=fused.nodes, inputs=sub.inputs, outputs=sub.outputs,
-                                               name=sub.name, functions=self.graph.functions)
-        nodes = fg.scoped(scope)
+            self.functions[fname] = (Graph(nodes=fused.nodes, inputs=sub.inputs, outputs=sub.outputs,
+                                           name=sub.name, functions=self.graph.functions), fused.fused_away)
+        fg, fused_away = self.functions[fname]
+        # names from the unfused body: a fused op has the name the reference gives the op it ends
+        nodes = fg.scoped(scope, names_from=sub)
         names = dict(zip((n.name for n in fg.nodes), (n.name for n in nodes)))
+        if self.writer is not None and fused_away:
+            # the ops a fusion swallowed in this execution of the body, under this execution's names
+            full = dict(zip((n.name for n in sub.nodes), (n.name for n in sub.scoped(scope))))
+            for f in fused_away:
+                self.writer.add_fused(full[f["name"]], f["tf_type"], f["rule"], full.get(f["into"], f["into"]))
         env = {f"{names[spec.name]}:0": a for spec, a in zip(fg.inputs, args)}
         interpret([n for n in nodes if n.op != "Placeholder"], env, self.eval_node)
         if self.keep:

@@ -12,7 +12,7 @@ from ascend_emu.frontend import models
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.graph import Graph, split_tensor_name
 from ascend_emu.frontend.inputs import inputs_sha256, make_inputs
-from ascend_emu.frontend.loader import CONTROL_FLOW_OPS, import_tf, load_graph
+from ascend_emu.frontend.loader import import_tf, load_graph
 
 tf = import_tf()
 
@@ -134,8 +134,11 @@ def test_identity_chains_of_constants_collapse_and_calls_inline(tmp_path):
         np.testing.assert_array_equal(got["z"], np.cumsum(x, axis=1))
 
 
-def test_functional_control_flow_loads_lowered_is_refused_with_op_counts(tmp_path):
+def test_functional_control_flow_loads_and_lowered_runs_as_tf1(tmp_path):
+    """Functional While/If load with their functions; the same function frozen with its control flow
+    lowered to TF1 Switch/Merge/Enter/Exit/NextIteration loads with its control edges and runs."""
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    from ascend_emu import Device
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
     def loop(x):
@@ -149,18 +152,29 @@ def test_functional_control_flow_loads_lowered_is_refused_with_op_counts(tmp_pat
         assert f.inputs and f.outputs and all(n.op != "PartitionedCall" for n in f.nodes)
     gd = convert_variables_to_constants_v2(loop.get_concrete_function(),
                                            lower_control_flow=True).graph.as_graph_def()
+    assert {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"} <= {nd.op for nd in gd.node}
     tf.io.write_graph(gd, str(tmp_path), "cf.pbtxt", as_text=True)
+    lowered = load_graph(str(tmp_path / "cf.pbtxt"))
+    assert any(n.control_inputs for n in lowered.nodes)          # the control edges that carry deadness
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 5.0
+    res = Device("must_keep_origin_dtype").replay(lowered, {lowered.inputs[0].name: x}, progress=False)
+    want = loop(x).numpy()
+    outs = [np.asarray(v) for v in res.outputs.values() if np.shape(v) == (2, 4)]
+    assert outs and all(np.array_equal(o, want) for o in outs)
+    assert any("/body/2/" in r.name for r in res.records) and not any("/body/3/" in r.name for r in res.records)
+
+
+def test_control_trigger_is_refused(tmp_path):
+    gd = tf.compat.v1.GraphDef()
+    x = gd.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = tf.float32.as_datatype_enum
+    gd.node.add(name="t", op="ControlTrigger", input=["^x"])
+    y = gd.node.add(name="y", op="Neg", input=["x", "^t"])
+    y.attr["T"].type = tf.float32.as_datatype_enum
+    tf.io.write_graph(gd, str(tmp_path), "ct.pbtxt", as_text=True)
     with pytest.raises(AscendEmuError) as e:
-        load_graph(str(tmp_path / "cf.pbtxt"))
-    msg = str(e.value)
-    assert "TF1 control flow" in msg and "functional control flow" in msg and "\n" not in msg
-    counts = {}
-    for nd in gd.node:
-        if nd.op in CONTROL_FLOW_OPS:
-            counts[nd.op] = counts.get(nd.op, 0) + 1
-    assert counts
-    for op, k in counts.items():
-        assert f"{op} x{k}" in msg
+        load_graph(str(tmp_path / "ct.pbtxt"))
+    assert "ControlTrigger" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_input_shapes_fix_unknown_dims(multi):

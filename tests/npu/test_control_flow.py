@@ -1,8 +1,8 @@
 """Functional control flow (While, If, Case) replayed with its bodies as subgraphs: every op of every
 iteration runs on the emulated units and is recorded under ``<while>/body/<k>/...``.
 
-TensorFlow's reference runs a loop as one op, so it has no per-iteration tensors: the comparison covers
-the ops outside loops and the loops' outputs (README, NUMERICS.md section on control flow).
+TensorFlow's reference runs each cond, body and branch call in TensorFlow under the same names
+(ascend_emu.frontend.loops), so the comparison lines every iteration's ops up with the emulated ones.
 """
 import numpy as np
 import pytest
@@ -65,7 +65,8 @@ def test_while_cond_case_map_fn_nested_match_tensorflow(tmp_path):
     assert any("/then/" in n for n in names) != any("/else/" in n for n in names)   # one branch ran
     assert any("/branch_" in n for n in names)
     assert any("/body/1/" in n and n.count("/body/") == 2 for n in names)            # the inner loop's iterations
-    # the dumps compare: ops outside loops and the loop outputs line up, variants are not compared
+    # the dumps compare: ops outside loops, the loop outputs and every iteration's ops (nested loops and
+    # branches included) line up; variants are not compared
     ref = reference(g, ref.inputs, dump_dir=tmp_path / "bench", progress=False)
     Device("must_keep_origin_dtype").replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
     cmp = compare(tmp_path / "npu", tmp_path / "bench")
@@ -74,6 +75,11 @@ def test_while_cond_case_map_fn_nested_match_tensorflow(tmp_path):
         assert rows[t]["Result"] == "pass", t
     assert rows[f"{loop}:1"]["Result"] == "pass"
     assert any(r["Result"] == "N/A" and "variant" in (r["Err_message"] or "") for r in cmp.rows)
+    kinds = [cmp.info(i)["kind"] for i in range(len(cmp.rows))]
+    assert not {"npu only", "bench only"} & set(kinds)
+    for part in (f"{loop}/body/2/", f"{loop}/cond/3/", "/then/", "/branch_", "/body/1/while/body/1/"):
+        hit = [r for r, k in zip(cmp.rows, kinds) if k == "matched" and part in r["NPU Name"]]
+        assert hit and all(r["Result"] == "pass" for r in hit), part
 
 
 @pytest.mark.parametrize("layer", ["LSTM", "GRU"])
@@ -92,6 +98,28 @@ def test_keras_rnn_classifier_float32_matches_tensorflow(layer):
     assert len(mm) >= 2 * 20 and all(r.compute_dtype == "float16" for r in mm)
     out = np.asarray(mix.outputs[g.outputs[0]], np.float64)
     assert np.abs(out - ref.outputs[g.outputs[0]]).max() < 1e-2      # fp16 cells: close, not equal
+
+
+def test_reference_dumps_every_step_of_a_keras_lstm(tmp_path):
+    """The float32 reference runs the LSTM's body once per step in TensorFlow: each of the 20 steps' ops
+    are rows of the comparison, matched with the emulated ones and passing."""
+    g = load_graph(models.rnn_classifier("LSTM"))
+    loop = next(n.name for n in g.nodes if n.op in ("While", "StatelessWhile"))
+    ref = reference(g, None, dump_dir=tmp_path / "bench", progress=False)
+    assert any(t.startswith(f"{loop}/body/19/") for t in ref.tensors)
+    Device("must_keep_origin_dtype").replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
+    cmp = compare(tmp_path / "npu", tmp_path / "bench")
+    kinds = [cmp.info(i)["kind"] for i in range(len(cmp.rows))]
+    assert not {"npu only", "bench only"} & set(kinds)
+    steps: dict = {}
+    for r, k in zip(cmp.rows, kinds):
+        if k == "matched" and r["NPU Name"].startswith(loop + "/body/"):
+            steps.setdefault(r["NPU Name"].split("/body/")[1].split("/")[0], []).append(r["Result"])
+    assert sorted(steps, key=int) == [str(k) for k in range(20)]
+    assert all(len(v) == len(steps["0"]) >= 10 and set(v) == {"pass"} for v in steps.values())
+    # every fused-away op of every step is accounted for, under that step's name
+    assert sum(k == "fused" and f"{loop}/body/7/" in (cmp.info(i)["bench_op"] or "")
+               for i, k in enumerate(kinds)) >= 1
 
 
 def test_text_model_embedding_conv1d_bidirectional_lstm():
