@@ -243,15 +243,16 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         raise AscendEmuError("device must be an ascend_emu.Device")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")   # before the slow part: a bad directory fails at once
-    graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
-    if isinstance(inputs, (list, tuple)) and not inputs:
-        inputs = None   # the CLI's empty --input list: seeded random inputs
-    feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
 
     def dump_dir(name):
         return None if keep_dumps is None else os.path.join(os.fspath(keep_dumps), name)
 
+    # the cluster first: an unreachable scheduler fails before the model is even loaded
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fusion-bisect") as sweep:
+        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            inputs = None   # the CLI's empty --input list: seeded random inputs
+        feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
         ref = reference(graph, feeds, dump_dir=dump_dir("reference"), overwrite=True, progress=False)
         bench = _flat(ref.outputs[t] for t in graph.outputs)
         # a model given by path is loaded by each worker from the path; otherwise the graph is shipped

@@ -370,17 +370,18 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
         from ..fileio import check_writable
 
         check_writable(output, "--output")
-    graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
-    if isinstance(inputs, (list, tuple)) and not inputs:
-        inputs = None
-    feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
 
     def device_with(black) -> Device:
         d = _copy_device(device)
         d.precision = PrecisionPolicy(mode, merge_mixlist(base, black))
         return d
 
+    # the cluster first: an unreachable scheduler fails before the model is even loaded
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="mixlist-search") as sweep:
+        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            inputs = None
+        feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
         ref = reference(graph, feeds, progress=False)
         bench = flat_outputs(ref.outputs[t] for t in graph.outputs)
         tensors = {k: v for k, v in ref.tensors.items() if np.asarray(v).dtype.kind == "f"}

@@ -36,6 +36,8 @@ from ..errors import AscendEmuError
 
 #: retries of a failed task before it is reported
 RETRIES = 1
+#: how long to wait for the scheduler of ``tcp://...`` to answer
+CONNECT_TIMEOUT = "10s"
 
 
 def dask_available() -> bool:
@@ -266,6 +268,11 @@ class Sweep:
 
     # -- lifetime ---------------------------------------------------------------------------------------
     def __enter__(self):
+        try:
+            self._connect()    # an unreachable scheduler fails here, before any slow work
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -289,7 +296,7 @@ class Sweep:
             self.client = Client(self.cluster)
         else:
             try:
-                self.client = Client(self.scheduler, timeout="10s")
+                self.client = Client(self.scheduler, timeout=CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as e:
                 raise AscendEmuError(f"cannot reach the Dask scheduler at {self.scheduler} ({e}); start one with "
                                      "`dask scheduler` and workers with `dask worker ADDRESS`, or use --scheduler "
