@@ -268,12 +268,13 @@ class Sweep:
 
     # -- lifetime ---------------------------------------------------------------------------------------
     def __enter__(self):
-        try:
-            self._connect()    # an unreachable scheduler fails here, before any slow work
-        except BaseException:
-            self.close()
-            raise
-        return self
+        if self.scheduler not in ("none", "local"):
+            try:
+                self._connect()    # an unreachable scheduler fails here, before any slow work
+            except BaseException:
+                self.close()
+                raise
+        return self   # a LocalCluster starts with the first batch, once the model and inputs are known good
 
     def __exit__(self, exc_type, exc, tb):
         self.close()

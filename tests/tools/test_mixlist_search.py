@@ -208,7 +208,7 @@ def test_failed_task_is_retried_once_then_reported(planted, cluster, tmp_path, w
 
     assert load_dump(tmp_path / "flaky").summary["ops"] > 0
     assert sorted(os.listdir(tmp_path)) == ["flaky", "m1", "m2"]
-    with pytest.raises(AscendEmuError, match="1 replay.*broken: planted failure"):
+    with pytest.raises(AscendEmuError, match=r"1 replay\(s\) of the sweep failed after 2 attempts: broken: RuntimeError: planted failure"):
         raise_failures([flaky, broken, plain])
 
 
@@ -217,8 +217,13 @@ def _interrupt(res, ctx):
 
 
 def test_ctrl_c_leaves_no_half_written_dump(planted, tmp_path):
+    """Ctrl-C during a task (here: in its analysis, after the dump is written to its staging directory)."""
+    from ascend_emu.frontend.reference import reference
+    from ascend_emu.tools.sweep import flat_outputs
+
     g = planted["graph"]
-    ctx = SweepContext(g, g.fingerprint, planted["inputs"], np.zeros(0))
+    ref = reference(g, planted["inputs"], progress=False)
+    ctx = SweepContext(g, g.fingerprint, planted["inputs"], flat_outputs(ref.outputs[t] for t in g.outputs))
     with pytest.raises(KeyboardInterrupt):
         with Sweep("none", progress=False) as sw:
             sw.run(ctx, [ReplayTask("a", Device("allow_mix_precision"), dump=str(tmp_path / "a"), analyze=_interrupt)])
@@ -256,3 +261,24 @@ def test_api_refusals(planted):
     with pytest.raises(AscendEmuError, match="allow_mix_precision"):
         mixlist_search(planted["graph"], device=Device("force_fp16"))
     assert "keep_dtype" in BY_NAME_REFUSAL
+
+
+def test_cli_on_a_local_cluster(serial_result, planted, tmp_path, capsys):
+    """The command line with --scheduler local (its own LocalCluster of 2 processes): the serial result."""
+    from ascend_emu.cli import main
+
+    pytest.importorskip("distributed")
+    serial, _ = serial_result
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(BASE))
+    out, rep = tmp_path / "ops_info.json", tmp_path / "search.json"
+    rc = main(["-q", "mixlist-search", planted["pb"], "--input", f"x={planted['x']}", "--modify-mixlist", str(base),
+               "--target", TARGET, "--output", str(out), "--json", str(rep), "--scheduler", "local", "--workers", "2"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "black-list: Exp, ReduceSumD, Square" in text and f"wrote {out}" in text
+    got = json.loads(rep.read_text())
+    assert got.pop("scheduler") == "local"
+    want = json.loads(json.dumps(serial.to_json()))
+    want.pop("scheduler")
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+    assert json.loads(out.read_text()) == {"black-list": {"to-add": PLANTED}}
