@@ -292,7 +292,8 @@ class Sweep:
         if self.scheduler == "local":
             n = self.n_workers or default_workers()
             # one thread per worker, and one Numba thread: n processes already fill n cores
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                        silence_logs=logging.ERROR,
                                         env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
             self.client = Client(self.cluster)
         else:

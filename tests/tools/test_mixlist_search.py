@@ -83,8 +83,8 @@ def cluster():
 
     # the workers cannot import this test module: its helpers travel by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                 env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                 silence_logs=40, env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
     try:
         yield c.scheduler_address
     finally:
@@ -148,17 +148,28 @@ def test_cli_replay_accepts_the_written_file(serial_result, planted, capsys):
     assert rc == 0 and "overflowing ops: 0" in capsys.readouterr().out
 
 
-def test_same_result_on_a_cluster_by_address(serial_result, planted, cluster):
+def test_cli_on_a_cluster_by_address(serial_result, planted, cluster, tmp_path, capsys):
+    """The command line, run on the module's cluster by its address (as a remote cluster): the serial result."""
+    from ascend_emu.cli import main
+
     serial, _ = serial_result
-    dev = Device("allow_mix_precision", modify_mixlist=BASE)
-    res = mixlist_search(planted["pb"], planted["inputs"], target=TARGET, device=dev, scheduler=cluster,
-                         progress=False)
-    a, b = serial.to_json(), res.to_json()
-    assert a.pop("scheduler") == "none" and b.pop("scheduler") == cluster
-    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)     # nan-safe: every number equal
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(BASE))
+    out, rep = tmp_path / "ops_info.json", tmp_path / "search.json"
+    rc = main(["-q", "mixlist-search", planted["pb"], "--input", f"x={planted['x']}", "--modify-mixlist", str(base),
+               "--target", TARGET, "--output", str(out), "--json", str(rep), "--scheduler", cluster])
+    text = capsys.readouterr().out
+    assert rc == 0 and "black-list: Exp, ReduceSumD, Square" in text and f"wrote {out}" in text
+    got = json.loads(rep.read_text())
+    assert got.pop("scheduler") == cluster
+    want = json.loads(json.dumps(serial.to_json()))
+    want.pop("scheduler")
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)   # nan-safe: every number equal
+    assert json.loads(out.read_text()) == {"black-list": {"to-add": PLANTED}}
 
 
-def test_fusion_bisect_same_result_serial_and_cluster(cluster):
+def test_fusion_bisect_same_result_serial_local_and_address(cluster):
+    """fusion-bisect in this process, on its own LocalCluster (scheduler local) and on a cluster by address."""
     from ascend_emu.frontend.loader import load_graph
     from ascend_emu.tools.bisect import fusion_bisect
     from tools.test_bisect import planted_model as bisect_model
@@ -166,10 +177,10 @@ def test_fusion_bisect_same_result_serial_and_cluster(cluster):
     g = load_graph(bisect_model())
     x = (np.random.default_rng(1).standard_normal((2, 8, 8, 4)) * 1e-3).astype(np.float32)
     runs = [fusion_bisect(g, {"image": x}, device=Device("force_fp16", soc="Ascend910B"), scheduler=s,
-                          progress=False) for s in ("none", cluster)]
+                          progress=False, n_workers=2) for s in ("none", "local", cluster)]
     assert runs[0].culprits == ["ConvBatchnormFusionPass"] and len(runs[0].trials) >= 3
     same = [json.dumps(dataclasses.asdict(r), sort_keys=True) for r in runs]   # nan-safe
-    assert same[0] == same[1]
+    assert same[0] == same[1] == same[2]
 
 
 class Flaky:
@@ -262,23 +273,3 @@ def test_api_refusals(planted):
         mixlist_search(planted["graph"], device=Device("force_fp16"))
     assert "keep_dtype" in BY_NAME_REFUSAL
 
-
-def test_cli_on_a_local_cluster(serial_result, planted, tmp_path, capsys):
-    """The command line with --scheduler local (its own LocalCluster of 2 processes): the serial result."""
-    from ascend_emu.cli import main
-
-    pytest.importorskip("distributed")
-    serial, _ = serial_result
-    base = tmp_path / "base.json"
-    base.write_text(json.dumps(BASE))
-    out, rep = tmp_path / "ops_info.json", tmp_path / "search.json"
-    rc = main(["-q", "mixlist-search", planted["pb"], "--input", f"x={planted['x']}", "--modify-mixlist", str(base),
-               "--target", TARGET, "--output", str(out), "--json", str(rep), "--scheduler", "local", "--workers", "2"])
-    text = capsys.readouterr().out
-    assert rc == 0 and "black-list: Exp, ReduceSumD, Square" in text and f"wrote {out}" in text
-    got = json.loads(rep.read_text())
-    assert got.pop("scheduler") == "local"
-    want = json.loads(json.dumps(serial.to_json()))
-    want.pop("scheduler")
-    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
-    assert json.loads(out.read_text()) == {"black-list": {"to-add": PLANTED}}
