@@ -20,33 +20,13 @@ import numpy as np
 from ..errors import AscendEmuError
 from ..fileio import make_output_dir
 from ..npu.fusion import GRAPH, RULES, UB
+from .sweep import flat_outputs
 
 METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
 #: default thresholds: cosine may drop by this much; an error may grow by this fraction
 DEFAULT_THRESHOLDS = {"cosine": 1e-3, "max_rel_err": 0.5, "max_abs_err": 0.5, "rmse": 0.5}
-#: each metric's column in the comparison (:data:`ascend_emu.analysis.metrics.METRIC_COLUMNS`)
-METRIC_COLUMN = {"cosine": "Cosine", "max_rel_err": "MaxRelativeErr", "max_abs_err": "MaxAbsErr", "rmse": "RMSE"}
-
-
-def output_metrics(npu, bench) -> dict:
-    """cosine, max_rel_err, max_abs_err, rmse of ``npu`` against ``bench`` (float64, flat).
-
-    The numbers are :func:`ascend_emu.analysis.metrics.tensor_metrics`'s, the comparison's
-    one implementation (NUMERICS.md section 7), with the float32 reference's eps where the
-    bench value is 0: positions holding the same inf or nan on both sides are zeroed, and
-    an inf or nan on one side only makes every metric nan, the worst value. Empty outputs
-    compare as equal.
-    """
-    from ..analysis.metrics import NAN, tensor_metrics
-
-    n = np.asarray(npu, dtype=np.float64).reshape(-1)
-    b = np.asarray(bench, dtype=np.float64).reshape(-1)
-    if n.size != b.size:
-        raise AscendEmuError(f"output has {n.size} elements, the reference {b.size}")
-    if n.size == 0:
-        return {"cosine": 1.0, "max_rel_err": 0.0, "max_abs_err": 0.0, "rmse": 0.0}
-    m = tensor_metrics(n, b, bench_dtype=np.float32)
-    return {k: math.nan if m[c] == NAN else float(m[c]) for k, c in METRIC_COLUMN.items()}
+# output_metrics and METRIC_COLUMN live with the sweep (its workers compute them) and are re-exported here
+from .sweep import METRIC_COLUMN, output_metrics  # noqa: E402,F401
 
 
 def _worse(value: float, baseline: float, metric: str, threshold: float) -> bool:
@@ -312,6 +292,4 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
 
 
 def _flat(arrays) -> np.ndarray:
-    from .sweep import flat_outputs
-
     return flat_outputs(arrays)

@@ -34,6 +34,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 
+#: each metric's column in the comparison (:data:`ascend_emu.analysis.metrics.METRIC_COLUMNS`)
+METRIC_COLUMN = {"cosine": "Cosine", "max_rel_err": "MaxRelativeErr", "max_abs_err": "MaxAbsErr", "rmse": "RMSE"}
 #: retries of a failed task before it is reported
 RETRIES = 1
 #: how long to wait for the scheduler of ``tcp://...`` to answer
@@ -191,8 +193,6 @@ def run_task(ctx: SweepContext, task: ReplayTask, token: str) -> TaskResult:
         res = dev.replay(graph, ctx.feeds, dump_dir=stage, overwrite=True, progress=False,
                          keep_tensors=task.analyze is not None)
         out = flat_outputs(res.outputs[t] for t in graph.outputs)
-        from .bisect import output_metrics
-
         metrics = output_metrics(out, ctx.bench)
         analysis = task.analyze(res, ctx) if task.analyze is not None else None
         if stage is not None:
@@ -215,6 +215,27 @@ def _place(stage: str, dest: str) -> None:
         check_dump_dir(dest, True)    # refuses a directory holding anything but a dump
         shutil.rmtree(dest)
     os.replace(stage, dest)
+
+
+def output_metrics(npu, bench) -> dict:
+    """cosine, max_rel_err, max_abs_err, rmse of ``npu`` against ``bench`` (float64, flat).
+
+    The numbers are :func:`ascend_emu.analysis.metrics.tensor_metrics`'s, the comparison's
+    one implementation (NUMERICS.md section 7), with the float32 reference's eps where the
+    bench value is 0: positions holding the same inf or nan on both sides are zeroed, and
+    an inf or nan on one side only makes every metric nan, the worst value. Empty outputs
+    compare as equal.
+    """
+    from ..analysis.metrics import NAN, tensor_metrics
+
+    n = np.asarray(npu, dtype=np.float64).reshape(-1)
+    b = np.asarray(bench, dtype=np.float64).reshape(-1)
+    if n.size != b.size:
+        raise AscendEmuError(f"output has {n.size} elements, the reference {b.size}")
+    if n.size == 0:
+        return {"cosine": 1.0, "max_rel_err": 0.0, "max_abs_err": 0.0, "rmse": 0.0}
+    m = tensor_metrics(n, b, bench_dtype=np.float32)
+    return {k: math.nan if m[c] == NAN else float(m[c]) for k, c in METRIC_COLUMN.items()}
 
 
 def flat_outputs(arrays) -> np.ndarray:

@@ -101,7 +101,7 @@ def serial_result(planted):
 
 def _cosine(device, planted):
     from ascend_emu.frontend.reference import reference
-    from ascend_emu.tools.bisect import output_metrics
+    from ascend_emu.tools.sweep import output_metrics
     from ascend_emu.tools.sweep import flat_outputs
 
     g = planted["graph"]
