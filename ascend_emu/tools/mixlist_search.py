@@ -155,11 +155,11 @@ class MixlistResult:
         if self.ranking:
             out.append("ranking of the baseline (first divergent op's type first, then by error growth):")
             for t, score, op in self.ranking[:8]:
-                out.append(f"  {t:<24} growth {_fmt(score):<10} at {op}")
+                out.append(f"  {t:<24} growth {score:<10.3g} at {op}")
             out.append("")
-        out.append(f"{'step':<5} {'action':<32} {m:<12} {'target':<7} {'replays':<8} black list added")
+        out.append(f"{'step':<5} {'action':<32} {m:<16} {'target':<7} {'replays':<8} black list added")
         for i, s in enumerate(self.steps):
-            out.append(f"{i:<5} {s.action:<32} {_fmt(s.metrics[m]):<12} {'met' if s.met else '-':<7} "
+            out.append(f"{i:<5} {s.action:<32} {_fmt(s.metrics[m]):<16} {'met' if s.met else '-':<7} "
                        f"{s.replays:<8} {', '.join(s.black) or '-'}")
         out.append("")
         c = self.cost
@@ -177,7 +177,8 @@ class MixlistResult:
 
 
 def _fmt(v) -> str:
-    return "nan" if isinstance(v, float) and math.isnan(v) else (f"{v:.6g}" if isinstance(v, float) else str(v))
+    # 10 digits: a cosine target such as 0.9999999 needs them
+    return "nan" if isinstance(v, float) and math.isnan(v) else (f"{v:.10g}" if isinstance(v, float) else str(v))
 
 
 def merge_mixlist(base: dict, black) -> dict:
