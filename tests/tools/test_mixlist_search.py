@@ -176,8 +176,9 @@ def test_fusion_bisect_same_result_serial_local_and_address(cluster):
 
     g = load_graph(bisect_model())
     x = (np.random.default_rng(1).standard_normal((2, 8, 8, 4)) * 1e-3).astype(np.float32)
+    # local: a LocalCluster of its own (one worker process: the module's cluster already runs two)
     runs = [fusion_bisect(g, {"image": x}, device=Device("force_fp16", soc="Ascend910B"), scheduler=s,
-                          progress=False, n_workers=2) for s in ("none", "local", cluster)]
+                          progress=False, n_workers=1) for s in ("none", "local", cluster)]
     assert runs[0].culprits == ["ConvBatchnormFusionPass"] and len(runs[0].trials) >= 3
     same = [json.dumps(dataclasses.asdict(r), sort_keys=True) for r in runs]   # nan-safe
     assert same[0] == same[1] == same[2]
