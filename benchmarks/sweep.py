@@ -9,6 +9,7 @@ time / sweep time (the speed-up). ``python -m benchmarks.sweep`` prints the rows
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import time
@@ -71,11 +72,19 @@ def measure(quick: bool = False) -> dict:
     ctx_bytes = len(pickle.dumps(ctx, protocol=5))
     task_bytes = float(np.mean([len(pickle.dumps(t, protocol=5)) for t in tasks]))
     result_bytes = float(np.mean([len(pickle.dumps(r, protocol=5)) for r in warm]))
-    # 16 workers, warm: each replays one task; the context goes once to each worker (broadcast from the client)
-    est16 = 16 * ctx_bytes / BANDWIDTH + per_replay + 16 * (task_bytes + result_bytes) / BANDWIDTH + 16 * TASK_OVERHEAD
+    # 16 workers on a network: the context goes once to each worker from the client (its uplink is the
+    # bottleneck), then each worker replays n/16 tasks at the per-replay time measured in this process (an
+    # unloaded worker's), plus the scheduler's per-task overhead and the small specs and results
+    def est(n, workers=16):
+        return (workers * ctx_bytes / BANDWIDTH + math.ceil(n / workers) * per_serial
+                + n * ((task_bytes + result_bytes) / BANDWIDTH + TASK_OVERHEAD))
+
+    per_serial = float(np.mean([r.seconds for r in serial]))
+    est16, est160 = est(16), est(160)
     return {"model": g.name, "ops": len(g.nodes), "t_serial": t_serial, "t_cold": t_cold, "t_warm": t_warm,
-            "per_replay_worker": per_replay, "per_replay_serial": float(np.mean([r.seconds for r in serial])),
+            "per_replay_worker": per_replay, "per_replay_serial": per_serial,
             "ctx_bytes": ctx_bytes, "task_bytes": task_bytes, "result_bytes": result_bytes, "est16_warm": est16,
+            "est16_speedup": 16 * per_serial / est16, "est160_speedup": 160 * per_serial / est160,
             "same_results": same, "load_before": load0, "load_after": load1}
 
 

@@ -90,6 +90,14 @@ class SweepContext:
     key: str = ""
 
     def __post_init__(self):
+        from ..graph.core import Graph
+
+        if isinstance(self.model, Graph) and self.model.graph_def:
+            # a replay never reads the serialised GraphDef (the reference does, in this process): shipping
+            # it would send the weights twice
+            from dataclasses import replace
+
+            self.model = replace(self.model, graph_def=None)
         if not self.key:
             from ..frontend.inputs import inputs_sha256
 
@@ -100,7 +108,6 @@ class SweepContext:
         n = sum(np.asarray(a).nbytes for a in self.feeds.values()) + self.bench.nbytes
         n += sum(np.asarray(a).nbytes for a in (self.ref_tensors or {}).values())
         if not isinstance(self.model, (str, os.PathLike)):
-            n += len(getattr(self.model, "graph_def", b"") or b"")
             n += sum(nd.attrs["value"].nbytes for nd in self.model.nodes
                      if nd.op == "Const" and isinstance(nd.attrs.get("value"), np.ndarray))
         return n
