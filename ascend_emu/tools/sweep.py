@@ -10,8 +10,8 @@ runs them
   (one thread each, as many workers as cores unless ``n_workers`` says otherwise);
 - ``scheduler="tcp://host:8786"`` (any Dask address): on an existing cluster, unchanged.
 
-Each worker keeps what it has loaded (the graph, by model path and fingerprint) and its compiled kernels
-for the whole sweep; a task returns a :class:`TaskResult` (final-output metrics against the reference,
+Each worker keeps what it has loaded (a model file's graph, by path, modification time and size, checked
+against the fingerprint) and its compiled kernels across sweeps; a task returns a :class:`TaskResult` (final-output metrics against the reference,
 fusion counts, status register, the analysis' small dict), never tensors. A dump asked for is written by the
 worker under a hidden staging name beside its destination and renamed into place when complete, so a path
 must be shared between the workers and this process (true for a LocalCluster), and an interrupted sweep
@@ -87,7 +87,6 @@ class SweepContext:
     signature: str | None = None
     shapes: Any = None
     ref_tensors: dict | None = None
-    key: str = ""
 
     def __post_init__(self):
         from ..graph.core import Graph
@@ -98,19 +97,6 @@ class SweepContext:
             from dataclasses import replace
 
             self.model = replace(self.model, graph_def=None)
-        if not self.key:
-            from ..frontend.inputs import inputs_sha256
-
-            self.key = f"{self.fingerprint}:{inputs_sha256(self.feeds)}:{uuid.uuid4().hex}"
-
-    def nbytes(self) -> int:
-        """Bytes shipped to each worker (arrays only; the graph's weights count when it is shipped)."""
-        n = sum(np.asarray(a).nbytes for a in self.feeds.values()) + self.bench.nbytes
-        n += sum(np.asarray(a).nbytes for a in (self.ref_tensors or {}).values())
-        if not isinstance(self.model, (str, os.PathLike)):
-            n += sum(nd.attrs["value"].nbytes for nd in self.model.nodes
-                     if nd.op == "Const" and isinstance(nd.attrs.get("value"), np.ndarray))
-        return n
 
 
 @dataclass
@@ -151,39 +137,52 @@ def raise_failures(results) -> None:
 
 # --------------------------------------------------------------------------------------------- worker side
 
-#: per-process cache: context key -> (graph, context); a worker loads a model once per sweep
+#: per-process cache: (path, its mtime and size, signature, shapes) -> loaded graph. A worker loads a model
+#: file once and keeps it across sweeps (a long-running cluster serves several commands); a changed file
+#: has a new key. Graphs shipped in the context need no cache: Dask keeps the context on the worker.
 _LOADED: dict = {}
+_LOADED_MAX = 2
+
+
+def _load_key(ctx: SweepContext):
+    path = os.path.abspath(os.fspath(ctx.model))
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise AscendEmuError(f"{path}: not readable on this worker ({e.strerror}); a remote cluster needs the "
+                             "model on a path every worker can read") from None
+    return (path, st.st_mtime_ns, st.st_size, ctx.signature, repr(ctx.shapes))
 
 
 def _graph_of(ctx: SweepContext):
-    hit = _LOADED.get(ctx.key)
-    if hit is not None:
-        return hit
     from ..frontend.loader import load_graph
     from ..graph.core import Graph
 
     if isinstance(ctx.model, Graph):
-        graph = ctx.model
-    else:
+        return ctx.model
+    key = _load_key(ctx)
+    graph = _LOADED.get(key)
+    if graph is None:
         graph = load_graph(ctx.model, signature=ctx.signature, input_shapes=ctx.shapes)
-        if graph.fingerprint != ctx.fingerprint:
-            raise AscendEmuError(f"{ctx.model} loads as a different graph on this worker than where the sweep "
-                                 "started (fingerprints differ); give every worker the same file")
-    # one sweep at a time per worker: drop other sweeps' graphs
-    _LOADED.clear()
-    _LOADED[ctx.key] = graph
+        while len(_LOADED) >= _LOADED_MAX:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = graph
+    if graph.fingerprint != ctx.fingerprint:
+        raise AscendEmuError(f"{ctx.model} loads as a different graph on this worker than where the sweep "
+                             "started (fingerprints differ); give every worker the same file")
     return graph
+
+
+def remember(graph, ctx: SweepContext) -> None:
+    """Seed this process's cache with a graph already loaded here (scheduler none loads nothing twice)."""
+    if not isinstance(ctx.model, type(graph)):
+        _LOADED.clear()
+        _LOADED[_load_key(ctx)] = graph
 
 
 def _staging(dump: str, token: str) -> str:
     head, tail = os.path.split(os.path.abspath(dump))
     return os.path.join(head, f".{tail}.sweep-{token}")
-
-
-def remember(graph, ctx: SweepContext) -> None:
-    """Seed this process's cache with a graph already loaded here (scheduler none)."""
-    _LOADED.clear()
-    _LOADED[ctx.key] = graph
 
 
 def run_task(ctx: SweepContext, task: ReplayTask, token: str) -> TaskResult:
@@ -332,12 +331,6 @@ class Sweep:
                                      "`dask scheduler` and workers with `dask worker ADDRESS`, or use --scheduler "
                                      "local") from None
 
-    @property
-    def workers(self) -> int:
-        if self.client is None:
-            return 1
-        return max(1, len(self.client.scheduler_info().get("workers", {})))
-
     def close(self):
         if self._bar is not None:
             self._bar.close()
@@ -444,10 +437,3 @@ class Sweep:
             c.cancel(list(fut))
             raise
         return results
-
-
-def summarize_timing(results) -> dict:
-    """Per-replay seconds (as measured on the workers) of a list of results."""
-    s = [r.seconds for r in results if r.ok]
-    return {"replays": len(s), "mean_seconds": float(np.mean(s)) if s else math.nan,
-            "total_seconds": float(np.sum(s)) if s else 0.0}

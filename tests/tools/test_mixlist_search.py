@@ -274,3 +274,25 @@ def test_api_refusals(planted):
         mixlist_search(planted["graph"], device=Device("force_fp16"))
     assert "keep_dtype" in BY_NAME_REFUSAL
 
+
+
+def test_target_not_met_writes_nothing(planted, tmp_path):
+    """A target out of reach within max_steps: reported as not met, no ops_info.json written."""
+    out = tmp_path / "ops_info.json"
+    res = mixlist_search(planted["graph"], planted["inputs"], target="cosine>=0.9999999999",
+                         device=Device("allow_mix_precision", modify_mixlist=BASE), output=out, max_steps=1,
+                         scheduler="none", progress=False)
+    assert not res.met and not out.exists() and len(res.steps) == 2 and res.replays == 5
+    assert "not met: best cosine" in res.format_text()
+
+
+def test_scheduler_names():
+    from ascend_emu.tools.sweep import check_scheduler, dask_available
+
+    assert check_scheduler("none") == "none"
+    assert check_scheduler(None) == ("local" if dask_available() else "none")
+    if dask_available():
+        assert check_scheduler("tcp://10.0.0.1:8786") == "tcp://10.0.0.1:8786"
+    for bad in ("", "loc", "tcp://", "tcp://h", "tcp://h:x", "http://h:1"):
+        with pytest.raises(AscendEmuError, match="scheduler"):
+            check_scheduler(bad)
