@@ -16,6 +16,7 @@ EPILOG = """examples:
   ascend-emu overflow npu/
   ascend-emu report npu/ bench/ -o report.html
   ascend-emu fusion-bisect model.keras --precision-mode force_fp16
+  ascend-emu mixlist-search model.keras --target "cosine>=0.999" --output ops_info.json
   ascend-emu train model.keras --data train.npz --steps 50 --loss-scale dynamic --reference --report train.html
   ascend-emu check model.keras --data train.npz --loss-scale dynamic --report check.html
   ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
@@ -230,9 +231,41 @@ def cmd_bisect(a):
 
     res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
                         shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
-                        keep_dumps=a.keep_dumps, progress=not a.quiet)
+                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers)
     print(res.format_text())
     return 0
+
+
+def cmd_mixlist_search(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.mixlist_search import mixlist_search
+
+    if a.json:
+        check_writable(a.json, "--json")
+    res = mixlist_search(a.model, a.input, target=a.target, device_kwargs=_device_kwargs(a), signature=a.signature,
+                         shapes=_shapes(a), seed=a.seed, by=a.by, output=a.output, beam=a.beam,
+                         max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet)
+    print(res.format_text())
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
+    if not res.met:
+        print(f"no {a.output} written: the target is not met", file=sys.stderr)
+        return 1
+    print(f"wrote {a.output} (pass it to: ascend-emu replay MODEL --precision-mode {res.precision_mode} "
+          f"--modify-mixlist {a.output}, or to CANN as modify_mixlist)")
+    return 0
+
+
+def _sweep_args(p):
+    p.add_argument("--scheduler", default=None, metavar="none|local|tcp://HOST:PORT",
+                   help="where the replays run: local (default with Dask installed: a Dask LocalCluster of worker "
+                        "processes), none (serial, in this process; the default without Dask) or the address of "
+                        "a running Dask scheduler")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="workers of --scheduler local (default: the cores)")
 
 
 def _device_kwargs(a):
@@ -485,6 +518,26 @@ def build_parser():
     sp.add_argument("--threshold", type=float, default=None,
                     help="how much the metric may differ between all-on and all-off before a rule is blamed")
     sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each configuration's dump under DIR")
+    _sweep_args(sp)
+    sp = add("mixlist-search", cmd_mixlist_search, "find the op types to black-list (CANN ops_info.json) so the "
+                                                   "model meets an accuracy target under allow_mix_precision",
+             'ascend-emu mixlist-search model.keras --target "cosine>=0.999" --output ops_info.json')
+    _model_args(sp, dump=False)
+    _device_args(sp)
+    for act in sp._actions:
+        if act.dest == "precision_mode":
+            act.default, act.help = "allow_mix_precision", "allow_mix_precision (default), _fp16 or _bf16: the lists decide"
+    sp.add_argument("--target", default="cosine>=0.999", metavar="METRIC>=VALUE",
+                    help="accuracy of the outputs against float32: cosine>=C, max_rel_err<=E, max_abs_err<=E or "
+                         "rmse<=E (default cosine>=0.999)")
+    sp.add_argument("--output", "-o", default="ops_info.json", metavar="FILE",
+                    help="the CANN modify_mixlist file to write (default ops_info.json)")
+    sp.add_argument("--by", choices=("type", "name"), default="type",
+                    help="black-list op types (CANN's lists are per type; name is refused, see README)")
+    sp.add_argument("--beam", type=int, default=4, help="candidates replayed side by side per step (default 4)")
+    sp.add_argument("--max-steps", type=int, default=32, help="at most this many greedy steps (default 32)")
+    sp.add_argument("--json", metavar="FILE", help="also write every step, the cost and the ranking as JSON")
+    _sweep_args(sp)
     sp = add("train", cmd_train, "train a Keras model step by step on the emulated NPU (forward, backward, "
                                  "optimizer, loss scaling), beside TensorFlow float32",
              "ascend-emu train model.keras --data train.npz --steps 50 --batch-size 32 "

@@ -20,33 +20,13 @@ import numpy as np
 from ..errors import AscendEmuError
 from ..fileio import make_output_dir
 from ..npu.fusion import GRAPH, RULES, UB
+from .sweep import flat_outputs
 
 METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
 #: default thresholds: cosine may drop by this much; an error may grow by this fraction
 DEFAULT_THRESHOLDS = {"cosine": 1e-3, "max_rel_err": 0.5, "max_abs_err": 0.5, "rmse": 0.5}
-#: each metric's column in the comparison (:data:`ascend_emu.analysis.metrics.METRIC_COLUMNS`)
-METRIC_COLUMN = {"cosine": "Cosine", "max_rel_err": "MaxRelativeErr", "max_abs_err": "MaxAbsErr", "rmse": "RMSE"}
-
-
-def output_metrics(npu, bench) -> dict:
-    """cosine, max_rel_err, max_abs_err, rmse of ``npu`` against ``bench`` (float64, flat).
-
-    The numbers are :func:`ascend_emu.analysis.metrics.tensor_metrics`'s, the comparison's
-    one implementation (NUMERICS.md section 7), with the float32 reference's eps where the
-    bench value is 0: positions holding the same inf or nan on both sides are zeroed, and
-    an inf or nan on one side only makes every metric nan, the worst value. Empty outputs
-    compare as equal.
-    """
-    from ..analysis.metrics import NAN, tensor_metrics
-
-    n = np.asarray(npu, dtype=np.float64).reshape(-1)
-    b = np.asarray(bench, dtype=np.float64).reshape(-1)
-    if n.size != b.size:
-        raise AscendEmuError(f"output has {n.size} elements, the reference {b.size}")
-    if n.size == 0:
-        return {"cosine": 1.0, "max_rel_err": 0.0, "max_abs_err": 0.0, "rmse": 0.0}
-    m = tensor_metrics(n, b, bench_dtype=np.float32)
-    return {k: math.nan if m[c] == NAN else float(m[c]) for k, c in METRIC_COLUMN.items()}
+# output_metrics and METRIC_COLUMN live with the sweep (its workers compute them) and are re-exported here
+from .sweep import METRIC_COLUMN, output_metrics  # noqa: E402,F401
 
 
 def _worse(value: float, baseline: float, metric: str, threshold: float) -> bool:
@@ -145,20 +125,29 @@ def _switch(enabled) -> dict:
     return {"Switch": sw}
 
 
-def _ddmin(items: list, test) -> list:
-    """A 1-minimal subset of ``items`` for which ``test`` holds (``test(items)`` is known to hold)."""
+def _ddmin(items: list, test, batch=None) -> list:
+    """A 1-minimal subset of ``items`` for which ``test`` holds (``test(items)`` is known to hold).
+
+    ``batch(subsets)``, if given, is called with the subsets a round may test before ``test`` is
+    asked about them one by one, so a sweep can run them side by side (``test`` then reads its
+    results); the subsets chosen, and so the result, are the same with or without it.
+    """
     n = 2
     while len(items) >= 2:
         size = math.ceil(len(items) / n)
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        if batch is not None:
+            batch(chunks)
         for c in chunks:
             if test(c):
                 items, n = c, 2
                 break
         else:
-            for c in chunks:
-                rest = [x for x in items if x not in c]
-                if len(chunks) > 2 and test(rest):
+            rests = [[x for x in items if x not in c] for c in chunks] if len(chunks) > 2 else []
+            if batch is not None and rests:
+                batch(rests)
+            for rest in rests:
+                if test(rest):
                     items, n = rest, max(n - 1, 2)
                     break
             else:
@@ -170,7 +159,7 @@ def _ddmin(items: list, test) -> list:
 
 def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
                   seed: int = 0, metric: str = "cosine", threshold: float | None = None, keep_dumps=None,
-                  progress: bool = True) -> BisectResult:
+                  progress: bool = True, scheduler="none", n_workers: int | None = None) -> BisectResult:
     """Find the fusion rules responsible for a loss of accuracy, by bisection.
 
     Parameters
@@ -197,6 +186,12 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         under ``keep_dumps/reference/``; by default no dump is written.
     progress : bool
         Show a progress bar (one step per replay).
+    scheduler : "none" (default), "local", a Dask address ("tcp://host:8786") or None
+        Where the replays run (:mod:`ascend_emu.tools.sweep`); None: local if Dask is installed.
+        Each ddmin round's candidate sets are replayed side by side, so the configurations
+        tried, and the result, are the same under every scheduler.
+    n_workers : int, optional
+        Workers of a local cluster (default: the cores).
 
     Returns
     -------
@@ -209,12 +204,14 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     from ..frontend.inputs import make_inputs
     from ..frontend.loader import load_graph
     from ..frontend.reference import reference
+    from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, raise_failures, remember
 
     if metric not in METRICS:
         raise AscendEmuError(f"unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
     threshold = DEFAULT_THRESHOLDS[metric] if threshold is None else float(threshold)
     if not threshold >= 0:
         raise AscendEmuError(f"threshold must be a number >= 0, got {threshold!r}")
+    scheduler = check_scheduler(scheduler)
     kw = dict(device_kwargs or {})
     if device is None:
         device = kw.pop("device", None)
@@ -226,63 +223,73 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         raise AscendEmuError("device must be an ascend_emu.Device")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")   # before the slow part: a bad directory fails at once
-    graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
-    if isinstance(inputs, (list, tuple)) and not inputs:
-        inputs = None   # the CLI's empty --input list: seeded random inputs
-    feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(desc="fusion-bisect", unit="replay", leave=False, dynamic_ncols=True)
 
     def dump_dir(name):
         return None if keep_dumps is None else os.path.join(os.fspath(keep_dumps), name)
 
-    try:
+    # the cluster first: an unreachable scheduler fails before the model is even loaded
+    with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fusion-bisect") as sweep:
+        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            inputs = None   # the CLI's empty --input list: seeded random inputs
+        feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
         ref = reference(graph, feeds, dump_dir=dump_dir("reference"), overwrite=True, progress=False)
         bench = _flat(ref.outputs[t] for t in graph.outputs)
+        # a model given by path is loaded by each worker from the path; otherwise the graph is shipped
+        path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+        ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes)
+        remember(graph, ctx)
         result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode)
-        cache: dict = {}
 
-        def run(name, enabled, switch):
+        def task(name, switch):
             dev = copy.copy(device)
             dev.fusion = FusionConfig.load(switch)
-            rep = dev.replay(graph, feeds, dump_dir=dump_dir(name), overwrite=True, progress=False)
-            if bar is not None:
-                bar.update(1)
-            m = output_metrics(_flat(rep.outputs[t] for t in graph.outputs), bench)
-            return Trial(name, tuple(enabled), m, dict(rep.summary.get("fusion_counts", {})),
-                         int(rep.float_status.get()), None, rep.dump)
+            dev._fusion_cache = {}
+            return ReplayTask(name, dev, dump_dir(name))
 
-        off = run("all-off", (), "off")
+        def trial(name, enabled, r):
+            return Trial(name, tuple(enabled), r.metrics, r.fired, r.float_status, None, r.dump)
+
+        off_r, on_r = sweep.run(ctx, [task("all-off", "off"), task("all-on", None)])
+        raise_failures([off_r, on_r])
+        off = trial("all-off", (), off_r)
         result.trials.append(off)
-        on = run("all-on", tuple(RULES), None)
+        on = trial("all-on", tuple(RULES), on_r)
         on.degraded = _worse(on.metrics[metric], off.metrics[metric], metric, threshold)
         result.trials.append(on)
         result.fired = [r for r in RULES if on.fired.get(r)]
         result.degraded = on.degraded
         if on.degraded:
-            cache[tuple(result.fired)] = True
+            cache: dict = {tuple(result.fired): True}
 
-            def test(subset) -> bool:
-                key = tuple(r for r in result.fired if r in subset)
-                if key not in cache:
-                    t = run(f"only-{'+'.join(key)}", key, _switch(key))
+            def key_of(subset):
+                return tuple(r for r in result.fired if r in subset)
+
+            def batch(subsets):
+                keys = []
+                for s in subsets:
+                    k = key_of(s)
+                    if k not in cache and k not in keys:
+                        keys.append(k)
+                names = [f"only-{'+'.join(k)}" for k in keys]
+                runs = sweep.run(ctx, [task(n, _switch(k)) for n, k in zip(names, keys)])
+                raise_failures(runs)
+                for n, k, r in zip(names, keys, runs):
+                    t = trial(n, k, r)
                     t.degraded = _worse(t.metrics[metric], off.metrics[metric], metric, threshold)
                     result.trials.append(t)
-                    cache[key] = t.degraded
-                return cache[key]
+                    cache[k] = t.degraded
 
-            culprits = _ddmin(list(result.fired), test)
+            def test(subset) -> bool:
+                k = key_of(subset)
+                if k not in cache:
+                    batch([subset])
+                return cache[k]
+
+            culprits = _ddmin(list(result.fired), test, batch)
             result.culprits = culprits if test(culprits) else []
-    finally:
-        if bar is not None:
-            bar.close()
     return result
 
 
 def _flat(arrays) -> np.ndarray:
-    parts = [np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays
-             if np.asarray(a).dtype.kind == "f" or np.asarray(a).dtype.name == "bfloat16"]
-    return np.concatenate(parts) if parts else np.zeros(0)
+    return flat_outputs(arrays)

@@ -141,6 +141,26 @@ CATALOGUE = [
     ("fusion-bisect {model} --metric x", None), ("fusion-bisect {model} --threshold x", None),
     ("fusion-bisect {model} --keep-dumps {file}", "not a directory"),
     ("fusion-bisect {model} --fusion-switch x", None),
+    ("fusion-bisect {model} --scheduler nowhere", "tcp://host:8786"),
+    ("fusion-bisect {model} --scheduler tcp://host", "scheduler 'tcp://host'"),
+    ("fusion-bisect {model} --workers x", None),
+    # mixlist-search
+    ("mixlist-search", None), ("mixlist-search {missing}", "missing.keras"), ("mixlist-search {file}", None),
+    ("mixlist-search {model} --target cosine=0.999", "METRIC>=VALUE"),
+    ("mixlist-search {model} --target cosine<=0.999", "higher when better"),
+    ("mixlist-search {model} --target max_rel_err>=0.1", "lower when better"),
+    ("mixlist-search {model} --target kl>=1", "unknown metric"),
+    ("mixlist-search {model} --target cosine>=x", "METRIC>=VALUE"),
+    ("mixlist-search {model} --target cosine>=1.5", "out of range"),
+    ("mixlist-search {model} --scheduler nowhere", "tcp://host:8786"),
+    ("mixlist-search {model} --scheduler tcp://host:port", "scheduler 'tcp://host:port'"),
+    ("mixlist-search {model} --scheduler ftp://h:1", "scheduler 'ftp://h:1'"),
+    ("mixlist-search {model} --by name", "op types only"), ("mixlist-search {model} --by x", None),
+    ("mixlist-search {model} --precision-mode force_fp16", "allow_mix_precision"),
+    ("mixlist-search {model} --output {nodir}/o.json", "does not exist"),
+    ("mixlist-search {model} --json {nodir}/o.json", "does not exist"),
+    ("mixlist-search {model} --beam 0", "beam"), ("mixlist-search {model} --workers 0", "n_workers"),
+    ("mixlist-search {model} --modify-mixlist {file}", None), ("mixlist-search {model} --seed -1", "--seed"),
     # --rules (compare, report)
     ("compare {npu} {bench} --rules x", None), ("report {npu} {bench} --rules x", None),
     # export-msprobe / import-msprobe
@@ -255,6 +275,18 @@ def test_bad_command_line(template, expect, env, model_file):
     assert _outside_snapshot(env["tmp"]) == before
 
 
+def test_unreachable_scheduler(env, model_file, monkeypatch):
+    """A scheduler address where nothing listens: one line naming it, before the model is loaded."""
+    import ascend_emu.tools.sweep as sweep
+
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", "1s")
+    for cmd in ("mixlist-search", "fusion-bisect"):
+        argv = [cmd, model_file["model"], "--scheduler", "tcp://127.0.0.1:9"]
+        code, out, err = run_cli(argv)
+        assert_clean_error(argv, code, err, "cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+
+
 OPTIONS = {
     "compare": ["--csv", "--cosine", "--limit", "--force", "--rules"],
     "overflow": ["--json"],
@@ -272,6 +304,8 @@ OPTIONS = {
                   "--select", "--select-type"],
     "fusion-bisect": ["--input", "--shape", "--seed", "--metric", "--threshold", "--keep-dumps",
                       "--precision-mode", "--modify-mixlist"],
+    "mixlist-search": ["--input", "--shape", "--seed", "--target", "--output", "--by", "--beam", "--max-steps",
+                       "--json", "--scheduler", "--workers", "--precision-mode", "--modify-mixlist"],
     "export-msprobe": ["--step", "--rank", "--tensor-format", "--overwrite"],
     "import-msprobe": ["--mapping", "--against", "--allow-unmatched", "--kind", "--step", "--rank", "--overwrite"],
     "check": ["--data", "--benchmark", "--benchmark-config", "--steps", "--batch-size", "--epochs", "--shuffle",
@@ -292,7 +326,7 @@ def test_fuzz_command_lines(env):
     for case in range(600):
         cmd = rng.choice(list(OPTIONS))
         argv = [cmd] if rng.random() < 0.97 else []
-        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "train", "check") else 0)
+        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "mixlist-search", "train", "check") else 0)
         for _ in range(npos + rng.choice([-1, 0, 0, 0, 1])):
             argv.append(rng.choice(VALUES + ["{npu}", "{bench}", "{missing}", "{file}"]))
         for _ in range(rng.randint(0, 3)):

@@ -112,7 +112,7 @@ def test_cli_errors_no_traceback_in_a_real_process(tmp_path):
 
 
 def test_help_has_examples():
-    for sub in ("replay", "reference", "compare", "overflow", "report", "fusion-bisect", "demo"):
+    for sub in ("replay", "reference", "compare", "overflow", "report", "fusion-bisect", "mixlist-search", "demo"):
         p = subprocess.run([sys.executable, "-m", "ascend_emu.cli", sub, "--help"], capture_output=True, text=True)
         assert p.returncode == 0 and "example:" in p.stdout and "ascend-emu " + sub in p.stdout
 

@@ -169,7 +169,8 @@ def test_cli_fusion_bisect(planted, tmp_path, capsys):
     path = tmp_path / "planted.keras"
     m.save(path)
     np.save(tmp_path / "x.npy", inputs["image"])
-    rc = main(["-q", "fusion-bisect", str(path), "--input", f"image={tmp_path / 'x.npy'}", "--soc", "Ascend910B"])
+    rc = main(["-q", "fusion-bisect", str(path), "--input", f"image={tmp_path / 'x.npy'}", "--soc", "Ascend910B",
+               "--scheduler", "none"])
     out = capsys.readouterr().out
     assert rc == 0 and "minimal set of rules responsible: ConvBatchnormFusionPass" in out
 
