@@ -18,6 +18,7 @@ from ..kernels import cast as _kc
 from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
 from ..kernels import vector as _kv
+from . import unary_tables as _tables
 
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
 
@@ -293,7 +294,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         if wide:
             st = _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)
         else:
-            st = _kv.unary16(code, bits[0], out, bf16, oc, sc, use64, alpha)
+            st = _tables.unary16(code, bits[0], out, bf16, oc, sc, use64, alpha)
     else:
         code = _BINARY[op]
         fast = _NUMPY_F32.get(code) if wide and sc == _KEEP else None
