@@ -314,15 +314,74 @@ def _f32_to_f16_span(src, out, rounding, overflow, subnormal):
     return acc
 
 
+def _f32_to_bf16_kernel(rounding):
+    """The span kernel out[i] = bf16(float32 bits src[i]) for one rounding mode (a compile-time constant)."""
+    # bf16 keeps float32's exponent range: every finite float32 magnitude rounds at bit 16 (subnormals
+    # too), so rounding is one add and shift on the magnitude and the carry runs into the exponent as
+    # f32bits_narrow's does. 32-bit lanes and the mode folded in: twice the lanes, a quarter of the work.
+    @njit(cache=True)
+    def span(src, out, overflow, subnormal):
+        one = np.uint32(1)
+        sat = np.uint32(overflow == SATURATION)
+        keep = np.uint32(subnormal != FLUSH)
+        acc = np.uint32(0)
+        for i in range(src.size):
+            u = np.uint32(src[i])
+            sign = u >> np.uint32(31)
+            mag = u & np.uint32(0x7FFFFFFF)
+            q = mag >> np.uint32(16)
+            nz = np.uint32((mag & np.uint32(0xFFFF)) != 0)
+            if rounding == RINT:
+                o = (mag + np.uint32(0x7FFF) + (q & one)) >> np.uint32(16)
+                away = one
+            elif rounding == ROUND:
+                o = (mag + np.uint32(0x8000)) >> np.uint32(16)
+                away = one
+            elif rounding == FLOOR:
+                o = q + (sign & nz)
+                away = sign
+            elif rounding == CEIL:
+                o = q + ((one - sign) & nz)
+                away = one - sign
+            elif rounding == TRUNC:
+                o = q
+                away = np.uint32(0)
+            else:  # ODD
+                o = q | nz
+                away = np.uint32(0)
+            special = np.uint32(mag >= np.uint32(0x7F800000))
+            over = np.uint32(o >= np.uint32(0x7F80)) & (one - special)
+            # IEEE 754 overflow goes to Inf when rounding away from zero, else to the largest finite
+            o = (np.uint32(0x7F80) - (sat | (one - away))) if over else o
+            o = o if (keep | np.uint32(o >= np.uint32(0x80))) else np.uint32(0)
+            # Inf / NaN inputs: IEEE (quiet NaN) in inf_nan; +-max and +0 in saturation
+            nan = np.uint32(mag > np.uint32(0x7F800000))
+            o = ((np.uint32(0x7F80) - sat) | (((one - sat) & nan) << np.uint32(6))) if special else o
+            res = (sign << np.uint32(15)) | o
+            out[i] = np.uint16(np.uint32(0) if (nan & sat) else res)
+            acc |= (over * np.uint32(ST_CONVERSION_OVERFLOW)) | (special * np.uint32(ST_FP_OVERFLOW))
+        return np.int64(acc)
+    return span
+
+
+_bf16_rint, _bf16_round, _bf16_floor, _bf16_ceil, _bf16_trunc, _bf16_odd = (
+    _f32_to_bf16_kernel(r) for r in (RINT, ROUND, FLOOR, CEIL, TRUNC, ODD))
+
+
 @njit(cache=True)
 def _f32_to_bf16_span(src, out, rounding, overflow, subnormal):
-    """out[i] = bf16(float32 bits src[i]); returns the OR of the statuses."""
-    acc = np.int64(0)
-    for i in range(src.size):
-        b, s = f32bits_narrow(src[i], BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow, subnormal)
-        out[i] = np.uint16(b)
-        acc |= s
-    return acc
+    """out[i] = bf16(float32 bits src[i]); returns the OR of the statuses (f32bits_narrow's bits and status)."""
+    if rounding == RINT:
+        return _bf16_rint(src, out, overflow, subnormal)
+    if rounding == ROUND:
+        return _bf16_round(src, out, overflow, subnormal)
+    if rounding == FLOOR:
+        return _bf16_floor(src, out, overflow, subnormal)
+    if rounding == CEIL:
+        return _bf16_ceil(src, out, overflow, subnormal)
+    if rounding == TRUNC:
+        return _bf16_trunc(src, out, overflow, subnormal)
+    return _bf16_odd(src, out, overflow, subnormal)
 
 
 @njit(cache=True)
