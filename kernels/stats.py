@@ -36,3 +36,34 @@ def finite_stats(x, bits16):
             sq += v * v
             n += 1
     return vmax, vmin, s, sq, n, nnan, ninf
+
+
+@njit(cache=True)
+def widen16_f64(x, out, bf16):
+    """out[i] = float64 value of the fp16 (bf16 if bf16) bit pattern x[i] (exact)."""
+    for i in range(x.size):
+        out[i] = np.float64(bits16_to_f32(x[i], bf16, 0))
+
+
+@njit(cache=True)
+def relerr_stats(d, b, eps, t1, t5):
+    """(max d, max d/b', count(d/b' < t1), count(d/b' < t5)), b' = |b| or eps where b == 0; d >= 0.
+
+    What numpy's max (NaN propagates), abs, divide and count_nonzero give on the same arrays."""
+    maxabs = -np.inf
+    maxrel = -np.inf
+    nan_abs = False
+    nan_rel = False
+    c1 = 0
+    c5 = 0
+    for i in range(d.size):
+        v = d[i]
+        a = abs(b[i])
+        r = v / (eps if a == 0 else a)
+        nan_abs |= v != v
+        nan_rel |= r != r
+        maxabs = max(maxabs, v)
+        maxrel = max(maxrel, r)
+        c1 += r < t1
+        c5 += r < t5
+    return (np.nan if nan_abs else maxabs), (np.nan if nan_rel else maxrel), c1, c5
