@@ -7,6 +7,8 @@ the interpreter; ``OpRecord`` is what the run records per op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numba
 import numpy as np
 
 from ..errors import AscendEmuError, UnsupportedOpError
@@ -20,6 +22,29 @@ from .fusion import apply_fusion
 from .precision import ascend_type
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
+
+#: an op (or inserted cast) whose largest input has at most this many elements runs its kernels on one
+#: thread: the vector kernels split their work into chunks of 32768 elements, so a second thread gets
+#: nothing to do, yet the parallel region still waits for it; on cores shared with other processes that
+#: wait was a scheduler time slice (a scalar Pow took 5 ms instead of 0.07 ms). Results do not depend
+#: on the thread count (fixed chunks and work items, statuses ORed).
+SMALL_OP_ELEMENTS = 1 << 15
+
+
+class _Threads:
+    """The Numba thread count of the replaying thread: one for small ops, all for the others."""
+
+    def __init__(self):
+        self.full = self.current = numba.get_num_threads()
+
+    def fit(self, elements: int) -> None:
+        want = 1 if elements <= SMALL_OP_ELEMENTS else self.full
+        if want != self.current:
+            numba.set_num_threads(want)
+            self.current = want
+
+    def restore(self) -> None:
+        self.fit(SMALL_OP_ELEMENTS + 1)
 
 
 @dataclass
@@ -62,6 +87,7 @@ class _Run:
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
         self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
+        self.threads = _Threads()
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -98,6 +124,7 @@ class _Run:
         from ..numerics.vector import cast
 
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
+        self.threads.fit(value.size)
         out, ctx_status = cast(value, dtype, overflow_mode=self.dev.overflow_mode, subnormals=self.dev.subnormals)
         node, idx = ref.rsplit(":", 1)
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
@@ -251,9 +278,9 @@ class _Run:
             self.scoped_outputs.update(env)
         return tuple(env[f"{names[node]}:{idx}"] for node, idx in map(split_tensor_name, fg.outputs))
 
-    @staticmethod
-    def _run(opdef, node, args, ctx) -> tuple:
+    def _run(self, opdef, node, args, ctx) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
+        self.threads.fit(max((np.size(a) for a in args), default=0))
         try:
             return opdef(*args, ctx=ctx, **node.attrs)
         except (NotImplementedError, AscendEmuError):
