@@ -132,6 +132,11 @@ def _kernel_table(prof: cProfile.Profile, runs: int, top: int = 20) -> list[str]
         lines.append(f"{name:<52} {nc // runs:>6} {tt * 1000 / runs:>9.1f}")
     ktot = sum(r[0] for r in rows)
     lines.append(f"{'all kernels':<52} {'':>6} {ktot * 1000 / runs:>9.1f}")
+    others = sorted(((tt, nc, f"{os.path.basename(fname)}:{func}") for (fname, line, func), (cc, nc, tt, ct, callers)
+                     in st.stats.items() if f"{os.sep}kernels{os.sep}" not in fname), reverse=True)
+    lines.append(f"{'  of the rest, the largest (tottime):':<52}")
+    for tt, nc, name in others[:8]:
+        lines.append(f"  {name:<50} {nc // runs:>6} {tt * 1000 / runs:>9.1f}")
     lines.append(f"{'everything else (Python, numpy, cProfile)':<52} {'':>6} {(total - ktot) * 1000 / runs:>9.1f}")
     return lines
 
