@@ -8,8 +8,16 @@ TensorFlow or compile kernels they do not use. The package is layered (ARCHITECT
 from __future__ import annotations
 
 import importlib
+import os
 
 from . import _compat
+
+# The parallel kernels run on Numba's OpenMP pool. GNU OpenMP's default lets the worker threads spin
+# between parallel regions; when the cores are shared with other processes (CI runners, shared servers) a
+# spinning or descheduled worker stalls every following kernel: an fp16 add of 524k elements took 60 ms
+# instead of 1 ms on two cores shared with seven jobs. Passive waiting (threads sleep at once) is read when
+# OpenMP starts, i.e. at the first parallel kernel, after this import; a value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 from .version import __version__  # noqa: F401
 

@@ -22,6 +22,21 @@ def tensor_name(ref: str) -> str:
     return ref + ":0"
 
 
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """``np.dtype(dtype).name``, memoized: numpy computes a dtype's name in Python (1-10 us a call, several
+    calls per op of a replay)."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name
+        return name
+    except TypeError:   # an unhashable dtype-like
+        return np.dtype(dtype).name
+
+
 def split_tensor_name(ref: str) -> tuple[str, int]:
     node, _, idx = tensor_name(ref).rpartition(":")
     return node, int(idx)
@@ -56,7 +71,25 @@ class Node:
     control_inputs: list[str] = field(default_factory=list)
 
     def outputs(self) -> list[str]:
-        return [f"{self.name}:{i}" for i in range(self.num_outputs)]
+        return list(self.output_names())
+
+    # The interpreter asks for these once per execution of every node; they are kept until the node's
+    # name, inputs or output count change (rewrites assign new lists; nothing edits one in place).
+    def input_names(self) -> tuple:
+        """The input tensor names, normalised (``"x"`` -> ``"x:0"``)."""
+        c = self.__dict__.get("_input_names")
+        if c is None or c[0] is not self.inputs or c[1] != len(self.inputs):
+            c = self.__dict__["_input_names"] = (self.inputs, len(self.inputs),
+                                                 tuple(tensor_name(r) for r in self.inputs))
+        return c[2]
+
+    def output_names(self) -> tuple:
+        """``("name:0", "name:1", ...)``."""
+        c = self.__dict__.get("_output_names")
+        if c is None or c[0] != self.name or c[1] != self.num_outputs:
+            c = self.__dict__["_output_names"] = (self.name, self.num_outputs,
+                                                  tuple(f"{self.name}:{i}" for i in range(self.num_outputs)))
+        return c[2]
 
 
 @dataclass
@@ -153,7 +186,7 @@ def check_outputs(node: Node, outs) -> None:
         gdt = getattr(o, "dtype", None)
         if wdt is None or gdt is None or gdt == object:
             continue
-        gdt = np.dtype(gdt).name
+        gdt = dtype_name(gdt)
         if gdt != wdt and not (gdt in _EMULATED_FLOATS and wdt in _EMULATED_FLOATS):
             raise AscendEmuError(f"op {node.name!r} ({node.op}) produced output {i} of dtype {gdt} where TensorFlow "
                                  f"gives {wdt}; this is a bug in ascend-emu's {node.op} kernel: please report it "

@@ -20,15 +20,15 @@ def interpret(nodes: Iterable[Node], env: dict, eval_node: Callable, *, stop_at:
     ``on_release(tensor_name)`` is called for each.
     """
     for i, node in enumerate(nodes):
-        args = [env[tensor_name(ref)] for ref in node.inputs]
+        ins = node.input_names()
+        args = [env[t] for t in ins]
         outs = eval_node(node, args)
-        for name, value in zip(node.outputs(), outs):
+        for name, value in zip(node.output_names(), outs):
             env[name] = value
         if on_node is not None:
             on_node(node, args, outs)
         if release is not None:
-            for ref in node.inputs:
-                t = tensor_name(ref)
+            for t in ins:
                 if release.get(t) == i and t in env:
                     del env[t]
                     if on_release is not None:
@@ -42,8 +42,8 @@ def last_uses(nodes: list[Node], keep: Iterable[str] = ()) -> dict:
     """tensor name -> index of the last node that reads it (``keep`` tensors never released)."""
     last = {}
     for i, node in enumerate(nodes):
-        for ref in node.inputs:
-            last[tensor_name(ref)] = i
+        for t in node.input_names():
+            last[t] = i
     for k in keep:
         last.pop(tensor_name(k), None)
     return last

@@ -251,6 +251,7 @@ class Device:
                 writer.__exit__(type(e), e, e.__traceback__)
             raise
         finally:
+            run.threads.restore()
             if bar is not None:
                 bar.close()
         outputs = {t: env[t] for t in graph.outputs}

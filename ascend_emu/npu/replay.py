@@ -7,11 +7,13 @@ the interpreter; ``OpRecord`` is what the run records per op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numba
 import numpy as np
 
 from ..errors import AscendEmuError, UnsupportedOpError
 from ..graph.control_flow import CONTROL_FLOW
-from ..graph.core import Graph, Node, check_outputs, split_tensor_name, tensor_name
+from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
@@ -20,6 +22,29 @@ from .fusion import apply_fusion
 from .precision import ascend_type
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
+
+#: an op (or inserted cast) whose largest input has at most this many elements runs its kernels on one
+#: thread: the vector kernels split their work into chunks of 32768 elements, so a second thread gets
+#: nothing to do, yet the parallel region still waits for it; on cores shared with other processes that
+#: wait was a scheduler time slice (a scalar Pow took 5 ms instead of 0.07 ms). Results do not depend
+#: on the thread count (fixed chunks and work items, statuses ORed).
+SMALL_OP_ELEMENTS = 1 << 15
+
+
+class _Threads:
+    """The Numba thread count of the replaying thread: one for small ops, all for the others."""
+
+    def __init__(self):
+        self.full = self.current = numba.get_num_threads()
+
+    def fit(self, elements: int) -> None:
+        want = 1 if elements <= SMALL_OP_ELEMENTS else self.full
+        if want != self.current:
+            numba.set_num_threads(want)
+            self.current = want
+
+    def restore(self) -> None:
+        self.fit(SMALL_OP_ELEMENTS + 1)
 
 
 @dataclass
@@ -62,6 +87,8 @@ class _Run:
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
         self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
+        self.threads = _Threads()
+        self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> Decision
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -71,7 +98,8 @@ class _Run:
                 return v
         for a in args:
             if is_float(a):
-                return "float32" if a.dtype.name in ("float16", "bfloat16") else a.dtype.name
+                name = dtype_name(a.dtype)
+                return "float32" if name in ("float16", "bfloat16") else name
         return "float32"
 
     def _record(self, rec: OpRecord, outs, attrs=None):
@@ -98,13 +126,14 @@ class _Run:
         from ..numerics.vector import cast
 
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
+        self.threads.fit(value.size)
         out, ctx_status = cast(value, dtype, overflow_mode=self.dev.overflow_mode, subnormals=self.dev.subnormals)
         node, idx = ref.rsplit(":", 1)
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
         folded = ref in self.const
         rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
-                       precision={"list": None, "reason": f"inserted at a precision boundary ({value.dtype.name} -> {dtype})"
+                       precision={"list": None, "reason": f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
                                   + ("; constant-folded by the graph engine" if folded else "")},
                        inserted=True)
         if ctx_status:
@@ -138,13 +167,13 @@ class _Run:
         fusion = node.meta.get("fusion")
         if opdef is None:
             return self._aicpu(node, args)
-        refs = [tensor_name(r) for r in node.inputs]
+        refs = list(node.input_names())
         ascend_op = node.meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
             ctx = self.dev.context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
-            dt = outs[0].dtype.name if outs else ""
-            self.const.update(node.outputs())
+            dt = dtype_name(outs[0].dtype) if outs else ""
+            self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST", dt, refs), outs, node.attrs)
             return outs
         float_idx = [i for i, a in enumerate(args) if is_float(a)]
@@ -152,8 +181,8 @@ class _Run:
             # data movement of constants is folded by the graph engine: keep dtype, no cast
             ctx = self.dev.context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
-            self.const.update(node.outputs())
-            self._record(OpRecord(node.name, node.op, ascend_op, "HOST", outs[0].dtype.name, refs,
+            self.const.update(node.output_names())
+            self._record(OpRecord(node.name, node.op, ascend_op, "HOST", dtype_name(outs[0].dtype), refs,
                                   precision={"list": None, "reason": "constant folded"}), outs, node.attrs)
             return outs
         if not float_idx and node.op != "Cast":
@@ -161,16 +190,19 @@ class _Run:
             folded = all(r in self.const for r in refs)
             outs = self._run(opdef, node, args, self.dev.context())
             if folded:
-                self.const.update(node.outputs())
+                self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST" if folded else "AICORE",
-                                  outs[0].dtype.name if outs else "", refs), outs, node.attrs)
+                                  dtype_name(outs[0].dtype) if outs else "", refs), outs, node.attrs)
             return outs
         orig = self._orig_dtype(node, args)
         if orig == "float64":
             return self._aicpu(node, args)   # no float64 on the AI Core
-        producers = [args[i].dtype.name for i in float_idx
-                     if refs[i] not in self.const and refs[i] not in self.graph_inputs]
-        dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, producers)
+        producers = tuple(dtype_name(args[i].dtype) for i in float_idx
+                          if refs[i] not in self.const and refs[i] not in self.graph_inputs)
+        key = (opdef.kind, ascend_op, orig, producers)
+        dec = self.decisions.get(key)
+        if dec is None:   # a decision depends on these only
+            dec = self.decisions[key] = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
         if node.op == "Cast":
             cargs = args   # an explicit TF Cast converts its input as it comes
         else:
@@ -181,9 +213,9 @@ class _Run:
                 # out_backprop, its input 2, is a plain cube operand)
                 chain_operand = opdef.kind == CUBE and i >= 2 and node.op.startswith("_Fused")
                 target = dec.cube_out if chain_operand and dec.cube_out else dec.dtype
-                if i in opdef.fp32_inputs and args[i].dtype.name == "float32":
+                if i in opdef.fp32_inputs and dtype_name(args[i].dtype) == "float32":
                     continue        # a parameter the CANN operator takes in float32
-                if args[i].dtype.name != target:
+                if dtype_name(args[i].dtype) != target:
                     cargs[i] = self._cast(refs[i], args[i], target)
         ctx = self.dev.context(dec.dtype, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
         try:
@@ -196,9 +228,9 @@ class _Run:
             return self._aicpu(node, args)
         fp32_check = self._fp32_check(opdef, node, cargs) if ctx.status else None
         if opdef.kind == CUBE:
-            compute = ctx.cube_out.name
+            compute = dtype_name(ctx.cube_out)
         elif node.op == "Cast":
-            compute = outs[0].dtype.name    # a Cast computes in the dtype it converts to
+            compute = dtype_name(outs[0].dtype)    # a Cast computes in the dtype it converts to
         else:
             compute = dec.dtype
         rec = OpRecord(node.name, node.op, ascend_op, "AICORE", compute, refs, ctx.status,
@@ -211,7 +243,7 @@ class _Run:
         first = len(self.records)
         outs = CONTROL_FLOW[node.op](node, args, self._call)
         ran = len(self.records) - first
-        dt = next((o.dtype.name for o in outs if is_float(o)), "")
+        dt = next((dtype_name(o.dtype) for o in outs if is_float(o)), "")
         self._record(OpRecord(node.name, node.op, ascend_type(node.op), "HOST", dt,
                               [tensor_name(r) for r in node.inputs],
                               precision={"list": None, "reason": f"control flow: its bodies ran {ran} ops, "
@@ -251,9 +283,9 @@ class _Run:
             self.scoped_outputs.update(env)
         return tuple(env[f"{names[node]}:{idx}"] for node, idx in map(split_tensor_name, fg.outputs))
 
-    @staticmethod
-    def _run(opdef, node, args, ctx) -> tuple:
+    def _run(self, opdef, node, args, ctx) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
+        self.threads.fit(max((np.size(a) for a in args), default=0))
         try:
             return opdef(*args, ctx=ctx, **node.attrs)
         except (NotImplementedError, AscendEmuError):
@@ -289,7 +321,7 @@ class _Run:
 
         orig = []
         for a, ref in zip(args, node.inputs):
-            if is_float(a) and a.dtype.name in ("float16", "bfloat16"):
+            if is_float(a) and dtype_name(a.dtype) in ("float16", "bfloat16"):
                 a = self._cast(tensor_name(ref), a, "float32")
             orig.append(a)
         outs = tuple(run_tf_node(node, orig))
@@ -303,7 +335,7 @@ class _Run:
                     status |= 0x20
                 if fin.any():
                     max_abs = max(max_abs, float(np.abs(o64[fin]).max()))
-        dt = outs[0].dtype.name if outs else ""
+        dt = dtype_name(outs[0].dtype) if outs else ""
         # the AI CPU already runs the op in its original dtype: an overflow there is the model's own
         fp32_check = {"overflow": True, "max_abs": max_abs, "status": status} if status else None
         self._record(OpRecord(node.name, node.op, ascend_type(node.op), "AICPU", dt,

@@ -197,6 +197,22 @@ _NUMPY_F32 = {_kv.ADD: np.add, _kv.SUB: np.subtract, _kv.MUL: np.multiply, _kv.R
 _KEEP = config.subnormal_code("keep")
 
 
+def _relu32(x, out):
+    # maximum may keep -0 (x >= 0 for x = -0); adding +0 turns -0 into +0 and changes nothing else
+    np.maximum(x, np.float32(0), out=out)
+    np.add(out, np.float32(0), out=out)
+
+
+def _relu6_32(x, out):
+    np.maximum(x, np.float32(0), out=out)
+    np.minimum(out, np.float32(6), out=out)
+    np.add(out, np.float32(0), out=out)
+
+
+#: float32 unary ops numpy computes bit for bit as the kernel does when every input is finite (the fast path)
+_NUMPY_F32_UNARY = {_kv.RELU: _relu32, _kv.RELU6: _relu6_32}
+
+
 def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", subnormals: str = "keep",
            impl_mode: str = "high_precision", op_model: str = "tbe_v220", **attrs):
     """Run one elementwise op of the vector unit in a compute dtype.
@@ -291,14 +307,25 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         if op == "leaky_relu":
             # the vector unit multiplies by a scalar held in the compute dtype
             alpha = float(cast(np.float64(params["alpha"]), cdt)[0].astype(np.float64))
-        if wide:
+        if wide and sc == _KEEP and code in _NUMPY_F32_UNARY and np.isfinite(bits[0]).all():
+            # relu / relu6 of finite float32 values are exact selections: numpy gives the kernel's bits
+            # (x > 0 ? x : +0, capped at 6) and nothing overflows
+            _NUMPY_F32_UNARY[code](bits[0], out)
+            st = 0
+        elif wide:
             st = _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)
         else:
             st = _tables.unary16(code, bits[0], out, bf16, oc, sc, use64, alpha)
     else:
         code = _BINARY[op]
         fast = _NUMPY_F32.get(code) if wide and sc == _KEEP else None
-        if fast is not None:
+        if code == _kv.SQUARED_DIFFERENCE and wide and sc == _KEEP:
+            # the kernel's two float32 instructions (sub, then mul), each rounded; the kernel only for overflow
+            with np.errstate(all="ignore"):
+                np.subtract(bits[0], bits[1], out=out)
+                np.multiply(out, out, out=out)
+            st = 0 if np.isfinite(out).all() else _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
+        elif fast is not None:
             # one IEEE float32 operation per element is numpy's own; the kernel (same arithmetic) is
             # only needed for its overflow handling, so it reruns the op when a result is Inf/NaN
             with np.errstate(all="ignore"):

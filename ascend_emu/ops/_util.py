@@ -7,10 +7,11 @@ import numpy as np
 from ..numerics.policy import OVERFLOW_MODES, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW, bfloat16
 
 FLOAT_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT_SET = frozenset(np.dtype(d) for d in FLOAT_DTYPES)   # a hash lookup, not four dtype comparisons
 
 
 def is_float(x) -> bool:
-    return np.asarray(x).dtype in FLOAT_DTYPES
+    return np.asarray(x).dtype in _FLOAT_SET
 
 
 def contiguous(a) -> np.ndarray:

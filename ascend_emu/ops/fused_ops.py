@@ -27,13 +27,14 @@ from ..errors import AscendEmuError
 from . import nn_ops, sourced
 from ._util import finish, is_float, sum_f32, to64, widen
 from .math_ops import vec
+from ..graph.core import dtype_name as _dtype_name
 from .registry import CUBE, OPS, VECTOR, OpContext, register
 
 
 def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
     """A context with ``ctx``'s policy, another dtype, and its own status."""
     return OpContext(dtype=dtype if dtype is not None else ctx.dtype_name,
-                     cube_out=cube_out if cube_out is not None else ctx.cube_out.name,
+                     cube_out=cube_out if cube_out is not None else _dtype_name(ctx.cube_out),
                      overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, cube_model=ctx.cube_model,
                      impl_mode=ctx.impl_mode, reduce_accumulate=ctx.reduce_accumulate,
                      op_model=ctx.op_model, multicore=ctx.multicore)
@@ -82,7 +83,7 @@ def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
     sub = _sub(ctx, cube_out="float32")
     acc = run(sub)
     ctx.record(sub.status)
-    return _round_to(ctx, _chain(ctx, acc, inputs, chain), ctx.cube_out.name)
+    return _round_to(ctx, _chain(ctx, acc, inputs, chain), _dtype_name(ctx.cube_out))
 
 
 @register("_FusedConv2D", kind=CUBE)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..numerics.policy import DEFAULT_CUBE_MODEL, CubeModel, compute_dtype
 from ..errors import AscendEmuError
+from ..graph.core import dtype_name as _dtype_name
 
 #: op kinds, which decide the engine and the precision rule
 CUBE, VECTOR, MOVE, HOST = "cube", "vector", "move", "host"
@@ -58,7 +59,7 @@ class OpContext:
 
     @property
     def dtype_name(self) -> str:
-        return self.dtype.name
+        return _dtype_name(self.dtype)
 
     def record(self, status: int) -> None:
         self.status |= int(status)

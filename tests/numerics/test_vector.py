@@ -553,3 +553,38 @@ def test_float32_binary_ops_against_ieee_with_the_overflow_model(op, fn, mode):
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         assert bool(st) == bool(bad.any())
         assert bad.any() == (xs is x)
+
+
+@pytest.mark.parametrize("op", ["relu", "relu6", "squared_difference"])
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_float32_numpy_fast_paths_equal_the_kernel(op, mode):
+    """float32 relu, relu6 and squared_difference take numpy when every value is finite: bit for bit the
+    kernel's results and status, checked against the kernel itself (and an Inf/NaN falls back to it)."""
+    from ascend_emu import vector
+    from ascend_emu.kernels import vector as kv
+    from ascend_emu.numerics.policy import OVERFLOW_MODES, SUBNORMAL_MODES
+
+    rng = np.random.default_rng(11)
+    specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1.2e-38, -1.2e-38, 1e19, -1e19, 6.0, 5.9999995, 6.0000005,
+                         -6.0, 1.0, -2.5], np.float32)
+
+    def values(lo, hi, n=70000):   # |values| from 10**lo to 10**hi, both signs, plus specials
+        v = rng.standard_normal(n) * 10.0 ** rng.integers(lo, hi, n)
+        return np.concatenate([v.astype(np.float32), specials, np.repeat(specials, len(specials))])
+    code = {"relu": kv.RELU, "relu6": kv.RELU6, "squared_difference": kv.SQUARED_DIFFERENCE}[op]
+    oc, sc = OVERFLOW_MODES[mode], SUBNORMAL_MODES["keep"]
+    nonfinite = np.array([np.inf, -np.inf, np.nan, 3.4e38], np.float32)
+    cases = [(values(-25, 18), values(-25, 18), False),              # finite results: the fast path
+             (values(-45, 38), values(-45, 38), op == "squared_difference"),   # squares overflow
+             (np.concatenate([values(-5, 5), nonfinite]), np.concatenate([values(-5, 5), nonfinite[::-1]]), True)]
+    for xs, ys, bad in cases:
+        assert np.isfinite(xs).all() or bad
+        want = np.empty_like(xs)
+        if op == "squared_difference":
+            st_want = kv.binary_f32(code, xs, ys, want, oc, sc, True)
+            got, st = vector(op, xs, ys, dtype="float32", overflow_mode=mode)
+        else:
+            st_want = kv.unary_f32(code, xs, want, oc, sc, True, 0.0)
+            got, st = vector(op, xs, dtype="float32", overflow_mode=mode)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert bool(st) == bool(st_want) == bad

@@ -1,0 +1,82 @@
+"""Replay without a dump against TensorFlow's own float32 inference (the model's ConcreteFunction, no
+fetches): ResNet50 b8 224x224, MobileNetV2 b8 224x224, a Transformer encoder b8 seq 128 (issue 17).
+
+Each model runs in a fresh process that measures both sides in alternating rounds (a load change on the
+shared machine hits both alike). The emulated side is ``Device("allow_mix_precision").replay(graph, x,
+keep_tensors=False)`` on one device after one warm-up replay of the same batch (kernel compilation, fusion;
+what TensorFlow's first call does for it: tracing, grappler); TensorFlow's is one call of
+``tf.function(model).get_concrete_function(spec)`` on a tensor, its result converted to numpy. Each row
+reports the median of the rounds and their spread (min-max) in its note.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .common import row
+
+_CHILD = r"""
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+which, batch, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import numpy as np
+import tensorflow as tf
+from ascend_emu.frontend import models
+from ascend_emu.frontend.loader import load_graph
+from ascend_emu import Device
+if which == "transformer":
+    model = models.transformer_encoder(seq_len=128, d_model=256, num_heads=4, ff_dim=1024)
+    shape = (batch, 128, 256)
+else:
+    size = int(sys.argv[4])
+    model = getattr(models, which)(input_shape=(size, size, 3))
+    shape = (batch, size, size, 3)
+graph = load_graph(model)
+x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+feeds = {graph.inputs[0].name: x}
+cf = tf.function(lambda t: model(t, training=False)).get_concrete_function(tf.TensorSpec(shape, tf.float32))
+xt = tf.constant(x)
+dev = Device("allow_mix_precision")
+def emu():
+    dev.replay(graph, feeds, None, progress=False, keep_tensors=False)
+def ref():
+    out = cf(xt)
+    (out[0] if isinstance(out, (list, tuple)) else out).numpy()
+emu(); ref(); ref()
+times = {"emu": [], "ref": []}
+for r in range(rounds):
+    for name, fn in (("emu", emu), ("ref", ref)):
+        time.sleep(0.25)   # let the other side's worker threads go idle
+        t = time.perf_counter(); fn(); times[name].append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+_MODELS = [("resnet50", "ResNet50 b8 224x224", 224), ("mobilenet_v2", "MobileNetV2 b8 224x224", 224),
+           ("transformer", "Transformer encoder b8 seq128 (d256, 4 heads, ff1024)", 0)]
+
+
+def _median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def run(quick: bool = False, rounds: int = 3) -> list[dict]:
+    batch = 1 if quick else 8
+    rows = []
+    for which, label, size in _MODELS:
+        if quick and which != "transformer":
+            size = 64
+        args = [sys.executable, "-c", _CHILD, which, str(batch), str(rounds)] + ([str(size)] if size else [])
+        out = subprocess.run(args, capture_output=True, text=True, check=True)
+        t = json.loads(out.stdout.strip().splitlines()[-1])
+        ours, base = _median(t["emu"]), _median(t["ref"])
+        spread = (f"emulated {min(t['emu']):.3g}-{max(t['emu']):.3g} s, TF {min(t['ref']):.3g}-{max(t['ref']):.3g} s "
+                  f"over {rounds} alternating rounds")
+        r = row("replay", f"{label if not quick else which}, no dump: time", ours, base,
+                "TF float32 ConcreteFunction", "s", target=1 / 3, higher_is_better=False,
+                note=f"medians; {spread}; issue 17's target: emulated <= 3x TF (goal 1.5x)")
+        r["runs"] = {"ours": t["emu"], "baseline": t["ref"]}
+        rows.append(r)
+    return rows
