@@ -205,12 +205,18 @@ def compare_ranks(states: list[dict], keys=None) -> list[dict]:
 
 # --------------------------------------------------------------------------- the loop
 
-def train_ranks(device, run, *, ranks: int, plant: dict, allreduce, allreduce_dtype, check_rank_weights: bool,
-                manager, overflow_check: str, reference: bool, progress: bool):
-    """The data-parallel loop of :func:`ascend_emu.npu.training.train` (``run`` is its prepared :class:`_Run`)."""
+def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allreduce, allreduce_dtype,
+                        check_rank_weights: bool, overflow_check: str, reference: bool, progress: bool,
+                        dump_steps=None, **prepare):
+    """Data-parallel training of :meth:`ascend_emu.npu.device.Device.train` with ``ranks`` > 1 (the options
+    checked by :func:`check_options`; ``prepare`` the arguments of :func:`ascend_emu.npu.training._prepare`)."""
     from ..frontend import training as T
-    from .training import TrainResult, _progress, _zeros, reference_step, step_feeds
+    from .training import OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _zeros, reference_step, step_feeds
 
+    if overflow_check not in OVERFLOW_CHECKS:
+        raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
+    run = _prepare(model, data, dump_dir=None, dump_steps=dump_steps, **prepare)
+    manager = run.manager
     for i, idx in enumerate(run.order):
         if len(idx) % ranks:
             raise AscendEmuError(f"step {i}'s batch has {len(idx)} samples, which do not split evenly over {ranks} "

@@ -316,14 +316,23 @@ class Device:
         -------
         ascend_emu.npu.training.TrainResult
         """
+        from .data_parallel import check_options, train_data_parallel
         from .training import train
 
+        n, plant = check_options(ranks, allreduce, allreduce_dtype, rank_init, check_rank_weights, dump_dir)
+        if n > 1:
+            return train_data_parallel(self, model, data, ranks=n, plant=plant, allreduce=allreduce,
+                                       allreduce_dtype=allreduce_dtype, check_rank_weights=check_rank_weights,
+                                       overflow_check=overflow_check, reference=reference, progress=progress,
+                                       dump_steps=dump_steps, loss=loss, optimizer=optimizer,
+                                       learning_rate=learning_rate, optimizer_options=optimizer_options,
+                                       batch_size=batch_size, steps=steps, epochs=epochs, loss_scale=loss_scale,
+                                       shuffle=shuffle, seed=seed, overwrite=overwrite)
         return train(self, model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                      optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
                      loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,
                      reference=reference, reference_dump_dir=reference_dump_dir, overflow_check=overflow_check,
-                     overwrite=overwrite, progress=progress, ranks=ranks, allreduce=allreduce,
-                     allreduce_dtype=allreduce_dtype, rank_init=rank_init, check_rank_weights=check_rank_weights)
+                     overwrite=overwrite, progress=progress)
 
     def _check_supported(self, nodes):
         missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}

@@ -375,24 +375,12 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
           batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
           shuffle: bool = False, seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False,
           reference_dump_dir=None, overflow_check: str = "status", overwrite: bool = False,
-          progress: bool = True, ranks: int = 1, allreduce=None, allreduce_dtype=None, rank_init=None,
-          check_rank_weights: bool = False) -> TrainResult:
+          progress: bool = True) -> TrainResult:
     """Train ``model`` on ``device``; see :meth:`ascend_emu.npu.device.Device.train`."""
     from ..frontend import training as T
-    from .data_parallel import check_options, train_ranks
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
-    ranks, plant = check_options(ranks, allreduce, allreduce_dtype, rank_init, check_rank_weights, dump_dir)
-    if ranks > 1:
-        run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
-                       optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
-                       loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=None, dump_steps=dump_steps,
-                       overwrite=overwrite)
-        return train_ranks(device, run, ranks=ranks, plant=plant, allreduce=allreduce,
-                           allreduce_dtype=allreduce_dtype, check_rank_weights=check_rank_weights,
-                           manager=run.manager, overflow_check=overflow_check, reference=reference,
-                           progress=progress)
     rroot = None
     if reference and dump_dir is not None:
         rroot = reference_dump_dir if reference_dump_dir is not None else os.path.join(os.fspath(dump_dir), "reference")
