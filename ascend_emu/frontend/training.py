@@ -495,12 +495,14 @@ def reinitialised_state(model, fopt: FunctionalOptimizer | None, seed: int) -> d
         clone = keras.models.clone_model(model)
     except Exception as e:
         raise AscendEmuError(f"cannot re-initialise model {model.name!r} for rank_init: {first_line(e)}") from None
-    state = initial_state(clone, fopt)
     want = initial_state(model, fopt)
-    if state.keys() != want.keys() or any(state[k].shape != want[k].shape for k in want):
+    # the clone's variables come in the model's order; their paths may differ (a loaded model's carry no
+    # model-name prefix, a clone's do), so they are matched by position and shape
+    got = list(initial_state(clone, fopt).values())
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want.values())):
         raise AscendEmuError(f"model {model.name!r} cloned for rank_init has other variables than the model; "
                              "give the rank's state as a dict instead")
-    return state
+    return dict(zip(want, got))
 
 
 def run_reference_step(step: TrainStep, feeds: dict) -> list[np.ndarray]:

@@ -172,3 +172,24 @@ def test_overflow_on_one_rank_skips_the_step_on_all():
 def test_bad_data_parallel_options(kwargs, message):
     with pytest.raises(AscendEmuError, match=message):
         ae.Device(MKOD).train(mlp(), data(n=32), batch_size=16, steps=1, progress=False, **kwargs)
+
+
+def test_cli_ranks_json_and_report(tmp_path, capsys):
+    import json
+
+    from ascend_emu.cli.main import main
+
+    mlp().save(tmp_path / "m.keras")
+    np.savez(tmp_path / "d.npz", **data(n=32))
+    js, rep = tmp_path / "t.json", tmp_path / "t.html"
+    code = main(["train", str(tmp_path / "m.keras"), "--data", str(tmp_path / "d.npz"), "--batch-size", "16",
+                 "--steps", "2", "--precision-mode", MKOD, "--ranks", "2", "--allreduce", "tree",
+                 "--check-rank-weights", "--rank-init", "1=3", "--json", str(js), "--report", str(rep), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "all-reduce hd in float32" in out and "WARNING: 1 rank(s) start from other weights" in out
+    run = json.loads(js.read_text())
+    assert [len(s["rank_losses"]) for s in run["steps"]] == [2, 2]
+    assert {d["rank"] for d in run["ranks"]["initial_differences"]} == {1}
+    html = rep.read_text()
+    assert 'id="ranks"' in html and "Initial weights unlike rank 0" in html and "rank_losses" in html
