@@ -38,7 +38,12 @@ def _curves(steps: list) -> str:
     else:
         ax1, ax2, ax3 = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2, 1.4]})
         axes = (ax1, ax2, ax3)
-    ax1.plot(xs, loss, "-o", ms=3, color="#d62728", label="emulated NPU")
+    ax1.plot(xs, loss, "-o", ms=3, color="#d62728", label="emulated NPU" + (" (mean over ranks)"
+                                                                          if steps[0].get("rank_losses") else ""))
+    if steps[0].get("rank_losses"):
+        for r in range(len(steps[0]["rank_losses"])):
+            ax1.plot(xs, [s["rank_losses"][r] for s in steps], "-", lw=0.8, alpha=0.6,
+                     label=f"rank {r} (its shard)" if r < 8 else None)
     if has_ref:
         ax1.plot(xs, [math.nan if r is None else r for r in ref], "-o", ms=3, color="#1f77b4",
                  label="TensorFlow float32 reference")
@@ -67,6 +72,29 @@ def _curves(steps: list) -> str:
         ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return _png(fig)
+
+
+def _ranks_section(info: dict) -> str:
+    """Data-parallel training: the ranks, the all-reduce, and every rank/variable unlike rank 0's."""
+    kv = [("ranks", f"{info.get('ranks')} (shard of {info.get('shard')} samples each)"),
+          ("all-reduce", f"{info.get('allreduce')} in {info.get('allreduce_dtype')}, "
+                         + ("deterministic" if info.get("hccl_deterministic") else "arrival order drawn from the run seed"))]
+    parts = ['<section id="ranks"><h2>Ranks</h2><table class="kv">'
+             + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in kv) + "</table>"]
+    for key, head, none in (("initial_differences", "Initial weights unlike rank 0's (--check-rank-weights)",
+                             "Every rank starts from rank 0's weights."),
+                            ("final_differences", "Weights after training unlike rank 0's",
+                             "Every rank ends with rank 0's weights and optimizer state."),
+                            ("final_non_trainable_differences",
+                             "Non-trainable state unlike rank 0's (per-rank batch statistics, no SyncBN)",
+                             "No non-trainable state differs.")):
+        rows = info.get(key)
+        if rows is None:
+            continue
+        parts.append(f"<h3>{_e(head)}</h3>" + (_table(rows, ["rank", "variable", "max_abs_diff"],
+                                                          classes=["error" if key == "initial_differences" else "diff"
+                                                                   for _ in rows]) if rows else f"<p>{_e(none)}</p>"))
+    return "".join(parts) + "</section>"
 
 
 def write_train_report(run: dict, path, *, compare_steps: bool = True, title: str | None = None) -> str:
@@ -124,6 +152,8 @@ def write_train_report(run: dict, path, *, compare_steps: bool = True, title: st
     parts.append('<section id="summary"><h2>Summary</h2><table class="kv">'
                  + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in summary) + "</table></section>")
 
+    if run.get("ranks"):
+        parts.append(_ranks_section(run["ranks"]))
     parts.append('<section id="curves"><h2>Loss, loss scale and gradient zeros per step</h2>'
                  '<p class="muted">Top: the loss of each step (emulated run and TensorFlow float32 reference on the '
                  'same batches) and, with a reference, their absolute difference. Then the loss scale the step used. Bottom: the fraction of gradient elements '
@@ -169,9 +199,11 @@ def write_train_report(run: dict, path, *, compare_steps: bool = True, title: st
                  'the reference dump is TensorFlow float32 on the same inputs and weights, so the two compare op by '
                  'op (ascend-emu compare NPU REFERENCE).</p>' + dhtml + "</section>")
 
-    cols = ["step", "loss", "reference_loss", "loss_scale", "skipped", "float_status", "first_overflow",
-            "grad_zeros", "reference_grad_zeros", "grad_values"]
+    cols = ["step", "loss", *(["rank_losses"] if steps[0].get("rank_losses") else []), "reference_loss",
+            "loss_scale", "skipped", "float_status", "first_overflow", "grad_zeros", "reference_grad_zeros",
+            "grad_values"]
     srows = [{**s, "float_status": f"0x{s['float_status']:x}",
+              **({"rank_losses": ", ".join(_num(v) for v in s["rank_losses"])} if s.get("rank_losses") else {}),
               "first_overflow": (f"{s['first_overflow']['name']} ({s['first_overflow']['phase']})"
                                  if s.get("first_overflow") else "")} for s in steps]
     parts.append(f'<section id="steps"><h2>Every step</h2><details><summary>{len(steps)} steps (train --json has '

@@ -280,6 +280,16 @@ def _dump_steps(text):
         raise argparse.ArgumentTypeError(f"{text!r}: give step numbers separated by commas, e.g. 0,10,49") from None
 
 
+def _rank_init(text):
+    rank, eq, seed = text.partition("=")
+    try:
+        if not eq:
+            raise ValueError
+        return int(rank), int(seed)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give RANK=SEED, e.g. 1=7") from None
+
+
 def _optimizer_options(a) -> dict:
     opts = {"momentum": a.momentum, "nesterov": True if a.nesterov else None, "beta_1": a.beta_1,
             "beta_2": a.beta_2, "epsilon": a.epsilon, "amsgrad": True if a.amsgrad else None,
@@ -318,7 +328,9 @@ def cmd_train(a):
                            optimizer_options=_optimizer_options(a), batch_size=a.batch_size, steps=a.steps,
                            epochs=a.epochs, loss_scale=a.loss_scale, shuffle=a.shuffle, seed=a.seed,
                            dump_dir=a.dump, dump_steps=a.dump_steps, reference=a.reference,
-                           overflow_check=a.overflow_check, overwrite=a.overwrite, progress=not a.quiet)
+                           overflow_check=a.overflow_check, overwrite=a.overwrite, progress=not a.quiet,
+                           ranks=a.ranks, allreduce=a.allreduce, allreduce_dtype=a.allreduce_dtype,
+                           rank_init=dict(a.rank_init or ()), check_rank_weights=a.check_rank_weights)
     print(res.format_text(), flush=True)
     run = res.to_json()
     if a.json:
@@ -580,6 +592,18 @@ def build_parser():
     sp.add_argument("--dump-steps", type=_dump_steps, default=None, metavar="LIST",
                     help="steps to dump, e.g. 0,10,49 (default with --dump: the first and the last)")
     sp.add_argument("--overwrite", action="store_true", help="replace existing step dumps")
+    dp = sp.add_argument_group("data parallel (NUMERICS.md section 12)")
+    dp.add_argument("--ranks", type=int, default=1, metavar="N",
+                    help="split each batch over N emulated ranks and all-reduce their gradients (default 1)")
+    dp.add_argument("--allreduce", choices=("ring", "hd", "tree", "mesh"), default=None,
+                    help="HCCL's algorithm: ring, hd (recursive halving-doubling; tree = hd) or mesh "
+                         "(default: ring on Ascend910, mesh on Ascend910B)")
+    dp.add_argument("--allreduce-dtype", choices=("float32", "float16"), default=None,
+                    help="the all-reduce's accumulator (default float32; float16: gradients cast to fp16)")
+    dp.add_argument("--check-rank-weights", action="store_true",
+                    help="compare every rank's initial weights with rank 0's before training")
+    dp.add_argument("--rank-init", type=_rank_init, action="append", metavar="RANK=SEED",
+                    help="initialise RANK's copy of the model under another seed (repeatable)")
     tf1 = sp.add_argument_group("TF1 MetaGraph (model.meta)")
     tf1.add_argument("--checkpoint", metavar="PREFIX", default=None,
                      help="checkpoint the variables start from (e.g. model.ckpt, as Saver.save writes it)")

@@ -482,6 +482,29 @@ def initial_state(model, fopt: FunctionalOptimizer | None) -> dict:
     return state
 
 
+def reinitialised_state(model, fopt: FunctionalOptimizer | None, seed: int) -> dict:
+    """The initial state of ``model`` as a fresh copy initialised under Keras' global ``seed`` would
+    have it (``keras.models.clone_model``: same layers and variable paths, new initial values; an
+    initializer with a fixed seed of its own gives the same values again, as it would on every rank)."""
+    if isinstance(model, TrainStep):
+        raise AscendEmuError("rank_init by seed needs a Keras model; for a TrainStep give the rank's state as "
+                             "a dict (state key -> array)")
+    keras = import_keras()
+    keras.utils.set_random_seed(int(seed))
+    try:
+        clone = keras.models.clone_model(model)
+    except Exception as e:
+        raise AscendEmuError(f"cannot re-initialise model {model.name!r} for rank_init: {first_line(e)}") from None
+    want = initial_state(model, fopt)
+    # the clone's variables come in the model's order; their paths may differ (a loaded model's carry no
+    # model-name prefix, a clone's do), so they are matched by position and shape
+    got = list(initial_state(clone, fopt).values())
+    if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want.values())):
+        raise AscendEmuError(f"model {model.name!r} cloned for rank_init has other variables than the model; "
+                             "give the rank's state as a dict instead")
+    return dict(zip(want, got))
+
+
 def run_reference_step(step: TrainStep, feeds: dict) -> list[np.ndarray]:
     """TensorFlow's own float32 execution of the traced step (the ConcreteFunction, no fetches)."""
     tf = import_tf()

@@ -262,18 +262,21 @@ class Device:
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
 
     def _fused(self, graph: Graph):
-        """The graph after the enabled fusion passes, cached per graph (training replays one graph per step)."""
+        """The graph after the enabled fusion passes, cached per graph (training replays the same graphs each step)."""
         cached = self._fusion_cache.get(id(graph))
         if cached is not None and cached[0] is graph:
             return cached[1]
         fused = apply_fusion(graph, self.fusion, self.precision.lists)
-        self._fusion_cache = {id(graph): (graph, fused)}
+        if len(self._fusion_cache) >= 4:     # data-parallel training alternates two graphs per step
+            self._fusion_cache = {}
+        self._fusion_cache[id(graph)] = (graph, fused)
         return fused
 
     def train(self, model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
               batch_size: int = 32, steps=None, epochs=None, loss_scale=None, shuffle: bool = False,
               seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False, reference_dump_dir=None,
-              overflow_check: str = "status", overwrite: bool = False, progress: bool = True):
+              overflow_check: str = "status", overwrite: bool = False, progress: bool = True, ranks: int = 1,
+              allreduce=None, allreduce_dtype=None, rank_init=None, check_rank_weights: bool = False):
         """Train a Keras model for whole steps (forward, backward, optimizer update) on the emulated NPU.
 
         Parameters
@@ -295,14 +298,37 @@ class Device:
         dump_dir, dump_steps : a dump per listed step in ``dump_dir/step-N`` (forward, backward and update
             ops, each with its phase); with ``reference`` the float32 reference of the same step in
             ``reference_dump_dir/step-N`` (default ``dump_dir/reference``).
-        reference : also train in TensorFlow float32 from the same weights on the same batches.
+        reference : also train in TensorFlow float32 from the same weights on the same batches (with
+            ``ranks``, one device on the whole global batch).
+        ranks : data-parallel training over this many emulated ranks (NUMERICS.md section 12): each batch
+            splits into contiguous shards (``batch_size`` must divide by ``ranks``), each rank runs forward
+            and backward on its shard with its own weights, the gradients are all-reduced (their mean),
+            and every rank applies the update; an overflow on any rank skips the step on all.
+        allreduce : ``"ring"``, ``"hd"`` (recursive halving-doubling; ``"tree"`` is the same) or ``"mesh"``;
+            default the SoC's (Ascend910: ring, Ascend910B: mesh). With the device's determinism off,
+            ``mesh`` adds in an arrival order drawn from ``run_seed``.
+        allreduce_dtype : ``"float32"`` (default) or ``"float16"`` (gradients cast to fp16 and summed in it).
+        rank_init : ``{rank: seed}`` (a Keras model re-initialised under that seed) or ``{rank: {state key:
+            array}}``: plant another initialisation on a rank (what ``check_rank_weights`` finds).
+        check_rank_weights : compare every rank's initial weights with rank 0's before training (seed 003's
+            check); the result's ``ranks["initial_differences"]`` lists each differing rank and variable.
 
         Returns
         -------
         ascend_emu.npu.training.TrainResult
         """
+        from .data_parallel import check_options, train_data_parallel
         from .training import train
 
+        n, plant = check_options(ranks, allreduce, allreduce_dtype, rank_init, check_rank_weights, dump_dir)
+        if n > 1:
+            return train_data_parallel(self, model, data, ranks=n, plant=plant, allreduce=allreduce,
+                                       allreduce_dtype=allreduce_dtype, check_rank_weights=check_rank_weights,
+                                       overflow_check=overflow_check, reference=reference, progress=progress,
+                                       dump_steps=dump_steps, loss=loss, optimizer=optimizer,
+                                       learning_rate=learning_rate, optimizer_options=optimizer_options,
+                                       batch_size=batch_size, steps=steps, epochs=epochs, loss_scale=loss_scale,
+                                       shuffle=shuffle, seed=seed, overwrite=overwrite)
         return train(self, model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                      optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
                      loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,

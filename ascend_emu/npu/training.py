@@ -147,6 +147,10 @@ class TrainResult:
     reference_state: dict | None = None
     dumps: dict = field(default_factory=dict)            # step -> NPU dump dir
     reference_dumps: dict = field(default_factory=dict)  # step -> reference dump dir
+    #: data-parallel training: ranks, all-reduce, the rank weight checks (None on one device)
+    ranks: dict | None = None
+    #: data-parallel training: every rank's final state (``state`` is rank 0's)
+    rank_states: list | None = None
 
     def _col(self, key, dtype=float):
         return np.array([s.get(key) if s.get(key) is not None else np.nan for s in self.steps], dtype=dtype)
@@ -168,9 +172,18 @@ class TrainResult:
         return {k.split("/", 1)[1]: v for k, v in state.items() if not k.startswith("slot/")}
 
     def to_json(self) -> dict:
-        return {"config": self.config, "steps": self.steps,
-                "dumps": {str(k): v for k, v in self.dumps.items()},
-                "reference_dumps": {str(k): v for k, v in self.reference_dumps.items()}}
+        out = {"config": self.config, "steps": self.steps,
+               "dumps": {str(k): v for k, v in self.dumps.items()},
+               "reference_dumps": {str(k): v for k, v in self.reference_dumps.items()}}
+        if self.ranks is not None:
+            out["ranks"] = self.ranks
+        return out
+
+    def rank_losses(self) -> np.ndarray:
+        """(steps, ranks) losses of each rank's shard (data-parallel training)."""
+        if self.ranks is None:
+            raise AscendEmuError("not a data-parallel run: train with ranks=2 or more")
+        return np.array([s["rank_losses"] for s in self.steps], dtype=np.float64)
 
     def format_text(self) -> str:
         skipped = [s["step"] for s in self.steps if s["skipped"]]
@@ -186,7 +199,36 @@ class TrainResult:
             line += f"; reference last {last['reference_loss']:.6g}"
         lines.append(line)
         lines.append(f"loss scale: first {self.steps[0]['loss_scale']:.6g}, last {last['loss_scale']:.6g}")
+        if self.ranks is not None:
+            lines.extend(format_ranks(self.ranks, last))
         return "\n".join(lines)
+
+
+def _differences(rows: list, limit: int = 6) -> str:
+    shown = ", ".join(f"rank {d['rank']} {d['variable']} (max |diff| {d['max_abs_diff']:.3g})" for d in rows[:limit])
+    return shown + (f", ... ({len(rows)} in all)" if len(rows) > limit else "")
+
+
+def format_ranks(info: dict, last: dict) -> list[str]:
+    """Report lines of a data-parallel run: the all-reduce, the rank weight checks, the last per-rank losses."""
+    lines = [f"ranks: {info['ranks']} (shard {info['shard']} samples each); all-reduce {info['allreduce']} in "
+             f"{info['allreduce_dtype']}, {'deterministic' if info['hccl_deterministic'] else 'arrival order drawn from the run seed'}"]
+    init = info.get("initial_differences")
+    if init is not None:
+        lines.append("rank weights before training: " + (
+            "every rank starts from rank 0's weights" if not init else
+            f"WARNING: {len({d['rank'] for d in init})} rank(s) start from other weights than rank 0: "
+            + _differences(init)))
+    final = info.get("final_differences")
+    if final is not None:
+        lines.append("rank weights after training: " + ("identical on every rank" if not final else
+                                                         "differ from rank 0: " + _differences(final)))
+    nt = info.get("final_non_trainable_differences")
+    if nt:
+        lines.append(f"non-trainable state (per-rank batch statistics) differs on {len(nt)} rank/variable pair(s)")
+    if last.get("rank_losses"):
+        lines.append("last step's loss per rank: " + ", ".join(f"{v:.6g}" for v in last["rank_losses"]))
+    return lines
 
 
 # --------------------------------------------------------------------------- the loop
