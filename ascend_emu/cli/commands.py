@@ -1,0 +1,283 @@
+"""One function per subcommand, each a thin call into the public API (:mod:`ascend_emu.cli.main` builds
+the parser that dispatches to them)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import AscendEmuError
+from ..npu.precision import TRAIN_PRECISION_DEFAULT  # the TF adapter's training default
+from .options import _device, _device_kwargs, _device_options, _optimizer_options, _select, _shapes, _tf1_train_step
+
+
+def cmd_replay(a):
+    res = _device(a).replay(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
+                            overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a),
+                            progress=not a.quiet, keep_tensors=False)
+    print(res.format_summary(), flush=True)
+    return 0
+
+
+def cmd_reference(a):
+    from ..frontend.reference import reference
+
+    res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
+                    overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)
+    s = res.summary
+    print(f"reference: {s['ops']} ops in TensorFlow {s.get('tensorflow', '')} float32 on the CPU")
+    for engine, per in s["per_engine_dtype"].items():
+        print(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
+    print(f"ops with inf/nan outputs: {s['nonfinite_ops']}"
+          + (f" (first: {s['first_nonfinite']})" if s.get("first_nonfinite") else ""))
+    line = f"time: {s.get('seconds', 0):.2f} s"
+    if res.dump:
+        from ..analysis.dump import dump_bytes, fmt_bytes
+
+        line += f"; dump: {res.dump} ({fmt_bytes(dump_bytes(res.dump))})"
+    print(line)
+    return 0
+
+
+def cmd_compare(a):
+    from ..analysis.compare import compare
+    from ..analysis.dump import load_dump
+
+    if load_dump(a.npu_dir).kind == "npu" and load_dump(a.bench_dir).kind == "npu":
+        # two emulated runs of one model: bit for bit first (random-error detection), then the metrics
+        from ..analysis.runs import compare_runs
+
+        print(compare_runs(a.npu_dir, a.bench_dir, force=a.force).format_text(), flush=True)
+    cmp = compare(a.npu_dir, a.bench_dir, rules=a.rules, force=a.force)
+    if a.csv:
+        cmp.to_csv(a.csv)
+        print(f"wrote {a.csv}")
+    print(cmp.summary_text())
+    first = cmp.first_divergent()
+    if first is not None:
+        print(first.format_text())
+    if a.cosine is not None or a.limit is not None:
+        rows = cmp.worst(cosine=a.cosine if a.cosine is not None else 0.98,
+                         limit=a.limit if a.limit is not None else 10)
+        print(cmp.format_table(rows))
+    return 0
+
+
+def cmd_overflow(a):
+    import json
+
+    from ..analysis.overflow import overflow_report
+
+    rep = overflow_report(a.dump)
+    print(rep.format_text())
+    if a.json:
+        from ..fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(rep.to_json(), indent=1))
+        print(f"wrote {a.json}")
+    return 0
+
+
+def cmd_report(a):
+    from ..analysis.report import write_report
+
+    path = write_report(a.npu_dir, a.bench_dir, a.output, rules=a.rules, force=a.force)
+    print(f"report: {os.path.abspath(path)}")
+    return 0
+
+
+def cmd_export_msprobe(a):
+    from ..analysis.msprobe import export_msprobe
+
+    root = export_msprobe(a.dump, a.out, step=a.step, rank=a.rank, tensor_format=a.tensor_format,
+                          overwrite=a.overwrite)
+    print(f"msprobe dump: {root} (compare with: msprobe compare -tp {os.path.dirname(root)} -gp <other step dir>)")
+    return 0
+
+
+def cmd_import_msprobe(a):
+    from ..analysis.msprobe import import_msprobe
+
+    d = import_msprobe(a.dir, a.out, mapping=a.mapping, against=a.against, kind=a.kind, step=a.step,
+                       rank=a.rank, allow_unmatched=a.allow_unmatched, overwrite=a.overwrite)
+    files = sum(1 for op in d.ops for o in op["outputs"] if o["file"])
+    outs = sum(len(op["outputs"]) for op in d.ops)
+    print(f"ascend-emu dump: {d.path} ({len(d.ops)} ops, {outs} outputs, {files} with tensors)")
+    return 0
+
+
+def cmd_bisect(a):
+    from ..tools.bisect import fusion_bisect
+
+    res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
+                        shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
+                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers)
+    print(res.format_text())
+    return 0
+
+
+def cmd_mixlist_search(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.mixlist_search import mixlist_search
+
+    if a.json:
+        check_writable(a.json, "--json")
+    res = mixlist_search(a.model, a.input, target=a.target, device_kwargs=_device_kwargs(a), signature=a.signature,
+                         shapes=_shapes(a), seed=a.seed, by=a.by, output=a.output, beam=a.beam,
+                         max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet)
+    print(res.format_text())
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
+    if not res.met:
+        print(f"no {a.output} written: the target is not met", file=sys.stderr)
+        return 1
+    print(f"wrote {a.output} (pass it to: ascend-emu replay MODEL --precision-mode {res.precision_mode} "
+          f"--modify-mixlist {a.output}, or to CANN as modify_mixlist)")
+    return 0
+
+
+def cmd_train(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+
+    # every output path is checked before the first step runs, so a long run never ends in a write error
+    if a.json:
+        check_writable(a.json, "--json")
+    if a.report:
+        check_writable(a.report, "--report")
+    model = _tf1_train_step(a) if str(a.model).endswith(".meta") else a.model
+    if model is a.model and any(v is not None for v in (a.checkpoint, a.x_name, a.y_name, a.loss_tensor, a.train_op)):
+        raise AscendEmuError("--checkpoint, --x-name, --y-name, --loss-tensor and --train-op apply to a TF1 MetaGraph "
+                             "(.meta) only")
+    res = _device(a).train(model, a.data, loss=a.loss, optimizer=a.optimizer, learning_rate=a.learning_rate,
+                           optimizer_options=_optimizer_options(a), batch_size=a.batch_size, steps=a.steps,
+                           epochs=a.epochs, loss_scale=a.loss_scale, shuffle=a.shuffle, seed=a.seed,
+                           dump_dir=a.dump, dump_steps=a.dump_steps, reference=a.reference,
+                           overflow_check=a.overflow_check, overwrite=a.overwrite, progress=not a.quiet,
+                           ranks=a.ranks, allreduce=a.allreduce, allreduce_dtype=a.allreduce_dtype,
+                           rank_init=dict(a.rank_init or ()), check_rank_weights=a.check_rank_weights)
+    print(res.format_text(), flush=True)
+    run = res.to_json()
+    if a.json:
+        atomic_write_text(a.json, json.dumps(run, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
+    for k in sorted(res.dumps):
+        line = f"dump of step {k}: {res.dumps[k]}"
+        if k in res.reference_dumps:
+            line += f" (reference: {res.reference_dumps[k]})"
+        print(line)
+    if a.report:
+        from ..analysis.train_report import write_train_report
+
+        path = write_train_report(run, a.report)
+        print(f"report: {os.path.abspath(path)}")
+    return 0
+
+
+def cmd_check(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.check import check
+
+    for path, what in ((a.json, "--json"), (a.report, "--report"), (a.ops_info, "--ops-info")):
+        if path:
+            check_writable(path, what)
+    res = check(a.model, a.data, device=_device(a), benchmark=a.benchmark, benchmark_config=a.benchmark_config,
+                loss=a.loss, optimizer=a.optimizer, learning_rate=a.learning_rate, batch_size=a.batch_size,
+                steps=a.steps, epochs=a.epochs, loss_scale=a.loss_scale, overflow_check=a.overflow_check,
+                shuffle=a.shuffle, seed=a.seed, work_dir=a.keep_dumps, progress=not a.quiet)
+    print(res.format_text(), flush=True)
+    if res.ops_info:
+        text = json.dumps(res.ops_info, indent=1)
+        if a.ops_info:
+            atomic_write_text(a.ops_info, text + "\n")
+            print(f"wrote {a.ops_info} (suggested modify_mixlist; try it: --modify-mixlist {a.ops_info})")
+        else:
+            print("suggested ops_info.json (write it with --ops-info FILE, use it with --modify-mixlist):\n" + text)
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1) + "\n")
+        print(f"wrote {a.json}")
+    if a.report:
+        from ..analysis.check_report import write_check_report
+
+        print(f"report: {os.path.abspath(write_check_report(res.report_data(), a.report))}")
+    return res.exit_code
+
+
+def cmd_demo(a):
+    from ..tools.demo import run_demo
+
+    run_demo(a.out, overwrite=True, progress=not a.quiet)
+    return 0
+
+
+def cmd_ops(a):
+    from ..ops import OPS
+    from ..ops.multicore import MULTICORE_OPS
+
+    kinds = {}
+    for t, d in sorted(OPS.items()):
+        kinds.setdefault("fused (made by fusion rules)" if t.startswith("_") else d.kind, []).append(t)
+    for k, ts in kinds.items():
+        print(f"{k}: {', '.join(ts)}")
+    print("other op types run through TensorFlow on the emulated AI CPU (engine AICPU)")
+    print("\nsplit over several cores, non-deterministic with --deterministic 0 (NUMERICS.md section 11):")
+    for t, row in MULTICORE_OPS.items():
+        print(f"  {t} ({row.kind})\n    splits:   {row.split}\n    combines: {row.combine}\n    source:   {row.source}")
+    return 0
+
+
+def cmd_random_errors(a):
+    import json
+
+    from ..fileio import atomic_write_text, check_writable
+    from ..tools.random_errors import random_errors
+
+    if a.json:
+        check_writable(a.json, "--json")
+    if a.report:
+        check_writable(a.report, "--report")
+    cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
+                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
+                            "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
+    fusion = "off" if a.fusion_off else a.fusion_switch
+    opts = _device_options(a, cm, fusion)
+    run_seed = opts.pop("run_seed")
+    if a.data is not None:
+        mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
+        train = {k: v for k, v in {"steps": a.steps, "batch_size": a.batch_size, "loss": a.loss,
+                                   "optimizer": a.optimizer, "learning_rate": a.learning_rate,
+                                   "loss_scale": a.loss_scale, "shuffle": a.shuffle or None}.items() if v is not None}
+        if a.input or a.shape:
+            raise AscendEmuError("--input and --shape apply to replays; training reads --data")
+    else:
+        mode = a.precision_mode if a.precision_mode is not None else "force_fp16"
+        train = {}
+        if any(v is not None for v in (a.steps, a.batch_size, a.loss, a.optimizer, a.learning_rate, a.loss_scale)) \
+                or a.shuffle:
+            raise AscendEmuError("--steps, --batch-size, --loss, --optimizer, --learning-rate, --loss-scale and "
+                                 "--shuffle apply to training: give --data FILE.npz")
+    opts["precision_mode"] = mode
+    opts = {k: v for k, v in opts.items() if v is not None}
+    res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
+                        inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
+                        data=a.data, report=a.report, **train)
+    print(res.format_text(), flush=True)
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True, default=str) + "\n")
+        print(f"wrote {a.json}")
+    if a.report:
+        print(f"report: {os.path.abspath(a.report)}")
+    return 0
+
+
+def cmd_rules(a):
+    from ..npu.fusion import RULES
+
+    for r in RULES.values():
+        print(f"{r.name} ({r.kind})\n  pattern:  {r.pattern}\n  numerics: {r.numerics}")
+    return 0

@@ -1,0 +1,161 @@
+"""The options the subcommands share and their parsing: model, device, rules, sweeps, training."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import AscendEmuError
+from ..npu.precision import TRAIN_PRECISION_DEFAULT  # the TF adapter's training default
+
+
+def _model_args(p, dump=True):
+    p.add_argument("model", help="a .keras file, SavedModel directory, or frozen GraphDef (.pb/.pbtxt)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz",
+                   help="model input (repeatable); default: seeded N(0,1) random inputs of the signature's shapes")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="shape for an input whose signature leaves dimensions unknown")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--signature", default=None, help="SavedModel signature (default serving_default)")
+    if not dump:
+        return
+    p.add_argument("--dump", required=False, metavar="DIR", help="write the dump to DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dump in DIR")
+    p.add_argument("--stats-only", action="store_true", help="dump statistics only, no tensors (large models)")
+    p.add_argument("--select", metavar="REGEX", help="save tensors only of ops whose name matches REGEX")
+    p.add_argument("--select-type", action="append", default=[], metavar="OPTYPE",
+                   help="save tensors only of ops of this TF type (repeatable)")
+
+
+def _device_args(p, fusion=True, training=False):
+    from ..npu.precision import PRECISION_MODES
+
+    if training:
+        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+                       help="CANN precision_mode (default: the TF adapter's training default, allow_fp32_to_fp16 "
+                            "on Ascend910, must_keep_origin_dtype on Ascend910B)")
+    else:
+        p.add_argument("--precision-mode", default="force_fp16", choices=PRECISION_MODES,
+                       help="CANN precision_mode (default force_fp16, the TF adapter's inference default)")
+    p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
+                   help="default: the SoC's (Ascend910 saturation, Ascend910B inf_nan)")
+    p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
+    p.add_argument("--soc", default="Ascend910", choices=("Ascend910", "Ascend910B"))
+    if fusion:
+        p.add_argument("--fusion-switch", metavar="FILE",
+                       help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
+        p.add_argument("--fusion-off", action="store_true",
+                       help="turn every fusion pass off (precision_tool's fusion-off)")
+    p.add_argument("--no-aicpu-fallback", action="store_true",
+                   help="fail on ops without an AI Core kernel instead of running them through TensorFlow")
+    p.add_argument("--subnormals", choices=("keep", "flush"), default="keep")
+    p.add_argument("--impl-mode", choices=("high_precision", "high_performance"), default="high_precision")
+    p.add_argument("--reduce-accumulate", choices=("float32", "float16"), default="float32")
+    p.add_argument("--op-model", choices=("tbe_v100", "tbe_v220", "ascendc", "exact"), default=None,
+                   help="kernels of Gelu, Tanh, Sigmoid, Exp, Rsqrt, Softmax, LayerNorm, ReduceMean, BatchNorm: "
+                        "CANN's, step by step (default: the SoC's TBE kernels) or exact (float64, one rounding)")
+    p.add_argument("--cube-block-size", type=int, default=None, help="cube model: terms per block (default 16)")
+    p.add_argument("--cube-block-sum", choices=("tree", "sequential", "aligned"), default=None)
+    p.add_argument("--cube-extra-bits", type=int, default=None)
+    p.add_argument("--cube-normalize", choices=("rne", "truncate"), default=None)
+    p.add_argument("--cube-conv-k-order", choices=("hwc", "c1hwc0"), default=None,
+                   help="cube model: K order of Conv2D (default hwc = TF's (kh, kw, cin); c1hwc0 = NC1HWC0's)")
+    p.add_argument("--deterministic", type=int, choices=(0, 1), default=None,
+                   help="CANN's deterministic: 0 = multi-core ops combine partial sums in a seeded random order "
+                        "(NUMERICS.md section 11), 1 = a fixed order (the default here; CANN's default is 0)")
+    p.add_argument("--deterministic-level", type=int, choices=(0, 1, 2), default=None,
+                   help="0 off, 1 deterministic, 2 strong consistency (a row independent of its batch)")
+    p.add_argument("--run-seed", type=int, default=None, metavar="N",
+                   help="seed of the arrival orders with --deterministic 0 (default 0: reproducible)")
+    p.add_argument("--aicore-num", type=int, default=None, metavar="N",
+                   help="AI Cores a split op uses (ATC --aicore_num; default: the SoC's)")
+
+
+def _device(a):
+    from ..npu.device import Device
+
+    cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
+                            "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
+                            "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
+    fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
+    mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
+    return Device(mode, **_device_options(a, cm, fusion))
+
+
+def _device_options(a, cm, fusion) -> dict:
+    from ..numerics.multicore import MultiCoreModel
+    from ..numerics.policy import CubeModel
+
+    return dict(overflow_mode=a.overflow_mode, modify_mixlist=a.modify_mixlist, soc=a.soc,
+                cube_model=CubeModel(**cm) if cm else None, subnormals=a.subnormals, impl_mode=a.impl_mode,
+                reduce_accumulate=a.reduce_accumulate, op_model=a.op_model, fusion_switch=fusion,
+                aicpu_fallback=not a.no_aicpu_fallback,
+                deterministic=None if a.deterministic is None else bool(a.deterministic),
+                deterministic_level=a.deterministic_level,
+                run_seed=a.run_seed if a.run_seed is not None else 0,
+                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None)
+
+
+def _rules_arg(p):
+    p.add_argument("--rules", choices=("ascend-emu", "msprobe"), default="ascend-emu",
+                   help="how Result is decided: ascend-emu (default: the cosine / MaxAbsErr rule) or msprobe "
+                        "(msprobe 26.x's checkers: pass / warning / error)")
+
+
+def _select(a):
+    from ..analysis.dump import op_selector
+
+    return op_selector(a.select, a.select_type)
+
+
+def _shapes(a):
+    return a.shape or None
+
+
+def _sweep_args(p):
+    p.add_argument("--scheduler", default=None, metavar="none|local|tcp://HOST:PORT",
+                   help="where the replays run: local (default with Dask installed: a Dask LocalCluster of worker "
+                        "processes), none (serial, in this process; the default without Dask) or the address of "
+                        "a running Dask scheduler")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="workers of --scheduler local (default: the cores)")
+
+
+def _device_kwargs(a):
+    d = _device(a)
+    return {"device": d}
+
+
+def _dump_steps(text):
+    try:
+        return sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give step numbers separated by commas, e.g. 0,10,49") from None
+
+
+def _rank_init(text):
+    rank, eq, seed = text.partition("=")
+    try:
+        if not eq:
+            raise ValueError
+        return int(rank), int(seed)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give RANK=SEED, e.g. 1=7") from None
+
+
+def _optimizer_options(a) -> dict:
+    opts = {"momentum": a.momentum, "nesterov": True if a.nesterov else None, "beta_1": a.beta_1,
+            "beta_2": a.beta_2, "epsilon": a.epsilon, "amsgrad": True if a.amsgrad else None,
+            "weight_decay": a.weight_decay, "rho": a.rho, "centered": True if a.centered else None}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def _tf1_train_step(a):
+    """The TrainStep of a TF1 MetaGraph named on the command line (its variables from --checkpoint)."""
+    from ..frontend.tf1_step import train_step_from_tf1_graph
+
+    missing = [f for f, v in (("--checkpoint", a.checkpoint), ("--loss-tensor", a.loss_tensor),
+                              ("--train-op", a.train_op)) if v is None]
+    if missing:
+        raise AscendEmuError(f"training a MetaGraph needs {', '.join(missing)} (and --x-name/--y-name unless its "
+                             "placeholders are x and y)")
+    return train_step_from_tf1_graph(a.model, x=a.x_name or "x", y=a.y_name or "y", loss=a.loss_tensor,
+                                     train_op=a.train_op, checkpoint=a.checkpoint)
