@@ -181,7 +181,7 @@ class Emulation:
         return self
 
     def __exit__(self, *exc) -> None:
-        from ..frontend.hooks import reset_keras_functions
+        from ..frontend.keras_hooks import reset_keras_functions
 
         hooks, self._hooks = self._hooks, None
         hooks.uninstall()
