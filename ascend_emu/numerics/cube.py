@@ -7,6 +7,10 @@ converted to the output dtype by the Fixpipe stage. Every function returns
 ``(array, status)`` where ``status`` holds the AI Core status bits raised (0x100
 conversion overflow, 0x20 Inf/NaN met by a conversion, 0x400 accumulator not finite).
 See NUMERICS.md section 3 for the model and what is known versus assumed.
+
+One idea, a little over 500 lines: the four ops are one pipeline (operands rounded, blocks accumulated
+from the bias, one conversion out, the multi-core split of section 11) seen through four geometries;
+keeping them together keeps the pipeline's private steps private.
 """
 from __future__ import annotations
 
