@@ -236,6 +236,7 @@ def cmd_random_errors(a):
 
     from ..fileio import atomic_write_text, check_writable
     from ..tools.random_errors import random_errors
+    from ..tools.sweep import check_scheduler
 
     if a.json:
         check_writable(a.json, "--json")
@@ -265,7 +266,8 @@ def cmd_random_errors(a):
     opts = {k: v for k, v in opts.items() if v is not None}
     res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
                         inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
-                        data=a.data, report=a.report, **train)
+                        data=a.data, report=a.report, scheduler=check_scheduler(a.scheduler), n_workers=a.workers,
+                        progress=not a.quiet, **train)
     print(res.format_text(), flush=True)
     if a.json:
         atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True, default=str) + "\n")

@@ -229,6 +229,7 @@ def build_parser():
              "--precision-mode must_keep_origin_dtype   (or --data train.npz --steps 20 --runs 4 --report re.html)")
     _model_args(sp, dump=False)
     sp.add_argument("--runs", type=int, default=2, help="number of runs (default 2), run k with run seed N + k")
+    _sweep_args(sp)
     sp.add_argument("--out", default="random-errors-output", metavar="DIR",
                     help="each run's dumps go to DIR/run-K (default random-errors-output)")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")

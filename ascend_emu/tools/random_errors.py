@@ -208,7 +208,8 @@ def summarize(summaries: list, model_name: str = "model", config: dict | None = 
 
 def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, device_options: dict | None = None,
                   inputs=None, shapes=None, seed: int = 0, signature=None, data=None, dump_steps=None,
-                  report=None, runner=None, **train_options) -> RandomErrors:
+                  report=None, runner=None, scheduler=None, n_workers=None, progress: bool = False,
+                  **train_options) -> RandomErrors:
     """Run ``model`` ``runs`` times with different run seeds and find where the runs part.
 
     Parameters
@@ -225,7 +226,10 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
         step are compared whatever it says.
     report : path of an HTML report to write (loss curves of every run when training).
     runner : optional callable mapping a list of tasks to a list of summaries (default: one after the
-        other in this process); a sweep can run them elsewhere.
+        other in this process, or on ``scheduler``).
+    scheduler, n_workers : run the runs through the sweep layer (:class:`~ascend_emu.tools.sweep.Sweep`:
+        ``"none"`` serial, ``"local"`` a Dask LocalCluster, or a Dask address; None: serial).
+    progress : a progress bar over the runs (with a scheduler).
 
     Returns
     -------
@@ -250,7 +254,14 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
         else:
             t.update(inputs=inputs, shapes=shapes, seed=seed, signature=signature)
         tasks.append(t)
-    summaries = runner(tasks) if runner is not None else [run_once(t) for t in tasks]
+    if runner is None and scheduler is not None:
+        from .sweep import Sweep
+
+        with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="random-errors") as sweep:
+            summaries = sweep.map(run_once, tasks, names=[f"run {k} (run seed {t['run_seed']})"
+                                                          for k, t in enumerate(tasks)])
+    else:
+        summaries = runner(tasks) if runner is not None else [run_once(t) for t in tasks]
     name = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name", type(model).__name__)
     config = {"device": {k: v for k, v in dev.items() if k not in ("cube_model", "multicore")},
               "runs": int(runs), "run_seed": int(run_seed),

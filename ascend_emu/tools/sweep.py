@@ -393,6 +393,73 @@ class Sweep:
         self.seconds += time.perf_counter() - t0
         return results
 
+    def map(self, fn, items, *, names=None) -> list:
+        """``[fn(item) for item in items]`` on this sweep's scheduler, results in item order.
+
+        For jobs whose tasks are not replays of one model (the runs of a random-error detection): ``fn``
+        is a module-level function (workers import it by name) and each item small and picklable. A call
+        that raises is retried once; a second failure stops the sweep with one line naming the item (an
+        :class:`AscendEmuError` keeps its own message)."""
+        items = list(items)
+        names = list(names) if names is not None else [f"task {i}" for i in range(len(items))]
+        if not items:
+            return []
+        t0 = time.perf_counter()
+        self._progress(len(items))
+        try:
+            if self.scheduler == "none":
+                out = [self._call(fn, item, name) for item, name in zip(items, names)]
+            else:
+                self._connect()
+                out = self._map_distributed(fn, items, names)
+        except BaseException:
+            self.close()
+            raise
+        self.replays += len(items)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def _call(self, fn, item, name):
+        for attempt in range(1, RETRIES + 2):
+            try:
+                r = fn(item)
+                break
+            except AscendEmuError:
+                raise      # the user's error: the same on a second try
+            except Exception as e:   # noqa: BLE001 - retried once, then named
+                if attempt > RETRIES:
+                    raise AscendEmuError(f"{name} failed twice: {type(e).__name__}: {e}") from None
+        self._tick()
+        return r
+
+    def _map_distributed(self, fn, items, names):
+        from distributed import as_completed
+
+        c = self.client
+        fut = {c.submit(fn, item, pure=False, key=f"{fn.__name__}-{uuid.uuid4().hex}"): (i, 1)
+               for i, item in enumerate(items)}
+        out: list = [None] * len(items)
+        ac = as_completed(list(fut))
+        try:
+            for f in ac:
+                i, attempt = fut.pop(f)
+                try:
+                    out[i] = f.result()
+                except AscendEmuError:
+                    raise
+                except Exception as e:   # noqa: BLE001 - the worker died or the call raised there
+                    if attempt > RETRIES:
+                        raise AscendEmuError(f"{names[i]} failed twice: {type(e).__name__}: {e}") from None
+                    nf = c.submit(fn, items[i], pure=False, key=f"{fn.__name__}-retry-{uuid.uuid4().hex}")
+                    fut[nf] = (i, attempt + 1)
+                    ac.add(nf)
+                    continue
+                self._tick()
+        except BaseException:
+            c.cancel(list(fut))
+            raise
+        return out
+
     def _serial(self, ctx, task):
         r = None
         for attempt in range(1, RETRIES + 2):

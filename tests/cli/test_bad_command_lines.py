@@ -153,6 +153,8 @@ CATALOGUE = [
     ("mixlist-search {model} --target cosine>=x", "METRIC>=VALUE"),
     ("mixlist-search {model} --target cosine>=1.5", "out of range"),
     ("mixlist-search {model} --scheduler nowhere", "tcp://host:8786"),
+    ("random-errors {model} --scheduler nowhere", "tcp://host:8786"),
+    ("random-errors {model} --scheduler tcp://host:port", "scheduler 'tcp://host:port'"),
     ("mixlist-search {model} --scheduler tcp://host:port", "scheduler 'tcp://host:port'"),
     ("mixlist-search {model} --scheduler ftp://h:1", "scheduler 'ftp://h:1'"),
     ("mixlist-search {model} --by name", "op types only"), ("mixlist-search {model} --by x", None),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.cli import main
+from ascend_emu.errors import AscendEmuError
 from ascend_emu.ops.multicore import MULTICORE_OPS
 from ascend_emu.tools.random_errors import random_errors
 
@@ -96,7 +97,8 @@ def test_cli_random_errors_names_the_op_and_compare_says_where_runs_part(tmp_pat
                              np.zeros(6, np.float32)])
     m.save(tmp_path / "m.keras")
     args = ["-q", "random-errors", "m.keras", "--precision-mode", "must_keep_origin_dtype", "--runs", "3"]
-    assert main(args + ["--json", "re.json", "--report", "re.html"]) == 0
+    # the runs on a real Dask LocalCluster (the CLI's default with Dask installed), then serially
+    assert main(args + ["--json", "re.json", "--report", "re.html", "--scheduler", "local", "--workers", "2"]) == 0
     out = capsys.readouterr().out
     res = json.loads((tmp_path / "re.json").read_text())
     assert res["first"]["source"] and res["first"]["tf_type"] in ("MatMul", "_FusedMatMul"), res["first"]
@@ -105,7 +107,36 @@ def test_cli_random_errors_names_the_op_and_compare_says_where_runs_part(tmp_pat
     assert main(["compare", f"random-errors-output/run-{seeds[0]}", f"random-errors-output/run-{seeds[1]}"]) == 0
     out = capsys.readouterr().out
     assert "the runs part at op" in out and res["first"]["name"] in out and "the source" in out
-    assert main(args + ["--deterministic", "1", "--out", "det"]) == 0
+    assert main(args + ["--deterministic", "1", "--out", "det", "--scheduler", "none"]) == 0
     assert "identical" in capsys.readouterr().out
     assert main(["compare", "det/run-0", "det/run-2"]) == 0
     assert capsys.readouterr().out.startswith("identical: all")
+
+
+_CALLS: dict = {}
+
+
+def _flaky(x):
+    _CALLS[x] = _CALLS.get(x, 0) + 1
+    if _CALLS[x] == 1:
+        raise RuntimeError("transient")
+    return 2 * x
+
+
+def _broken(x):
+    raise RuntimeError("broken")
+
+
+def _user_error(x):
+    raise AscendEmuError("bad option x")
+
+
+def test_sweep_map_retries_once_then_names_the_run():
+    from ascend_emu.tools.sweep import Sweep
+
+    with Sweep("none", progress=False) as sweep:
+        assert sweep.map(_flaky, [1, 2]) == [2, 4] and _CALLS == {1: 2, 2: 2}
+        with pytest.raises(AscendEmuError, match=r"^run 7 failed twice: RuntimeError: broken$"):
+            sweep.map(_broken, [0], names=["run 7"])
+    with Sweep("none", progress=False) as sweep, pytest.raises(AscendEmuError, match="^bad option x$"):
+        sweep.map(_user_error, [0])
