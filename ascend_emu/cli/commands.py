@@ -7,7 +7,8 @@ import sys
 
 from ..errors import AscendEmuError
 from ..npu.precision import TRAIN_PRECISION_DEFAULT  # the TF adapter's training default
-from .options import _device, _device_kwargs, _device_options, _optimizer_options, _select, _shapes, _tf1_train_step
+from .options import (_device, _device_kwargs, _device_options, _optimizer_options, _select, _shapes, _tf1_train_step,
+                      check_outputs)
 
 
 def cmd_replay(a):
@@ -141,13 +142,9 @@ def cmd_mixlist_search(a):
 def cmd_train(a):
     import json
 
-    from ..fileio import atomic_write_text, check_writable
+    from ..fileio import atomic_write_text
 
-    # every output path is checked before the first step runs, so a long run never ends in a write error
-    if a.json:
-        check_writable(a.json, "--json")
-    if a.report:
-        check_writable(a.report, "--report")
+    check_outputs(a)     # before the first step runs
     model = _tf1_train_step(a) if str(a.model).endswith(".meta") else a.model
     if model is a.model and any(v is not None for v in (a.checkpoint, a.x_name, a.y_name, a.loss_tensor, a.train_op)):
         raise AscendEmuError("--checkpoint, --x-name, --y-name, --loss-tensor and --train-op apply to a TF1 MetaGraph "
@@ -234,14 +231,11 @@ def cmd_ops(a):
 def cmd_random_errors(a):
     import json
 
-    from ..fileio import atomic_write_text, check_writable
+    from ..fileio import atomic_write_text
     from ..tools.random_errors import random_errors
     from ..tools.sweep import check_scheduler
 
-    if a.json:
-        check_writable(a.json, "--json")
-    if a.report:
-        check_writable(a.report, "--report")
+    check_outputs(a)
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}

@@ -159,3 +159,12 @@ def _tf1_train_step(a):
                              "placeholders are x and y)")
     return train_step_from_tf1_graph(a.model, x=a.x_name or "x", y=a.y_name or "y", loss=a.loss_tensor,
                                      train_op=a.train_op, checkpoint=a.checkpoint)
+
+
+def check_outputs(a) -> None:
+    """Every ``--json`` / ``--report`` path checked before a long run starts, so it never ends in a write error."""
+    from ..fileio import check_writable
+
+    for flag in ("json", "report"):
+        if getattr(a, flag, None):
+            check_writable(getattr(a, flag), f"--{flag}")

@@ -211,7 +211,7 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
     """Data-parallel training of :meth:`ascend_emu.npu.device.Device.train` with ``ranks`` > 1 (the options
     checked by :func:`check_options`; ``prepare`` the arguments of :func:`ascend_emu.npu.training._prepare`)."""
     from ..frontend import training as T
-    from .training import OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _zeros, reference_step, step_feeds
+    from .training import OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, _zeros, reference_step, step_feeds
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
@@ -285,9 +285,7 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
             if reference:
                 rec.update(reference_step(sg, run.x[idx], run.y[idx], i, ref_state))
             result.steps.append(rec)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{rec['loss_scale']:.3g}", refresh=False)
+            _tick(bar, rec)
     finally:
         if bar is not None:
             bar.close()

@@ -260,6 +260,13 @@ def _progress(enabled: bool, steps: int, desc: str):
     return tqdm(total=steps, desc=desc, unit="step", leave=False, dynamic_ncols=True)
 
 
+def _tick(bar, rec: dict) -> None:
+    """One step on the progress bar, with its loss and loss scale."""
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{rec['loss_scale']:.3g}", refresh=False)
+
+
 def _store(state: dict, keys, values) -> None:
     """Write a step's new state back, each value in its state's own dtype (float32 master weights)."""
     for key, v in zip(keys, values):
@@ -312,9 +319,7 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
                 if rdir is not None:
                     result.reference_dumps[i] = rdir
             result.steps.append(rec)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.4g}", scale=f"{rec['loss_scale']:.3g}", refresh=False)
+            _tick(bar, rec)
     finally:
         if bar is not None:
             bar.close()

@@ -433,30 +433,41 @@ class Sweep:
         return r
 
     def _map_distributed(self, fn, items, names):
+        def outcome(i, f, attempt):
+            try:
+                return f.result(), False
+            except AscendEmuError:
+                raise
+            except Exception as e:   # noqa: BLE001 - the worker died or the call raised there
+                if attempt > RETRIES:
+                    raise AscendEmuError(f"{names[i]} failed twice: {type(e).__name__}: {e}") from None
+                return None, True
+
+        return self._as_completed(len(items), lambda i: self.client.submit(
+            fn, items[i], pure=False, key=f"{fn.__name__}-{uuid.uuid4().hex}"), outcome)
+
+    def _as_completed(self, n: int, submit, outcome) -> list:
+        """Calls ``0 .. n-1`` on the cluster (``submit(i)`` -> a future), results in call order; ``outcome(i,
+        future, attempt)`` -> (value, retry): a call asking for a retry is submitted once more, then its value
+        stands. Ctrl-C or an error cancels what is pending."""
         from distributed import as_completed
 
-        c = self.client
-        fut = {c.submit(fn, item, pure=False, key=f"{fn.__name__}-{uuid.uuid4().hex}"): (i, 1)
-               for i, item in enumerate(items)}
-        out: list = [None] * len(items)
+        fut = {submit(i): (i, 1) for i in range(n)}
+        out: list = [None] * n
         ac = as_completed(list(fut))
         try:
             for f in ac:
                 i, attempt = fut.pop(f)
-                try:
-                    out[i] = f.result()
-                except AscendEmuError:
-                    raise
-                except Exception as e:   # noqa: BLE001 - the worker died or the call raised there
-                    if attempt > RETRIES:
-                        raise AscendEmuError(f"{names[i]} failed twice: {type(e).__name__}: {e}") from None
-                    nf = c.submit(fn, items[i], pure=False, key=f"{fn.__name__}-retry-{uuid.uuid4().hex}")
+                value, retry = outcome(i, f, attempt)
+                if retry and attempt <= RETRIES:
+                    nf = submit(i)
                     fut[nf] = (i, attempt + 1)
                     ac.add(nf)
                     continue
+                out[i] = value
                 self._tick()
         except BaseException:
-            c.cancel(list(fut))
+            self.client.cancel(list(fut))
             raise
         return out
 
@@ -471,36 +482,20 @@ class Sweep:
         return r
 
     def _distributed(self, ctx, tasks):
-        from distributed import as_completed
-
         c = self.client
         if self._ctx is not ctx:
             # shipped once to every worker; tasks refer to it by its future
             self._ctx_future = c.scatter(ctx, broadcast=True, hash=False)
             self._ctx = ctx
-        fut = {}
-        for i, t in enumerate(tasks):
-            f = c.submit(run_task, self._ctx_future, t, self.token, pure=False, key=f"{t.name}-{uuid.uuid4().hex}")
-            fut[f] = (i, 1)
-        results: list = [None] * len(tasks)
-        ac = as_completed(list(fut))
-        try:
-            for f in ac:
-                i, attempt = fut.pop(f)
-                try:
-                    r = f.result()
-                except Exception as e:   # the worker died or the task could not run there
-                    r = TaskResult(tasks[i].name, False, error=f"{type(e).__name__}: {e}")
-                r.attempts = attempt
-                if not r.ok and attempt <= RETRIES:
-                    nf = c.submit(run_task, self._ctx_future, tasks[i], self.token, pure=False,
-                                  key=f"{tasks[i].name}-retry-{uuid.uuid4().hex}")
-                    fut[nf] = (i, attempt + 1)
-                    ac.add(nf)
-                    continue
-                results[i] = r
-                self._tick()
-        except BaseException:
-            c.cancel(list(fut))
-            raise
-        return results
+
+        def outcome(i, f, attempt):
+            try:
+                r = f.result()
+            except Exception as e:   # the worker died or the task could not run there
+                r = TaskResult(tasks[i].name, False, error=f"{type(e).__name__}: {e}")
+            r.attempts = attempt
+            return r, not r.ok
+
+        return self._as_completed(len(tasks), lambda i: c.submit(
+            run_task, self._ctx_future, tasks[i], self.token, pure=False, key=f"{tasks[i].name}-{uuid.uuid4().hex}"),
+            outcome)
