@@ -388,6 +388,23 @@ def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump
     return {"reference_loss": float(np.asarray(rout[0], np.float64)), "reference_grad_zeros": _zeros(rout[1:1 + ng])}
 
 
+def first_step(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
+               batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
+               shuffle: bool = False, seed: int = 0):
+    """The traced step and step 0's feeds (its batch, the initial weights and optimizer state, the initial
+    loss scale) of the training :meth:`Device.train` runs with the same arguments: what an op-by-op
+    comparison of step 0 replays (the emulated device) and runs in float32 (the reference)."""
+    from ..frontend import training as T
+
+    run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+                   optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
+                   loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=None, dump_steps=None, overwrite=False)
+    state = T.initial_state(run.model, run.fopt)
+    idx = run.order[0]
+    scale = run.manager.get_loss_scale() if run.manager is not None else 1.0
+    return run.step_graph, step_feeds(run.step_graph, run.x[idx], run.y[idx], 0, scale, state)
+
+
 def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
                     batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
                     shuffle: bool = False, seed: int = 0, dump_dir=None, dump_steps=None, overwrite: bool = False,

@@ -34,6 +34,10 @@ import numpy as np
 from ..errors import AscendEmuError
 
 TARGET_METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
+#: targets on a training's loss curve against the float32 reference training (``data=`` given)
+TRAIN_METRICS = ("loss_rel_err", "loss_abs_err")
+#: the denominator of loss_rel_err where the reference loss is 0
+TINY = 1e-30
 MIXED_MODES = ("allow_mix_precision", "allow_mix_precision_fp16", "allow_mix_precision_bf16")
 #: candidates tried side by side per greedy step
 DEFAULT_BEAM = 4
@@ -63,9 +67,9 @@ class Target:
             raise AscendEmuError(f"target {text!r}: write it as METRIC>=VALUE or METRIC<=VALUE, e.g. "
                                  "\"cosine>=0.999\" or \"max_rel_err<=0.01\"")
         metric, op, v = m.group(1), m.group(2), m.group(3)
-        if metric not in TARGET_METRICS:
+        if metric not in TARGET_METRICS + TRAIN_METRICS:
             raise AscendEmuError(f"target {text!r}: unknown metric {metric!r}; choose one of: "
-                                 f"{', '.join(TARGET_METRICS)}")
+                                 f"{', '.join(TARGET_METRICS + TRAIN_METRICS)}")
         try:
             value = float(v)
         except ValueError:
@@ -128,6 +132,8 @@ class MixlistResult:
     final_metrics: dict = field(default_factory=dict)
     ranking: list = field(default_factory=list)    # the baseline's ranking: [(type, score, first op)]
     scheduler: str = "none"
+    #: training searches: the float32 reference training's loss per step (None: a replay search)
+    reference_losses: list | None = None
 
     def ops_info(self) -> dict:
         """The CANN modify_mixlist (ops_info.json) content: the user's edits plus the found black-list types."""
@@ -146,12 +152,15 @@ class MixlistResult:
                 "ranking": [list(r) for r in self.ranking], "scheduler": self.scheduler,
                 "steps": [{"action": s.action, "black": list(s.black), "metrics": s.metrics, "met": s.met,
                            "replays": s.replays, "tried": [list(t) for t in s.tried]} for s in self.steps],
-                "ops_info": self.ops_info()}
+                "ops_info": self.ops_info(),
+                **({"reference_losses": self.reference_losses} if self.reference_losses is not None else {})}
 
     def format_text(self) -> str:
         m = self.target.metric
+        what = (f"loss of {len(self.reference_losses)} training steps against the float32 TensorFlow training"
+                if self.reference_losses is not None else "outputs against the float32 TensorFlow reference")
         out = [f"mixlist-search {self.model}: precision_mode {self.precision_mode}, target {self.target} on the "
-               f"outputs against the float32 TensorFlow reference", ""]
+               f"{what}", ""]
         if self.ranking:
             out.append("ranking of the baseline (first divergent op's type first, then by error growth):")
             for t, score, op in self.ranking[:8]:
@@ -172,7 +181,8 @@ class MixlistResult:
         else:
             out.append(f"target {self.target} not met: best {m} {_fmt(self.final_metrics.get(m, math.nan))} with "
                        f"{', '.join(self.black) or 'nothing'} black-listed")
-        out.append(f"replays: {self.replays} (scheduler {self.scheduler})")
+        out.append(f"{'training runs' if self.reference_losses is not None else 'replays'}: {self.replays} "
+                   f"(scheduler {self.scheduler})")
         return "\n".join(out)
 
 
@@ -304,7 +314,7 @@ def _cost(base: dict, final: dict) -> dict:
 def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, device_kwargs=None, signature=None,
                    shapes=None, seed: int = 0, by: str = "type", output=None, beam: int = DEFAULT_BEAM,
                    max_steps: int = 32, scheduler="none", n_workers: int | None = None,
-                   progress: bool = True) -> MixlistResult:
+                   progress: bool = True, data=None, steps: int | None = None, **train_options) -> MixlistResult:
     """Find a 1-minimal set of op types to black-list so the model's outputs meet ``target``.
 
     Parameters
@@ -332,6 +342,15 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
         At most this many greedy steps.
     scheduler, n_workers, progress
         As :class:`ascend_emu.tools.sweep.Sweep` (default ``"none"``: serial in this process).
+    data, steps, train_options
+        Training instead of replaying: ``data`` (an .npz path, a dict with x and y, or a pair), ``steps``
+        (required) and the options of :data:`TRAIN_OPTIONS` (``batch_size``, ``loss``, ``optimizer``,
+        ``learning_rate``, ``optimizer_options``, ``loss_scale``, ``shuffle``; ``seed`` is the shuffle's).
+        Each evaluation trains ``steps`` steps under the candidate lists; the target is on the loss curve
+        against one float32 :func:`~ascend_emu.npu.training.reference_train` run of the same steps and
+        batches: ``loss_rel_err`` (max over steps of ``|loss - ref| / max(|ref|, 1e-30)``) or
+        ``loss_abs_err``. The ranking compares step 0 op by op (forward and backward) with TensorFlow
+        float32 from the same inputs, weights and loss scale.
 
     Returns
     -------
@@ -350,6 +369,24 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     if by != "type":
         raise AscendEmuError(f"by {by!r}: use type")
     target = Target.parse(target)
+    bad = set(train_options) - set(TRAIN_OPTIONS)
+    if bad:
+        raise AscendEmuError(f"unknown option(s) {', '.join(sorted(bad))}; training takes: {', '.join(TRAIN_OPTIONS)}")
+    if data is None:
+        if target.metric in TRAIN_METRICS:
+            raise AscendEmuError(f"target {target}: {target.metric} is on a training's loss; give the training data "
+                                 "(--data train.npz, data=) and --steps, or a replay target such as cosine>=0.999")
+        if steps is not None or train_options:
+            raise AscendEmuError(f"{', '.join(sorted(set(train_options) | ({'steps'} if steps is not None else set())))}"
+                                 " apply to training only; give --data (data=) to search over a training")
+    else:
+        if target.metric not in TRAIN_METRICS:
+            raise AscendEmuError(f"target {target}: with training data the target is on the loss curve: give "
+                                 "loss_rel_err<=E or loss_abs_err<=E (or drop --data to search over a replay)")
+        if inputs is not None or shapes is not None or signature is not None:
+            raise AscendEmuError("--input, --shapes and --signature apply to a replay; a training reads --data")
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise AscendEmuError(f"a training search needs steps, a positive integer (--steps N), got {steps!r}")
     scheduler = check_scheduler(scheduler)
     if not isinstance(beam, int) or beam < 1:
         raise AscendEmuError(f"beam must be a positive integer, got {beam!r}")
@@ -377,6 +414,9 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
         d.precision = PrecisionPolicy(mode, merge_mixlist(base, black))
         return d
 
+    if data is not None:
+        return _train_search(model, data, int(steps), train_options, seed, target, device, mode, base, device_with,
+                             output, beam, max_steps, scheduler, n_workers, progress)
     # the cluster first: an unreachable scheduler fails before the model is even loaded
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="mixlist-search") as sweep:
         graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
@@ -407,60 +447,164 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
             return [seen[frozenset(s)] for s in sets], len(todo)
 
         (r0,), n = evaluate([()])
-        baseline = r0.analysis
-        res.baseline_metrics = r0.metrics
-        res.ranking = rank(baseline, exclude=device.precision.lists.black)
-        res.steps.append(Step("baseline", (), r0.metrics, target.met(r0.metrics), n))
-        chosen: list = []
-        current = r0
-        for _ in range(max_steps):
-            if target.met(current.metrics):
-                break
-            cands = [t for t, _s, _o in rank(current.analysis, exclude=set(chosen) | device.precision.lists.black)]
-            if not cands:
-                break
-            cands = cands[:beam]
-            runs, n = evaluate([tuple(chosen) + (t,) for t in cands])
-            # the best-ranked candidate that improves the metric, else the one with the best metric: the
-            # ranking says where the error enters, and preferring the best metric, or the first candidate
-            # that meets the target, favours the cube types, which put everything after them in fp32 (on
-            # the planted test model: MatMulV2, 99.9% of the FLOPs, instead of three vector types, 1.6%)
-            best = next((i for i, r in enumerate(runs) if target.better(r.metrics, current.metrics)), None)
-            if best is None:
-                best = 0
-                for i in range(1, len(runs)):
-                    if target.better(runs[i].metrics, runs[best].metrics):
-                        best = i
-            chosen.append(cands[best])
-            current = runs[best]
-            res.steps.append(Step(f"add {cands[best]}", tuple(chosen), current.metrics, target.met(current.metrics),
-                                  n, [(t, r.metrics[target.metric]) for t, r in zip(cands, runs)]))
-        res.met = target.met(current.metrics)
-        if res.met and chosen:
-            # prune to 1-minimal: drop a type whose removal keeps the target, the most expensive first
-            flops_of = {}
-            for _n, typ, dtype, fl, _e, _g in baseline["ops"]:
-                if dtype in ("float16", "bfloat16"):
-                    flops_of[typ] = flops_of.get(typ, 0.0) + fl
-            while chosen:
-                order = sorted(chosen, key=lambda t: (-flops_of.get(t, 0.0), t))
-                runs, n = evaluate([tuple(x for x in chosen if x != t) for t in order])
-                drop = next((i for i, r in enumerate(runs) if target.met(r.metrics)), None)
-                if drop is None:
-                    res.steps.append(Step("prune: every removal misses", tuple(chosen), current.metrics, True, n,
-                                          [(t, r.metrics[target.metric]) for t, r in zip(order, runs)]))
-                    break
-                chosen.remove(order[drop])
-                current = runs[drop]
-                res.steps.append(Step(f"remove {order[drop]}", tuple(chosen), current.metrics, True, n,
-                                      [(t, r.metrics[target.metric]) for t, r in zip(order, runs)]))
-        res.black = sorted(chosen)
-        res.final_metrics = current.metrics
-        res.cost = _cost(baseline, current.analysis)
+        _search(res, evaluate, r0, n, target, device.precision.lists.black, beam, max_steps)
         res.replays = sweep.replays
     if output is not None and res.met:
         res.write(output)
     return res
+
+
+# --------------------------------------------------------------------------------------------- training
+
+#: training options of a search (:meth:`Device.train`'s keywords besides steps and seed)
+TRAIN_OPTIONS = ("loss", "optimizer", "learning_rate", "optimizer_options", "batch_size", "loss_scale", "shuffle")
+
+
+class _Eval:
+    """One evaluation's result as the search reads it."""
+
+    def __init__(self, metrics: dict, analysis: dict):
+        self.metrics, self.analysis = metrics, analysis
+
+
+def loss_metrics(losses, ref) -> dict:
+    """``loss_rel_err`` (max over steps of ``|loss - ref| / max(|ref|, TINY)``) and ``loss_abs_err``; a
+    non-finite loss where the reference is finite makes both nan (the worst value)."""
+    a = np.asarray(losses, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    if a.shape != b.shape:
+        raise AscendEmuError(f"{a.size} losses against {b.size} reference losses")
+    if not np.isfinite(a).all():
+        return {"loss_rel_err": math.nan, "loss_abs_err": math.nan}
+    d = np.abs(a - b)
+    return {"loss_rel_err": float(np.max(d / np.maximum(np.abs(b), TINY))), "loss_abs_err": float(np.max(d))}
+
+
+def train_task(task: dict) -> dict:
+    """One evaluation of a training search, a function of its task alone (run by :meth:`Sweep.map`).
+
+    ``task``: ``device`` (the candidate's Device), ``model``, ``data``, ``steps``, ``seed``, ``train``
+    (:data:`TRAIN_OPTIONS`), ``ref_losses`` (the float32 run's), ``step0`` (the traced step's graph),
+    ``feeds0`` (step 0's inputs) and ``ref0`` (the float32 tensors of step 0 from those inputs).
+    Trains ``steps`` steps and replays step 0 keeping its tensors for the op-by-op ranking; returns
+    ``{"metrics", "losses", "analysis"}`` (small: a few numbers per op).
+    """
+    dev = _copy_device(task["device"])
+    res = dev.train(task["model"], task["data"], steps=task["steps"], seed=task["seed"], progress=False,
+                    **task["train"])
+    losses = [float(s["loss"]) for s in res.steps]
+    # step 0 again with its tensors kept: the same device, inputs and launch as the training's step 0
+    r0 = _copy_device(task["device"]).replay(task["step0"], task["feeds0"], progress=False, keep_tensors=True,
+                                              launch=0)
+    analysis = op_analysis(r0, _RefTensors(task["ref0"]))
+    return {"metrics": loss_metrics(losses, task["ref_losses"]), "losses": losses, "analysis": analysis}
+
+
+class _RefTensors:
+    def __init__(self, tensors):
+        self.ref_tensors = tensors
+
+
+def _train_search(model, data, steps, train_options, seed, target, device, mode, base, device_with, output, beam,
+                  max_steps, scheduler, n_workers, progress) -> MixlistResult:
+    from ..frontend.reference import reference
+    from ..npu.training import first_step, reference_train
+    from .sweep import Sweep
+
+    opts = dict(train_options)
+    with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="mixlist-search") as sweep:
+        # once: the float32 training (its loss curve) and step 0's float32 tensors from the emulated step's inputs
+        ref = reference_train(model, data, steps=steps, seed=seed, progress=False, **opts)
+        ref_losses = [float(s["loss"]) for s in ref.steps]
+        sg, feeds0 = first_step(model, data, steps=steps, seed=seed, **opts)
+        r = reference(sg.graph, feeds0, progress=False)
+        ref0 = {k: v for k, v in r.tensors.items() if np.asarray(v).dtype.kind == "f"}
+        name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(getattr(model, "name", "model"))
+        res = MixlistResult(name, target, mode, base, scheduler=scheduler)
+        res.reference_losses = ref_losses
+        seen: dict = {}
+
+        def evaluate(sets) -> tuple:
+            todo = []
+            for s in sets:
+                k = frozenset(s)
+                if k not in seen and k not in [frozenset(t) for t in todo]:
+                    todo.append(tuple(sorted(k)))
+            tasks = [{"device": device_with(t), "model": model, "data": data, "steps": steps, "seed": seed,
+                      "train": opts, "ref_losses": ref_losses, "step0": sg.graph, "feeds0": feeds0, "ref0": ref0}
+                     for t in todo]
+            outs = sweep.map(train_task, tasks, names=["train with " + ("+".join(t) or "the user's lists")
+                                                       for t in todo])
+            for t, o in zip(todo, outs):
+                seen[frozenset(t)] = _Eval(o["metrics"], o["analysis"])
+            return [seen[frozenset(s)] for s in sets], len(todo)
+
+        (r0,), n = evaluate([()])
+        _search(res, evaluate, r0, n, target, device.precision.lists.black, beam, max_steps)
+        res.replays = sweep.replays
+    if output is not None and res.met:
+        res.write(output)
+    return res
+
+
+def _search(res: MixlistResult, evaluate, r0, n: int, target: Target, black0, beam: int, max_steps: int) -> None:
+    """Rank, greedy add, prune to 1-minimal: the search proper, whatever an evaluation is.
+
+    ``evaluate(sets)`` -> (results, evaluations run): one result per set of added types, each with
+    ``metrics`` (the target's metric among them) and ``analysis`` (:func:`op_analysis`'s per-op rows);
+    ``r0`` is the baseline's result (``n`` evaluations); ``black0`` the types already black-listed.
+    Fills ``res`` (steps, ranking, black, met, final metrics, cost).
+    """
+    baseline = r0.analysis
+    res.baseline_metrics = r0.metrics
+    res.ranking = rank(baseline, exclude=black0)
+    res.steps.append(Step("baseline", (), r0.metrics, target.met(r0.metrics), n))
+    chosen: list = []
+    current = r0
+    for _ in range(max_steps):
+        if target.met(current.metrics):
+            break
+        cands = [t for t, _s, _o in rank(current.analysis, exclude=set(chosen) | set(black0))]
+        if not cands:
+            break
+        cands = cands[:beam]
+        runs, n = evaluate([tuple(chosen) + (t,) for t in cands])
+        # the best-ranked candidate that improves the metric, else the one with the best metric: the
+        # ranking says where the error enters, and preferring the best metric, or the first candidate
+        # that meets the target, favours the cube types, which put everything after them in fp32 (on
+        # the planted test model: MatMulV2, 99.9% of the FLOPs, instead of three vector types, 1.6%)
+        best = next((i for i, r in enumerate(runs) if target.better(r.metrics, current.metrics)), None)
+        if best is None:
+            best = 0
+            for i in range(1, len(runs)):
+                if target.better(runs[i].metrics, runs[best].metrics):
+                    best = i
+        chosen.append(cands[best])
+        current = runs[best]
+        res.steps.append(Step(f"add {cands[best]}", tuple(chosen), current.metrics, target.met(current.metrics),
+                              n, [(t, r.metrics[target.metric]) for t, r in zip(cands, runs)]))
+    res.met = target.met(current.metrics)
+    if res.met and chosen:
+        # prune to 1-minimal: drop a type whose removal keeps the target, the most expensive first
+        flops_of = {}
+        for _n, typ, dtype, fl, _e, _g in baseline["ops"]:
+            if dtype in ("float16", "bfloat16"):
+                flops_of[typ] = flops_of.get(typ, 0.0) + fl
+        while chosen:
+            order = sorted(chosen, key=lambda t: (-flops_of.get(t, 0.0), t))
+            runs, n = evaluate([tuple(x for x in chosen if x != t) for t in order])
+            drop = next((i for i, r in enumerate(runs) if target.met(r.metrics)), None)
+            if drop is None:
+                res.steps.append(Step("prune: every removal misses", tuple(chosen), current.metrics, True, n,
+                                      [(t, r.metrics[target.metric]) for t, r in zip(order, runs)]))
+                break
+            chosen.remove(order[drop])
+            current = runs[drop]
+            res.steps.append(Step(f"remove {order[drop]}", tuple(chosen), current.metrics, True, n,
+                                  [(t, r.metrics[target.metric]) for t, r in zip(order, runs)]))
+    res.black = sorted(chosen)
+    res.final_metrics = current.metrics
+    res.cost = _cost(baseline, current.analysis)
 
 
 def _copy_device(device):
