@@ -124,9 +124,15 @@ def cmd_mixlist_search(a):
 
     if a.json:
         check_writable(a.json, "--json")
+    train = {k: v for k, v in (("batch_size", a.batch_size), ("loss", a.loss), ("optimizer", a.optimizer),
+                                ("learning_rate", a.learning_rate), ("loss_scale", a.loss_scale),
+                                ("shuffle", a.shuffle or None)) if v is not None}
+    if a.steps is not None:
+        train["steps"] = a.steps
     res = mixlist_search(a.model, a.input, target=a.target, device_kwargs=_device_kwargs(a), signature=a.signature,
                          shapes=_shapes(a), seed=a.seed, by=a.by, output=a.output, beam=a.beam,
-                         max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet)
+                         max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet,
+                         data=a.data, **train)
     print(res.format_text())
     if a.json:
         atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")

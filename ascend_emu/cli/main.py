@@ -115,7 +115,7 @@ def build_parser():
             act.default, act.help = "allow_mix_precision", "allow_mix_precision (default), _fp16 or _bf16: the lists decide"
     sp.add_argument("--target", default="cosine>=0.999", metavar="METRIC>=VALUE",
                     help="accuracy of the outputs against float32: cosine>=C, max_rel_err<=E, max_abs_err<=E or "
-                         "rmse<=E (default cosine>=0.999)")
+                         "rmse<=E (default cosine>=0.999); with --data: loss_rel_err<=E or loss_abs_err<=E")
     sp.add_argument("--output", "-o", default="ops_info.json", metavar="FILE",
                     help="the CANN modify_mixlist file to write (default ops_info.json)")
     sp.add_argument("--by", choices=("type", "name"), default="type",
@@ -123,6 +123,19 @@ def build_parser():
     sp.add_argument("--beam", type=int, default=4, help="candidates replayed side by side per step (default 4)")
     sp.add_argument("--max-steps", type=int, default=32, help="at most this many greedy steps (default 32)")
     sp.add_argument("--json", metavar="FILE", help="also write every step, the cost and the ranking as JSON")
+    tr = sp.add_argument_group("training (search over a training's loss curve: --data, --steps and a loss target)")
+    tr.add_argument("--data", metavar="FILE.npz", default=None,
+                    help="training data (x and y): each candidate trains --steps steps against one float32 training; "
+                         "the target is then loss_rel_err<=E or loss_abs_err<=E")
+    tr.add_argument("--steps", type=int, default=None, help="training steps per candidate (required with --data)")
+    tr.add_argument("--batch-size", type=int, default=None, help="samples per step (default 32)")
+    tr.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
+    tr.add_argument("--optimizer", default=None, metavar="NAME", help="sgd, adam, adamw or rmsprop (default: the "
+                                                                      "compiled one)")
+    tr.add_argument("--learning-rate", type=float, default=None)
+    tr.add_argument("--loss-scale", default=None, metavar="SPEC", help="none (default), fixed:N, dynamic or "
+                                                                       "exponential:... (as train)")
+    tr.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch (--seed)")
     _sweep_args(sp)
     sp = add("train", cmd_train, "train a Keras model step by step on the emulated NPU (forward, backward, "
                                  "optimizer, loss scaling), beside TensorFlow float32",

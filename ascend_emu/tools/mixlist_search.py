@@ -376,14 +376,15 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
         if target.metric in TRAIN_METRICS:
             raise AscendEmuError(f"target {target}: {target.metric} is on a training's loss; give the training data "
                                  "(--data train.npz, data=) and --steps, or a replay target such as cosine>=0.999")
-        if steps is not None or train_options:
+        if steps is not None or any(v is not None for v in train_options.values()):
             raise AscendEmuError(f"{', '.join(sorted(set(train_options) | ({'steps'} if steps is not None else set())))}"
                                  " apply to training only; give --data (data=) to search over a training")
     else:
         if target.metric not in TRAIN_METRICS:
             raise AscendEmuError(f"target {target}: with training data the target is on the loss curve: give "
                                  "loss_rel_err<=E or loss_abs_err<=E (or drop --data to search over a replay)")
-        if inputs is not None or shapes is not None or signature is not None:
+        if (inputs is not None and not (isinstance(inputs, (list, tuple)) and not inputs)) or shapes or \
+                signature is not None:
             raise AscendEmuError("--input, --shapes and --signature apply to a replay; a training reads --data")
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise AscendEmuError(f"a training search needs steps, a positive integer (--steps N), got {steps!r}")
