@@ -63,6 +63,7 @@ _API = {
     "ReplayTask": "ascend_emu.tools.sweep",
     "SweepContext": "ascend_emu.tools.sweep",
     "reference_train": "ascend_emu.npu.training",
+    "first_step": "ascend_emu.npu.training",
     "train_step_from_tf_function": "ascend_emu.frontend.stateful",
     "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",
     "write_train_report": "ascend_emu.analysis.train_report",
