@@ -23,6 +23,7 @@ CANN's lists are per op type (``modify_mixlist``); see :data:`BY_NAME_REFUSAL`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -518,6 +519,8 @@ def _train_search(model, data, steps, train_options, seed, target, device, mode,
         ref = reference_train(model, data, steps=steps, seed=seed, progress=False, **opts)
         ref_losses = [float(s["loss"]) for s in ref.steps]
         sg, feeds0 = first_step(model, data, steps=steps, seed=seed, **opts)
+        # a replay never reads the serialised GraphDef: shipping it with every task would send the weights twice
+        step0 = dataclasses.replace(sg.graph, graph_def=None) if sg.graph.graph_def else sg.graph
         r = reference(sg.graph, feeds0, progress=False)
         ref0 = {k: v for k, v in r.tensors.items() if np.asarray(v).dtype.kind == "f"}
         name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(getattr(model, "name", "model"))
@@ -532,7 +535,7 @@ def _train_search(model, data, steps, train_options, seed, target, device, mode,
                 if k not in seen and k not in [frozenset(t) for t in todo]:
                     todo.append(tuple(sorted(k)))
             tasks = [{"device": device_with(t), "model": model, "data": data, "steps": steps, "seed": seed,
-                      "train": opts, "ref_losses": ref_losses, "step0": sg.graph, "feeds0": feeds0, "ref0": ref0}
+                      "train": opts, "ref_losses": ref_losses, "step0": step0, "feeds0": feeds0, "ref0": ref0}
                      for t in todo]
             outs = sweep.map(train_task, tasks, names=["train with " + ("+".join(t) or "the user's lists")
                                                        for t in todo])

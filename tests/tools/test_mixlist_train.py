@@ -99,3 +99,31 @@ def test_refusals(data):
         mixlist_search(m, steps=2, progress=False)
     with pytest.raises(AscendEmuError, match="unknown option"):
         mixlist_search(m, data=data, steps=2, target=TARGET, epochs=1, progress=False)
+
+
+def test_cli_on_a_keras_file(tmp_path, capsys):
+    """The command line end to end on a compiled .keras file: a tight loss target that plain
+    allow_mix_precision misses (fp16 rounding of the matmuls' operands) is met by black-listing MatMulV2."""
+    from ascend_emu.cli import main
+    from ascend_emu.frontend.loader import import_tf
+
+    import_tf()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    m.compile(loss="mse", optimizer="sgd")
+    m.save(tmp_path / "m.keras")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "train.npz", x=rng.standard_normal((16, 8)).astype(np.float32),
+             y=rng.standard_normal((16, 1)).astype(np.float32))
+    out, js = tmp_path / "ops_info.json", tmp_path / "search.json"
+    rc = main(["-q", "mixlist-search", str(tmp_path / "m.keras"), "--data", str(tmp_path / "train.npz"),
+               "--steps", "3", "--batch-size", "4", "--target", "loss_rel_err<=1e-5", "--output", str(out),
+               "--scheduler", "none", "--json", str(js)])
+    assert rc == 0, capsys.readouterr()
+    r = json.loads(js.read_text())
+    assert r["baseline"]["loss_rel_err"] > 1e-5 and r["final"]["loss_rel_err"] <= 1e-5
+    assert r["black_list_added"] == ["MatMulV2"] and len(r["reference_losses"]) == 3
+    assert json.loads(out.read_text()) == {"black-list": {"to-add": ["MatMulV2"]}}
+    assert "training runs: 5 (scheduler none)" in capsys.readouterr().out
