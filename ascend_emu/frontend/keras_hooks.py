@@ -55,6 +55,13 @@ def _unpack(data):
     return x, y
 
 
+def _arrays(model, iterator):
+    """(x, y) of each batch Keras' iterator gives for one call of a train/test function, as arrays."""
+    for data in _batches(iterator, getattr(model, "steps_per_execution", 1)):
+        x, y = _unpack(data)
+        yield _numpy(x, "the model's input"), _numpy(y, "the target y")
+
+
 class KerasSteps:
     """The emulated train/test/predict functions of Keras models (one per model and batch signature)."""
 
@@ -88,9 +95,7 @@ class KerasSteps:
     def train(self, model, iterator):
         logs = None
         with passthrough():
-            for data in _batches(iterator, getattr(model, "steps_per_execution", 1)):
-                x, y = _unpack(data)
-                x, y = _numpy(x, "the model's input"), _numpy(y, "the target y")
+            for x, y in _arrays(model, iterator):
                 step, lso = self._train_step(model, x, y)
                 spec = None
                 if lso is not None:
@@ -168,9 +173,7 @@ class KerasSteps:
         tf = import_tf()
         logs = None
         with passthrough():
-            for data in _batches(iterator, getattr(model, "steps_per_execution", 1)):
-                x, y = _unpack(data)
-                x, y = _numpy(x, "the model's input"), _numpy(y, "the target y")
+            for x, y in _arrays(model, iterator):
                 pred, loss = self._run_forward(model, x, y)
                 model._loss_tracker.update_state(tf.constant(loss, tf.float32), sample_weight=x.shape[0])
                 logs = model.compute_metrics(x, y, pred, sample_weight=None)

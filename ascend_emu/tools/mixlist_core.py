@@ -301,14 +301,29 @@ def _cost(base: dict, final: dict) -> dict:
             "flops_share": fm / total if total else 0.0, "moved": moved}
 
 
-def _search(res: MixlistResult, evaluate, r0, n: int, target: Target, black0, beam: int, max_steps: int) -> None:
-    """Rank, greedy add, prune to 1-minimal: the search proper, whatever an evaluation is.
+def memoized(run):
+    """``evaluate(sets)`` for :func:`_search` from ``run(todo) -> results``: each distinct set of added types
+    runs once (``todo``: sorted tuples, in first-asked order); returns (one result per set, runs made)."""
+    seen: dict = {}
 
-    ``evaluate(sets)`` -> (results, evaluations run): one result per set of added types, each with
-    ``metrics`` (the target's metric among them) and ``analysis`` (:func:`op_analysis`'s per-op rows);
-    ``r0`` is the baseline's result (``n`` evaluations); ``black0`` the types already black-listed.
-    Fills ``res`` (steps, ranking, black, met, final metrics, cost).
+    def evaluate(sets) -> tuple:
+        todo = list(dict.fromkeys(tuple(sorted(frozenset(s))) for s in sets if frozenset(s) not in seen))
+        for t, r in zip(todo, run(todo)):
+            seen[frozenset(t)] = r
+        return [seen[frozenset(s)] for s in sets], len(todo)
+
+    return evaluate
+
+
+def _search(res: MixlistResult, evaluate, target: Target, black0, beam: int, max_steps: int) -> None:
+    """Baseline, rank, greedy add, prune to 1-minimal: the search proper, whatever an evaluation is.
+
+    ``evaluate(sets)`` -> (results, evaluations run) (:func:`memoized`): one result per set of added types,
+    each with ``metrics`` (the target's metric among them) and ``analysis`` (:func:`op_analysis`'s per-op
+    rows); ``black0`` the types already black-listed. Fills ``res`` (steps, ranking, black, met, final
+    metrics, cost).
     """
+    (r0,), n = evaluate([()])
     baseline = r0.analysis
     res.baseline_metrics = r0.metrics
     res.ranking = rank(baseline, exclude=black0)

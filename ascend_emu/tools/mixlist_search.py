@@ -30,7 +30,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from .mixlist_core import (BY_NAME_REFUSAL, DEFAULT_BEAM, MIXED_MODES, TARGET_METRICS, TRAIN_METRICS,  # noqa: F401
-                           MixlistResult, Target, _base_mixlist, _copy_device, _search, merge_mixlist, op_analysis)
+                           MixlistResult, Target, _base_mixlist, _copy_device, _search, memoized, merge_mixlist,
+                           op_analysis)
 from .mixlist_train import TRAIN_OPTIONS, _train_search, loss_metrics  # noqa: F401
 
 
@@ -155,23 +156,13 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
                            ref_tensors=tensors)
         remember(graph, ctx)
         res = MixlistResult(graph.name, target, mode, base, scheduler=scheduler)
-        seen: dict = {}     # frozenset of added types -> TaskResult
-
-        def evaluate(sets) -> list:
-            todo = []
-            for s in sets:
-                k = frozenset(s)
-                if k not in seen and k not in [frozenset(t) for t in todo]:
-                    todo.append(tuple(sorted(k)))
+        def run(todo) -> list:
             runs = sweep.run(ctx, [ReplayTask("+".join(t) or "baseline", device_with(t), analyze=op_analysis)
                                    for t in todo])
             raise_failures(runs)
-            for t, r in zip(todo, runs):
-                seen[frozenset(t)] = r
-            return [seen[frozenset(s)] for s in sets], len(todo)
+            return runs
 
-        (r0,), n = evaluate([()])
-        _search(res, evaluate, r0, n, target, device.precision.lists.black, beam, max_steps)
+        _search(res, memoized(run), target, device.precision.lists.black, beam, max_steps)
         res.replays = sweep.replays
     if output is not None and res.met:
         res.write(output)

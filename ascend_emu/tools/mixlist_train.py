@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ..errors import AscendEmuError
-from .mixlist_core import TINY, MixlistResult, _copy_device, _search, op_analysis
+from .mixlist_core import TINY, MixlistResult, _copy_device, _search, memoized, op_analysis
 
 
 #: training options of a search (:meth:`Device.train`'s keywords besides steps and seed)
@@ -81,25 +81,15 @@ def _train_search(model, data, steps, train_options, seed, target, device, mode,
         name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(getattr(model, "name", "model"))
         res = MixlistResult(name, target, mode, base, scheduler=scheduler)
         res.reference_losses = ref_losses
-        seen: dict = {}
-
-        def evaluate(sets) -> tuple:
-            todo = []
-            for s in sets:
-                k = frozenset(s)
-                if k not in seen and k not in [frozenset(t) for t in todo]:
-                    todo.append(tuple(sorted(k)))
+        def run(todo) -> list:
             tasks = [{"device": device_with(t), "model": model, "data": data, "steps": steps, "seed": seed,
                       "train": opts, "ref_losses": ref_losses, "step0": step0, "feeds0": feeds0, "ref0": ref0}
                      for t in todo]
             outs = sweep.map(train_task, tasks, names=["train with " + ("+".join(t) or "the user's lists")
                                                        for t in todo])
-            for t, o in zip(todo, outs):
-                seen[frozenset(t)] = _Eval(o["metrics"], o["analysis"])
-            return [seen[frozenset(s)] for s in sets], len(todo)
+            return [_Eval(o["metrics"], o["analysis"]) for o in outs]
 
-        (r0,), n = evaluate([()])
-        _search(res, evaluate, r0, n, target, device.precision.lists.black, beam, max_steps)
+        _search(res, memoized(run), target, device.precision.lists.black, beam, max_steps)
         res.replays = sweep.replays
     if output is not None and res.met:
         res.write(output)

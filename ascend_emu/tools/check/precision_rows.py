@@ -199,16 +199,18 @@ def _row_divergence(c: _Ctx) -> CheckRow:
         if row["Result"] not in (PASS, WARNING, ERROR):
             return False
         mae = row["MaxAbsErr"]
-        unit = scale if name in npu and npu.op(name).get("phase") == "backward" and \
-            not name.startswith(UNSCALE_PREFIX) else 1.0
+        unit = _unit(name)
         if _negligible(row):
             return False   # every value and the error below the absolute threshold: the cosine of rounding noise
         return not accuracy_reached(row["Cosine"], mae / unit if isinstance(mae, float) else mae, t)
 
+    def _unit(name) -> float:
+        """A backward tensor's errors are in loss-scale units (the unscaling itself excepted)."""
+        backward = name in npu and npu.op(name).get("phase") == "backward" and not name.startswith(UNSCALE_PREFIX)
+        return scale if backward else 1.0
+
     def _negligible(row) -> bool:
-        name = str(row["NPU Name"]).rsplit(":", 1)[0]
-        unit = scale if name in npu and npu.op(name).get("phase") == "backward" and \
-            not name.startswith(UNSCALE_PREFIX) else 1.0
+        unit = _unit(str(row["NPU Name"]).rsplit(":", 1)[0])
         mae = row["MaxAbsErr"]
         big = max((abs(v) for v in (row.get("Bench max"), row.get("Bench min")) if isinstance(v, (int, float))),
                   default=math.inf)
