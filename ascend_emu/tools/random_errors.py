@@ -245,6 +245,16 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     dev = dict(device_options or {})
     if dev.get("deterministic") is None and dev.get("deterministic_level") is None:
         dev["deterministic"] = False
+    # what every run would refuse is refused here, before a cluster starts or a run's output directory exists
+    if isinstance(model, (str, os.PathLike)) and not os.path.exists(model):
+        raise AscendEmuError(f"model path {os.fspath(model)!r} does not exist; pass a .keras file, a SavedModel "
+                             "directory or a frozen GraphDef (.pb/.pbtxt)")
+    if data is not None and not train_options.get("steps") and not train_options.get("epochs"):
+        raise AscendEmuError("random-error detection of a training needs steps (e.g. steps=20)")
+    if isinstance(data, (str, os.PathLike)):
+        from ..frontend.inputs import load_npz
+
+        load_npz(data, f"--data {os.fspath(data)}")
     out_dir = make_output_dir(out_dir if out_dir is not None else "random-errors-output", "random-errors output")
     tasks = []
     for k in range(int(runs)):

@@ -315,12 +315,14 @@ class Sweep:
         from distributed import Client, LocalCluster
 
         for name in ("distributed", "distributed.worker", "distributed.scheduler", "distributed.nanny"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         if self.scheduler == "local":
             n = self.n_workers or default_workers()
             # one thread per worker, and one Numba thread: n processes already fill n cores
             self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                        silence_logs=logging.ERROR,
+                                        # a failed call comes back to the caller, which names it in one line:
+                                        # the workers' own "Compute Failed" tracebacks stay quiet
+                                        silence_logs=logging.CRITICAL,
                                         env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
             self.client = Client(self.cluster)
         else:
