@@ -211,7 +211,8 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
     """Data-parallel training of :meth:`ascend_emu.npu.device.Device.train` with ``ranks`` > 1 (the options
     checked by :func:`check_options`; ``prepare`` the arguments of :func:`ascend_emu.npu.training._prepare`)."""
     from ..frontend import training as T
-    from .training import OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, _zeros, reference_step, step_feeds
+    from .training import (OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, reference_step, step_applied,
+                           step_feeds, step_record, step_status)
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
@@ -258,12 +259,9 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
                 losses.append(float(np.asarray(outs[tensor_name(sg.graph.outputs[0])], np.float64)))
                 grads.append([outs[tensor_name(t)] for t in sg.graph.outputs[1:1 + ng]])
                 bounds.append(outs)
-                for rec in res.records:
-                    if rec.status and sg.phase(rec.name) != "update":
-                        bits |= rec.status
-                        if first is None:
-                            first = {"name": rec.name, "tf_type": rec.tf_type, "phase": sg.phase(rec.name),
-                                     "rank": r}
+                rank_bits, rank_first = step_status(res.records, sg.phase, rank=r)
+                bits |= rank_bits
+                first = first if first is not None else rank_first
             reduced, ar_bits, _ = allreduce_mean(grads, algorithm=algorithm, deterministic=deterministic,
                                                  run_seed=device.run_seed, launch=i, dtype=dtype,
                                                  overflow_mode=device.overflow_mode)
@@ -271,17 +269,12 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
                 first = {"name": f"HcomAllReduce ({algorithm})", "tf_type": "HcomAllReduce", "phase": "backward",
                          "rank": None}
             bits |= ar_bits
-            if overflow_check == "status":
-                overflow = bits != 0
-            else:
-                overflow = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in reduced)
-            applied = manager.update(not overflow) if manager is not None else True
+            applied = step_applied(manager, overflow_check, bits, reduced)
             if applied:
                 for r in range(ranks):
                     _update_rank(device, split, sg, states[r], rank_feeds[r], bounds[r], reduced, launch=i * ranks + r)
-            rec = {"step": i, "loss": float(np.mean(losses)), "rank_losses": losses, "loss_scale": float(scale),
-                   "skipped": not applied, "float_status": int(bits), "first_overflow": first,
-                   "grad_zeros": _zeros(reduced), "grad_values": int(sum(np.asarray(g).size for g in reduced))}
+            rec = step_record(i, float(np.mean(losses)), scale, applied, bits, first, reduced)
+            rec["rank_losses"] = losses
             if reference:
                 rec.update(reference_step(sg, run.x[idx], run.y[idx], i, ref_state))
             result.steps.append(rec)

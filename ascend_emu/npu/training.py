@@ -352,22 +352,41 @@ def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, ove
     ng = step_graph.n_grads
     outs = [res.outputs[t] for t in step_graph.graph.outputs]
     grads = outs[1:1 + ng]
+    bits, first = step_status(res.records, step_graph.phase)
+    applied = step_applied(manager, overflow_check, bits, grads)
+    if applied:
+        _store(state, [k for k, _, _ in step_graph.state], outs[1 + ng:1 + ng + len(step_graph.state)])
+    return step_record(i, float(np.asarray(outs[0], np.float64)), scale, applied, bits, first, grads)
+
+
+def step_status(records, phase, **where) -> tuple[int, dict | None]:
+    """The float status a step's overflow decision reads: the OR of the forward and backward ops' status
+    bits (the update ops run after the decision), and the first of those ops that set any, as
+    ``{"name", "tf_type", "phase"}`` plus ``where`` (e.g. the rank)."""
     bits, first = 0, None
-    for r in res.records:
-        if r.status and step_graph.phase(r.name) != "update":
+    for r in records:
+        if r.status and phase(r.name) != "update":
             bits |= r.status
             if first is None:
-                first = {"name": r.name, "tf_type": r.tf_type, "phase": step_graph.phase(r.name)}
+                first = {"name": r.name, "tf_type": r.tf_type, "phase": phase(r.name), **where}
+    return bits, first
+
+
+def step_applied(manager, overflow_check: str, bits: int, grads) -> bool:
+    """Whether the step's update is applied: overflow read from the float status (``"status"``) or from the
+    gradients' Inf/NaN (``"isfinite"``); the loss-scale manager records the decision."""
     if overflow_check == "status":
         overflow = bits != 0
     else:
         overflow = not all(bool(np.isfinite(np.asarray(g, np.float64)).all()) for g in grads)
-    applied = manager.update(not overflow) if manager is not None else True
-    if applied:
-        _store(state, [k for k, _, _ in step_graph.state], outs[1 + ng:1 + ng + len(step_graph.state)])
-    return {"step": i, "loss": float(np.asarray(outs[0], np.float64)), "loss_scale": float(scale),
-            "skipped": not applied, "float_status": int(bits), "first_overflow": first,
-            "grad_zeros": _zeros(grads), "grad_values": int(sum(np.asarray(g).size for g in grads))}
+    return manager.update(not overflow) if manager is not None else True
+
+
+def step_record(i: int, loss: float, scale, applied: bool, bits: int, first, grads) -> dict:
+    """A step's record with the fields of ``train --json``."""
+    return {"step": i, "loss": loss, "loss_scale": float(scale), "skipped": not applied,
+            "float_status": int(bits), "first_overflow": first, "grad_zeros": _zeros(grads),
+            "grad_values": int(sum(np.asarray(g).size for g in grads))}
 
 
 def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump_feeds=None,

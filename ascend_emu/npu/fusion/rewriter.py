@@ -40,6 +40,16 @@ class Rewriter:
     def nodes(self) -> list[Node]:
         return list(self._nodes)
 
+    def candidates(self, ops=None):
+        """The float nodes a rule may start from: a snapshot of today's nodes, each yielded only while it is
+        still alive (an earlier match of the same rule may have fused it away), restricted to ``ops`` (a
+        type name or a collection of them) when given."""
+        if isinstance(ops, str):
+            ops = (ops,)
+        for node in list(self._nodes):
+            if self.alive(node) and (ops is None or node.op in ops) and self.is_float(node):
+                yield node
+
     def consumers(self) -> dict:
         out: dict = {}
         for n in self._nodes:

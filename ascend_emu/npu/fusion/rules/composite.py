@@ -120,9 +120,7 @@ def _layer_norm(rw: Rewriter, rs: Node):
              "the ~12 ops rounds (and the means run in ReduceMeanD's dtype)")
 def layer_norm(rw: Rewriter) -> int:
     n = 0
-    for rs in list(rw.nodes()):
-        if not rw.alive(rs) or rs.op != "Rsqrt" or not rw.is_float(rs):
-            continue
+    for rs in rw.candidates("Rsqrt"):
         m = _layer_norm(rw, rs)
         if m is None:
             continue
@@ -274,9 +272,7 @@ def _gelu(rw: Rewriter, t: Node):
              "black-list dtype")
 def gelu(rw: Rewriter) -> int:
     n = 0
-    for t in list(rw.nodes()):
-        if not rw.alive(t) or t.op not in _GELU_ARGS or not rw.is_float(t):
-            continue
+    for t in rw.candidates(_GELU_ARGS):
         m = _gelu(rw, t)
         if m is None:
             continue
@@ -331,9 +327,7 @@ def _softmax_grad(rw: Rewriter, s: Node):
              "unfused, the Muls and the Sub are gray (fp16 after an fp16 softmax) and only the Sum is float32")
 def softmax_grad(rw: Rewriter) -> int:
     n = 0
-    for s in list(rw.nodes()):
-        if not rw.alive(s) or s.op != "Sum" or not rw.is_float(s):
-            continue
+    for s in rw.candidates("Sum"):
         m = _softmax_grad(rw, s)
         if m is None:
             continue

@@ -58,9 +58,7 @@ def _bias_of(rw: Rewriter, add: Node, x_ref: str, c: int | None) -> tuple[np.nda
              "dtype; unfused, the conv output is rounded, then the bias add rounds again in the vector unit")
 def biasadd_conv(rw: Rewriter) -> int:
     n = 0
-    for conv in list(rw.nodes()):
-        if not rw.alive(conv) or conv.op not in CONV_TYPES or not rw.is_float(conv):
-            continue
+    for conv in rw.candidates(CONV_TYPES):
         n += _fuse_bias(rw, "BiasaddConvFusionPass", conv, _conv_channels(rw, conv))
     return n
 
@@ -135,9 +133,7 @@ def _bn_scale_shift(rw: Rewriter, conv: Node, c: int):
              "computed in the vector dtype, Mul and Add each rounded")
 def conv_batchnorm(rw: Rewriter) -> int:
     n = 0
-    for conv in list(rw.nodes()):
-        if not rw.alive(conv) or not rw.is_float(conv):
-            continue
+    for conv in rw.candidates():
         if conv.op not in CONV_TYPES and not (conv.op == "_FusedConv2D" and not conv.attrs.get("chain")):
             continue
         c = _conv_channels(rw, conv)
@@ -200,9 +196,7 @@ def _matmul_n(rw: Rewriter, mm: Node) -> int | None:
              "unfused, the matmul output is rounded and the add rounds again")
 def matmul_biasadd(rw: Rewriter) -> int:
     n = 0
-    for mm in list(rw.nodes()):
-        if not rw.alive(mm) or mm.op not in MATMUL_TYPES + BATCH_MATMUL_TYPES or not rw.is_float(mm):
-            continue
+    for mm in rw.candidates(MATMUL_TYPES + BATCH_MATMUL_TYPES):
         if mm.op == "Einsum":
             if len(mm.inputs) != 2 or not _einsum_bias_ok(mm.attrs.get("equation", ""), (None, None)):
                 continue

@@ -74,8 +74,8 @@ def _chain_after(rw: Rewriter, start: Node, limit: int) -> list[Node]:
 def tbe_eltwise(rw: Rewriter) -> int:
     n = 0
     cube = tuple(FUSED_CUBE) + ("_FusedConv2D", "_FusedMatMul", "_FusedBatchMatMul")
-    for node in list(rw.nodes()):
-        if not rw.alive(node) or node.op not in cube or node.attrs.get("chain") or not rw.is_float(node):
+    for node in rw.candidates(cube):
+        if node.attrs.get("chain"):
             continue
         if node.op == "Einsum" and (len(node.inputs) != 2 or not _einsum_lowers(node.attrs.get("equation"))):
             continue   # the cube cannot run it: it stays a plain Einsum for the AI CPU fallback
@@ -111,7 +111,7 @@ def _chain_pred(rw: Rewriter, node: Node) -> Node | None:
              "dtype at the end; unfused, every op rounds to the compute dtype")
 def automatic_ub(rw: Rewriter) -> int:
     n = 0
-    for head in list(rw.nodes()):
+    for head in rw.nodes():
         if not rw.alive(head) or not _eltwise(rw, head) or _chain_pred(rw, head) is not None:
             continue
         chain = [head]
