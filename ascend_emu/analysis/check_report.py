@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import math
 
-from ..errors import AscendEmuError
 from ..fileio import atomic_write_text, check_writable
-from .report import _CSS, _e, _flat, _img, _png, _table
+from .report import _e, _entries, _flat, _img, _page, _png, _table
 
 SECTIONS = ["summary", "checklist", "plots", "ops-info", "config"]
 _CLASS = {"Failed": "error", "Not checked": "diff", "Passed": ""}
@@ -102,14 +101,11 @@ def write_check_report(data: dict, path, *, title: str | None = None) -> str:
         ``path``.
     """
     path = check_writable(path, "report")
-    rows = data.get("rows") or []
-    if not rows:
-        raise AscendEmuError("the checklist has no rows: nothing to report")
+    rows = _entries(data, "rows", "the checklist")
     config = data.get("config") or {}
     title = title or f"ascend-emu pre-tuning checklist: {config.get('model') or 'model'}"
     counts = {k: sum(1 for r in rows if r["result"] == k) for k in _CLASS}
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts = _page(title)
     failed = [f"{r['number']} {r['item']}" for r in rows if r["result"] == "Failed"]
     summary = [("rows", len(rows)), ("passed / failed / not checked",
                                      f"{counts['Passed']} / {counts['Failed']} / {counts['Not checked']}"),

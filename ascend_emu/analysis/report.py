@@ -43,6 +43,22 @@ def _e(x) -> str:
     return html.escape("" if x is None else str(x))
 
 
+def _page(title: str) -> list[str]:
+    """The opening parts of a report page: the document head with the style sheet, and the title."""
+    return [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+
+
+def _entries(data: dict, key: str, what: str) -> list:
+    """``data[key]``, the list a report is about; an empty or missing one is a user error."""
+    from ..errors import AscendEmuError
+
+    items = data.get(key) or []
+    if not items:
+        raise AscendEmuError(f"{what} has no {key}: nothing to report")
+    return items
+
+
 def _num(v) -> str:
     if isinstance(v, float):
         if math.isnan(v):
@@ -247,8 +263,7 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     model = cmp.npu.model.get("name") or "model"
     title = title or f"ascend-emu accuracy report: {model}"
     counts = cmp.counts()
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts = _page(title)
     if cmp.forced:
         parts.append(f'<p id="forced" style="color:#b00;font-weight:bold">Warning: {_e(cmp.forced_note())}.</p>')
 

@@ -200,13 +200,12 @@ def write_runs_report(result: dict, path) -> str:
     """Write the HTML report of a random-error detection (``RandomErrors.to_json()``): the verdict, the
     first differing op and the sources, the spread of the final output (or loss), every run's loss
     curve when they trained, and the configuration. Returns ``path``."""
-    from .report import _CSS, _e, _flat, _img, _table
+    from .report import _e, _flat, _img, _page, _table
 
     path = check_writable(path, "report")
     runs = result.get("runs") or []
     title = f"ascend-emu random-error detection: {result.get('model', 'model')}"
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts = _page(title)
     first = result.get("first")
     rows = [("runs", len(runs)), ("run seeds", ", ".join(str(r["run_seed"]) for r in runs)),
             ("deterministic level", result.get("deterministic_level")), ("mode", result.get("mode")),

@@ -13,7 +13,7 @@ import math
 import os
 
 from ..fileio import atomic_write_text, check_writable
-from .report import _CSS, _e, _flat, _img, _num, _png, _table, write_report
+from .report import _e, _entries, _flat, _img, _num, _page, _png, _table, write_report
 
 SECTIONS = ["summary", "curves", "overflows", "dumps", "steps", "config"]
 
@@ -117,19 +117,14 @@ def write_train_report(run: dict, path, *, compare_steps: bool = True, title: st
         ``path``.
     """
     path = check_writable(path, "report")
-    steps = run.get("steps") or []
-    if not steps:
-        from ..errors import AscendEmuError
-
-        raise AscendEmuError("the training run has no steps: nothing to report")
+    steps = _entries(run, "steps", "the training run")
     config = run.get("config") or {}
     model = (config.get("model") or {}).get("name") or "model"
     title = title or f"ascend-emu training report: {model}"
     skipped = [s["step"] for s in steps if s["skipped"]]
     over = [s for s in steps if s.get("first_overflow")]
     last = steps[-1]
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts = _page(title)
     dev = config.get("device") if isinstance(config.get("device"), dict) else {}
     summary = [("steps", len(steps)), ("precision mode", dev.get("precision_mode", "-")),
                ("SoC / overflow mode", f"{dev.get('soc', '-')} / {dev.get('overflow_mode', '-')}"),

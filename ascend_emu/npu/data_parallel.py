@@ -15,7 +15,6 @@ skips the step on every rank, as the TF adapter's NPULossScaleOptimizer does wit
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import numpy as np

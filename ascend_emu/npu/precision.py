@@ -6,7 +6,6 @@ hicann/ge); NUMERICS.md section 5 states each rule and the assumptions.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import warnings
 from dataclasses import dataclass
