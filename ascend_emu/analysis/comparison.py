@@ -68,12 +68,9 @@ class Comparison:
                  rules: str = "ascend-emu", forced: tuple = ()):
         #: why the dumps do not belong together, when compared anyway with ``force=True`` (else empty)
         self.forced = tuple(forced)
-        self.npu = npu
-        self.bench = bench
-        self.rows = rows
-        self._info = info
-        self.thresholds = thresholds
-        self.rules = rules
+        self.npu, self.bench = npu, bench
+        self.rows, self._info = rows, info
+        self.thresholds, self.rules = thresholds, rules
         self._by_op: dict[str, list[dict]] = {}
         for r, i in zip(rows, info):
             self._by_op.setdefault(i.npu_op or i.bench_op, []).append(r)

@@ -33,6 +33,12 @@ def _keras(seed: int):
     return keras
 
 
+def _seeded(seed: int):
+    """Keras (fresh session, seeded), its layers module and a numpy generator of the same seed."""
+    keras = _keras(seed)
+    return keras, keras.layers, np.random.default_rng(seed)
+
+
 def _cached(key, build, fresh: bool):
     if fresh:
         return build()
@@ -249,9 +255,7 @@ def demo_model(seed: int = 0, *, fresh: bool = False):
       probabilities, while float32 is exact to 1e-5.
     """
     def build():
-        keras = _keras(seed)
-        rng = np.random.default_rng(seed)
-        L = keras.layers
+        keras, L, rng = _seeded(seed)
         x = keras.Input((32, 32, 3), name="image")
         h = L.Conv2D(16, 3, padding="same", activation="relu", name="conv1")(x)
         h = L.Conv2D(16, 3, strides=2, padding="same", activation="relu", name="conv2")(h)
@@ -285,9 +289,7 @@ def planted_overflow_model(seed: int = 0, *, fresh: bool = False):
     overflows in fp16 (the other matmuls stay below 100).
     """
     def build():
-        keras = _keras(seed)
-        rng = np.random.default_rng(seed)
-        L = keras.layers
+        keras, L, rng = _seeded(seed)
         x = keras.Input((64,), name="features")
         h = L.Dense(32, activation="relu", name="dense_in")(x)
         planted = L.Dense(32, name="planted_overflow")
@@ -311,9 +313,7 @@ def float32_overflow_model(seed: int = 0, *, fresh: bool = False):
     the float32 reference itself overflows there.
     """
     def build():
-        keras = _keras(seed)
-        rng = np.random.default_rng(seed)
-        L = keras.layers
+        keras, L, rng = _seeded(seed)
         x = keras.Input((16,), name="features")
         d1, d2 = L.Dense(16, name="huge1"), L.Dense(16, name="huge2")
         out = d2(d1(x))
@@ -340,9 +340,7 @@ def train_demo_model(seed: int = 0, *, fresh: bool = False):
     loss follows the float32 reference.
     """
     def build():
-        keras = _keras(seed)
-        rng = np.random.default_rng(seed)
-        L = keras.layers
+        keras, L, rng = _seeded(seed)
         x = keras.Input((16, 16, 3), name="image")
         h = L.Conv2D(8, 3, padding="same", activation="relu", name="conv")(x)
         h = L.BatchNormalization(name="bn")(h)

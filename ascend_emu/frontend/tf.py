@@ -88,38 +88,27 @@ def _tensor(proto) -> np.ndarray:
     return tf.make_ndarray(proto)
 
 
+#: AttrValue field -> its plain Python value (the same fields inside an AttrValue's ``list``)
+_ATTR_KINDS = (("s", _string), ("i", int), ("f", float), ("b", bool), ("type", dtype_name), ("shape", _shape),
+               ("tensor", _tensor), ("func", lambda f: f.name))
+
+
 def decode_attr(value) -> Any:
     """One AttrValue protobuf -> a plain Python value (see :class:`~ascend_emu.graph.Node`)."""
     kind = value.WhichOneof("value")
     if kind is None:
         return None
     if kind == "list":
-        lst = value.list
-        for kind_name, conv in (("s", _string), ("i", int), ("f", float), ("b", bool),
-                            ("type", dtype_name), ("shape", _shape), ("tensor", _tensor),
-                            ("func", lambda f: f.name)):
-            items = getattr(lst, kind_name)
+        for kind_name, conv in _ATTR_KINDS:
+            items = getattr(value.list, kind_name)
             if len(items):
                 return [conv(x) for x in items]
         return []
-    if kind == "s":
-        return _string(value.s)
-    if kind == "i":
-        return int(value.i)
-    if kind == "f":
-        return float(value.f)
-    if kind == "b":
-        return bool(value.b)
-    if kind == "type":
-        return dtype_name(value.type)
-    if kind == "shape":
-        return _shape(value.shape)
-    if kind == "tensor":
-        return _tensor(value.tensor)
-    if kind == "func":
-        return value.func.name
     if kind == "placeholder":
         return value.placeholder
+    for kind_name, conv in _ATTR_KINDS:
+        if kind == kind_name:
+            return conv(getattr(value, kind))
     raise AscendEmuError(f"unsupported attribute kind {kind!r}")  # pragma: no cover
 
 

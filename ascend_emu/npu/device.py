@@ -72,41 +72,19 @@ class Device:
     precision_mode : str
         CANN ``precision_mode`` (see :data:`ascend_emu.npu.precision.PRECISION_MODES`); the
         default ``force_fp16`` is the TF adapter's default for inference.
-    overflow_mode : {"saturation", "inf_nan"} or None
-        None takes the SoC's default (Ascend910: saturation; Ascend910B: inf_nan).
     modify_mixlist : path or dict, optional
         CANN mixlist edits (``black-list``/``white-list``/``gray-list`` with ``to-add``/``to-remove``).
-    soc : {"Ascend910", "Ascend910B"}
-    cube_model : CubeModel, optional
-        Accumulation model of the cube unit (NUMERICS.md section 3).
-    subnormals : {"keep", "flush"}
-    impl_mode : {"high_precision", "high_performance"}
-        Transcendental implementation model of the vector unit (NUMERICS.md section 2).
-    reduce_accumulate : {"float32", "float16"}
-        Accumulator of fp16 reductions.
-    op_model : {"tbe_v100", "tbe_v220", "ascendc", "exact"} or None
-        Whose kernels Gelu, Tanh, Sigmoid, Exp, Rsqrt, Softmax, LayerNorm, ReduceMean and
-        BatchNorm follow (NUMERICS.md section 2, "Sourced kernels"). None takes the SoC's TBE
-        kernels (Ascend910: tbe_v100; Ascend910B: tbe_v220); "ascendc" the Ascend C kernels of
-        ops-nn / ops-math; "exact" the float64 model rounded once (the behaviour before sourcing).
     fusion_switch : path, dict or None
         CANN fusion_switch.cfg content; fusion is on by default, as on the NPU.
     aicpu_fallback : bool
         Run ops without an emulated AI Core kernel through TensorFlow (engine AICPU);
         if False, such ops are an error listing all of them.
-    deterministic : bool or None
-        CANN's ``deterministic`` switch. None (the default) follows ``deterministic_level``, and with
-        neither given the device is deterministic (level 1): unlike CANN, whose default is off, so that
-        the same inputs and configuration always give the same bits. False (level 0): the op types of
-        ``ascend_emu.ops.multicore.MULTICORE_OPS`` combine their per-core partial results in an order
-        drawn from ``run_seed``, the launch and the op's name (NUMERICS.md section 11).
-    deterministic_level : {0, 1, 2} or None
-        0 off, 1 deterministic, 2 strong consistency (a row's result independent of its batch).
-    run_seed : int
-        Seed of the arrival orders when determinism is off (default 0, fixed: a run is reproducible;
-        ``random_errors`` draws a different one per run).
-    multicore : MultiCoreModel, optional
-        When an op splits over cores (thresholds, ``aicore_num``).
+    soc, overflow_mode, subnormals, impl_mode, reduce_accumulate, op_model, cube_model, deterministic,
+    deterministic_level, run_seed, multicore
+        The device's numerics, held and validated by :class:`ascend_emu.numerics.policy.NumericsPolicy`
+        (``Device.numerics``), whose docstring describes each; NUMERICS.md gives the sources. The SoC
+        (``"Ascend910"`` or ``"Ascend910B"``) sets the defaults of ``overflow_mode`` and ``op_model``; the
+        device is deterministic unless ``deterministic=False`` or ``deterministic_level=0`` is given.
     """
 
     def __init__(self, precision_mode: str = "force_fp16", *, overflow_mode: str | None = None,

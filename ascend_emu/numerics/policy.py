@@ -229,7 +229,8 @@ class NumericsPolicy:
     cube_model : CubeModel
         Accumulation model of the cube unit (NUMERICS.md section 3).
     deterministic : bool or None
-        CANN's ``deterministic``; None follows ``deterministic_level`` (both None: on, level 1).
+        CANN's ``deterministic``; None follows ``deterministic_level`` (both None: on, level 1: unlike
+        CANN, whose default is off, so that the same inputs and configuration always give the same bits).
     deterministic_level : {0, 1, 2} or None
         0: the ops of ``ascend_emu.ops.multicore.MULTICORE_OPS`` combine their per-core partial
         results in an order drawn from ``run_seed`` (NUMERICS.md section 11); 1: one fixed order;

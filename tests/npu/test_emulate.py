@@ -16,6 +16,7 @@ keras = pytest.importorskip("keras")
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
+from steps import gradient_tape_step  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
 
 pytestmark = pytest.mark.models
 
@@ -138,14 +139,7 @@ def test_custom_gradient_tape_loop(data):
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
         opt = keras.optimizers.Adam(1e-2)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-        @tf.function
-        def train_step(bx, by):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(by, model(bx, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
+        train_step = gradient_tape_step(tf, model, loss_fn, opt)
 
         @tf.function
         def eval_step(bx, by):

@@ -25,6 +25,7 @@ from ascend_emu import AscendEmuError, Device, reference_train
 from ascend_emu.frontend.stateful import train_step_from_tf_function
 from ascend_emu.frontend.tf1_step import train_step_from_tf1_graph
 from ascend_emu.frontend.tf import import_keras, import_tf
+from steps import gradient_tape_step  # tests/ is on the path (pyproject's pythonpath)
 
 STEPS, BATCH = 20, 16
 LOSS_RTOL, WEIGHT_RTOL = 1e-6, 2e-5
@@ -62,14 +63,7 @@ def _keras_step():
                               keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(4)])
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     opt = keras.optimizers.Adam(1e-2)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    step = gradient_tape_step(tf, model, loss_fn, opt)
     # the optimizer's variables exist once the step has been traced
     return step, model.trainable_variables, lambda: list(model.trainable_variables) + list(opt.variables)
 
@@ -405,18 +399,14 @@ def test_unsupported_variable_ops_are_listed():
         train_step_from_tf_function(step, x[:4], y[:4])
 
     v1 = tf.compat.v1
-    g = tf.Graph()
-    with g.as_default():
-        xt = v1.placeholder(tf.float32, (None, 16), name="x")
-        v1.placeholder(tf.int32, (None,), name="y")
-        w = v1.get_variable("w", (16, 4), use_resource=False)
-        loss = tf.reduce_mean(tf.square(tf.matmul(xt, w)), name="loss")
-        v1.train.AdagradOptimizer(0.1).minimize(loss, name="train")
+    g = _square_loss_graph(lambda loss, w: v1.train.AdagradOptimizer(0.1).minimize(loss, name="train"))
     with pytest.raises(AscendEmuError, match=r"ApplyAdagrad x1 \(train/update_w/ApplyAdagrad\)"):
         train_step_from_tf1_graph(g, x="x", y="y", loss="loss", train_op="train")
 
 
-def test_unordered_updates_and_bad_input_are_refused():
+def _square_loss_graph(make_train):
+    """A TF1 graph: placeholders x (None, 16) and y, a ref variable w (16, 4), loss = mean((x @ w)^2), and the
+    train op ``make_train(loss, w)`` builds (named "train")."""
     tf = import_tf()
     v1 = tf.compat.v1
     g = tf.Graph()
@@ -424,9 +414,18 @@ def test_unordered_updates_and_bad_input_are_refused():
         xt = v1.placeholder(tf.float32, (None, 16), name="x")
         v1.placeholder(tf.int32, (None,), name="y")
         w = v1.get_variable("w", (16, 4), use_resource=False)
-        loss = tf.reduce_mean(tf.square(tf.matmul(xt, w)), name="loss")
+        make_train(tf.reduce_mean(tf.square(tf.matmul(xt, w)), name="loss"), w)
+    return g
+
+
+def test_unordered_updates_and_bad_input_are_refused():
+    tf = import_tf()
+    v1 = tf.compat.v1
+
+    def unordered(loss, w):
         gw, = tf.gradients(loss, [w])
-        train = tf.group(v1.assign_sub(w, 0.1 * gw), v1.assign_add(w, 0.01 * gw), name="train")
+        tf.group(v1.assign_sub(w, 0.1 * gw), v1.assign_add(w, 0.01 * gw), name="train")
+    g = _square_loss_graph(unordered)
     with pytest.raises(AscendEmuError, match="variable 'w' is updated by .* with no order between them"):
         train_step_from_tf1_graph(g, x="x", y="y", loss="loss", train_op="train")
     with pytest.raises(AscendEmuError, match="'nope' is not in the graph"):

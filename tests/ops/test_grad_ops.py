@@ -11,16 +11,10 @@ import pytest
 
 from ascend_emu.ops import OPS, OpContext, run_op
 
+from opdata import fp16_exact, i32  # tests/ is on the path (pyproject's pythonpath)
+
 rng = np.random.default_rng(4321)
-
-
-def f(*shape, lo=-2.0, hi=2.0):
-    """fp16-representable float32 test data (so fp16 compute sees the same inputs)."""
-    return rng.uniform(lo, hi, size=shape).astype(np.float16).astype(np.float32)
-
-
-def i32(*v):
-    return np.array(v, dtype=np.int32)
+f = fp16_exact(rng)
 
 
 X = f(2, 7, 7, 3)
@@ -195,21 +189,15 @@ def _oracle_backprop_input(sizes, w, dy, strides, pads, dil, depthwise, operand,
     wv, _ = naive.operand(w, operand)
     oh, ow = dy.shape[1:3]
     acc = np.zeros((n, h, wd, c))
-    for b in range(n):
-        for y in range(h):
-            for x in range(wd):
-                for ci in range(c):
-                    av, bv = [], []
-                    for i in range(kh_):
-                        for j in range(kw_):
-                            # rotated tap (i, j) meets forward tap (KH-1-i, KW-1-j): dy pixel (y + pt - tap*d) / s
-                            ty, tx = y + pt - (kh_ - 1 - i) * dh, x + pl - (kw_ - 1 - j) * dw
-                            ok = ty % sh == 0 and tx % sw == 0 and 0 <= ty // sh < oh and 0 <= tx // sw < ow
-                            for o in range(co):
-                                ch = ci * co + o if depthwise else o
-                                av.append(dyv[b, ty // sh, tx // sw, ch] if ok else 0.0)
-                                bv.append(wv[kh_ - 1 - i, kw_ - 1 - j, ci, o])
-                    acc[b, y, x, ci] = naive.dot(av, bv, 0.0)
+    for b, y, x, ci in np.ndindex(acc.shape):
+        av, bv = [], []
+        for i, j, o in np.ndindex(kh_, kw_, co):   # K order (kh, kw, cout)
+            # rotated tap (i, j) meets forward tap (KH-1-i, KW-1-j): dy pixel (y + pt - tap*d) / s
+            ty, tx = y + pt - (kh_ - 1 - i) * dh, x + pl - (kw_ - 1 - j) * dw
+            ok = ty % sh == 0 and tx % sw == 0 and 0 <= ty // sh < oh and 0 <= tx // sw < ow
+            av.append(dyv[b, ty // sh, tx // sw, ci * co + o if depthwise else o] if ok else 0.0)
+            bv.append(wv[kh_ - 1 - i, kw_ - 1 - j, ci, o])
+        acc[b, y, x, ci] = naive.dot(av, bv, 0.0)
     return naive.finish(acc, out)[0]
 
 
@@ -222,18 +210,13 @@ def _oracle_backprop_filter(x, fsizes, dy, strides, pads, dil, depthwise, operan
     n, h, wd, _ = x.shape
     oh, ow = dy.shape[1:3]
     acc = np.zeros((kh_, kw_, c, co))
-    for i in range(kh_):
-        for j in range(kw_):
-            for ci in range(c):
-                for o in range(co):
-                    av, bv = [], []
-                    for b in range(n):
-                        for p in range(oh):
-                            for q in range(ow):
-                                y, x_ = p * sh + i * dh - pt, q * sw + j * dw - pl
-                                av.append(xv[b, y, x_, ci] if 0 <= y < h and 0 <= x_ < wd else 0.0)
-                                bv.append(dyv[b, p, q, ci * co + o if depthwise else o])
-                    acc[i, j, ci, o] = naive.dot(av, bv, 0.0)
+    for i, j, ci, o in np.ndindex(acc.shape):
+        av, bv = [], []
+        for b, p, q in np.ndindex(n, oh, ow):   # K order (n, oh, ow)
+            y, x_ = p * sh + i * dh - pt, q * sw + j * dw - pl
+            av.append(xv[b, y, x_, ci] if 0 <= y < h and 0 <= x_ < wd else 0.0)
+            bv.append(dyv[b, p, q, ci * co + o if depthwise else o])
+        acc[i, j, ci, o] = naive.dot(av, bv, 0.0)
     return naive.finish(acc, out)[0]
 
 

@@ -10,16 +10,10 @@ import pytest
 
 from ascend_emu.ops import OPS, OpContext, run_op
 
+from opdata import fp16_exact, i32  # tests/ is on the path (pyproject's pythonpath)
+
 rng = np.random.default_rng(1234)
-
-
-def f(*shape, lo=-2.0, hi=2.0):
-    """fp16-representable float32 test data (so fp16 compute sees the same inputs)."""
-    return rng.uniform(lo, hi, size=shape).astype(np.float16).astype(np.float32)
-
-
-def i32(*v):
-    return np.array(v, dtype=np.int32)
+f = fp16_exact(rng)
 
 
 X4 = f(2, 6, 6, 3)
