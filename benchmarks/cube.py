@@ -45,33 +45,38 @@ def matmul_rows(quick: bool) -> list[dict]:
     ]
 
 
-def _conv_row(name, ours_fn, tf_fn, flops, quick, baseline_name, note) -> dict:
+def _conv_row(name, ours_fn, tf_fn, flops, baseline_name, note, *, quick) -> dict:
     """One row: ours against TensorFlow, alternating rounds with a pause for the other side's threads."""
     t_ours, t_base = side_by_side(ours_fn, tf_fn, rounds=2 if quick else 8, pause=0.25)
     return row("cube", name, _gflops(flops, t_ours), _gflops(flops, t_base), baseline_name, "GFLOP/s", note=note)
 
 
-def conv_rows(quick: bool) -> list[dict]:
-    from ascend_emu.numerics.cube import conv2d
-
+def _against_tf(quick: bool, seed: int, cases, case_row) -> list[dict]:
+    """The rows of ``cases`` (none without TensorFlow): ``case_row(tf, rng, batch, case)`` gives one row's
+    :func:`_conv_row` arguments but ``quick``."""
     try:
         import tensorflow as tf
     except ImportError:
         return []
-    batch = 1 if quick else 8
-    rows = []
-    rng = np.random.default_rng(1)
-    for name, H, W, C, KH, KW, CO, s in RESNET50_LAYERS:
-        x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
-        w = (rng.standard_normal((KH, KW, C, CO)) / np.sqrt(KH * KW * C)).astype(np.float16)
-        OH, OW = -(-H // s), -(-W // s)
-        flops = 2.0 * batch * OH * OW * CO * KH * KW * C
-        xt = tf.constant(x.astype(np.float32))
-        wt = tf.constant(w.astype(np.float32))
-        rows.append(_conv_row(f"conv2d N={batch} {name}", lambda: conv2d(x, w, strides=(s, s), padding="SAME"),
-                              lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(), flops, quick,
-                              "TensorFlow float32 Conv2D (CPU)", "SAME padding, fp16 in/out, default CubeModel"))
-    return rows
+    rng = np.random.default_rng(seed)
+    return [_conv_row(*case_row(tf, rng, 1 if quick else 8, case), quick=quick) for case in cases]
+
+
+def _conv_case(tf, rng, batch, case):
+    from ascend_emu.numerics.cube import conv2d
+
+    name, H, W, C, KH, KW, CO, s = case
+    x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
+    w = (rng.standard_normal((KH, KW, C, CO)) / np.sqrt(KH * KW * C)).astype(np.float16)
+    xt, wt = tf.constant(x.astype(np.float32)), tf.constant(w.astype(np.float32))
+    return (f"conv2d N={batch} {name}", lambda: conv2d(x, w, strides=(s, s), padding="SAME"),
+            lambda: tf.nn.conv2d(xt, wt, strides=s, padding="SAME").numpy(),
+            2.0 * batch * -(-H // s) * -(-W // s) * CO * KH * KW * C,
+            "TensorFlow float32 Conv2D (CPU)", "SAME padding, fp16 in/out, default CubeModel")
+
+
+def conv_rows(quick: bool) -> list[dict]:
+    return _against_tf(quick, 1, RESNET50_LAYERS, _conv_case)
 
 
 # (name, H, W, C, stride): MobileNetV2 3x3 depthwise layers (multiplier 1)
@@ -81,28 +86,21 @@ MOBILENET_DEPTHWISE = [
 ]
 
 
-def depthwise_rows(quick: bool) -> list[dict]:
+def _depthwise_case(tf, rng, batch, case):
     from ascend_emu.numerics.cube import depthwise_conv2d
 
-    try:
-        import tensorflow as tf
-    except ImportError:
-        return []
-    batch = 1 if quick else 8
-    rows = []
-    rng = np.random.default_rng(2)
-    for name, H, W, C, s in MOBILENET_DEPTHWISE:
-        x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
-        w = (rng.standard_normal((3, 3, C, 1)) / 3).astype(np.float16)
-        flops = 2.0 * batch * -(-H // s) * -(-W // s) * C * 9
-        xt = tf.constant(x.astype(np.float32))
-        wt = tf.constant(w.astype(np.float32))
-        rows.append(_conv_row(f"depthwise N={batch} {name}",
-                              lambda: depthwise_conv2d(x, w, strides=(s, s), padding="SAME"),
-                              lambda: tf.nn.depthwise_conv2d(xt, wt, strides=[1, s, s, 1], padding="SAME").numpy(),
-                              flops, quick, "TensorFlow float32 DepthwiseConv2dNative (CPU)",
-                              "SAME padding, fp16 in/out, default CubeModel (one partial 9-tap block per output)"))
-    return rows
+    name, H, W, C, s = case
+    x = rng.standard_normal((batch, H, W, C)).astype(np.float16)
+    w = (rng.standard_normal((3, 3, C, 1)) / 3).astype(np.float16)
+    xt, wt = tf.constant(x.astype(np.float32)), tf.constant(w.astype(np.float32))
+    return (f"depthwise N={batch} {name}", lambda: depthwise_conv2d(x, w, strides=(s, s), padding="SAME"),
+            lambda: tf.nn.depthwise_conv2d(xt, wt, strides=[1, s, s, 1], padding="SAME").numpy(),
+            2.0 * batch * -(-H // s) * -(-W // s) * C * 9, "TensorFlow float32 DepthwiseConv2dNative (CPU)",
+            "SAME padding, fp16 in/out, default CubeModel (one partial 9-tap block per output)")
+
+
+def depthwise_rows(quick: bool) -> list[dict]:
+    return _against_tf(quick, 2, MOBILENET_DEPTHWISE, _depthwise_case)
 
 
 def run(quick: bool = False) -> list[dict]:

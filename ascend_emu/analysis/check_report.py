@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import math
 
-from ..fileio import atomic_write_text, check_writable
-from .report import _e, _entries, _flat, _img, _page, _png, _table
+from ..fileio import atomic_write_text
+from .report import _e, _flat, _img, _page, _report_input, _png, _table
 
 SECTIONS = ["summary", "checklist", "plots", "ops-info", "config"]
 _CLASS = {"Failed": "error", "Not checked": "diff", "Passed": ""}
@@ -100,9 +100,7 @@ def write_check_report(data: dict, path, *, title: str | None = None) -> str:
     str
         ``path``.
     """
-    path = check_writable(path, "report")
-    rows = _entries(data, "rows", "the checklist")
-    config = data.get("config") or {}
+    path, rows, config = _report_input(path, data, "rows", "the checklist")
     title = title or f"ascend-emu pre-tuning checklist: {config.get('model') or 'model'}"
     counts = {k: sum(1 for r in rows if r["result"] == k) for k in _CLASS}
     parts = _page(title)

@@ -49,14 +49,16 @@ def _page(title: str) -> list[str]:
             f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
 
 
-def _entries(data: dict, key: str, what: str) -> list:
-    """``data[key]``, the list a report is about; an empty or missing one is a user error."""
+def _report_input(path, data: dict, key: str, what: str):
+    """What a report writer starts from: the checked output ``path``, ``data[key]`` (the list the report is
+    about; an empty or missing one is a user error) and ``data["config"]``."""
     from ..errors import AscendEmuError
 
+    path = check_writable(path, "report")
     items = data.get(key) or []
     if not items:
         raise AscendEmuError(f"{what} has no {key}: nothing to report")
-    return items
+    return path, items, data.get("config") or {}
 
 
 def _num(v) -> str:

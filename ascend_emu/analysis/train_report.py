@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import os
 
-from ..fileio import atomic_write_text, check_writable
-from .report import _e, _entries, _flat, _img, _num, _page, _png, _table, write_report
+from ..fileio import atomic_write_text
+from .report import _e, _flat, _img, _num, _page, _report_input, _png, _table, write_report
 
 SECTIONS = ["summary", "curves", "overflows", "dumps", "steps", "config"]
 
@@ -116,9 +116,7 @@ def write_train_report(run: dict, path, *, compare_steps: bool = True, title: st
     str
         ``path``.
     """
-    path = check_writable(path, "report")
-    steps = _entries(run, "steps", "the training run")
-    config = run.get("config") or {}
+    path, steps, config = _report_input(path, run, "steps", "the training run")
     model = (config.get("model") or {}).get("name") or "model"
     title = title or f"ascend-emu training report: {model}"
     skipped = [s["step"] for s in steps if s["skipped"]]

@@ -11,7 +11,7 @@ import pytest
 
 from ascend_emu.ops import OPS, OpContext, run_op
 
-from opdata import fp16_exact, i32  # tests/ is on the path (pyproject's pythonpath)
+from opdata import assert_float32_outputs, fp16_exact, i32  # tests/ is on the path (pyproject's pythonpath)
 
 rng = np.random.default_rng(4321)
 f = fp16_exact(rng)
@@ -132,17 +132,8 @@ def test_training_op_float32_matches_tensorflow(op):
     inputs, attrs, opts = CASES[op]
     ref = _tf_ref(op, inputs, attrs, opts)
     ours = _ours(op, inputs, attrs, np.float32)
-    n = opts.get("n_out", len(ref))
-    assert len(ours) >= n
-    for o, r in zip(ours[:n], ref[:n]):
-        assert o.shape == r.shape, (op, o.shape, r.shape)
-        if op in EXACT or r.dtype.kind in "biu":
-            np.testing.assert_array_equal(o, r)
-            assert o.dtype == r.dtype
-        else:
-            assert o.dtype == np.float32
-            tol = opts.get("tol", TOL32.get(op, 1e-5 if opts.get("cube") else 2e-6))
-            np.testing.assert_allclose(o, r, rtol=tol, atol=tol)
+    tol = opts.get("tol", TOL32.get(op, 1e-5 if opts.get("cube") else 2e-6))
+    assert_float32_outputs(op, ours, ref, opts.get("n_out", len(ref)), op in EXACT, tol, tol)
 
 
 def _float_inputs(v):

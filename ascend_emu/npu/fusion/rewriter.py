@@ -50,6 +50,14 @@ class Rewriter:
             if self.alive(node) and (ops is None or node.op in ops) and self.is_float(node):
                 yield node
 
+    def matches(self, ops, find):
+        """``(node, match)`` for the :meth:`candidates` of type ``ops`` where ``find(rewriter, node)``
+        recognises a pattern (returns anything but None)."""
+        for node in self.candidates(ops):
+            m = find(self, node)
+            if m is not None:
+                yield node, m
+
     def consumers(self) -> dict:
         out: dict = {}
         for n in self._nodes:

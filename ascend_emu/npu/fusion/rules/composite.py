@@ -120,11 +120,7 @@ def _layer_norm(rw: Rewriter, rs: Node):
              "the ~12 ops rounds (and the means run in ReduceMeanD's dtype)")
 def layer_norm(rw: Rewriter) -> int:
     n = 0
-    for rs in rw.candidates("Rsqrt"):
-        m = _layer_norm(rw, rs)
-        if m is None:
-            continue
-        internal, x, gamma, beta, eps, axes, out = m
+    for rs, (internal, x, gamma, beta, eps, axes, out) in rw.matches("Rsqrt", _layer_norm):
         inputs = [x] + ([gamma] if gamma else []) + ([beta] if beta else [])
         fused = _fused_node(out.name, "_LayerNorm", inputs, _fused_attrs(out, epsilon=float(eps), axis=list(axes),
                                   has_gamma=gamma is not None, has_beta=beta is not None),
@@ -272,11 +268,7 @@ def _gelu(rw: Rewriter, t: Node):
              "black-list dtype")
 def gelu(rw: Rewriter) -> int:
     n = 0
-    for t in rw.candidates(_GELU_ARGS):
-        m = _gelu(rw, t)
-        if m is None:
-            continue
-        internal, x, approx, out = m
+    for t, (internal, x, approx, out) in rw.matches(_GELU_ARGS, _gelu):
         fused = _fused_node(out.name, "_Gelu", [x], _fused_attrs(out, approximate=approx), "Gelu")
         rw.fuse("GeluFusionPass", internal, fused)
         n += 1
@@ -327,11 +319,7 @@ def _softmax_grad(rw: Rewriter, s: Node):
              "unfused, the Muls and the Sub are gray (fp16 after an fp16 softmax) and only the Sum is float32")
 def softmax_grad(rw: Rewriter) -> int:
     n = 0
-    for s in rw.candidates("Sum"):
-        m = _softmax_grad(rw, s)
-        if m is None:
-            continue
-        internal, y, dy, out = m
+    for s, (internal, y, dy, out) in rw.matches("Sum", _softmax_grad):
         fused = _fused_node(out.name, "_SoftmaxGrad", [y, dy], _fused_attrs(out), "SoftmaxGrad")
         rw.fuse("SoftmaxGradFusionPass", internal, fused)
         n += 1
