@@ -45,25 +45,57 @@ def widen16_f64(x, out, bf16):
         out[i] = np.float64(bits16_to_f32(x[i], bf16, 0))
 
 
-@njit(cache=True)
-def relerr_stats(d, b, eps, t1, t5):
-    """(max d, max d/b', count(d/b' < t1), count(d/b' < t5)), b' = |b| or eps where b == 0; d >= 0.
+#: interleaved partial sums of :func:`pair_stats` (element i goes to lane i % LANES)
+LANES = 8
 
-    What numpy's max (NaN propagates), abs, divide and count_nonzero give on the same arrays."""
+
+@njit(cache=True)
+def pair_stats(n, b, eps, t1, t5):
+    """One pass over two float64 chunks, d = |n - b|: the sums behind Cosine, EucDist, MeanAbsErr and RMSE,
+    and the maxima and counts behind MaxAbsErr, MaxRelativeErr and the two ratios.
+
+    Returns ``(n.n, b.b, n.b, d.d, sum d, max d, max d/b', count(d/b' < t1), count(d/b' < t5))``, b' = |b| or
+    ``eps`` where b == 0; the maxima and counts are what numpy's max (NaN propagates), abs, divide and
+    count_nonzero give on the same arrays. Each sum is kept in :data:`LANES` interleaved float64 partial sums, added in lane
+    order at the end: a fixed order, so the result does not depend on the CPU's vector width, the BLAS
+    library or its thread count (the sums are not numpy's pairwise ones; they differ in the last bits).
+    """
+    snn = np.zeros(LANES)
+    sbb = np.zeros(LANES)
+    snb = np.zeros(LANES)
+    sdd = np.zeros(LANES)
+    sd = np.zeros(LANES)
     maxabs = -np.inf
     maxrel = -np.inf
     nan_abs = False
     nan_rel = False
     c1 = 0
     c5 = 0
-    for i in range(d.size):
-        v = d[i]
-        a = abs(b[i])
-        r = v / (eps if a == 0 else a)
-        nan_abs |= v != v
-        nan_rel |= r != r
-        maxabs = max(maxabs, v)
-        maxrel = max(maxrel, r)
-        c1 += r < t1
-        c5 += r < t5
-    return (np.nan if nan_abs else maxabs), (np.nan if nan_rel else maxrel), c1, c5
+    m = n.size
+    for i0 in range(0, m, LANES):
+        for j in range(min(LANES, m - i0)):
+            i = i0 + j
+            x = n[i]
+            y = b[i]
+            v = abs(x - y)
+            snn[j] += x * x
+            sbb[j] += y * y
+            snb[j] += x * y
+            sdd[j] += v * v
+            sd[j] += v
+            a = abs(y)
+            r = v / (eps if a == 0 else a)
+            nan_abs |= v != v
+            nan_rel |= r != r
+            maxabs = max(maxabs, v)
+            maxrel = max(maxrel, r)
+            c1 += r < t1
+            c5 += r < t5
+    tnn = tbb = tnb = tdd = td = 0.0
+    for j in range(LANES):
+        tnn += snn[j]
+        tbb += sbb[j]
+        tnb += snb[j]
+        tdd += sdd[j]
+        td += sd[j]
+    return (tnn, tbb, tnb, tdd, td, (np.nan if nan_abs else maxabs), (np.nan if nan_rel else maxrel), c1, c5)

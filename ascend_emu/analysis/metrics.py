@@ -176,14 +176,15 @@ def tensor_metrics(npu, bench, *, bench_dtype=None, thresholds: Thresholds | Non
                 raise AscendEmuError(f"tensor_metrics: chunk of {k} NPU elements vs {bc.size} bench elements")
             if bufs is None or bufs[0].size < k:
                 # reused float64 work buffers: one chunk each, whatever the tensor's size
-                bufs = (np.empty(k), np.empty(k), np.empty(k))
-            n, b, d = (x[:k] for x in bufs)
+                bufs = (np.empty(k), np.empty(k))
+            n, b = (x[:k] for x in bufs)
             _to_f64(n, nc)
             _to_f64(b, bc)
-            cnn = float(np.dot(n, n))
-            cbb = float(np.dot(b, b))
+            # one pass, fixed order (kernels.stats.pair_stats): not BLAS, whose dots sum in an order that depends
+            # on the CPU's vector width and its thread count
+            sums = _ks.pair_stats(n, b, eps, t.one_thousandth, t.five_thousandths)
             # an inf or nan anywhere makes a sum of squares non-finite: only then look for the masks
-            if not (math.isfinite(cnn) and math.isfinite(cbb)):
+            if not (math.isfinite(sums[0]) and math.isfinite(sums[1])):
                 fn = np.isfinite(n)
                 fb = np.isfinite(b)
                 if not (fn.all() and fb.all()):
@@ -195,25 +196,21 @@ def tensor_metrics(npu, bench, *, bench_dtype=None, thresholds: Thresholds | Non
                     masked += int(same.sum())
                     n[~fn] = 0.0
                     b[~fb] = 0.0
-                    cnn = float(np.dot(n, n))
-                    cbb = float(np.dot(b, b))
+                    sums = _ks.pair_stats(n, b, eps, t.one_thousandth, t.five_thousandths)
             count += k
-            if mismatch:
+            if mismatch or not k:
                 continue  # keep counting mismatches; no metric will be reported
+            cnn, cbb, cnb, cdd, cabs, cmax, crel, k1, k5 = sums
             nn += cnn
             bb += cbb
-            nb += float(np.dot(n, b))
-            np.subtract(n, b, out=d)
-            dd += float(np.dot(d, d))
-            np.abs(d, out=d)
-            sabs += float(d.sum())
-            if k:
-                # max |d|, max relative error |d| / |b| (eps where b = 0) and the two ratios' counts, in one pass
-                cmax, crel, k1, k5 = _ks.relerr_stats(d, b, eps, t.one_thousandth, t.five_thousandths)
-                maxabs = max(maxabs, float(cmax))
-                maxrel = max(maxrel, float(crel))
-                c1 += int(k1)
-                c5 += int(k5)
+            nb += cnb
+            dd += cdd
+            sabs += cabs
+            # max |d|, max relative error |d| / |b| (eps where b = 0) and the two ratios' counts
+            maxabs = max(maxabs, float(cmax))
+            maxrel = max(maxrel, float(crel))
+            c1 += int(k1)
+            c5 += int(k5)
         for _ in bi:
             raise AscendEmuError("tensor_metrics: the bench tensor has more elements than the NPU tensor")
     msgs = []
