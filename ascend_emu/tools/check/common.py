@@ -119,6 +119,14 @@ def _not_checked(number, item, method, reason) -> CheckRow:
     return _row(number, item, method, NOT_CHECKED, reason)
 
 
+def _no_emulated_run(c, number, item, method, *, dump: bool = True, bench: bool = False) -> CheckRow | None:
+    """The Not checked row of an item that reads the emulated run (its dump unless ``dump=False``; with
+    ``bench``, the float32 rerun's dump too) when that did not run; None when it did."""
+    if (c.npu_dump if dump else c.npu) is None or (bench and c.bench_dump is None):
+        return _not_checked(number, item, method, c.npu_error or "the emulated run did not run")
+    return None
+
+
 def _fmt(v) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{float(v):.4g}"

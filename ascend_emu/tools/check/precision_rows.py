@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .common import (CheckRow, FAILED, PASSED, RANDOM_OPS, REDUCTIONS, THRESHOLDS, _fmt, _names,
-                     _not_checked, _row)
+                     _no_emulated_run, _not_checked, _row)
 from .runs import _Ctx
 
 
@@ -61,8 +61,8 @@ def _row_mixed_precision(c: _Ctx) -> CheckRow:
     method = ("emulated step 0: dtype of every matrix op (MatMul, BatchMatMul, Conv2D and their backprops) "
               "under the precision mode and lists; share of the matrix FLOPs in fp16/bf16; matrix ops the shipped "
               "black list keeps in float32")
-    if c.npu_dump is None:
-        return _not_checked("2/3", item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, "2/3", item, method):
+        return skip
     d = c.npu_dump
     cube = [op for op in d.ops if op["tf_type"] in OPS and OPS[op["tf_type"]].kind == CUBE]
     if not cube:
@@ -107,8 +107,8 @@ def _row_loss_scale(c: _Ctx) -> CheckRow:
     item = "Loss scaling configured"
     method = ("the loss scale and overflow check against the precision and overflow mode; the emulated run's "
               "status register against the steps it applied")
-    if c.npu is None:
-        return _not_checked(4, item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, 4, item, method, dump=False):
+        return skip
     mode = c.device.overflow_mode
     low = _fp16_in_use(c)
     ls = c.npu.config.get("loss_scale")
@@ -142,8 +142,8 @@ def _row_overflow(c: _Ctx) -> CheckRow:
     item = "No fp16 overflow in forward or backward"
     method = ("emulated step 0 (initial weights, first batch): first op whose inputs are finite and output "
               "overflows, its phase and a float32 rerun; later steps' first overflows listed")
-    if c.npu_dump is None:
-        return _not_checked(16, item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, 16, item, method):
+        return skip
     rep = overflow_report(c.npu_dump)
     later = [s for s in c.npu.steps[1:] if s.get("first_overflow")]
     tail = ""
@@ -184,8 +184,8 @@ def _row_divergence(c: _Ctx) -> CheckRow:
               f"{t.max_abs_err_max}) whose inputs pass; backward errors divided by the loss scale; tensors whose "
               f"values and error all stay below {t.max_abs_err} pass; overflowing and random ops are items 16's and "
               "1's")
-    if c.npu_dump is None or c.bench_dump is None:
-        return _not_checked(17, item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, 17, item, method, bench=True):
+        return skip
     cmp = compare(c.npu_dump, c.bench_dump)
     scale = float(c.npu.steps[0]["loss_scale"]) or 1.0
     npu = c.npu_dump
@@ -257,8 +257,8 @@ def _row_underflow(c: _Ctx) -> CheckRow:
     item = "fp16 gradient underflow"
     method = ("emulated step 0 against float32 on the same weights: gradient elements that are zero in the "
               "emulated run but not in float32, at the configured loss scale; float32 gradients below fp16's range")
-    if c.npu is None:
-        return _not_checked(18, item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, 18, item, method, dump=False):
+        return skip
     s = c.npu.steps[0]
     if s["float_status"]:
         return _not_checked(18, item, method, "step 0 overflowed (item 16): its gradients say nothing about underflow")
@@ -282,8 +282,8 @@ def _row_reductions(c: _Ctx) -> CheckRow:
     lim = THRESHOLDS["reduce_length"]
     method = (f"emulated step 0: reductions ({', '.join(sorted(REDUCTIONS))}) computing in fp16/bf16 over more "
               f"than {lim} terms per output")
-    if c.npu_dump is None:
-        return _not_checked(19, item, method, c.npu_error or "the emulated run did not run")
+    if skip := _no_emulated_run(c, 19, item, method):
+        return skip
     d = c.npu_dump
     long, count = [], 0
     for op in d.ops:
