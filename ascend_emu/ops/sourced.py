@@ -10,12 +10,15 @@ kernels); the ops call these only when it is not ``exact``.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..numerics.vector import cast, reduce
 from ._util import finish
 from .math_ops import vec
 from .registry import OpContext
+
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _f32ctx(ctx: OpContext) -> OpContext:
@@ -26,8 +29,23 @@ def _f32ctx(ctx: OpContext) -> OpContext:
 
 
 def _wide(x) -> np.ndarray:
-    # fp16/bf16 -> float32 is exact (the kernels' CAST_NONE)
-    return np.asarray(x).astype(np.float32)
+    """fp16/bf16 -> float32, exact (the kernels' CAST_NONE): through the cast kernel, which gives numpy's
+    bits (NaN payloads included) without numpy's software fp16 conversion."""
+    x = np.asarray(x)
+    if x.dtype in _HALF:
+        return cast(x, "float32")[0]
+    return x.astype(np.float32)
+
+
+def _max(x, w, axis) -> np.ndarray:
+    """``np.max(x, axis, keepdims=True)`` of a 16-bit ``x`` from its float32 widening ``w``: the maximum is
+    one of the values, so narrowing it back is exact, and float32's vector max is fast where numpy's fp16 max
+    is software. Only rows holding a NaN (whose payload numpy's own max picks) take numpy's way; which zero
+    a row of zeros returns can differ, and every caller only subtracts the maximum before an exp."""
+    m = np.max(w, axis=axis, keepdims=True)
+    if np.isnan(m).any():
+        return np.max(x, axis=axis, keepdims=True)
+    return m.astype(x.dtype)
 
 
 def _sum(c32: OpContext, x, axes) -> np.ndarray:
@@ -46,10 +64,12 @@ def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     """
     c32 = _f32ctx(ctx)
     x = np.asarray(x)
+    w = _wide(x)
     with np.errstate(invalid="ignore"):
-        m = np.max(x, axis=axis, keepdims=True)   # exact in any dtype; NaN propagates
+        # exact in any dtype; NaN propagates
+        m = _max(x, w, axis) if x.dtype in _HALF else np.max(x, axis=axis, keepdims=True)
     if ctx.op_model == "ascendc":
-        d = vec(c32, "sub", _wide(x), _wide(m))
+        d = vec(c32, "sub", w, _wide(m))
     else:
         d = _wide(vec(ctx, "sub", x, m))
     e = vec(c32, "exp", d)

@@ -324,3 +324,43 @@ def test_sourced_softmax_layernorm_batchnorm(model, dtype):
     exact = OpContext(dtype=dtype, op_model="exact")
     assert not np.array_equal(run_op("Softmax", x, ctx=exact)[0], sm)
     assert not np.array_equal(run_op("FusedBatchNormV3", x, g, b, mean, var, ctx=exact, epsilon=1e-3)[0], y)
+
+
+def test_softmax_row_max_of_16bit_input_is_numpys():
+    """Softmax takes a 16-bit row's maximum from the input's float32 widening (fast) instead of numpy's
+    software fp16 max: same output bits and status, NaN payloads (propagated under inf_nan), infinities and
+    rows of signed zeros included."""
+    import ml_dtypes
+
+    from ascend_emu.numerics.vector import cast
+    from ascend_emu.ops import sourced
+    from ascend_emu.ops.math_ops import vec
+
+    def numpy_max_way(ctx, x):
+        c32 = sourced._f32ctx(ctx)
+        with np.errstate(invalid="ignore"):
+            m = np.max(x, axis=-1, keepdims=True)
+        wide = lambda v: cast(v, "float32")[0]  # noqa: E731
+        d = vec(c32, "sub", wide(x), wide(m)) if ctx.op_model == "ascendc" else wide(vec(ctx, "sub", x, m))
+        e = vec(c32, "exp", d)
+        y = vec(c32, "realdiv", e, sourced._sum(c32, e, -1))
+        ctx.record(c32.status)
+        return sourced.finish(ctx, y)
+
+    rng = np.random.default_rng(8)
+    for dt, specials in ((np.float16, [0, 0x8000, 0x7E00, 0x7C01, 0xFE00, 0x7D55, 0x7C00, 0xFC00]),
+                         (ml_dtypes.bfloat16, [0, 0x8000, 0x7FC0, 0x7F81, 0xFFC0, 0x7F80, 0xFF80])):
+        x = (rng.standard_normal((6, 4, 33)) * 20).astype(dt)
+        bits = x.view(np.uint16).reshape(-1)
+        k = rng.choice(x.size // 2, 40, replace=False)
+        bits[k] = rng.choice(specials, 40)
+        x[5] = 0
+        x[5, :, ::3] = -0.0
+        for mode in ("inf_nan", "saturation"):
+            for model in ("tbe_v100", "ascendc"):
+                a = OpContext(dtype=np.dtype(dt).name, op_model=model, overflow_mode=mode)
+                b = OpContext(dtype=np.dtype(dt).name, op_model=model, overflow_mode=mode)
+                with np.errstate(all="ignore"):
+                    got, want = sourced.softmax(a, x), numpy_max_way(b, x)
+                np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+                assert a.status == b.status
