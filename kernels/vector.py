@@ -32,8 +32,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .cast import (BF16_BIAS, BF16_EB, BF16_MT, F16_BIAS, F16_EB, F16_MT, FLUSH, RINT, SATURATION,
-                   bits16_to_f32, f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
+from .cast import (FLUSH, RINT, SATURATION, bits16_to_f32, fmt16,  # noqa: F401 (fmt16: re-exported)
+                   f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
 from .codes import (ABS, ADD, ERF, ERFC, EXP, EXP_F32, EXPM1, FIRST_STEPPED, FIRST_TRANSCENDENTAL,  # noqa: F401
                     FLT_MAX, GELU, GELU_ASCENDC, GELU_TANH, GELU_TBE_V100, GELU_TBE_V220, LEAKY_RELU, LOG, LOG1P,
                     MAXIMUM, MINIMUM, MUL, NEG, POW, REALDIV, RECIPROCAL, RELU, RELU6, RSQRT, RSQRT_F32, SIGMOID,
@@ -130,14 +130,6 @@ def _evaluators(ft):
 
 eval_unary32, eval_binary32 = _evaluators(np.float32)
 eval_unary64, eval_binary64 = _evaluators(np.float64)
-
-
-@njit(cache=True)
-def fmt16(bf16):
-    """(mantissa bits, bias, exponent bits) of bf16 if bf16 else fp16."""
-    if bf16:
-        return BF16_MT, BF16_BIAS, BF16_EB
-    return F16_MT, F16_BIAS, F16_EB
 
 
 @njit(cache=True)
