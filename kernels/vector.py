@@ -21,9 +21,10 @@ Ascend C's tanh exactly, ``fma_f32``), the result rounded once more to the 16-bi
 CAST_RINT does; their status also reports an Inf or NaN in any step. The op codes are in
 ``kernels/codes.py``.
 
-One idea, a little over 500 lines: the same model (evaluate, round once) for the two 16-bit
-formats and for float32, unary and binary, as plain loops LLVM vectorises; the evaluators, the
-spans and their parallel drivers are kept together so the four variants stay visibly alike.
+One idea: the same model (evaluate, round once) for the two 16-bit formats and for float32, unary
+and binary, as plain loops LLVM vectorises. The float32 and float64 evaluators are one body
+(:func:`_evaluators`), the parallel drivers one factory; the spans are kept together so the
+variants stay visibly alike.
 """
 from __future__ import annotations
 
