@@ -221,33 +221,30 @@ def f64bits_narrow(u, mt, bias, expbits, rounding, overflow, subnormal):
 # ---------------------------------------------------------------- scalar API (callable from other @njit kernels)
 
 @njit(cache=True)
-def f32_to_f16_bits(x, rounding, overflow, subnormal):
-    """(bits, status) = fp16(float32 x) under the rounding / overflow / subnormal codes."""
-    b, st = f32bits_narrow(np.float32(x).view(np.uint32), F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
-    return np.uint16(b), np.int32(st)
+def fmt16(bf16):
+    """(mantissa bits, bias, exponent bits) of bf16 if bf16 else fp16."""
+    if bf16:
+        return BF16_MT, BF16_BIAS, BF16_EB
+    return F16_MT, F16_BIAS, F16_EB
 
 
-@njit(cache=True)
-def f32_to_bf16_bits(x, rounding, overflow, subnormal):
-    """(bits, status) = bf16(float32 x) under the rounding / overflow / subnormal codes."""
-    b, st = f32bits_narrow(np.float32(x).view(np.uint32), BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow,
-                           subnormal)
-    return np.uint16(b), np.int32(st)
+def _scalar_to16(src64):
+    """The scalar cast (bits, status) = fp16 (bf16 if bf16) of x under the codes, from float64 (one
+    rounding, no double rounding through float32) if src64 else from float32."""
+    @njit(cache=True)
+    def to16(x, bf16, rounding, overflow, subnormal):
+        mt, bias, eb = fmt16(bf16)
+        if src64:
+            b, st = f64bits_narrow(np.float64(x).view(np.uint64), mt, bias, eb, rounding, overflow, subnormal)
+        else:
+            b, st = f32bits_narrow(np.float32(x).view(np.uint32), mt, bias, eb, rounding, overflow, subnormal)
+        return np.uint16(b), np.int32(st)
+    to16.__doc__ = f"""(bits, status) = fp16 (bf16 if bf16) of float{64 if src64 else 32} x under the rounding /
+    overflow / subnormal codes{", rounded once" if src64 else ""}."""
+    return to16
 
 
-@njit(cache=True)
-def f64_to_f16_bits(x, rounding, overflow, subnormal):
-    """(bits, status) = fp16(float64 x), rounded once (no double rounding through float32)."""
-    b, st = f64bits_narrow(np.float64(x).view(np.uint64), F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
-    return np.uint16(b), np.int32(st)
-
-
-@njit(cache=True)
-def f64_to_bf16_bits(x, rounding, overflow, subnormal):
-    """(bits, status) = bf16(float64 x), rounded once (no double rounding through float32)."""
-    b, st = f64bits_narrow(np.float64(x).view(np.uint64), BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow,
-                           subnormal)
-    return np.uint16(b), np.int32(st)
+f32_to_16_bits, f64_to_16_bits = _scalar_to16(False), _scalar_to16(True)
 
 
 @njit(cache=True)
@@ -303,15 +300,27 @@ def bf16_bits_to_f32(b):
 # (sliced) array so indices are provably non-negative: LLVM then vectorises them. The
 # parallel kernels hand them chunks.
 
-@njit(cache=True)
-def _f32_to_f16_span(src, out, rounding, overflow, subnormal):
-    """out[i] = fp16(float32 bits src[i]); returns the OR of the statuses."""
-    acc = np.int64(0)
-    for i in range(src.size):
-        b, s = f32bits_narrow(src[i], F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
-        out[i] = np.uint16(b)
-        acc |= s
-    return acc
+def _narrow_kernel(src64, mt, bias, expbits):
+    """The span kernel out[i] = (mt, bias, expbits)-format bits of float64 (src64) or float32 bits src[i],
+    the format a compile-time constant; it returns the OR of the statuses."""
+    @njit(cache=True)
+    def span(src, out, rounding, overflow, subnormal):
+        acc = np.int64(0)
+        for i in range(src.size):
+            if src64:
+                b, s = f64bits_narrow(src[i], mt, bias, expbits, rounding, overflow, subnormal)
+            else:
+                b, s = f32bits_narrow(src[i], mt, bias, expbits, rounding, overflow, subnormal)
+            out[i] = b
+            acc |= s
+        return acc
+    return span
+
+
+_f32_to_f16_span = _narrow_kernel(False, F16_MT, F16_BIAS, F16_EB)
+_f64_to_f16_span, _f64_to_bf16_span, _f64_to_f32_span = (
+    _narrow_kernel(True, *fmt) for fmt in ((F16_MT, F16_BIAS, F16_EB), (BF16_MT, BF16_BIAS, BF16_EB),
+                                           (F32_MT, F32_BIAS, F32_EB)))
 
 
 def _f32_to_bf16_kernel(rounding):
@@ -385,33 +394,6 @@ def _f32_to_bf16_span(src, out, rounding, overflow, subnormal):
 
 
 @njit(cache=True)
-def _f64_to_16_span(src, out, mt, bias, expbits, rounding, overflow, subnormal):
-    """out[i] = 16-bit(float64 bits src[i]) in one rounding; returns the OR of the statuses."""
-    acc = np.int64(0)
-    for i in range(src.size):
-        b, s = f64bits_narrow(src[i], mt, bias, expbits, rounding, overflow, subnormal)
-        out[i] = np.uint16(b)
-        acc |= s
-    return acc
-
-
-@njit(cache=True, parallel=True)
-def cast_f32_to_16(src, out, bf16, rounding, overflow, subnormal):
-    """out[i] = fp16 (bf16 if bf16) of float32 bits src[i]; returns the OR of all statuses."""
-    n = src.size
-    nch = (n + _CHUNK - 1) // _CHUNK
-    st = np.zeros(nch, dtype=np.int64)
-    for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        if bf16:
-            st[c] = _f32_to_bf16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
-        else:
-            st[c] = _f32_to_f16_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
-    return or_all(st)
-
-
-@njit(cache=True)
 def _f32_to_f16_rint_hw_span(src, out, overflow, subnormal):
     """out[i] = fp16 rint of float32 bits src[i] by the hardware conversion; returns the OR of statuses."""
     acc = np.int64(0)
@@ -424,59 +406,6 @@ def _f32_to_f16_rint_hw_span(src, out, overflow, subnormal):
     return acc
 
 
-@njit(cache=True, parallel=True)
-def cast_f32_to_f16_rint_hw(src, out, overflow, subnormal):
-    """out[i] = fp16 rint of float32 bits src[i] (hardware conversion; HW_HALF hosts only); returns the OR of statuses."""
-    n = src.size
-    nch = (n + _CHUNK - 1) // _CHUNK
-    st = np.zeros(nch, dtype=np.int64)
-    for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        st[c] = _f32_to_f16_rint_hw_span(src[lo:hi], out[lo:hi], overflow, subnormal)
-    return or_all(st)
-
-
-@njit(cache=True, parallel=True)
-def cast_f64_to_16(src, out, bf16, rounding, overflow, subnormal):
-    """out[i] = fp16 (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses."""
-    n = src.size
-    nch = (n + _CHUNK - 1) // _CHUNK
-    st = np.zeros(nch, dtype=np.int64)
-    for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        if bf16:
-            st[c] = _f64_to_16_span(src[lo:hi], out[lo:hi], BF16_MT, BF16_BIAS, BF16_EB, rounding, overflow, subnormal)
-        else:
-            st[c] = _f64_to_16_span(src[lo:hi], out[lo:hi], F16_MT, F16_BIAS, F16_EB, rounding, overflow, subnormal)
-    return or_all(st)
-
-
-@njit(cache=True)
-def _f64_to_f32_span(src, out, rounding, overflow, subnormal):
-    """out[i] = float32 bits of float64 bits src[i] in one rounding; returns the OR of the statuses."""
-    acc = np.int64(0)
-    for i in range(src.size):
-        b, s = f64bits_narrow(src[i], F32_MT, F32_BIAS, F32_EB, rounding, overflow, subnormal)
-        out[i] = np.uint32(b)
-        acc |= s
-    return acc
-
-
-@njit(cache=True, parallel=True)
-def cast_f64_to_f32(src, out, rounding, overflow, subnormal):
-    """out[i] = float32 bits of float64 bits src[i] under the codes; returns the OR of all statuses."""
-    n = src.size
-    nch = (n + _CHUNK - 1) // _CHUNK
-    st = np.zeros(nch, dtype=np.int64)
-    for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        st[c] = _f64_to_f32_span(src[lo:hi], out[lo:hi], rounding, overflow, subnormal)
-    return or_all(st)
-
-
 @njit(cache=True)
 def _widen_span(src, out, bf16, subnormal):
     """out[i] = float32 bits of the 16-bit pattern src[i] (exact)."""
@@ -486,14 +415,48 @@ def _widen_span(src, out, bf16, subnormal):
     else:
         for i in range(src.size):
             out[i] = f16_bits_to_f32_bits(src[i], subnormal)
+    return np.int64(0)
 
 
-@njit(cache=True, parallel=True)
-def cast_16_to_f32(src, out, bf16, subnormal):
-    """out[i] = float32 bits of fp16 (bf16 if bf16) bits src[i] (exact)."""
-    n = src.size
-    nch = (n + _CHUNK - 1) // _CHUNK
-    for c in prange(nch):
-        lo = c * _CHUNK
-        hi = min(n, lo + _CHUNK)
-        _widen_span(src[lo:hi], out[lo:hi], bf16, subnormal)
+# One parallel driver for the five array casts: it runs a span on chunks of _CHUNK elements and ORs
+# their statuses. The factory closes over an integer naming the cast (a constant: the other calls are
+# pruned before typing), never over a span, so the drivers load from the on-disk cache.
+_F32_16, _F32_F16_HW, _F64_16, _F64_F32, _WIDEN = range(5)
+
+
+def _cast_driver(kind, doc):
+    def drive(src, out, *params):
+        n = src.size
+        nch = (n + _CHUNK - 1) // _CHUNK
+        st = np.zeros(nch, dtype=np.int64)
+        for c in prange(nch):
+            lo = c * _CHUNK
+            hi = min(n, lo + _CHUNK)
+            x, y = src[lo:hi], out[lo:hi]
+            if kind == _F32_16:
+                bf16, modes = params[0], params[1:]
+                st[c] = _f32_to_bf16_span(x, y, *modes) if bf16 else _f32_to_f16_span(x, y, *modes)
+            elif kind == _F64_16:
+                bf16, modes = params[0], params[1:]
+                st[c] = _f64_to_bf16_span(x, y, *modes) if bf16 else _f64_to_f16_span(x, y, *modes)
+            elif kind == _F64_F32:
+                st[c] = _f64_to_f32_span(x, y, *params)
+            elif kind == _F32_F16_HW:
+                st[c] = _f32_to_f16_rint_hw_span(x, y, *params)
+            else:
+                st[c] = _widen_span(x, y, *params)
+        return or_all(st)
+    drive.__doc__ = doc
+    return njit(cache=True, parallel=True)(drive)
+
+
+cast_f32_to_16 = _cast_driver(_F32_16, """cast_f32_to_16(src, out, bf16, rounding, overflow, subnormal): out[i] = fp16
+    (bf16 if bf16) of float32 bits src[i]; returns the OR of all statuses.""")
+cast_f32_to_f16_rint_hw = _cast_driver(_F32_F16_HW, """cast_f32_to_f16_rint_hw(src, out, overflow, subnormal): out[i] =
+    fp16 rint of float32 bits src[i] (hardware conversion; HW_HALF hosts only); returns the OR of statuses.""")
+cast_f64_to_16 = _cast_driver(_F64_16, """cast_f64_to_16(src, out, bf16, rounding, overflow, subnormal): out[i] = fp16
+    (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses.""")
+cast_f64_to_f32 = _cast_driver(_F64_F32, """cast_f64_to_f32(src, out, rounding, overflow, subnormal): out[i] = float32
+    bits of float64 bits src[i] under the codes; returns the OR of all statuses.""")
+cast_16_to_f32 = _cast_driver(_WIDEN, """cast_16_to_f32(src, out, bf16, subnormal): out[i] = float32 bits of fp16 (bf16
+    if bf16) bits src[i] (exact); returns 0.""")

@@ -21,9 +21,10 @@ Ascend C's tanh exactly, ``fma_f32``), the result rounded once more to the 16-bi
 CAST_RINT does; their status also reports an Inf or NaN in any step. The op codes are in
 ``kernels/codes.py``.
 
-One idea, a little over 500 lines: the same model (evaluate, round once) for the two 16-bit
-formats and for float32, unary and binary, as plain loops LLVM vectorises; the evaluators, the
-spans and their parallel drivers are kept together so the four variants stay visibly alike.
+One idea: the same model (evaluate, round once) for the two 16-bit formats and for float32, unary
+and binary, as plain loops LLVM vectorises. The float32 and float64 evaluators are one body
+(:func:`_evaluators`), the parallel drivers one factory; the spans are kept together so the
+variants stay visibly alike.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .cast import (BF16_BIAS, BF16_EB, BF16_MT, F16_BIAS, F16_EB, F16_MT, FLUSH, RINT, SATURATION,
-                   bits16_to_f32, f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
+from .cast import (FLUSH, RINT, SATURATION, bits16_to_f32, fmt16,  # noqa: F401 (fmt16: re-exported)
+                   f16_to_f32_hw, f32_to_f16_hw, f32bits_narrow, f64bits_narrow, finish_f16_hw)
 from .codes import (ABS, ADD, ERF, ERFC, EXP, EXP_F32, EXPM1, FIRST_STEPPED, FIRST_TRANSCENDENTAL,  # noqa: F401
                     FLT_MAX, GELU, GELU_ASCENDC, GELU_TANH, GELU_TBE_V100, GELU_TBE_V220, LEAKY_RELU, LOG, LOG1P,
                     MAXIMUM, MINIMUM, MUL, NEG, POW, REALDIV, RECIPROCAL, RELU, RELU6, RSQRT, RSQRT_F32, SIGMOID,
@@ -49,152 +50,87 @@ _F32_TINY = np.float32(1.1754943508222875e-38)
 _F32_MAX = FLT_MAX
 
 
-@njit(cache=True, error_model="numpy")
-def eval_unary64(op, x, alpha):
-    """y = op(x) evaluated in float64."""
-    if op == NEG:
-        return -x
-    if op == ABS:
-        return abs(x)
-    if op == SQUARE:
-        return x * x
-    if op == SQRT:
-        return np.sqrt(x)
-    if op == RECIPROCAL:
-        return 1.0 / x
-    if op == RELU:
-        return x if (x > 0 or x != x) else 0.0
-    if op == RELU6:
-        return x if x != x else (min(x, 6.0) if x > 0 else 0.0)
-    if op == LEAKY_RELU:
-        return x if x >= 0 else x * alpha
-    if op == RSQRT:
-        return 1.0 / np.sqrt(x)
-    if op == EXP:
-        return math.exp(x)
-    if op == EXPM1:
-        return math.expm1(x)
-    if op == LOG:
-        return np.log(x)
-    if op == LOG1P:
-        return np.log1p(x)
-    if op == TANH:
-        return math.tanh(x)
-    if op == SIGMOID:
-        return 1.0 / (1.0 + math.exp(-x))
-    if op == ERF:
-        return math.erf(x)
-    if op == ERFC:
-        return math.erfc(x)
-    if op == SOFTPLUS:
-        return max(x, 0.0) + math.log1p(math.exp(-abs(x))) if x == x else x
-    if op == SOFTSIGN:
-        return x / (1.0 + abs(x))
-    if op == GELU:
-        # erfc form: no cancellation for negative x, where 1 + erf(x/sqrt2) would lose it all
-        return 0.5 * x * math.erfc(-x * _SQRT_HALF)
-    if op == GELU_TANH:
-        # 0.5 x (1 + tanh u) written as x / (1 + exp(-2u)): no cancellation for negative x
-        return x / (1.0 + math.exp(-2.0 * _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
-    return np.nan
+def _evaluators(ft):
+    """(eval_unary, eval_binary) evaluating in the float type ``ft`` (np.float32 or np.float64): one body
+    for both widths, every constant typed ``ft`` so that nothing widens (math.* of a float32 is libm's
+    float32 function); the integer op is a run-time argument."""
+    @njit(cache=True, error_model="numpy")
+    def eval_unary(op, x, alpha):
+        one = ft(1.0)
+        zero = ft(0.0)
+        if op == NEG:
+            return -x
+        if op == ABS:
+            return abs(x)
+        if op == SQUARE:
+            return x * x
+        if op == SQRT:
+            return np.sqrt(x)
+        if op == RECIPROCAL:
+            return one / x
+        if op == RELU:
+            return x if (x > zero or x != x) else zero
+        if op == RELU6:
+            return x if x != x else (min(x, ft(6.0)) if x > zero else zero)
+        if op == LEAKY_RELU:
+            return x if x >= zero else x * alpha
+        if op == RSQRT:
+            return one / np.sqrt(x)
+        if op == EXP:
+            return math.exp(x)
+        if op == EXPM1:
+            return math.expm1(x)
+        if op == LOG:
+            return np.log(x)
+        if op == LOG1P:
+            return np.log1p(x)
+        if op == TANH:
+            return math.tanh(x)
+        if op == SIGMOID:
+            return one / (one + math.exp(-x))
+        if op == ERF:
+            return math.erf(x)
+        if op == ERFC:
+            return math.erfc(x)
+        if op == SOFTPLUS:
+            return max(x, zero) + np.log1p(math.exp(-abs(x))) if x == x else x
+        if op == SOFTSIGN:
+            return x / (one + abs(x))
+        if op == GELU:
+            # erfc form: no cancellation for negative x, where 1 + erf(x/sqrt2) would lose it all
+            return ft(0.5) * x * math.erfc(-x * ft(_SQRT_HALF))
+        if op == GELU_TANH:
+            # 0.5 x (1 + tanh u) written as x / (1 + exp(-2u)): no cancellation for negative x
+            return x / (one + math.exp(ft(-2.0 * _SQRT_2_OVER_PI) * (x + ft(0.044715) * x * x * x)))
+        return ft(np.nan)
+
+    @njit(cache=True, error_model="numpy")
+    def eval_binary(op, a, b):
+        if op == ADD:
+            return a + b
+        if op == SUB:
+            return a - b
+        if op == MUL:
+            return a * b
+        if op == REALDIV:
+            return a / b
+        if op == MAXIMUM:  # numpy's rule: NaN propagates, ties keep a
+            return a if (a >= b or a != a) else b
+        if op == MINIMUM:
+            return a if (a <= b or a != a) else b
+        if op == POW:
+            return a ** b
+        return ft(np.nan)
+
+    width = "float32 (libm float32 functions for transcendentals; POW through float32 libm)" \
+        if ft is np.float32 else "float64"
+    eval_unary.__doc__ = f"y = op(x) evaluated in {width}."
+    eval_binary.__doc__ = f"c = a op b evaluated in {width}."
+    return eval_unary, eval_binary
 
 
-@njit(cache=True, error_model="numpy")
-def eval_unary32(op, x, alpha):
-    """y = op(x) evaluated in float32 (libm float32 functions for transcendentals)."""
-    one = np.float32(1.0)
-    zero = np.float32(0.0)
-    if op == NEG:
-        return -x
-    if op == ABS:
-        return abs(x)
-    if op == SQUARE:
-        return x * x
-    if op == SQRT:
-        return np.sqrt(x)
-    if op == RECIPROCAL:
-        return one / x
-    if op == RELU:
-        return x if (x > zero or x != x) else zero
-    if op == RELU6:
-        return x if x != x else (min(x, np.float32(6.0)) if x > zero else zero)
-    if op == LEAKY_RELU:
-        return x if x >= zero else x * alpha
-    if op == RSQRT:
-        return one / np.sqrt(x)
-    if op == EXP:
-        return math.exp(x)
-    if op == EXPM1:
-        return math.expm1(x)
-    if op == LOG:
-        return np.log(x)
-    if op == LOG1P:
-        return np.log1p(x)
-    if op == TANH:
-        return math.tanh(x)
-    if op == SIGMOID:
-        return one / (one + math.exp(-x))
-    if op == ERF:
-        return math.erf(x)
-    if op == ERFC:
-        return math.erfc(x)
-    if op == SOFTPLUS:
-        return max(x, zero) + np.log1p(math.exp(-abs(x))) if x == x else x
-    if op == SOFTSIGN:
-        return x / (one + abs(x))
-    if op == GELU:
-        return np.float32(0.5) * x * math.erfc(-x * np.float32(_SQRT_HALF))
-    if op == GELU_TANH:
-        return x / (one + math.exp(np.float32(-2.0 * _SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)))
-    return np.float32(np.nan)
-
-
-@njit(cache=True, error_model="numpy")
-def eval_binary32(op, a, b):
-    """c = a op b in float32 (one IEEE float32 operation; POW through float32 libm)."""
-    if op == ADD:
-        return a + b
-    if op == SUB:
-        return a - b
-    if op == MUL:
-        return a * b
-    if op == REALDIV:
-        return a / b
-    if op == MAXIMUM:  # numpy's rule: NaN propagates, ties keep a
-        return a if (a >= b or a != a) else b
-    if op == MINIMUM:
-        return a if (a <= b or a != a) else b
-    if op == POW:
-        return a ** b
-    return np.float32(np.nan)
-
-
-@njit(cache=True, error_model="numpy")
-def eval_binary64(op, a, b):
-    """c = a op b evaluated in float64."""
-    if op == ADD:
-        return a + b
-    if op == SUB:
-        return a - b
-    if op == MUL:
-        return a * b
-    if op == REALDIV:
-        return a / b
-    if op == MAXIMUM:
-        return a if (a >= b or a != a) else b
-    if op == MINIMUM:
-        return a if (a <= b or a != a) else b
-    if op == POW:
-        return a ** b
-    return np.nan
-
-
-@njit(cache=True)
-def fmt16(bf16):
-    """(mantissa bits, bias, exponent bits) of bf16 if bf16 else fp16."""
-    if bf16:
-        return BF16_MT, BF16_BIAS, BF16_EB
-    return F16_MT, F16_BIAS, F16_EB
+eval_unary32, eval_binary32 = _evaluators(np.float32)
+eval_unary64, eval_binary64 = _evaluators(np.float64)
 
 
 @njit(cache=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cast import f32_to_bf16_bits, f32_to_f16_bits
+from ..cast import f32_to_16_bits
 from ..codes import FLT_MAX, RINT, SATURATION, ST_CUBE_OVERFLOW
 from ..parallel import or_all
 
@@ -73,13 +73,11 @@ def _fast16(u, bf16):
 
 @njit(cache=True)
 def to16(v, bf16, overflow, subnormal):
-    """(bits, status) = fp16 (or bf16) rint(float32 v): cast.f32_to_*_bits, with a shortcut for normal results."""
+    """(bits, status) = fp16 (or bf16) rint(float32 v): cast.f32_to_16_bits, with a shortcut for normal results."""
     b, ok = _fast16(np.uint32(np.float32(v).view(np.uint32)), bf16)
     if ok:
         return b, 0
-    if bf16:
-        return f32_to_bf16_bits(v, RINT, overflow, subnormal)
-    return f32_to_f16_bits(v, RINT, overflow, subnormal)
+    return f32_to_16_bits(v, bf16, RINT, overflow, subnormal)
 
 
 @njit(cache=True, parallel=True)

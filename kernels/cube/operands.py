@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cast import (bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f64_to_bf16_bits,
-                    f64_to_f16_bits)
+from ..cast import bf16_bits_to_f32, f16_bits_to_f32, f32_to_16_bits, f64_to_16_bits
 from ..codes import RINT
 from ..parallel import or_all
 from .fixpipe import _CHUNK, _fast16
@@ -83,10 +82,7 @@ def round_f32_operands(src, out, bf16, overflow, subnormal):
                 for i in range(b0, b1):
                     b, ok = _fast16(sbits[i], bf16)
                     if not ok:
-                        if bf16:
-                            b, s1 = f32_to_bf16_bits(src[i], RINT, overflow, subnormal)
-                        else:
-                            b, s1 = f32_to_f16_bits(src[i], RINT, overflow, subnormal)
+                        b, s1 = f32_to_16_bits(src[i], bf16, RINT, overflow, subnormal)
                         out[i] = _widen16(b, bf16)
                         s |= s1
         st[c] = s
@@ -102,10 +98,7 @@ def round_f64_operands(src, out, bf16, overflow, subnormal):
     for c in prange(nch):
         s = np.int32(0)
         for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
-            if bf16:
-                b, s1 = f64_to_bf16_bits(src[i], RINT, overflow, subnormal)
-            else:
-                b, s1 = f64_to_f16_bits(src[i], RINT, overflow, subnormal)
+            b, s1 = f64_to_16_bits(src[i], bf16, RINT, overflow, subnormal)
             out[i] = _widen16(b, bf16)
             s |= s1
         st[c] = s

@@ -108,12 +108,14 @@ def _tree16_2x2(typingctx, c_addr, b_addr, x_addr, y_addr, width, fused):
 
 
 @njit(cache=True)
-def _passes(width, fused, c_addr, a_addr, a_row, b_addr, b_block, i0, i1, nkb, npair, ng):
-    """One work item's K loop: for every K block q, row pair p and 32-column group g, the 2x2 block."""
-    # width and fused become compile-time constants (one compiled loop nest per slab width and
+def _k_loop(width, fused, args):
+    """One work item's K loop: for every K block q, row pair p and 32-column group g, the 2x2 block;
+    args = (C, A, A's row stride, B, B's block stride (addresses and strides in bytes), i0, i1, nkb, npair, ng)."""
+    # width and fused are compile-time constants (one compiled loop nest per slab width and
     # product kind: a run-time choice inside the loop measured ~25% slower)
     literally(width)
     literally(fused)
+    c_addr, a_addr, a_row, b_addr, b_block, i0, i1, nkb, npair, ng = args
     for q in range(nkb):
         bq = b_addr + np.uintp(q * b_block)
         for p in range(npair):
@@ -123,6 +125,16 @@ def _passes(width, fused, c_addr, a_addr, a_row, b_addr, b_block, i0, i1, nkb, n
             c = c_addr + np.uintp(p * ng * 4 * LANES * 4)
             for g in range(ng):
                 _tree16_2x2(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(g * 2 * LANES * 4), x, y, width, fused)
+
+
+@njit(cache=True)
+def _passes(width, fused, args):
+    """_k_loop for the slab width ``width`` (a literal) with ``fused`` made a literal too."""
+    literally(width)
+    if fused:
+        _k_loop(width, True, args)
+    else:
+        _k_loop(width, False, args)
 
 
 def row_block(M, other_items, threads):
@@ -219,31 +231,17 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
                     for l in range(LANES):
                         j = min(2 * LANES * g + LANES * (s >> 1) + l, jn - 1)
                         C[p, g, s, l] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
-        c, a, ar, b, bb = C.ctypes.data, At.ctypes.data, At.strides[0], Bt.ctypes.data, Bt.strides[0]
+        args = (C.ctypes.data, At.ctypes.data, At.strides[0], Bt.ctypes.data, Bt.strides[0], i0, i1, nkb, npair, ng)
         if W == SLABS[4]:
-            if fma:
-                _passes(SLABS[4], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
-            else:
-                _passes(SLABS[4], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            _passes(SLABS[4], fma, args)
         elif W == SLABS[3]:
-            if fma:
-                _passes(SLABS[3], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
-            else:
-                _passes(SLABS[3], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            _passes(SLABS[3], fma, args)
         elif W == SLABS[2]:
-            if fma:
-                _passes(SLABS[2], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
-            else:
-                _passes(SLABS[2], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            _passes(SLABS[2], fma, args)
         elif W == SLABS[1]:
-            if fma:
-                _passes(SLABS[1], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
-            else:
-                _passes(SLABS[1], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
-        elif fma:
-            _passes(SLABS[0], True, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            _passes(SLABS[1], fma, args)
         else:
-            _passes(SLABS[0], False, c, a, ar, b, bb, i0, i1, nkb, npair, ng)
+            _passes(SLABS[0], fma, args)
         for p in range(npair):
             for s in range(4):
                 i = i0 + 2 * p + (s & 1)

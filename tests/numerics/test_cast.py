@@ -234,8 +234,8 @@ def test_scalar_kernels_agree_with_array_kernel():
         bs = np.empty(n, np.int32)
         back = np.empty(n, np.float32)
         for i in range(n):
-            h[i], hs[i] = kc.f32_to_f16_bits(x[i], rounding, overflow, subnormal)
-            b[i], bs[i] = kc.f32_to_bf16_bits(x[i], rounding, overflow, subnormal)
+            h[i], hs[i] = kc.f32_to_16_bits(x[i], False, rounding, overflow, subnormal)
+            b[i], bs[i] = kc.f32_to_16_bits(x[i], True, rounding, overflow, subnormal)
             back[i] = kc.f16_bits_to_f32(h[i]) + kc.bf16_bits_to_f32(b[i])
         return h, hs, b, bs, back
 
@@ -255,8 +255,8 @@ def test_scalar_kernels_agree_with_array_kernel():
             assert np.array_equal(back[~np.isnan(ref)], ref[~np.isnan(ref)])
     y = rng.standard_normal(1000) * 1e3
     for i in range(1000):
-        assert kc.f64_to_f16_bits(y[i], 0, 0, 0)[0] == np.float16(y[i]).view(np.uint16)
-        assert kc.f64_to_bf16_bits(y[i], 0, 0, 0)[0] == naive.cast_bits(y[i:i + 1], "bfloat16")[0][0]
+        assert kc.f64_to_16_bits(y[i], False, 0, 0, 0)[0] == np.float16(y[i]).view(np.uint16)
+        assert kc.f64_to_16_bits(y[i], True, 0, 0, 0)[0] == naive.cast_bits(y[i:i + 1], "bfloat16")[0][0]
 
 
 @pytest.mark.parametrize("kwargs, match", [

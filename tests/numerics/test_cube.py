@@ -663,10 +663,7 @@ def _to16_mismatches():
         for q in prange((hi - lo + step - 1) // step):
             v = np.uint32(lo + q * step).view(np.float32)
             b, s = kcube.to16(v, bf16, overflow, subnormal)
-            if bf16:
-                r, rs = kcast.f32_to_bf16_bits(v, 0, overflow, subnormal)
-            else:
-                r, rs = kcast.f32_to_f16_bits(v, 0, overflow, subnormal)
+            r, rs = kcast.f32_to_16_bits(v, bf16, 0, overflow, subnormal)
             if b != r or s != rs:
                 bad += 1
         return bad
@@ -707,10 +704,7 @@ def test_operand_rounding_matches_cast(bf16):
     def reference(src, out, bf16, overflow, subnormal):
         st = 0
         for i in range(src.size):
-            if bf16:
-                b, s = kcast.f32_to_bf16_bits(src[i], 0, overflow, subnormal)
-            else:
-                b, s = kcast.f32_to_f16_bits(src[i], 0, overflow, subnormal)
+            b, s = kcast.f32_to_16_bits(src[i], bf16, 0, overflow, subnormal)
             out[i] = b
             st |= s
         return st
