@@ -113,6 +113,19 @@ def _operand_values(x: np.ndarray, pol: _Policy):
     return out, int(status)
 
 
+def _padded_input(x: np.ndarray, pol: _Policy, pads):
+    """(x's operand values zero-padded by ``pads``, one (before, after) pair per NHWC axis, status).
+    A 16-bit x already in the operand dtype is widened straight into the padded buffer."""
+    pad = any(map(any, pads))
+    if pad and pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
+        out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint32)
+        _k.widen_padded(np.ascontiguousarray(x).view(np.uint16), out, pads[1][0], pads[2][0],
+                        pol.operand == "bfloat16", pol.subnormal)
+        return out.view(np.float32), 0
+    xv, st = _operand_values(x, pol)
+    return (np.pad(xv, pads) if pad else xv), st   # (unpadded: xv is the operands' own buffer)
+
+
 def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:
     """v with zeros appended along axis up to length kp (the partial last block's +0 products)."""
     k = v.shape[axis]
@@ -446,12 +459,10 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     N = x.shape[0]
     KH, KW, C, CO = w.shape
     out_shape = (N, OH, OW, CO)
-    xv, sx = _operand_values(x, pol)
     biasv = _bias_vector(bias, CO, out_shape)
     order = pol.model.conv_k_order
     Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
-    xpads = ((0, 0), pads[0], pads[1], (0, Cp - C))
-    xp = np.pad(xv, xpads) if any(map(any, xpads)) else xv   # (xv is the operands' own buffer)
+    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
     koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
     K = KH * KW * Cp
     kp = _kp(K)
@@ -523,7 +534,6 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     N = x.shape[0]
     KH, KW, C, mult = w.shape
     out_shape = (N, OH, OW, C * mult)
-    xv, sx = _operand_values(x, pol)
     wv, sw_ = _operand_values(w, pol)
     biasv = _bias_vector(bias, C * mult, out_shape)
     K = KH * KW
@@ -531,12 +541,12 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     CM = C * mult
     R = N * OH * OW
     if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
-        xp = np.pad(xv, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
+        xp, sx = _padded_input(x, pol, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
         wf = _padded(wv.reshape(K, CM), 0, kp)
         acc = _alloc.empty(out_shape, np.float32)
         _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
     else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
-        xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
         WT = _padded(wv.reshape(K, CM).T.reshape(CM, 1, K), 2, kp)
         ia = np.arange(CM, dtype=np.int64)
         ib = ia // mult
