@@ -15,6 +15,7 @@ from ..errors import AscendEmuError, UnsupportedOpError
 from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
+from ..numerics import memo as _memo
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops._util import is_float
@@ -127,11 +128,17 @@ class _Run:
 
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
         self.threads.fit(value.size)
-        out, ctx_status = cast(value, dtype, overflow_mode=self.dev.overflow_mode, subnormals=self.dev.subnormals)
+        mode, subnormals = self.dev.overflow_mode, self.dev.subnormals
+        folded = ref in self.const
+
+        def convert():
+            return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
+        # a constant's cast is the same every replay: computed once while the constant is frozen (the
+        # weights the fusion passes fold; numerics/memo.py), then its cube operand layout too
+        out, ctx_status = _memo.memo(value, ("cast", dtype, mode, subnormals), convert) if folded else convert()
         node, idx = ref.rsplit(":", 1)
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
-        folded = ref in self.const
         rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
                        precision={"list": None, "reason": f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
                                   + ("; constant-folded by the graph engine" if folded else "")},

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from . import memo as _memo
 from . import policy as config
 from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
 from ..errors import AscendEmuError
@@ -110,6 +111,19 @@ def _operand_values(x: np.ndarray, pol: _Policy):
         status = _k.round_f64_operands(np.ascontiguousarray(x, dtype=np.float64).reshape(-1), out.reshape(-1), bf16,
                                        pol.overflow, pol.subnormal)
     return out, int(status)
+
+
+def _padded_input(x: np.ndarray, pol: _Policy, pads):
+    """(x's operand values zero-padded by ``pads``, one (before, after) pair per NHWC axis, status).
+    A 16-bit x already in the operand dtype is widened straight into the padded buffer."""
+    pad = any(map(any, pads))
+    if pad and pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
+        out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint32)
+        _k.widen_padded(np.ascontiguousarray(x).view(np.uint16), out, pads[1][0], pads[2][0],
+                        pol.operand == "bfloat16", pol.subnormal)
+        return out.view(np.float32), 0
+    xv, st = _operand_values(x, pol)
+    return (np.pad(xv, pads) if pad else xv), st   # (unpadded: xv is the operands' own buffer)
 
 
 def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:
@@ -400,6 +414,27 @@ def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(KH * KW * C, CO))
 
 
+def _conv_filter(w, pol: _Policy, Cp: int, kp: int, transposed: bool):
+    """(the filter as conv2d's kernels read it, the status of its rounding to the operand dtype):
+    (1, CO, kp) rows when ``transposed``, else (1, kp, CO), packed into slabs for the fast kernel.
+    Computed once per frozen filter array (a constant's cached cast: :mod:`.memo`)."""
+    def build():
+        KH, KW, C, CO = w.shape
+        wv, st = _operand_values(w, pol)
+        if Cp != C:
+            wv = np.pad(wv, ((0, 0), (0, 0), (0, Cp - C), (0, 0)))
+        wk = _filter_rows(wv, pol.model.conv_k_order)
+        if transposed:
+            return _padded(wk.T[None], 2, kp), st
+        W = _padded(wk[None], 1, kp)
+        if not pol.fast:
+            return W, st
+        Wp = _k.empty_slabs(_k.slab_shape(1, CO, kp))
+        _k.pack_b(W, Wp)
+        return Wp, st
+    return _memo.memo(w, ("conv2d filter", pol, Cp, kp, transposed), build)
+
+
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
            out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
     """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
@@ -424,14 +459,11 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     N = x.shape[0]
     KH, KW, C, CO = w.shape
     out_shape = (N, OH, OW, CO)
-    xv, sx = _operand_values(x, pol)
-    wv, sw_ = _operand_values(w, pol)
     biasv = _bias_vector(bias, CO, out_shape)
     order = pol.model.conv_k_order
     Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
-    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
     koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
-    wk = _filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - C), (0, 0))), order)
     K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
@@ -441,11 +473,15 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
+    wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
     if transposed:
-        WT = _padded(wk.T[None], 2, kp)
+        WT = wprep
         out_buf = _alloc.empty(CO * rows, np.float32)
+    elif pol.fast:
+        Wp = wprep   # packed once for every row chunk
+        tiles = _tiles()
     else:
-        W = _padded(wk[None], 1, kp)
+        W = wprep
     if transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
         tiles = _tiles()
@@ -468,7 +504,12 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
             _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
-            _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
+            if pol.fast:   # _accumulate's fast branch with B packed once
+                out = acc[None, r0:r0 + n]
+                mc = _k.row_block(n, Wp.shape[1], numba.get_num_threads())
+                _k.matmul_tree16(cols, Wp, biasv, False, zero, zero, out, tiles, pol.exact_products, mc)
+            else:
+                _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
     out, sf = _finish(acc, pol)
     return out.reshape(out_shape), sx | sw_ | sf
 
@@ -493,7 +534,6 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     N = x.shape[0]
     KH, KW, C, mult = w.shape
     out_shape = (N, OH, OW, C * mult)
-    xv, sx = _operand_values(x, pol)
     wv, sw_ = _operand_values(w, pol)
     biasv = _bias_vector(bias, C * mult, out_shape)
     K = KH * KW
@@ -501,12 +541,12 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     CM = C * mult
     R = N * OH * OW
     if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
-        xp = np.pad(xv, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
+        xp, sx = _padded_input(x, pol, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
         wf = _padded(wv.reshape(K, CM), 0, kp)
         acc = _alloc.empty(out_shape, np.float32)
         _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
     else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
-        xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
         WT = _padded(wv.reshape(K, CM).T.reshape(CM, 1, K), 2, kp)
         ia = np.arange(CM, dtype=np.int64)
         ib = ia // mult

@@ -15,6 +15,7 @@ from . import policy as config
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
+from ..kernels import clamp as _kclamp
 from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
 from ..kernels import vector as _kv
@@ -197,20 +198,8 @@ _NUMPY_F32 = {_kv.ADD: np.add, _kv.SUB: np.subtract, _kv.MUL: np.multiply, _kv.R
 _KEEP = config.subnormal_code("keep")
 
 
-def _relu32(x, out):
-    # maximum may keep -0 (x >= 0 for x = -0); adding +0 turns -0 into +0 and changes nothing else
-    np.maximum(x, np.float32(0), out=out)
-    np.add(out, np.float32(0), out=out)
-
-
-def _relu6_32(x, out):
-    np.maximum(x, np.float32(0), out=out)
-    np.minimum(out, np.float32(6), out=out)
-    np.add(out, np.float32(0), out=out)
-
-
-#: float32 unary ops numpy computes bit for bit as the kernel does when every input is finite (the fast path)
-_NUMPY_F32_UNARY = {_kv.RELU: _relu32, _kv.RELU6: _relu6_32}
+#: float32 unary ops computed in one pass when every input is finite (kernels/clamp.py; the fast path)
+_F32_CLAMPS = (_kv.RELU, _kv.RELU6)
 
 
 def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", subnormals: str = "keep",
@@ -307,10 +296,9 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         if op == "leaky_relu":
             # the vector unit multiplies by a scalar held in the compute dtype
             alpha = float(cast(np.float64(params["alpha"]), cdt)[0].astype(np.float64))
-        if wide and sc == _KEEP and code in _NUMPY_F32_UNARY and np.isfinite(bits[0]).all():
-            # relu / relu6 of finite float32 values are exact selections: numpy gives the kernel's bits
-            # (x > 0 ? x : +0, capped at 6) and nothing overflows
-            _NUMPY_F32_UNARY[code](bits[0], out)
+        if wide and sc == _KEEP and code in _F32_CLAMPS and _kclamp.relu_f32(bits[0], out, code == _kv.RELU6):
+            # relu / relu6 of finite float32 values are exact selections (x > 0 ? x : +0, capped at 6):
+            # one pass gives the kernel's bits (as numpy's maximum/minimum do) and nothing overflows
             st = 0
         elif wide:
             st = _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)

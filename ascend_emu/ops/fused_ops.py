@@ -28,6 +28,7 @@ from . import nn_ops, sourced
 from ._util import finish, is_float, sum_f32, to64, widen
 from .math_ops import vec
 from ..graph.core import dtype_name as _dtype_name
+from ..numerics.vector import cast
 from .registry import CUBE, OPS, VECTOR, OpContext, register
 
 
@@ -41,8 +42,14 @@ def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
 
 
 def _f32(x):
-    # fp16/bf16 -> fp32 is exact
-    return np.asarray(x, dtype=np.float32) if is_float(x) else x
+    """A float operand of a float32 chain as float32: fp16/bf16 widen exactly (by the cast kernel, which
+    gives numpy's bits, NaN payloads included, at memory speed; numpy converts fp16 in software)."""
+    if not is_float(x):
+        return x
+    x = np.asarray(x)
+    if x.dtype.itemsize == 2:
+        return cast(x, "float32")[0]
+    return np.asarray(x, dtype=np.float32)
 
 
 def _chain(ctx: OpContext, value, inputs, chain) -> np.ndarray:

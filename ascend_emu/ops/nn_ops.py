@@ -179,11 +179,44 @@ def _windows(x, ksize, strides, padding, pad_value):
     return v, cnt
 
 
+def _max_windows(x32, ksize, strides, padding):
+    """The float32 max of every pooling window of float32 ``x32`` (NHWC), padding never selected.
+
+    The kernel when every window's max is one bit pattern (no NaN, no -0.0 in the input: see
+    ``kernels/pool.py``); else numpy's max over the windows, whose order decides a NaN's payload
+    and which of +0/-0 a tie keeps."""
+    from ..kernels import pool as _kp
+
+    if x32.ndim == 4 and padding in ("SAME", "VALID") and x32.size and \
+            _kp.max_pool_safe(np.ascontiguousarray(x32).reshape(-1).view(np.uint32)):
+        kh, kw = _hw(ksize)
+        sh, sw = _hw(strides)
+        n, h, w, c = x32.shape
+        if padding == "SAME":
+            oh, ow = -(-h // sh), -(-w // sw)
+            pt, pl = max((oh - 1) * sh + kh - h, 0) // 2, max((ow - 1) * sw + kw - w, 0) // 2
+        else:
+            oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+            pt = pl = 0
+        if oh > 0 and ow > 0:
+            out = np.empty((n, oh, ow, c), np.float32)
+            _kp.max_pool_f32(np.ascontiguousarray(x32), out, kh, kw, sh, sw, pt, pl)
+            return out
+    v, _ = _windows(x32, ksize, strides, padding, -np.inf)
+    return v.max(axis=(-1, -2))
+
+
+def _as_f32(x) -> np.ndarray:
+    """x as float32 (16-bit floats widen exactly through the cast kernel: numpy's bits, faster)."""
+    from ..numerics.vector import cast
+
+    return cast(x, "float32")[0] if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else np.asarray(x, np.float32)
+
+
 @register("MaxPool", kind=VECTOR)
 def max_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     _nhwc(data_format)
-    v, _ = _windows(x.astype(np.float32), ksize, strides, padding, -np.inf)
-    return finish(ctx, v.max(axis=(-1, -2)))  # a max of representable values is exact
+    return finish(ctx, _max_windows(_as_f32(x), ksize, strides, padding))  # a max of representable values is exact
 
 
 @register("AvgPool", kind=VECTOR)

@@ -38,6 +38,7 @@ from ..codes import (ALIGNED, FLT_MAX, INF_NAN, NORM_RNE, NORM_TRUNCATE, RINT, S
 from .tree16 import (LANES, MC, NC, SLABS, TILE, empty_slabs, matmul_tree16, pack_b, row_block,  # noqa: F401
                      slab_shape, slab_width, tree16)
 from .blocked import NCG, aligned_block, matmul_blocked, tree_leaves  # noqa: F401
-from .conv import depthwise_tree16, dw_im2col_t, im2col, im2col_packed, im2col_t, pixel_offsets  # noqa: F401
+from .conv import (depthwise_tree16, dw_im2col_t, im2col, im2col_packed, im2col_t, pixel_offsets,  # noqa: F401
+                   widen_padded)
 from .operands import round_f32_operands, round_f64_operands, widen_operands  # noqa: F401
 from .fixpipe import finish_f32, finish_to_16, to16  # noqa: F401

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..cast import _widen_span
 from .tree16 import NC, _tail_columns, tree16
 
 
@@ -83,6 +84,31 @@ def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp):
                 Bp[0, jt, q, l, j] = np.float32(0.0)
         for l in range(16):  # +0 up to the 2x2 block edge, as pack_b
             Bp[0, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def widen_padded(bits, out, pt, pl, bf16, subnormal):
+    """out[n, pt + h, pl + w, c] = float32 bits of the 16-bit pattern bits[n, h, w, c] (exact; subnormals
+    as cast's code says); every other element of out (the padding: rows, columns, channels) +0."""
+    N, H, W, C = bits.shape
+    _, Hp, Wp, Cp = out.shape
+    for t in prange(N * Hp):
+        n = t // Hp
+        y = t % Hp - pt
+        row = out[n, t % Hp].reshape(-1)
+        if y < 0 or y >= H:
+            row[:] = 0
+            continue
+        row[:pl * Cp] = 0
+        row[(pl + W) * Cp:] = 0
+        src = bits[n, y]
+        if Cp == C:  # one contiguous span
+            _widen_span(src.reshape(-1), row[pl * Cp:(pl + W) * Cp], bf16, subnormal)
+        else:
+            for x in range(W):
+                o = (pl + x) * Cp
+                _widen_span(src[x], row[o:o + C], bf16, subnormal)
+                row[o + C:o + Cp] = 0
 
 
 @njit(cache=True, parallel=True)

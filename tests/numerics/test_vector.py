@@ -558,8 +558,9 @@ def test_float32_binary_ops_against_ieee_with_the_overflow_model(op, fn, mode):
 @pytest.mark.parametrize("op", ["relu", "relu6", "squared_difference"])
 @pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
 def test_float32_numpy_fast_paths_equal_the_kernel(op, mode):
-    """float32 relu, relu6 and squared_difference take numpy when every value is finite: bit for bit the
-    kernel's results and status, checked against the kernel itself (and an Inf/NaN falls back to it)."""
+    """float32 relu and relu6 (one pass of kernels/clamp.py) and squared_difference (numpy) take a fast path
+    when every value is finite: bit for bit the kernel's results and status, checked against the kernel
+    itself (and an Inf/NaN falls back to it)."""
     from ascend_emu import vector
     from ascend_emu.kernels import vector as kv
     from ascend_emu.numerics.policy import OVERFLOW_MODES, SUBNORMAL_MODES

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...graph.core import Graph, Node, split_tensor_name, tensor_name
+from ...numerics.memo import freeze
 from .config import FusionConfig
 from .registry import RULES
 
@@ -209,6 +210,11 @@ class Rewriter:
 
         ``new_consts`` are new Const nodes (folded parameters) placed just before it.
         """
+        for c in new_consts:   # folded parameters the rule computed belong to the fused graph alone:
+            # read-only, so their casts and cube layouts may be computed once (numerics/memo.py)
+            v = c.attrs.get("value")
+            if isinstance(v, np.ndarray) and v.base is None:
+                freeze(v)
         absorbed = sorted({n.name: n for n in absorbed}.values(), key=lambda n: self._pos[n.name])
         last = absorbed[-1]
         if new.name != last.name:

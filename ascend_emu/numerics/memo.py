@@ -1,0 +1,85 @@
+"""Results derived from immutable arrays, computed once per array and reused.
+
+A replay recomputes the same things from the same constants every time: the fp16 cast of each
+weight, the widened, padded and packed filter the cube kernels read. :func:`memo` keeps such a
+result with the array it came from, under a key naming everything else it depends on (the
+operand dtype, overflow and subnormal modes, the cube model, the layout), and returns it again
+for the same array and key.
+
+Only for *frozen* arrays (:func:`frozen`): read-only, and every array they view read-only too, so
+no numpy operation can change their bits without first flipping a flag back on purpose. A
+writeable array is never memoized (its result is computed every time, as before): a cache that
+returned the result of a constant since changed in place would be wrong bits. Entries are keyed
+by the array's identity and die with it (a weak reference), so a new array at the same address
+never meets an old entry. The library freezes what it owns and nobody else holds: the constants
+the fusion passes fold and the memoized results themselves.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+# id(array) -> (weak reference to it, {key: result}). No lock: single dict operations are atomic under
+# the GIL, and a weak reference's callback (run whenever an array dies, possibly inside this module)
+# must not wait for one; two threads building the same entry at once only compute it twice.
+_ENTRIES: dict = {}
+
+
+def frozen(a) -> bool:
+    """True when ``a`` is a read-only ndarray whose every base array is read-only as well."""
+    if not isinstance(a, np.ndarray):
+        return False
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    # the memory's owner is not an ndarray: bytes and other immutable buffers are fine, a
+    # writable buffer (bytearray, mmap, another library's array) could change under us
+    return a is None or isinstance(a, bytes)
+
+
+def freeze(a: np.ndarray) -> np.ndarray:
+    """Make ``a`` and the arrays it views read-only (for arrays the library owns); returns ``a``."""
+    b = a
+    while isinstance(b, np.ndarray):
+        b.flags.writeable = False
+        b = b.base
+    return a
+
+
+def _forget(ident: int, ref) -> None:
+    entry = _ENTRIES.get(ident)
+    if entry is not None and entry[0] is ref:
+        _ENTRIES.pop(ident, None)
+
+
+def memo(a: np.ndarray, key, build):
+    """``build()``, computed once per frozen array ``a`` and hashable ``key``; every time otherwise.
+
+    ``key`` must name everything besides ``a``'s bits that the result depends on. Results that are
+    arrays are frozen, so no consumer can change a cached result in place."""
+    if not frozen(a):
+        return build()
+    key = (key, a.dtype, a.shape, a.strides)   # attributes numpy lets one set in place
+    ident = id(a)
+    entry = _ENTRIES.get(ident)
+    if entry is not None and entry[0]() is a:
+        hit = entry[1].get(key)
+        if hit is not None:
+            return hit
+    value = build()
+    for v in value if isinstance(value, tuple) else (value,):
+        if isinstance(v, np.ndarray):
+            freeze(v)
+    entry = _ENTRIES.get(ident)
+    if entry is None or entry[0]() is not a:
+        entry = (weakref.ref(a, lambda r, i=ident: _forget(i, r)), {})
+        _ENTRIES[ident] = entry
+    entry[1][key] = value
+    return value
+
+
+def clear() -> None:
+    """Drop every memoized result."""
+    _ENTRIES.clear()

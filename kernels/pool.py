@@ -1,0 +1,52 @@
+"""Pooling windows over NHWC arrays: the max of each window, padding never selected.
+
+The max of a window is defined here only where it is unique as a bit pattern: when no input is NaN
+and no input is -0.0, equal values have equal bits, so the order in which a window is scanned
+cannot show. :func:`max_pool_safe` says whether an input qualifies; the wrapper takes another path
+for the others (a NaN's payload and the sign of a zero tie then follow that path's order).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_CHUNK = 1 << 15
+
+
+@njit(cache=True, parallel=True)
+def max_pool_safe(bits):
+    """True when no float32 bit pattern in bits is a NaN or -0.0 (every window max is then unique)."""
+    n = bits.size
+    nch = (n + _CHUNK - 1) // _CHUNK
+    bad = np.zeros(nch, dtype=np.int32)
+    for c in prange(nch):
+        k = np.int32(0)
+        for i in range(np.uintp(c * _CHUNK), np.uintp(min(n, (c + 1) * _CHUNK))):
+            u = bits[i]
+            k += 1 if (u == np.uint32(0x80000000) or (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)) else 0
+        bad[c] = k
+    return bad.sum() == 0
+
+
+@njit(cache=True, parallel=True)
+def max_pool_f32(x, out, kh, kw, sh, sw, pt, pl):
+    """out[n, oh, ow, c] = max of x[n, oh*sh - pt + i, ow*sw - pl + j, c] over the i < kh, j < kw inside x."""
+    N, H, W, C = x.shape
+    _, OH, OW, _ = out.shape
+    for w in prange(N * OH):
+        n = w // OH
+        oh = w % OH
+        y0 = max(0, oh * sh - pt)
+        y1 = min(H, oh * sh - pt + kh)
+        for ow in range(OW):
+            x0 = max(0, ow * sw - pl)
+            x1 = min(W, ow * sw - pl + kw)
+            o = out[n, oh, ow]
+            for c in range(np.uintp(C)):
+                o[c] = -np.inf
+            for y in range(y0, y1):
+                for xx in range(x0, x1):
+                    r = x[n, y, xx]
+                    for c in range(np.uintp(C)):
+                        v = r[c]
+                        o[c] = v if v > o[c] else o[c]

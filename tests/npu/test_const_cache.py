@@ -1,0 +1,140 @@
+"""Results computed once per constant (numerics/memo.py): a constant's inserted cast and its cube filter
+layout are reused across replays only while the constant cannot have changed, and only under the same
+dtype, overflow mode, subnormal mode and cube model. Every replay here is compared bit for bit with the
+same replay computed without the memo."""
+import numpy as np
+import pytest
+
+from ascend_emu import Device
+from ascend_emu.graph import Graph, InputSpec, Node
+from ascend_emu.numerics import memo
+
+RNG = np.random.default_rng(17)
+X = {"x": RNG.standard_normal((2, 7, 7, 4)).astype(np.float32)}
+
+
+def _conv_graph(w, bn=False):
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [2, 7, 7, 4]}),
+             Node("w", "Const", [], {"dtype": "float32", "value": w}),
+             Node("conv", "Conv2D", ["x", "w"], {"T": "float32", "strides": [1, 1, 1, 1], "padding": "SAME"})]
+    out = "conv:0"
+    if bn:
+        c = w.shape[3]
+        params = {"s": RNG.uniform(0.5, 1.5, c), "o": RNG.normal(0, 0.1, c), "m": RNG.normal(0, 0.1, c),
+                  "v": RNG.uniform(0.5, 2.0, c)}
+        nodes += [Node(k, "Const", [], {"dtype": "float32", "value": v.astype(np.float32)}) for k, v in params.items()]
+        nodes.append(Node("bn", "FusedBatchNormV3", ["conv", "s", "o", "m", "v"],
+                          {"T": "float32", "U": "float32", "epsilon": 1e-3, "is_training": False,
+                           "data_format": "NHWC"}, num_outputs=6))
+        out = "bn:0"
+    nodes.append(Node("y", "Relu", [out], {"T": "float32"}))
+    return Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [2, 7, 7, 4])], outputs=["y:0"])
+
+
+def _bits(res):
+    return {k: (v.dtype.str, v.view(np.uint8).tobytes()) for k, v in res.tensors.items()}, res.summary["float_status"]
+
+
+def _uncached(monkeypatch, device, graph):
+    """The replay with every memo lookup computed afresh (and the device's fused graph rebuilt)."""
+    with monkeypatch.context() as m:
+        m.setattr(memo, "memo", lambda a, key, build: build())
+        fresh = Device.__new__(Device)
+        fresh.__dict__.update(device.__dict__, _fusion_cache={})
+        return _bits(fresh.replay(graph, X, progress=False))
+
+
+def _cached_keys():
+    return {k[0][0] for _, entry in memo._ENTRIES.values() for k in entry}
+
+
+@pytest.mark.parametrize("mode", ["force_fp16", "allow_mix_precision", "must_keep_origin_dtype"])
+def test_folded_filter_is_cached_and_gives_the_same_bits(monkeypatch, mode):
+    g = _conv_graph(RNG.standard_normal((3, 3, 4, 8)).astype(np.float32), bn=True)
+    dev = Device(mode)
+    first = _bits(dev.replay(g, X, progress=False))
+    folded = [n for n in dev._fused(g).nodes if n.name.endswith("ConvBnFilterHost")]
+    assert folded and memo.frozen(folded[0].attrs["value"])      # the fusion's own constant is read-only
+    assert "conv2d filter" in _cached_keys()
+    assert _bits(dev.replay(g, X, progress=False)) == first       # served from the memo
+    assert _uncached(monkeypatch, dev, g) == first
+
+
+def test_a_changed_constant_is_never_served_stale(monkeypatch):
+    w = RNG.standard_normal((3, 3, 4, 8)).astype(np.float32)
+    g = _conv_graph(memo.freeze(w.copy()))
+    dev = Device("force_fp16")
+    before = _bits(dev.replay(g, X, progress=False))
+    assert "cast" in _cached_keys() and "conv2d filter" in _cached_keys()
+    # a new array in place of the constant
+    g.nodes[1].attrs["value"] = memo.freeze(w * 3)
+    replaced = _bits(dev.replay(g, X, progress=False))
+    assert replaced != before and replaced == _uncached(monkeypatch, dev, g)
+    # a writeable constant changed in place between replays: never memoized
+    g.nodes[1].attrs["value"] = v = w.copy()
+    assert _bits(dev.replay(g, X, progress=False)) == _uncached(monkeypatch, dev, g)
+    v *= -0.5
+    changed = _bits(dev.replay(g, X, progress=False))
+    assert changed not in (before, replaced) and changed == _uncached(monkeypatch, dev, g)
+    # a frozen constant made writeable again and changed: no longer frozen, so computed afresh
+    g.nodes[1].attrs["value"] = v = memo.freeze(w.copy())
+    assert _bits(dev.replay(g, X, progress=False)) == before
+    v.flags.writeable = True
+    v += 1
+    assert _bits(dev.replay(g, X, progress=False)) == _uncached(monkeypatch, dev, g) != before
+    # a read-only view of a writeable array is not frozen either
+    base = w.copy()
+    view = base[...]
+    view.flags.writeable = False
+    g.nodes[1].attrs["value"] = view
+    assert not memo.frozen(view)
+    a = _bits(dev.replay(g, X, progress=False))
+    base *= 2
+    assert _bits(dev.replay(g, X, progress=False)) == _uncached(monkeypatch, dev, g) != a
+
+
+@pytest.mark.parametrize("options", [
+    [{"precision_mode": "force_fp16", "overflow_mode": "saturation"},
+     {"precision_mode": "force_fp16", "overflow_mode": "inf_nan"}],
+    [{"precision_mode": "force_fp16"}, {"precision_mode": "force_fp32"}, {"precision_mode": "allow_fp32_to_bf16"}],
+    [{"precision_mode": "force_fp16", "subnormals": "flush"}, {"precision_mode": "force_fp16"}],
+    [{"precision_mode": "force_fp16", "soc": "Ascend910"}, {"precision_mode": "force_fp16", "soc": "Ascend910B"}],
+])
+def test_devices_sharing_a_frozen_constant_get_their_own_results(monkeypatch, options):
+    # weights beyond fp16's range (the cast overflows: saturation vs Inf) and fp16 subnormals (flushed or kept)
+    w = RNG.standard_normal((3, 3, 4, 8)).astype(np.float32)
+    w[0, 0, 0, :4] = [7e4, -1e5, 3e-6, -2e-7]
+    g = _conv_graph(memo.freeze(w))
+    devices = [Device(**o) for o in options]
+    want = [_uncached(monkeypatch, d, g) for d in devices]
+    assert len({str(b) for b in want}) == len(want)      # the configurations really differ
+    for _ in range(2):                                    # alternate: each device hits its own entries
+        for d, b in zip(devices, want):
+            assert _bits(d.replay(g, X, progress=False)) == b
+
+
+def test_memo_keys_arrays_by_identity_and_only_frozen_ones():
+    calls = []
+
+    def build():
+        calls.append(1)
+        return np.arange(3.0)
+
+    a = np.ones(4)
+    memo.memo(a, "k", build)
+    memo.memo(a, "k", build)
+    assert len(calls) == 2                               # writeable: computed every time
+    memo.freeze(a)
+    r1 = memo.memo(a, "k", build)
+    r2 = memo.memo(a, "k", build)
+    assert len(calls) == 3 and r1 is r2 and not r1.flags.writeable
+    memo.memo(a, "other key", build)
+    assert len(calls) == 4
+    a.shape = (2, 2)                                      # a changed shape is part of the key
+    memo.memo(a, "k", build)
+    assert len(calls) == 5
+    ident = id(a)
+    del a                                                 # the entry dies with its array
+    assert ident not in memo._ENTRIES
+    assert not memo.frozen(np.frombuffer(bytearray(8)))   # memory another object can write
+    assert memo.frozen(np.frombuffer(b"12345678"))
