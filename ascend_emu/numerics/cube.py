@@ -524,6 +524,71 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     return out.reshape(out_shape), sx | sw_ | sf
 
 
+def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1),
+                           operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                           model=None, multicore=None):
+    """Weight gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropFilter, NHWC).
+
+    ``dw = im2col(x)^T @ dy`` as one matmul: ``dw[kh, kw, c, co]`` is the dot product over K = N*OH*OW
+    output pixels in (n, oh, ow) order of the input under tap (kh, kw) with ``dy[..., co]``; pixels of
+    the padding are +0. ``multicore`` may split K over the cube cores by whole samples.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    dy : array_like (N, OH, OW, Cout)
+    kernel_size : (KH, KW)
+    strides, dilations : (h, w)
+    pads : ((top, bottom), (left, right)) as the forward convolution padded x
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x = _numeric(x, "x")
+    dy = _numeric(dy, "dy")
+    KH, KW = (int(k) for k in kernel_size)
+    (sh, sw), (dh, dw) = strides, dilations
+    N, H, W, C = x.shape
+    _, OH, OW, CO = dy.shape
+    R, Kc = N * OH * OW, KH * KW * C
+    out_shape = (KH, KW, C, CO)
+    # x's conversion status is the OR over the whole input, and equals that of the patches only when
+    # converting cannot raise one (a widening, or fp32 operands): else the generic matmul of the patches
+    direct = pol.fast and (pol.operand == "float32" or x.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+        taps = [xp[:, i * dh:i * dh + (OH - 1) * sh + 1:sh, j * dw:j * dw + (OW - 1) * sw + 1:sw, :]
+                for i in range(KH) for j in range(KW)]
+        cols = np.stack(taps, axis=3).reshape(R, Kc)  # rows (n, oh, ow), columns (kh, kw, cin)
+        zero = np.zeros(1, dtype=np.int64)
+        return _batched(cols.T[None], dy.reshape(1, R, CO), zero, zero, None, pol, out_shape, multicore, N)
+    xv, _ = _operand_values(x, pol)
+    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+    koff = _k_offsets(KH, KW, C, xp.shape[2], dh, dw, "hwc")
+    dyv, sd = _operand_values(dy.reshape(R, CO), pol)
+    bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
+    if bounds is None:
+        bounds = np.array([0, R], dtype=np.int64)
+    tiles = _tiles()
+    zero = np.zeros(1, dtype=np.int64)
+    bias = np.zeros((1, Kc), dtype=np.float32)
+    parts = np.empty((len(bounds) - 1, CO * Kc), dtype=np.float32)
+    for c in range(len(bounds) - 1):  # dw^T = dy^T @ im2col(x): the taps x channels as the kernel's columns
+        r0, r1 = int(bounds[c]), int(bounds[c + 1])
+        kp = _kp(r1 - r0)
+        a = _alloc.empty((1, CO, kp), np.float32)
+        _k.rows_transposed(dyv, r0, r1 - r0, a[0])
+        bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
+        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
+        mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
+    if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
+        acc = np.empty(CO * Kc, dtype=np.float32)
+        _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
+    else:
+        acc = parts[0]
+    out, sf = _finish(acc.reshape(CO, Kc), pol)
+    return np.ascontiguousarray(out.T).reshape(out_shape), sd | sf
+
+
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):
     _f.__doc__ = _f.__doc__.rstrip() + "\n" + _KW_DOC
 del _f

@@ -92,15 +92,17 @@ def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilation
 def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                            explicit_paddings=(), data_format="NHWC"):
     """dw = im2col(x)^T @ dy as one matmul: K = N*OH*OW in (n, oh, ow) order."""
-    from ..numerics.cube import matmul
+    from ..numerics.cube import conv2d_backprop_filter as backprop_filter
 
     _nhwc(data_format)
     kh, kw, c, co = as_int_list(filter_sizes)
-    taps = _padded_input(x, filter_sizes, dy, strides, padding, dilations, explicit_paddings)
-    cols = np.stack(taps, axis=3).reshape(-1, kh * kw * c)       # rows (n, oh, ow), columns (kh, kw, cin)
-    out = _record(ctx, matmul(cols, dy.reshape(-1, co), transpose_a=True, multicore=ctx.multicore,
-                              samples=int(x.shape[0]), **_cube_kw(ctx)))
-    return out.reshape(kh, kw, c, co)
+    sh, sw = _hw(strides)
+    dh, dw = _hw(dilations)
+    _, h, wd, _ = x.shape
+    pads = _conv_pads(padding, explicit_paddings, h, wd, kh, kw, sh, sw, dh, dw)
+    kw_ = _cube_kw(ctx)
+    del kw_["bias"]
+    return _record(ctx, backprop_filter(x, dy, (kh, kw), (sh, sw), pads, (dh, dw), multicore=ctx.multicore, **kw_))
 
 
 @register("DepthwiseConv2dNativeBackpropInput", kind=CUBE)

@@ -161,3 +161,54 @@ def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
                         o[l] = ((n * Hp + Hp - 1) * Wp) * C
                 _dw_tree16(of, ob, xf, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11],
                            o[12], o[13], o[14], o[15], wf, 16 * q, CM, mult)
+
+
+# ------------------------------------------------------------------------------ backprop convolutions
+
+@njit(cache=True, parallel=True)
+def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
+    """Bp[0, jt, q, l, j] = xp.flat[offset of pixel (n0 + n, oh*sh, ow*sw, 0) + koff[jt*NC + j]] for the output
+    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge."""
+    # The im2col matrix of a weight gradient (pixels as K, taps x channels as columns) written straight
+    # into pack_b's slab layout: with one column tile the slabs are a row-major (Kp, slab width) matrix.
+    _, Hp, Wp, C = xp.shape
+    _, njt, nkb, _, Wd = Bp.shape
+    Kc = koff.size
+    xf = xp.reshape(-1)
+    bf = Bp.reshape(-1)
+    tile = np.uintp(nkb * 16 * Wd)  # floats between column tiles
+    for q in prange(nkb):
+        for l in range(16):
+            r = 16 * q + l
+            row = np.uintp((q * 16 + l) * Wd)
+            base = np.uintp(0)
+            if r < rows:
+                n = n0 + r // (OH * OW)
+                base = np.uintp(((n * Hp + ((r // OW) % OH) * sh) * Wp + (r % OW) * sw) * C)
+            for jt in range(njt):
+                j0 = jt * NC
+                jn = min(Kc, j0 + NC) - j0
+                d = np.uintp(jt) * tile + row
+                if r < rows:
+                    for j in range(np.uintp(jn)):
+                        bf[d + j] = xf[base + koff[j0 + j]]
+                else:  # K padding: a +0 pixel
+                    for j in range(np.uintp(jn)):
+                        bf[d + j] = np.float32(0.0)
+                for j in range(np.uintp(jn), np.uintp(_tail_columns(jn))):  # +0 to the 2x2 block edge, as pack_b
+                    bf[d + j] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def rows_transposed(src, r0, rows, out):
+    """out[c, r] = src[r0 + r, c] for r < rows, +0 for rows <= r < out.shape[1] (the K padding)."""
+    # the cube's A operand of a weight gradient: the output gradient's channels as rows, pixels as K
+    R = rows
+    CO, Kp = out.shape
+    nb = (Kp + 63) // 64
+    for b in prange(nb):
+        lo = b * 64
+        hi = min(Kp, lo + 64)
+        for c in range(CO):
+            for r in range(lo, hi):
+                out[c, r] = src[r0 + r, c] if r < R else np.float32(0.0)
