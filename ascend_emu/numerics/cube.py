@@ -589,6 +589,85 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     return np.ascontiguousarray(out.T).reshape(out_shape), sd | sf
 
 
+def zero_inserted(dy, sh: int, sw: int, pads_h, pads_w) -> np.ndarray:
+    """``dy`` (N, OH, OW, C) with ``s - 1`` zeros inserted between pixels and padded by
+    ``pads`` (negative pads crop): the input of the transposed convolution."""
+    n, oh, ow, c = dy.shape
+    (t, b), (l, r) = pads_h, pads_w
+    hz, wz = (oh - 1) * sh + 1, (ow - 1) * sw + 1
+    big = np.zeros((n, max(t, 0) + hz + max(b, 0), max(l, 0) + wz + max(r, 0), c), dtype=dy.dtype)
+    big[:, max(t, 0):max(t, 0) + hz:sh, max(l, 0):max(l, 0) + wz:sw, :] = dy
+    return np.ascontiguousarray(big[:, max(-t, 0):big.shape[1] - max(-b, 0), max(-l, 0):big.shape[2] - max(-r, 0), :])
+
+
+def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1), bias=None,
+                          operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                          model=None):
+    """Input gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropInput, NHWC).
+
+    ``dx`` is the VALID stride-1 :func:`conv2d` (dilations as the forward convolution's) of ``dz`` (``dy`` with
+    ``stride - 1`` zeros between pixels, padded by ``pads``, negative pads cropping: :func:`zero_inserted`)
+    with the filter rotated by 180 degrees, its in and out channels swapped; K = KH*KW*Cout in the
+    CubeModel's conv order. The default model packs dz's patches from dy directly, never building dz.
+
+    Parameters
+    ----------
+    dy : array_like (N, OH, OW, Cout)
+    w : array_like (KH, KW, Cin, Cout), the forward filter
+    strides, dilations : (h, w) of the forward convolution
+    pads : ((top, bottom), (left, right)) of dz around the zero-inserted dy
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    dy = _numeric(dy, "dy")
+    w = _numeric(w, "w")
+    (sh, sw), (dh, dw) = strides, dilations
+    w_rot = w[::-1, ::-1].transpose(0, 1, 3, 2)
+    # dy's conversion status is the OR over all of dy, which equals dz's only when converting cannot
+    # raise one (negative pads crop dy): else conv2d of the zero-inserted dy itself
+    direct = pol.fast and (pol.operand == "float32" or dy.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        dz = zero_inserted(dy, sh, sw, pads[0], pads[1])
+        return conv2d(dz, w_rot, strides=(1, 1), padding="VALID", dilations=(dh, dw), bias=bias,
+                      operand_dtype=operand_dtype, out_dtype=out_dtype, overflow_mode=overflow_mode,
+                      subnormals=subnormals, model=model)
+    N, OH, OW, CO = dy.shape
+    KH, KW, CI, _ = w.shape
+    (t, b), (lp, rp) = pads
+    H = t + (OH - 1) * sh + 1 + b - (KH - 1) * dh
+    W = lp + (OW - 1) * sw + 1 + rp - (KW - 1) * dw
+    out_shape = (N, H, W, CI)
+    dyv, sd = _operand_values(dy, pol)
+    wv, sw_ = _operand_values(np.ascontiguousarray(w_rot), pol)
+    biasv = _bias_vector(bias, CI, out_shape)
+    dyp = np.ascontiguousarray(dyv.transpose(0, 3, 1, 2))  # planar: each channel's rows contiguous
+    order = pol.model.conv_k_order
+    Cp = CO if order == "hwc" else -(-CO // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
+    tap, ch = kh * KW + kw, c
+    if order == "c1hwc0":  # (c // 16, kh, kw, c % 16)
+        tap, ch = (v.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3) for v in (tap, ch))
+    ktap = np.where(ch < CO, tap, -1).reshape(-1).astype(np.int64)
+    kch = np.ascontiguousarray(ch.reshape(-1), dtype=np.int64)
+    K = KH * KW * Cp
+    kp = _kp(K)
+    WT = _padded(_filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - CO), (0, 0))), order).T[None], 2, kp)
+    R = N * H * W
+    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
+    rows = min(chunk, R)
+    slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
+    tiles = _tiles()
+    zero = np.zeros(1, dtype=np.int64)
+    accT = _alloc.empty((1, CI, R), np.float32)
+    for r0 in range(0, R, chunk):
+        n = min(R, r0 + chunk) - r0
+        Bp = slabs[:, :-(-n // _k.NC)]
+        _k.dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, t, lp, H, W, r0, n, Bp)
+        mc = _k.row_block(CI, Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, accT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)
+    out, sf = _finish(accT, pol)
+    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
+
+
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):
     _f.__doc__ = _f.__doc__.rstrip() + "\n" + _KW_DOC
 del _f

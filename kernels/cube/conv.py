@@ -212,3 +212,64 @@ def rows_transposed(src, r0, rows, out):
         for c in range(CO):
             for r in range(lo, hi):
                 out[c, r] = src[r0 + r, c] if r < R else np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, H, W, r0, rows, Bp):
+    """im2col_packed(...) of dz for the input gradient: Bp[0, jt, q, l, j] = dz[n, y + kh*dh, x + kw*dw, c] for
+    K index 16q + l = (tap kh*KW + kw = ktap[.], channel kch[.]; +0 if ktap < 0 or past K) and pixel r0 + jt*NC + j
+    = (n*H + y)*W + x < r0 + rows, where dz[n, zy, zx, c] = dyp[n, c, (zy - top)/sh, (zx - left)/sw] when both
+    divide exactly into dy, else +0 (dy with zeros between pixels, padded or cropped); +0 to the 2x2 block edge."""
+    # dz (the zero-inserted, padded output gradient) is never built: each slab row (one K index) is a run
+    # of pixels, read along dy's rows from its planar (N, C, OH, OW) copy
+    N, C, OH, OW = dyp.shape
+    _, njt, nkb, _, Wd = Bp.shape
+    K = ktap.size
+    bf = Bp.reshape(-1)
+    df = dyp.reshape(-1)
+    for w in prange(njt * nkb):
+        jt = w // nkb
+        q = w % nkb
+        p0 = r0 + jt * NC
+        jn = min(r0 + rows, p0 + NC) - p0
+        # the tile's pixels as runs along image rows: (n, y, first x, first column j, length)
+        nrun = 0
+        runs = np.empty((jn // W + 2, 5), dtype=np.int64)
+        p = p0
+        while p < p0 + jn:
+            x0 = p % W
+            run = min(W - x0, p0 + jn - p)
+            runs[nrun, 0] = p // (H * W)
+            runs[nrun, 1] = (p // W) % H
+            runs[nrun, 2] = x0
+            runs[nrun, 3] = p - p0
+            runs[nrun, 4] = run
+            nrun += 1
+            p += run
+        for l in range(16):
+            k = 16 * q + l
+            d = np.uintp(((jt * nkb + q) * 16 + l) * Wd)
+            for j in range(np.uintp(_tail_columns(jn))):
+                bf[d + j] = np.float32(0.0)
+            if k >= K or ktap[k] < 0:  # K padding, padded channels: +0
+                continue
+            kh = ktap[k] // KW
+            kw = ktap[k] % KW
+            c = kch[k]
+            for m in range(nrun):
+                u = runs[m, 1] + kh * dh - top  # dz row, unpadded: on dy's grid when sh divides it
+                if u < 0 or u % sh != 0 or u // sh >= OH:
+                    continue
+                src = np.uintp(((runs[m, 0] * C + c) * OH + u // sh) * OW)
+                v0 = runs[m, 2] + kw * dw - left  # dz column of the run's first pixel, unpadded
+                run = runs[m, 4]
+                # dy columns v whose pixel x = v*sw - v0 lies in the run
+                va = max(0, -((-v0) // sw))
+                vb = min(OW, -((-(run + v0)) // sw))
+                dst = d + np.uintp(runs[m, 3] - v0)
+                if sw == 1:
+                    for v in range(np.uintp(va), np.uintp(vb)):
+                        bf[dst + v] = df[src + v]
+                else:
+                    for v in range(va, vb):
+                        bf[dst + np.uintp(v * sw)] = df[src + np.uintp(v)]

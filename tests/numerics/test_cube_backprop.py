@@ -137,3 +137,66 @@ def test_backprop_filter_other_cube_models():
     dy = fp16_values(rng, (xs[0], OH, OW, CO), "normal")
     for model in (CubeModel(block_size=8), CubeModel(block_sum="aligned")):
         _check(x, dy, KH, KW, strides, pads, dil, out_dtype="float32", model=model)
+
+
+# ---------------------------------------------------------------- input gradient
+
+def _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW):
+    """The pads of the zero-inserted dy, as ops/grad_ops.py derives them from the forward convolution."""
+    pads, _, _ = _geometry(xs, KH, KW, strides, padding, dil)
+    (pt, _), (pl, _) = pads
+    (sh, sw), (dh, dw) = strides, dil
+    khe, kwe = (KH - 1) * dh + 1, (KW - 1) * dw + 1
+    return ((khe - 1 - pt, xs[1] - 1 + pt - (OH - 1) * sh), (kwe - 1 - pl, xs[2] - 1 + pl - (OW - 1) * sw))
+
+
+def _check_input(dy, w, strides, dzp, dil, **kw):
+    ours, st = cube.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+    dz = cube.zero_inserted(dy, strides[0], strides[1], dzp[0], dzp[1])
+    ref, rst = cube.conv2d(dz, np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2)), strides=(1, 1),
+                           padding="VALID", dilations=dil, **kw)
+    assert_same_bits(ours, ref, f"backprop input dy {dy.shape} w {w.shape} {kw}")
+    assert st == rst, (hex(st), hex(rst))
+    return ours, st
+
+
+INPUT_CASES = CASES + [
+    ((1, 8, 8, 3), 3, 3, 4, (2, 2), "VALID", (1, 1)),       # stride 2 VALID: the last row and column are cropped
+    ((2, 13, 11, 20), 3, 3, 33, (3, 2), "SAME", (1, 2)),    # Cout past 16 and 32, Cin past 16
+]
+
+
+@pytest.mark.parametrize("case", range(len(INPUT_CASES)))
+def test_backprop_input_matches_conv_of_zero_inserted_dy(case):
+    xs, KH, KW, CO, strides, padding, dil = INPUT_CASES[case]
+    rng = np.random.default_rng(900 + case)
+    _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+    dy = fp16_values(rng, (xs[0], OH, OW, CO), "wide")
+    w = fp16_values(rng, (KH, KW, xs[3], CO), "normal")
+    ours, _ = _check_input(dy, w, strides, dzp, dil)
+    assert ours.shape == xs
+    _check_input(dy, w, strides, dzp, dil, out_dtype="float32")
+    _check_input(dy, w, strides, dzp, dil, subnormals="flush", model=CubeModel(conv_k_order="c1hwc0"))
+    _check_input(dy.astype(np.float32), w.astype(np.float32), strides, dzp, dil, operand_dtype="float32",
+                 out_dtype="float32")
+    _check_input(dy.astype(BF16), w.astype(BF16), strides, dzp, dil, operand_dtype="bfloat16", out_dtype="bfloat16")
+    _check_input(dy, w, strides, dzp, dil, out_dtype="float32", model=CubeModel(block_size=8))
+
+
+def test_backprop_input_specials_status_and_chunks(monkeypatch):
+    """Inf/NaN/signed zeros, fp16 overflow, float32 dy (the generic path), and pixels in several chunks."""
+    rng = np.random.default_rng(11)
+    xs, KH, KW, CO, strides, padding, dil = ((3, 17, 15, 5), 3, 3, 6, (2, 2), "SAME", (1, 1))
+    _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+    dy = fp16_values(rng, (xs[0], OH, OW, CO), "big")
+    w = fp16_values(rng, (KH, KW, xs[3], CO), "big")
+    dy.reshape(-1)[rng.choice(dy.size, 6, replace=False)] = [np.inf, -np.inf, np.nan, -0.0, 0.0, -0.0]
+    _, st = _check_input(dy, w, strides, dzp, dil)
+    assert st != 0
+    _check_input(dy, w, strides, dzp, dil, overflow_mode="saturation")
+    _check_input(-np.zeros_like(dy), w, strides, dzp, dil)
+    _check_input(dy.astype(np.float32) * 300, w, strides, dzp, dil)
+    monkeypatch.setattr(cube, "_IM2COL_BYTES", 4 * 64 * 400)   # chunks of 512 pixels: 765 pixels in 2 chunks
+    _check_input(fp16_values(rng, dy.shape, "normal"), w, strides, dzp, dil)
