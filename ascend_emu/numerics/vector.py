@@ -333,7 +333,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
             st = 0 if np.isfinite(out).all() else _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
         elif wide:
             st = _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
-        elif _kc.HW_HALF and not bf16 and code <= _kv.REALDIV:
+        elif _kc.HW_HALF and not bf16 and (code <= _kv.REALDIV or code == _kv.SQUARED_DIFFERENCE):
             # same model, with the exact conversions done by the CPU's fp16 instructions
             st = _kv.arith_f16_hw(code, bits[0], bits[1], out, oc, sc)
         else:

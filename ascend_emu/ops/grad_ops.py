@@ -159,7 +159,24 @@ def _grad(tf_type, formula, doc):
 
 _ONE, _HALF = np.float32(1.0), np.float32(0.5)
 
-_grad("ReluGrad", lambda dy, x: dy * (x > 0).astype(np.float32), "dx = dy * (x > 0)")
+
+
+@register("ReluGrad", kind=VECTOR)
+def relu_grad(dy, x, *, ctx):
+    """dx = dy * (x > 0)"""
+    dy, x = np.asarray(dy), np.asarray(x)
+    if (ctx.dtype != np.float32 and ctx.subnormals == "keep" and dy.dtype == x.dtype == ctx.dtype
+            and dy.shape == x.shape):
+        # a select on the 16-bit patterns: the same bits as the float32 product rounded, for finite dy
+        from ..kernels import alloc
+        from ..kernels.vector import relu_grad16
+
+        out = alloc.empty(dy.shape, np.uint16)
+        if not relu_grad16(np.ascontiguousarray(dy).view(np.uint16).reshape(-1),
+                           np.ascontiguousarray(x).view(np.uint16).reshape(-1), out.reshape(-1),
+                           ctx.dtype != np.float16):
+            return out.view(ctx.dtype)
+    return f32_chain(ctx, lambda g, f: g * (f > 0).astype(np.float32), dy, x)
 _grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "dx = dy * (0 < x < 6)")
 _grad("EluGrad", lambda dy, y: np.where(y < 0, dy * (y + _ONE), dy), "dx = y < 0 ? dy * (y + 1) : dy")
 _grad("SeluGrad", lambda dy, y: np.where(y < 0, dy * (y + _SCALE_ALPHA32), dy * _SCALE32),
