@@ -17,6 +17,7 @@ from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
+from ..kernels import reduce_lead as _krl
 from ..kernels import vector as _kv
 from . import unary_tables as _tables
 
@@ -428,9 +429,14 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
     if op == "mean":
         code = {"exact": _kr.MEAN, "ascendc": _kr.MEAN_SCALE_LAST}.get(
             _choice("op_model", op_model, config.OP_MODELS), _kr.MEAN_SCALE_FIRST)
-    x2 = np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
     bounds = multicore.reduce_bounds(rows, inner) if multicore is not None and op in ("sum", "mean") else None
-    if bounds is not None:
+    # reduced axes leading (a sum over N, H, W of NHWC): the row kernel's steps down a's columns, no copy
+    lead = bounds is None and cdt == config.float32 and rows > 1 and axes == tuple(range(len(axes)))
+    x2 = None if lead else np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
+    if lead:
+        out = _alloc.empty(rows, np.float32)
+        st = _krl.reduce_lead_f32(code, np.ascontiguousarray(a).reshape(inner, rows), out, oc, sc)
+    elif bounds is not None:
         perm = multicore.row_orders(rows, len(bounds) - 1)
         if cdt == config.float32:
             out = _alloc.empty(rows, np.float32)
