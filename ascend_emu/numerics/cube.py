@@ -651,21 +651,51 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     K = KH * KW * Cp
     kp = _kp(K)
     WT = _padded(_filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - CO), (0, 0))), order).T[None], 2, kp)
-    R = N * H * W
-    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
-    rows = min(chunk, R)
-    slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
+    accT = _alloc.empty((1, CI, N * H * W), np.float32)
     tiles = _tiles()
+    if (sh > 1 or sw > 1) and bias is None and np.isfinite(wv).all():
+        # One product per class of pixels (y mod sh, x mod sw), without the K blocks that read only the
+        # zeros between dy's pixels for that class. Exact: such a block's products are signed zeros
+        # (finite filter), their tree sum is a signed zero, and adding one changes no accumulator:
+        # starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
+        ktap_p = np.concatenate([ktap, np.full(kp - K, -1, dtype=np.int64)])
+        kch_p = np.concatenate([kch, np.zeros(kp - K, dtype=np.int64)])
+        out4 = accT.reshape(CI, N, H, W)
+        for ry in range(sh):
+            for rx in range(sw):
+                Hc, Wc = len(range(ry, H, sh)), len(range(rx, W, sw))
+                if Hc == 0 or Wc == 0:
+                    continue
+                on = np.zeros(KH * KW, dtype=bool)
+                on[:] = [((ry + a * dh - t) % sh == 0) and ((rx + b_ * dw - lp) % sw == 0)
+                         for a in range(KH) for b_ in range(KW)]
+                keep = np.repeat(((ktap_p >= 0) & on[np.maximum(ktap_p, 0)]).reshape(-1, 16).any(axis=1), 16)
+                outc = _alloc.empty((1, CI, N * Hc * Wc), np.float32)
+                _backprop_input_product(dyp, ktap_p[keep], kch_p[keep], np.ascontiguousarray(WT[:, :, keep]), biasv,
+                                        (KW, dh, dw, sh, sw, t, lp), (ry, rx, sh, sw, Hc, Wc), outc, tiles, pol)
+                out4[:, :, ry::sh, rx::sw] = outc.reshape(CI, N, Hc, Wc)
+    else:
+        _backprop_input_product(dyp, ktap, kch, WT, biasv, (KW, dh, dw, sh, sw, t, lp), (0, 0, 1, 1, H, W), accT,
+                                tiles, pol)
+    out, sf = _finish(accT, pol)
+    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
+
+
+def _backprop_input_product(dyp, ktap, kch, WT, biasv, geometry, grid, outT, tiles, pol: _Policy) -> None:
+    """outT[0, :, p] = WT @ (dz's patch of pixel p of the grid (oy + sy*i, ox + sx*m), K entries ktap/kch),
+    in chunks of pixels packed by dx_patches_packed into one reused slab buffer."""
+    R = outT.shape[2]
+    kp = WT.shape[2]
+    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
+    slabs = _k.empty_slabs(_k.slab_shape(1, min(chunk, R), kp))
     zero = np.zeros(1, dtype=np.int64)
-    accT = _alloc.empty((1, CI, R), np.float32)
+    H, W = grid[4:]
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         Bp = slabs[:, :-(-n // _k.NC)]
-        _k.dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, t, lp, H, W, r0, n, Bp)
-        mc = _k.row_block(CI, Bp.shape[1], numba.get_num_threads())
-        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, accT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)
-    out, sf = _finish(accT, pol)
-    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
+        _k.dx_patches_packed(dyp, ktap, kch, *geometry, *grid, r0, n, Bp)
+        mc = _k.row_block(WT.shape[1], Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)
 
 
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):

@@ -215,11 +215,12 @@ def rows_transposed(src, r0, rows, out):
 
 
 @njit(cache=True, parallel=True)
-def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, H, W, r0, rows, Bp):
+def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, oy, ox, sy, sx, H, W, r0, rows, Bp):
     """im2col_packed(...) of dz for the input gradient: Bp[0, jt, q, l, j] = dz[n, y + kh*dh, x + kw*dw, c] for
-    K index 16q + l = (tap kh*KW + kw = ktap[.], channel kch[.]; +0 if ktap < 0 or past K) and pixel r0 + jt*NC + j
-    = (n*H + y)*W + x < r0 + rows, where dz[n, zy, zx, c] = dyp[n, c, (zy - top)/sh, (zx - left)/sw] when both
-    divide exactly into dy, else +0 (dy with zeros between pixels, padded or cropped); +0 to the 2x2 block edge."""
+    K index 16q + l = (tap kh*KW + kw = ktap[.], channel kch[.]; +0 if ktap < 0 or past K) and the pixel
+    (n, y, x) = (n, oy + sy*i, ox + sx*m) of grid index r0 + jt*NC + j = (n*H + i)*W + m < r0 + rows (sx is 1 or sw),
+    where dz[n, zy, zx, c] = dyp[n, c, (zy - top)/sh, (zx - left)/sw] when both divide exactly into dy, else +0
+    (dy with zeros between pixels, padded or cropped); +0 to the 2x2 block edge."""
     # dz (the zero-inserted, padded output gradient) is never built: each slab row (one K index) is a run
     # of pixels, read along dy's rows from its planar (N, C, OH, OW) copy
     N, C, OH, OW = dyp.shape
@@ -232,16 +233,16 @@ def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, H, W, r0, r
         q = w % nkb
         p0 = r0 + jt * NC
         jn = min(r0 + rows, p0 + NC) - p0
-        # the tile's pixels as runs along image rows: (n, y, first x, first column j, length)
+        # the tile's pixels as runs along grid rows: (n, y, x of the first, first column j, length)
         nrun = 0
         runs = np.empty((jn // W + 2, 5), dtype=np.int64)
         p = p0
         while p < p0 + jn:
-            x0 = p % W
-            run = min(W - x0, p0 + jn - p)
+            m0 = p % W
+            run = min(W - m0, p0 + jn - p)
             runs[nrun, 0] = p // (H * W)
-            runs[nrun, 1] = (p // W) % H
-            runs[nrun, 2] = x0
+            runs[nrun, 1] = oy + sy * ((p // W) % H)
+            runs[nrun, 2] = ox + sx * m0
             runs[nrun, 3] = p - p0
             runs[nrun, 4] = run
             nrun += 1
@@ -263,13 +264,20 @@ def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, H, W, r0, r
                 src = np.uintp(((runs[m, 0] * C + c) * OH + u // sh) * OW)
                 v0 = runs[m, 2] + kw * dw - left  # dz column of the run's first pixel, unpadded
                 run = runs[m, 4]
-                # dy columns v whose pixel x = v*sw - v0 lies in the run
-                va = max(0, -((-v0) // sw))
-                vb = min(OW, -((-(run + v0)) // sw))
-                dst = d + np.uintp(runs[m, 3] - v0)
-                if sw == 1:
-                    for v in range(np.uintp(va), np.uintp(vb)):
-                        bf[dst + v] = df[src + v]
-                else:
-                    for v in range(va, vb):
-                        bf[dst + np.uintp(v * sw)] = df[src + np.uintp(v)]
+                if sx == 1:  # dy columns v whose pixel x = v*sw - v0 (from the run's first) lies in the run
+                    va = max(0, -((-v0) // sw))
+                    vb = min(OW, -((-(run + v0)) // sw))
+                    dst = d + np.uintp(runs[m, 3] - v0)
+                    if sw == 1:
+                        for v in range(np.uintp(va), np.uintp(vb)):
+                            bf[dst + v] = df[src + v]
+                    else:
+                        for v in range(va, vb):
+                            bf[dst + np.uintp(v * sw)] = df[src + np.uintp(v)]
+                elif v0 % sw == 0:  # sx == sw: the run's pixels read consecutive dy columns, or none
+                    v0 = v0 // sw
+                    ta = max(0, -v0)
+                    tb = min(run, OW - v0)
+                    dst = d + np.uintp(runs[m, 3])
+                    for t in range(ta, tb):
+                        bf[dst + np.uintp(t)] = df[src + np.uintp(v0 + t)]

@@ -163,6 +163,8 @@ def _check_input(dy, w, strides, dzp, dil, **kw):
 INPUT_CASES = CASES + [
     ((1, 8, 8, 3), 3, 3, 4, (2, 2), "VALID", (1, 1)),       # stride 2 VALID: the last row and column are cropped
     ((2, 13, 11, 20), 3, 3, 33, (3, 2), "SAME", (1, 2)),    # Cout past 16 and 32, Cin past 16
+    ((2, 9, 8, 5), 1, 1, 3, (2, 2), "VALID", (1, 1)),       # pixel classes that no tap reaches: +0
+    ((2, 12, 12, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),    # the benchmark CNN's second layer, smaller
 ]
 
 
@@ -197,6 +199,11 @@ def test_backprop_input_specials_status_and_chunks(monkeypatch):
     assert st != 0
     _check_input(dy, w, strides, dzp, dil, overflow_mode="saturation")
     _check_input(-np.zeros_like(dy), w, strides, dzp, dil)
+    _check_input(dy, -np.zeros_like(w), strides, dzp, dil)
+    w_inf = w.copy()
+    w_inf[1, 2, 3, 4] = np.inf        # an Inf weight makes NaN of the zeros between pixels: every block is kept
+    _, st = _check_input(fp16_values(rng, dy.shape, "normal"), w_inf, strides, dzp, dil)
+    assert st != 0
     _check_input(dy.astype(np.float32) * 300, w, strides, dzp, dil)
     monkeypatch.setattr(cube, "_IM2COL_BYTES", 4 * 64 * 400)   # chunks of 512 pixels: 765 pixels in 2 chunks
     _check_input(fp16_values(rng, dy.shape, "normal"), w, strides, dzp, dil)
