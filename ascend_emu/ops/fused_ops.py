@@ -81,7 +81,7 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
     if ctx.subnormals != "keep":
         return None
     own = None  # the float32 array this function made, overwritten by later steps of its shape
-    for step in chain:
+    for i, step in enumerate(chain):
         fn = _NUMPY_STEPS.get(step["op"])
         attrs = step.get("attrs") or {}
         if fn is None or attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
@@ -93,7 +93,11 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
         out = own if own is not None and np.broadcast_shapes(*(np.shape(x) for x in args)) == own.shape else None
         with np.errstate(all="ignore"):
             value = own = np.asarray(fn(*args, out=out), dtype=np.float32)
-        if not np.isfinite(value).all():
+        # an Inf or NaN stays one through adds, subs, muls and a division's numerator, so the running
+        # value is checked where that ends: the last step, before a relu, before it divides
+        nxt = chain[i + 1] if i + 1 < len(chain) else None
+        if (nxt is None or nxt["op"] in ("Relu", "Relu6") or (nxt["op"] in ("RealDiv", "Div") and nxt["args"][1] == -1)
+                or -1 not in nxt["args"]) and not np.isfinite(value).all():
             return None
     return value
 

@@ -80,6 +80,23 @@ def test_non_finite_steps_fall_back_to_the_ops(monkeypatch):
         assert st == wst != 0
 
 
+def test_an_overflow_hidden_by_a_later_step_still_raises_its_status(monkeypatch):
+    """-Inf made by a mul and turned into 0 by a relu, an Inf divisor making 0: the ops' status and bits."""
+    big = np.full((2, 16), 1e30, np.float32)
+    x = _data("normal", (2, 16), np.float32)
+    chains = [
+        ([_step("Mul", 0, 1), _step("Relu", -1)], [-big, big]),
+        ([_step("Mul", 0, 1), _step("RealDiv", 2, -1)], [big, big, x]),
+        ([_step("Mul", 0, 1), _step("Mul", -1, 2), _step("Sub", -1, 2), _step("Relu", -1)], [big, big, x]),
+    ]
+    for chain, xs in chains:
+        for ov in ("inf_nan", "saturation"):
+            got, st = _run(chain, xs, dtype="float16", overflow_mode=ov)
+            want, wst = _reference(chain, xs, monkeypatch, dtype="float16", overflow_mode=ov)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+            assert st == wst != 0
+
+
 def test_only_known_steps_take_the_numpy_path():
     xs = [_data("normal", (2, 16), np.float32)]
     assert fused_ops._chain_numpy(OpContext(), None, xs, [_step("Relu", 0)]) is not None
