@@ -273,6 +273,14 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     sc = config.subnormal_code(subnormals)
     use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
     _choice("op_model", op_model, config.OP_MODELS)
+    code = _BINARY.get(op)
+    if (cdt == config.float32 and sc == _KEEP and code in _NUMPY_F32 and type(inputs[0]) is np.ndarray
+            and type(inputs[1]) is np.ndarray and inputs[0].dtype == np.float32 and inputs[1].dtype == np.float32):
+        # the float32 fast path below without its flat copies of broadcast operands: numpy broadcasts
+        with np.errstate(all="ignore"):
+            y = np.asarray(_NUMPY_F32[code](inputs[0], inputs[1], order="C"))
+        if np.isfinite(y).all():
+            return y, 0
     status = 0
     data = inputs[1:] if op == "select" else inputs
     arrays = []

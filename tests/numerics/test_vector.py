@@ -618,3 +618,23 @@ def test_float32_numpy_fast_paths_equal_the_kernel(op, mode):
             got, st = vector(op, xs, dtype="float32", overflow_mode=mode)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         assert bool(st) == bool(st_want) == bad
+
+
+def test_float32_binary_ops_broadcast_as_the_flat_kernel():
+    """vector()'s float32 + - * / on broadcast operands (numpy broadcasting, no flat copies) against the
+    binary_f32 kernel on the explicitly broadcast flat arrays: bits and status, Inf/NaN included."""
+    rng = np.random.default_rng(31)
+    a = (rng.standard_normal((4, 5, 16)) * np.exp2(rng.integers(-130, 127, (4, 5, 16)))).astype(np.float32)
+    b = (rng.standard_normal((16,)) * 4).astype(np.float32)
+    b[3] = 0.0
+    for x, y in ((a, b), (b, a), (a[:, :1], a), (np.float32(2.5) * np.ones((), np.float32), a)):
+        for op, code in (("add", kv.ADD), ("sub", kv.SUB), ("mul", kv.MUL), ("realdiv", kv.REALDIV)):
+            for ov in ("inf_nan", "saturation"):
+                got, st = vector(op, x, y, dtype="float32", overflow_mode=ov)
+                shape = np.broadcast_shapes(x.shape, y.shape)
+                fx, fy = (np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1) for v in (x, y))
+                want = np.empty(fx.size, np.float32)
+                wst = kv.binary_f32(code, fx, fy, want, 1 if ov == "saturation" else 0, 0, True)
+                assert got.shape == shape and got.dtype == np.float32 and got.flags.c_contiguous
+                np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))
+                assert bool(st) == bool(wst)
