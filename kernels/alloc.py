@@ -23,37 +23,49 @@ _PAGE = 4096
 _PREFAULT_BYTES = 1 << 20
 _FREE_BYTES = 256 << 20
 
-_buffers: list = []   # uint8 arrays made by empty(), oldest first
+_buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), oldest first
 _lock = threading.Lock()
+_made = [0]           # bytes made since the last look for free buffers beyond _FREE_BYTES
 
 
-def _free(i: int) -> bool:
-    # referred to by the list and by getrefcount's argument only: no array of it is alive
-    return sys.getrefcount(_buffers[i]) == 2
+def _free(buf) -> bool:
+    # referred to by its bucket and by the two arguments (this one and getrefcount's) only: no array of
+    # it is alive
+    return sys.getrefcount(buf) == 3
+
+
+def _trim(keep) -> None:
+    """Let go of the oldest free buffers (not ``keep``) while the free ones hold more than _FREE_BYTES."""
+    free = [bucket[i] for bucket in _buffers.values() for i in range(len(bucket))
+            if bucket[i] is not keep and _free(bucket[i])]
+    total = sum(b.size for b in free)
+    for b in free:  # oldest first within a bucket; buckets smallest first
+        if total <= _FREE_BYTES:
+            break
+        bucket = _buffers[b.size.bit_length()]
+        bucket.pop(next(i for i, x in enumerate(bucket) if x is b))
+        total -= b.size
 
 
 def _buffer(nbytes: int) -> np.ndarray:
     """A free buffer of nbytes to 2 * nbytes (the smallest), or a new one, prefaulted."""
     with _lock:
-        best = -1
-        for i in range(len(_buffers)):
-            size = _buffers[i].size
-            if nbytes <= size <= 2 * nbytes and (best < 0 or size < _buffers[best].size) and _free(i):
-                best = i
-        if best >= 0:
-            buf = _buffers.pop(best)
-            _buffers.append(buf)
-            return buf
+        best = None
+        k = nbytes.bit_length()
+        for bucket in (_buffers.get(k, ()), _buffers.get(k + 1, ())):
+            for i in range(len(bucket)):
+                size = bucket[i].size
+                if nbytes <= size <= 2 * nbytes and (best is None or size < best.size) and _free(bucket[i]):
+                    best = bucket[i]
+        if best is not None:
+            return best
         buf = np.empty(nbytes, np.uint8)
         buf[::_PAGE] = 0
-        _buffers.append(buf)
-        free = sum(_buffers[i].size for i in range(len(_buffers)) if _free(i))
-        i = 0
-        while free > _FREE_BYTES and i < len(_buffers):
-            if _buffers[i] is not buf and _free(i):
-                free -= _buffers.pop(i).size
-            else:
-                i += 1
+        _buffers.setdefault(k, []).append(buf)
+        _made[0] += nbytes
+        if _made[0] > _FREE_BYTES // 4:
+            _made[0] = 0
+            _trim(buf)
         return buf
 
 

@@ -37,11 +37,17 @@ def test_a_free_buffer_is_reused_and_arrays_are_plain():
     assert small.base is None               # below 1 MiB: plain numpy
 
 
+def _free_bytes():
+    return sum(b[i].size for b in alloc._buffers.values() for i in range(len(b)) if alloc._free(b[i]))
+
+
 def test_free_buffers_beyond_the_limit_are_let_go(monkeypatch):
     monkeypatch.setattr(alloc, "_FREE_BYTES", 8 * MB)
-    before = len(alloc._buffers)
-    for k in range(12):                      # 12 different sizes, each freed at once
-        alloc.empty(((1 + k) * MB,), np.uint8)
-    free = sum(alloc._buffers[i].size for i in range(len(alloc._buffers)) if alloc._free(i))
-    assert free <= 8 * MB + 12 * MB          # the newest may exceed the limit on its own
-    assert len(alloc._buffers) < before + 12
+    for k in range(12):                      # 12 sizes from 1 to 23 MiB, each freed at once
+        alloc.empty(((1 + 2 * k) * MB,), np.uint8)
+    alloc.empty((100 * MB,), np.uint8)       # 100 MiB made since the last look: another look
+    assert _free_bytes() <= 8 * MB + 100 * MB
+    held = alloc.empty((3 * MB,), np.uint8)  # a buffer in use is never let go
+    alloc._trim(None)
+    assert _free_bytes() <= 8 * MB
+    assert any(b[i] is held.base for b in alloc._buffers.values() for i in range(len(b)))
