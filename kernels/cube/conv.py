@@ -178,13 +178,21 @@ def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
     bf = Bp.reshape(-1)
     tile = np.uintp(nkb * 16 * Wd)  # floats between column tiles
     for q in prange(nkb):
+        # pixel 16q as (n, oh, ow), then stepped along: one set of divisions per 16 rows
+        n = n0 + (16 * q) // (OH * OW)
+        oh = ((16 * q) // OW) % OH
+        ow = (16 * q) % OW
         for l in range(16):
             r = 16 * q + l
             row = np.uintp((q * 16 + l) * Wd)
-            base = np.uintp(0)
-            if r < rows:
-                n = n0 + r // (OH * OW)
-                base = np.uintp(((n * Hp + ((r // OW) % OH) * sh) * Wp + (r % OW) * sw) * C)
+            base = np.uintp(((n * Hp + oh * sh) * Wp + ow * sw) * C) if r < rows else np.uintp(0)
+            ow += 1
+            if ow == OW:
+                ow = 0
+                oh += 1
+                if oh == OH:
+                    oh = 0
+                    n += 1
             for jt in range(njt):
                 j0 = jt * NC
                 jn = min(Kc, j0 + NC) - j0
