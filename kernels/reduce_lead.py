@@ -12,35 +12,37 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .reduce import MEAN, MEAN_SCALE_FIRST, MEAN_SCALE_LAST, _empty, _step
+from .parallel import or_all
+from .reduce import _elem32, _empty, _scaled, _step
 from .vector import finish32
 
 _COLS = 256  # outputs per work item
 
 
 @njit(cache=True, error_model="numpy")
-def _cols32(op, x, c0, c1, acc, overflow, subnormal):
-    """acc[:c1 - c0] = the row kernel's accumulators of columns c0..c1 of x, before the mean's last step."""
+def _cols32(op, x, c0, c1, acc):
+    """acc[:c1 - c0] = reduce.py's _partial32 of columns c0..c1 of x, all rows, stepped together."""
     n = x.shape[0]
-    tiny = np.float32(1.1754943508222875e-38)
-    flush = subnormal == 1
     cof = np.float32(1.0) / np.float32(n)
     w = c1 - c0
     for c in range(w):
-        a = x[0, c0 + c]
-        if flush and abs(a) < tiny:
-            a = a * np.float32(0.0)
-        if op == MEAN_SCALE_FIRST:
-            a = a * cof
-        acc[c] = a
+        acc[c] = _elem32(op, x[0, c0 + c], cof, False)
     for j in range(1, n):
         for c in range(w):
-            v = x[j, c0 + c]
-            if flush and abs(v) < tiny:
-                v = v * np.float32(0.0)
-            if op == MEAN_SCALE_FIRST:
-                v = v * cof
-            acc[c] = _step(op, acc[c], v)
+            acc[c] = _step(op, acc[c], _elem32(op, x[j, c0 + c], cof, False))
+
+
+@njit(cache=True, error_model="numpy")
+def _cols32_flush(op, x, c0, c1, acc):
+    """_cols32 with subnormal elements read as signed zeros."""
+    n = x.shape[0]
+    cof = np.float32(1.0) / np.float32(n)
+    w = c1 - c0
+    for c in range(w):
+        acc[c] = _elem32(op, x[0, c0 + c], cof, True)
+    for j in range(1, n):
+        for c in range(w):
+            acc[c] = _step(op, acc[c], _elem32(op, x[j, c0 + c], cof, True))
 
 
 @njit(cache=True, parallel=True)
@@ -53,23 +55,18 @@ def reduce_lead_f32(op, x, out, overflow, subnormal):
         c0 = ch * _COLS
         c1 = min(rows, c0 + _COLS)
         acc = np.empty(_COLS, dtype=np.float32)
-        s = np.int64(0)
         if n == 0:
             for c in range(c1 - c0):
                 acc[c] = _empty(op)
+        elif subnormal == 1:
+            _cols32_flush(op, x, c0, c1, acc)
         else:
-            _cols32(op, x, c0, c1, acc, overflow, subnormal)
+            _cols32(op, x, c0, c1, acc)
+        s = np.int64(0)
         for c in range(c1 - c0):
-            a = acc[c]
-            if n > 0 and op == MEAN:
-                a = a / np.float32(n)
-            elif n > 0 and op == MEAN_SCALE_LAST:
-                a = a * (np.float32(1.0) / np.float32(n))
+            a = acc[c] if n == 0 else _scaled(op, acc[c], n, np.float32(1.0) / np.float32(n))
             y, s1 = finish32(a, overflow, subnormal)
             out[c0 + c] = y
             s |= s1
         st[ch] = s
-    r = np.int64(0)
-    for ch in range(nch):
-        r |= st[ch]
-    return r
+    return or_all(st)
