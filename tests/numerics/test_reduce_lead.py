@@ -28,7 +28,8 @@ def _data(inner, rows, kind):
     if kind == "special":
         flat = x.reshape(-1)
         k = min(8, flat.size)
-        flat[rng.choice(flat.size, k, replace=False)] = [np.inf, -np.inf, np.nan, np.inf, -0.0, 0.0, np.nan, -np.inf][:k]
+        specials = [np.inf, -np.inf, np.nan, np.inf, -0.0, 0.0, np.nan, -np.inf]
+        flat[rng.choice(flat.size, k, replace=False)] = specials[:k]
         x[:, 0] = 2.5   # ties for max and min
     return x
 
