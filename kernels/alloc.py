@@ -6,18 +6,74 @@ and on the 2-core VM this project is measured on they took 5-6x as long as the s
 from one thread (widening 9.6M fp16 values into a fresh buffer: 26 ms, against 4.4 ms with the
 pages touched first by the calling thread and 2.1 ms into a reused buffer). ``empty`` touches
 one byte per page of large buffers in the calling thread before any kernel writes to them.
+
+Large buffers are also reused: ``empty`` keeps every large buffer it made, and hands one out
+again once nothing but this module refers to it (every array made from it holds a reference to
+it, numpy's ``base``), so a training step's tensors land in pages faulted in by an earlier step
+instead of freshly mapped ones. Buffers nobody uses beyond ``_FREE_BYTES`` are let go, oldest first.
 """
 from __future__ import annotations
+
+import sys
+import threading
 
 import numpy as np
 
 _PAGE = 4096
 _PREFAULT_BYTES = 1 << 20
+_FREE_BYTES = 256 << 20
+
+_buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), oldest first
+_lock = threading.Lock()
+_made = [0]           # bytes made since the last look for free buffers beyond _FREE_BYTES
+
+
+def _free(buf) -> bool:
+    # referred to by its bucket and by the two arguments (this one and getrefcount's) only: no array of
+    # it is alive
+    return sys.getrefcount(buf) == 3
+
+
+def _trim(keep) -> None:
+    """Let go of the oldest free buffers (not ``keep``) while the free ones hold more than _FREE_BYTES."""
+    free = [bucket[i] for bucket in _buffers.values() for i in range(len(bucket))
+            if bucket[i] is not keep and _free(bucket[i])]
+    total = sum(b.size for b in free)
+    for b in free:  # oldest first within a bucket; buckets smallest first
+        if total <= _FREE_BYTES:
+            break
+        bucket = _buffers[b.size.bit_length()]
+        bucket.pop(next(i for i, x in enumerate(bucket) if x is b))
+        total -= b.size
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """A free buffer of nbytes to 2 * nbytes (the smallest), or a new one, prefaulted."""
+    with _lock:
+        best = None
+        k = nbytes.bit_length()
+        for bucket in (_buffers.get(k, ()), _buffers.get(k + 1, ())):
+            for i in range(len(bucket)):
+                size = bucket[i].size
+                if nbytes <= size <= 2 * nbytes and (best is None or size < best.size) and _free(bucket[i]):
+                    best = bucket[i]
+        if best is not None:
+            return best
+        buf = np.empty(nbytes, np.uint8)
+        buf[::_PAGE] = 0
+        _buffers.setdefault(k, []).append(buf)
+        _made[0] += nbytes
+        if _made[0] > _FREE_BYTES // 4:
+            _made[0] = 0
+            _trim(buf)
+        return buf
 
 
 def empty(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``, its pages faulted in by the calling thread when it holds 1 MiB or more."""
-    a = np.empty(shape, dtype)
-    if a.nbytes >= _PREFAULT_BYTES:
-        a.reshape(-1).view(np.uint8)[::_PAGE] = 0
-    return a
+    """``np.empty(shape, dtype)``; when it holds 1 MiB or more, its pages already faulted in (by the
+    calling thread, or by an earlier use of a reused buffer)."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes < _PREFAULT_BYTES:
+        return np.empty(shape, dt)
+    return _buffer(nbytes)[:nbytes].view(dt).reshape(shape)

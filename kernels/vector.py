@@ -240,8 +240,26 @@ _add_f16_hw, _sub_f16_hw, _mul_f16_hw, _div_f16_hw = (_arith_f16_hw_kernel(op) f
 
 
 @njit(cache=True, error_model="numpy")
+def _sqdiff_f16_hw(x, y, out, overflow, subnormal):
+    """out[i] = fp16(d * d), d = fp16(x[i] - y[i]), with hardware conversions; returns the OR of statuses."""
+    # _binary16_span's SQUARED_DIFFERENCE is its SUB then its MUL of d by itself, each exactly the
+    # _sub16 / _mul16 step; these are the hardware spans' SUB and MUL steps composed the same way
+    fl = np.int64(subnormal == FLUSH)
+    acc = np.int64(0)
+    for i in range(out.size):
+        d, bad1 = finish_f16_hw(f32_to_f16_hw(_load_f16_hw(x[i], fl) - _load_f16_hw(y[i], fl)), 0, overflow,
+                                subnormal)
+        t = _load_f16_hw(np.uint16(d), fl)
+        r, bad2 = finish_f16_hw(f32_to_f16_hw(t * t), 0, overflow, subnormal)
+        out[i] = np.uint16(r)
+        acc |= bad1 | bad2
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
 def _arith_f16_hw_span(op, x, y, out, overflow, subnormal):
-    """out[i] = fp16(x[i] op y[i]) for op in + - * / with hardware conversions; returns the OR of statuses."""
+    """out[i] = fp16(x[i] op y[i]) for op in + - * / and squared difference with hardware conversions;
+    returns the OR of statuses."""
     # the model of _arith16_span (exact decode, one float32 op, one RNE rounding) with the
     # conversions done by vcvtph2ps / vcvtps2ph (HW_HALF hosts only)
     if op == ADD:
@@ -250,7 +268,39 @@ def _arith_f16_hw_span(op, x, y, out, overflow, subnormal):
         return _sub_f16_hw(x, y, out, overflow, subnormal)
     if op == MUL:
         return _mul_f16_hw(x, y, out, overflow, subnormal)
+    if op == SQUARED_DIFFERENCE:
+        return _sqdiff_f16_hw(x, y, out, overflow, subnormal)
     return _div_f16_hw(x, y, out, overflow, subnormal)
+
+
+@njit(cache=True)
+def _relu_grad16_span(dy, x, out, lim):
+    """out[i] = dy[i] if x[i] > 0 else dy[i] & 0x8000; returns the count of Inf/NaN dy[i]."""
+    bad = 0
+    for i in range(np.uintp(out.size)):
+        d = np.int32(dy[i])
+        v = np.int32(x[i])
+        pos = (v > 0) & (v <= lim)  # sign clear, not zero, not NaN
+        out[i] = np.uint16(d if pos else d & 0x8000)
+        bad += np.int32((d & 0x7FFF) >= lim)
+    return bad
+
+
+@njit(cache=True, parallel=True)
+def relu_grad16(dy, x, out, bf16):
+    """out[i] = dy[i] if x[i] > 0 else dy[i] * +0 (dy's sign, zero) over flat 16-bit patterns; returns non-zero
+    if some dy[i] is Inf or NaN, for which out is not this (the caller computes those in float32)."""
+    # for finite dy both results are exact 16-bit values: the float32 product and its rounding change
+    # nothing, so ReluGrad is a select on the bit patterns
+    n = out.size
+    lim = np.int32(0x7F80) if bf16 else np.int32(0x7C00)
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _relu_grad16_span(dy[lo:hi], x[lo:hi], out[lo:hi], lim)
+    return or_all(st)
 
 
 @njit(cache=True, error_model="numpy")
@@ -439,7 +489,7 @@ def _unary_driver(span, doc):
 binary16 = _binary_driver(_B16, """binary16(op, x, y, out, bf16, overflow, subnormal, use64): out = round16(x op y)
     elementwise over equal-size flat uint16 arrays; returns the OR of statuses.""")
 arith_f16_hw = _binary_driver(_B16_HW, """arith_f16_hw(op, x, y, out, overflow, subnormal): out = fp16(x op y) for op in
-    + - * / over flat fp16 bits (hardware conversions; HW_HALF hosts only).""")
+    + - * / and squared difference over flat fp16 bits (hardware conversions; HW_HALF hosts only).""")
 binary_f32 = _binary_driver(_B32, """binary_f32(op, x, y, out, overflow, subnormal, use64): out = x op y elementwise
     over equal-size flat float32 arrays; returns the OR of statuses.""")
 unary16 = _unary_driver(_U16, """unary16(op, x, out, bf16, overflow, subnormal, use64, alpha): out = round16(op(x))

@@ -564,6 +564,180 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
     return out.reshape(out_shape), sx | sw_ | sf
 
 
+def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1),
+                           operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                           model=None, multicore=None):
+    """Weight gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropFilter, NHWC).
+
+    ``dw = im2col(x)^T @ dy`` as one matmul: ``dw[kh, kw, c, co]`` is the dot product over K = N*OH*OW
+    output pixels in (n, oh, ow) order of the input under tap (kh, kw) with ``dy[..., co]``; pixels of
+    the padding are +0. ``multicore`` may split K over the cube cores by whole samples.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    dy : array_like (N, OH, OW, Cout)
+    kernel_size : (KH, KW)
+    strides, dilations : (h, w)
+    pads : ((top, bottom), (left, right)) as the forward convolution padded x
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x = _numeric(x, "x")
+    dy = _numeric(dy, "dy")
+    KH, KW = (int(k) for k in kernel_size)
+    (sh, sw), (dh, dw) = strides, dilations
+    N, H, W, C = x.shape
+    _, OH, OW, CO = dy.shape
+    R, Kc = N * OH * OW, KH * KW * C
+    out_shape = (KH, KW, C, CO)
+    # x's conversion status is the OR over the whole input, and equals that of the patches only when
+    # converting cannot raise one (a widening, or fp32 operands): else the generic matmul of the patches
+    direct = pol.fast and (pol.operand == "float32" or x.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+        taps = [xp[:, i * dh:i * dh + (OH - 1) * sh + 1:sh, j * dw:j * dw + (OW - 1) * sw + 1:sw, :]
+                for i in range(KH) for j in range(KW)]
+        cols = np.stack(taps, axis=3).reshape(R, Kc)  # rows (n, oh, ow), columns (kh, kw, cin)
+        zero = np.zeros(1, dtype=np.int64)
+        return _batched(cols.T[None], dy.reshape(1, R, CO), zero, zero, None, pol, out_shape, multicore, N)
+    xv, _ = _operand_values(x, pol)
+    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+    koff = _k_offsets(KH, KW, C, xp.shape[2], dh, dw, "hwc")
+    dyv, sd = _operand_values(dy.reshape(R, CO), pol)
+    bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
+    if bounds is None:
+        bounds = np.array([0, R], dtype=np.int64)
+    tiles = _tiles()
+    zero = np.zeros(1, dtype=np.int64)
+    bias = np.zeros((1, Kc), dtype=np.float32)
+    parts = np.empty((len(bounds) - 1, CO * Kc), dtype=np.float32)
+    for c in range(len(bounds) - 1):  # dw^T = dy^T @ im2col(x): the taps x channels as the kernel's columns
+        r0, r1 = int(bounds[c]), int(bounds[c + 1])
+        kp = _kp(r1 - r0)
+        a = _alloc.empty((1, CO, kp), np.float32)
+        _k.rows_transposed(dyv, r0, r1 - r0, a[0])
+        bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
+        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
+        mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
+    if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
+        acc = np.empty(CO * Kc, dtype=np.float32)
+        _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
+    else:
+        acc = parts[0]
+    out, sf = _finish(acc.reshape(CO, Kc), pol)
+    return np.ascontiguousarray(out.T).reshape(out_shape), sd | sf
+
+
+def zero_inserted(dy, sh: int, sw: int, pads_h, pads_w) -> np.ndarray:
+    """``dy`` (N, OH, OW, C) with ``s - 1`` zeros inserted between pixels and padded by
+    ``pads`` (negative pads crop): the input of the transposed convolution."""
+    n, oh, ow, c = dy.shape
+    (t, b), (l, r) = pads_h, pads_w
+    hz, wz = (oh - 1) * sh + 1, (ow - 1) * sw + 1
+    big = np.zeros((n, max(t, 0) + hz + max(b, 0), max(l, 0) + wz + max(r, 0), c), dtype=dy.dtype)
+    big[:, max(t, 0):max(t, 0) + hz:sh, max(l, 0):max(l, 0) + wz:sw, :] = dy
+    return np.ascontiguousarray(big[:, max(-t, 0):big.shape[1] - max(-b, 0), max(-l, 0):big.shape[2] - max(-r, 0), :])
+
+
+def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1), bias=None,
+                          operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                          model=None):
+    """Input gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropInput, NHWC).
+
+    ``dx`` is the VALID stride-1 :func:`conv2d` (dilations as the forward convolution's) of ``dz`` (``dy`` with
+    ``stride - 1`` zeros between pixels, padded by ``pads``, negative pads cropping: :func:`zero_inserted`)
+    with the filter rotated by 180 degrees, its in and out channels swapped; K = KH*KW*Cout in the
+    CubeModel's conv order. The default model packs dz's patches from dy directly, never building dz.
+
+    Parameters
+    ----------
+    dy : array_like (N, OH, OW, Cout)
+    w : array_like (KH, KW, Cin, Cout), the forward filter
+    strides, dilations : (h, w) of the forward convolution
+    pads : ((top, bottom), (left, right)) of dz around the zero-inserted dy
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    dy = _numeric(dy, "dy")
+    w = _numeric(w, "w")
+    (sh, sw), (dh, dw) = strides, dilations
+    w_rot = w[::-1, ::-1].transpose(0, 1, 3, 2)
+    # dy's conversion status is the OR over all of dy, which equals dz's only when converting cannot
+    # raise one (negative pads crop dy): else conv2d of the zero-inserted dy itself
+    direct = pol.fast and (pol.operand == "float32" or dy.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        dz = zero_inserted(dy, sh, sw, pads[0], pads[1])
+        return conv2d(dz, w_rot, strides=(1, 1), padding="VALID", dilations=(dh, dw), bias=bias,
+                      operand_dtype=operand_dtype, out_dtype=out_dtype, overflow_mode=overflow_mode,
+                      subnormals=subnormals, model=model)
+    N, OH, OW, CO = dy.shape
+    KH, KW, CI, _ = w.shape
+    (t, b), (lp, rp) = pads
+    H = t + (OH - 1) * sh + 1 + b - (KH - 1) * dh
+    W = lp + (OW - 1) * sw + 1 + rp - (KW - 1) * dw
+    out_shape = (N, H, W, CI)
+    dyv, sd = _operand_values(dy, pol)
+    wv, sw_ = _operand_values(np.ascontiguousarray(w_rot), pol)
+    biasv = _bias_vector(bias, CI, out_shape)
+    dyp = np.ascontiguousarray(dyv.transpose(0, 3, 1, 2))  # planar: each channel's rows contiguous
+    order = pol.model.conv_k_order
+    Cp = CO if order == "hwc" else -(-CO // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
+    tap, ch = kh * KW + kw, c
+    if order == "c1hwc0":  # (c // 16, kh, kw, c % 16)
+        tap, ch = (v.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3) for v in (tap, ch))
+    ktap = np.where(ch < CO, tap, -1).reshape(-1).astype(np.int64)
+    kch = np.ascontiguousarray(ch.reshape(-1), dtype=np.int64)
+    K = KH * KW * Cp
+    kp = _kp(K)
+    WT = _padded(_filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - CO), (0, 0))), order).T[None], 2, kp)
+    accT = _alloc.empty((1, CI, N * H * W), np.float32)
+    tiles = _tiles()
+    if (sh > 1 or sw > 1) and bias is None and np.isfinite(wv).all():
+        # One product per class of pixels (y mod sh, x mod sw), without the K blocks that read only the
+        # zeros between dy's pixels for that class. Exact: such a block's products are signed zeros
+        # (finite filter), their tree sum is a signed zero, and adding one changes no accumulator:
+        # starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
+        ktap_p = np.concatenate([ktap, np.full(kp - K, -1, dtype=np.int64)])
+        kch_p = np.concatenate([kch, np.zeros(kp - K, dtype=np.int64)])
+        out4 = accT.reshape(CI, N, H, W)
+        for ry in range(sh):
+            for rx in range(sw):
+                Hc, Wc = len(range(ry, H, sh)), len(range(rx, W, sw))
+                if Hc == 0 or Wc == 0:
+                    continue
+                on = np.zeros(KH * KW, dtype=bool)
+                on[:] = [((ry + a * dh - t) % sh == 0) and ((rx + b_ * dw - lp) % sw == 0)
+                         for a in range(KH) for b_ in range(KW)]
+                keep = np.repeat(((ktap_p >= 0) & on[np.maximum(ktap_p, 0)]).reshape(-1, 16).any(axis=1), 16)
+                outc = _alloc.empty((1, CI, N * Hc * Wc), np.float32)
+                _backprop_input_product(dyp, ktap_p[keep], kch_p[keep], np.ascontiguousarray(WT[:, :, keep]), biasv,
+                                        (KW, dh, dw, sh, sw, t, lp), (ry, rx, sh, sw, Hc, Wc), outc, tiles, pol)
+                out4[:, :, ry::sh, rx::sw] = outc.reshape(CI, N, Hc, Wc)
+    else:
+        _backprop_input_product(dyp, ktap, kch, WT, biasv, (KW, dh, dw, sh, sw, t, lp), (0, 0, 1, 1, H, W), accT,
+                                tiles, pol)
+    out, sf = _finish(accT, pol)
+    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
+
+
+def _backprop_input_product(dyp, ktap, kch, WT, biasv, geometry, grid, outT, tiles, pol: _Policy) -> None:
+    """outT[0, :, p] = WT @ (dz's patch of pixel p of the grid (oy + sy*i, ox + sx*m), K entries ktap/kch),
+    in chunks of pixels packed by dx_patches_packed into one reused slab buffer."""
+    R = outT.shape[2]
+    kp = WT.shape[2]
+    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
+    slabs = _k.empty_slabs(_k.slab_shape(1, min(chunk, R), kp))
+    zero = np.zeros(1, dtype=np.int64)
+    H, W = grid[4:]
+    for r0 in range(0, R, chunk):
+        n = min(R, r0 + chunk) - r0
+        Bp = slabs[:, :-(-n // _k.NC)]
+        _k.dx_patches_packed(dyp, ktap, kch, *geometry, *grid, r0, n, Bp)
+        mc = _k.row_block(WT.shape[1], Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)
+
+
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):
     _f.__doc__ = _f.__doc__.rstrip() + "\n" + _KW_DOC
 del _f

@@ -18,6 +18,7 @@ from ..kernels import cast as _kc
 from ..kernels import clamp as _kclamp
 from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
+from ..kernels import reduce_lead as _krl
 from ..kernels import vector as _kv
 from . import unary_tables as _tables
 
@@ -261,6 +262,14 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     sc = config.subnormal_code(subnormals)
     use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
     _choice("op_model", op_model, config.OP_MODELS)
+    code = _BINARY.get(op)
+    if (cdt == config.float32 and sc == _KEEP and code in _NUMPY_F32 and type(inputs[0]) is np.ndarray
+            and type(inputs[1]) is np.ndarray and inputs[0].dtype == np.float32 and inputs[1].dtype == np.float32):
+        # the float32 fast path below without its flat copies of broadcast operands: numpy broadcasts
+        with np.errstate(all="ignore"):
+            y = np.asarray(_NUMPY_F32[code](inputs[0], inputs[1], order="C"))
+        if np.isfinite(y).all():
+            return y, 0
     status = 0
     data = inputs[1:] if op == "select" else inputs
     arrays = []
@@ -321,7 +330,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
             st = 0 if np.isfinite(out).all() else _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
         elif wide:
             st = _kv.binary_f32(code, bits[0], bits[1], out, oc, sc, use64)
-        elif _kc.HW_HALF and not bf16 and code <= _kv.REALDIV:
+        elif _kc.HW_HALF and not bf16 and (code <= _kv.REALDIV or code == _kv.SQUARED_DIFFERENCE):
             # same model, with the exact conversions done by the CPU's fp16 instructions
             st = _kv.arith_f16_hw(code, bits[0], bits[1], out, oc, sc)
         else:
@@ -416,9 +425,14 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
     if op == "mean":
         code = {"exact": _kr.MEAN, "ascendc": _kr.MEAN_SCALE_LAST}.get(
             _choice("op_model", op_model, config.OP_MODELS), _kr.MEAN_SCALE_FIRST)
-    x2 = np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
     bounds = multicore.reduce_bounds(rows, inner) if multicore is not None and op in ("sum", "mean") else None
-    if bounds is not None:
+    # reduced axes leading (a sum over N, H, W of NHWC): the row kernel's steps down a's columns, no copy
+    lead = bounds is None and cdt == config.float32 and rows > 1 and axes == tuple(range(len(axes)))
+    x2 = None if lead else np.ascontiguousarray(np.transpose(a, kept + axes)).reshape(rows, inner)
+    if lead:
+        out = _alloc.empty(rows, np.float32)
+        st = _krl.reduce_lead_f32(code, np.ascontiguousarray(a).reshape(inner, rows), out, oc, sc)
+    elif bounds is not None:
         perm = multicore.row_orders(rows, len(bounds) - 1)
         if cdt == config.float32:
             out = _alloc.empty(rows, np.float32)

@@ -52,8 +52,68 @@ def _f32(x):
     return np.asarray(x, dtype=np.float32)
 
 
+def _relu_f32(x, out=None):
+    # maximum keeps -0 (x >= 0 for x = -0); adding +0 turns it into +0, as the kernel's x > 0 ? x : 0
+    out = np.maximum(x, np.float32(0), out=out)
+    return np.add(out, np.float32(0), out=out)
+
+
+def _relu6_f32(x, out=None):
+    return _relu_f32(np.minimum(x, np.float32(6), out=out), out=out)
+
+
+# chain steps that are one IEEE float32 operation per element (numpy's own, broadcasting as TF does) or an
+# exact selection: on float32 data with subnormals kept and every result finite, numerics.vector.vector
+# computes them with these very numpy functions (its float32 fast paths)
+_NUMPY_STEPS = {"AddV2": np.add, "Add": np.add, "BiasAdd": np.add, "Sub": np.subtract, "Mul": np.multiply,
+                "RealDiv": np.divide, "Div": np.divide, "Relu": _relu_f32, "Relu6": _relu6_f32}
+
+
+def _widened(x):
+    """_f32(x), large 16-bit arrays through the cast kernel (the same exact values; NaN payloads may
+    differ, but a NaN input makes a NaN result, for which the chain's own ops run)."""
+    x = np.asarray(x)
+    if x.dtype.itemsize == 2 and x.size >= 1 << 14:
+        from ..numerics.vector import cast
+
+        return cast(x, "float32")[0]
+    return _f32(x)
+
+
+def _chain_numpy(ctx: OpContext, value, inputs, chain):
+    """The chain's float32 result computed step by step with numpy (no flat copies of broadcast
+    operands, no per-step op dispatch), or None where that might differ from the ops themselves: a
+    step of another kind, flushed subnormals, non-float data, a result that is Inf or NaN anywhere
+    (the ops' overflow handling and status then apply: the caller runs them)."""
+    if ctx.subnormals != "keep":
+        return None
+    own = None  # the float32 array this function made, overwritten by later steps of its shape
+    for i, step in enumerate(chain):
+        fn = _NUMPY_STEPS.get(step["op"])
+        attrs = step.get("attrs") or {}
+        if fn is None or attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
+            return None
+        args = [value if a == -1 else inputs[a] for a in step["args"]]
+        if not all(is_float(x) for x in args):
+            return None
+        args = [x if x is own else _widened(x) for x in args]
+        out = own if own is not None and np.broadcast_shapes(*(np.shape(x) for x in args)) == own.shape else None
+        with np.errstate(all="ignore"):
+            value = own = np.asarray(fn(*args, out=out), dtype=np.float32)
+        # an Inf or NaN stays one through adds, subs, muls and a division's numerator, so the running
+        # value is checked where that ends: the last step, before a relu, before it divides
+        nxt = chain[i + 1] if i + 1 < len(chain) else None
+        if (nxt is None or nxt["op"] in ("Relu", "Relu6") or (nxt["op"] in ("RealDiv", "Div") and nxt["args"][1] == -1)
+                or -1 not in nxt["args"]) and not np.isfinite(value).all():
+            return None
+    return value
+
+
 def _chain(ctx: OpContext, value, inputs, chain) -> np.ndarray:
     """Apply the elementwise ``chain`` in float32 (the Unified Buffer); the float32 result."""
+    fast = _chain_numpy(ctx, value, inputs, chain)
+    if fast is not None:
+        return fast
     c32 = _sub(ctx, "float32", "float32")
     for step in chain:
         args = [value if a == -1 else _f32(inputs[a]) for a in step["args"]]

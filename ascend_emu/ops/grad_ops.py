@@ -32,19 +32,9 @@ def _conv_pads(padding, explicit_paddings, H, W, KH, KW, sh, sw, dh, dw):
     return _pads(_padding(padding, explicit_paddings), H, W, KH, KW, sh, sw, dh, dw)
 
 
-def _dilate_pad(dy, sh, sw, pads_h, pads_w):
-    """``dy`` (N, OH, OW, C) with ``s - 1`` zeros inserted between pixels and padded by
-    ``pads`` (negative pads crop): the input of the transposed convolution."""
-    n, oh, ow, c = dy.shape
-    (t, b), (l, r) = pads_h, pads_w
-    hz, wz = (oh - 1) * sh + 1, (ow - 1) * sw + 1
-    big = np.zeros((n, max(t, 0) + hz + max(b, 0), max(l, 0) + wz + max(r, 0), c), dtype=dy.dtype)
-    big[:, max(t, 0):max(t, 0) + hz:sh, max(l, 0):max(l, 0) + wz:sw, :] = dy
-    return np.ascontiguousarray(big[:, max(-t, 0):big.shape[1] - max(-b, 0), max(-l, 0):big.shape[2] - max(-r, 0), :])
-
-
-def _backprop_input_geometry(input_sizes, w, dy, strides, padding, dilations, explicit_paddings):
-    """Zero-inserted, padded ``dy`` and the dilation of the equivalent stride-1 VALID convolution."""
+def _dz_pads(input_sizes, w, dy, strides, padding, dilations, explicit_paddings):
+    """The pads of the zero-inserted dy (negative: crops) that make the input gradient the stride-1 VALID
+    convolution of it with the rotated filter."""
     n, h, wd, _ = as_int_list(input_sizes)
     kh, kw = int(w.shape[0]), int(w.shape[1])
     sh, sw = _hw(strides)
@@ -54,7 +44,16 @@ def _backprop_input_geometry(input_sizes, w, dy, strides, padding, dilations, ex
     khe, kwe = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     pads_h = (khe - 1 - pt, h - 1 + pt - (oh - 1) * sh)
     pads_w = (kwe - 1 - pl, wd - 1 + pl - (ow - 1) * sw)
-    return _dilate_pad(dy, sh, sw, pads_h, pads_w), (dh, dw), (n, h, wd)
+    return (pads_h, pads_w), (sh, sw), (dh, dw), (n, h, wd)
+
+
+def _backprop_input_geometry(input_sizes, w, dy, strides, padding, dilations, explicit_paddings):
+    """Zero-inserted, padded ``dy`` and the dilation of the equivalent stride-1 VALID convolution."""
+    from ..numerics.cube import zero_inserted
+
+    (pads_h, pads_w), (sh, sw), (dh, dw), (n, h, wd) = _dz_pads(input_sizes, w, dy, strides, padding, dilations,
+                                                                explicit_paddings)
+    return zero_inserted(dy, sh, sw, pads_h, pads_w), (dh, dw), (n, h, wd)
 
 
 def _windows(x, kh, kw, sh, sw, dh, dw, oh, ow):
@@ -80,27 +79,28 @@ def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilation
                           explicit_paddings=(), data_format="NHWC"):
     """dx = VALID stride-1 convolution of the zero-inserted, padded dy with the filter rotated by
     180 degrees (in/out channels swapped); K = KH*KW*Cout in the CubeModel's conv order."""
-    from ..numerics.cube import conv2d
+    from ..numerics.cube import conv2d_backprop_input as backprop_input
 
     _nhwc(data_format)
-    dz, dil, _ = _backprop_input_geometry(input_sizes, w, dy, strides, padding, dilations, explicit_paddings)
-    w_rot = np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
-    return _record(ctx, conv2d(dz, w_rot, strides=(1, 1), padding="VALID", dilations=dil, **_cube_kw(ctx)))
+    pads, strides, dil, _ = _dz_pads(input_sizes, w, dy, strides, padding, dilations, explicit_paddings)
+    return _record(ctx, backprop_input(dy, w, strides, pads, dil, **_cube_kw(ctx)))
 
 
 @register("Conv2DBackpropFilter", kind=CUBE)
 def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                            explicit_paddings=(), data_format="NHWC"):
     """dw = im2col(x)^T @ dy as one matmul: K = N*OH*OW in (n, oh, ow) order."""
-    from ..numerics.cube import matmul
+    from ..numerics.cube import conv2d_backprop_filter as backprop_filter
 
     _nhwc(data_format)
     kh, kw, c, co = as_int_list(filter_sizes)
-    taps = _padded_input(x, filter_sizes, dy, strides, padding, dilations, explicit_paddings)
-    cols = np.stack(taps, axis=3).reshape(-1, kh * kw * c)       # rows (n, oh, ow), columns (kh, kw, cin)
-    out = _record(ctx, matmul(cols, dy.reshape(-1, co), transpose_a=True, multicore=ctx.multicore,
-                              samples=int(x.shape[0]), **_cube_kw(ctx)))
-    return out.reshape(kh, kw, c, co)
+    sh, sw = _hw(strides)
+    dh, dw = _hw(dilations)
+    _, h, wd, _ = x.shape
+    pads = _conv_pads(padding, explicit_paddings, h, wd, kh, kw, sh, sw, dh, dw)
+    kw_ = _cube_kw(ctx)
+    del kw_["bias"]
+    return _record(ctx, backprop_filter(x, dy, (kh, kw), (sh, sw), pads, (dh, dw), multicore=ctx.multicore, **kw_))
 
 
 @register("DepthwiseConv2dNativeBackpropInput", kind=CUBE)
@@ -159,7 +159,24 @@ def _grad(tf_type, formula, doc):
 
 _ONE, _HALF = np.float32(1.0), np.float32(0.5)
 
-_grad("ReluGrad", lambda dy, x: dy * (x > 0).astype(np.float32), "dx = dy * (x > 0)")
+
+
+@register("ReluGrad", kind=VECTOR)
+def relu_grad(dy, x, *, ctx):
+    """dx = dy * (x > 0)"""
+    dy, x = np.asarray(dy), np.asarray(x)
+    if (ctx.dtype != np.float32 and ctx.subnormals == "keep" and dy.dtype == x.dtype == ctx.dtype
+            and dy.shape == x.shape):
+        # a select on the 16-bit patterns: the same bits as the float32 product rounded, for finite dy
+        from ..kernels import alloc
+        from ..kernels.vector import relu_grad16
+
+        out = alloc.empty(dy.shape, np.uint16)
+        if not relu_grad16(np.ascontiguousarray(dy).view(np.uint16).reshape(-1),
+                           np.ascontiguousarray(x).view(np.uint16).reshape(-1), out.reshape(-1),
+                           ctx.dtype != np.float16):
+            return out.view(ctx.dtype)
+    return f32_chain(ctx, lambda g, f: g * (f > 0).astype(np.float32), dy, x)
 _grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "dx = dy * (0 < x < 6)")
 _grad("EluGrad", lambda dy, y: np.where(y < 0, dy * (y + _ONE), dy), "dx = y < 0 ? dy * (y + 1) : dy")
 _grad("SeluGrad", lambda dy, y: np.where(y < 0, dy * (y + _SCALE_ALPHA32), dy * _SCALE32),

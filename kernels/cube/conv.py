@@ -187,3 +187,131 @@ def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
                         o[l] = ((n * Hp + Hp - 1) * Wp) * C
                 _dw_tree16(of, ob, xf, o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11],
                            o[12], o[13], o[14], o[15], wf, 16 * q, CM, mult)
+
+
+# ------------------------------------------------------------------------------ backprop convolutions
+
+@njit(cache=True, parallel=True)
+def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
+    """Bp[0, jt, q, l, j] = xp.flat[offset of pixel (n0 + n, oh*sh, ow*sw, 0) + koff[jt*NC + j]] for the output
+    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge."""
+    # The im2col matrix of a weight gradient (pixels as K, taps x channels as columns) written straight
+    # into pack_b's slab layout: with one column tile the slabs are a row-major (Kp, slab width) matrix.
+    _, Hp, Wp, C = xp.shape
+    _, njt, nkb, _, Wd = Bp.shape
+    Kc = koff.size
+    xf = xp.reshape(-1)
+    bf = Bp.reshape(-1)
+    tile = np.uintp(nkb * 16 * Wd)  # floats between column tiles
+    for q in prange(nkb):
+        # pixel 16q as (n, oh, ow), then stepped along: one set of divisions per 16 rows
+        n = n0 + (16 * q) // (OH * OW)
+        oh = ((16 * q) // OW) % OH
+        ow = (16 * q) % OW
+        for l in range(16):
+            r = 16 * q + l
+            row = np.uintp((q * 16 + l) * Wd)
+            base = np.uintp(((n * Hp + oh * sh) * Wp + ow * sw) * C) if r < rows else np.uintp(0)
+            ow += 1
+            if ow == OW:
+                ow = 0
+                oh += 1
+                if oh == OH:
+                    oh = 0
+                    n += 1
+            for jt in range(njt):
+                j0 = jt * NC
+                jn = min(Kc, j0 + NC) - j0
+                d = np.uintp(jt) * tile + row
+                if r < rows:
+                    for j in range(np.uintp(jn)):
+                        bf[d + j] = xf[base + koff[j0 + j]]
+                else:  # K padding: a +0 pixel
+                    for j in range(np.uintp(jn)):
+                        bf[d + j] = np.float32(0.0)
+                for j in range(np.uintp(jn), np.uintp(_tail_columns(jn))):  # +0 to the 2x2 block edge, as pack_b
+                    bf[d + j] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def rows_transposed(src, r0, rows, out):
+    """out[c, r] = src[r0 + r, c] for r < rows, +0 for rows <= r < out.shape[1] (the K padding)."""
+    # the cube's A operand of a weight gradient: the output gradient's channels as rows, pixels as K
+    R = rows
+    CO, Kp = out.shape
+    nb = (Kp + 63) // 64
+    for b in prange(nb):
+        lo = b * 64
+        hi = min(Kp, lo + 64)
+        for c in range(CO):
+            for r in range(lo, hi):
+                out[c, r] = src[r0 + r, c] if r < R else np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, oy, ox, sy, sx, H, W, r0, rows, Bp):
+    """im2col_packed(...) of dz for the input gradient: Bp[0, jt, q, l, j] = dz[n, y + kh*dh, x + kw*dw, c] for
+    K index 16q + l = (tap kh*KW + kw = ktap[.], channel kch[.]; +0 if ktap < 0 or past K) and the pixel
+    (n, y, x) = (n, oy + sy*i, ox + sx*m) of grid index r0 + jt*NC + j = (n*H + i)*W + m < r0 + rows (sx is 1 or sw),
+    where dz[n, zy, zx, c] = dyp[n, c, (zy - top)/sh, (zx - left)/sw] when both divide exactly into dy, else +0
+    (dy with zeros between pixels, padded or cropped); +0 to the 2x2 block edge."""
+    # dz (the zero-inserted, padded output gradient) is never built: each slab row (one K index) is a run
+    # of pixels, read along dy's rows from its planar (N, C, OH, OW) copy
+    N, C, OH, OW = dyp.shape
+    _, njt, nkb, _, Wd = Bp.shape
+    K = ktap.size
+    bf = Bp.reshape(-1)
+    df = dyp.reshape(-1)
+    for w in prange(njt * nkb):
+        jt = w // nkb
+        q = w % nkb
+        p0 = r0 + jt * NC
+        jn = min(r0 + rows, p0 + NC) - p0
+        # the tile's pixels as runs along grid rows: (n, y, x of the first, first column j, length)
+        nrun = 0
+        runs = np.empty((jn // W + 2, 5), dtype=np.int64)
+        p = p0
+        while p < p0 + jn:
+            m0 = p % W
+            run = min(W - m0, p0 + jn - p)
+            runs[nrun, 0] = p // (H * W)
+            runs[nrun, 1] = oy + sy * ((p // W) % H)
+            runs[nrun, 2] = ox + sx * m0
+            runs[nrun, 3] = p - p0
+            runs[nrun, 4] = run
+            nrun += 1
+            p += run
+        for l in range(16):
+            k = 16 * q + l
+            d = np.uintp(((jt * nkb + q) * 16 + l) * Wd)
+            for j in range(np.uintp(_tail_columns(jn))):
+                bf[d + j] = np.float32(0.0)
+            if k >= K or ktap[k] < 0:  # K padding, padded channels: +0
+                continue
+            kh = ktap[k] // KW
+            kw = ktap[k] % KW
+            c = kch[k]
+            for m in range(nrun):
+                u = runs[m, 1] + kh * dh - top  # dz row, unpadded: on dy's grid when sh divides it
+                if u < 0 or u % sh != 0 or u // sh >= OH:
+                    continue
+                src = np.uintp(((runs[m, 0] * C + c) * OH + u // sh) * OW)
+                v0 = runs[m, 2] + kw * dw - left  # dz column of the run's first pixel, unpadded
+                run = runs[m, 4]
+                if sx == 1:  # dy columns v whose pixel x = v*sw - v0 (from the run's first) lies in the run
+                    va = max(0, -((-v0) // sw))
+                    vb = min(OW, -((-(run + v0)) // sw))
+                    dst = d + np.uintp(runs[m, 3] - v0)
+                    if sw == 1:
+                        for v in range(np.uintp(va), np.uintp(vb)):
+                            bf[dst + v] = df[src + v]
+                    else:
+                        for v in range(va, vb):
+                            bf[dst + np.uintp(v * sw)] = df[src + np.uintp(v)]
+                elif v0 % sw == 0:  # sx == sw: the run's pixels read consecutive dy columns, or none
+                    v0 = v0 // sw
+                    ta = max(0, -v0)
+                    tb = min(run, OW - v0)
+                    dst = d + np.uintp(runs[m, 3])
+                    for t in range(ta, tb):
+                        bf[dst + np.uintp(t)] = df[src + np.uintp(v0 + t)]

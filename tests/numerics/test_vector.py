@@ -76,6 +76,36 @@ def test_fp16_every_pair(op, chunk):
                 assert bool(st) == nonfinite
 
 
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("chunk", range(N_PAIR_CHUNKS))
+def test_fp16_squared_difference_every_pair(chunk):
+    """fp16(d * d) with d = fp16(a - b) (saturated first in saturation mode), against float64 rounded twice."""
+    val = naive.TABLES["float16"]["val64"]
+    b = np.tile(ALL16, A_PER_SLICE)
+    out = np.empty(b.size, dtype=np.uint16)
+    per_chunk = 65536 // N_PAIR_CHUNKS
+    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
+        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
+        a = np.repeat(av, 65536)
+        with np.errstate(all="ignore"):
+            d = (val[av][:, None] - val[None, :]).astype(np.float16).view(np.uint16).ravel()
+        for overflow in (0, 1):
+            dd = naive.saturate_bits(d, "float16") if overflow else d
+            with np.errstate(all="ignore"):
+                sq = np.square(val[dd]).astype(np.float16).view(np.uint16)
+            expect = naive.saturate_bits(sq, "float16") if overflow else sq
+            nonfinite = bool(((d & 0x7FFF) >= 0x7C00).any() or ((sq & 0x7FFF) >= 0x7C00).any())
+            kernels = [lambda: kv.binary16(kv.SQUARED_DIFFERENCE, a, b, out, False, overflow, 0, True)]
+            if HW_HALF:  # the hardware-conversion path vector() takes on this host
+                kernels.append(lambda: kv.arith_f16_hw(kv.SQUARED_DIFFERENCE, a, b, out, overflow, 0))
+            for k, kernel in enumerate(kernels):
+                st = kernel()
+                if not np.array_equal(out, expect):
+                    _assert_bits(out, expect, "float16", f"squared_difference overflow={overflow} kernel {k} "
+                                 f"a={start}..")
+                assert bool(st) == nonfinite
+
+
 @pytest.mark.skipif(not HW_HALF, reason="no hardware fp16 conversions on this host")
 def test_hardware_and_integer_paths_agree():
     """fp16 + - * / through the CPU's conversions equal the integer rounding path, every mode."""
@@ -84,7 +114,7 @@ def test_hardware_and_integer_paths_agree():
     b = rng.integers(0, 65536, 2 ** 20, dtype=np.uint16)
     o1 = np.empty_like(a)
     o2 = np.empty_like(a)
-    for code in (kv.ADD, kv.SUB, kv.MUL, kv.REALDIV):
+    for code in (kv.ADD, kv.SUB, kv.MUL, kv.REALDIV, kv.SQUARED_DIFFERENCE):
         for overflow in (0, 1):
             for subnormal in (0, 1):
                 s1 = kv.arith_f16_hw(code, a, b, o1, overflow, subnormal)
@@ -589,3 +619,23 @@ def test_float32_numpy_fast_paths_equal_the_kernel(op, mode):
             got, st = vector(op, xs, dtype="float32", overflow_mode=mode)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         assert bool(st) == bool(st_want) == bad
+
+
+def test_float32_binary_ops_broadcast_as_the_flat_kernel():
+    """vector()'s float32 + - * / on broadcast operands (numpy broadcasting, no flat copies) against the
+    binary_f32 kernel on the explicitly broadcast flat arrays: bits and status, Inf/NaN included."""
+    rng = np.random.default_rng(31)
+    a = (rng.standard_normal((4, 5, 16)) * np.exp2(rng.integers(-130, 127, (4, 5, 16)))).astype(np.float32)
+    b = (rng.standard_normal((16,)) * 4).astype(np.float32)
+    b[3] = 0.0
+    for x, y in ((a, b), (b, a), (a[:, :1], a), (np.float32(2.5) * np.ones((), np.float32), a)):
+        for op, code in (("add", kv.ADD), ("sub", kv.SUB), ("mul", kv.MUL), ("realdiv", kv.REALDIV)):
+            for ov in ("inf_nan", "saturation"):
+                got, st = vector(op, x, y, dtype="float32", overflow_mode=ov)
+                shape = np.broadcast_shapes(x.shape, y.shape)
+                fx, fy = (np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1) for v in (x, y))
+                want = np.empty(fx.size, np.float32)
+                wst = kv.binary_f32(code, fx, fy, want, 1 if ov == "saturation" else 0, 0, True)
+                assert got.shape == shape and got.dtype == np.float32 and got.flags.c_contiguous
+                np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))
+                assert bool(st) == bool(wst)

@@ -302,6 +302,30 @@ def test_sigmoid_grad_fp16_is_the_float32_chain_rounded_once():
         np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
 
 
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_relu_grad_16_bit_select_is_the_float32_chain(fmt):
+    """The 16-bit select of ReluGrad against its float32 chain (dy * (x > 0), rounded once): every 16-bit
+    pattern as x against random dy, every pattern as dy against random x (Inf/NaN dy: the chain itself),
+    both overflow modes, bits and status."""
+    from ascend_emu.ops._util import f32_chain
+    from ascend_emu.numerics.policy import bfloat16
+
+    dt = np.float16 if fmt == "float16" else bfloat16
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    r = np.random.default_rng(5).integers(0, 65536, 65536, dtype=np.uint32).astype(np.uint16)
+    finite = lambda b: b[(b & 0x7FFF) < (0x7C00 if fmt == "float16" else 0x7F80)]   # noqa: E731
+    cases = [(finite(r), every[:finite(r).size]), (finite(every), r[:finite(every).size]), (every, r)]
+    for dyb, xb in cases:
+        dy, x = dyb.view(dt), xb.view(dt)
+        for ov in ("inf_nan", "saturation"):
+            ctx, ref_ctx = OpContext(dtype=fmt, overflow_mode=ov), OpContext(dtype=fmt, overflow_mode=ov)
+            (ours,) = run_op("ReluGrad", dy, x, ctx=ctx)
+            ref = f32_chain(ref_ctx, lambda g, f: g * (f > 0).astype(np.float32), dy, x)
+            assert ours.dtype == ref.dtype and ours.shape == ref.shape
+            np.testing.assert_array_equal(ours.view(np.uint16), ref.view(np.uint16))
+            assert ctx.status == ref_ctx.status
+
+
 def test_gradient_overflow_sets_status():
     """An fp16 gradient beyond 65504 sets 0x20 and saturates (910) or becomes Inf (910B)."""
     dy = np.array([60000.0], np.float16)

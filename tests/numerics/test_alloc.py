@@ -1,0 +1,53 @@
+"""kernels/alloc.py: large output buffers are reused only once nothing refers to them."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from ascend_emu.kernels import alloc
+
+MB = 1 << 20
+
+
+def test_a_buffer_in_use_is_never_handed_out_again():
+    a = alloc.empty((MB,), np.float32)
+    b = alloc.empty((MB,), np.float32)
+    view = b[10:20].reshape(2, 5)          # a view keeps its buffer in use
+    del b
+    c = alloc.empty((MB // 2, 2), np.float32)
+    a[:] = 1.0
+    view[:] = 2.0
+    c[:] = 3.0
+    assert (a == 1.0).all() and (view == 2.0).all() and (c == 3.0).all()
+    assert not np.shares_memory(c, a) and not np.shares_memory(c, view)
+
+
+def test_a_free_buffer_is_reused_and_arrays_are_plain():
+    a = alloc.empty((3, MB), np.float32)
+    addr = a.__array_interface__["data"][0]
+    del a
+    gc.collect()
+    b = alloc.empty((MB, 3), np.float32)   # same byte count: the same pages
+    assert b.__array_interface__["data"][0] == addr
+    assert b.shape == (MB, 3) and b.dtype == np.float32 and b.flags.c_contiguous and b.flags.writeable
+    c = alloc.empty(5 * MB, np.uint16)     # an int shape, a size no free buffer fits
+    assert c.shape == (5 * MB,) and c.__array_interface__["data"][0] != addr
+    small = alloc.empty((4,), np.float64)
+    assert small.base is None               # below 1 MiB: plain numpy
+
+
+def _free_bytes():
+    return sum(b[i].size for b in alloc._buffers.values() for i in range(len(b)) if alloc._free(b[i]))
+
+
+def test_free_buffers_beyond_the_limit_are_let_go(monkeypatch):
+    monkeypatch.setattr(alloc, "_FREE_BYTES", 8 * MB)
+    for k in range(12):                      # 12 sizes from 1 to 23 MiB, each freed at once
+        alloc.empty(((1 + 2 * k) * MB,), np.uint8)
+    alloc.empty((100 * MB,), np.uint8)       # 100 MiB made since the last look: another look
+    assert _free_bytes() <= 8 * MB + 100 * MB
+    held = alloc.empty((3 * MB,), np.uint8)  # a buffer in use is never let go
+    alloc._trim(None)
+    assert _free_bytes() <= 8 * MB
+    assert any(b[i] is held.base for b in alloc._buffers.values() for i in range(len(b)))
