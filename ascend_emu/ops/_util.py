@@ -67,9 +67,12 @@ def to64(x) -> np.ndarray:
 def widen(ctx, x) -> np.ndarray:
     """``x`` as the float32 the vector unit computes on: fp16/bf16 widen exactly; under
     ``subnormals="flush"`` subnormal inputs read as signed zeros."""
-    from ..numerics.vector import flush_f32_subnormals
+    from ..numerics.vector import cast, flush_f32_subnormals
 
-    w = np.array(x, dtype=np.float32)
+    x = np.asarray(x)
+    # 16-bit floats through the cast kernel: numpy's bits (NaN payloads included), without numpy's software
+    # fp16 conversion
+    w = cast(x, "float32")[0] if x.dtype in (np.float16, bfloat16) else np.array(x, dtype=np.float32)
     if ctx.subnormals == "flush":
         flush_f32_subnormals(w)
     return w

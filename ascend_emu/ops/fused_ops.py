@@ -69,17 +69,6 @@ _NUMPY_STEPS = {"AddV2": np.add, "Add": np.add, "BiasAdd": np.add, "Sub": np.sub
                 "RealDiv": np.divide, "Div": np.divide, "Relu": _relu_f32, "Relu6": _relu6_f32}
 
 
-def _widened(x):
-    """_f32(x), large 16-bit arrays through the cast kernel (the same exact values; NaN payloads may
-    differ, but a NaN input makes a NaN result, for which the chain's own ops run)."""
-    x = np.asarray(x)
-    if x.dtype.itemsize == 2 and x.size >= 1 << 14:
-        from ..numerics.vector import cast
-
-        return cast(x, "float32")[0]
-    return _f32(x)
-
-
 def _chain_numpy(ctx: OpContext, value, inputs, chain):
     """The chain's float32 result computed step by step with numpy (no flat copies of broadcast
     operands, no per-step op dispatch), or None where that might differ from the ops themselves: a
@@ -96,7 +85,7 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
         args = [value if a == -1 else inputs[a] for a in step["args"]]
         if not all(is_float(x) for x in args):
             return None
-        args = [x if x is own else _widened(x) for x in args]
+        args = [x if x is own else _f32(x) for x in args]
         out = own if own is not None and np.broadcast_shapes(*(np.shape(x) for x in args)) == own.shape else None
         with np.errstate(all="ignore"):
             value = own = np.asarray(fn(*args, out=out), dtype=np.float32)

@@ -364,3 +364,20 @@ def test_softmax_row_max_of_16bit_input_is_numpys():
                     got, want = sourced.softmax(a, x), numpy_max_way(b, x)
                 np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
                 assert a.status == b.status
+
+
+def test_widen_every_16bit_pattern_is_numpys():
+    """ops._util.widen takes fp16/bf16 through the cast kernel: numpy's float32 bits for every pattern, NaN
+    payloads included, in any shape."""
+    import ml_dtypes
+
+    from ascend_emu.ops._util import widen
+
+    bits = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    for dt in (np.float16, ml_dtypes.bfloat16):
+        x = bits.view(dt)
+        with np.errstate(invalid="ignore"):
+            want = np.array(x, dtype=np.float32)
+        got = widen(OpContext(dtype="float32"), x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
