@@ -20,29 +20,17 @@ _COLS = 256  # outputs per work item
 
 
 @njit(cache=True, error_model="numpy")
-def _cols32(op, x, c0, c1, acc):
-    """acc[:c1 - c0] = reduce.py's _partial32 of columns c0..c1 of x, all rows, stepped together."""
+def _cols32(op, x, c0, c1, acc, flush):
+    """acc[:c1 - c0] = reduce.py's _partial32 of columns c0..c1 of x, all rows, stepped together (``flush``:
+    subnormal elements read as signed zeros; a loop invariant, so LLVM compiles the loop once per value)."""
     n = x.shape[0]
     cof = np.float32(1.0) / np.float32(n)
     w = c1 - c0
     for c in range(w):
-        acc[c] = _elem32(op, x[0, c0 + c], cof, False)
+        acc[c] = _elem32(op, x[0, c0 + c], cof, flush)
     for j in range(1, n):
         for c in range(w):
-            acc[c] = _step(op, acc[c], _elem32(op, x[j, c0 + c], cof, False))
-
-
-@njit(cache=True, error_model="numpy")
-def _cols32_flush(op, x, c0, c1, acc):
-    """_cols32 with subnormal elements read as signed zeros."""
-    n = x.shape[0]
-    cof = np.float32(1.0) / np.float32(n)
-    w = c1 - c0
-    for c in range(w):
-        acc[c] = _elem32(op, x[0, c0 + c], cof, True)
-    for j in range(1, n):
-        for c in range(w):
-            acc[c] = _step(op, acc[c], _elem32(op, x[j, c0 + c], cof, True))
+            acc[c] = _step(op, acc[c], _elem32(op, x[j, c0 + c], cof, flush))
 
 
 @njit(cache=True, parallel=True)
@@ -58,10 +46,8 @@ def reduce_lead_f32(op, x, out, overflow, subnormal):
         if n == 0:
             for c in range(c1 - c0):
                 acc[c] = _empty(op)
-        elif subnormal == 1:
-            _cols32_flush(op, x, c0, c1, acc)
         else:
-            _cols32(op, x, c0, c1, acc)
+            _cols32(op, x, c0, c1, acc, subnormal == 1)
         s = np.int64(0)
         for c in range(c1 - c0):
             a = acc[c] if n == 0 else _scaled(op, acc[c], n, np.float32(1.0) / np.float32(n))

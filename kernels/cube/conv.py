@@ -2,7 +2,7 @@
 
 :func:`im2col`, :func:`im2col_t` and :func:`im2col_packed` write the patch matrix in the
 layouts of the matmul kernels (row-major, transposed, and :func:`.tree16.pack_b`'s
-slabs); the K order of a patch is fixed by ``koff`` (``ascend_emu.numerics.cube._k_offsets``).
+slabs); the K order of a patch is fixed by ``koff`` (``ascend_emu.numerics.conv._k_offsets``).
 :func:`depthwise_tree16` sums each channel's taps by the tree16 of the default model.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .tree16 import NC, _tail_columns, tree16
 @njit(cache=True, parallel=True)
 def im2col(xp, koff, sh, sw, OH, OW, r0, out):
     """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0."""
-    # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.numerics.cube._k_offsets
+    # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.numerics.conv._k_offsets
     rows, Kp = out.shape
     K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)

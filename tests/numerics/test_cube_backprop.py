@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ascend_emu.numerics import cube
+from ascend_emu.numerics import conv, cube
 from ascend_emu.numerics.multicore import Launch, MultiCoreModel
 from ascend_emu.numerics.policy import CubeModel
 
@@ -70,14 +70,20 @@ CASES = [
     ((3, 16, 16, 3), 3, 3, 16, (1, 1), "SAME", (1, 1)),     # the benchmark CNN's first layer, smaller batch
 ]
 
+def _case(k, rng, x_kind, dy_kind):
+    """CASES[k]'s data: fp16 x and dy of the given fp16_values kinds, and its geometry:
+    ``x, dy, KH, KW, CO, strides, pads, dil, (OH, OW)``."""
+    xs, KH, KW, CO, strides, padding, dil = CASES[k]
+    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    x = fp16_values(rng, xs, x_kind)
+    dy = fp16_values(rng, (xs[0], OH, OW, CO), dy_kind)
+    return x, dy, KH, KW, CO, strides, pads, dil, (OH, OW)
+
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_backprop_filter_matches_im2col_matmul(case):
-    xs, KH, KW, CO, strides, padding, dil = CASES[case]
     rng = np.random.default_rng(700 + case)
-    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
-    x = fp16_values(rng, xs, "wide")
-    dy = fp16_values(rng, (xs[0], OH, OW, CO), "normal")
+    x, dy, KH, KW, CO, strides, pads, dil, (OH, OW) = _case(case, rng, "wide", "normal")
     _check(x, dy, KH, KW, strides, pads, dil)
     _check(x, dy, KH, KW, strides, pads, dil, out_dtype="float32")
     _check(x, dy, KH, KW, strides, pads, dil, subnormals="flush")
@@ -90,11 +96,8 @@ def test_backprop_filter_matches_im2col_matmul(case):
 
 @pytest.mark.parametrize("case", [0, 1, 4, 6])
 def test_backprop_filter_matches_naive_oracle(case):
-    xs, KH, KW, CO, strides, padding, dil = CASES[case]
     rng = np.random.default_rng(800 + case)
-    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
-    x = fp16_values(rng, xs, "normal")
-    dy = fp16_values(rng, (xs[0], OH, OW, CO), "wide")
+    x, dy, KH, KW, CO, strides, pads, dil, (OH, OW) = _case(case, rng, "normal", "wide")
     ours, st = cube.conv2d_backprop_filter(x, dy, (KH, KW), strides, pads, dil, out_dtype="float32")
     cols = _patches(x, KH, KW, strides, pads, dil, OH, OW)
     ref, rst = naive.matmul(cols.T, dy.reshape(-1, CO), out_dtype="float32")
@@ -105,10 +108,7 @@ def test_backprop_filter_matches_naive_oracle(case):
 def test_backprop_filter_specials_and_status():
     """Inf, NaN, signed zeros and an fp16 output overflow: same bits and status as the generic path."""
     rng = np.random.default_rng(5)
-    xs, KH, KW, CO, strides, padding, dil = CASES[1]
-    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
-    x = fp16_values(rng, xs, "big")
-    dy = fp16_values(rng, (xs[0], OH, OW, CO), "big")
+    x, dy, KH, KW, CO, strides, pads, dil, (OH, OW) = _case(1, rng, "big", "big")
     x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.inf, -np.inf, np.nan, -0.0, 0.0, -0.0]
     _, st = _check(x, dy, KH, KW, strides, pads, dil)
     assert st != 0
@@ -131,10 +131,7 @@ def test_backprop_filter_float32_input_rounds_like_the_patches():
 
 def test_backprop_filter_other_cube_models():
     rng = np.random.default_rng(7)
-    xs, KH, KW, CO, strides, padding, dil = CASES[2]
-    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
-    x = fp16_values(rng, xs, "normal")
-    dy = fp16_values(rng, (xs[0], OH, OW, CO), "normal")
+    x, dy, KH, KW, CO, strides, pads, dil, (OH, OW) = _case(2, rng, "normal", "normal")
     for model in (CubeModel(block_size=8), CubeModel(block_sum="aligned")):
         _check(x, dy, KH, KW, strides, pads, dil, out_dtype="float32", model=model)
 
@@ -205,5 +202,5 @@ def test_backprop_input_specials_status_and_chunks(monkeypatch):
     _, st = _check_input(fp16_values(rng, dy.shape, "normal"), w_inf, strides, dzp, dil)
     assert st != 0
     _check_input(dy.astype(np.float32) * 300, w, strides, dzp, dil)
-    monkeypatch.setattr(cube, "_IM2COL_BYTES", 4 * 64 * 400)   # chunks of 512 pixels: 765 pixels in 2 chunks
+    monkeypatch.setattr(conv, "_IM2COL_BYTES", 4 * 64 * 400)   # chunks of 512 pixels: 765 pixels in 2 chunks
     _check_input(fp16_values(rng, dy.shape, "normal"), w, strides, dzp, dil)

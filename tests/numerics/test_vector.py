@@ -48,6 +48,18 @@ N_PAIR_CHUNKS = 32
 A_PER_SLICE = 256
 
 
+def _pair_slices(chunk):
+    """Chunk ``chunk`` of all fp16 pairs, a slice at a time: ``(start, av, a, b, out)`` with ``a`` the
+    patterns ``av`` (from ``start``) each repeated 65,536 times, ``b`` every pattern as often, ``out`` a
+    buffer of their size (reused)."""
+    b = np.tile(ALL16, A_PER_SLICE)
+    out = np.empty(b.size, dtype=np.uint16)
+    per_chunk = 65536 // N_PAIR_CHUNKS
+    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
+        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
+        yield start, av, np.repeat(av, 65536), b, out
+
+
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("chunk", range(N_PAIR_CHUNKS))
 @pytest.mark.parametrize("op", ["add", "mul"])
@@ -55,12 +67,7 @@ def test_fp16_every_pair(op, chunk):
     """Kernel driven directly into reused buffers (the wrapper is covered below)."""
     code, ufunc = {"add": (kv.ADD, np.add), "mul": (kv.MUL, np.multiply)}[op]
     val = naive.TABLES["float16"]["val64"]
-    b = np.tile(ALL16, A_PER_SLICE)
-    out = np.empty(b.size, dtype=np.uint16)
-    per_chunk = 65536 // N_PAIR_CHUNKS
-    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
-        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
-        a = np.repeat(av, 65536)
+    for start, av, a, b, out in _pair_slices(chunk):
         with np.errstate(all="ignore"):
             want = ufunc(val[av][:, None], val[None, :]).astype(np.float16).view(np.uint16).ravel()
         nonfinite = bool(((want & 0x7FFF) >= 0x7C00).any())
@@ -81,12 +88,7 @@ def test_fp16_every_pair(op, chunk):
 def test_fp16_squared_difference_every_pair(chunk):
     """fp16(d * d) with d = fp16(a - b) (saturated first in saturation mode), against float64 rounded twice."""
     val = naive.TABLES["float16"]["val64"]
-    b = np.tile(ALL16, A_PER_SLICE)
-    out = np.empty(b.size, dtype=np.uint16)
-    per_chunk = 65536 // N_PAIR_CHUNKS
-    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
-        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
-        a = np.repeat(av, 65536)
+    for start, av, a, b, out in _pair_slices(chunk):
         with np.errstate(all="ignore"):
             d = (val[av][:, None] - val[None, :]).astype(np.float16).view(np.uint16).ravel()
         for overflow in (0, 1):

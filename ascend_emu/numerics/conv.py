@@ -1,0 +1,437 @@
+"""Convolutions on the cube unit: conv2d, depthwise conv2d and the two gradients of conv2d (NHWC).
+
+Each is the pipeline of :mod:`.cube_core` over an im2col geometry: the K order of a patch is fixed by
+``_k_offsets`` (NUMERICS.md section 3, ``conv_k_order``), padded pixels are +0, and the patches are packed
+straight into the kernels' layouts (``kernels/cube/conv.py``).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import memo as _memo
+from . import policy as config
+from .cube_core import (_Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
+                        _operand_values, _padded, _padded_input, _policy, _tiles, _transposed)
+from ..errors import AscendEmuError
+from ..kernels import alloc as _alloc
+from ..kernels import cube as _k
+from ..kernels import multicore as _km
+
+# im2col buffers are built in row chunks of at most this many bytes
+_IM2COL_BYTES = 16 << 20
+
+
+def _hw(value, what: str):
+    """(h, w) from an int, a 2-sequence or TF's 4-element NHWC list [1, h, w, 1]."""
+    try:
+        v = [int(t) for t in np.atleast_1d(np.asarray(value)).ravel()]
+    except (TypeError, ValueError):
+        raise AscendEmuError(f"{what} must be an int, (h, w) or [1, h, w, 1], got {value!r}") from None
+    if len(v) == 1:
+        v = v * 2
+    elif len(v) == 4:
+        if v[0] != 1 or v[3] != 1:
+            raise AscendEmuError(f"{what} {value!r}: batch and channel entries must be 1 (NHWC)")
+        v = v[1:3]
+    if len(v) != 2 or min(v) < 1:
+        raise AscendEmuError(f"{what} must be positive: an int, (h, w) or [1, h, w, 1], got {value!r}")
+    return v[0], v[1]
+
+
+def _pads(padding, H, W, KH, KW, sh, sw, dh, dw):
+    """((top, bottom), (left, right)) for SAME / VALID / explicit padding, as TensorFlow computes them."""
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode == "VALID":
+            return (0, 0), (0, 0)
+        if mode == "SAME":
+            def same(n, k, s, d):
+                total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+                return total // 2, total - total // 2  # the odd pixel goes to the bottom / right
+            return same(H, KH, sh, dh), same(W, KW, sw, dw)
+        raise AscendEmuError(f"unknown padding {padding!r}; choose one of: SAME, VALID, "
+                             "or explicit [[top, bottom], [left, right]]")
+    try:
+        p = np.asarray(padding, dtype=np.int64)
+    except (TypeError, ValueError):
+        p = None
+    if p is not None and p.size == 8:
+        p = p.reshape(4, 2)
+        if p[0].any() or p[3].any():
+            raise AscendEmuError(f"explicit padding {padding!r}: batch and channel pads must be 0 (NHWC)")
+        p = p[1:3]
+    elif p is not None and p.size == 4:
+        p = p.reshape(2, 2)
+    else:
+        p = None
+    if p is None or (p < 0).any():
+        raise AscendEmuError(f"padding {padding!r} must be SAME, VALID or non-negative explicit pads "
+                             "[[top, bottom], [left, right]] (or TF's 4x2 NHWC form)")
+    return (int(p[0, 0]), int(p[0, 1])), (int(p[1, 0]), int(p[1, 1]))
+
+
+def _conv_geometry(op, x, w, strides, padding, dilations):
+    if x.ndim != 4 or w.ndim != 4:
+        raise AscendEmuError(f"{op} needs a 4-D NHWC input and a 4-D filter, got x of shape {x.shape} "
+                             f"and w of shape {w.shape}")
+    if w.shape[2] != x.shape[3]:
+        raise AscendEmuError(f"{op}: filter in-channels differ from input channels: x of shape {x.shape} (NHWC) "
+                             f"and w of shape {w.shape}")
+    sh, sw = _hw(strides, "strides")
+    dh, dw = _hw(dilations, "dilations")
+    _, H, W, _ = x.shape
+    KH, KW = w.shape[:2]
+    (pt, pb), (pl, pr) = _pads(padding, H, W, KH, KW, sh, sw, dh, dw)
+    OH = (H + pt + pb - (KH - 1) * dh - 1) // sh + 1
+    OW = (W + pl + pr - (KW - 1) * dw - 1) // sw + 1
+    if OH <= 0 or OW <= 0 or KH == 0 or KW == 0:
+        raise AscendEmuError(f"{op}: the dilated filter of shape {w.shape} (dilations {(dh, dw)}) does not fit the "
+                             f"padded input of shape {x.shape} (padding {padding!r})")
+    return (sh, sw), (dh, dw), ((pt, pb), (pl, pr)), (OH, OW)
+
+
+def _forward_geometry(op, x, w, strides, padding, dilations):
+    """A forward convolution's operands as numeric arrays and its geometry: ``x, w, (sh, sw), (dh, dw),
+    pads, (OH, OW)``."""
+    x = _numeric(x, "x")
+    w = _numeric(w, "w")
+    return (x, w, *_conv_geometry(op, x, w, strides, padding, dilations))
+
+
+def _k_offsets(KH, KW, C, Wp, dh, dw, order: str) -> np.ndarray:
+    """For each K position of the model's order, the flat offset in the padded NHWC input of its
+    (kh, kw, c) term from the output pixel's corner (n, oh*sh, ow*sw, 0)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
+    off = (kh * dh * Wp + kw * dw) * C + c
+    if order == "c1hwc0":  # (cin // 16, kh, kw, cin % 16)
+        off = off.reshape(KH, KW, C // 16, 16).transpose(2, 0, 1, 3)
+    return np.ascontiguousarray(off.reshape(-1), dtype=np.uintp)
+
+
+def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
+    """The (KH, KW, C, Cout) filter as (K, Cout) rows in the same K order as _k_offsets."""
+    KH, KW, C, CO = w.shape
+    if order == "c1hwc0":
+        w = w.reshape(KH, KW, C // 16, 16, CO).transpose(2, 0, 1, 3, 4)
+    return np.ascontiguousarray(w.reshape(KH * KW * C, CO))
+
+
+def _conv_filter(w, pol: _Policy, Cp: int, kp: int, transposed: bool):
+    """(the filter as conv2d's kernels read it, the status of its rounding to the operand dtype):
+    (1, CO, kp) rows when ``transposed``, else (1, kp, CO), packed into slabs for the fast kernel.
+    Computed once per frozen filter array (a constant's cached cast: :mod:`.memo`)."""
+    def build():
+        KH, KW, C, CO = w.shape
+        wv, st = _operand_values(w, pol)
+        if Cp != C:
+            wv = np.pad(wv, ((0, 0), (0, 0), (0, Cp - C), (0, 0)))
+        wk = _filter_rows(wv, pol.model.conv_k_order)
+        if transposed:
+            return _padded(wk.T[None], 2, kp), st
+        W = _padded(wk[None], 1, kp)
+        if not pol.fast:
+            return W, st
+        Wp = _k.empty_slabs(_k.slab_shape(1, CO, kp))
+        _k.pack_b(W, Wp)
+        return Wp, st
+    return _memo.memo(w, ("conv2d filter", pol, Cp, kp, transposed), build)
+
+
+def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
+           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+    """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
+
+    Each output is one dot product over K = KH*KW*Cin in the order (kh, kw, cin), as an
+    im2col matrix times the filter reshaped to (K, Cout); padded pixels are +0. With
+    ``model=CubeModel(conv_k_order="c1hwc0")`` the order is NC1HWC0's (cin // 16, kh, kw,
+    cin % 16) over channels zero-padded to a multiple of 16.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    w : array_like (KH, KW, Cin, Cout)
+    strides, dilations : int, (h, w) or [1, h, w, 1]
+    padding : "SAME", "VALID", [[top, bottom], [left, right]] or TF's [[0, 0], [t, b], [l, r], [0, 0]]
+        SAME puts the odd padding pixel at the bottom / right, as TensorFlow does.
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x, w, (sh, sw), (dh, dw), pads, (OH, OW) = _forward_geometry("conv2d", x, w, strides, padding, dilations)
+    N = x.shape[0]
+    KH, KW, C, CO = w.shape
+    out_shape = (N, OH, OW, CO)
+    biasv = _bias_vector(bias, CO, out_shape)
+    order = pol.model.conv_k_order
+    Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
+    K = KH * KW * Cp
+    kp = _kp(K)
+    R = N * OH * OW
+    acc = _alloc.empty((R, CO), np.float32)
+    zero = np.zeros(1, dtype=np.int64)
+    transposed = _transposed(R, CO)
+    step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
+    chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
+    rows = min(chunk, R)
+    wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
+    if transposed:
+        WT = wprep
+        out_buf = _alloc.empty(CO * rows, np.float32)
+    elif pol.fast:
+        Wp = wprep   # packed once for every row chunk
+        tiles = _tiles()
+    else:
+        W = wprep
+    if transposed and pol.fast:
+        slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
+        tiles = _tiles()
+    else:
+        cols_buf = _alloc.empty(rows * kp, np.float32)
+    for r0 in range(0, R, chunk):
+        n = min(R, r0 + chunk) - r0
+        if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
+            outT = out_buf[:CO * n].reshape(1, CO, n)
+            if pol.fast:  # built directly in the kernel's packed slab layout
+                Bp = slabs[:, :-(-n // _k.NC)]
+                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
+                mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
+                _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
+            else:
+                colsT = cols_buf[:kp * n].reshape(1, kp, n)
+                _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])
+                _accumulate(WT, colsT, zero, zero, biasv, True, outT, K, pol)
+            acc[r0:r0 + n] = outT[0].T
+        else:
+            cols = cols_buf[:kp * n].reshape(1, n, kp)
+            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
+            if pol.fast:   # _accumulate's fast branch with B packed once
+                out = acc[None, r0:r0 + n]
+                mc = _k.row_block(n, Wp.shape[1], numba.get_num_threads())
+                _k.matmul_tree16(cols, Wp, biasv, False, zero, zero, out, tiles, pol.exact_products, mc)
+            else:
+                _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sx | sw_ | sf
+
+
+def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
+                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+    """Depthwise 2-D convolution on the emulated cube unit (TF DepthwiseConv2dNative).
+
+    Output channel ``c * multiplier + m`` is the dot product over K = KH*KW taps, in the
+    order (kh, kw), of input channel c with ``w[:, :, c, m]``; same block model as matmul.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    w : array_like (KH, KW, Cin, multiplier)
+    strides, dilations, padding : as :func:`conv2d`.
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x, w, (sh, sw), (dh, dw), pads, (OH, OW) = _forward_geometry("depthwise_conv2d", x, w, strides, padding, dilations)
+    N = x.shape[0]
+    KH, KW, C, mult = w.shape
+    out_shape = (N, OH, OW, C * mult)
+    wv, sw_ = _operand_values(w, pol)
+    biasv = _bias_vector(bias, C * mult, out_shape)
+    K = KH * KW
+    kp = _kp(K)
+    CM = C * mult
+    R = N * OH * OW
+    if pol.fast:  # channels as the vector lanes; one extra bottom row of +0 pixels feeds the padding taps
+        xp, sx = _padded_input(x, pol, ((0, 0), (pads[0][0], pads[0][1] + 1), pads[1], (0, 0)))
+        wf = _padded(wv.reshape(K, CM), 0, kp)
+        acc = _alloc.empty(out_shape, np.float32)
+        _k.depthwise_tree16(xp, wf, mult, biasv, acc, sh, sw, dh, dw, KH, KW)
+    else:  # one (1 x K) @ (K x pixels) product per output channel c*mult + m
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
+        WT = _padded(wv.reshape(K, CM).T.reshape(CM, 1, K), 2, kp)
+        ia = np.arange(CM, dtype=np.int64)
+        ib = ia // mult
+        bias_t = np.ascontiguousarray(biasv.reshape(CM, 1))
+        acc = _alloc.empty((R, CM), np.float32)
+        chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1) * max(C, 1))) // _k.NC * _k.NC)
+        for r0 in range(0, R, chunk):
+            n = min(R, r0 + chunk) - r0
+            cols = _alloc.empty((C, kp, n), np.float32)
+            _k.dw_im2col_t(xp, KH, KW, sh, sw, dh, dw, OH, OW, r0, cols)
+            outT = _alloc.empty((CM, 1, n), np.float32)
+            _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
+            acc[r0:r0 + n] = outT[:, 0, :].T
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sx | sw_ | sf
+
+
+def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1),
+                           operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                           model=None, multicore=None):
+    """Weight gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropFilter, NHWC).
+
+    ``dw = im2col(x)^T @ dy`` as one matmul: ``dw[kh, kw, c, co]`` is the dot product over K = N*OH*OW
+    output pixels in (n, oh, ow) order of the input under tap (kh, kw) with ``dy[..., co]``; pixels of
+    the padding are +0. ``multicore`` may split K over the cube cores by whole samples.
+
+    Parameters
+    ----------
+    x : array_like (N, H, W, Cin)
+    dy : array_like (N, OH, OW, Cout)
+    kernel_size : (KH, KW)
+    strides, dilations : (h, w)
+    pads : ((top, bottom), (left, right)) as the forward convolution padded x
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    x = _numeric(x, "x")
+    dy = _numeric(dy, "dy")
+    KH, KW = (int(k) for k in kernel_size)
+    (sh, sw), (dh, dw) = strides, dilations
+    N, H, W, C = x.shape
+    _, OH, OW, CO = dy.shape
+    R, Kc = N * OH * OW, KH * KW * C
+    out_shape = (KH, KW, C, CO)
+    # x's conversion status is the OR over the whole input, and equals that of the patches only when
+    # converting cannot raise one (a widening, or fp32 operands): else the generic matmul of the patches
+    direct = pol.fast and (pol.operand == "float32" or x.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+        taps = [xp[:, i * dh:i * dh + (OH - 1) * sh + 1:sh, j * dw:j * dw + (OW - 1) * sw + 1:sw, :]
+                for i in range(KH) for j in range(KW)]
+        cols = np.stack(taps, axis=3).reshape(R, Kc)  # rows (n, oh, ow), columns (kh, kw, cin)
+        zero = np.zeros(1, dtype=np.int64)
+        return _batched(cols.T[None], dy.reshape(1, R, CO), zero, zero, None, pol, out_shape, multicore, N)
+    xv, _ = _operand_values(x, pol)
+    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+    koff = _k_offsets(KH, KW, C, xp.shape[2], dh, dw, "hwc")
+    dyv, sd = _operand_values(dy.reshape(R, CO), pol)
+    bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
+    if bounds is None:
+        bounds = np.array([0, R], dtype=np.int64)
+    tiles = _tiles()
+    zero = np.zeros(1, dtype=np.int64)
+    bias = np.zeros((1, Kc), dtype=np.float32)
+    parts = np.empty((len(bounds) - 1, CO * Kc), dtype=np.float32)
+    for c in range(len(bounds) - 1):  # dw^T = dy^T @ im2col(x): the taps x channels as the kernel's columns
+        r0, r1 = int(bounds[c]), int(bounds[c + 1])
+        kp = _kp(r1 - r0)
+        a = _alloc.empty((1, CO, kp), np.float32)
+        _k.rows_transposed(dyv, r0, r1 - r0, a[0])
+        bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
+        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
+        mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
+    if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
+        acc = np.empty(CO * Kc, dtype=np.float32)
+        _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
+    else:
+        acc = parts[0]
+    out, sf = _finish(acc.reshape(CO, Kc), pol)
+    return np.ascontiguousarray(out.T).reshape(out_shape), sd | sf
+
+
+def zero_inserted(dy, sh: int, sw: int, pads_h, pads_w) -> np.ndarray:
+    """``dy`` (N, OH, OW, C) with ``s - 1`` zeros inserted between pixels and padded by
+    ``pads`` (negative pads crop): the input of the transposed convolution."""
+    n, oh, ow, c = dy.shape
+    (t, b), (l, r) = pads_h, pads_w
+    hz, wz = (oh - 1) * sh + 1, (ow - 1) * sw + 1
+    big = np.zeros((n, max(t, 0) + hz + max(b, 0), max(l, 0) + wz + max(r, 0), c), dtype=dy.dtype)
+    big[:, max(t, 0):max(t, 0) + hz:sh, max(l, 0):max(l, 0) + wz:sw, :] = dy
+    return np.ascontiguousarray(big[:, max(-t, 0):big.shape[1] - max(-b, 0), max(-l, 0):big.shape[2] - max(-r, 0), :])
+
+
+def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1), bias=None,
+                          operand_dtype="float16", out_dtype="float16", overflow_mode="inf_nan", subnormals="keep",
+                          model=None):
+    """Input gradient of a 2-D convolution on the emulated cube unit (TF Conv2DBackpropInput, NHWC).
+
+    ``dx`` is the VALID stride-1 :func:`conv2d` (dilations as the forward convolution's) of ``dz`` (``dy`` with
+    ``stride - 1`` zeros between pixels, padded by ``pads``, negative pads cropping: :func:`zero_inserted`)
+    with the filter rotated by 180 degrees, its in and out channels swapped; K = KH*KW*Cout in the
+    CubeModel's conv order. The default model packs dz's patches from dy directly, never building dz.
+
+    Parameters
+    ----------
+    dy : array_like (N, OH, OW, Cout)
+    w : array_like (KH, KW, Cin, Cout), the forward filter
+    strides, dilations : (h, w) of the forward convolution
+    pads : ((top, bottom), (left, right)) of dz around the zero-inserted dy
+    """
+    pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
+    dy = _numeric(dy, "dy")
+    w = _numeric(w, "w")
+    (sh, sw), (dh, dw) = strides, dilations
+    w_rot = w[::-1, ::-1].transpose(0, 1, 3, 2)
+    # dy's conversion status is the OR over all of dy, which equals dz's only when converting cannot
+    # raise one (negative pads crop dy): else conv2d of the zero-inserted dy itself
+    direct = pol.fast and (pol.operand == "float32" or dy.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if not direct:
+        dz = zero_inserted(dy, sh, sw, pads[0], pads[1])
+        return conv2d(dz, w_rot, strides=(1, 1), padding="VALID", dilations=(dh, dw), bias=bias,
+                      operand_dtype=operand_dtype, out_dtype=out_dtype, overflow_mode=overflow_mode,
+                      subnormals=subnormals, model=model)
+    N, OH, OW, CO = dy.shape
+    KH, KW, CI, _ = w.shape
+    (t, b), (lp, rp) = pads
+    H = t + (OH - 1) * sh + 1 + b - (KH - 1) * dh
+    W = lp + (OW - 1) * sw + 1 + rp - (KW - 1) * dw
+    out_shape = (N, H, W, CI)
+    dyv, sd = _operand_values(dy, pol)
+    wv, sw_ = _operand_values(np.ascontiguousarray(w_rot), pol)
+    biasv = _bias_vector(bias, CI, out_shape)
+    dyp = np.ascontiguousarray(dyv.transpose(0, 3, 1, 2))  # planar: each channel's rows contiguous
+    order = pol.model.conv_k_order
+    Cp = CO if order == "hwc" else -(-CO // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
+    tap, ch = kh * KW + kw, c
+    if order == "c1hwc0":  # (c // 16, kh, kw, c % 16)
+        tap, ch = (v.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3) for v in (tap, ch))
+    ktap = np.where(ch < CO, tap, -1).reshape(-1).astype(np.int64)
+    kch = np.ascontiguousarray(ch.reshape(-1), dtype=np.int64)
+    K = KH * KW * Cp
+    kp = _kp(K)
+    WT = _padded(_filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - CO), (0, 0))), order).T[None], 2, kp)
+    accT = _alloc.empty((1, CI, N * H * W), np.float32)
+    tiles = _tiles()
+    if (sh > 1 or sw > 1) and bias is None and np.isfinite(wv).all():
+        # One product per class of pixels (y mod sh, x mod sw), without the K blocks that read only the
+        # zeros between dy's pixels for that class. Exact: such a block's products are signed zeros
+        # (finite filter), their tree sum is a signed zero, and adding one changes no accumulator:
+        # starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
+        ktap_p = np.concatenate([ktap, np.full(kp - K, -1, dtype=np.int64)])
+        kch_p = np.concatenate([kch, np.zeros(kp - K, dtype=np.int64)])
+        out4 = accT.reshape(CI, N, H, W)
+        for ry in range(sh):
+            for rx in range(sw):
+                Hc, Wc = len(range(ry, H, sh)), len(range(rx, W, sw))
+                if Hc == 0 or Wc == 0:
+                    continue
+                on = np.zeros(KH * KW, dtype=bool)
+                on[:] = [((ry + a * dh - t) % sh == 0) and ((rx + b_ * dw - lp) % sw == 0)
+                         for a in range(KH) for b_ in range(KW)]
+                keep = np.repeat(((ktap_p >= 0) & on[np.maximum(ktap_p, 0)]).reshape(-1, 16).any(axis=1), 16)
+                outc = _alloc.empty((1, CI, N * Hc * Wc), np.float32)
+                _backprop_input_product(dyp, ktap_p[keep], kch_p[keep], np.ascontiguousarray(WT[:, :, keep]), biasv,
+                                        (KW, dh, dw, sh, sw, t, lp), (ry, rx, sh, sw, Hc, Wc), outc, tiles, pol)
+                out4[:, :, ry::sh, rx::sw] = outc.reshape(CI, N, Hc, Wc)
+    else:
+        _backprop_input_product(dyp, ktap, kch, WT, biasv, (KW, dh, dw, sh, sw, t, lp), (0, 0, 1, 1, H, W), accT,
+                                tiles, pol)
+    out, sf = _finish(accT, pol)
+    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
+
+
+def _backprop_input_product(dyp, ktap, kch, WT, biasv, geometry, grid, outT, tiles, pol: _Policy) -> None:
+    """outT[0, :, p] = WT @ (dz's patch of pixel p of the grid (oy + sy*i, ox + sx*m), K entries ktap/kch),
+    in chunks of pixels packed by dx_patches_packed into one reused slab buffer."""
+    R = outT.shape[2]
+    kp = WT.shape[2]
+    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
+    slabs = _k.empty_slabs(_k.slab_shape(1, min(chunk, R), kp))
+    zero = np.zeros(1, dtype=np.int64)
+    H, W = grid[4:]
+    for r0 in range(0, R, chunk):
+        n = min(R, r0 + chunk) - r0
+        Bp = slabs[:, :-(-n // _k.NC)]
+        _k.dx_patches_packed(dyp, ktap, kch, *geometry, *grid, r0, n, Bp)
+        mc = _k.row_block(WT.shape[1], Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)

@@ -1,0 +1,254 @@
+"""The cube unit's pipeline, shared by its four geometries (:mod:`.cube`: matmul and batch matmul;
+:mod:`.conv`: the convolutions and their gradients).
+
+Operands rounded to the operand dtype, multiplied exactly, accumulated in fp32 in K-blocks as ``CubeModel``
+says from the bias (L0C initialised with it) or +0, the multi-core split of NUMERICS.md section 11, and one
+conversion of the fp32 accumulator to the output dtype by the Fixpipe stage (NUMERICS.md section 3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from . import policy as config
+from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
+from ..errors import AscendEmuError
+from ..kernels import alloc as _alloc
+from ..kernels import cube as _k
+from ..kernels import multicore as _km
+from .vector import flush_f32_subnormals
+
+# The kernels vectorise over output columns; with fewer columns than this and more rows they
+# compute C^T = B^T A^T instead (the same products summed in the same k order: the same bits).
+# Below _FEW_COLS columns the transposition of A costs more than the short column loops.
+_MIN_COLS = 256
+_FEW_COLS = 8
+
+
+def _transposed(M: int, N: int) -> bool:
+    return _FEW_COLS <= N < _MIN_COLS and M > N
+
+
+@dataclass(frozen=True)
+class _Policy:
+    operand: str
+    out: str
+    overflow: int
+    subnormal: int
+    model: CubeModel
+
+    @property
+    def fast(self) -> bool:
+        return self.model.block_sum == "tree" and self.model.block_size == 16
+
+    @property
+    def exact_products(self) -> bool:
+        # fp16 x fp16 has 22 significant bits and |ab| in [2**-48, 2**32): exact and finite in fp32,
+        # so the fast kernel may fuse the tree's first level into FMAs (same bits); bf16 products
+        # can overflow or underflow fp32 and fp32 products round, so those keep the plain tree
+        return self.operand == "float16"
+
+
+def _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model) -> _Policy:
+    operand = config.dtype_name(config.compute_dtype(operand_dtype))
+    out = config.dtype_name(config.compute_dtype(out_dtype))
+    if model is None:
+        model = DEFAULT_CUBE_MODEL
+    if not isinstance(model, CubeModel):
+        raise AscendEmuError(f"model must be an ascend_emu.CubeModel or None, got {type(model).__name__}")
+    if model.block_sum == "aligned":
+        # the exact block sum lives in an int64: (block_size + 1) terms of 24 + extra_bits bits
+        need = 24 + model.extra_bits + int(model.block_size + 1).bit_length()
+        if need > 62:
+            raise AscendEmuError(
+                f"CubeModel(block_sum='aligned', block_size={model.block_size}, extra_bits={model.extra_bits}) "
+                f"needs a {need}-bit exact sum; lower block_size or extra_bits so that "
+                f"24 + extra_bits + bit_length(block_size + 1) <= 62")
+    return _Policy(operand, out, config.overflow_code(overflow_mode), config.subnormal_code(subnormals), model)
+
+
+def _numeric(x, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise AscendEmuError(f"{what} is not a numeric array ({e}); pass a float array") from None
+    if arr.dtype.kind not in "fiub" and arr.dtype != config.bfloat16:
+        raise AscendEmuError(f"{what} has dtype {arr.dtype}, not a real number type; pass a float array")
+    return arr
+
+
+def _operand_values(x: np.ndarray, pol: _Policy):
+    """(float32 array of x rounded to the operand dtype, status) -- the values the cube multiplies."""
+    if pol.operand == "float32":
+        v = np.array(x, dtype=np.float32, order="C")  # float64 rounds to nearest even
+        if pol.subnormal == config.SUBNORMAL_MODES["flush"]:
+            flush_f32_subnormals(v)
+        return v, 0
+    target = config.COMPUTE_DTYPES[pol.operand]
+    bf16 = pol.operand == "bfloat16"
+    out = _alloc.empty(x.shape, np.float32)
+    status = 0
+    if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
+        bits = np.ascontiguousarray(x).view(np.uint16)
+        _k.widen_operands(bits.reshape(-1), out.reshape(-1).view(np.uint32), bf16,
+                          pol.subnormal == config.SUBNORMAL_MODES["flush"])
+    elif x.dtype == np.float32:
+        status = _k.round_f32_operands(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), bf16, pol.overflow,
+                                       pol.subnormal)
+    else:  # float64, the other 16-bit float, integers: exact in float64, then one rounding
+        status = _k.round_f64_operands(np.ascontiguousarray(x, dtype=np.float64).reshape(-1), out.reshape(-1), bf16,
+                                       pol.overflow, pol.subnormal)
+    return out, int(status)
+
+
+def _padded_input(x: np.ndarray, pol: _Policy, pads):
+    """(x's operand values zero-padded by ``pads``, one (before, after) pair per NHWC axis, status).
+    A 16-bit x already in the operand dtype is widened straight into the padded buffer."""
+    pad = any(map(any, pads))
+    if pad and pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
+        out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint32)
+        _k.widen_padded(np.ascontiguousarray(x).view(np.uint16), out, pads[1][0], pads[2][0],
+                        pol.operand == "bfloat16", pol.subnormal)
+        return out.view(np.float32), 0
+    xv, st = _operand_values(x, pol)
+    return (np.pad(xv, pads) if pad else xv), st   # (unpadded: xv is the operands' own buffer)
+
+
+def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:
+    """v with zeros appended along axis up to length kp (the partial last block's +0 products)."""
+    k = v.shape[axis]
+    if k == kp:
+        return np.ascontiguousarray(v)
+    shape = list(v.shape)
+    shape[axis] = kp
+    out = np.zeros(shape, dtype=np.float32)
+    idx = [slice(None)] * v.ndim
+    idx[axis] = slice(0, k)
+    out[tuple(idx)] = v
+    return out
+
+
+def _bias_vector(bias, n: int, out_shape) -> np.ndarray:
+    """The bias as a (1, n) float32 row (the kernels take one row, or one row per batch)."""
+    if bias is None:
+        return np.zeros((1, n), dtype=np.float32)  # L0C starts from +0
+    b = _numeric(bias, "bias")
+    if b.shape != (n,):
+        raise AscendEmuError(f"bias has shape {b.shape}, expected ({n},) for an output of shape {tuple(out_shape)}")
+    return np.array(b, dtype=np.float32, order="C").reshape(1, n)
+
+
+def _kp(k: int) -> int:
+    return -(-k // 16) * 16
+
+
+def _tiles() -> np.ndarray:
+    """The fast kernel's accumulator tiles, one per Numba thread (allocated by the caller: a tile
+    malloc'ed per work item inside the parallel loop ran up to 2x slower, depending on malloc's state)."""
+    return _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
+
+
+def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
+    """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
+    m = pol.model
+    if pol.fast:
+        Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
+        _k.pack_b(B, Bp)
+        mc = _k.row_block(out.shape[1], out.shape[0] * Bp.shape[1], numba.get_num_threads())
+        _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products, mc)
+    else:
+        _k.matmul_blocked(A, B, bias, bias_rows, ia, ib, out, K, m.block_size, BLOCK_SUMS.index(m.block_sum),
+                          m.extra_bits, NORMALIZE.index(m.normalize))
+
+
+def _finish(acc: np.ndarray, pol: _Policy):
+    """Fixpipe: fp32 accumulator -> output dtype; returns (array, status)."""
+    sat = pol.overflow == config.OVERFLOW_MODES["saturation"]
+    if pol.out == "float32":
+        st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
+        return acc, int(st)
+    bits = _alloc.empty(acc.shape, np.uint16)
+    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal)
+    return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
+
+
+def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int) -> np.ndarray:
+    """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order."""
+    kp = _kp(K)
+    if _transposed(M, N):
+        accT = _alloc.empty((len(ia), N, M), np.float32)
+        _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
+                    True, accT, K, pol)
+        return np.ascontiguousarray(accT.transpose(0, 2, 1))
+    acc = _alloc.empty((len(ia), M, N), np.float32)
+    _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
+    return acc
+
+
+def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm) -> np.ndarray:
+    """Split-K over cores (NUMERICS.md section 11): core c accumulates K range bounds[c]:bounds[c+1] from
+    +0 (the bias goes to the first range's core), and the fp32 partials are added to the cleared output
+    in the order ``perm``."""
+    parts = np.empty((len(bounds) - 1, len(ia) * M * N), dtype=np.float32)
+    zero = np.zeros_like(biasv)
+    for c in range(len(bounds) - 1):
+        k0, k1 = int(bounds[c]), int(bounds[c + 1])
+        a_c = np.ascontiguousarray(av[:, :, k0:k1])
+        b_c = np.ascontiguousarray(bv[:, k0:k1, :])
+        parts[c] = _acc(a_c, b_c, ia, ib, biasv if c == 0 else zero, pol, M, N, k1 - k0).reshape(-1)
+    acc = np.empty(len(ia) * M * N, dtype=np.float32)
+    _km.combine_f32(parts, np.ascontiguousarray(perm, dtype=np.int64), acc)
+    return acc.reshape(len(ia), M, N)
+
+
+def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None):
+    """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
+
+    ``multicore`` (a non-deterministic :class:`~ascend_emu.numerics.multicore.Launch`) may split K over
+    cores: by whole samples when ``samples`` says K holds that many samples' terms, else split-K."""
+    _, M, K = a3.shape
+    N = b3.shape[2]
+    av, sa = _operand_values(a3, pol)
+    bv, sb = _operand_values(b3, pol)
+    biasv = _bias_vector(bias, N, out_shape)
+    ia = np.ascontiguousarray(ia, dtype=np.int64)
+    ib = np.ascontiguousarray(ib, dtype=np.int64)
+    bounds = None
+    if multicore is not None:
+        bounds = (multicore.batch_bounds(samples, K // samples) if samples
+                  else multicore.splitk_bounds(len(ia), M, N, K))
+    if bounds is not None:
+        acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
+    else:
+        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K)
+    out, sf = _finish(acc, pol)
+    return out.reshape(out_shape), sa | sb | sf
+
+
+_KW_DOC = """
+    bias : array_like of shape (N,), optional
+        fp32 bias; L0C is initialised with it before the K accumulation (+0 without one).
+    operand_dtype : {"float16", "bfloat16", "float32"}
+        Operands not already of this dtype are rounded to it (nearest even) and that
+        conversion's status is ORed in. "float32" is the plain fp32 cube path (fp32
+        products rounded to fp32, same block order).
+    out_dtype : {"float16", "bfloat16", "float32"}
+        The Fixpipe output dtype; 16-bit outputs are rounded to nearest even.
+    overflow_mode : {"inf_nan", "saturation"}
+        IEEE Inf/NaN, or saturation: a non-finite accumulator becomes +-FLT_MAX (NaN -> 0)
+        and conversions clamp to the largest finite value.
+    subnormals : {"keep", "flush"}
+        "flush" turns subnormal operands and subnormal outputs into signed zeros.
+    model : CubeModel, optional
+        The block accumulation model (default ``CubeModel()``: blocks of 16, adder tree).
+    multicore : :class:`ascend_emu.numerics.multicore.Launch`, optional (matmul, batch_matmul)
+        A non-deterministic launch: a small output with a long K is split over cores (split-K),
+        the fp32 partials added in a drawn order (NUMERICS.md section 11). None: K in order.
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        The result in ``out_dtype`` and the status bits raised (0 when nothing overflowed).
+"""
