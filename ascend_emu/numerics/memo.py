@@ -12,7 +12,9 @@ writeable array is never memoized (its result is computed every time, as before)
 returned the result of a constant since changed in place would be wrong bits. Entries are keyed
 by the array's identity and die with it (a weak reference), so a new array at the same address
 never meets an old entry. The library freezes what it owns and nobody else holds: the constants
-the fusion passes fold and the memoized results themselves.
+the fusion passes fold and the memoized results themselves. What this cannot see: an array made
+writeable, changed and frozen again between two calls keeps its old entries (the library never does
+that to the arrays it freezes; a memo call that finds the array writeable drops them).
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ def memo(a: np.ndarray, key, build):
     ``key`` must name everything besides ``a``'s bits that the result depends on. Results that are
     arrays are frozen, so no consumer can change a cached result in place."""
     if not frozen(a):
+        entry = _ENTRIES.get(id(a))
+        if entry is not None and entry[0]() is a:
+            _ENTRIES.pop(id(a), None)   # it may change now: its old results must not come back
         return build()
     key = (key, a.dtype, a.shape, a.strides)   # attributes numpy lets one set in place
     ident = id(a)

@@ -133,6 +133,12 @@ def test_memo_keys_arrays_by_identity_and_only_frozen_ones():
     a.shape = (2, 2)                                      # a changed shape is part of the key
     memo.memo(a, "k", build)
     assert len(calls) == 5
+    a.flags.writeable = True                              # seen writeable: its entries are dropped,
+    memo.memo(a, "k", build)                              # so a change now and a second freeze
+    a[0, 0] = 5.0                                         # cannot bring an old result back
+    memo.freeze(a)
+    memo.memo(a, "k", build)
+    assert len(calls) == 7
     ident = id(a)
     del a                                                 # the entry dies with its array
     assert ident not in memo._ENTRIES
