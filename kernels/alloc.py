@@ -48,7 +48,9 @@ def _trim(keep) -> None:
 
 
 def _buffer(nbytes: int) -> np.ndarray:
-    """A free buffer of nbytes to 2 * nbytes (the smallest), or a new one, prefaulted."""
+    """The first nbytes of a free buffer of nbytes to 2 * nbytes (the smallest), or of a new one, prefaulted.
+    The view is made under the lock, so no other thread can take the buffer between the check and the use;
+    a reused buffer is made writeable again (a read-only result of ``numerics.memo`` may have viewed it)."""
     with _lock:
         best = None
         k = nbytes.bit_length()
@@ -58,7 +60,8 @@ def _buffer(nbytes: int) -> np.ndarray:
                 if nbytes <= size <= 2 * nbytes and (best is None or size < best.size) and _free(bucket[i]):
                     best = bucket[i]
         if best is not None:
-            return best
+            best.flags.writeable = True
+            return best[:nbytes]
         buf = np.empty(nbytes, np.uint8)
         buf[::_PAGE] = 0
         _buffers.setdefault(k, []).append(buf)
@@ -66,7 +69,7 @@ def _buffer(nbytes: int) -> np.ndarray:
         if _made[0] > _FREE_BYTES // 4:
             _made[0] = 0
             _trim(buf)
-        return buf
+        return buf[:nbytes]
 
 
 def empty(shape, dtype) -> np.ndarray:
@@ -76,4 +79,4 @@ def empty(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
     if nbytes < _PREFAULT_BYTES:
         return np.empty(shape, dt)
-    return _buffer(nbytes)[:nbytes].view(dt).reshape(shape)
+    return _buffer(nbytes).view(dt).reshape(shape)

@@ -51,3 +51,27 @@ def test_free_buffers_beyond_the_limit_are_let_go(monkeypatch):
     alloc._trim(None)
     assert _free_bytes() <= 8 * MB
     assert any(b[i] is held.base for b in alloc._buffers.values() for i in range(len(b)))
+
+
+def test_a_buffer_frozen_by_memo_is_writeable_when_reused():
+    """numerics.memo freezes a result and the arrays it views, a pooled buffer among them; once the result
+    is gone the buffer is handed out again, writeable (a kernel writing to it must not meet a read-only
+    array: found in a float32 MobileNetV2 replay after a memoized conv filter died)."""
+    from ascend_emu.numerics import memo
+
+    nbytes = 3 << 20
+
+    def root(x):
+        while x.base is not None:
+            x = x.base
+        return x
+
+    a = alloc.empty(nbytes // 4, np.float32)
+    memo.freeze(a)
+    assert not root(a).flags.writeable
+    ident = id(root(a))
+    del a
+    b = alloc.empty(nbytes // 4, np.float32)
+    assert id(root(b)) == ident               # the same buffer, handed out again
+    assert b.flags.writeable
+    b[:] = 1.0
