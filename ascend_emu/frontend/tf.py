@@ -89,8 +89,8 @@ def _tensor(proto) -> np.ndarray:
 
 
 #: AttrValue field -> its plain Python value (the same fields inside an AttrValue's ``list``)
-_ATTR_KINDS = (("s", _string), ("i", int), ("f", float), ("b", bool), ("type", dtype_name), ("shape", _shape),
-               ("tensor", _tensor), ("func", lambda f: f.name))
+_ATTR_KINDS = {"s": _string, "i": int, "f": float, "b": bool, "type": dtype_name, "shape": _shape,
+               "tensor": _tensor, "func": lambda f: f.name}
 
 
 def decode_attr(value) -> Any:
@@ -99,16 +99,15 @@ def decode_attr(value) -> Any:
     if kind is None:
         return None
     if kind == "list":
-        for kind_name, conv in _ATTR_KINDS:
+        for kind_name, conv in _ATTR_KINDS.items():
             items = getattr(value.list, kind_name)
             if len(items):
                 return [conv(x) for x in items]
         return []
     if kind == "placeholder":
         return value.placeholder
-    for kind_name, conv in _ATTR_KINDS:
-        if kind == kind_name:
-            return conv(getattr(value, kind))
+    if kind in _ATTR_KINDS:
+        return _ATTR_KINDS[kind](getattr(value, kind))
     raise AscendEmuError(f"unsupported attribute kind {kind!r}")  # pragma: no cover
 
 

@@ -64,15 +64,28 @@ def to64(x) -> np.ndarray:
 
 
 
-def widen(ctx, x) -> np.ndarray:
-    """``x`` as the float32 the vector unit computes on: fp16/bf16 widen exactly; under
-    ``subnormals="flush"`` subnormal inputs read as signed zeros."""
-    from ..numerics.vector import cast, flush_f32_subnormals
+#: the 16-bit float dtypes
+HALF = (np.dtype(np.float16), np.dtype(bfloat16))
+
+
+def to_f32(x, copy: bool = False) -> np.ndarray:
+    """``x`` as float32, exactly for fp16/bf16 (the kernels' CAST_NONE): 16-bit floats through the cast
+    kernel, which gives numpy's bits (NaN payloads included) without numpy's software fp16 conversion (always
+    a new array); other dtypes by numpy (a float32 array itself unless ``copy``)."""
+    from ..numerics.vector import cast
 
     x = np.asarray(x)
-    # 16-bit floats through the cast kernel: numpy's bits (NaN payloads included), without numpy's software
-    # fp16 conversion
-    w = cast(x, "float32")[0] if x.dtype in (np.float16, bfloat16) else np.array(x, dtype=np.float32)
+    if x.dtype in HALF:
+        return cast(x, "float32")[0]
+    return np.array(x, dtype=np.float32) if copy else np.asarray(x, dtype=np.float32)
+
+
+def widen(ctx, x) -> np.ndarray:
+    """``x`` as the float32 the vector unit computes on (a new array): fp16/bf16 widen exactly; under
+    ``subnormals="flush"`` subnormal inputs read as signed zeros."""
+    from ..numerics.vector import flush_f32_subnormals
+
+    w = to_f32(x, copy=True)
     if ctx.subnormals == "flush":
         flush_f32_subnormals(w)
     return w

@@ -25,10 +25,9 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from . import nn_ops, sourced
-from ._util import finish, is_float, sum_f32, to64, widen
+from ._util import finish, is_float, sum_f32, to64, to_f32, widen
 from .math_ops import vec
 from ..graph.core import dtype_name as _dtype_name
-from ..numerics.vector import cast
 from .registry import CUBE, OPS, VECTOR, OpContext, register
 
 
@@ -44,12 +43,7 @@ def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
 def _f32(x):
     """A float operand of a float32 chain as float32: fp16/bf16 widen exactly (by the cast kernel, which
     gives numpy's bits, NaN payloads included, at memory speed; numpy converts fp16 in software)."""
-    if not is_float(x):
-        return x
-    x = np.asarray(x)
-    if x.dtype.itemsize == 2:
-        return cast(x, "float32")[0]
-    return np.asarray(x, dtype=np.float32)
+    return to_f32(x) if is_float(x) else x
 
 
 def _relu_f32(x, out=None):

@@ -10,15 +10,12 @@ kernels); the ops call these only when it is not ``exact``.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from ..numerics.vector import cast, reduce
-from ._util import finish
+from ._util import HALF, finish, to_f32
 from .math_ops import vec
 from .registry import OpContext
-
-_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _f32ctx(ctx: OpContext) -> OpContext:
@@ -26,15 +23,6 @@ def _f32ctx(ctx: OpContext) -> OpContext:
     return OpContext(dtype="float32", cube_out="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
                      cube_model=ctx.cube_model, impl_mode=ctx.impl_mode, reduce_accumulate=ctx.reduce_accumulate,
                      op_model=ctx.op_model)
-
-
-def _wide(x) -> np.ndarray:
-    """fp16/bf16 -> float32, exact (the kernels' CAST_NONE): through the cast kernel, which gives numpy's
-    bits (NaN payloads included) without numpy's software fp16 conversion."""
-    x = np.asarray(x)
-    if x.dtype in _HALF:
-        return cast(x, "float32")[0]
-    return x.astype(np.float32)
 
 
 def _max(x, w, axis) -> np.ndarray:
@@ -64,14 +52,14 @@ def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     """
     c32 = _f32ctx(ctx)
     x = np.asarray(x)
-    w = _wide(x)
+    w = to_f32(x)
     with np.errstate(invalid="ignore"):
         # exact in any dtype; NaN propagates
-        m = _max(x, w, axis) if x.dtype in _HALF else np.max(x, axis=axis, keepdims=True)
+        m = _max(x, w, axis) if x.dtype in HALF else np.max(x, axis=axis, keepdims=True)
     if ctx.op_model == "ascendc":
-        d = vec(c32, "sub", w, _wide(m))
+        d = vec(c32, "sub", w, to_f32(m))
     else:
-        d = _wide(vec(ctx, "sub", x, m))
+        d = to_f32(vec(ctx, "sub", x, m))
     e = vec(c32, "exp", d)
     y = vec(c32, "realdiv", e, _sum(c32, e, axis))
     ctx.record(c32.status)
@@ -87,7 +75,7 @@ def layer_norm(ctx: OpContext, x, gamma, beta, epsilon: float, axes) -> np.ndarr
     1 / sqrt(var + eps) and casts a bfloat16 result with CAST_ROUND.
     """
     c32 = _f32ctx(ctx)
-    x32 = _wide(x)
+    x32 = to_f32(x)
     n = int(np.prod([x32.shape[a] for a in axes], dtype=np.int64))
     cof = np.float32(np.float32(1.0) / np.float32(n)) if ctx.op_model == "ascendc" else np.float32(1.0 / n)
     mean = _sum(c32, vec(c32, "mul", x32, cof), axes)
@@ -100,9 +88,9 @@ def layer_norm(ctx: OpContext, x, gamma, beta, epsilon: float, axes) -> np.ndarr
         rstd = vec(c32, "realdiv", np.float32(1.0), vec(c32, "sqrt", ve))
     y = vec(c32, "mul", d, rstd)
     if gamma is not None:
-        y = vec(c32, "mul", y, _wide(gamma))
+        y = vec(c32, "mul", y, to_f32(gamma))
     if beta is not None:
-        y = vec(c32, "add", y, _wide(beta))
+        y = vec(c32, "add", y, to_f32(beta))
     ctx.record(c32.status)
     if ctx.op_model == "ascendc" and ctx.dtype_name == "bfloat16":
         out, st = cast(y, "bfloat16", "round", ctx.overflow_mode, ctx.subnormals)
@@ -120,9 +108,9 @@ def batch_norm_inference(ctx: OpContext, x, scale, offset, mean, variance, epsil
     float32 1 / sqrt(var + eps).
     """
     c32 = _f32ctx(ctx)
-    x32 = _wide(x)
-    s, o, m = _wide(scale), _wide(offset), _wide(mean)
-    ve = vec(c32, "add", _wide(variance), np.float32(epsilon))
+    x32 = to_f32(x)
+    s, o, m = to_f32(scale), to_f32(offset), to_f32(mean)
+    ve = vec(c32, "add", to_f32(variance), np.float32(epsilon))
     if ctx.op_model == "ascendc":
         with np.errstate(divide="ignore", invalid="ignore"):
             rstd = (1.0 / np.sqrt(ve.astype(np.float64))).astype(np.float32)
