@@ -38,7 +38,7 @@ def finite_stats(x, bits16):
     return vmax, vmin, s, sq, n, nnan, ninf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def widen16_f64(x, out, bf16):
     """out[i] = float64 value of the fp16 (bf16 if bf16) bit pattern x[i] (exact)."""
     for i in range(x.size):
@@ -49,7 +49,7 @@ def widen16_f64(x, out, bf16):
 LANES = 8
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pair_stats(n, b, eps, t1, t5):
     """One pass over two float64 chunks, d = |n - b|: the sums behind Cosine, EucDist, MeanAbsErr and RMSE,
     and the maxima and counts behind MaxAbsErr, MaxRelativeErr and the two ratios.

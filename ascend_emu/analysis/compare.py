@@ -11,6 +11,8 @@ No TensorFlow here.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..errors import AscendEmuError, DumpError
@@ -56,26 +58,29 @@ def _fill_op_columns(row: dict, op: dict, out: dict | None) -> None:
 
 
 def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop: dict, bout: dict,
-                  t: Thresholds, chunk: int) -> str:
-    """Fill the metric columns of a matched tensor pair; returns the row's kind."""
-    msgs = []
+                  t: Thresholds, chunk: int, defer: list, note: str | None = None) -> str:
+    """Fill the metric columns of a matched tensor pair; returns the row's kind.
+
+    The tensors' metrics (the only slow part: both files streamed) are left to a function appended to
+    ``defer``, which fills the row when called; ``note`` leads the row's message."""
+    msgs = [note] if note else []
     if VARIANT in (nout["dtype"], bout["dtype"]):
         for c in METRIC_COLUMNS:
             row[c] = NA
         row["Result"] = NA
-        row["Err_message"] = "a variant (TensorList) output: no tensor to compare."
+        row["Err_message"] = " ".join(msgs + ["a variant (TensorList) output: no tensor to compare."])
         return "stats only"
     if nout.get("skipped") or bout.get("skipped"):
         for c in METRIC_COLUMNS:
             row[c] = NA
         row["Result"] = NA
-        row["Err_message"] = f"not compared: {nout.get('skipped') or bout.get('skipped')}."
+        row["Err_message"] = " ".join(msgs + [f"not compared: {nout.get('skipped') or bout.get('skipped')}."])
         return "matched"
     if list(nout["shape"]) != list(bout["shape"]):
         for c in METRIC_COLUMNS:
             row[c] = NA
         row["Result"] = ERROR
-        row["Err_message"] = "Shape of NPU and bench tensor do not match. Skipped."
+        row["Err_message"] = " ".join(msgs + ["Shape of NPU and bench tensor do not match. Skipped."])
         return "matched"
     ndt, bdt = np.dtype(_dt(nout["dtype"])), np.dtype(_dt(bout["dtype"]))
     if _kind(ndt) != _kind(bdt):
@@ -88,15 +93,37 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Result"] = res
         row["Err_message"] = " ".join(msgs + [msg])
         return "stats only"
-    m = tensor_metrics(npu.chunks(nop["name"], nout["index"], chunk), bench.chunks(bop["name"], bout["index"], chunk),
-                       bench_dtype=bdt, thresholds=t, chunk=chunk)
-    for c in METRIC_COLUMNS:
-        row[c] = m[c]
-    if m["Err_message"]:
-        msgs.append(m["Err_message"])
-    row["Result"] = PASS if m["count"] == 0 else (PASS if accuracy_reached(m["Cosine"], m["MaxAbsErr"], t) else ERROR)
-    row["Err_message"] = " ".join(msgs)
+
+    def fill():
+        m = tensor_metrics(npu.chunks(nop["name"], nout["index"], chunk),
+                           bench.chunks(bop["name"], bout["index"], chunk), bench_dtype=bdt, thresholds=t, chunk=chunk)
+        for c in METRIC_COLUMNS:
+            row[c] = m[c]
+        if m["Err_message"]:
+            msgs.append(m["Err_message"])
+        row["Result"] = PASS if m["count"] == 0 else (PASS if accuracy_reached(m["Cosine"], m["MaxAbsErr"], t)
+                                                      else ERROR)
+        row["Err_message"] = " ".join(msgs)
+    defer.append(fill)
     return "matched"
+
+
+def _run_deferred(jobs: list, workers: int) -> None:
+    """Run the pairs' metric functions, ``workers`` at a time (threads: the chunk reads and the metric kernels
+    release the GIL). Each fills only its own row, so the rows are the same for any number of workers; the
+    first failing pair in row order raises, as it would serially."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-emu-compare")
+    try:
+        for f in [ex.submit(job) for job in jobs]:
+            f.result()
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def _dt(name: str):
@@ -132,7 +159,7 @@ def _cast_source(npu: Dump, bench: Dump, op: dict):
 
 
 def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu", chunk: int = CHUNK,
-            force: bool = False) -> Comparison:
+            force: bool = False, workers: int | None = None) -> Comparison:
     """Compare an NPU dump with a bench dump, tensor by tensor.
 
     Parameters
@@ -151,6 +178,9 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
         Compare even when the manifests say the dumps are of different models (model
         fingerprint) or of different inputs (inputs hash); the result's ``forced`` says why
         and its summary, CSV and report say so.
+    workers : int, optional
+        Tensor pairs compared at once, in threads (default: the CPUs this process may use, at most 4). The
+        rows are the same for any number: each pair's metrics are computed in one fixed order.
 
     Returns
     -------
@@ -169,6 +199,8 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
         The dumps are of different models or inputs (without ``force``), or share no op name.
     """
     t = Thresholds.coerce(thresholds)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise AscendEmuError(f"compare: workers must be a positive integer, got {workers!r}")
     if rules not in RULES:
         raise AscendEmuError(f"unknown rules {rules!r}; choose one of: {', '.join(RULES)}")
     npu = load_dump(npu_dump)
@@ -190,6 +222,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             "of the same model")
     fused = {f["name"]: f for f in npu.fused_away}
     keyed: list[tuple[tuple, dict, _Info]] = []
+    deferred: list = []   # the pairs' metric computations, run together below
 
     for op in npu.ops:
         bop = bench.op(op["name"]) if op["name"] in bench else None
@@ -201,16 +234,15 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             kind = "npu only"
             if bout is not None:
                 _fill_side(row, "Bench", bench, bop, bout)
-                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk)
+                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred)
                 info = _Info(kind, op["name"], bop["name"], out["index"], op["index"], out["index"])
             else:
                 src = _cast_source(npu, bench, op) if bop is None else None
                 if src is not None:
                     sop, sout = src
                     _fill_side(row, "Bench", bench, sop, sout)
-                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk)
                     note = f"inserted Cast: compared with the bench value it casts ({sop['name']}:{sout['index']})."
-                    row["Err_message"] = (note + " " + (row["Err_message"] or "")).strip()
+                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note)
                     kind = "cast"
                     info = _Info(kind, op["name"], sop["name"], out["index"], op["index"], sout["index"])
                 else:
@@ -284,6 +316,9 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
         into = npu.op(f["into"])["index"] if f["into"] in npu else -1
         keyed.append(((into, -1, -1, 0), row, _Info("fused", None, name, 0, None)))
 
+    if workers is None:
+        workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    _run_deferred(deferred, int(workers))
     keyed.sort(key=lambda x: x[0])
     cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules, forced)
     if rules == "msprobe":

@@ -48,7 +48,7 @@ def cmd_compare(a):
         from ..analysis.runs import compare_runs
 
         print(compare_runs(a.npu_dir, a.bench_dir, force=a.force).format_text(), flush=True)
-    cmp = compare(a.npu_dir, a.bench_dir, rules=a.rules, force=a.force)
+    cmp = compare(a.npu_dir, a.bench_dir, rules=a.rules, force=a.force, workers=a.workers)
     if a.csv:
         cmp.to_csv(a.csv)
         print(f"wrote {a.csv}")

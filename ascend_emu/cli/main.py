@@ -61,6 +61,9 @@ def build_parser():
     _rules_arg(sp)
     sp.add_argument("--force", action="store_true",
                     help="compare even if the dumps are of different models or inputs (the output says so)")
+    sp.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="tensor pairs compared at once, in threads (default: the cores, at most 4); the rows "
+                         "are the same for any N")
     sp = add("overflow", cmd_overflow, "list overflowing ops, the first one, and a normal/abnormal verdict",
              "ascend-emu overflow npu/ --json overflow.json")
     sp.add_argument("dump")

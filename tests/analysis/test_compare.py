@@ -326,6 +326,39 @@ def test_bad_inputs(tmp_path):
         compare(npu, bench)
 
 
+def test_workers_give_the_same_rows(tmp_path):
+    """Pairs compared in threads: the rows (every metric bit, every message, inserted casts' notes) are those
+    of the serial run for any number of workers, and the first bad pair in row order is the one reported."""
+    rng = np.random.default_rng(7)
+    bench, npu = [], []
+    for i in range(12):
+        b = rng.standard_normal(3000 + 977 * i).astype(np.float32)
+        n = (b + rng.standard_normal(b.size).astype(np.float32) * 10.0 ** -(i % 5)).astype(np.float16)
+        if i == 4:
+            n[::7] = np.inf
+            b[::7] = np.inf
+        bench.append((f"op{i}", "Relu", [f"op{i - 1}"] if i else [], [b]))
+        npu.append((f"op{i}", "Relu", [f"op{i - 1}"] if i else [], [n]))
+    npu.insert(3, ("op2/ascend_cast", "Cast", ["op2:0"], [bench[2][3][0].astype(np.float16)]))
+    write(tmp_path / "b", "bench", bench)
+    write(tmp_path / "n", "npu", npu)
+    serial = compare(tmp_path / "n", tmp_path / "b", workers=1, chunk=1024)
+    assert any("inserted Cast" in r["Err_message"] for r in serial.rows)
+    assert any("inf/nan value(s) zeroed" in r["Err_message"] for r in serial.rows)
+    for w in (2, 3, 8):
+        rows = compare(tmp_path / "n", tmp_path / "b", workers=w, chunk=1024).rows
+        assert [list(r.items()) for r in rows] == [list(r.items()) for r in serial.rows], w
+    # two truncated files: the earlier pair's is reported, as serially, whatever finishes first
+    d = load_dump(tmp_path / "n")
+    for name in ("op5", "op9"):
+        f = d.op(name)["outputs"][0]["file"]
+        (tmp_path / "n" / f).write_bytes((tmp_path / "n" / f).read_bytes()[:-10])
+    first = d.op("op5")["outputs"][0]["file"]
+    for w in (1, 4):
+        with pytest.raises(DumpError, match=f"{first} is truncated"):
+            compare(tmp_path / "n", tmp_path / "b", workers=w, chunk=1024)
+
+
 def test_streaming_reads_one_chunk_at_a_time(tmp_path):
     """Chunked reading gives the same metrics as whole-tensor numpy, for any chunk size."""
     rng = np.random.default_rng(5)

@@ -96,7 +96,8 @@ CATALOGUE = [
     ("compare {npu} {bench} --csv {tmp}", "directory"), ("compare {npu} {bench} --cosine x", None),
     ("compare {npu} {bench} --limit x", None), ("compare {npu} {bench} --limit", None),
     ("compare {npu} {bench} --bogus", None), ("compare {npu} {bench} --force x", None),
-    ("compare {tmp} {bench}", "manifest"),
+    ("compare {tmp} {bench}", "manifest"), ("compare {npu} {bench} --workers 0", "workers must be a positive"),
+    ("compare {npu} {bench} --workers x", None),
     # overflow
     ("overflow", None), ("overflow {nodir}", "does not exist"), ("overflow {npu} --json {nodir}/o.json", "does not exist"),
     ("overflow {npu} --json {tmp}", "directory"), ("overflow {npu} --json", None), ("overflow {file}", "does not exist"),
