@@ -28,9 +28,11 @@ FAST = {"MobileNetV3Small", "EfficientNetB0"}
 #: model -> the op and reason its replay fails with (none today)
 KNOWN_FAILURES: dict[str, str] = {}
 #: model -> why its float32 replay does not match TensorFlow although no op is wrong (expected to fail)
+#: (checked on the logits too: its 10-class softmax saturates to the same one-hot on both sides, which hid the
+#: divergence from an output-only check)
 DIVERGES = {"EfficientNetV2L": "random weights grow activations to ~1e5 over 80 residual blocks; float32 rounding "
                                "differences (our cube's accumulation order against oneDNN's) grow smoothly from "
-                               "1 - cosine 1e-6 at block5c to 0.3 at the logits, with no op jumping"}
+                               "1 - cosine 1e-6 at block5c to 0.35 at the logits, with no op jumping"}
 #: must_keep_origin_dtype against TensorFlow: cosine of the outputs and max |diff| relative to max |ref|
 COSINE, REL_MAX_ABS = 0.99999, 1e-4
 
@@ -48,7 +50,21 @@ def cosine(a, b):
 
 
 def build(name):
-    return load_graph(models.application(name, fresh=True))
+    return with_logits(load_graph(models.application(name, fresh=True)))
+
+
+def with_logits(g):
+    """``g`` with the logits in front of a final Softmax as extra outputs: with random weights a classifier's
+    softmax often saturates to one-hot, and equal one-hots say nothing about the logits."""
+    extra = []
+    for out in g.outputs:
+        node = g.node(out.split(":")[0])
+        while node.op in ("Identity", "IdentityN") and node.inputs:
+            node = g.node(node.inputs[0].split(":")[0].lstrip("^"))
+        if node.op == "Softmax":
+            extra.append(node.inputs[0] if ":" in node.inputs[0] else node.inputs[0] + ":0")
+    g.outputs = list(g.outputs) + [t for t in extra if t not in g.outputs]
+    return g
 
 
 def check_replays(g):
