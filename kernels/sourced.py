@@ -13,6 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .exp32 import exp_f32_64
 from .codes import (EXP_F32, FLT_MAX, GELU_ASCENDC, GELU_TBE_V100, GELU_TBE_V220, RSQRT_F32, SATURATION,
                     SIGMOID_ASCENDC, SIGMOID_TBE, TANH_ASCENDC, TANH_TBE)
 
@@ -46,7 +47,7 @@ def _st(v, overflow):
 def exp_f32(x, exp64):
     """e^x in float32: the float64 exp rounded once (exp64), else float32 libm expf."""
     if exp64:
-        return np.float32(math.exp(np.float64(x)))
+        return exp_f32_64(x)
     return math.exp(x)
 
 

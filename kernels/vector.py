@@ -40,6 +40,7 @@ from .codes import (ABS, ADD, ERF, ERFC, EXP, EXP_F32, EXPM1, FIRST_STEPPED, FIR
                     MAXIMUM, MINIMUM, MUL, NEG, POW, REALDIV, RECIPROCAL, RELU, RELU6, RSQRT, RSQRT_F32, SIGMOID,
                     SIGMOID_ASCENDC, SIGMOID_TBE, SOFTPLUS, SOFTSIGN, SQRT, SQUARE, SQUARED_DIFFERENCE, SUB,
                     TANH, TANH_ASCENDC, TANH_TBE)
+from .exp32 import exp_span
 from .sourced import eval_steps32, fma_f32  # noqa: F401
 from .parallel import or_all
 
@@ -421,8 +422,11 @@ def _binary32_span(op, x, y, out, overflow, subnormal, use64):
 def _unary32_span(op, x, out, overflow, subnormal, use64, alpha):
     """out[i] = op(x[i]) in float32 (transcendentals: float64 then one rounding if use64; sourced kernels
     step by step, ``alpha`` their constant); returns the OR of statuses."""
-    acc = np.int64(0)
     flush = subnormal == FLUSH
+    if use64 and (op == EXP or op == EXP_F32):
+        # float32(exp(float64(x))) either way (_st then finish32 is finish32): the vectorised span
+        return exp_span(x, out, overflow, flush)
+    acc = np.int64(0)
     a32 = np.float32(alpha)
     a64 = np.float64(alpha)
     for i in range(out.size):
