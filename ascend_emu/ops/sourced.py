@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import cast as _kcast
+from ..kernels import composite as _kc
+from ..numerics.policy import bfloat16
 from ..numerics.vector import cast, reduce
 from ._util import HALF, finish, to_f32
 from .math_ops import vec
@@ -50,8 +53,11 @@ def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     float32; the Ascend C kernel widens first and subtracts in float32. Then vexp, a float32
     ReduceSum and vdiv in float32, and the cast back with CAST_RINT.
     """
-    c32 = _f32ctx(ctx)
     x = np.asarray(x)
+    y = _softmax_rows(ctx, x, axis)
+    if y is not None:
+        return finish(ctx, y)
+    c32 = _f32ctx(ctx)
     w = to_f32(x)
     with np.errstate(invalid="ignore"):
         # exact in any dtype; NaN propagates
@@ -78,11 +84,15 @@ def layer_norm(ctx: OpContext, x, gamma, beta, epsilon: float, axes) -> np.ndarr
     x32 = to_f32(x)
     n = int(np.prod([x32.shape[a] for a in axes], dtype=np.int64))
     cof = np.float32(np.float32(1.0) / np.float32(n)) if ctx.op_model == "ascendc" else np.float32(1.0 / n)
+    explog = ctx.op_model == "tbe_v100" or (ctx.op_model == "tbe_v220" and ctx.impl_mode == "high_performance")
+    y = _layer_norm_rows(ctx, x32, gamma, beta, epsilon, axes, cof, explog)
+    if y is not None:
+        return _layer_norm_out(ctx, y)
     mean = _sum(c32, vec(c32, "mul", x32, cof), axes)
     d = vec(c32, "sub", x32, mean)
     var = _sum(c32, vec(c32, "mul", vec(c32, "mul", d, d), cof), axes)
     ve = vec(c32, "add", var, np.float32(epsilon))
-    if ctx.op_model == "tbe_v100" or (ctx.op_model == "tbe_v220" and ctx.impl_mode == "high_performance"):
+    if explog:
         rstd = vec(c32, "exp", vec(c32, "mul", vec(c32, "log", ve), np.float32(-0.5)))
     else:
         rstd = vec(c32, "realdiv", np.float32(1.0), vec(c32, "sqrt", ve))
@@ -92,11 +102,88 @@ def layer_norm(ctx: OpContext, x, gamma, beta, epsilon: float, axes) -> np.ndarr
     if beta is not None:
         y = vec(c32, "add", y, to_f32(beta))
     ctx.record(c32.status)
+    return _layer_norm_out(ctx, y)
+
+
+def _layer_norm_out(ctx: OpContext, y) -> np.ndarray:
+    """LayerNorm's float32 result in the compute dtype (LayerNormV4 casts bfloat16 with CAST_ROUND)."""
     if ctx.op_model == "ascendc" and ctx.dtype_name == "bfloat16":
         out, st = cast(y, "bfloat16", "round", ctx.overflow_mode, ctx.subnormals)
         ctx.record(st)
         return out
     return finish(ctx, y)
+
+
+# ------------------------------------------------------------------ one pass per row (kernels/composite.py)
+#
+# The steps above fused per row of the trailing reduced axes, with the same float32 operations in the
+# same order; a call where some step gives Inf or NaN (whose status and saturation the steps decide),
+# or that the kernels do not cover (subnormal flushing, other axes, a gamma varying along kept axes),
+# returns None and runs the steps.
+
+def _rows(x: np.ndarray, axes) -> int:
+    """The number of rows when ``axes`` are x's trailing axes (and neither rows nor their length is
+    empty), else 0."""
+    k = len(axes)
+    if k == 0 or x.size == 0 or tuple(sorted(int(a) % x.ndim for a in axes)) != tuple(range(x.ndim - k, x.ndim)):
+        return 0
+    return int(np.prod(x.shape[:x.ndim - k], dtype=np.int64))
+
+
+def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
+    """softmax's float32 result from the fused kernel, or None where the steps must run."""
+    if ctx.subnormals != "keep" or x.ndim == 0 or x.dtype != ctx.dtype:
+        return None
+    rows = _rows(x, (axis,))
+    if not rows:
+        return None
+    if ctx.op_model == "ascendc" or x.dtype == np.float32:
+        sub = _kc.SUB_F32
+    else:
+        sub = _kc.SUB_BF16 if x.dtype == bfloat16 else (_kc.SUB_F16_HW if _kcast.HW_HALF else _kc.SUB_F16)
+    x2 = np.ascontiguousarray(to_f32(x)).reshape(rows, -1)
+    out = np.empty(x2.shape, dtype=np.float32)
+    if not _kc.softmax_rows(x2, out, sub, ctx.impl_mode == "high_precision"):
+        return None
+    return out.reshape(x.shape)
+
+
+def _row_param(p, trailing):
+    """gamma or beta as one float32 row of the trailing shape (empty for None), or None when it varies
+    along a kept axis."""
+    if p is None:
+        return np.zeros(0, dtype=np.float32)
+    p = to_f32(p)
+    shape = p.shape
+    while shape and shape[0] == 1 and len(shape) > len(trailing):
+        shape = shape[1:]
+    if len(shape) > len(trailing):
+        return None
+    try:
+        if np.broadcast_shapes(shape, trailing) != trailing:
+            return None
+    except ValueError:
+        return None
+    return np.ascontiguousarray(np.broadcast_to(p.reshape(shape), trailing)).reshape(-1)
+
+
+def _layer_norm_rows(ctx: OpContext, x32, gamma, beta, epsilon, axes, cof, explog):
+    """layer_norm's float32 result from the fused kernel, or None where the steps must run."""
+    if ctx.subnormals != "keep":
+        return None
+    rows = _rows(x32, axes)
+    if not rows:
+        return None
+    trailing = tuple(x32.shape[x32.ndim - len(axes):])
+    g, b = _row_param(gamma, trailing), _row_param(beta, trailing)
+    if g is None or b is None:
+        return None
+    x2 = np.ascontiguousarray(x32).reshape(rows, -1)
+    out = np.empty(x2.shape, dtype=np.float32)
+    mode = (_kc.RSTD_EXPLOG64 if ctx.impl_mode == "high_precision" else _kc.RSTD_EXPLOG32) if explog else _kc.RSTD_DIV
+    if not _kc.layer_norm_rows(x2, g, b, out, cof, np.float32(epsilon), mode):
+        return None
+    return out.reshape(x32.shape)
 
 
 def batch_norm_inference(ctx: OpContext, x, scale, offset, mean, variance, epsilon: float) -> np.ndarray:

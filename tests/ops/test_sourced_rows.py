@@ -1,0 +1,164 @@
+"""Softmax and LayerNorm in one pass per row (kernels/composite.py) against the step-by-step path they
+replace (ops/sourced.py with the row kernels switched off): same bits, same status, on hostile data.
+
+Finite data takes the row kernels (asserted); data where a step gives Inf or NaN (NaN and Inf inputs,
+masked rows of -inf, fp16 overflow of x - max, float32 overflow of (x - mean)^2) must fall back and
+still match. Every SoC model, both impl modes, both overflow modes, flushing, fp16 / bf16 / float32.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ascend_emu.ops import OpContext
+from ascend_emu.ops import sourced
+
+BF16 = ml_dtypes.bfloat16
+MODELS = ("tbe_v100", "tbe_v220", "ascendc")
+MODES = [("inf_nan", "keep", "high_precision"), ("saturation", "keep", "high_precision"),
+         ("inf_nan", "keep", "high_performance"), ("inf_nan", "flush", "high_precision")]
+DTYPES = (np.float16, BF16, np.float32)
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+def _run(fn, dtype, model, mode, *args, rows=True, monkeypatch=None):
+    """(result, status, took the row kernel) of fn(ctx, *args), the row kernels on or off."""
+    overflow, sub, impl = mode
+    ctx = OpContext(dtype=np.dtype(dtype).name, op_model=model, overflow_mode=overflow, subnormals=sub,
+                    impl_mode=impl)
+    took = []
+    name = "_softmax_rows" if fn is sourced.softmax else "_layer_norm_rows"
+    real = getattr(sourced, name)
+
+    def spy(*a):
+        y = real(*a) if rows else None
+        took.append(y is not None)
+        return y
+    monkeypatch.setattr(sourced, name, spy)
+    with np.errstate(all="ignore"):
+        y = fn(ctx, *args)
+    monkeypatch.setattr(sourced, name, real)
+    return y, ctx.status, bool(took and took[0])
+
+
+def _same(fn, dtype, model, mode, *args, monkeypatch):
+    y, st, took = _run(fn, dtype, model, mode, *args, monkeypatch=monkeypatch)
+    want, wst, _ = _run(fn, dtype, model, mode, *args, rows=False, monkeypatch=monkeypatch)
+    got, ref = _bits(y), _bits(want)
+    if not np.array_equal(got, ref):
+        i = np.flatnonzero(got.ravel() != ref.ravel())[:5]
+        raise AssertionError(f"{np.count_nonzero(got != ref)} mismatches at {i}: got {got.ravel()[i]} "
+                             f"want {ref.ravel()[i]}")
+    assert st == wst
+    return took
+
+
+def _finite_softmax_inputs(dtype, rng):
+    """Finite hostile rows: huge spreads (exp underflowing to 0 and to subnormals), -0 and +0, subnormals,
+    constant rows, the 16-bit format's extremes, long rows (several 32-element exp blocks), a row of one."""
+    big = float(np.finfo(np.float16).max) if dtype == np.float16 else 3e38
+    x = (rng.standard_normal((3, 5, 37)) * 12).astype(np.float32)
+    x[0, 0] = 0.0
+    x[0, 1, ::2] = -0.0
+    x[0, 2] = np.linspace(-200, 0, 37)
+    x[0, 3, :] = 7.0
+    x[1, 0, :] = np.float32(6e-8) if dtype == np.float16 else np.float32(1e-40)
+    x[1, 1, :4] = [big, big / 2, 0.0, -0.0]
+    x[1, 1, 4:] = 1.0
+    x[1, 2] = -np.abs(x[1, 2]) * 30
+    x = x.astype(dtype)
+    return [x, np.asarray(rng.standard_normal((2, 3, 300)) * 4, dtype=dtype), np.ones((4, 1), dtype=dtype)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_softmax_rows_finite(dtype, model, mode, monkeypatch):
+    rng = np.random.default_rng(3)
+    for x in _finite_softmax_inputs(dtype, rng):
+        took = _same(sourced.softmax, dtype, model, mode, x, monkeypatch=monkeypatch)
+        assert took == (mode[1] == "keep")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode", MODES[:2], ids="-".join)
+def test_softmax_rows_fall_back(dtype, model, mode, monkeypatch):
+    """A NaN, +Inf, a masked row of -inf, a row with some -inf, an x - max that overflows fp16: the steps
+    decide (and the answer is theirs)."""
+    rng = np.random.default_rng(4)
+    base = (rng.standard_normal((4, 6, 19)) * 3).astype(np.float32)
+    cases = []
+    for r, v in ((0, np.nan), (1, np.inf), (2, -np.inf)):
+        c = base.copy()
+        c[r, 1, 3] = v
+        cases.append(c)
+    c = base.copy()
+    c[3, 2, :] = -np.inf
+    cases.append(c)
+    if dtype == np.float16:
+        c = base.copy()
+        c[1, 1, :2] = [60000.0, -60000.0]           # x - max = -120000: fp16 overflow in TBE's 16-bit step
+        cases.append(c)
+    for c in cases:
+        x = c.astype(dtype)
+        took = _same(sourced.softmax, dtype, model, mode, x, monkeypatch=monkeypatch)
+        assert not took or (model == "ascendc" and np.isfinite(c).all())
+
+
+def _ln_params(rng, n):
+    return (rng.standard_normal(n) * 0.5 + 1).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_layer_norm_rows_finite(dtype, model, mode, monkeypatch):
+    """Random rows, constant rows (var 0), -0, subnormals, gamma/beta as vectors, with leading ones, of 16-bit
+    dtype, absent; one and two trailing axes."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 6, 40)) * 5).astype(np.float32)
+    x[0, 0] = 3.0
+    x[0, 1, ::2] = -0.0
+    x[0, 1, 1::2] = 0.0
+    x[1, 0] = np.float32(1e-41) if dtype != np.float16 else np.float32(6e-8)
+    x[2, 3] *= 1e4 if dtype != np.float16 else 1.0
+    x = x.astype(dtype)
+    g, b = _ln_params(rng, 40)
+    for gamma, beta, axes in ((g, b, (2,)), (g[None, None, :], b, (2,)), (g.astype(np.float16), None, (2,)),
+                              (None, b, (2,)), (None, None, (2,)), (g, b, (1, 2)),
+                              (np.tile(g, (6, 1)), np.tile(b, (6, 1)), (1, 2))):
+        took = _same(sourced.layer_norm, dtype, model, mode, x, gamma, beta, 1e-5, axes, monkeypatch=monkeypatch)
+        assert took == (mode[1] == "keep")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode", MODES[:3], ids="-".join)
+def test_layer_norm_rows_fall_back(dtype, model, mode, monkeypatch):
+    """NaN and Inf inputs, (x - mean)^2 overflowing float32, a gamma that overflows the output, a gamma
+    varying along a kept axis, a non-trailing axis: the steps decide."""
+    rng = np.random.default_rng(6)
+    base = (rng.standard_normal((3, 4, 24)) * 2).astype(np.float32)
+    g, b = _ln_params(rng, 24)
+    cases = []
+    for v in (np.nan, np.inf, -np.inf):
+        c = base.copy()
+        c[1, 2, 5] = v
+        cases.append((c, g, b, (2,), False))
+    if dtype != np.float16:
+        c = base.copy()
+        c[2, 1, :2] = [3e38, -3e38]                   # (x - mean)^2 overflows
+        cases.append((c, g, b, (2,), False))
+        cases.append((base, np.full(24, 3e38, np.float32), None, (2,), False))    # y * gamma overflows
+    cases.append((base, rng.standard_normal((4, 24)).astype(np.float32), b, (2,), False))   # varies along axis 1
+    cases.append((base, None, None, (1,), False))
+    for c, gamma, beta, axes, _ in cases:
+        took = _same(sourced.layer_norm, dtype, model, mode, c.astype(dtype), gamma, beta, 1e-5, axes,
+                     monkeypatch=monkeypatch)
+        assert not took
