@@ -226,6 +226,17 @@ def test_guard_catches_values_near_a_midpoint():
         assert ke.rounds_alike(v) and ke.rounds_alike(v + (w - v) / 4), v
 
 
+def test_table_entries_are_the_nearest_float64():
+    """EXP2_TABLE[j] is 2^(j/32) rounded to nearest (exactly: t - ulp/2 <= 2^(j/32) <= t + ulp/2, raised to
+    the 32nd power in rational arithmetic), the table error NUMERICS.md's bound assumes."""
+    from fractions import Fraction
+
+    assert ke.EXP2_TABLE.shape == (32,) and ke.EXP2_TABLE.dtype == np.float64
+    for j, t in enumerate(ke.EXP2_TABLE):
+        half = Fraction(math.ulp(float(t))) / 2
+        assert (Fraction(float(t)) - half) ** 32 <= 2 ** j <= (Fraction(float(t)) + half) ** 32, j
+
+
 def test_polynomial_error_within_the_bound():
     """exp_poly64 stays within the relative 2^-47 NUMERICS.md proves (against the C library's float64 exp,
     itself within 2^-52), and the clamping makes e^x's float32 edges exact."""
