@@ -7,7 +7,8 @@ are fp16 bit patterns (``h16``, widened exactly by the hardware conversion) or f
 element), 1 (one value per channel: element i reads ``i % c``, a vector broadcast along the last
 axis) or 2 (one value for all). Every step is one IEEE float32 operation (``+ - * /``, or an exact
 selection: relu ``x > 0 ? x : +0``, relu6 ``min(x, 6)`` then relu), as numpy's float32 ufuncs compute
-them, and the result is rounded to nearest-even fp16 by the hardware conversion.
+them, or a rounding of the running value to fp16 (``CHAIN_ROUND16``: a 16-bit op's intermediate result),
+and the result is rounded to nearest-even fp16 by the hardware conversion.
 
 Elements are handled in blocks of ``blk`` (a multiple of ``c``): every input is laid out as a float32
 row of the block (a per-channel input once per work item, tiled), and each step is one plain loop over
@@ -21,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from .cast import f16_to_f32_hw, f32_to_f16_hw
-from .codes import ADD, CHAIN_RELU, CHAIN_RELU6, FLT_MAX, MUL, REALDIV, SUB
+from .codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, FLT_MAX, MUL, REALDIV, SUB
 
 _CHUNK = 1 << 15
 
@@ -78,6 +79,11 @@ def _step(code, x, y, r, m):
         for j in range(m):
             v = x[j]
             r[j] = v if v > np.float32(0.0) else np.float32(0.0)
+            bad |= np.int64(not (abs(v) <= FLT_MAX))
+    elif code == CHAIN_ROUND16:
+        for j in range(m):
+            v = f16_to_f32_hw(f32_to_f16_hw(x[j]))
+            r[j] = v
             bad |= np.int64(not (abs(v) <= FLT_MAX))
     else:  # CHAIN_RELU6
         for j in range(m):

@@ -67,6 +67,18 @@ class OpRecord:
 
 
 
+class _Deferred:
+    """An inserted widening cast recorded but not yet computed (``_Run._cast``'s ``defer``)."""
+
+    __slots__ = ("value", "convert")
+
+    def __init__(self, value, convert):
+        self.value, self.convert = value, convert
+
+    def compute(self) -> np.ndarray:
+        return self.convert()[0]
+
+
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
@@ -119,11 +131,20 @@ class _Run:
         for dtype in ("float16", "bfloat16", "float32"):
             self.casts.pop((ref, dtype), None)
 
-    def _cast(self, ref: str, value: np.ndarray, dtype: str) -> np.ndarray:
-        """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own."""
+    def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
+        """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own.
+
+        ``defer``: the consumer reads fp16 as its widening (``OpDef.reads_half``), so a widening of fp16
+        to float32 that nothing else sees (no dump, no kept tensors) is recorded now but computed only if
+        another consumer needs it; the consumer gets ``value`` itself."""
         key = (ref, dtype)
         if key in self.casts:
-            return self.casts[key]
+            out = self.casts[key]
+            if type(out) is _Deferred:
+                if defer:
+                    return out.value
+                out = self.casts[key] = out.compute()
+            return out
         from ..numerics.vector import cast
 
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
@@ -133,9 +154,26 @@ class _Run:
 
         def convert():
             return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
+        if (defer and dtype == "float32" and value.dtype == np.float16 and self.writer is None and not self.keep
+                and not folded):
+            # a widening raises no status (numerics.vector.cast): the record is the one it would make
+            self._record(self._cast_record(ref, value, dtype, folded, 0), [])
+            self.casts[key] = _Deferred(value, convert)
+            return value
         # a constant's cast is the same every replay: computed once while the constant is frozen (the
         # weights the fusion passes fold; numerics/memo.py), then its cube operand layout too
         out, ctx_status = _memo.memo(value, ("cast", dtype, mode, subnormals), convert) if folded else convert()
+        rec = self._cast_record(ref, value, dtype, folded, ctx_status)
+        self._record(rec, [out])
+        self.casts[key] = out
+        if self.keep:
+            self.cast_outputs[rec.name + ":0"] = out
+        if folded:
+            self.const.add(rec.name + ":0")
+        return out
+
+    def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
+        """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
@@ -149,13 +187,7 @@ class _Run:
             fin = np.isfinite(v)
             rec.fp32_check = {"overflow": not bool(fin.all()),
                               "max_abs": float(np.abs(v[fin]).max()) if fin.any() else 0.0, "status": 0}
-        self._record(rec, [out])
-        self.casts[key] = out
-        if self.keep:
-            self.cast_outputs[name + ":0"] = out
-        if folded:
-            self.const.add(name + ":0")
-        return out
+        return rec
 
     # -- one node ----------------------------------------------------------------------------
     def eval_node(self, node: Node, args: list) -> tuple:
@@ -223,7 +255,7 @@ class _Run:
                 if i in opdef.fp32_inputs and dtype_name(args[i].dtype) == "float32":
                     continue        # a parameter the CANN operator takes in float32
                 if dtype_name(args[i].dtype) != target:
-                    cargs[i] = self._cast(refs[i], args[i], target)
+                    cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         ctx = self.dev.context(dec.dtype, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
         try:
             outs = self._run(opdef, node, cargs, ctx)
@@ -233,6 +265,11 @@ class _Run:
                 raise AscendEmuError(f"op {node.name} ({node.op}, made by {fusion.get('rule')}) cannot run on the "
                                      f"AI Core ({e}); switch {fusion.get('rule')} off in --fusion-switch") from None
             return self._aicpu(node, args)
+        if ctx.status and opdef.reads_half:
+            # the float32 rerun of an overflowing op sees the casts themselves (computed if deferred)
+            cargs = [self._cast(refs[i], args[i], dec.dtype) if c is args[i] and i in float_idx
+                     and dtype_name(c.dtype) != dec.dtype and i not in opdef.fp32_inputs else c
+                     for i, c in enumerate(cargs)]
         fp32_check = self._fp32_check(opdef, node, cargs) if ctx.status else None
         if opdef.kind == CUBE:
             compute = dtype_name(ctx.cube_out)

@@ -14,11 +14,12 @@ import numpy as np
 from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import chain as _kch
-from ..kernels.codes import ADD, CHAIN_RELU, CHAIN_RELU6, MUL, REALDIV, SUB
+from ..kernels.codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, MUL, REALDIV, SUB
 
 #: chain step names and their kernel codes (binary steps, then the unary selections)
-STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CHAIN_RELU, "relu6": CHAIN_RELU6}
-_UNARY = (CHAIN_RELU, CHAIN_RELU6)
+STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CHAIN_RELU, "relu6": CHAIN_RELU6,
+              "round16": CHAIN_ROUND16}
+_UNARY = (CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16)
 #: below this many output elements the numpy steps cost less than the kernel's call
 MIN_ELEMENTS = 1 << 12
 _BLOCK = 1024
@@ -37,7 +38,8 @@ def chain_to_f16(inputs, steps):
         float16 or float32 arrays that broadcast together.
     steps : sequence of (str, int, int)
         ``(name, a, b)`` with ``name`` a key of :data:`STEP_CODES` and arguments ``k >= 0`` (input k)
-        or ``-1`` (the running value); ``b`` is ignored for relu and relu6.
+        or ``-1`` (the running value); ``b`` is ignored for relu, relu6 and round16 (the running value
+        rounded to fp16 and widened back).
 
     Returns
     -------

@@ -134,7 +134,8 @@ def logical_not(x, *, ctx):
 
 
 def _reduce(name, tf_type):
-    @register(tf_type, kind=VECTOR)
+    # numerics.reduce widens an fp16 input itself (in its kernel, over leading axes), as the cast would
+    @register(tf_type, kind=VECTOR, reads_half=True)
     def op(x, axis, *, ctx, keep_dims=False):
         axes = tuple(a % max(x.ndim, 1) for a in as_int_list(axis))
         if not is_float(x):

@@ -7,6 +7,8 @@ promise the same bits it must hand the chain back.
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,50 @@ def test_layouts_and_dtypes_it_does_not_take():
     assert nchain.chain_to_f16([full], [("mul", -1, 0)]) is None
     assert nchain.chain_to_f16([full[:1, :1]], [("relu", 0, -2)]) is None
     assert nchain.chain_to_f16([full], [("relu", 0, -2)]) is not None
+
+
+# ---------------------------------------------------------------- fp16 binary ops with a broadcast operand
+
+def _vector_reference(op, a, b, **kw):
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+
+    saved = dict(nv._ONE_PASS_F16)
+    nv._ONE_PASS_F16.clear()
+    try:
+        return nv.vector(op, a, b, **kw)
+    finally:
+        nv._ONE_PASS_F16.update(saved)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+
+    taken = []
+    real = nchain.chain_to_f16
+
+    def spy(*a):
+        y = real(*a)
+        taken.append(y is not None)
+        return y
+    monkeypatch.setattr(nchain, "chain_to_f16", spy)
+    shape = (6, 20, 20, 16)
+    finite = [(_hostile(shape, np.float16, big=False), _hostile((1, 1, 1, 16), np.float32, big=False)),
+              (_hostile((16,), np.float16, big=False), _hostile(shape, np.float16, big=False)),
+              (_hostile(shape, np.float16, big=False), np.asarray(0.7, np.float32)),
+              (_hostile(shape, np.float16, big=False), np.asarray([[1e-6]], np.float16))]
+    hostile = [(_hostile(shape, np.float16, specials=True), _hostile((16,), np.float32, specials=True)),
+               (_hostile(shape, np.float16), np.asarray(7e4, np.float32)),      # a cast overflow of the operand
+               (_hostile(shape, np.float16), _hostile((16,), np.float16, scale=300.0))]
+    for k, (a, b) in enumerate(finite + hostile):
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                kw = dict(dtype="float16", overflow_mode=ov, subnormals=sub)
+                taken.clear()
+                got, st = nv.vector(op, a, b, **kw)
+                want, wst = _vector_reference(op, a, b, **kw)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{op} {k} {kw}")
+                assert st == wst, (op, k, kw)
+                if k < len(finite) and sub == "keep" and (op != "realdiv" or k == 2):   # x / tiny overflows
+                    assert taken == [True], (op, k, kw)
