@@ -198,3 +198,33 @@ def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
                 assert st == wst, (op, k, kw)
                 if k < len(finite) and sub == "keep" and (op != "realdiv" or k == 2):   # x / tiny overflows
                     assert taken == [True], (op, k, kw)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_fp16_add_n_in_one_pass_is_the_adds_one_by_one(n, monkeypatch):
+    """AddN of fp16 tensors: each sum rounded to fp16 before the next add, as the vector unit's adds."""
+    taken = []
+    real = nchain.chain_to_f16
+
+    def spy(*a):
+        y = real(*a)
+        taken.append(y is not None)
+        return y
+    monkeypatch.setattr(nchain, "chain_to_f16", spy)
+    shape = (6, 20, 20, 16)
+    sets = [[_hostile(shape, np.float16, big=False) for _ in range(n)],              # finite: one pass
+            [_hostile(shape, np.float16, specials=True) for _ in range(n)],           # Inf / NaN: the adds
+            [np.full(shape, 4e4, np.float16) for _ in range(n)]]                       # the sums overflow fp16
+    for k, xs in enumerate(sets):
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                kw = dict(dtype="float16", overflow_mode=ov, subnormals=sub)
+                taken.clear()
+                ctx = OpContext(**kw)
+                (got,) = OPS["AddN"](*xs, ctx=ctx)
+                want, wctx = xs[0], OpContext(**kw)
+                for x in xs[1:]:
+                    (want,) = OPS["AddV2"](want, x, ctx=wctx)
+                np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{k} {kw}")
+                assert ctx.status == wctx.status
+                assert taken == ([k == 0] if sub == "keep" else [])
