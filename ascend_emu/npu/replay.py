@@ -192,10 +192,11 @@ class _Run:
                               "max_abs": float(np.abs(v[fin]).max()) if fin.any() else 0.0, "status": 0}
         return rec
 
-    def _context(self, dtype: str, cube_out, node: Node) -> OpContext:
+    def _context(self, dtype: str = "float32", cube_out=None, node: Node | None = None) -> OpContext:
         """``Device.context`` of one op: a copy of the run's context for (dtype, cube_out) unless the op
-        gets a non-deterministic launch (the same fields: the device's policy, frozen for the run)."""
-        if not self.deterministic and node.op in MULTICORE_OPS:
+        gets a non-deterministic launch (the same fields: the device's policy, frozen for the run); no
+        ``node``: a host or integer op's context (no launch)."""
+        if node is not None and not self.deterministic and node.op in MULTICORE_OPS:
             return self.dev.context(dtype, cube_out, op=node.name, tf_type=node.op, launch=self.launch)
         proto = self.contexts.get((dtype, cube_out))
         if proto is None:
@@ -229,7 +230,7 @@ class _Run:
         refs = list(node.input_names())
         ascend_op = node.meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
-            ctx = self.dev.context()
+            ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             dt = dtype_name(outs[0].dtype) if outs else ""
             self.const.update(node.output_names())
@@ -238,7 +239,7 @@ class _Run:
         float_idx = [i for i, a in enumerate(args) if is_float(a)]
         if opdef.kind == MOVE and float_idx and all(refs[i] in self.const for i in range(len(args))):
             # data movement of constants is folded by the graph engine: keep dtype, no cast
-            ctx = self.dev.context()
+            ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST", dtype_name(outs[0].dtype), refs,
@@ -247,7 +248,7 @@ class _Run:
         if not float_idx and node.op != "Cast":
             # integer/bool op (shape arithmetic): exact in numpy; on constants the graph engine folds it
             folded = all(r in self.const for r in refs)
-            outs = self._run(opdef, node, args, self.dev.context())
+            outs = self._run(opdef, node, args, self._context())
             if folded:
                 self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST" if folded else "AICORE",
