@@ -228,3 +228,30 @@ def test_fp16_add_n_in_one_pass_is_the_adds_one_by_one(n, monkeypatch):
                 np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{k} {kw}")
                 assert ctx.status == wctx.status
                 assert taken == ([k == 0] if sub == "keep" else [])
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+def test_every_finite_fp16_value_against_a_per_channel_operand(op):
+    """Every finite fp16 pattern as the full operand, against per-channel fp16 operands chosen so that no
+    result overflows (the one-pass kernel then takes the whole call): its bits against the 16-bit kernels'."""
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    a = a[np.isfinite(a)]
+    if op == "squared_difference":
+        a = a[np.abs(a) < 240]   # (240 + 15.5) ** 2 < 65504
+    a = a[: a.size // 16 * 16].reshape(-1, 16)
+    sub = np.float16(2.0 ** -24)
+    chans = {"add": [-15.5, -1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 7.0, 2.0 ** -14, 0.5, -0.5, 3.0, 9.75, 1.0, 2.0],
+             "mul": [-1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 0.999, 2.0 ** -14, 0.5, -0.5, 0.75, -0.9995, 1.0, 0.1, -0.25]}
+    chans["sub"] = chans["add"]
+    chans["squared_difference"] = chans["add"]
+    chans["realdiv"] = [1.0, -1.0, 1.001, 3.0, -7.0, 1024.0, 65504.0, -2.5, 1.5, 10.0, 1.25, -1.125, 2.0, 4.0, 100.0, -3.0]
+    b = np.asarray(chans[op], np.float16)
+    for ov in ("inf_nan", "saturation"):
+        kw = dict(dtype="float16", overflow_mode=ov)
+        for x, y in ((a, b), (b, a)) if op != "realdiv" else ((a, b),):
+            got, st = nv.vector(op, x, y, **kw)
+            want, wst = _vector_reference(op, x, y, **kw)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{op} {ov}")
+            assert st == wst == 0
+    assert nchain.chain_to_f16([a, b], nv._ONE_PASS_F16[op]) is not None
