@@ -61,10 +61,10 @@ class _Timers:
                     timers.node[node.op] += dt
                     timers.count[node.op] += 1
 
-        def cast(run, ref, value, dtype):
+        def cast(run, ref, value, dtype, *rest):
             t = time.perf_counter()
             try:
-                return orig_cast(run, ref, value, dtype)
+                return orig_cast(run, ref, value, dtype, *rest)
             finally:
                 timers.cast[timers.current] += time.perf_counter() - t
 

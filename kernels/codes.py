@@ -55,3 +55,6 @@ FIRST_TRANSCENDENTAL = RSQRT
 FIRST_STEPPED = GELU_TBE_V100
 # Binary op codes; POW is transcendental, SQUARED_DIFFERENCE two roundings (sub, then square).
 ADD, SUB, MUL, REALDIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW = range(8)
+# Steps of a fused float32 chain (kernels/chain.py): the binary codes above (ADD, SUB, MUL, REALDIV), then
+# the two exact selections, the rounding of the running value to fp16 (and back, exactly)
+CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16 = 8, 9, 10

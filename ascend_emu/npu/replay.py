@@ -18,6 +18,7 @@ from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
+from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
 from .precision import ascend_type
@@ -67,6 +68,18 @@ class OpRecord:
 
 
 
+class _Deferred:
+    """An inserted widening cast recorded but not yet computed (``_Run._cast``'s ``defer``)."""
+
+    __slots__ = ("value", "convert")
+
+    def __init__(self, value, convert):
+        self.value, self.convert = value, convert
+
+    def compute(self) -> np.ndarray:
+        return self.convert()[0]
+
+
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
@@ -90,6 +103,8 @@ class _Run:
         self.graph_inputs = {f"{name}:0" for name in feeds}
         self.threads = _Threads()
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> Decision
+        self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
+        self.deterministic = device.numerics.deterministic_level != 0
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -119,11 +134,20 @@ class _Run:
         for dtype in ("float16", "bfloat16", "float32"):
             self.casts.pop((ref, dtype), None)
 
-    def _cast(self, ref: str, value: np.ndarray, dtype: str) -> np.ndarray:
-        """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own."""
+    def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
+        """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own.
+
+        ``defer``: the consumer reads fp16 as its widening (``OpDef.reads_half``), so a widening of fp16
+        to float32 that nothing else sees (no dump, no kept tensors) is recorded now but computed only if
+        another consumer needs it; the consumer gets ``value`` itself."""
         key = (ref, dtype)
         if key in self.casts:
-            return self.casts[key]
+            out = self.casts[key]
+            if type(out) is _Deferred:
+                if defer:
+                    return out.value
+                out = self.casts[key] = out.compute()
+            return out
         from ..numerics.vector import cast
 
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
@@ -133,9 +157,26 @@ class _Run:
 
         def convert():
             return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
+        if (defer and dtype == "float32" and value.dtype == np.float16 and self.writer is None and not self.keep
+                and not folded):
+            # a widening raises no status (numerics.vector.cast): the record is the one it would make
+            self._record(self._cast_record(ref, value, dtype, folded, 0), [])
+            self.casts[key] = _Deferred(value, convert)
+            return value
         # a constant's cast is the same every replay: computed once while the constant is frozen (the
         # weights the fusion passes fold; numerics/memo.py), then its cube operand layout too
         out, ctx_status = _memo.memo(value, ("cast", dtype, mode, subnormals), convert) if folded else convert()
+        rec = self._cast_record(ref, value, dtype, folded, ctx_status)
+        self._record(rec, [out])
+        self.casts[key] = out
+        if self.keep:
+            self.cast_outputs[rec.name + ":0"] = out
+        if folded:
+            self.const.add(rec.name + ":0")
+        return out
+
+    def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
+        """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
@@ -149,18 +190,30 @@ class _Run:
             fin = np.isfinite(v)
             rec.fp32_check = {"overflow": not bool(fin.all()),
                               "max_abs": float(np.abs(v[fin]).max()) if fin.any() else 0.0, "status": 0}
-        self._record(rec, [out])
-        self.casts[key] = out
-        if self.keep:
-            self.cast_outputs[name + ":0"] = out
-        if folded:
-            self.const.add(name + ":0")
-        return out
+        return rec
+
+    def _context(self, dtype: str = "float32", cube_out=None, node: Node | None = None) -> OpContext:
+        """``Device.context`` of one op: a copy of the run's context for (dtype, cube_out) unless the op
+        gets a non-deterministic launch (the same fields: the device's policy, frozen for the run); no
+        ``node``: a host or integer op's context (no launch)."""
+        if node is not None and not self.deterministic and node.op in MULTICORE_OPS:
+            return self.dev.context(dtype, cube_out, op=node.name, tf_type=node.op, launch=self.launch)
+        proto = self.contexts.get((dtype, cube_out))
+        if proto is None:
+            proto = self.contexts[(dtype, cube_out)] = self.dev.context(dtype, cube_out)
+        ctx = object.__new__(OpContext)
+        ctx.__dict__.update(proto.__dict__)
+        return ctx
 
     # -- one node ----------------------------------------------------------------------------
     def eval_node(self, node: Node, args: list) -> tuple:
         outs = self._eval_node(node, args)
-        check_outputs(node, outs)   # a wrong shape or dtype is caught at the op that made it
+        # a wrong shape or dtype is caught at the op that made it; the check is a function of the node
+        # and the outputs' shapes and dtypes, so a node remembers the last ones it passed with
+        sig = tuple((o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs)
+        if node.__dict__.get("_outputs_checked") != sig or None in sig:
+            check_outputs(node, outs)
+            node.__dict__["_outputs_checked"] = sig
         return outs
 
     def _eval_node(self, node: Node, args: list) -> tuple:
@@ -177,7 +230,7 @@ class _Run:
         refs = list(node.input_names())
         ascend_op = node.meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
-            ctx = self.dev.context()
+            ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             dt = dtype_name(outs[0].dtype) if outs else ""
             self.const.update(node.output_names())
@@ -186,7 +239,7 @@ class _Run:
         float_idx = [i for i, a in enumerate(args) if is_float(a)]
         if opdef.kind == MOVE and float_idx and all(refs[i] in self.const for i in range(len(args))):
             # data movement of constants is folded by the graph engine: keep dtype, no cast
-            ctx = self.dev.context()
+            ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST", dtype_name(outs[0].dtype), refs,
@@ -195,7 +248,7 @@ class _Run:
         if not float_idx and node.op != "Cast":
             # integer/bool op (shape arithmetic): exact in numpy; on constants the graph engine folds it
             folded = all(r in self.const for r in refs)
-            outs = self._run(opdef, node, args, self.dev.context())
+            outs = self._run(opdef, node, args, self._context())
             if folded:
                 self.const.update(node.output_names())
             self._record(OpRecord(node.name, node.op, ascend_op, "HOST" if folded else "AICORE",
@@ -223,8 +276,8 @@ class _Run:
                 if i in opdef.fp32_inputs and dtype_name(args[i].dtype) == "float32":
                     continue        # a parameter the CANN operator takes in float32
                 if dtype_name(args[i].dtype) != target:
-                    cargs[i] = self._cast(refs[i], args[i], target)
-        ctx = self.dev.context(dec.dtype, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
+                    cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
+        ctx = self._context(dec.dtype, dec.cube_out, node)
         try:
             outs = self._run(opdef, node, cargs, ctx)
         except NotImplementedError as e:
@@ -233,6 +286,11 @@ class _Run:
                 raise AscendEmuError(f"op {node.name} ({node.op}, made by {fusion.get('rule')}) cannot run on the "
                                      f"AI Core ({e}); switch {fusion.get('rule')} off in --fusion-switch") from None
             return self._aicpu(node, args)
+        if ctx.status and opdef.reads_half:
+            # the float32 rerun of an overflowing op sees the casts themselves (computed if deferred)
+            cargs = [self._cast(refs[i], args[i], dec.dtype) if c is args[i] and i in float_idx
+                     and dtype_name(c.dtype) != dec.dtype and i not in opdef.fp32_inputs else c
+                     for i, c in enumerate(cargs)]
         fp32_check = self._fp32_check(opdef, node, cargs) if ctx.status else None
         if opdef.kind == CUBE:
             compute = dtype_name(ctx.cube_out)
@@ -292,7 +350,7 @@ class _Run:
 
     def _run(self, opdef, node, args, ctx) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
-        self.threads.fit(max((np.size(a) for a in args), default=0))
+        self.threads.fit(max((a.size if type(a) is np.ndarray else np.size(a) for a in args), default=0))
         try:
             return opdef(*args, ctx=ctx, **node.attrs)
         except (NotImplementedError, AscendEmuError):

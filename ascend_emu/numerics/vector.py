@@ -20,6 +20,7 @@ from ..kernels import multicore as _km
 from ..kernels import reduce as _kr
 from ..kernels import reduce_lead as _krl
 from ..kernels import vector as _kv
+from . import chain as _chain
 from . import unary_tables as _tables
 
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
@@ -199,6 +200,13 @@ _NUMPY_F32 = {_kv.ADD: np.add, _kv.SUB: np.subtract, _kv.MUL: np.multiply, _kv.R
 _KEEP = config.subnormal_code("keep")
 
 
+#: fp16 binary ops as steps of the chain kernel (numerics/chain.py): one float32 op rounded once; the
+#: squared difference rounds its difference to fp16 before squaring it, as the vector unit's two instructions
+_ONE_PASS_F16 = {"add": [("add", 0, 1)], "sub": [("sub", 0, 1)], "mul": [("mul", 0, 1)],
+                 "realdiv": [("realdiv", 0, 1)],
+                 "squared_difference": [("sub", 0, 1), ("round16", -1, -2), ("mul", -1, -1)]}
+
+
 #: float32 unary ops computed in one pass when every input is finite (kernels/clamp.py; the fast path)
 _F32_CLAMPS = (_kv.RELU, _kv.RELU6)
 
@@ -277,6 +285,13 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         a, st = _to_compute(x, cdt, f"vector op {op!r} input {k}", overflow_mode, subnormals)
         arrays.append(a)
         status |= st
+    if (cdt == config.float16 and sc == _KEEP and op in _ONE_PASS_F16 and arrays[0].shape != arrays[1].shape
+            and _chain.MIN_ELEMENTS <= max(arrays[0].size, arrays[1].size)):
+        # a broadcast operand (one value per channel, or one value) read in place by the chain kernel
+        # instead of copied out to full size; any Inf/NaN result: the kernels below
+        y = _chain.chain_to_f16(arrays, _ONE_PASS_F16[op])
+        if y is not None:
+            return y, status
     if op == "select":
         cond = np.asarray(inputs[0])
         if cond.dtype != np.bool_:
@@ -414,6 +429,15 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
                              f"choose one of: {', '.join(dict.fromkeys(('float32', name)))}")
     oc = config.overflow_code(overflow_mode)
     sc = config.subnormal_code(subnormals)
+    if cdt == config.float32 and _kc.HW_HALF and type(x) is np.ndarray and x.dtype == config.float16:
+        # fp16 data reduced in float32 over its leading axes: the kernel widens each element as it reads
+        # it (exactly, as the cast would, which raises no status), so no widened copy is made
+        axes = _axes(axis, x.ndim)
+        rows = int(np.prod([x.shape[d] for d in range(x.ndim) if d not in axes], dtype=np.int64))
+        if (rows > 1 and axes == tuple(range(len(axes))) and x.size
+                and (multicore is None or op not in ("sum", "mean")
+                     or multicore.reduce_bounds(rows, x.size // rows) is None)):
+            return _reduce_lead16(op, x, axes, rows, keepdims, oc, sc, op_model)
     a, status = _to_compute(x, cdt, "reduce input", overflow_mode, subnormals)
     axes = _axes(axis, a.ndim)
     kept = tuple(d for d in range(a.ndim) if d not in axes)
@@ -423,8 +447,7 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         raise AscendEmuError(f"reduce {op!r} over an empty axis has no identity; reduce a non-empty array")
     code = _REDUCE[op]
     if op == "mean":
-        code = {"exact": _kr.MEAN, "ascendc": _kr.MEAN_SCALE_LAST}.get(
-            _choice("op_model", op_model, config.OP_MODELS), _kr.MEAN_SCALE_FIRST)
+        code = _mean_code(op_model)
     bounds = multicore.reduce_bounds(rows, inner) if multicore is not None and op in ("sum", "mean") else None
     # reduced axes leading (a sum over N, H, W of NHWC): the row kernel's steps down a's columns, no copy
     lead = bounds is None and cdt == config.float32 and rows > 1 and axes == tuple(range(len(axes)))
@@ -451,3 +474,18 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         status |= config.STATUS_FP_OVERFLOW
     shape = tuple(1 if d in axes else a.shape[d] for d in range(a.ndim)) if keepdims else tuple(a.shape[d] for d in kept)
     return out.view(cdt).reshape(shape), status
+
+
+def _mean_code(op_model):
+    return {"exact": _kr.MEAN, "ascendc": _kr.MEAN_SCALE_LAST}.get(
+        _choice("op_model", op_model, config.OP_MODELS), _kr.MEAN_SCALE_FIRST)
+
+
+def _reduce_lead16(op, x, axes, rows, keepdims, oc, sc, op_model):
+    """:func:`reduce` in float32 of fp16 ``x`` over its leading ``axes`` (``rows`` outputs) by the kernel
+    that widens as it reads: the bits and status of widening ``x`` first."""
+    code = _mean_code(op_model) if op == "mean" else _REDUCE[op]
+    out = _alloc.empty(rows, np.float32)
+    st = _krl.reduce_lead_f16(code, np.ascontiguousarray(x).view(np.uint16).reshape(x.size // rows, rows), out, oc, sc)
+    shape = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else x.shape[len(axes):]
+    return out.reshape(shape), config.STATUS_FP_OVERFLOW if st else 0

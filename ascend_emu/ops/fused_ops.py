@@ -28,6 +28,7 @@ from . import nn_ops, sourced
 from ._util import finish, is_float, sum_f32, to64, to_f32, widen
 from .math_ops import vec
 from ..graph.core import dtype_name as _dtype_name
+from ..numerics.chain import chain_to_f16
 from .registry import CUBE, OPS, VECTOR, OpContext, register
 
 
@@ -175,9 +176,35 @@ def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain
     return _cube(ctx, (a, b) + extra, chain, run)
 
 
+#: chain steps the one-pass kernel runs (numerics/chain.py), by TF type: the float32 ops of _NUMPY_STEPS
+_ONE_PASS_STEPS = {"AddV2": "add", "Add": "add", "BiasAdd": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "realdiv",
+                   "Div": "realdiv", "Relu": "relu", "Relu6": "relu6"}
+
+
+def _chain_one_pass(ctx: OpContext, xs, chain):
+    """The fp16 result of a standalone chain in one pass (numerics/chain.py: the float32 steps of
+    _chain_numpy and the rounding of _round_to, bit for bit), or None where the full path must run."""
+    if ctx.dtype_name != "float16" or ctx.subnormals != "keep":
+        return None
+    steps = []
+    for step in chain:
+        name = _ONE_PASS_STEPS.get(step["op"])
+        attrs = step.get("attrs") or {}
+        args = step["args"]
+        if name is None or attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
+            return None
+        if len(args) != (1 if name in ("relu", "relu6") else 2):
+            return None
+        steps.append((name, args[0], args[1] if len(args) > 1 else -2))
+    return chain_to_f16(xs, steps)
+
+
 @register("_EltwiseChain", kind=VECTOR)
 def eltwise_chain(*xs, ctx, chain):
     """AutomaticUbFusion: the chain's steps in float32, one rounding to the compute dtype."""
+    fast = _chain_one_pass(ctx, xs, chain)
+    if fast is not None:
+        return fast
     return _round_to(ctx, _chain(ctx, None, xs, chain), ctx.dtype_name)
 
 

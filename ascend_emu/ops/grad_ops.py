@@ -250,7 +250,7 @@ def floor_mod(x, y, *, ctx):
 
 # ------------------------------------------------------------------------------ vector: reductions
 
-@register("BiasAddGrad", kind=VECTOR)
+@register("BiasAddGrad", kind=VECTOR, reads_half=True)
 def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     """Sum of dy over every axis but the channel axis, accumulated as the other reductions."""
     from ..numerics.vector import reduce

@@ -104,6 +104,18 @@ def bias_add(x, bias, *, ctx, data_format="NHWC"):
 
 @register("AddN", kind=VECTOR, eltwise="add")
 def add_n(*xs, ctx):
+    if len(xs) > 2 and ctx.dtype_name == "float16" and ctx.subnormals == "keep" and all(
+            type(x) is np.ndarray and x.dtype == np.float16 and x.shape == xs[0].shape for x in xs):
+        # the fp16 adds below in one pass: each float32 sum rounded to fp16 before the next add (the
+        # chain kernel; None if any sum is Inf or NaN, whose status and overflow mode the adds handle)
+        from ..numerics.chain import chain_to_f16
+
+        steps = [("add", 0, 1)]
+        for k in range(2, len(xs)):
+            steps += [("round16", -1, -2), ("add", -1, k)]
+        y = chain_to_f16(xs, steps)
+        if y is not None:
+            return y
     acc = xs[0]
     for x in xs[1:]:
         acc = vec(ctx, "add", acc, x)
@@ -134,7 +146,8 @@ def logical_not(x, *, ctx):
 
 
 def _reduce(name, tf_type):
-    @register(tf_type, kind=VECTOR)
+    # numerics.reduce widens an fp16 input itself (in its kernel, over leading axes), as the cast would
+    @register(tf_type, kind=VECTOR, reads_half=True)
     def op(x, axis, *, ctx, keep_dims=False):
         axes = tuple(a % max(x.ndim, 1) for a in as_int_list(axis))
         if not is_float(x):

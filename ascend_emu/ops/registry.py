@@ -77,6 +77,10 @@ class OpDef:
     #: indices of the float inputs the CANN operator takes in float32 whatever its compute dtype (batch
     #: norm's scale, offset, mean and variance: the op protos declare them float32)
     fp32_inputs: frozenset = frozenset()
+    #: computing in float32, it gives the same bits and status when handed an fp16 input as when handed
+    #: that input's widening cast (it widens as it reads, or casts first itself), so the device may defer
+    #: the cast it inserts in front of it
+    reads_half: bool = False
 
     def __call__(self, *inputs, ctx: OpContext, **attrs):
         if not self.takes_all_attrs:
@@ -88,13 +92,13 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
-def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp32_inputs=()):
+def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp32_inputs=(), reads_half=False):
     """Register ``fn`` as the implementation of the TF op types ``tf_types``.
 
     ``eltwise`` names the vector unit's elementwise op (``numerics.vector.vector``) the
     implementation runs on float tensors; tests check that every such op is registered.
     ``fp32_inputs``: the input indices the device hands over in float32 even when the op computes
-    in a 16-bit dtype (they are never cast down).
+    in a 16-bit dtype (they are never cast down). ``reads_half``: see :attr:`OpDef.reads_half`.
     """
 
     def deco(fn):
@@ -102,7 +106,7 @@ def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp3
         params = frozenset(p.name for p in sig.parameters.values()
                            if p.kind == p.KEYWORD_ONLY and p.name != "ctx")
         var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise, frozenset(fp32_inputs))
+        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise, frozenset(fp32_inputs), bool(reads_half))
         for t in tf_types:
             if t in OPS:
                 raise RuntimeError(f"op {t} registered twice")

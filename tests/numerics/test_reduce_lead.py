@@ -25,6 +25,10 @@ def _data(inner, rows, kind):
         x[rng.random((inner, rows)) < 0.05] = -0.0
         return x.astype(np.float32)
     x = (rng.standard_normal((inner, rows)) * 3).astype(np.float32)
+    if kind == "nans":   # NaNs of many payloads and both signs meeting in a column: which one comes out
+        u = x.view(np.uint32)
+        nan = rng.random((inner, rows)) < 0.3
+        u[nan] = (rng.integers(0, 2, nan.sum()) << 31 | 0x7F800000 | rng.integers(1, 1 << 23, nan.sum())).astype(np.uint32)
     if kind == "special":
         flat = x.reshape(-1)
         k = min(8, flat.size)
@@ -35,7 +39,7 @@ def _data(inner, rows, kind):
 
 
 @pytest.mark.parametrize("shape", [(1, 3), (7, 16), (513, 300), (40, 1000)])
-@pytest.mark.parametrize("kind", ["normal", "wide", "special"])
+@pytest.mark.parametrize("kind", ["normal", "wide", "special", "nans"])
 def test_lead_kernel_is_the_row_kernel_transposed(shape, kind):
     x = _data(*shape, kind)
     xt = np.ascontiguousarray(x.T)
@@ -63,3 +67,59 @@ def test_wrapper_over_leading_axes_equals_a_reduction_of_the_transposed_array(op
         assert got.shape == (1, 1, 1, 16)
         np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))
         assert st == wst
+
+
+def _f16_data(inner, rows, kind):
+    """fp16 data: every kind of pattern (normals, subnormals, signed zeros, the largest values, Inf, NaN)."""
+    bits = rng.integers(0, 1 << 16, (inner, rows)).astype(np.uint16)
+    if kind == "finite":
+        bits &= np.uint16(0xFBFF)   # exponent never all ones: no Inf or NaN
+    elif kind == "small":          # subnormals, zeros and small normals only
+        bits &= np.uint16(0x83FF) | np.uint16(0x0400)
+    return bits.view(np.float16)
+
+
+@pytest.mark.skipif(not __import__("ascend_emu.kernels.cast", fromlist=["HW_HALF"]).HW_HALF,
+                    reason="the fp16 kernel needs hardware fp16 conversions")
+@pytest.mark.parametrize("shape", [(1, 3), (7, 16), (513, 300), (2048, 16)])
+@pytest.mark.parametrize("kind", ["finite", "small", "any"])
+def test_fp16_lead_kernel_is_the_float32_one_on_the_widened_array(shape, kind):
+    """reduce_lead_f16 reads fp16 where reduce_lead_f32 reads the widened float32: same bits and status,
+    under flush too (the widening cast flushes fp16 subnormals, the fp16 kernel reads them as zeros)."""
+    from ascend_emu.kernels.reduce_lead import reduce_lead_f16
+    from ascend_emu.numerics import cast
+
+    x = _f16_data(*shape, kind)
+    for name, code in CODES.items():
+        for overflow in (0, 1):
+            for subnormal in (0, 1):
+                wide = cast(x, "float32", subnormals=("keep", "flush")[subnormal])[0]
+                got = np.empty(shape[1], np.float32)
+                want = np.empty(shape[1], np.float32)
+                st = reduce_lead_f16(code, x.view(np.uint16), got, overflow, subnormal)
+                wst = reduce_lead_f32(code, wide, want, overflow, subnormal)
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32),
+                                              err_msg=f"{name} {shape} {kind} {overflow} {subnormal}")
+                assert st == wst
+
+
+@pytest.mark.parametrize("op_model", ["tbe_v220", "ascendc", "exact"])
+@pytest.mark.parametrize("axes", [(0, 1, 2), (0,), (0, 1), (1, 2), (0, 2)])
+def test_wrapper_on_fp16_data_equals_the_reduction_of_its_widening(op_model, axes):
+    """numerics.reduce of fp16 data in float32 (no widened copy over leading axes) against the same
+    reduction of the widened array, statuses included, in both overflow and subnormal modes."""
+    from ascend_emu.numerics import cast
+
+    x = _f16_data(4 * 9 * 7, 16, "any").reshape(4, 9, 7, 16)
+    for ov in ("inf_nan", "saturation"):
+        for sub in ("keep", "flush"):
+            wide = cast(x, "float32", subnormals=sub)[0]
+            for op in ("sum", "mean", "max", "min", "prod"):
+                for keep in (False, True):
+                    kw = dict(axis=axes, dtype="float32", op_model=op_model, keepdims=keep, overflow_mode=ov,
+                              subnormals=sub)
+                    got, st = reduce(op, x, **kw)
+                    want, wst = reduce(op, wide, **kw)
+                    assert got.shape == want.shape and got.dtype == want.dtype
+                    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"{op} {kw}")
+                    assert st == wst

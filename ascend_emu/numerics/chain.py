@@ -1,0 +1,104 @@
+"""A chain of float32 elementwise steps rounded once to fp16, in one pass (``kernels/chain.py``).
+
+The fast path of the vector unit's fused chains (``_EltwiseChain``): the same float32 IEEE steps numpy
+computes, on fp16 or float32 inputs that are full-size, one per channel (broadcast along the last
+axis) or one value; the result rounded to nearest-even fp16. :func:`chain_to_f16` returns None
+wherever that might differ from the full path (another layout, another dtype, a host without
+hardware fp16 conversions, or an Inf or NaN in any step or in the result: overflow and its status
+are the full path's business), so a caller that gets None runs the chain as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import alloc as _alloc
+from ..kernels import cast as _kc
+from ..kernels import chain as _kch
+from ..kernels.codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, MUL, REALDIV, SUB
+
+#: chain step names and their kernel codes (binary steps, then the unary selections)
+STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CHAIN_RELU, "relu6": CHAIN_RELU6,
+              "round16": CHAIN_ROUND16}
+_UNARY = (CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16)
+#: below this many output elements the numpy steps cost less than the kernel's call
+MIN_ELEMENTS = 1 << 12
+_BLOCK = 1024
+_MAX_CHANNELS = 1 << 13
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+_EMPTY16 = np.zeros(1, np.uint16)
+_EMPTY32 = np.zeros(1, np.float32)
+
+
+def chain_to_f16(inputs, steps):
+    """The fp16 result of ``steps`` on ``inputs``, or None.
+
+    Parameters
+    ----------
+    inputs : sequence of numpy.ndarray
+        float16 or float32 arrays that broadcast together.
+    steps : sequence of (str, int, int)
+        ``(name, a, b)`` with ``name`` a key of :data:`STEP_CODES` and arguments ``k >= 0`` (input k)
+        or ``-1`` (the running value); ``b`` is ignored for relu, relu6 and round16 (the running value
+        rounded to fp16 and widened back).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        float16 of the broadcast shape, with the bits of the float32 steps rounded once (no status:
+        every value was finite), or None (run the chain on its full path).
+    """
+    if not _kc.HW_HALF or not steps or not inputs:
+        return None
+    try:
+        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+    except ValueError:
+        return None
+    n = int(np.prod(shape, dtype=np.int64))
+    if n < MIN_ELEMENTS:
+        return None
+    c = shape[-1] if shape else 1
+    h16, f32, src = [], [], []
+    used = set()
+    prog = []
+    have = False
+    for name, a, b in steps:
+        code = STEP_CODES.get(name)
+        if code is None or (a < 0 and not have):
+            return None
+        if code in _UNARY:
+            b = -2
+        elif b < 0 and not have:
+            return None
+        used.update(k for k in (a, b) if k >= 0)
+        prog.append((code, a, b))
+        have = True
+    if used != set(range(len(inputs))):
+        return None   # an input no step reads would still shape the result
+    channel = False
+    for x in inputs:
+        x = np.asarray(x)
+        if x.dtype == _F16:
+            which, bucket, bits = 0, h16, x.view(np.uint16)
+        elif x.dtype == _F32:
+            which, bucket, bits = 1, f32, x
+        else:
+            return None
+        if x.shape == shape:
+            layout, flat = 0, np.ascontiguousarray(bits).reshape(-1)
+        elif x.size == 1:
+            layout, flat = 2, bits.reshape(-1)
+        elif x.ndim >= 1 and x.shape[-1] == c and x.size == c:
+            layout, flat, channel = 1, np.ascontiguousarray(bits).reshape(-1), True
+        else:
+            return None
+        src.append((which, len(bucket), layout))
+        bucket.append(flat)
+    if channel and c > _MAX_CHANNELS:
+        return None
+    blk = c * max(1, _BLOCK // c) if channel else _BLOCK
+    out = _alloc.empty(n, np.uint16)
+    bad = _kch.chain_to_f16(tuple(h16) or (_EMPTY16,), tuple(f32) or (_EMPTY32,), np.array(src, np.int64),
+                            np.array(prog, np.int64), c, blk, out)
+    if bad:
+        return None
+    return out.view(np.float16).reshape(shape)

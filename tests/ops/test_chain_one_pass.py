@@ -1,0 +1,257 @@
+"""The one-pass kernel of standalone fp16 UB chains (numerics/chain.py, kernels/chain.py) against the path
+it replaces (``_chain``'s float32 steps, then ``_round_to``), bit for bit and status for status, on hostile
+data: NaN, Inf, signed zeros, fp16 and float32 subnormals, fp16 overflow of the result, float32 overflow
+inside the chain, values on the fp16 rounding boundaries, in both overflow modes and both subnormal modes.
+On finite data the one-pass kernel must be the path taken (so these tests see it), and wherever it cannot
+promise the same bits it must hand the chain back.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from ascend_emu.kernels import cast as _kc
+from ascend_emu.numerics import chain as nchain
+from ascend_emu.ops import OPS, OpContext
+from ascend_emu.ops import fused_ops
+
+pytestmark = pytest.mark.skipif(not _kc.HW_HALF, reason="the one-pass kernel needs hardware fp16 conversions")
+
+rng = np.random.default_rng(20261125)
+
+
+def _step(op, *args):
+    return {"op": op, "args": list(args), "attrs": {}, "name": op.lower()}
+
+
+BN_RELU = [_step("Mul", 0, 1), _step("AddV2", -1, 2), _step("Relu", -1)]
+BN_GRAD = [_step("RealDiv", 0, 1), _step("Mul", 2, -1), _step("Mul", -1, 3)]
+OTHERS = [_step("Sub", 1, 0), _step("BiasAdd", -1, 1), _step("Relu6", -1), _step("Div", -1, 2), _step("Add", -1, 0)]
+
+
+def _run(chain, xs, **kw):
+    ctx = OpContext(**kw)
+    (y,) = OPS["_EltwiseChain"](*xs, ctx=ctx, chain=chain)
+    return y, ctx.status
+
+
+def _reference(chain, xs, **kw):
+    """The path before the one-pass kernel: the float32 steps (numpy or the ops), one rounding."""
+    ctx = OpContext(**kw)
+    y = fused_ops._round_to(ctx, fused_ops._chain(ctx, None, xs, chain), ctx.dtype_name)
+    return y, ctx.status
+
+
+def _hostile(shape, dt, specials=False, scale=1.0, big=True):
+    """Normal values mixed with signed zeros, subnormals of fp16 and of float32, and (if ``big``) values on
+    fp16's rounding boundaries and at its largest; Inf and NaN too if ``specials``."""
+    x = np.clip(rng.standard_normal(shape), -3.0, 3.0) * scale
+    pick = rng.integers(0, 10, shape)
+    x = np.where(pick == 1, rng.choice([0.0, -0.0], shape), x)
+    x = np.where(pick == 2, rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-25, -14, shape)), x)  # fp16 subn.
+    x = np.where(pick == 3, rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-149, -126, shape)), x)  # f32 subn.
+    if big:
+        x = np.where(pick == 4, rng.choice([65504.0, -65504.0, 65519.0, 0.5 + 2.0 ** -11, 1.0 + 2.0 ** -11], shape), x)
+    if specials:
+        x = np.where(pick == 5, rng.choice([np.inf, -np.inf, np.nan], shape), x)
+    with np.errstate(all="ignore"):
+        return np.asarray(x).astype(dt)
+
+
+def _check(chain, xs, expect_fast=None):
+    for ov in ("inf_nan", "saturation"):
+        for sub in ("keep", "flush"):
+            kw = dict(dtype="float16", overflow_mode=ov, subnormals=sub)
+            got, st = _run(chain, xs, **kw)
+            want, wst = _reference(chain, xs, **kw)
+            assert got.dtype == want.dtype and got.shape == want.shape, (chain, kw)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{chain} {kw}")
+            assert st == wst, (chain, kw)
+    if expect_fast is not None:
+        fast = fused_ops._chain_one_pass(OpContext(dtype="float16"), xs, chain)
+        assert (fast is not None) == expect_fast
+
+
+SHAPES = [(4, 16, 16, 16),      # one work item of whole blocks
+          (8, 32, 32, 16),      # several work items (both threads)
+          (5, 37, 48),          # a block of 21 channel rows, a partial last block
+          (3, 2, 1500)]         # channels wider than a block
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dt", [np.float16, np.float32])
+def test_finite_chains_take_the_one_pass_kernel_with_the_same_bits(shape, dt):
+    c = shape[-1]
+    # the results stay within fp16: largest inputs times factors below one, small addends
+    small = dict(scale=0.3, big=False)   # |x| < 0.9
+    cases = [
+        (BN_RELU, [_hostile(shape, np.float16), _hostile((c,), np.float32, **small), _hostile((1, 1, c), dt, **small)]),
+        (BN_GRAD, [_hostile(shape, np.float32), np.asarray(1024.0, np.float32), np.asarray(-2.5, dt),
+                   _hostile(shape, np.float16, big=False)]),
+        (OTHERS, [_hostile(shape, dt, big=False), _hostile((c,), np.float16), np.asarray([3.0], np.float32)]),
+    ]
+    for chain, xs in cases:
+        _check(chain, xs, expect_fast=True)
+
+
+def test_results_on_the_fp16_rounding_boundaries():
+    # every fp16 pattern once, times one and halfway values between neighbours: the rounding of the
+    # product by the hardware conversion against the cast kernel
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    h = h[np.isfinite(h)]
+    x = np.concatenate([h.astype(np.float32), h.astype(np.float32) * np.float32(1.0 + 2.0 ** -11),
+                        h.astype(np.float32) * np.float32(1.0 - 2.0 ** -12)])
+    x = x[: x.size // 16 * 16].reshape(-1, 16)
+    x = x[np.abs(x).max(axis=1) < 65504]
+    _check([_step("Mul", 0, 1), _step("AddV2", -1, 2)], [x, np.ones(16, np.float32), np.zeros(16, np.float32)],
+           expect_fast=True)
+
+
+@pytest.mark.parametrize("chain", [BN_RELU, BN_GRAD, OTHERS], ids=["bn_relu", "bn_grad", "others"])
+def test_inf_and_nan_anywhere_go_back_to_the_full_path(chain):
+    shape = (4, 16, 16, 16)
+    xs = {id(BN_RELU): [_hostile(shape, np.float16, True), _hostile((16,), np.float32, True),
+                        _hostile((16,), np.float32)],
+          id(BN_GRAD): [_hostile(shape, np.float32, True), np.asarray(0.0, np.float32), np.asarray(1.0, np.float32),
+                        _hostile(shape, np.float16, True)],
+          id(OTHERS): [_hostile(shape, np.float16, True), _hostile((16,), np.float16), np.asarray([0.0], np.float32)]}[id(chain)]
+    _check(chain, xs, expect_fast=False)
+
+
+def test_fp16_overflow_of_the_result_goes_back_to_the_full_path():
+    xs = [_hostile((4, 16, 16, 16), np.float16, scale=2e4), np.full(16, 8.0, np.float32), np.zeros(16, np.float32)]
+    _check(BN_RELU, xs, expect_fast=False)
+
+
+def test_a_float32_overflow_hidden_by_a_later_step_still_raises_its_status():
+    # the product overflows float32 to Inf, and 1 / Inf = 0 is finite: only the full path's per-step
+    # status reports it
+    big = np.full((4, 16, 16, 16), 3e38, np.float32)
+    chain = [_step("Mul", 0, 1), _step("RealDiv", 2, -1)]
+    xs = [big, np.full(16, 10.0, np.float32), np.asarray(1.0, np.float32)]
+    _check(chain, xs, expect_fast=False)
+    assert _run(chain, xs, dtype="float16")[1] != 0
+
+
+def test_layouts_and_dtypes_it_does_not_take():
+    full = _hostile((4, 16, 16, 16), np.float16)
+    ctx = OpContext(dtype="float16")
+    # a broadcast that is neither per channel nor one value, a float64 or bf16 input, a step it has not,
+    # a bf16 or float32 result, flushed subnormals
+    assert fused_ops._chain_one_pass(ctx, [full, _hostile((1, 16, 1, 16), np.float32)], [_step("Mul", 0, 1)]) is None
+    assert fused_ops._chain_one_pass(ctx, [full, np.ones(16)], [_step("Mul", 0, 1)]) is None
+    assert fused_ops._chain_one_pass(ctx, [full], [_step("Rsqrt", 0)]) is None
+    assert fused_ops._chain_one_pass(OpContext(dtype="float32"), [full, full], [_step("Mul", 0, 1)]) is None
+    assert fused_ops._chain_one_pass(OpContext(dtype="float16", subnormals="flush"), [full, full],
+                                     [_step("Mul", 0, 1)]) is None
+    # an input no step reads, a step reading the running value before there is one, too few elements
+    assert nchain.chain_to_f16([full, full], [("mul", 0, 0)]) is None
+    assert nchain.chain_to_f16([full], [("mul", -1, 0)]) is None
+    assert nchain.chain_to_f16([full[:1, :1]], [("relu", 0, -2)]) is None
+    assert nchain.chain_to_f16([full], [("relu", 0, -2)]) is not None
+
+
+# ---------------------------------------------------------------- fp16 binary ops with a broadcast operand
+
+def _vector_reference(op, a, b, **kw):
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+
+    saved = dict(nv._ONE_PASS_F16)
+    nv._ONE_PASS_F16.clear()
+    try:
+        return nv.vector(op, a, b, **kw)
+    finally:
+        nv._ONE_PASS_F16.update(saved)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+
+    taken = []
+    real = nchain.chain_to_f16
+
+    def spy(*a):
+        y = real(*a)
+        taken.append(y is not None)
+        return y
+    monkeypatch.setattr(nchain, "chain_to_f16", spy)
+    shape = (6, 20, 20, 16)
+    finite = [(_hostile(shape, np.float16, big=False), _hostile((1, 1, 1, 16), np.float32, big=False)),
+              (_hostile((16,), np.float16, big=False), _hostile(shape, np.float16, big=False)),
+              (_hostile(shape, np.float16, big=False), np.asarray(0.7, np.float32)),
+              (_hostile(shape, np.float16, big=False), np.asarray([[1e-6]], np.float16))]
+    hostile = [(_hostile(shape, np.float16, specials=True), _hostile((16,), np.float32, specials=True)),
+               (_hostile(shape, np.float16), np.asarray(7e4, np.float32)),      # a cast overflow of the operand
+               (_hostile(shape, np.float16), _hostile((16,), np.float16, scale=300.0))]
+    for k, (a, b) in enumerate(finite + hostile):
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                kw = dict(dtype="float16", overflow_mode=ov, subnormals=sub)
+                taken.clear()
+                got, st = nv.vector(op, a, b, **kw)
+                want, wst = _vector_reference(op, a, b, **kw)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{op} {k} {kw}")
+                assert st == wst, (op, k, kw)
+                if k < len(finite) and sub == "keep" and (op != "realdiv" or k == 2):   # x / tiny overflows
+                    assert taken == [True], (op, k, kw)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_fp16_add_n_in_one_pass_is_the_adds_one_by_one(n, monkeypatch):
+    """AddN of fp16 tensors: each sum rounded to fp16 before the next add, as the vector unit's adds."""
+    taken = []
+    real = nchain.chain_to_f16
+
+    def spy(*a):
+        y = real(*a)
+        taken.append(y is not None)
+        return y
+    monkeypatch.setattr(nchain, "chain_to_f16", spy)
+    shape = (6, 20, 20, 16)
+    sets = [[_hostile(shape, np.float16, big=False) for _ in range(n)],              # finite: one pass
+            [_hostile(shape, np.float16, specials=True) for _ in range(n)],           # Inf / NaN: the adds
+            [np.full(shape, 4e4, np.float16) for _ in range(n)]]                       # the sums overflow fp16
+    for k, xs in enumerate(sets):
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                kw = dict(dtype="float16", overflow_mode=ov, subnormals=sub)
+                taken.clear()
+                ctx = OpContext(**kw)
+                (got,) = OPS["AddN"](*xs, ctx=ctx)
+                want, wctx = xs[0], OpContext(**kw)
+                for x in xs[1:]:
+                    (want,) = OPS["AddV2"](want, x, ctx=wctx)
+                np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{k} {kw}")
+                assert ctx.status == wctx.status
+                assert taken == ([k == 0] if sub == "keep" else [])
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+def test_every_finite_fp16_value_against_a_per_channel_operand(op):
+    """Every finite fp16 pattern as the full operand, against per-channel fp16 operands chosen so that no
+    result overflows (the one-pass kernel then takes the whole call): its bits against the 16-bit kernels'."""
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    a = a[np.isfinite(a)]
+    if op == "squared_difference":
+        a = a[np.abs(a) < 240]   # (240 + 15.5) ** 2 < 65504
+    a = a[: a.size // 16 * 16].reshape(-1, 16)
+    sub = np.float16(2.0 ** -24)
+    chans = {"add": [-15.5, -1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 7.0, 2.0 ** -14, 0.5, -0.5, 3.0, 9.75, 1.0, 2.0],
+             "mul": [-1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 0.999, 2.0 ** -14, 0.5, -0.5, 0.75, -0.9995, 1.0, 0.1, -0.25]}
+    chans["sub"] = chans["add"]
+    chans["squared_difference"] = chans["add"]
+    chans["realdiv"] = [1.0, -1.0, 1.001, 3.0, -7.0, 1024.0, 65504.0, -2.5, 1.5, 10.0, 1.25, -1.125, 2.0, 4.0, 100.0, -3.0]
+    b = np.asarray(chans[op], np.float16)
+    for ov in ("inf_nan", "saturation"):
+        kw = dict(dtype="float16", overflow_mode=ov)
+        for x, y in ((a, b), (b, a)) if op != "realdiv" else ((a, b),):
+            got, st = nv.vector(op, x, y, **kw)
+            want, wst = _vector_reference(op, x, y, **kw)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{op} {ov}")
+            assert st == wst == 0
+    assert nchain.chain_to_f16([a, b], nv._ONE_PASS_F16[op]) is not None
