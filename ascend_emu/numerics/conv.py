@@ -139,7 +139,7 @@ def _conv_filter(w, pol: _Policy, Cp: int, kp: int, transposed: bool):
 
 
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
-           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None, epilogue=None):
     """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
 
     Each output is one dot product over K = KH*KW*Cin in the order (kh, kw, cin), as an
@@ -168,16 +168,18 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
-    acc = _alloc.empty((R, CO), np.float32)
     zero = np.zeros(1, dtype=np.int64)
     transposed = _transposed(R, CO)
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
     wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
+    # with an epilogue, the transposed product stays (CO, R): the epilogue reads it column by column
+    whole_t = transposed and pol.fast and epilogue is not None
+    acc = None if whole_t else _alloc.empty((R, CO), np.float32)
     if transposed:
         WT = wprep
-        out_buf = _alloc.empty(CO * rows, np.float32)
+        out_buf = _alloc.empty(CO * (R if whole_t else rows), np.float32)
     elif pol.fast:
         Wp = wprep   # packed once for every row chunk
         tiles = _tiles()
@@ -191,12 +193,14 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
-            outT = out_buf[:CO * n].reshape(1, CO, n)
+            outT = out_buf.reshape(1, CO, R)[:, :, r0:r0 + n] if whole_t else out_buf[:CO * n].reshape(1, CO, n)
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
                 _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
                 mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
                 _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
+                if whole_t:
+                    continue
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
                 _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])
@@ -211,12 +215,18 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
                 _k.matmul_tree16(cols, Wp, biasv, False, zero, zero, out, tiles, pol.exact_products, mc)
             else:
                 _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
-    out, sf = _finish(acc, pol)
+    if whole_t:
+        done = epilogue.apply(out_buf, pol, out_shape, transposed=True)
+        if done is not None:
+            return done[0], sx | sw_ | done[1]
+        acc = np.ascontiguousarray(out_buf.reshape(CO, R).T)
+        epilogue = None
+    out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sx | sw_ | sf
 
 
 def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
-                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None, epilogue=None):
     """Depthwise 2-D convolution on the emulated cube unit (TF DepthwiseConv2dNative).
 
     Output channel ``c * multiplier + m`` is the dot product over K = KH*KW taps, in the
@@ -259,7 +269,7 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
             outT = _alloc.empty((CM, 1, n), np.float32)
             _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
             acc[r0:r0 + n] = outT[:, 0, :].T
-    out, sf = _finish(acc, pol)
+    out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sx | sw_ | sf
 
 

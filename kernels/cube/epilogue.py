@@ -1,0 +1,190 @@
+"""The fused cube op's epilogue in one pass: Fixpipe of the float32 accumulator, the UB chain of
+float32 elementwise steps, and the one rounding to the output dtype.
+
+What it replaces (``ascend_emu.ops.fused_ops``): :func:`.fixpipe.finish_f32` on the accumulator, then
+each chain step as a numpy float32 operation (numpy broadcasting), then the cast to the output dtype.
+Here each block of rows of the (R, C) result goes through all of them while it sits in the cache.
+
+A program row is ``(op, kind_a, index_a, kind_b, index_b)``; an operand is the running value
+(``RUN``), a row of ``tiles`` (a per-last-axis vector or a scalar, repeated to the block's rows:
+``tiles[index, :B]``), a float32 array of the result's shape (``F32``: ``f32s[index]``, flat) or a
+16-bit one (``F16``: ``f16s[index]``'s bits, bf16 if ``f16bf[index]``, widened exactly). Every step
+is one IEEE float32 operation per element, as numpy's float32 ufuncs compute it (no fast-math, so
+no contraction or reassociation; ``error_model="numpy"``: x / 0 is IEEE). Relu is ``x > 0 ? x : +0``
+and Relu6 ``relu(min(x, 6))``: numpy's ``maximum(x, 0) + 0`` and ``minimum`` on non-NaN x.
+
+The fast path holds only where every running value is finite (after the Fixpipe, after every
+step): anywhere else the kernel returns -1 and the caller runs the chain op by op (the ops' own
+overflow handling and status). Otherwise it returns the status bits: 0x400 (a non-finite
+accumulator, mapped to +-FLT_MAX / 0 under saturation) and 0x20 (the rounding overflowed: the
+cast's 0x100 as the fused op's ``finish`` reports it). Subnormals are kept (the caller's condition).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..codes import FLT_MAX, KEEP, ST_FP_OVERFLOW
+from ..cast import bf16_bits_to_f32_bits, f16_bits_to_f32_bits
+from .fixpipe import _fast16, _fixpipe_f32, to16
+
+# operand kinds and step op codes of a program row
+RUN, TILE, F32, F16 = 0, 1, 2, 3
+ADD, SUB, MUL, DIV, RELU, RELU6 = 0, 1, 2, 3, 4, 5
+# output kinds
+OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+#: elements per parallel work item (whole blocks of rows)
+_WORK = 1 << 16
+
+
+@njit(cache=True)
+def _bad(v):
+    """1 if float32 v is Inf or NaN, else 0 (branch-free: vectorises)."""
+    return 0 if abs(v) <= FLT_MAX else 1
+
+
+@njit(cache=True, error_model="numpy")
+def _operand(kind, idx, buf, scratch, tiles, f32s, f16s, f16bf, base, nb):
+    """The operand (kind, idx) of the block [base, base + nb) as a float32 array of nb elements."""
+    if kind == RUN:
+        return buf[:nb]
+    if kind == TILE:
+        return tiles[idx, :nb]
+    if kind == F32:
+        return f32s[idx][base:base + nb]
+    src = f16s[idx]
+    d = scratch.view(np.uint32)
+    if f16bf[idx]:
+        for k in range(nb):
+            d[k] = bf16_bits_to_f32_bits(src[base + k], KEEP)
+    else:
+        for k in range(nb):
+            d[k] = f16_bits_to_f32_bits(src[base + k], KEEP)
+    return scratch[:nb]
+
+
+@njit(cache=True, error_model="numpy")
+def _step(op, a, b, buf, nb):
+    """buf[k] = op(a[k], b[k]) for k < nb (b unused by the unary ops); returns how many are Inf/NaN."""
+    nbad = 0
+    if op == ADD:
+        for k in range(nb):
+            v = a[k] + b[k]
+            buf[k] = v
+            nbad += _bad(v)
+    elif op == SUB:
+        for k in range(nb):
+            v = a[k] - b[k]
+            buf[k] = v
+            nbad += _bad(v)
+    elif op == MUL:
+        for k in range(nb):
+            v = a[k] * b[k]
+            buf[k] = v
+            nbad += _bad(v)
+    elif op == DIV:
+        for k in range(nb):
+            v = a[k] / b[k]
+            buf[k] = v
+            nbad += _bad(v)
+    elif op == RELU:  # an Inf or NaN operand (another input than the running value) declines too
+        for k in range(nb):
+            v = a[k]
+            buf[k] = v if v > np.float32(0.0) else np.float32(0.0)
+            nbad += _bad(v)
+    else:  # RELU6
+        for k in range(nb):
+            v = a[k]
+            w = min(v, np.float32(6.0))
+            buf[k] = w if w > np.float32(0.0) else np.float32(0.0)
+            nbad += _bad(v)
+    return nbad
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow):
+    """out = round(chain(fixpipe(acc))) over the (R, C) result, rb rows per block; returns the status
+    bits, or -1 where a running value is not finite (nothing then is to be trusted in out).
+
+    ``acc`` is the flat float32 accumulator, (R, C) row-major, or (C, R) if ``transposed`` (the
+    cube's C^T: read column by column into row-major blocks). ``out16`` (fp16 / bf16 bits) or
+    ``out32`` receives the flat (R, C) result, as ``out_kind`` says; ``overflow`` is the code of the
+    overflow mode (saturation: Fixpipe maps a non-finite accumulator, the rounding saturates)."""
+    B = rb * C
+    nblk = (R + rb - 1) // rb
+    per = max(1, _WORK // max(B, 1))
+    nw = (nblk + per - 1) // per
+    st = np.zeros(nw, dtype=np.int64)
+    sat = overflow == 1
+    bf16 = out_kind == OUT_BF16
+    S = prog.shape[0]
+    for w in prange(nw):
+        buf = np.empty(B, dtype=np.float32)
+        sa = np.empty(B, dtype=np.float32)
+        sb = np.empty(B, dtype=np.float32)
+        bufu = buf.view(np.uint32)
+        s = np.int64(0)
+        for blk in range(w * per, min(nblk, (w + 1) * per)):
+            r0 = blk * rb
+            nr = min(R, r0 + rb) - r0
+            nb = nr * C
+            base = r0 * C
+            # Fixpipe: the accumulator into the block, counting non-finite values
+            nbad = 0
+            if transposed:
+                for j in range(C):
+                    col = j * R + r0
+                    for r in range(nr):
+                        buf[r * C + j] = acc[col + r]
+                for k in range(nb):
+                    nbad += _bad(buf[k])
+            else:
+                for k in range(nb):
+                    v = acc[base + k]
+                    buf[k] = v
+                    nbad += _bad(v)
+            if nbad > 0:
+                if not sat:
+                    s = -1
+                    break
+                for k in range(nb):
+                    v, s1 = _fixpipe_f32(buf[k], True)
+                    buf[k] = v
+                    s |= s1
+                nbad = 0
+            for i in range(S):
+                op = prog[i, 0]
+                a = _operand(prog[i, 1], prog[i, 2], buf, sa, tiles, f32s, f16s, f16bf, base, nb)
+                b = _operand(prog[i, 3], prog[i, 4], buf, sb, tiles, f32s, f16s, f16bf, base, nb)
+                nbad += _step(op, a, b, buf, nb)
+                if nbad > 0:
+                    break
+            if nbad > 0:
+                s = -1
+                break
+            # the one rounding to the output dtype: the integer shortcut for normal results, the cast else
+            if out_kind == OUT_F32:
+                for k in range(nb):
+                    out32[base + k] = buf[k]
+            else:
+                nnot = 0
+                for k in range(np.uintp(nb)):
+                    h, ok = _fast16(bufu[k], bf16)
+                    out16[base + k] = h
+                    nnot += 0 if ok else 1
+                if nnot > 0:
+                    for k in range(nb):
+                        h, ok = _fast16(bufu[k], bf16)
+                        if not ok:
+                            h, s2 = to16(buf[k], bf16, overflow, KEEP)
+                            out16[base + k] = h
+                            if s2 != 0:
+                                s |= ST_FP_OVERFLOW
+        st[w] = s
+    r = np.int64(0)
+    for w in range(nw):
+        if st[w] < 0:
+            return np.int64(-1)
+        r |= st[w]
+    return r
+
