@@ -256,7 +256,7 @@ class Epilogue:
             out16 = _alloc.empty(R * C, np.uint16)
             out32 = np.zeros(1, dtype=np.float32)
         st = ke.epilogue(np.ascontiguousarray(acc).reshape(-1), bool(transposed), R, C, rb, *prog, out16, out32, kind,
-                         pol.overflow)
+                         pol.overflow, ke.HW_HALF)
         if st < 0:
             return None
         self.applied = True

@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..codes import FLT_MAX, KEEP, ST_FP_OVERFLOW
-from ..cast import bf16_bits_to_f32_bits, f16_bits_to_f32_bits
-from .fixpipe import _fast16, _fixpipe_f32, to16
+from ..codes import F16_BIAS, F16_EB, F16_MT, FLT_MAX, KEEP, RINT, SATURATION, ST_FP_OVERFLOW
+from ..cast import (HW_HALF, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_to_f16_hw,  # noqa: F401
+                    f32bits_narrow)
+from .fixpipe import _fixpipe_f32
 
 # operand kinds and step op codes of a program row
 RUN, TILE, F32, F16 = 0, 1, 2, 3
@@ -39,8 +40,17 @@ _WORK = 1 << 16
 
 @njit(cache=True)
 def _bad(v):
-    """1 if float32 v is Inf or NaN, else 0 (branch-free: vectorises)."""
-    return 0 if abs(v) <= FLT_MAX else 1
+    """1 if float32 v is Inf or NaN, else 0, as a uint32 to OR (branch-free: vectorises)."""
+    return np.uint32(not abs(v) <= FLT_MAX)
+
+
+@njit(cache=True)
+def _nonfinite(x, nb):
+    """Whether any of x[:nb] is Inf or NaN."""
+    f = np.uint32(0)
+    for k in range(np.uintp(nb)):
+        f |= _bad(x[k])
+    return f != 0
 
 
 @njit(cache=True, error_model="numpy")
@@ -55,67 +65,67 @@ def _operand(kind, idx, buf, scratch, tiles, f32s, f16s, f16bf, base, nb):
     src = f16s[idx]
     d = scratch.view(np.uint32)
     if f16bf[idx]:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             d[k] = bf16_bits_to_f32_bits(src[base + k], KEEP)
     else:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             d[k] = f16_bits_to_f32_bits(src[base + k], KEEP)
     return scratch[:nb]
 
 
 @njit(cache=True, error_model="numpy")
 def _step(op, a, b, buf, nb):
-    """buf[k] = op(a[k], b[k]) for k < nb (b unused by the unary ops); returns how many are Inf/NaN."""
-    nbad = 0
+    """buf[k] = op(a[k], b[k]) for k < nb (b unused by the unary ops); returns whether a result of the
+    arithmetic ops is Inf or NaN (relu's operand is checked by the caller)."""
+    f = np.uint32(0)
     if op == ADD:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             v = a[k] + b[k]
             buf[k] = v
-            nbad += _bad(v)
+            f |= _bad(v)
     elif op == SUB:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             v = a[k] - b[k]
             buf[k] = v
-            nbad += _bad(v)
+            f |= _bad(v)
     elif op == MUL:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             v = a[k] * b[k]
             buf[k] = v
-            nbad += _bad(v)
+            f |= _bad(v)
     elif op == DIV:
-        for k in range(nb):
+        for k in range(np.uintp(nb)):
             v = a[k] / b[k]
             buf[k] = v
-            nbad += _bad(v)
-    elif op == RELU:  # an Inf or NaN operand (another input than the running value) declines too
-        for k in range(nb):
+            f |= _bad(v)
+    elif op == RELU:
+        for k in range(np.uintp(nb)):
             v = a[k]
             buf[k] = v if v > np.float32(0.0) else np.float32(0.0)
-            nbad += _bad(v)
     else:  # RELU6
-        for k in range(nb):
-            v = a[k]
-            w = min(v, np.float32(6.0))
-            buf[k] = w if w > np.float32(0.0) else np.float32(0.0)
-            nbad += _bad(v)
-    return nbad
+        for k in range(np.uintp(nb)):
+            v = min(a[k], np.float32(6.0))
+            buf[k] = v if v > np.float32(0.0) else np.float32(0.0)
+    return f != 0
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow):
+def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow, hw):
     """out = round(chain(fixpipe(acc))) over the (R, C) result, rb rows per block; returns the status
     bits, or -1 where a running value is not finite (nothing then is to be trusted in out).
 
     ``acc`` is the flat float32 accumulator, (R, C) row-major, or (C, R) if ``transposed`` (the
     cube's C^T: read column by column into row-major blocks). ``out16`` (fp16 / bf16 bits) or
     ``out32`` receives the flat (R, C) result, as ``out_kind`` says; ``overflow`` is the code of the
-    overflow mode (saturation: Fixpipe maps a non-finite accumulator, the rounding saturates)."""
+    overflow mode (saturation: Fixpipe maps a non-finite accumulator, the rounding saturates); ``hw``: round
+    to fp16 by the CPU's conversion (``cast.HW_HALF``)."""
     B = rb * C
     nblk = (R + rb - 1) // rb
     per = max(1, _WORK // max(B, 1))
     nw = (nblk + per - 1) // per
     st = np.zeros(nw, dtype=np.int64)
-    sat = overflow == 1
+    sat = overflow == SATURATION
+    sat_u = np.uint32(sat)
     bf16 = out_kind == OUT_BF16
     S = prog.shape[0]
     for w in prange(nw):
@@ -128,58 +138,73 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             r0 = blk * rb
             nr = min(R, r0 + rb) - r0
             nb = nr * C
-            base = r0 * C
-            # Fixpipe: the accumulator into the block, counting non-finite values
-            nbad = 0
+            base = np.uintp(r0 * C)   # unsigned indices: no wraparound test, so the loops vectorise
+            # Fixpipe: the accumulator into the block
             if transposed:
-                for j in range(C):
-                    col = j * R + r0
-                    for r in range(nr):
+                for j in range(np.uintp(C)):
+                    col = np.uintp(j * R + r0)
+                    for r in range(np.uintp(nr)):
                         buf[r * C + j] = acc[col + r]
-                for k in range(nb):
-                    nbad += _bad(buf[k])
             else:
-                for k in range(nb):
-                    v = acc[base + k]
-                    buf[k] = v
-                    nbad += _bad(v)
-            if nbad > 0:
+                for k in range(np.uintp(nb)):
+                    buf[k] = acc[base + k]
+            if _nonfinite(buf, nb):
                 if not sat:
                     s = -1
                     break
-                for k in range(nb):
+                for k in range(np.uintp(nb)):
                     v, s1 = _fixpipe_f32(buf[k], True)
                     buf[k] = v
                     s |= s1
-                nbad = 0
+            bad = False
             for i in range(S):
                 op = prog[i, 0]
                 a = _operand(prog[i, 1], prog[i, 2], buf, sa, tiles, f32s, f16s, f16bf, base, nb)
                 b = _operand(prog[i, 3], prog[i, 4], buf, sb, tiles, f32s, f16s, f16bf, base, nb)
-                nbad += _step(op, a, b, buf, nb)
-                if nbad > 0:
+                # relu's operand (the running value or another input) is checked, as every result is
+                if op >= RELU and prog[i, 1] != RUN and _nonfinite(a, nb):
+                    bad = True
                     break
-            if nbad > 0:
+                if _step(op, a, b, buf, nb):
+                    bad = True
+                    break
+            if bad:
                 s = -1
                 break
-            # the one rounding to the output dtype: the integer shortcut for normal results, the cast else
+            # the one rounding to the output dtype, branch-free (the values are finite): fp16 by the CPU's
+            # conversion (hw: HW_HALF hosts, the cast kernel's fast path) or the cast's generic rounding,
+            # bf16 by RNE at bit 16 (it keeps float32's exponent range, subnormals too)
+            nover = 0
             if out_kind == OUT_F32:
-                for k in range(nb):
-                    out32[base + k] = buf[k]
-            else:
-                nnot = 0
                 for k in range(np.uintp(nb)):
-                    h, ok = _fast16(bufu[k], bf16)
-                    out16[base + k] = h
-                    nnot += 0 if ok else 1
-                if nnot > 0:
-                    for k in range(nb):
-                        h, ok = _fast16(bufu[k], bf16)
-                        if not ok:
-                            h, s2 = to16(buf[k], bf16, overflow, KEEP)
-                            out16[base + k] = h
-                            if s2 != 0:
-                                s |= ST_FP_OVERFLOW
+                    out32[base + k] = buf[k]
+            elif out_kind == OUT_F16 and hw:
+                # finite values: the conversion gives Inf exactly on overflow (cast.finish_f16_hw's
+                # rule); saturation takes the largest finite of its sign, Inf's bits minus one
+                sat16 = np.uint16(sat)
+                fl = np.uint16(0)
+                for k in range(np.uintp(nb)):
+                    h = f32_to_f16_hw(buf[k])
+                    over = np.uint16((h & np.uint16(0x7FFF)) == np.uint16(0x7C00))
+                    out16[base + k] = h - (over & sat16)
+                    fl |= over
+                nover += fl
+            elif out_kind == OUT_F16:
+                for k in range(np.uintp(nb)):
+                    h, s2 = f32bits_narrow(bufu[k], F16_MT, F16_BIAS, F16_EB, RINT, overflow, KEEP)
+                    out16[base + k] = np.uint16(h)
+                    nover += s2
+            else:
+                for k in range(np.uintp(nb)):
+                    u = bufu[k]
+                    mag = u & np.uint32(0x7FFFFFFF)
+                    o = (mag + np.uint32(0x7FFF) + ((mag >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+                    over = np.uint32(o >= np.uint32(0x7F80))
+                    o = (np.uint32(0x7F80) - sat_u) if over else o
+                    out16[base + k] = np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) | o)
+                    nover += over
+            if nover > 0:
+                s |= ST_FP_OVERFLOW
         st[w] = s
     r = np.int64(0)
     for w in range(nw):
