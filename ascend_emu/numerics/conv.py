@@ -11,7 +11,7 @@ import numpy as np
 
 from . import memo as _memo
 from . import policy as config
-from .cube_core import (_Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
+from .cube_core import (Epilogue, _Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
                         _operand_values, _padded, _padded_input, _policy, _tiles, _transposed)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
@@ -174,7 +174,10 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
     wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
-    # with an epilogue, the transposed product stays (CO, R): the epilogue reads it column by column
+    # the transposed product stays (CO, R): the epilogue (a fused op's, else the plain Fixpipe's) reads it
+    # column by column, in place of a transposed copy
+    if transposed and pol.fast and epilogue is None and pol.subnormal == config.SUBNORMAL_MODES["keep"]:
+        epilogue = Epilogue([], [], pol.out, fused=False)
     whole_t = transposed and pol.fast and epilogue is not None
     acc = None if whole_t else _alloc.empty((R, CO), np.float32)
     if transposed:

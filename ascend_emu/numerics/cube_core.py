@@ -13,7 +13,8 @@ import numba
 import numpy as np
 
 from . import policy as config
-from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
+from .policy import (BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW,
+                     CubeModel)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
@@ -173,7 +174,8 @@ class Epilogue:
     rounded once to ``out_dtype`` (float16, bfloat16 or float32) under the cube's overflow mode.
 
     A cube function given one, with float32 output and subnormals kept, returns the rounded result
-    and sets :attr:`applied`; where the one pass cannot stand for the step-by-step chain (an operand
+    and sets :attr:`applied`; with ``fused=False`` (no steps) it is the cube's own Fixpipe to ``out_dtype``
+    (the function's own output dtype: status 0x100 where the rounding overflows); where the one pass cannot stand for the step-by-step chain (an operand
     that is not a per-last-axis vector, a scalar or of the result's shape; a running value that is
     Inf or NaN anywhere) it returns the float32 accumulator as without one, :attr:`applied` False.
     """
@@ -183,13 +185,14 @@ class Epilogue:
     #: elements per block of rows (a few of the block's float32 buffers stay in L1/L2)
     BLOCK = 2048
 
-    def __init__(self, steps, operands, out_dtype: str):
+    def __init__(self, steps, operands, out_dtype: str, fused: bool = True):
         for name, args in steps:
             if name not in self._CODES or len(args) != (1 if name in self._UNARY else 2):
                 raise ValueError(f"epilogue step {name!r} with {len(args)} operands")
         self.steps = [(name, tuple(int(a) for a in args)) for name, args in steps]
         self.operands = list(operands)
         self.out = config.dtype_name(config.compute_dtype(out_dtype))
+        self.fused = bool(fused)
         self.applied = False
 
     def _program(self, out_shape, C: int, rb: int):
@@ -237,7 +240,7 @@ class Epilogue:
         (``out_shape`` flattened to (R, C), or (C, R) if ``transposed``), or None (nothing done)."""
         from ..kernels.cube import epilogue as ke
 
-        if pol.out != "float32" or pol.subnormal != config.SUBNORMAL_MODES["keep"]:
+        if pol.out != ("float32" if self.fused else self.out) or pol.subnormal != config.SUBNORMAL_MODES["keep"]:
             return None
         out_shape = tuple(int(d) for d in out_shape)
         C = out_shape[-1] if out_shape else 1
@@ -256,7 +259,7 @@ class Epilogue:
             out16 = _alloc.empty(R * C, np.uint16)
             out32 = np.zeros(1, dtype=np.float32)
         st = ke.epilogue(np.ascontiguousarray(acc).reshape(-1), bool(transposed), R, C, rb, *prog, out16, out32, kind,
-                         pol.overflow, ke.HW_HALF)
+                         pol.overflow, ke.HW_HALF, STATUS_FP_OVERFLOW if self.fused else STATUS_CONVERSION_OVERFLOW)
         if st < 0:
             return None
         self.applied = True

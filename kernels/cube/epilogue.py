@@ -16,15 +16,17 @@ and Relu6 ``relu(min(x, 6))``: numpy's ``maximum(x, 0) + 0`` and ``minimum`` on 
 The fast path holds only where every running value is finite (after the Fixpipe, after every
 step): anywhere else the kernel returns -1 and the caller runs the chain op by op (the ops' own
 overflow handling and status). Otherwise it returns the status bits: 0x400 (a non-finite
-accumulator, mapped to +-FLT_MAX / 0 under saturation) and 0x20 (the rounding overflowed: the
-cast's 0x100 as the fused op's ``finish`` reports it). Subnormals are kept (the caller's condition).
+accumulator, mapped to +-FLT_MAX / 0 under saturation) and ``st_round`` where the rounding overflowed
+(0x20 for a fused op, whose ``finish`` reports the cast's 0x100 so; 0x100 for the plain Fixpipe, which
+an empty program is: :func:`.fixpipe.finish_to_16` / ``finish_f32`` of a C^T product read in place).
+Subnormals are kept (the caller's condition).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-from ..codes import F16_BIAS, F16_EB, F16_MT, FLT_MAX, KEEP, RINT, SATURATION, ST_FP_OVERFLOW
+from ..codes import F16_BIAS, F16_EB, F16_MT, FLT_MAX, KEEP, RINT, SATURATION
 from ..cast import (HW_HALF, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_to_f16_hw,  # noqa: F401
                     f32bits_narrow)
 from .fixpipe import _fixpipe_f32
@@ -110,7 +112,8 @@ def _step(op, a, b, buf, nb):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow, hw):
+def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow, hw,
+             st_round):
     """out = round(chain(fixpipe(acc))) over the (R, C) result, rb rows per block; returns the status
     bits, or -1 where a running value is not finite (nothing then is to be trusted in out).
 
@@ -118,7 +121,8 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
     cube's C^T: read column by column into row-major blocks). ``out16`` (fp16 / bf16 bits) or
     ``out32`` receives the flat (R, C) result, as ``out_kind`` says; ``overflow`` is the code of the
     overflow mode (saturation: Fixpipe maps a non-finite accumulator, the rounding saturates); ``hw``: round
-    to fp16 by the CPU's conversion (``cast.HW_HALF``)."""
+    to fp16 by the CPU's conversion (``cast.HW_HALF``); ``st_round``: the status bit a rounding overflow
+    raises (0x20 as a fused op's ``finish`` reports it, 0x100 as the plain Fixpipe's cast does)."""
     B = rb * C
     nblk = (R + rb - 1) // rb
     per = max(1, _WORK // max(B, 1))
@@ -204,7 +208,7 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
                     out16[base + k] = np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) | o)
                     nover += over
             if nover > 0:
-                s |= ST_FP_OVERFLOW
+                s |= st_round
         st[w] = s
     r = np.int64(0)
     for w in range(nw):

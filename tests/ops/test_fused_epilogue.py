@@ -52,6 +52,7 @@ def _compare(op, xs, kw, ctx_kw, monkeypatch):
     got, st = _call(op, xs, kw, ctx_kw)
     with monkeypatch.context() as m:
         m.setattr(fused_ops, "_epilogue", lambda *a: None)
+        m.setattr(Epilogue, "apply", lambda *a, **k: None)   # the plain Fixpipe's one pass too
         want, wst = _call(op, xs, kw, ctx_kw)
     assert got.dtype == want.dtype and got.shape == want.shape, (op, kw.get("chain"), ctx_kw)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"{op} {kw.get('chain')} {ctx_kw}")
@@ -191,8 +192,32 @@ def test_the_kernel_keeps_plain_float32_operations():
     out32 = np.empty(32, np.float32)
     fresh = numba.njit(parallel=True, error_model="numpy")(ke.epilogue.py_func)
     args = (acc, False, 2, 16, 1, prog, tiles, (np.zeros(1, np.float32),), (np.zeros(1, np.uint16),),
-            np.zeros(1, np.int64), np.zeros(1, np.uint16), out32, ke.OUT_F32, 0, False)
+            np.zeros(1, np.int64), np.zeros(1, np.uint16), out32, ke.OUT_F32, 0, False, 0x20)
     assert fresh(*args) == 0 and (out32 == 0).all() and not np.signbit(out32).any()
     asm = "\n".join(fresh.inspect_asm().values()).lower()
     assert "mulps" in asm or "fmul" in asm   # the kernel's own code is there
     assert "vfmadd" not in asm and "vfmsub" not in asm and "vfnm" not in asm and "fmadd" not in asm
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big", "tiny"])
+def test_plain_transposed_convolution_fixpipe(kind, monkeypatch):
+    """A convolution without a chain whose product is C^T: the Fixpipe reads it in place (an empty
+    program, status 0x100 on overflow as finish_to_16's) instead of a transposed copy."""
+    from ascend_emu.numerics.cube import conv2d
+
+    count = _Count(monkeypatch)
+    x = _values(kind, (2, 7, 7, 16))
+    w = _values("normal", (3, 3, 16, 40), 10.0 if kind == "big" else 0.3)   # big: the rounding overflows
+    for out in ("float16", "bfloat16", "float32"):
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                kw = dict(padding="SAME", out_dtype=out, overflow_mode=ov, subnormals=sub,
+                          bias=np.linspace(-2, 2, 40))
+                got, st = conv2d(x.astype(np.float16), w.astype(np.float16), **kw)
+                with monkeypatch.context() as m:
+                    m.setattr(Epilogue, "apply", lambda *a, **k: None)
+                    want, wst = conv2d(x.astype(np.float16), w.astype(np.float16), **kw)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"{kind} {kw}")
+                assert st == wst, (kind, kw, hex(st), hex(wst))
+    assert count.applied >= (2 if kind == "hostile" else 6)
