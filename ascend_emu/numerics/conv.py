@@ -163,7 +163,15 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     biasv = _bias_vector(bias, CO, out_shape)
     order = pol.model.conv_k_order
     Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
-    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    # a 1x1 unpadded convolution of 16-bit operands reads each input value once: im2col widens the bits
+    # itself (the values and status of _operand_values: a widening raises none), with no float32 copy
+    bits16 = (KH * KW == 1 and pol.fast and Cp == C and not any(map(any, pads)) and pol.operand != "float32"
+              and x.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if bits16:
+        xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
+    else:
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
     koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
     K = KH * KW * Cp
     kp = _kp(K)
@@ -199,7 +207,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             outT = out_buf.reshape(1, CO, R)[:, :, r0:r0 + n] if whole_t else out_buf[:CO * n].reshape(1, CO, n)
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
-                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
+                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp, *wide)
                 mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
                 _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
                 if whole_t:
@@ -211,7 +219,7 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             acc[r0:r0 + n] = outT[0].T
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
-            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
+            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0], *wide)
             if pol.fast:   # _accumulate's fast branch with B packed once
                 out = acc[None, r0:r0 + n]
                 mc = _k.row_block(n, Wp.shape[1], numba.get_num_threads())

@@ -221,3 +221,33 @@ def test_plain_transposed_convolution_fixpipe(kind, monkeypatch):
                 np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=f"{kind} {kw}")
                 assert st == wst, (kind, kw, hex(st), hex(wst))
     assert count.applied >= (2 if kind == "hostile" else 6)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("flush", [0, 1])
+def test_im2col_widens_every_16_bit_pattern_as_widen_operands(bf16, flush):
+    """A 1x1 convolution's im2col reads the 16-bit operands' bits and widens them itself: the same float32
+    bits (every pattern: NaN payloads, Inf, -0, subnormals kept or flushed) as widening first."""
+    from ascend_emu.kernels import cube as k
+    from ascend_emu.numerics.conv import _k_offsets
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(2, 32, 64, 16)
+    wide = np.empty(bits.shape, np.uint32)
+    k.widen_operands(bits.reshape(-1), wide.reshape(-1), bf16, bool(flush))
+    wide = wide.view(np.float32)
+    koff = _k_offsets(1, 1, 16, 64, 1, 1, "hwc")
+    for sh in (1, 2):
+        OH, OW = 32 // sh, 64 // sh
+        R = 2 * OH * OW
+        a = np.full((R, 16), np.nan, np.float32)
+        b = np.full((R, 16), np.nan, np.float32)
+        k.im2col(wide, koff, sh, sh, OH, OW, 0, a)
+        k.im2col(bits, koff, sh, sh, OH, OW, 0, b, bf16, flush)
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+        pa = k.empty_slabs(k.slab_shape(1, R, 16))
+        pb = k.empty_slabs(k.slab_shape(1, R, 16))
+        pa[...] = 0     # the slabs' columns past the 2x2 block edge are never written
+        pb[...] = 0
+        k.im2col_packed(wide, koff, sh, sh, OH, OW, 0, R, pa)
+        k.im2col_packed(bits, koff, sh, sh, OH, OW, 0, R, pb, bf16, flush)
+        np.testing.assert_array_equal(pa.view(np.uint32), pb.view(np.uint32))
