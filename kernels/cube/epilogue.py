@@ -144,15 +144,20 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             nb = nr * C
             base = np.uintp(r0 * C)   # unsigned indices: no wraparound test, so the loops vectorise
             # Fixpipe: the accumulator into the block
+            f = np.uint32(0)
             if transposed:
                 for j in range(np.uintp(C)):
                     col = np.uintp(j * R + r0)
                     for r in range(np.uintp(nr)):
-                        buf[r * C + j] = acc[col + r]
+                        v = acc[col + r]
+                        buf[r * C + j] = v
+                        f |= _bad(v)
             else:
                 for k in range(np.uintp(nb)):
-                    buf[k] = acc[base + k]
-            if _nonfinite(buf, nb):
+                    v = acc[base + k]
+                    buf[k] = v
+                    f |= _bad(v)
+            if f != 0:
                 if not sat:
                     s = -1
                     break
