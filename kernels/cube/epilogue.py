@@ -111,6 +111,39 @@ def _step(op, a, b, buf, nb):
     return f != 0
 
 
+@njit(cache=True)
+def _act(v, fin):
+    """v, relu(v) (fin 1) or relu6(v) (fin 2) for a finite float32 v, as _step computes them."""
+    if fin == 1:
+        return v if v > np.float32(0.0) else np.float32(0.0)
+    w = min(v, np.float32(6.0))
+    return w if w > np.float32(0.0) else np.float32(0.0)
+
+
+@njit(cache=True)
+def _f16_hw(buf, out16, base, nb, sat16, fin):
+    """out16[base + k] = fp16 RNE bits of act(buf[k]) (act by ``fin``: none, relu, relu6) by the CPU's
+    conversion; returns 1 if one overflowed. The values are finite: the conversion gives Inf exactly on
+    overflow (cast.finish_f16_hw's rule); saturation takes the largest finite of its sign, Inf's bits - 1."""
+    fl = np.uint16(0)
+    if fin == 0:
+        for k in range(np.uintp(nb)):
+            h = f32_to_f16_hw(buf[k])
+            over = np.uint16((h & np.uint16(0x7FFF)) == np.uint16(0x7C00))
+            out16[base + k] = h - (over & sat16)
+            fl |= over
+    elif fin == 1:
+        for k in range(np.uintp(nb)):
+            h = f32_to_f16_hw(_act(buf[k], 1))
+            over = np.uint16((h & np.uint16(0x7FFF)) == np.uint16(0x7C00))
+            out16[base + k] = h - (over & sat16)
+            fl |= over
+    else:   # relu6: at most 6, never an overflow
+        for k in range(np.uintp(nb)):
+            out16[base + k] = f32_to_f16_hw(_act(buf[k], 2))
+    return np.int64(fl)
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, out32, out_kind, overflow, hw,
              st_round):
@@ -132,6 +165,13 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
     sat_u = np.uint32(sat)
     bf16 = out_kind == OUT_BF16
     S = prog.shape[0]
+    # a last Relu / Relu6 of the running value (finite: checked) goes into the rounding loop
+    fin = 0
+    S_run = S
+    if S > 0 and prog[S - 1, 0] >= RELU and prog[S - 1, 1] == RUN and (out_kind == OUT_F32 or (
+            out_kind == OUT_F16 and hw)):
+        fin = prog[S - 1, 0] - RELU + 1
+        S_run = S - 1
     for w in prange(nw):
         buf = np.empty(B, dtype=np.float32)
         sa = np.empty(B, dtype=np.float32)
@@ -166,7 +206,7 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
                     buf[k] = v
                     s |= s1
             bad = False
-            for i in range(S):
+            for i in range(S_run):
                 op = prog[i, 0]
                 a = _operand(prog[i, 1], prog[i, 2], buf, sa, tiles, f32s, f16s, f16bf, base, nb)
                 b = _operand(prog[i, 3], prog[i, 4], buf, sb, tiles, f32s, f16s, f16bf, base, nb)
@@ -185,19 +225,14 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             # bf16 by RNE at bit 16 (it keeps float32's exponent range, subnormals too)
             nover = 0
             if out_kind == OUT_F32:
-                for k in range(np.uintp(nb)):
-                    out32[base + k] = buf[k]
+                if fin == 0:
+                    for k in range(np.uintp(nb)):
+                        out32[base + k] = buf[k]
+                else:
+                    for k in range(np.uintp(nb)):
+                        out32[base + k] = _act(buf[k], fin)
             elif out_kind == OUT_F16 and hw:
-                # finite values: the conversion gives Inf exactly on overflow (cast.finish_f16_hw's
-                # rule); saturation takes the largest finite of its sign, Inf's bits minus one
-                sat16 = np.uint16(sat)
-                fl = np.uint16(0)
-                for k in range(np.uintp(nb)):
-                    h = f32_to_f16_hw(buf[k])
-                    over = np.uint16((h & np.uint16(0x7FFF)) == np.uint16(0x7C00))
-                    out16[base + k] = h - (over & sat16)
-                    fl |= over
-                nover += fl
+                nover += _f16_hw(buf, out16, base, nb, np.uint16(sat), fin)
             elif out_kind == OUT_F16:
                 for k in range(np.uintp(nb)):
                     h, s2 = f32bits_narrow(bufu[k], F16_MT, F16_BIAS, F16_EB, RINT, overflow, KEEP)
