@@ -174,10 +174,11 @@ class Epilogue:
     rounded once to ``out_dtype`` (float16, bfloat16 or float32) under the cube's overflow mode.
 
     A cube function given one, with float32 output and subnormals kept, returns the rounded result
-    and sets :attr:`applied`; with ``fused=False`` (no steps) it is the cube's own Fixpipe to ``out_dtype``
-    (the function's own output dtype: status 0x100 where the rounding overflows); where the one pass cannot stand for the step-by-step chain (an operand
+    and sets :attr:`applied`; where the one pass cannot stand for the step-by-step chain (an operand
     that is not a per-last-axis vector, a scalar or of the result's shape; a running value that is
     Inf or NaN anywhere) it returns the float32 accumulator as without one, :attr:`applied` False.
+    With ``fused=False`` (no steps) it is the cube's own Fixpipe to ``out_dtype``, the function's own
+    output dtype (status 0x100 where the rounding overflows, as ``finish_to_16``'s).
     """
 
     _CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "relu": 4, "relu6": 5}
