@@ -11,7 +11,7 @@ import numpy as np
 
 from . import memo as _memo
 from . import policy as config
-from .cube_core import (_Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
+from .cube_core import (Epilogue, _Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
                         _operand_values, _padded, _padded_input, _policy, _tiles, _transposed)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
@@ -139,7 +139,7 @@ def _conv_filter(w, pol: _Policy, Cp: int, kp: int, transposed: bool):
 
 
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
-           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+           out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None, epilogue=None):
     """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
 
     Each output is one dot product over K = KH*KW*Cin in the order (kh, kw, cin), as an
@@ -163,21 +163,34 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     biasv = _bias_vector(bias, CO, out_shape)
     order = pol.model.conv_k_order
     Cp = C if order == "hwc" else -(-C // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
-    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    # a 1x1 unpadded convolution of 16-bit operands reads each input value once: im2col widens the bits
+    # itself (the values and status of _operand_values: a widening raises none), with no float32 copy
+    bits16 = (KH * KW == 1 and pol.fast and Cp == C and not any(map(any, pads)) and pol.operand != "float32"
+              and x.dtype == config.COMPUTE_DTYPES[pol.operand])
+    if bits16:
+        xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
+    else:
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
     koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
     K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
-    acc = _alloc.empty((R, CO), np.float32)
     zero = np.zeros(1, dtype=np.int64)
     transposed = _transposed(R, CO)
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
     wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
+    # the transposed product stays (CO, R): the epilogue (a fused op's, else the plain Fixpipe's) reads it
+    # column by column, in place of a transposed copy
+    if transposed and pol.fast and epilogue is None and pol.subnormal == config.SUBNORMAL_MODES["keep"]:
+        epilogue = Epilogue([], [], pol.out, fused=False)
+    whole_t = transposed and pol.fast and epilogue is not None
+    acc = None if whole_t else _alloc.empty((R, CO), np.float32)
     if transposed:
         WT = wprep
-        out_buf = _alloc.empty(CO * rows, np.float32)
+        out_buf = _alloc.empty(CO * (R if whole_t else rows), np.float32)
     elif pol.fast:
         Wp = wprep   # packed once for every row chunk
         tiles = _tiles()
@@ -191,12 +204,14 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
-            outT = out_buf[:CO * n].reshape(1, CO, n)
+            outT = out_buf.reshape(1, CO, R)[:, :, r0:r0 + n] if whole_t else out_buf[:CO * n].reshape(1, CO, n)
             if pol.fast:  # built directly in the kernel's packed slab layout
                 Bp = slabs[:, :-(-n // _k.NC)]
-                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp)
+                _k.im2col_packed(xp, koff, sh, sw, OH, OW, r0, n, Bp, *wide)
                 mc = _k.row_block(CO, Bp.shape[1], numba.get_num_threads())
                 _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT, tiles, pol.exact_products, mc)
+                if whole_t:
+                    continue
             else:
                 colsT = cols_buf[:kp * n].reshape(1, kp, n)
                 _k.im2col_t(xp, koff, sh, sw, OH, OW, r0, colsT[0])
@@ -204,19 +219,25 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             acc[r0:r0 + n] = outT[0].T
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
-            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0])
+            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0], *wide)
             if pol.fast:   # _accumulate's fast branch with B packed once
                 out = acc[None, r0:r0 + n]
                 mc = _k.row_block(n, Wp.shape[1], numba.get_num_threads())
                 _k.matmul_tree16(cols, Wp, biasv, False, zero, zero, out, tiles, pol.exact_products, mc)
             else:
                 _accumulate(cols, W, zero, zero, biasv, False, acc[None, r0:r0 + n], K, pol)
-    out, sf = _finish(acc, pol)
+    if whole_t:
+        done = epilogue.apply(out_buf, pol, out_shape, transposed=True)
+        if done is not None:
+            return done[0], sx | sw_ | done[1]
+        acc = np.ascontiguousarray(out_buf.reshape(CO, R).T)
+        epilogue = None
+    out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sx | sw_ | sf
 
 
 def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
-                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None):
+                     out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None, epilogue=None):
     """Depthwise 2-D convolution on the emulated cube unit (TF DepthwiseConv2dNative).
 
     Output channel ``c * multiplier + m`` is the dot product over K = KH*KW taps, in the
@@ -259,7 +280,7 @@ def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bi
             outT = _alloc.empty((CM, 1, n), np.float32)
             _accumulate(WT, cols, ia, ib, bias_t, True, outT, K, pol)
             acc[r0:r0 + n] = outT[:, 0, :].T
-    out, sf = _finish(acc, pol)
+    out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sx | sw_ | sf
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cube_core import (_KW_DOC, _Policy, _acc, _batched, _numeric, _operand_values, _padded_input,  # noqa: F401
+from .cube_core import (_KW_DOC, Epilogue, _Policy, _acc, _batched, _numeric, _operand_values, _padded_input,  # noqa: F401
                         _policy, _split_acc)
 from .conv import (_conv_geometry, _hw, _pads, conv2d, conv2d_backprop_filter, conv2d_backprop_input,  # noqa: F401
                    depthwise_conv2d, zero_inserted)
@@ -23,7 +23,7 @@ from ..errors import AscendEmuError
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype="float16", out_dtype="float16",
-           overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None, samples=None):
+           overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None, samples=None, epilogue=None):
     """Matrix product on the emulated cube unit (TF MatMul).
 
     Parameters
@@ -45,11 +45,12 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype=
         raise AscendEmuError(f"matmul: inner dimensions differ: a of shape {a.shape} (transpose_a={bool(transpose_a)}) "
                              f"and b of shape {b.shape} (transpose_b={bool(transpose_b)})")
     zero = np.zeros(1, dtype=np.int64)
-    return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]), multicore, samples)
+    return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]), multicore, samples,
+                    epilogue)
 
 
 def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float16", out_dtype="float16",
-                 overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None):
+                 overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None, epilogue=None):
     """Batched matrix product on the emulated cube unit (TF BatchMatMulV2, broadcasting batch dims).
 
     Parameters
@@ -82,7 +83,7 @@ def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float
     ia = np.broadcast_to(np.arange(int(np.prod(ba)), dtype=np.int64).reshape(ba), batch).ravel()
     ib = np.broadcast_to(np.arange(int(np.prod(bb)), dtype=np.int64).reshape(bb), batch).ravel()
     return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N),
-                    multicore)
+                    multicore, epilogue=epilogue)
 
 
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):

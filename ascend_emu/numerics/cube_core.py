@@ -13,7 +13,8 @@ import numba
 import numpy as np
 
 from . import policy as config
-from .policy import BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, CubeModel
+from .policy import (BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, STATUS_CONVERSION_OVERFLOW, STATUS_FP_OVERFLOW,
+                     CubeModel)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
@@ -163,8 +164,117 @@ def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
                           m.extra_bits, NORMALIZE.index(m.normalize))
 
 
-def _finish(acc: np.ndarray, pol: _Policy):
-    """Fixpipe: fp32 accumulator -> output dtype; returns (array, status)."""
+class Epilogue:
+    """A fused cube op's UB chain, run by the Fixpipe in one pass (:mod:`ascend_emu.kernels.cube.epilogue`).
+
+    ``steps`` are ``(name, args)``: ``name`` one of ``add sub mul div relu relu6`` (one IEEE float32
+    operation per element, or relu's exact selection), ``args`` the operands, ``-1`` for the running
+    value (first the float32 accumulator) or ``k`` for ``operands[k]`` (float arrays broadcasting as
+    numpy does into the result, fp16/bf16 widened exactly, float64 rounded to float32). The result is
+    rounded once to ``out_dtype`` (float16, bfloat16 or float32) under the cube's overflow mode.
+
+    A cube function given one, with float32 output and subnormals kept, returns the rounded result
+    and sets :attr:`applied`; where the one pass cannot stand for the step-by-step chain (an operand
+    that is not a per-last-axis vector, a scalar or of the result's shape; a running value that is
+    Inf or NaN anywhere) it returns the float32 accumulator as without one, :attr:`applied` False.
+    With ``fused=False`` (no steps) it is the cube's own Fixpipe to ``out_dtype``, the function's own
+    output dtype (status 0x100 where the rounding overflows, as ``finish_to_16``'s).
+    """
+
+    _CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "relu": 4, "relu6": 5}
+    _UNARY = ("relu", "relu6")
+    #: elements per block of rows (a few of the block's float32 buffers stay in L1/L2)
+    BLOCK = 2048
+
+    def __init__(self, steps, operands, out_dtype: str, fused: bool = True):
+        for name, args in steps:
+            if name not in self._CODES or len(args) != (1 if name in self._UNARY else 2):
+                raise ValueError(f"epilogue step {name!r} with {len(args)} operands")
+        self.steps = [(name, tuple(int(a) for a in args)) for name, args in steps]
+        self.operands = list(operands)
+        self.out = config.dtype_name(config.compute_dtype(out_dtype))
+        self.fused = bool(fused)
+        self.applied = False
+
+    def _program(self, out_shape, C: int, rb: int):
+        """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit."""
+        from ..kernels.cube import epilogue as ke
+
+        R = int(np.prod(out_shape[:-1], dtype=np.int64)) if len(out_shape) else 1
+        tiles, f32s, f16s, f16bf, kinds = [], [], [], [], {}
+        for k in sorted({a for _, args in self.steps for a in args if a >= 0}):
+            x = np.asarray(self.operands[k])
+            if x.dtype not in (np.float16, np.float32, np.float64, config.bfloat16) or x.ndim > len(out_shape):
+                return None
+            try:
+                if np.broadcast_shapes(x.shape, out_shape) != tuple(out_shape):
+                    return None
+            except ValueError:
+                return None
+            if x.size == 1 or (x.shape[-1] == C and x.size == C):   # a scalar or a per-last-axis vector
+                v = np.asarray(x, dtype=np.float32).reshape(-1)     # exact for fp16/bf16, RNE from float64
+                kinds[k] = (ke.TILE, len(tiles))
+                tiles.append(np.tile(np.broadcast_to(v, (C,)), rb))
+            elif x.size == R * C:                                   # the result's shape (leading 1s aside)
+                flat = np.ascontiguousarray(x).reshape(-1)
+                if x.dtype in (np.float16, config.bfloat16):
+                    kinds[k] = (ke.F16, len(f16s))
+                    f16s.append(flat.view(np.uint16))
+                    f16bf.append(int(x.dtype == config.bfloat16))
+                else:
+                    kinds[k] = (ke.F32, len(f32s))
+                    f32s.append(np.asarray(flat, dtype=np.float32))
+            else:
+                return None
+        prog = np.zeros((len(self.steps), 5), dtype=np.int64)
+        for i, (name, args) in enumerate(self.steps):
+            prog[i, 0] = self._CODES[name]
+            for j, a in enumerate(args):
+                prog[i, 1 + 2 * j:3 + 2 * j] = (ke.RUN, 0) if a < 0 else kinds[a]
+        tiles = np.stack(tiles) if tiles else np.zeros((1, rb * C), dtype=np.float32)
+        f32s = tuple(f32s) if f32s else (np.zeros(1, dtype=np.float32),)
+        f16s = tuple(f16s) if f16s else (np.zeros(1, dtype=np.uint16),)
+        return prog, tiles, f32s, f16s, np.array(f16bf or [0], dtype=np.int64)
+
+    def apply(self, acc: np.ndarray, pol: _Policy, out_shape, transposed: bool = False):
+        """(the rounded result of shape ``out_shape``, status) from the float32 accumulator ``acc``
+        (``out_shape`` flattened to (R, C), or (C, R) if ``transposed``), or None (nothing done)."""
+        from ..kernels.cube import epilogue as ke
+
+        if pol.out != ("float32" if self.fused else self.out) or pol.subnormal != config.SUBNORMAL_MODES["keep"]:
+            return None
+        out_shape = tuple(int(d) for d in out_shape)
+        C = out_shape[-1] if out_shape else 1
+        R = acc.size // max(C, 1)
+        if acc.size == 0 or C == 0:
+            return None
+        rb = max(1, self.BLOCK // C)
+        prog = self._program(out_shape, C, rb)
+        if prog is None:
+            return None
+        kind = {"float32": ke.OUT_F32, "float16": ke.OUT_F16, "bfloat16": ke.OUT_BF16}[self.out]
+        if kind == ke.OUT_F32:
+            out32 = np.empty(R * C, dtype=np.float32)
+            out16 = np.zeros(1, dtype=np.uint16)
+        else:
+            out16 = _alloc.empty(R * C, np.uint16)
+            out32 = np.zeros(1, dtype=np.float32)
+        st = ke.epilogue(np.ascontiguousarray(acc).reshape(-1), bool(transposed), R, C, rb, *prog, out16, out32, kind,
+                         pol.overflow, ke.HW_HALF, STATUS_FP_OVERFLOW if self.fused else STATUS_CONVERSION_OVERFLOW)
+        if st < 0:
+            return None
+        self.applied = True
+        out = out32 if kind == ke.OUT_F32 else out16.view(config.COMPUTE_DTYPES[self.out])
+        return out.reshape(out_shape), int(st)
+
+
+def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out_shape=None):
+    """Fixpipe: fp32 accumulator -> output dtype; returns (array, status). With an ``epilogue``
+    (float32 output): its chain and rounding in the same pass where it applies (see :class:`Epilogue`)."""
+    if epilogue is not None:
+        done = epilogue.apply(acc, pol, acc.shape if out_shape is None else out_shape)
+        if done is not None:
+            return done
     sat = pol.overflow == config.OVERFLOW_MODES["saturation"]
     if pol.out == "float32":
         st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
@@ -203,7 +313,7 @@ def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm
     return acc.reshape(len(ia), M, N)
 
 
-def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None):
+def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None):
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
 
     ``multicore`` (a non-deterministic :class:`~ascend_emu.numerics.multicore.Launch`) may split K over
@@ -223,7 +333,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
         acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
         acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K)
-    out, sf = _finish(acc, pol)
+    out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sa | sb | sf
 
 
@@ -246,6 +356,9 @@ _KW_DOC = """
     multicore : :class:`ascend_emu.numerics.multicore.Launch`, optional (matmul, batch_matmul)
         A non-deterministic launch: a small output with a long K is split over cores (split-K),
         the fp32 partials added in a drawn order (NUMERICS.md section 11). None: K in order.
+    epilogue : :class:`Epilogue`, optional
+        With ``out_dtype="float32"`` and subnormals kept: the fused UB chain and the rounding to its
+        output dtype in the Fixpipe's pass, where it applies (``epilogue.applied``).
 
     Returns
     -------

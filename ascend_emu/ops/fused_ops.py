@@ -126,14 +126,45 @@ def _bias(bias, n: int):
     return b
 
 
+# the chain steps the cube's one-pass epilogue runs (numerics.cube.Epilogue): those of _NUMPY_STEPS
+_EPILOGUE_STEPS = {"AddV2": "add", "Add": "add", "BiasAdd": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div",
+                   "Div": "div", "Relu": "relu", "Relu6": "relu6"}
+
+
+def _epilogue(ctx: OpContext, inputs, chain):
+    """The chain as the cube's one-pass epilogue, or None where only the step-by-step path stands for it
+    (the cases _chain_numpy declines before computing anything). The epilogue itself declines the rest
+    (operand shapes, a running value that is Inf or NaN): the caller then runs _chain."""
+    from ..numerics.cube import Epilogue
+
+    if ctx.subnormals != "keep":
+        return None
+    steps = []
+    for step in chain:
+        name = _EPILOGUE_STEPS.get(step["op"])
+        attrs = step.get("attrs") or {}
+        if name is None or attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
+            return None
+        args = [int(a) for a in step["args"]]
+        if len(args) != (1 if name in ("relu", "relu6") else 2) or not all(a == -1 or is_float(inputs[a])
+                                                                           for a in args):
+            return None
+        steps.append((name, args))
+    return Epilogue(steps, inputs, _dtype_name(ctx.cube_out))
+
+
 def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
-    """``run(ctx)`` computes the cube op (bias in L0C). Without a chain the cube's own Fixpipe
-    rounds to the output dtype; with one, the float32 accumulator goes through the chain first."""
+    """``run(ctx, epilogue)`` computes the cube op (bias in L0C). Without a chain the cube's own Fixpipe
+    rounds to the output dtype; with one, the float32 accumulator goes through the chain first: in the
+    Fixpipe's pass where the epilogue applies (the same bits and status), else step by step."""
     if not chain:
-        return run(ctx)
+        return run(ctx, None)
     sub = _sub(ctx, cube_out="float32")
-    acc = run(sub)
+    ep = _epilogue(ctx, inputs, chain)
+    acc = run(sub, ep)
     ctx.record(sub.status)
+    if ep is not None and ep.applied:
+        return acc
     return _round_to(ctx, _chain(ctx, acc, inputs, chain), _dtype_name(ctx.cube_out))
 
 
@@ -145,9 +176,9 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
     fn = nn_ops.depthwise_op if depthwise else nn_ops.conv2d_op
     b = _bias(bias, int(w.shape[2] * w.shape[3]) if depthwise else int(w.shape[3]))
 
-    def run(c):
+    def run(c, ep):
         return fn(x, w, ctx=c, strides=strides, padding=padding, dilations=dilations,
-                  explicit_paddings=explicit_paddings, data_format=data_format, bias=b)
+                  explicit_paddings=explicit_paddings, data_format=data_format, bias=b, epilogue=ep)
     return _cube(ctx, (x, w) + extra, chain, run)
 
 
@@ -156,8 +187,8 @@ def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpos
     """MatMul with bias in L0C and an optional elementwise chain."""
     bb = _bias(bias, int(b.shape[0] if transpose_b else b.shape[1]))
 
-    def run(c):
-        return nn_ops.mat_mul(a, b, ctx=c, transpose_a=transpose_a, transpose_b=transpose_b, bias=bb)
+    def run(c, ep):
+        return nn_ops.mat_mul(a, b, ctx=c, transpose_a=transpose_a, transpose_b=transpose_b, bias=bb, epilogue=ep)
     return _cube(ctx, (a, b) + extra, chain, run)
 
 
@@ -166,13 +197,13 @@ def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain
                        equation=None):
     """BatchMatMul(V2) or a two-operand Einsum with bias in L0C and an optional elementwise chain."""
     if base == "Einsum":
-        def run(c):
+        def run(c, ep):   # the output is a transpose of the product's: the chain runs step by step
             return nn_ops.einsum(a, b, ctx=c, equation=equation, bias=bias)
     else:
         bb = _bias(bias, int(b.shape[-2] if adj_y else b.shape[-1]))
 
-        def run(c):
-            return nn_ops.batch_mat_mul(a, b, ctx=c, adj_x=adj_x, adj_y=adj_y, bias=bb)
+        def run(c, ep):
+            return nn_ops.batch_mat_mul(a, b, ctx=c, adj_x=adj_x, adj_y=adj_y, bias=bb, epilogue=ep)
     return _cube(ctx, (a, b) + extra, chain, run)
 
 

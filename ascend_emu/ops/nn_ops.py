@@ -11,10 +11,13 @@ from ._util import as_int_list, contiguous, finish, sum_f32, to64, widen
 from .registry import CUBE, VECTOR, register
 
 
-def _cube_kw(ctx, bias=None):
+def _cube_kw(ctx, bias=None, epilogue=None):
     operand = ctx.dtype_name
-    return dict(operand_dtype=operand, out_dtype=ctx.cube_out.name, overflow_mode=ctx.overflow_mode,
-                subnormals=ctx.subnormals, model=ctx.cube_model, bias=bias)
+    kw = dict(operand_dtype=operand, out_dtype=ctx.cube_out.name, overflow_mode=ctx.overflow_mode,
+              subnormals=ctx.subnormals, model=ctx.cube_model, bias=bias)
+    if epilogue is not None:   # a fused op's chain (numerics.cube.Epilogue)
+        kw["epilogue"] = epilogue
+    return kw
 
 
 def _record(ctx, res):
@@ -24,19 +27,19 @@ def _record(ctx, res):
 
 
 @register("MatMul", kind=CUBE)
-def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None):
+def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None, epilogue=None):
     from ..numerics.cube import matmul
 
     return _record(ctx, matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
-                               multicore=ctx.multicore, **_cube_kw(ctx, bias)))
+                               multicore=ctx.multicore, **_cube_kw(ctx, bias, epilogue)))
 
 
 @register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE)
-def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None):
+def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None, epilogue=None):
     from ..numerics.cube import batch_matmul
 
     return _record(ctx, batch_matmul(a, b, adj_x=bool(adj_x), adj_y=bool(adj_y), multicore=ctx.multicore,
-                                     **_cube_kw(ctx, bias)))
+                                     **_cube_kw(ctx, bias, epilogue)))
 
 
 def _nhwc(data_format):
@@ -58,14 +61,14 @@ def _padding(padding, explicit_paddings):
 
 @register("Conv2D", kind=CUBE)
 def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
-              explicit_paddings=(), data_format="NHWC", bias=None):
+              explicit_paddings=(), data_format="NHWC", bias=None, epilogue=None):
     from ..numerics.cube import conv2d, depthwise_conv2d
 
     _nhwc(data_format)
     geometry = dict(strides=_hw(strides), padding=_padding(padding, explicit_paddings), dilations=_hw(dilations))
     cin, cin_g, cout = np.shape(x)[-1], np.shape(w)[2], np.shape(w)[3]
     if cin == cin_g:
-        return _record(ctx, conv2d(x, w, **geometry, **_cube_kw(ctx, bias)))
+        return _record(ctx, conv2d(x, w, **geometry, **_cube_kw(ctx, bias, epilogue)))
     if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
         raise AscendEmuError(f"Conv2D: the input's {cin} channels are not a whole number of groups of the "
                              f"filter's {cin_g}, or its {cout} output channels do not split over the groups")
@@ -76,7 +79,7 @@ def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1,
         # one input channel per group: a depthwise convolution with channel multiplier cout // cin
         kh, kw = np.shape(w)[:2]
         return _record(ctx, depthwise_conv2d(x, np.reshape(w, (kh, kw, cin, per)), **geometry,
-                                             **_cube_kw(ctx, bias)))
+                                             **_cube_kw(ctx, bias, epilogue)))
     outs = []
     for g in range(groups):
         b = None if bias is None else np.asarray(bias)[g * per:(g + 1) * per]
@@ -87,12 +90,12 @@ def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1,
 
 @register("DepthwiseConv2dNative", kind=CUBE)
 def depthwise_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
-                 explicit_paddings=(), data_format="NHWC", bias=None):
+                 explicit_paddings=(), data_format="NHWC", bias=None, epilogue=None):
     from ..numerics.cube import depthwise_conv2d
 
     _nhwc(data_format)
     return _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=_padding(padding, explicit_paddings),
-                                         dilations=_hw(dilations), **_cube_kw(ctx, bias)))
+                                         dilations=_hw(dilations), **_cube_kw(ctx, bias, epilogue)))
 
 
 def _einsum_plan(equation, ndims):

@@ -10,13 +10,33 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..cast import _widen_span
+from numba import types
+from numba.extending import overload
+
+from ..cast import _widen_span, bits16_to_f32
 from .tree16 import NC, _tail_columns, tree16
 
 
+def operand_value(xf, i, bf16, subnormal):
+    """xf[i] as the float32 operand value: a float32 array's element itself, or the exact widening of a
+    uint16 array's 16-bit pattern (bf16 if bf16; subnormals -> signed zero under the flush code), as
+    :func:`.operands.widen_operands` gives it. Compiled per array type (numba overload)."""
+    raise NotImplementedError("operand_value is for Numba kernels")
+
+
+@overload(operand_value)
+def _operand_value(xf, i, bf16, subnormal):
+    if xf.dtype == types.uint16:
+        def widen(xf, i, bf16, subnormal):
+            return bits16_to_f32(xf[i], bf16, subnormal)
+        return widen
+    return lambda xf, i, bf16, subnormal: xf[i]
+
+
 @njit(cache=True, parallel=True)
-def im2col(xp, koff, sh, sw, OH, OW, r0, out):
-    """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0."""
+def im2col(xp, koff, sh, sw, OH, OW, r0, out, bf16=False, subnormal=0):
+    """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0.
+    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
     # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.numerics.conv._k_offsets
     rows, Kp = out.shape
     K = koff.size
@@ -25,7 +45,7 @@ def im2col(xp, koff, sh, sw, OH, OW, r0, out):
     for rr in prange(rows):
         base = po[rr]
         for k in range(K):
-            out[rr, k] = xf[base + koff[k]]
+            out[rr, k] = operand_value(xf, base + koff[k], bf16, subnormal)
         for k in range(K, Kp):  # K padding: +0 products in the last block
             out[rr, k] = np.float32(0.0)
 
@@ -60,8 +80,9 @@ def im2col_t(xp, koff, sh, sw, OH, OW, r0, out):
 
 
 @njit(cache=True, parallel=True)
-def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp):
-    """im2col_t(...) in pack_b's layout: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j (+0 past K)."""
+def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp, bf16=False, subnormal=0):
+    """im2col_t(...) in pack_b's layout: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j (+0 past K).
+    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
     _, njt, nkb, _, _ = Bp.shape
     K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
@@ -79,7 +100,7 @@ def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp):
         for j in range(jn):
             base = po[j0 + j]
             for l in range(nl):
-                Bp[0, jt, q, l, j] = xf[base + to[l]]
+                Bp[0, jt, q, l, j] = operand_value(xf, base + to[l], bf16, subnormal)
             for l in range(nl, 16):
                 Bp[0, jt, q, l, j] = np.float32(0.0)
         for l in range(16):  # +0 up to the 2x2 block edge, as pack_b
