@@ -80,3 +80,12 @@ def empty(shape, dtype) -> np.ndarray:
     if nbytes < _PREFAULT_BYTES:
         return np.empty(shape, dt)
     return _buffer(nbytes).view(dt).reshape(shape)
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (no copy). Arrays gathered into one tuple for a kernel must agree in
+    writeability: Numba types a tuple of a writable and a read-only array as a heterogeneous tuple, which a
+    kernel cannot index at run time."""
+    v = a.view()
+    v.flags.writeable = False
+    return v

@@ -92,7 +92,7 @@ def chain_to_f16(inputs, steps):
         else:
             return None
         src.append((which, len(bucket), layout))
-        bucket.append(flat)
+        bucket.append(_alloc.readonly(flat))   # one tuple type whatever the inputs' writeability
     if channel and c > _MAX_CHANNELS:
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK

@@ -219,11 +219,11 @@ class Epilogue:
                 flat = np.ascontiguousarray(x).reshape(-1)
                 if x.dtype in (np.float16, config.bfloat16):
                     kinds[k] = (ke.F16, len(f16s))
-                    f16s.append(flat.view(np.uint16))
+                    f16s.append(_alloc.readonly(flat.view(np.uint16)))   # one tuple type (alloc.readonly)
                     f16bf.append(int(x.dtype == config.bfloat16))
                 else:
                     kinds[k] = (ke.F32, len(f32s))
-                    f32s.append(np.asarray(flat, dtype=np.float32))
+                    f32s.append(_alloc.readonly(np.asarray(flat, dtype=np.float32)))
             else:
                 return None
         prog = np.zeros((len(self.steps), 5), dtype=np.int64)

@@ -255,3 +255,26 @@ def test_every_finite_fp16_value_against_a_per_channel_operand(op):
             np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{op} {ov}")
             assert st == wst == 0
     assert nchain.chain_to_f16([a, b], nv._ONE_PASS_F16[op]) is not None
+
+
+def _readonly(a):
+    a = np.array(a)
+    a.flags.writeable = False
+    return a
+
+
+def test_read_only_inputs_mixed_with_writable_ones():
+    """Broadcast results, frozen constants and memory-mapped inputs are read-only; mixed with writable
+    inputs they must take the one pass with the same bits (Numba once failed to type such a tuple)."""
+    shape = (8, 32, 32, 16)
+    c = shape[-1]
+    small = dict(scale=0.3, big=False)
+    xs = [_hostile(shape, np.float16), _readonly(_hostile((c,), np.float32, **small)),
+          _readonly(_hostile((1, 1, c), np.float16, **small))]
+    _check(BN_RELU, xs, expect_fast=True)
+    xs = [_readonly(_hostile(shape, np.float32)), np.asarray(1024.0, np.float32), np.asarray(-2.5, np.float16),
+          _hostile(shape, np.float16, big=False)]
+    _check(BN_GRAD, xs, expect_fast=True)
+    a, b = _hostile(shape, np.float16, big=False), _readonly(_hostile(shape, np.float16, big=False))
+    y = nchain.chain_to_f16([a, b, a], [("add", 0, 1), ("add", -1, 2)])
+    assert y is not None

@@ -279,3 +279,20 @@ def test_epilogue_rounding_of_every_finite_float32_is_the_casts(out, ov):
         assert st >= 0
         np.testing.assert_array_equal(out16, want.view(np.uint16), err_msg=f"chunk {c}")
         assert st == wst, (c, st, wst)
+
+
+def test_read_only_operands_mixed_with_writable_ones(monkeypatch):
+    """Two full-shape operands of different writeability (a frozen constant and an activation) take the one
+    pass with the step path's bits (Numba once failed to type the tuple of such operands)."""
+    x = _values("normal", (2, 9, 9, 16)).astype(np.float16)
+    w = _values("normal", (3, 3, 16, 32), 0.2).astype(np.float16)
+    out_shape = (2, 9, 9, 32)
+    count = _Count(monkeypatch)
+    for dt in (np.float16, np.float32):          # the 16-bit and the float32 operand tuples
+        full = _values("normal", out_shape).astype(dt)
+        frozen = _values("normal", out_shape).astype(dt)
+        frozen.flags.writeable = False
+        chain = [_step("AddV2", -1, 2), _step("Mul", -1, 3), _step("Relu", -1)]
+        kw = dict(chain=chain, strides=(1, 1, 1, 1), padding="SAME")
+        _compare("_FusedConv2D", (x, w, full, frozen), kw, dict(dtype="float16"), monkeypatch)
+    assert count.applied >= 2
