@@ -109,7 +109,8 @@ def _exp_span_flush(x, out, overflow):
 @njit(cache=True, error_model="numpy")
 def exp_span(x, out, overflow, flush):
     """out[i] = exp(x[i]) as the vector unit's float32 exp (inputs and results flushed if flush); returns
-    the OR of statuses (non-zero if a result was Inf or NaN, before saturation)."""
+    the OR of statuses (non-zero if a result was Inf or NaN, before saturation). ``out`` must not share
+    memory with ``x``: the second pass rereads x where the first marked out with a NaN."""
     if flush:
         return _exp_span_flush(x, out, overflow)
     # pass 1 has no call and no mode, so it vectorises: unsure elements get a NaN mark and are counted
