@@ -18,6 +18,7 @@ from .policy import (BLOCK_SUMS, DEFAULT_CUBE_MODEL, NORMALIZE, STATUS_CONVERSIO
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
+from ..kernels.cube import epilogue as _ke
 from ..kernels import multicore as _km
 from .vector import flush_f32_subnormals
 
@@ -181,7 +182,8 @@ class Epilogue:
     output dtype (status 0x100 where the rounding overflows, as ``finish_to_16``'s).
     """
 
-    _CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "relu": 4, "relu6": 5}
+    _CODES = {"add": _ke.ADD, "sub": _ke.SUB, "mul": _ke.MUL, "realdiv": _ke.DIV, "relu": _ke.RELU,
+              "relu6": _ke.RELU6}
     _UNARY = ("relu", "relu6")
     #: elements per block of rows (a few of the block's float32 buffers stay in L1/L2)
     BLOCK = 2048
@@ -198,7 +200,6 @@ class Epilogue:
 
     def _program(self, out_shape, C: int, rb: int):
         """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit."""
-        from ..kernels.cube import epilogue as ke
 
         R = int(np.prod(out_shape[:-1], dtype=np.int64)) if len(out_shape) else 1
         tiles, f32s, f16s, f16bf, kinds = [], [], [], [], {}
@@ -213,16 +214,16 @@ class Epilogue:
                 return None
             if x.size == 1 or (x.shape[-1] == C and x.size == C):   # a scalar or a per-last-axis vector
                 v = np.asarray(x, dtype=np.float32).reshape(-1)     # exact for fp16/bf16, RNE from float64
-                kinds[k] = (ke.TILE, len(tiles))
+                kinds[k] = (_ke.TILE, len(tiles))
                 tiles.append(np.tile(np.broadcast_to(v, (C,)), rb))
             elif x.size == R * C:                                   # the result's shape (leading 1s aside)
                 flat = np.ascontiguousarray(x).reshape(-1)
                 if x.dtype in (np.float16, config.bfloat16):
-                    kinds[k] = (ke.F16, len(f16s))
+                    kinds[k] = (_ke.F16, len(f16s))
                     f16s.append(_alloc.readonly(flat.view(np.uint16)))   # one tuple type (alloc.readonly)
                     f16bf.append(int(x.dtype == config.bfloat16))
                 else:
-                    kinds[k] = (ke.F32, len(f32s))
+                    kinds[k] = (_ke.F32, len(f32s))
                     f32s.append(_alloc.readonly(np.asarray(flat, dtype=np.float32)))
             else:
                 return None
@@ -230,7 +231,7 @@ class Epilogue:
         for i, (name, args) in enumerate(self.steps):
             prog[i, 0] = self._CODES[name]
             for j, a in enumerate(args):
-                prog[i, 1 + 2 * j:3 + 2 * j] = (ke.RUN, 0) if a < 0 else kinds[a]
+                prog[i, 1 + 2 * j:3 + 2 * j] = (_ke.RUN, 0) if a < 0 else kinds[a]
         tiles = np.stack(tiles) if tiles else np.zeros((1, rb * C), dtype=np.float32)
         f32s = tuple(f32s) if f32s else (np.zeros(1, dtype=np.float32),)
         f16s = tuple(f16s) if f16s else (np.zeros(1, dtype=np.uint16),)
@@ -239,7 +240,6 @@ class Epilogue:
     def apply(self, acc: np.ndarray, pol: _Policy, out_shape, transposed: bool = False):
         """(the rounded result of shape ``out_shape``, status) from the float32 accumulator ``acc``
         (``out_shape`` flattened to (R, C), or (C, R) if ``transposed``), or None (nothing done)."""
-        from ..kernels.cube import epilogue as ke
 
         if pol.out != ("float32" if self.fused else self.out) or pol.subnormal != config.SUBNORMAL_MODES["keep"]:
             return None
@@ -252,19 +252,19 @@ class Epilogue:
         prog = self._program(out_shape, C, rb)
         if prog is None:
             return None
-        kind = {"float32": ke.OUT_F32, "float16": ke.OUT_F16, "bfloat16": ke.OUT_BF16}[self.out]
-        if kind == ke.OUT_F32:
+        kind = {"float32": _ke.OUT_F32, "float16": _ke.OUT_F16, "bfloat16": _ke.OUT_BF16}[self.out]
+        if kind == _ke.OUT_F32:
             out32 = np.empty(R * C, dtype=np.float32)
             out16 = np.zeros(1, dtype=np.uint16)
         else:
             out16 = _alloc.empty(R * C, np.uint16)
             out32 = np.zeros(1, dtype=np.float32)
-        st = ke.epilogue(np.ascontiguousarray(acc).reshape(-1), bool(transposed), R, C, rb, *prog, out16, out32, kind,
-                         pol.overflow, ke.HW_HALF, STATUS_FP_OVERFLOW if self.fused else STATUS_CONVERSION_OVERFLOW)
+        st = _ke.epilogue(np.ascontiguousarray(acc).reshape(-1), bool(transposed), R, C, rb, *prog, out16, out32, kind,
+                         pol.overflow, _ke.HW_HALF, STATUS_FP_OVERFLOW if self.fused else STATUS_CONVERSION_OVERFLOW)
         if st < 0:
             return None
         self.applied = True
-        out = out32 if kind == ke.OUT_F32 else out16.view(config.COMPUTE_DTYPES[self.out])
+        out = out32 if kind == _ke.OUT_F32 else out16.view(config.COMPUTE_DTYPES[self.out])
         return out.reshape(out_shape), int(st)
 
 

@@ -126,9 +126,10 @@ def _bias(bias, n: int):
     return b
 
 
-# the chain steps the cube's one-pass epilogue runs (numerics.cube.Epilogue): those of _NUMPY_STEPS
-_EPILOGUE_STEPS = {"AddV2": "add", "Add": "add", "BiasAdd": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div",
-                   "Div": "div", "Relu": "relu", "Relu6": "relu6"}
+# the chain steps the one-pass kernels run (numerics.cube.Epilogue after a cube op, numerics/chain.py on
+# their own), by TF type, named as numerics.vector names them: the float32 ops of _NUMPY_STEPS
+_ONE_PASS_STEPS = {"AddV2": "add", "Add": "add", "BiasAdd": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "realdiv",
+                   "Div": "realdiv", "Relu": "relu", "Relu6": "relu6"}
 
 
 def _epilogue(ctx: OpContext, inputs, chain):
@@ -141,7 +142,7 @@ def _epilogue(ctx: OpContext, inputs, chain):
         return None
     steps = []
     for step in chain:
-        name = _EPILOGUE_STEPS.get(step["op"])
+        name = _ONE_PASS_STEPS.get(step["op"])
         attrs = step.get("attrs") or {}
         if name is None or attrs.get("data_format", "NHWC") not in ("NHWC", "N..C"):
             return None
@@ -207,9 +208,6 @@ def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain
     return _cube(ctx, (a, b) + extra, chain, run)
 
 
-#: chain steps the one-pass kernel runs (numerics/chain.py), by TF type: the float32 ops of _NUMPY_STEPS
-_ONE_PASS_STEPS = {"AddV2": "add", "Add": "add", "BiasAdd": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "realdiv",
-                   "Div": "realdiv", "Relu": "relu", "Relu6": "relu6"}
 
 
 def _chain_one_pass(ctx: OpContext, xs, chain):
