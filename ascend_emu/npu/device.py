@@ -22,7 +22,7 @@ from ..analysis.dump import dump_bytes, fmt_bytes
 from ..errors import UnsupportedOpError
 from ..graph.core import Graph, tensor_name
 from ..graph.dataflow import check_live, has_dataflow_control_flow, run_dataflow, sibling_name
-from ..graph.interpreter import interpret, last_uses
+from ..graph.interpreter import interpret, schedule
 from ..ops import OPS, OpContext
 from .fusion import FusionConfig, apply_fusion
 from .precision import PrecisionPolicy
@@ -102,6 +102,7 @@ class Device:
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
         self._fusion_cache: dict = {}
+        self._plan_cache: dict = {}
 
     # the numerics choices, by their user-facing names
     soc = property(lambda self: self.numerics.soc)
@@ -186,8 +187,7 @@ class Device:
             from tqdm import tqdm
 
             bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
-        release = None if keep_tensors else last_uses(nodes, keep=graph.outputs)
-        tf1 = has_dataflow_control_flow(nodes)
+        tf1, plan = self._plan(nodes, None if keep_tensors else tuple(graph.outputs))
         try:
             if writer is not None:
                 writer.__enter__()
@@ -217,7 +217,8 @@ class Device:
                 check_live(env, graph.outputs)
             else:
                 # the casts of a tensor die with it (bounded memory on large models)
-                env = interpret(nodes, {}, run.eval_node, on_node=on_node, release=release, on_release=run.forget)
+                env = interpret(nodes, {}, run.eval_node, on_node=on_node if bar is not None else None,
+                                on_release=run.forget, plan=plan)
             summary = run.summary(time.perf_counter() - t0, fused)
             if writer is not None:
                 # wall time and dump size are not part of the dump: same inputs and config, same bytes
@@ -238,6 +239,21 @@ class Device:
             env.update(run.scoped_outputs)
         return ReplayResult(graph, outputs, env, run.records, run.status, summary,
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
+
+    def _plan(self, nodes: list, keep) -> tuple:
+        """(whether ``nodes`` hold TF1 control flow, the interpreter's walk over them releasing every tensor
+        after its last use except the ``keep`` tensors; None: nothing released), worked out once per node
+        list (training replays the same fused graph every step)."""
+        key = (id(nodes), keep)
+        cached = self._plan_cache.get(key)
+        if cached is not None and cached[0] is nodes and cached[1] == len(nodes):
+            return cached[2]
+        tf1 = has_dataflow_control_flow(nodes)
+        made = (tf1, None if tf1 else schedule(nodes, keep=keep))
+        if len(self._plan_cache) >= 8:
+            self._plan_cache = {}
+        self._plan_cache[key] = (nodes, len(nodes), made)
+        return made
 
     def _fused(self, graph: Graph):
         """The graph after the enabled fusion passes, cached per graph (training replays the same graphs each step)."""

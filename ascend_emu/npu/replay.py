@@ -224,11 +224,12 @@ class _Run:
             self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", out.dtype.name, []), [out])
             return (out,)
         opdef = OPS.get(node.op)
-        fusion = node.meta.get("fusion")
         if opdef is None:
             return self._aicpu(node, args)
+        meta = node.meta
+        fusion = meta.get("fusion")
         refs = list(node.input_names())
-        ascend_op = node.meta.get("ascend_type") or ascend_type(node.op)
+        ascend_op = meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
             ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
