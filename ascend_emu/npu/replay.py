@@ -102,7 +102,7 @@ class _Run:
         self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
         self.threads = _Threads()
-        self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> Decision
+        self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
 
@@ -210,7 +210,7 @@ class _Run:
         outs = self._eval_node(node, args)
         # a wrong shape or dtype is caught at the op that made it; the check is a function of the node
         # and the outputs' shapes and dtypes, so a node remembers the last ones it passed with
-        sig = tuple((o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs)
+        sig = tuple([(o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs])
         if node.__dict__.get("_outputs_checked") != sig or None in sig:
             check_outputs(node, outs)
             node.__dict__["_outputs_checked"] = sig
@@ -258,12 +258,15 @@ class _Run:
         orig = self._orig_dtype(node, args)
         if orig == "float64":
             return self._aicpu(node, args)   # no float64 on the AI Core
-        producers = tuple(dtype_name(args[i].dtype) for i in float_idx
-                          if refs[i] not in self.const and refs[i] not in self.graph_inputs)
+        const, inputs = self.const, self.graph_inputs
+        producers = tuple([dtype_name(args[i].dtype) for i in float_idx
+                           if refs[i] not in const and refs[i] not in inputs])
         key = (opdef.kind, ascend_op, orig, producers)
-        dec = self.decisions.get(key)
-        if dec is None:   # a decision depends on these only
-            dec = self.decisions[key] = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
+        made = self.decisions.get(key)
+        if made is None:   # a decision depends on these only; its record form is made once too
+            dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
+            made = self.decisions[key] = (dec, dec.to_dict())
+        dec = made[0]
         if node.op == "Cast":
             cargs = args   # an explicit TF Cast converts its input as it comes
         else:
@@ -300,7 +303,7 @@ class _Run:
         else:
             compute = dec.dtype
         rec = OpRecord(node.name, node.op, ascend_op, "AICORE", compute, refs, ctx.status,
-                       precision=dec.to_dict(), fusion=fusion, fp32_check=fp32_check)
+                       precision=dict(made[1]), fusion=fusion, fp32_check=fp32_check)
         self._record(rec, outs, node.attrs)
         return outs
 
@@ -351,7 +354,12 @@ class _Run:
 
     def _run(self, opdef, node, args, ctx) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
-        self.threads.fit(max((a.size if type(a) is np.ndarray else np.size(a) for a in args), default=0))
+        size = 0
+        for a in args:
+            n = a.size if type(a) is np.ndarray else np.size(a)
+            if n > size:
+                size = n
+        self.threads.fit(size)
         try:
             return opdef(*args, ctx=ctx, **node.attrs)
         except (NotImplementedError, AscendEmuError):
