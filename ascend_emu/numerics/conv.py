@@ -6,6 +6,8 @@ straight into the kernels' layouts (``kernels/cube/conv.py``).
 """
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -396,63 +398,97 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     H = t + (OH - 1) * sh + 1 + b - (KH - 1) * dh
     W = lp + (OW - 1) * sw + 1 + rp - (KW - 1) * dw
     out_shape = (N, H, W, CI)
-    dyv, sd = _operand_values(dy, pol)
     wv, sw_ = _operand_values(np.ascontiguousarray(w_rot), pol)
     biasv = _bias_vector(bias, CI, out_shape)
-    dyp = np.ascontiguousarray(dyv.transpose(0, 3, 1, 2))  # planar: each channel's rows contiguous
     order = pol.model.conv_k_order
     Cp = CO if order == "hwc" else -(-CO // 16) * 16  # NC1HWC0: channels zero-padded to C0 = 16
-    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
-    tap, ch = kh * KW + kw, c
-    if order == "c1hwc0":  # (c // 16, kh, kw, c % 16)
-        tap, ch = (v.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3) for v in (tap, ch))
-    ktap = np.where(ch < CO, tap, -1).reshape(-1).astype(np.int64)
-    kch = np.ascontiguousarray(ch.reshape(-1), dtype=np.int64)
     K = KH * KW * Cp
     kp = _kp(K)
     WT = _padded(_filter_rows(np.pad(wv, ((0, 0), (0, 0), (0, Cp - CO), (0, 0))), order).T[None], 2, kp)
-    accT = _alloc.empty((1, CI, N * H * W), np.float32)
-    tiles = _tiles()
-    if (sh > 1 or sw > 1) and bias is None and np.isfinite(wv).all():
-        # One product per class of pixels (y mod sh, x mod sw), without the K blocks that read only the
-        # zeros between dy's pixels for that class. Exact: such a block's products are signed zeros
-        # (finite filter), their tree sum is a signed zero, and adding one changes no accumulator:
-        # starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
-        ktap_p = np.concatenate([ktap, np.full(kp - K, -1, dtype=np.int64)])
-        kch_p = np.concatenate([kch, np.zeros(kp - K, dtype=np.int64)])
-        out4 = accT.reshape(CI, N, H, W)
-        for ry in range(sh):
-            for rx in range(sw):
-                Hc, Wc = len(range(ry, H, sh)), len(range(rx, W, sw))
-                if Hc == 0 or Wc == 0:
-                    continue
-                on = np.zeros(KH * KW, dtype=bool)
-                on[:] = [((ry + a * dh - t) % sh == 0) and ((rx + b_ * dw - lp) % sw == 0)
-                         for a in range(KH) for b_ in range(KW)]
-                keep = np.repeat(((ktap_p >= 0) & on[np.maximum(ktap_p, 0)]).reshape(-1, 16).any(axis=1), 16)
-                outc = _alloc.empty((1, CI, N * Hc * Wc), np.float32)
-                _backprop_input_product(dyp, ktap_p[keep], kch_p[keep], np.ascontiguousarray(WT[:, :, keep]), biasv,
-                                        (KW, dh, dw, sh, sw, t, lp), (ry, rx, sh, sw, Hc, Wc), outc, tiles, pol)
-                out4[:, :, ry::sh, rx::sw] = outc.reshape(CI, N, Hc, Wc)
+    # One product per class of pixels (y mod sh, x mod sw) (one class at stride 1). Without a bias and with a
+    # finite filter, a class drops the K blocks that read only the zeros between dy's pixels. Exact: such a
+    # block's products are signed zeros, their tree sum is a signed zero, and adding one changes no
+    # accumulator: starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
+    drop = bias is None and bool(np.isfinite(wv).all())
+    plan = _backprop_input_plan(KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop)
+    (pt_, pb_), (pl_, pr_), classes = plan
+    # dy planar and padded so that every tap of a class reads it at a fixed offset from the pixel: 16-bit
+    # operands as their bits (widened by the packing kernel), float32 operands as their values
+    if pol.operand != "float32":
+        src, sd, wide = np.ascontiguousarray(dy).view(np.uint16), 0, (pol.operand == "bfloat16", pol.subnormal)
     else:
-        _backprop_input_product(dyp, ktap, kch, WT, biasv, (KW, dh, dw, sh, sw, t, lp), (0, 0, 1, 1, H, W), accT,
-                                tiles, pol)
-    out, sf = _finish(accT, pol)
-    return np.ascontiguousarray(out[0].T).reshape(out_shape), sd | sw_ | sf
-
-
-def _backprop_input_product(dyp, ktap, kch, WT, biasv, geometry, grid, outT, tiles, pol: _Policy) -> None:
-    """outT[0, :, p] = WT @ (dz's patch of pixel p of the grid (oy + sy*i, ox + sx*m), K entries ktap/kch),
-    in chunks of pixels packed by dx_patches_packed into one reused slab buffer."""
-    R = outT.shape[2]
-    kp = WT.shape[2]
-    chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kp, 1))) // _k.NC * _k.NC)
-    slabs = _k.empty_slabs(_k.slab_shape(1, min(chunk, R), kp))
+        src, sd = _operand_values(dy, pol)
+        wide = (False, 0)
+    dyp = _alloc.empty((N, CO, pt_ + OH + pb_, pl_ + OW + pr_), src.dtype)
+    _k.planar_padded(src, dyp, pt_, pl_)
+    if pol.out == "float32":
+        out = _alloc.empty(out_shape, np.float32)
+    else:
+        out = _alloc.empty(out_shape, np.uint16)
+    tiles = _tiles()
     zero = np.zeros(1, dtype=np.int64)
-    H, W = grid[4:]
-    for r0 in range(0, R, chunk):
-        n = min(R, r0 + chunk) - r0
-        Bp = slabs[:, :-(-n // _k.NC)]
-        _k.dx_patches_packed(dyp, ktap, kch, *geometry, *grid, r0, n, Bp)
-        mc = _k.row_block(WT.shape[1], Bp.shape[1], numba.get_num_threads())
-        _k.matmul_tree16(WT, Bp, biasv, True, zero, zero, outT[:, :, r0:r0 + n], tiles, pol.exact_products, mc)
+    sf = 0
+    for (ry, rx, Hc, Wc, keep, koff) in classes:
+        R = N * Hc * Wc
+        WTc = WT if keep is None else np.ascontiguousarray(WT[:, :, keep])
+        kpc = WTc.shape[2]
+        chunk = max(_k.NC, (_IM2COL_BYTES // (4 * max(kpc, 1))) // _k.NC * _k.NC)
+        rows = min(chunk, R)
+        slabs = _k.empty_slabs(_k.slab_shape(1, rows, kpc))
+        outc = _alloc.empty((1, CI, rows), np.float32)
+        for r0 in range(0, R, chunk):
+            n = min(R, r0 + chunk) - r0
+            Bp = slabs[:, :-(-n // _k.NC)]
+            _k.dx_class_packed(dyp, koff, Hc, Wc, r0, n, Bp, *wide)
+            mc = _k.row_block(CI, Bp.shape[1], numba.get_num_threads())
+            _k.matmul_tree16(WTc, Bp, biasv, True, zero, zero, outc[:, :, :n], tiles, pol.exact_products, mc)
+            # the Fixpipe writes the class's pixels of the NHWC output directly
+            sf |= int(_k.finish_grid(outc[0], out, r0, n, Hc, Wc, H, W, ry, rx, sh, sw, pol.out == "bfloat16",
+                                     pol.overflow, pol.subnormal))
+    if pol.out != "float32":
+        out = out.view(config.COMPUTE_DTYPES[pol.out])
+    return out, sd | sw_ | sf
+
+
+@functools.lru_cache(maxsize=64)
+def _backprop_input_plan(KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop):
+    """The geometry of conv2d_backprop_input's class products (indices only, computed once per geometry):
+    ``((top, bottom), (left, right)) pads of planar dy, [(ry, rx, Hc, Wc, keep, koff), ...]``: for each
+    class of output pixels (y = ry + sh*i, x = rx + sw*m; i < Hc, m < Wc) the kept K positions (None: all)
+    and, for each, the offset of its dz value in the planar padded dy from pixel (n, i, m)'s
+    ``n*plane + i*Wp + m``, or -1 where it is +0 (padded channels, taps between dy's pixels)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
+    if order == "c1hwc0":  # (c // 16, kh, kw, c % 16)
+        kh, kw, c = (v.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3) for v in (kh, kw, c))
+    kh, kw, c = (v.reshape(-1).astype(np.int64) for v in (kh, kw, c))
+    K = KH * KW * Cp
+    kp = _kp(K)
+    grid = []
+    rows_lo = cols_lo = 0
+    rows_hi, cols_hi = OH - 1, OW - 1
+    for ry in range(min(sh, H)):
+        for rx in range(min(sw, W)):
+            Hc, Wc = len(range(ry, H, sh)), len(range(rx, W, sw))
+            # tap kh reads dz row ry + sh*i + kh*dh - t: dy row i + (ry + kh*dh - t) / sh when sh divides it
+            ua, va = ry + kh * dh - t, rx + kw * dw - lp
+            on = (ua % sh == 0) & (va % sw == 0) & (c < CO)
+            oa, ob = ua // sh, va // sw
+            if on.any():
+                rows_lo, rows_hi = min(rows_lo, int(oa[on].min())), max(rows_hi, Hc - 1 + int(oa[on].max()))
+                cols_lo, cols_hi = min(cols_lo, int(ob[on].min())), max(cols_hi, Wc - 1 + int(ob[on].max()))
+            grid.append((ry, rx, Hc, Wc, on, oa, ob))
+    pt, pl = -rows_lo, -cols_lo
+    Hp, Wp = pt + rows_hi + 1, pl + cols_hi + 1
+    classes = []
+    for ry, rx, Hc, Wc, on, oa, ob in grid:
+        koff = np.where(on, (c * Hp + oa + pt) * Wp + ob + pl, -1)
+        koff = np.concatenate([koff, np.full(kp - K, -1, dtype=np.int64)])
+        keep = None
+        if drop and sh * sw > 1:
+            keep = np.repeat((koff >= 0).reshape(-1, 16).any(axis=1), 16)
+            koff = koff[keep]
+        for a in (keep, koff):
+            if a is not None:
+                a.flags.writeable = False
+        classes.append((ry, rx, Hc, Wc, keep, np.ascontiguousarray(koff, dtype=np.int64)))
+    return (pt, rows_hi - (OH - 1)), (pl, cols_hi - (OW - 1)), tuple(classes)

@@ -270,17 +270,36 @@ def rows_transposed(src, r0, rows, out):
 
 
 @njit(cache=True, parallel=True)
-def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, oy, ox, sy, sx, H, W, r0, rows, Bp):
-    """im2col_packed(...) of dz for the input gradient: Bp[0, jt, q, l, j] = dz[n, y + kh*dh, x + kw*dw, c] for
-    K index 16q + l = (tap kh*KW + kw = ktap[.], channel kch[.]; +0 if ktap < 0 or past K) and the pixel
-    (n, y, x) = (n, oy + sy*i, ox + sx*m) of grid index r0 + jt*NC + j = (n*H + i)*W + m < r0 + rows (sx is 1 or sw),
-    where dz[n, zy, zx, c] = dyp[n, c, (zy - top)/sh, (zx - left)/sw] when both divide exactly into dy, else +0
-    (dy with zeros between pixels, padded or cropped); +0 to the 2x2 block edge."""
-    # dz (the zero-inserted, padded output gradient) is never built: each slab row (one K index) is a run
-    # of pixels, read along dy's rows from its planar (N, C, OH, OW) copy
-    N, C, OH, OW = dyp.shape
+def planar_padded(src, out, pt, pl):
+    """out[n, c, pt + h, pl + w] = src[n, h, w, c] (NHWC to planar, same dtype: 16-bit bits or float32);
+    every other element of out (the padding rows and columns, and channels past src's) is 0."""
+    N, H, W, C = src.shape
+    _, Cp, Hp, Wp = out.shape
+    for n in prange(N):
+        o = out[n].reshape(-1)
+        o[:] = 0
+        s = src[n].reshape(-1)
+        for h in range(H):
+            for x in range(W):
+                d = np.uintp((pt + h) * Wp + pl + x)
+                b = np.uintp((h * W + x) * C)
+                for c in range(np.uintp(C)):
+                    o[d + c * np.uintp(Hp * Wp)] = s[b + c]
+
+
+@njit(cache=True, parallel=True)
+def dx_class_packed(dyp, koff, Hc, Wc, r0, rows, Bp, bf16=False, subnormal=0):
+    """The patches of one pixel class of an input gradient in pack_b's layout: Bp[0, jt, q, l, j] =
+    dyp.flat[base(p) + koff[16q + l]] for the grid pixel p = r0 + jt*NC + j = (n*Hc + i)*Wc + m < r0 + rows,
+    base(p) = n*plane + i*Wp + m (plane = C*Hp*Wp of the planar padded dyp (N, C, Hp, Wp)); +0 where
+    koff < 0 or past K, and up to the 2x2 block edge. A uint16 dyp holds the 16-bit operands' bits,
+    widened on the way (:func:`operand_value`)."""
+    # Within a class (y mod sh, x mod sw) every tap reads dy at a fixed offset from the pixel's
+    # (i, m): a stride-1 gather, so a grid row of the tile is one contiguous run of dy's row
+    N, C, Hp, Wp = dyp.shape
     _, njt, nkb, _, Wd = Bp.shape
-    K = ktap.size
+    K = koff.size
+    plane = C * Hp * Wp
     bf = Bp.reshape(-1)
     df = dyp.reshape(-1)
     for w in prange(njt * nkb):
@@ -288,51 +307,31 @@ def dx_patches_packed(dyp, ktap, kch, KW, dh, dw, sh, sw, top, left, oy, ox, sy,
         q = w % nkb
         p0 = r0 + jt * NC
         jn = min(r0 + rows, p0 + NC) - p0
-        # the tile's pixels as runs along grid rows: (n, y, x of the first, first column j, length)
+        # the tile's pixels as runs along grid rows: (source offset of the first, first column j, length)
+        runs = np.empty((jn // Wc + 2, 3), dtype=np.int64)
         nrun = 0
-        runs = np.empty((jn // W + 2, 5), dtype=np.int64)
         p = p0
         while p < p0 + jn:
-            m0 = p % W
-            run = min(W - m0, p0 + jn - p)
-            runs[nrun, 0] = p // (H * W)
-            runs[nrun, 1] = oy + sy * ((p // W) % H)
-            runs[nrun, 2] = ox + sx * m0
-            runs[nrun, 3] = p - p0
-            runs[nrun, 4] = run
+            m0 = p % Wc
+            run = min(Wc - m0, p0 + jn - p)
+            g = p // Wc
+            runs[nrun, 0] = (g // Hc) * plane + (g % Hc) * Wp + m0
+            runs[nrun, 1] = p - p0
+            runs[nrun, 2] = run
             nrun += 1
             p += run
         for l in range(16):
             k = 16 * q + l
             d = np.uintp(((jt * nkb + q) * 16 + l) * Wd)
-            for j in range(np.uintp(_tail_columns(jn))):
-                bf[d + j] = np.float32(0.0)
-            if k >= K or ktap[k] < 0:  # K padding, padded channels: +0
+            if k >= K or koff[k] < 0:  # K padding, padded channels, taps between dy's pixels: +0
+                for j in range(np.uintp(_tail_columns(jn))):
+                    bf[d + j] = np.float32(0.0)
                 continue
-            kh = ktap[k] // KW
-            kw = ktap[k] % KW
-            c = kch[k]
-            for m in range(nrun):
-                u = runs[m, 1] + kh * dh - top  # dz row, unpadded: on dy's grid when sh divides it
-                if u < 0 or u % sh != 0 or u // sh >= OH:
-                    continue
-                src = np.uintp(((runs[m, 0] * C + c) * OH + u // sh) * OW)
-                v0 = runs[m, 2] + kw * dw - left  # dz column of the run's first pixel, unpadded
-                run = runs[m, 4]
-                if sx == 1:  # dy columns v whose pixel x = v*sw - v0 (from the run's first) lies in the run
-                    va = max(0, -((-v0) // sw))
-                    vb = min(OW, -((-(run + v0)) // sw))
-                    dst = d + np.uintp(runs[m, 3] - v0)
-                    if sw == 1:
-                        for v in range(np.uintp(va), np.uintp(vb)):
-                            bf[dst + v] = df[src + v]
-                    else:
-                        for v in range(va, vb):
-                            bf[dst + np.uintp(v * sw)] = df[src + np.uintp(v)]
-                elif v0 % sw == 0:  # sx == sw: the run's pixels read consecutive dy columns, or none
-                    v0 = v0 // sw
-                    ta = max(0, -v0)
-                    tb = min(run, OW - v0)
-                    dst = d + np.uintp(runs[m, 3])
-                    for t in range(ta, tb):
-                        bf[dst + np.uintp(t)] = df[src + np.uintp(v0 + t)]
+            o = koff[k]
+            for r in range(nrun):
+                s = np.uintp(runs[r, 0] + o)
+                t = d + np.uintp(runs[r, 1])
+                for j in range(np.uintp(runs[r, 2])):
+                    bf[t + j] = operand_value(df, s + j, bf16, subnormal)
+            for j in range(np.uintp(jn), np.uintp(_tail_columns(jn))):
+                bf[d + j] = np.float32(0.0)

@@ -7,13 +7,15 @@ integer shortcut for normal results (:func:`_fast16`) and the cast kernel otherw
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from ..cast import f32_to_16_bits
-from ..codes import FLT_MAX, RINT, SATURATION, ST_CUBE_OVERFLOW
+from ..codes import FLT_MAX, FLUSH, RINT, SATURATION, ST_CUBE_OVERFLOW
 from ..parallel import or_all
 
 _CHUNK = 1 << 15
+_GRID = 256   # pixels per block of finish_grid
 
 
 @njit(cache=True)
@@ -107,4 +109,84 @@ def finish_to_16(acc, out, bf16, overflow, subnormal):
                         out[i] = b
                         s |= s1 | s2
         st[c] = s
+    return or_all(st)
+
+
+def _convert_block(acc, abits, j0, nb, buf, bf16, overflow, sat, subnormal):
+    """buf[c*_GRID + j] = the Fixpipe conversion of acc[c, j0 + j] for j < nb (C = acc.shape[0]); returns the OR
+    of statuses. uint16 ``buf``: :func:`finish_to_16`'s elements; float32: :func:`finish_f32`'s (an overload)."""
+    raise NotImplementedError("_convert_block is for Numba kernels")
+
+
+@overload(_convert_block)
+def _convert_block_impl(acc, abits, j0, nb, buf, bf16, overflow, sat, subnormal):
+    if buf.dtype == types.uint16:
+        def block16(acc, abits, j0, nb, buf, bf16, overflow, sat, subnormal):
+            C, R = acc.shape
+            af = abits.reshape(-1)
+            nbad = 0  # pass 1: the normal-result shortcut everywhere, as finish_to_16's
+            for c in range(C):
+                a0 = np.uintp(c * R + j0)
+                b0 = np.uintp(c * _GRID)
+                for j in range(np.uintp(nb)):  # unsigned: no wraparound test, so it vectorises
+                    b, ok = _fast16(af[a0 + j], bf16)
+                    buf[b0 + j] = b
+                    nbad += 0 if ok else 1
+            s = 0
+            if nbad > 0:  # pass 2: the rest through Fixpipe and the cast
+                for c in range(C):
+                    for j in range(nb):
+                        b, ok = _fast16(abits[c, j0 + j], bf16)
+                        if not ok:
+                            v, s1 = _fixpipe_f32(acc[c, j0 + j], sat)
+                            b, s2 = to16(v, bf16, overflow, subnormal)
+                            buf[c * _GRID + j] = b
+                            s |= s1 | s2
+            return s
+        return block16
+
+    def block32(acc, abits, j0, nb, buf, bf16, overflow, sat, subnormal):
+        C = acc.shape[0]
+        s = 0
+        for c in range(C):
+            for j in range(nb):
+                v, s1 = _fixpipe_f32(acc[c, j0 + j], sat)
+                if subnormal == FLUSH and v != 0 and abs(v) < np.float32(1.1754943508222875e-38):
+                    v = np.float32(-0.0) if v < 0 else np.float32(0.0)
+                buf[c * _GRID + j] = v
+                s |= s1
+        return s
+    return block32
+
+
+@njit(cache=True, parallel=True)
+def finish_grid(accT, out, r0, rows, Hc, Wc, H, W, oy, ox, sy, sx, bf16, overflow, subnormal):
+    """Fixpipe of a transposed product straight into NHWC: for grid pixel p = r0 + j = (n*Hc + i)*Wc + m,
+    j < rows, out[n, oy + sy*i, ox + sx*m, c] = the conversion of accT[c, j] as :func:`finish_to_16`
+    (uint16 ``out``: fp16 or bf16 bits, ``subnormal`` the cast's code) or :func:`finish_f32` (float32
+    ``out``; flush if ``subnormal`` is the flush code) converts each element; returns the OR of statuses."""
+    C = accT.shape[0]
+    nblk = (rows + _GRID - 1) // _GRID
+    st = np.zeros(nblk, dtype=np.int32)
+    sat = overflow == SATURATION
+    of = out.reshape(-1)
+    abits = accT.view(np.uint32)
+    for b in prange(nblk):
+        j0 = b * _GRID
+        nb = min(rows, j0 + _GRID) - j0
+        buf = np.empty(_GRID * C, dtype=of.dtype)   # the block, channel by channel
+        st[b] = _convert_block(accT, abits, j0, nb, buf, bf16, overflow, sat, subnormal)
+        p = r0 + j0   # the block's first pixel as (g, m) = (n*Hc + i, m), then stepped along
+        g = p // Wc
+        m = p % Wc
+        row = ((g // Hc) * H + oy + sy * (g % Hc)) * W + ox   # out's pixel (n, oy + sy*i, ox)
+        for j in range(nb):  # each pixel's C channels to its place in out
+            d = np.uintp((row + sx * m) * C)
+            for c in range(np.uintp(C)):
+                of[d + c] = buf[c * _GRID + j]
+            m += 1
+            if m == Wc:
+                m = 0
+                g += 1
+                row = ((g // Hc) * H + oy + sy * (g % Hc)) * W + ox
     return or_all(st)
