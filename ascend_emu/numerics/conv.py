@@ -312,20 +312,31 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     _, OH, OW, CO = dy.shape
     R, Kc = N * OH * OW, KH * KW * C
     out_shape = (KH, KW, C, CO)
-    # x's conversion status is the OR over the whole input, and equals that of the patches only when
-    # converting cannot raise one (a widening, or fp32 operands): else the generic matmul of the patches
-    direct = pol.fast and (pol.operand == "float32" or x.dtype == config.COMPUTE_DTYPES[pol.operand])
-    if not direct:
+    if not pol.fast:  # the generic matmul of the patches
         xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
         taps = [xp[:, i * dh:i * dh + (OH - 1) * sh + 1:sh, j * dw:j * dw + (OW - 1) * sw + 1:sw, :]
                 for i in range(KH) for j in range(KW)]
         cols = np.stack(taps, axis=3).reshape(R, Kc)  # rows (n, oh, ow), columns (kh, kw, cin)
         zero = np.zeros(1, dtype=np.int64)
         return _batched(cols.T[None], dy.reshape(1, R, CO), zero, zero, None, pol, out_shape, multicore, N)
-    xv, _ = _operand_values(x, pol)
-    xp = np.pad(xv, ((0, 0), pads[0], pads[1], (0, 0)))
+    # x and dy in the operand dtype reach the kernels as their bits (widened on the way); else as values
+    target = config.COMPUTE_DTYPES.get(pol.operand)
+    wide = (pol.operand == "bfloat16", pol.subnormal)
+    pads4 = ((0, 0), pads[0], pads[1], (0, 0))
+    if pol.operand != "float32" and x.dtype == target:
+        xp, sx = _padded_bits(x, pads4), 0
+    else:
+        xp, sx = _padded_input(x, pol, pads4)
+        if sx and not _covers(H, W, KH, KW, sh, sw, dh, dw, pads, OH, OW):
+            # the status is the patches' (the pixels some tap reads), not the whole input's
+            ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
+                      ((H, KH, sh, dh, pads[0], OH), (W, KW, sw, dw, pads[1], OW)))
+            sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
+    if pol.operand != "float32" and dy.dtype == target:
+        dys, sd = np.ascontiguousarray(dy).view(np.uint16).reshape(R, CO), 0
+    else:
+        dys, sd = _operand_values(dy.reshape(R, CO), pol)
     koff = _k_offsets(KH, KW, C, xp.shape[2], dh, dw, "hwc")
-    dyv, sd = _operand_values(dy.reshape(R, CO), pol)
     bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
     if bounds is None:
         bounds = np.array([0, R], dtype=np.int64)
@@ -337,9 +348,9 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         r0, r1 = int(bounds[c]), int(bounds[c + 1])
         kp = _kp(r1 - r0)
         a = _alloc.empty((1, CO, kp), np.float32)
-        _k.rows_transposed(dyv, r0, r1 - r0, a[0])
+        _k.rows_transposed(dys, r0, r1 - r0, a[0], *wide)
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
-        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
+        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp, *wide)
         mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
         _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
     if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
@@ -347,8 +358,40 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
     else:
         acc = parts[0]
-    out, sf = _finish(acc.reshape(CO, Kc), pol)
-    return np.ascontiguousarray(out.T).reshape(out_shape), sd | sf
+    # the Fixpipe reads dw^T (CO, Kc) and writes dw (Kc, CO) directly
+    out = _alloc.empty(out_shape, np.float32 if pol.out == "float32" else np.uint16)
+    sf = _k.finish_grid(acc.reshape(CO, Kc), out, 0, Kc, 1, Kc, 1, Kc, 0, 0, 1, 1, pol.out == "bfloat16",
+                        pol.overflow, pol.subnormal)
+    if pol.out != "float32":
+        out = out.view(config.COMPUTE_DTYPES[pol.out])
+    return out, sx | sd | int(sf)
+
+
+def _covered(n: int, k: int, s: int, d: int, before: int, o: int) -> np.ndarray:
+    """The input rows (or columns) of length n that some tap of a convolution reads: o*s + k*d - before."""
+    idx = (np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - before).reshape(-1)
+    return np.unique(idx[(idx >= 0) & (idx < n)])
+
+
+def _covers(H, W, KH, KW, sh, sw, dh, dw, pads, OH, OW) -> bool:
+    """Whether the taps of the convolution read every pixel of its input."""
+    return (len(_covered(H, KH, sh, dh, pads[0][0], OH)) == H and len(_covered(W, KW, sw, dw, pads[1][0], OW)) == W)
+
+
+def _padded_bits(x: np.ndarray, pads) -> np.ndarray:
+    """The 16-bit x's bits (uint16) zero-padded by ``pads`` (one (before, after) pair per axis): +0 pixels."""
+    bits = np.ascontiguousarray(x).view(np.uint16)
+    if not any(map(any, pads)):
+        return bits
+    out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint16)
+    (_, _), (pt, pb), (pl, pr), (_, _) = pads
+    H, W = x.shape[1:3]
+    out[:, :pt] = 0
+    out[:, pt + H:] = 0
+    out[:, pt:pt + H, :pl] = 0
+    out[:, pt:pt + H, pl + W:] = 0
+    out[:, pt:pt + H, pl:pl + W] = bits
+    return out
 
 
 def zero_inserted(dy, sh: int, sw: int, pads_h, pads_w) -> np.ndarray:

@@ -13,7 +13,8 @@ from numba import njit, prange
 from numba import types
 from numba.extending import overload
 
-from ..cast import _widen_span, bits16_to_f32
+from ..cast import _widen_span
+from ..codes import FLUSH
 from .tree16 import NC, _tail_columns, tree16
 
 
@@ -24,11 +25,32 @@ def operand_value(xf, i, bf16, subnormal):
     raise NotImplementedError("operand_value is for Numba kernels")
 
 
+@njit(cache=True)
+def widen_bits(b, bf16, subnormal):
+    """float32 value of the 16-bit pattern b (bf16 if bf16, else fp16; subnormals -> signed zero under the
+    flush code): ``cast.bits16_to_f32``'s value, in uint32 arithmetic and selects so that loops vectorise."""
+    h = np.uint32(b)
+    a = h & np.uint32(0x7FFF)
+    sign = (h ^ a) << np.uint32(16)
+    flush = subnormal == FLUSH
+    if bf16:
+        r = a << np.uint32(16)
+        r = np.uint32(0) if (flush and a < np.uint32(0x80)) else r
+    else:
+        # normal: exponent rebiased by 112; Inf / NaN (exponent 31) by 224 more, to 255
+        r = (a << np.uint32(13)) + np.uint32(0x38000000)
+        r = r + np.uint32(0x38000000) if a >= np.uint32(0x7C00) else r
+        # subnormal (and zero): a * 2**-24, exact and normal in float32
+        sub = np.float32(np.float32(np.int32(a)) * np.float32(5.960464477539063e-08)).view(np.uint32)
+        r = (np.uint32(0) if flush else sub) if a < np.uint32(0x400) else r
+    return np.uint32(sign | r).view(np.float32)
+
+
 @overload(operand_value)
 def _operand_value(xf, i, bf16, subnormal):
     if xf.dtype == types.uint16:
         def widen(xf, i, bf16, subnormal):
-            return bits16_to_f32(xf[i], bf16, subnormal)
+            return widen_bits(xf[i], bf16, subnormal)
         return widen
     return lambda xf, i, bf16, subnormal: xf[i]
 
@@ -213,9 +235,10 @@ def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
 # ------------------------------------------------------------------------------ backprop convolutions
 
 @njit(cache=True, parallel=True)
-def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
+def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp, bf16=False, subnormal=0):
     """Bp[0, jt, q, l, j] = xp.flat[offset of pixel (n0 + n, oh*sh, ow*sw, 0) + koff[jt*NC + j]] for the output
-    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge."""
+    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge.
+    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
     # The im2col matrix of a weight gradient (pixels as K, taps x channels as columns) written straight
     # into pack_b's slab layout: with one column tile the slabs are a row-major (Kp, slab width) matrix.
     _, Hp, Wp, C = xp.shape
@@ -246,7 +269,7 @@ def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
                 d = np.uintp(jt) * tile + row
                 if r < rows:
                     for j in range(np.uintp(jn)):
-                        bf[d + j] = xf[base + koff[j0 + j]]
+                        bf[d + j] = operand_value(xf, base + koff[j0 + j], bf16, subnormal)
                 else:  # K padding: a +0 pixel
                     for j in range(np.uintp(jn)):
                         bf[d + j] = np.float32(0.0)
@@ -255,18 +278,30 @@ def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
 
 
 @njit(cache=True, parallel=True)
-def rows_transposed(src, r0, rows, out):
-    """out[c, r] = src[r0 + r, c] for r < rows, +0 for rows <= r < out.shape[1] (the K padding)."""
+def rows_transposed(src, r0, rows, out, bf16=False, subnormal=0):
+    """out[c, r] = src[r0 + r, c] for r < rows, +0 for rows <= r < out.shape[1] (the K padding).
+    A uint16 src holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
     # the cube's A operand of a weight gradient: the output gradient's channels as rows, pixels as K
-    R = rows
     CO, Kp = out.shape
-    nb = (Kp + 63) // 64
-    for b in prange(nb):
-        lo = b * 64
-        hi = min(Kp, lo + 64)
-        for c in range(CO):
-            for r in range(lo, hi):
-                out[c, r] = src[r0 + r, c] if r < R else np.float32(0.0)
+    nb = (Kp + 127) // 128
+    per = 8   # blocks of 128 rows per work item (one scratch block each)
+    sf = src.reshape(-1)
+    of = out.reshape(-1)
+    for w in prange((nb + per - 1) // per):
+        blk = np.empty(128 * CO, dtype=np.float32)   # a block's rows of src as operand values, contiguous
+        for b in range(w * per, min(nb, (w + 1) * per)):
+            lo = b * 128
+            hi = min(Kp, lo + 128)
+            n = max(0, min(rows, hi) - lo)
+            s0 = np.uintp((r0 + lo) * CO)
+            for i in range(np.uintp(n * CO)):
+                blk[i] = operand_value(sf, s0 + i, bf16, subnormal)
+            for c in range(np.uintp(CO)):
+                d = c * np.uintp(Kp) + np.uintp(lo)
+                for r in range(np.uintp(n)):
+                    of[d + r] = blk[r * np.uintp(CO) + c]
+                for r in range(np.uintp(n), np.uintp(hi - lo)):
+                    of[d + r] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
