@@ -319,19 +319,16 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         cols = np.stack(taps, axis=3).reshape(R, Kc)  # rows (n, oh, ow), columns (kh, kw, cin)
         zero = np.zeros(1, dtype=np.int64)
         return _batched(cols.T[None], dy.reshape(1, R, CO), zero, zero, None, pol, out_shape, multicore, N)
-    # x and dy in the operand dtype reach the kernels as their bits (widened on the way); else as values
+    # x widened (or rounded) once into its padded buffer: each value is read by several taps. dy in the
+    # operand dtype reaches the kernel as its bits, widened on the way
     target = config.COMPUTE_DTYPES.get(pol.operand)
     wide = (pol.operand == "bfloat16", pol.subnormal)
-    pads4 = ((0, 0), pads[0], pads[1], (0, 0))
-    if pol.operand != "float32" and x.dtype == target:
-        xp, sx = _padded_bits(x, pads4), 0
-    else:
-        xp, sx = _padded_input(x, pol, pads4)
-        if sx and not _covers(H, W, KH, KW, sh, sw, dh, dw, pads, OH, OW):
-            # the status is the patches' (the pixels some tap reads), not the whole input's
-            ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
-                      ((H, KH, sh, dh, pads[0], OH), (W, KW, sw, dw, pads[1], OW)))
-            sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
+    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
+    if sx and not _covers(H, W, KH, KW, sh, sw, dh, dw, pads, OH, OW):
+        # the status is the patches' (the pixels some tap reads), not the whole input's
+        ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
+                  ((H, KH, sh, dh, pads[0], OH), (W, KW, sw, dw, pads[1], OW)))
+        sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
     if pol.operand != "float32" and dy.dtype == target:
         dys, sd = np.ascontiguousarray(dy).view(np.uint16).reshape(R, CO), 0
     else:
@@ -350,7 +347,7 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         a = _alloc.empty((1, CO, kp), np.float32)
         _k.rows_transposed(dys, r0, r1 - r0, a[0], *wide)
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
-        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp, *wide)
+        _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
         mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
         _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
     if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
@@ -376,22 +373,6 @@ def _covered(n: int, k: int, s: int, d: int, before: int, o: int) -> np.ndarray:
 def _covers(H, W, KH, KW, sh, sw, dh, dw, pads, OH, OW) -> bool:
     """Whether the taps of the convolution read every pixel of its input."""
     return (len(_covered(H, KH, sh, dh, pads[0][0], OH)) == H and len(_covered(W, KW, sw, dw, pads[1][0], OW)) == W)
-
-
-def _padded_bits(x: np.ndarray, pads) -> np.ndarray:
-    """The 16-bit x's bits (uint16) zero-padded by ``pads`` (one (before, after) pair per axis): +0 pixels."""
-    bits = np.ascontiguousarray(x).view(np.uint16)
-    if not any(map(any, pads)):
-        return bits
-    out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint16)
-    (_, _), (pt, pb), (pl, pr), (_, _) = pads
-    H, W = x.shape[1:3]
-    out[:, :pt] = 0
-    out[:, pt + H:] = 0
-    out[:, pt:pt + H, :pl] = 0
-    out[:, pt:pt + H, pl + W:] = 0
-    out[:, pt:pt + H, pl:pl + W] = bits
-    return out
 
 
 def zero_inserted(dy, sh: int, sw: int, pads_h, pads_w) -> np.ndarray:

@@ -235,10 +235,9 @@ def depthwise_tree16(xp, wf, mult, bias, out, sh, sw, dh, dw, KH, KW):
 # ------------------------------------------------------------------------------ backprop convolutions
 
 @njit(cache=True, parallel=True)
-def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp, bf16=False, subnormal=0):
+def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp):
     """Bp[0, jt, q, l, j] = xp.flat[offset of pixel (n0 + n, oh*sh, ow*sw, 0) + koff[jt*NC + j]] for the output
-    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge.
-    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
+    pixel 16q + l = (n*OH + oh)*OW + ow < rows; +0 in the K padding rows and up to the 2x2 block edge."""
     # The im2col matrix of a weight gradient (pixels as K, taps x channels as columns) written straight
     # into pack_b's slab layout: with one column tile the slabs are a row-major (Kp, slab width) matrix.
     _, Hp, Wp, C = xp.shape
@@ -269,7 +268,7 @@ def patch_rows_packed(xp, koff, sh, sw, OH, OW, n0, rows, Bp, bf16=False, subnor
                 d = np.uintp(jt) * tile + row
                 if r < rows:
                     for j in range(np.uintp(jn)):
-                        bf[d + j] = operand_value(xf, base + koff[j0 + j], bf16, subnormal)
+                        bf[d + j] = xf[base + koff[j0 + j]]
                 else:  # K padding: a +0 pixel
                     for j in range(np.uintp(jn)):
                         bf[d + j] = np.float32(0.0)
