@@ -105,28 +105,30 @@ def im2col_t(xp, koff, sh, sw, OH, OW, r0, out):
 def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp, bf16=False, subnormal=0):
     """im2col_t(...) in pack_b's layout: Bp[0, jt, q, l, j] = column 16q + l of pixel r0 + jt*NC + j (+0 past K).
     A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
-    _, njt, nkb, _, _ = Bp.shape
+    _, njt, nkb, _, Wd = Bp.shape
     K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
     xf = xp.reshape(-1)
+    bf = Bp.reshape(-1)
     for w in prange(njt * nkb):
         jt = w // nkb
         q = w % nkb
-        j0 = jt * NC
-        jn = min(rows, j0 + NC) - j0
-        to = np.zeros(16, dtype=np.uintp)
-        nl = min(16, K - 16 * q)  # real columns in this block; the rest are +0
-        for l in range(nl):
-            to[l] = koff[16 * q + l]
-        # pixel-major: each pixel's 16 columns are (mostly) one cache line of xp
-        for j in range(jn):
-            base = po[j0 + j]
-            for l in range(nl):
-                Bp[0, jt, q, l, j] = operand_value(xf, base + to[l], bf16, subnormal)
-            for l in range(nl, 16):
-                Bp[0, jt, q, l, j] = np.float32(0.0)
-        for l in range(16):  # +0 up to the 2x2 block edge, as pack_b
-            Bp[0, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
+        j0 = np.uintp(jt * NC)
+        jn = min(rows, jt * NC + NC) - jt * NC
+        # slab row by slab row: contiguous writes, each a gather along the tile's pixels (2.5x faster than
+        # pixel by pixel for a 3-channel input, as fast for 16 channels)
+        for l in range(16):
+            k = 16 * q + l
+            d = np.uintp(((jt * nkb + q) * 16 + l) * Wd)
+            if k < K:
+                o = koff[k]
+                for j in range(np.uintp(jn)):
+                    bf[d + j] = operand_value(xf, po[j0 + j] + o, bf16, subnormal)
+            else:  # K padding: +0 products in the last block
+                for j in range(np.uintp(jn)):
+                    bf[d + j] = np.float32(0.0)
+            for j in range(np.uintp(jn), np.uintp(_tail_columns(jn))):  # +0 up to the 2x2 block edge, as pack_b
+                bf[d + j] = np.float32(0.0)
 
 
 @njit(cache=True, parallel=True)
