@@ -118,7 +118,7 @@ def test_backprop_filter_specials_and_status():
 
 
 def test_backprop_filter_float32_input_rounds_like_the_patches():
-    """float32 x and dy with fp16 operands (x rounded, statuses ORed over the patches): the generic path."""
+    """float32 x and dy with fp16 operands: x rounded once, its status ORed over the pixels the taps read only."""
     rng = np.random.default_rng(6)
     xs, KH, KW, CO, strides, padding, dil = ((1, 10, 10, 2), 3, 3, 3, (2, 2), "VALID", (1, 1))
     pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
