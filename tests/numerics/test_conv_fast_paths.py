@@ -25,7 +25,7 @@ from ascend_emu.kernels.cube import finish_f32, finish_grid, finish_to_16
 from ascend_emu.kernels.cube.conv import widen_bits
 
 from tests.numerics.test_cube import assert_same_bits
-from tests.numerics.test_cube_backprop import _dz_pads, _geometry, _patches
+from tests.numerics.test_cube_backprop import _check, _dz_pads, _geometry, _patches
 
 BF16 = ml_dtypes.bfloat16
 C1HWC0 = CubeModel(conv_k_order="c1hwc0")
@@ -163,6 +163,18 @@ def test_backprop_filter_fast_paths_match_the_patch_matmul(case):
     assert len(statuses) > 1
     xb = hostile(rng, xs).astype(BF16)
     _filter_check(xb, dy.astype(BF16), KH, KW, strides, pads, dil, operand_dtype="bfloat16", subnormals="flush")
+
+
+def test_backprop_filter_float32_x_over_cube_cores():
+    """A float32 x split over the cube cores by samples: the partials and their arrival order as the generic path's."""
+    xs, KH, KW, CO, strides, padding, dil = FILTER_GEOMETRIES[2]
+    rng = np.random.default_rng(1450)
+    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    x = hostile(rng, (5,) + xs[1:], np.float32)
+    dy = hostile(rng, (5, OH, OW, CO), big=True)
+    for seed in (1, 2):
+        _check(x, dy, KH, KW, strides, pads, dil, multicore_seed=seed)
+        _check(x, dy, KH, KW, strides, pads, dil, multicore_seed=seed, overflow_mode="saturation")
 
 
 def test_backprop_filter_status_only_from_the_pixels_the_taps_read():
