@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .cast import f16_bits_to_f32_bits
+from .cast import f16_bits_to_f32_bits, f16_to_f32_hw
 from .codes import FLUSH, KEEP
 from .parallel import or_all
 from .reduce import MAX, MEAN, MEAN_SCALE_FIRST, MEAN_SCALE_LAST, MIN, PROD, SUM, _elem32, _empty, _scaled, _step
@@ -154,3 +154,75 @@ reduce_lead_f32 = _lead_driver(False, """reduce_lead_f32(op, x, out, overflow, s
 reduce_lead_f16 = _lead_driver(True, """reduce_lead_f16(op, x, out, overflow, subnormal): out[r] = reduce(op, x[:, r]) over
     columns of fp16 bits widened exactly (under flush their subnormals read as signed zeros, as the widening
     cast gives them), in float32 as reduce_lead_f32; HW_HALF hosts only; returns the OR of statuses.""")
+
+
+# ------------------------------------------------------------------ fp16 widened by the CPU, NaN-free rows
+
+def _hw_kernel(op):
+    """The column kernel of ``_cols16`` (op a compile-time constant) widening by the CPU's conversion,
+    over x (outer, n, rows) flattened: columns c0..c0 + w of block o."""
+    @njit(cache=True, error_model="numpy")
+    def cols(x, base, n, rows, w, acc):
+        cof = np.float32(1.0) / np.float32(n)
+        r = x[base:base + w]
+        for c in range(w):
+            acc[c] = _elem32(op, f16_to_f32_hw(r[c]), cof, False)
+        for j in range(1, n):
+            b = base + j * rows
+            r = x[b:b + w]
+            for c in range(w):
+                acc[c] = _step(op, acc[c], _elem32(op, f16_to_f32_hw(r[c]), cof, False))
+    cols.__doc__ = (f"acc[:w] = the sequential float32 reduction (op {op}) of the n fp16 values x[base + j * rows + c], "
+                    "widened by the CPU (exact but for a signalling NaN, which it quietens)")
+    return cols
+
+
+_hw_sum, _hw_mean, _hw_prod, _hw_first, _hw_last = (_hw_kernel(op) for op in (SUM, MEAN, PROD, MEAN_SCALE_FIRST,
+                                                                               MEAN_SCALE_LAST))
+#: the ops of ``reduce_lead_f16_hw``: those whose result is NaN whenever an element is
+HW_OPS = (SUM, MEAN, PROD, MEAN_SCALE_FIRST, MEAN_SCALE_LAST)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def reduce_lead_f16_hw(op, x, outer, n, rows, out, overflow):
+    """out[o * rows + r] = reduce(op, x[o, :, r]) of fp16 bits x (outer, n, rows) flattened, n >= 1, in float32
+    as ``reduce_lead_f16`` (subnormals kept) but widened by the CPU (``cast.HW_HALF`` hosts only); ``op`` one
+    of HW_OPS. Returns the OR of statuses, or -1 if a result is NaN before finishing: an element may have
+    been a NaN, which the CPU's widening may quieten (the caller then runs the exact kernel). Without a NaN
+    every widened value, hence every step, is the exact kernel's."""
+    nch = (rows + _COLS - 1) // _COLS
+    items = outer * nch
+    st = np.zeros(items, dtype=np.int64)
+    cof = np.float32(1.0) / np.float32(n)
+    for it in prange(items):
+        o = it // nch
+        c0 = (it % nch) * _COLS
+        w = min(rows, c0 + _COLS) - c0
+        acc = np.empty(_COLS, dtype=np.float32)
+        base = o * n * rows + c0
+        if op == SUM:
+            _hw_sum(x, base, n, rows, w, acc)
+        elif op == MEAN:
+            _hw_mean(x, base, n, rows, w, acc)
+        elif op == PROD:
+            _hw_prod(x, base, n, rows, w, acc)
+        elif op == MEAN_SCALE_FIRST:
+            _hw_first(x, base, n, rows, w, acc)
+        else:
+            _hw_last(x, base, n, rows, w, acc)
+        s = np.int64(0)
+        for c in range(w):
+            a = acc[c]
+            if a != a:
+                s = np.int64(-1)
+                break
+            y, s1 = finish32(_scaled(op, a, n, cof), overflow, KEEP)
+            out[o * rows + c0 + c] = y
+            s |= s1
+        st[it] = s
+    r = np.int64(0)
+    for it in range(items):
+        if st[it] < 0:
+            return np.int64(-1)
+        r |= st[it]
+    return r

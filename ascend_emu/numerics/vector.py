@@ -434,6 +434,9 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         # it (exactly, as the cast would, which raises no status), so no widened copy is made
         axes = _axes(axis, x.ndim)
         rows = int(np.prod([x.shape[d] for d in range(x.ndim) if d not in axes], dtype=np.int64))
+        y = _reduce_block16(op, x, axes, rows, keepdims, oc, sc, op_model, multicore)
+        if y is not None:
+            return y
         if (rows > 1 and axes == tuple(range(len(axes))) and x.size
                 and (multicore is None or op not in ("sum", "mean")
                      or multicore.reduce_bounds(rows, x.size // rows) is None)):
@@ -488,4 +491,31 @@ def _reduce_lead16(op, x, axes, rows, keepdims, oc, sc, op_model):
     out = _alloc.empty(rows, np.float32)
     st = _krl.reduce_lead_f16(code, np.ascontiguousarray(x).view(np.uint16).reshape(x.size // rows, rows), out, oc, sc)
     shape = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else x.shape[len(axes):]
+    return out.reshape(shape), config.STATUS_FP_OVERFLOW if st else 0
+
+
+_HW_REDUCE = {"sum": _kr.SUM, "prod": _kr.PROD}
+
+
+def _reduce_block16(op, x, axes, rows, keepdims, oc, sc, op_model, multicore):
+    """:func:`reduce` in float32 of fp16 ``x`` over a block of consecutive ``axes`` followed by kept axes
+    (the leading axes of NHWC, or H and W of a global average pool), widened by the CPU as the kernel reads
+    (``kernels/reduce_lead.py``'s ``reduce_lead_f16_hw``), or None where that kernel does not stand for the
+    widening cast and the row kernel: another op, flushed subnormals, an empty array, a split launch, or a NaN
+    result (an element may have been a signalling NaN, which the CPU's widening quietens)."""
+    code = _mean_code(op_model) if op == "mean" else _HW_REDUCE.get(op)
+    if code is None or sc != _KEEP or not x.size or not axes or axes != tuple(range(axes[0], axes[-1] + 1)):
+        return None
+    cols = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    if cols < 2 or (multicore is not None and op in ("sum", "mean")
+                    and multicore.reduce_bounds(rows, x.size // rows) is not None):
+        return None   # one column: the reduced elements are contiguous, the row kernel's own case
+    outer = rows // cols
+    out = _alloc.empty(rows, np.float32)
+    st = _krl.reduce_lead_f16_hw(code, np.ascontiguousarray(x).view(np.uint16).reshape(-1), outer,
+                                 x.size // rows, cols, out, oc)
+    if st < 0:
+        return None
+    shape = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else \
+        tuple(x.shape[d] for d in range(x.ndim) if d not in axes)
     return out.reshape(shape), config.STATUS_FP_OVERFLOW if st else 0
