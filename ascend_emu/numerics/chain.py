@@ -77,6 +77,11 @@ def chain_to_f16(inputs, steps):
     channel = False
     for x in inputs:
         x = np.asarray(x)
+        if 0 in x.strides and x.size:
+            # a broadcast view (zero strides): its distinct values, read per channel or once, not copied out
+            cut = x[tuple(slice(0, 1) if s == 0 and d > 1 else slice(None) for s, d in zip(x.strides, x.shape))]
+            if cut.size == 1 or (cut.ndim >= 1 and cut.shape[-1] == c and cut.size == c):
+                x = cut
         if x.dtype == _F16:
             which, bucket, bits = 0, h16, x.view(np.uint16)
         elif x.dtype == _F32:

@@ -9,6 +9,7 @@ behaviours and their sources are in NUMERICS.md sections 1, 2 and 4.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from . import policy as config
@@ -63,6 +64,52 @@ def _name(a: np.ndarray) -> str:
     return "bfloat16" if a.dtype == config.bfloat16 else a.dtype.name
 
 
+def _compact(a):
+    """The distinct values of a zero-stride (broadcast) view ``a``: ``a`` with every repeated axis cut to
+    length 1 (a view of the same rank); ``a`` itself when nothing is repeated or it is not an ndarray."""
+    if type(a) is not np.ndarray or 0 not in a.strides or not a.size:
+        return a
+    if not any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
+        return a
+    return a[tuple(slice(0, 1) if s == 0 and n > 1 else slice(None) for s, n in zip(a.strides, a.shape))]
+
+
+def _on_compact(inputs):
+    """(shape, inputs) for an elementwise op some of whose inputs are broadcast views (np.broadcast_to,
+    the BroadcastTo op): the broadcast shape and the inputs with their repeated axes cut to length 1 (the
+    cut ones as fresh contiguous copies), or None when that leaves as many elements to compute (or the
+    shapes do not broadcast: the op's own error). The op on them, broadcast to ``shape``, is the op on the
+    inputs: every output element is the op of the same values, and a status is the OR over elements."""
+    cut = [_compact(x) for x in inputs]
+    if all(c is x for c, x in zip(cut, inputs)):
+        return None
+    try:
+        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+    except ValueError:
+        return None
+    small = np.broadcast_shapes(*(np.shape(c) for c in cut))
+    if int(np.prod(small, dtype=np.int64)) >= int(np.prod(shape, dtype=np.int64)):
+        return None
+    return shape, [x if c is x else np.array(c, order="C") for c, x in zip(cut, inputs)]
+
+
+#: at most this many elements on a broadcast view's distinct values: one thread (results do not depend on it;
+#: waking the others for a few values costs more than the work)
+_SMALL = 1 << 15
+
+
+def _small_run(n: int, fn):
+    """``fn()`` with one Numba thread if ``n`` elements are few, the thread count restored after."""
+    threads = numba.get_num_threads()
+    if n > _SMALL or threads == 1:
+        return fn()
+    numba.set_num_threads(1)
+    try:
+        return fn()
+    finally:
+        numba.set_num_threads(threads)
+
+
 def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subnormals: str = "keep"):
     """Convert ``x`` to ``dtype`` as the Ascend vector unit's Cast does.
 
@@ -104,6 +151,12 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
     if dst not in _CAST_TARGETS:
         raise AscendEmuError(f"unsupported cast target dtype {dtype!r}; choose one of: {', '.join(_CAST_TARGETS)}")
     a = _as_real_array(x, "cast input")
+    if type(a) is np.ndarray and 0 in a.strides:
+        cut = _on_compact([a])
+        if cut is not None and _name(a) != dst:
+            # a broadcast view (zero strides): its distinct values cast, broadcast again (same status)
+            y, st = _small_run(cut[1][0].size, lambda: cast(cut[1][0], dtype, rounding, overflow_mode, subnormals))
+            return np.broadcast_to(y, cut[0]), st
     if a.dtype.kind in "biu":
         a = _ints_to_f64(a, "cast input")
     src = _name(a)
@@ -270,6 +323,15 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     sc = config.subnormal_code(subnormals)
     use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
     _choice("op_model", op_model, config.OP_MODELS)
+    if any(type(x) is np.ndarray and 0 in x.strides for x in inputs):
+        cut = _on_compact(inputs)
+        if cut is not None:
+            # broadcast views (zero strides): the op on their distinct values, broadcast again (read-only)
+            n = max(int(np.size(x)) for x in cut[1])
+            y, st = _small_run(n, lambda: vector(op, *cut[1], dtype=dtype, overflow_mode=overflow_mode,
+                                                 subnormals=subnormals, impl_mode=impl_mode, op_model=op_model,
+                                                 **attrs))
+            return np.broadcast_to(y, cut[0]), st
     code = _BINARY.get(op)
     if (cdt == config.float32 and sc == _KEEP and code in _NUMPY_F32 and type(inputs[0]) is np.ndarray
             and type(inputs[1]) is np.ndarray and inputs[0].dtype == np.float32 and inputs[1].dtype == np.float32):

@@ -76,7 +76,8 @@ def to_f32(x, copy: bool = False) -> np.ndarray:
 
     x = np.asarray(x)
     if x.dtype in HALF:
-        return cast(x, "float32")[0]
+        y = cast(x, "float32")[0]
+        return y if y.flags.writeable else np.array(y)   # the cast of a broadcast view is one: copied out
     return np.array(x, dtype=np.float32) if copy else np.asarray(x, dtype=np.float32)
 
 

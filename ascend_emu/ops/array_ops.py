@@ -138,7 +138,13 @@ def tile(x, multiples, *, ctx):
 
 @register("BroadcastTo", kind=MOVE)
 def broadcast_to(x, shape, *, ctx):
-    return contiguous(np.broadcast_to(x, as_int_list(shape)))
+    """A float tensor that grows comes out as numpy's read-only zero-stride view, not copied out: the vector
+    ops, casts and one-pass chains compute on its distinct values (numerics.vector, numerics.chain), every
+    other consumer reads it as any array (a dump writes it in full)."""
+    y = np.broadcast_to(x, as_int_list(shape))
+    if y.ndim and is_float(y) and y.size > np.size(x):
+        return y
+    return contiguous(y)
 
 
 @register("GatherV2", kind=MOVE)
