@@ -54,44 +54,45 @@ def _fill(h16, f32, src, k, row, lo, m, c):
 @njit(cache=True, error_model="numpy")
 def _step(code, x, y, r, m):
     """r[:m] = code(x[:m], y[:m]) in float32; returns 1 if a result is Inf or NaN."""
-    bad = np.int64(0)
+    # a boolean accumulator: an int64 one holds the loops to four lanes (half the speed)
+    good = True
     if code == ADD:
         for j in range(m):
             v = x[j] + y[j]
             r[j] = v
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     elif code == SUB:
         for j in range(m):
             v = x[j] - y[j]
             r[j] = v
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     elif code == MUL:
         for j in range(m):
             v = x[j] * y[j]
             r[j] = v
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     elif code == REALDIV:
         for j in range(m):
             v = x[j] / y[j]
             r[j] = v
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     elif code == CHAIN_RELU:
         for j in range(m):
             v = x[j]
             r[j] = v if v > np.float32(0.0) else np.float32(0.0)
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     elif code == CHAIN_ROUND16:
         for j in range(m):
             v = f16_to_f32_hw(f32_to_f16_hw(x[j]))
             r[j] = v
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
     else:  # CHAIN_RELU6
         for j in range(m):
             v = x[j]
-            bad |= np.int64(not (abs(v) <= FLT_MAX))
+            good &= abs(v) <= FLT_MAX
             v = v if v < np.float32(6.0) else np.float32(6.0)
             r[j] = v if v > np.float32(0.0) else np.float32(0.0)
-    return bad
+    return np.int64(not good)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -127,10 +128,12 @@ def chain_to_f16(h16, f32, src, steps, c, blk, out):
                 acc |= _step(steps[s, 0], x, y, rows[cur], m)
             run = rows[cur]
             o = out[lo:lo + m]
+            ok = True
             for j in range(m):
                 h = f32_to_f16_hw(run[j])
                 o[j] = h
-                acc |= np.int64((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+                ok &= (h & np.uint16(0x7FFF)) < np.uint16(0x7C00)
+            acc |= np.int64(not ok)
         bad[it] = acc
     r = np.int64(0)
     for it in range(nitem):

@@ -276,15 +276,15 @@ def _arith_f16_hw_span(op, x, y, out, overflow, subnormal):
 
 @njit(cache=True)
 def _relu_grad16_span(dy, x, out, lim):
-    """out[i] = dy[i] if x[i] > 0 else dy[i] & 0x8000; returns the count of Inf/NaN dy[i]."""
-    bad = 0
+    """out[i] = dy[i] if x[i] > 0 else dy[i] & 0x8000; returns 1 if some dy[i] is Inf or NaN, else 0."""
+    ok = True   # a boolean accumulator: an integer count holds the loop to fewer lanes (2.5x slower)
     for i in range(np.uintp(out.size)):
         d = np.int32(dy[i])
         v = np.int32(x[i])
         pos = (v > 0) & (v <= lim)  # sign clear, not zero, not NaN
         out[i] = np.uint16(d if pos else d & 0x8000)
-        bad += np.int32((d & 0x7FFF) >= lim)
-    return bad
+        ok &= (d & 0x7FFF) < lim
+    return np.int64(not ok)
 
 
 @njit(cache=True, parallel=True)

@@ -139,7 +139,9 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
         The converted array (same shape) and the status bits: 0x100 if a finite
         value overflowed the target format, 0x20 if the input held Inf or NaN (for
         narrowing casts), else 0. Widening casts are exact and raise no status; a
-        cast to the input's own dtype returns an unchanged copy with status 0.
+        cast to the input's own dtype returns an unchanged copy with status 0. A broadcast
+        view (zero strides, e.g. ``np.broadcast_to``) gives a read-only broadcast view of
+        its distinct values' cast.
     """
     rc = config.rounding_code(rounding)
     oc = config.overflow_code(overflow_mode)
@@ -305,7 +307,9 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
     (numpy.ndarray, int)
         The result in the compute dtype and the status bits: 0x20 if any result
         (or intermediate rounding) was Inf or NaN before saturation, ORed with the
-        status of the input casts.
+        status of the input casts. Inputs that are broadcast views (zero strides, e.g.
+        ``np.broadcast_to``) are computed on their distinct values: when that is fewer
+        elements, the result is a read-only broadcast view of that computation.
     """
     if op not in VECTOR_OPS:
         raise AscendEmuError(f"unknown vector op {op!r}; choose one of: {', '.join(VECTOR_OPS)}")
@@ -347,10 +351,10 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         a, st = _to_compute(x, cdt, f"vector op {op!r} input {k}", overflow_mode, subnormals)
         arrays.append(a)
         status |= st
-    if (cdt == config.float16 and sc == _KEEP and op in _ONE_PASS_F16 and arrays[0].shape != arrays[1].shape
+    if (cdt == config.float16 and sc == _KEEP and op in _ONE_PASS_F16
             and _chain.MIN_ELEMENTS <= max(arrays[0].size, arrays[1].size)):
-        # a broadcast operand (one value per channel, or one value) read in place by the chain kernel
-        # instead of copied out to full size; any Inf/NaN result: the kernels below
+        # the chain kernel (vectorised float32 steps): a broadcast operand (one value per channel, or one
+        # value) read in place instead of copied out to full size; any Inf/NaN result: the kernels below
         y = _chain.chain_to_f16(arrays, _ONE_PASS_F16[op])
         if y is not None:
             return y, status
