@@ -76,31 +76,61 @@ def _operand(kind, idx, buf, scratch, tiles, f32s, f16s, f16bf, base, nb):
 
 
 @njit(cache=True, error_model="numpy")
-def _step(op, a, b, buf, nb):
-    """buf[k] = op(a[k], b[k]) for k < nb (b unused by the unary ops); returns whether a result of the
-    arithmetic ops is Inf or NaN (relu's operand is checked by the caller)."""
-    f = np.uint32(0)
+def _binary(op, x, y):
+    """One IEEE float32 operation of the arithmetic step ``op`` (op is loop-invariant: unswitched)."""
     if op == ADD:
+        return x + y
+    if op == SUB:
+        return x - y
+    if op == MUL:
+        return x * y
+    return x / y
+
+
+@njit(cache=True, error_model="numpy")
+def _step_loop(op, a, b, buf, nb, a_run, b_run):
+    """buf[k] = op(a[k], b[k]) for an arithmetic op, reading the running value from ``buf`` itself where
+    ``a_run`` / ``b_run`` say a / b is it: two arrays in the loop, not three that may alias, so LLVM
+    vectorises it without runtime alias checks. Returns whether a result is Inf or NaN."""
+    f = np.uint32(0)
+    if a_run and b_run:
         for k in range(np.uintp(nb)):
-            v = a[k] + b[k]
+            x = buf[k]
+            v = _binary(op, x, x)
             buf[k] = v
             f |= _bad(v)
-    elif op == SUB:
+    elif a_run:
         for k in range(np.uintp(nb)):
-            v = a[k] - b[k]
+            v = _binary(op, buf[k], b[k])
             buf[k] = v
             f |= _bad(v)
-    elif op == MUL:
+    elif b_run:
         for k in range(np.uintp(nb)):
-            v = a[k] * b[k]
+            v = _binary(op, a[k], buf[k])
             buf[k] = v
             f |= _bad(v)
-    elif op == DIV:
+    else:
         for k in range(np.uintp(nb)):
-            v = a[k] / b[k]
+            v = _binary(op, a[k], b[k])
             buf[k] = v
             f |= _bad(v)
-    elif op == RELU:
+    return f != 0
+
+
+@njit(cache=True, error_model="numpy")
+def _step(op, a, b, buf, nb, a_run=False, b_run=False):
+    """buf[k] = op(a[k], b[k]) for k < nb (b unused by the unary ops); returns whether a result of the
+    arithmetic ops is Inf or NaN (relu's operand is checked by the caller). ``a_run`` / ``b_run``: a / b
+    is ``buf`` (the running value)."""
+    if op == ADD:
+        return _step_loop(ADD, a, b, buf, nb, a_run, b_run)
+    if op == SUB:
+        return _step_loop(SUB, a, b, buf, nb, a_run, b_run)
+    if op == MUL:
+        return _step_loop(MUL, a, b, buf, nb, a_run, b_run)
+    if op == DIV:
+        return _step_loop(DIV, a, b, buf, nb, a_run, b_run)
+    if op == RELU:
         for k in range(np.uintp(nb)):
             v = a[k]
             buf[k] = v if v > np.float32(0.0) else np.float32(0.0)
@@ -108,7 +138,7 @@ def _step(op, a, b, buf, nb):
         for k in range(np.uintp(nb)):
             v = min(a[k], np.float32(6.0))
             buf[k] = v if v > np.float32(0.0) else np.float32(0.0)
-    return f != 0
+    return False
 
 
 @njit(cache=True)
@@ -186,10 +216,11 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             # Fixpipe: the accumulator into the block
             f = np.uint32(0)
             if transposed:
-                for j in range(np.uintp(C)):
-                    col = np.uintp(j * R + r0)
-                    for r in range(np.uintp(nr)):
-                        v = acc[col + r]
+                # row by row (contiguous writes; the C column streams each advance in order): twice
+                # as fast as column by column's scattered writes
+                for r in range(np.uintp(nr)):
+                    for j in range(np.uintp(C)):
+                        v = acc[np.uintp(j * R + r0) + r]
                         buf[r * C + j] = v
                         f |= _bad(v)
             else:
@@ -214,7 +245,7 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
                 if op >= RELU and prog[i, 1] != RUN and _nonfinite(a, nb):
                     bad = True
                     break
-                if _step(op, a, b, buf, nb):
+                if _step(op, a, b, buf, nb, prog[i, 1] == RUN, prog[i, 3] == RUN):
                     bad = True
                     break
             if bad:

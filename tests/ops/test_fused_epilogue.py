@@ -98,6 +98,8 @@ CHAINS = {
     "div_by_acc": ([_step("RealDiv", 2, -1)], ["scalar"]),
     "per_sample": ([_step("Mul", -1, 2), _step("Relu", -1)], ["per_n"]),
     "relu_of_input": ([_step("Mul", -1, 2), _step("Relu", 3)], ["scalar", "full"]),
+    # the running value as both operands of a step (the kernel's in-place loop reading it twice)
+    "square_sub": ([_step("Mul", -1, -1), _step("Sub", -1, 2)], ["vec"]),
 }
 
 MODES = [dict(dtype="float16"), dict(dtype="float16", overflow_mode="saturation"),
