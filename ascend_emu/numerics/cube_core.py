@@ -27,6 +27,9 @@ from .vector import flush_f32_subnormals
 # Below _FEW_COLS columns the transposition of A costs more than the short column loops.
 _MIN_COLS = 256
 _FEW_COLS = 8
+# a product of at most this many terms (K padded to 16) runs matmul_tree16_small: the packing, the
+# padded copies and the parallel launch cost more there than the arithmetic (a Dense layer's 32 x 32 x 10)
+_SMALL_TERMS = 1 << 15
 
 
 def _transposed(M: int, N: int) -> bool:
@@ -287,6 +290,13 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
 def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int) -> np.ndarray:
     """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order."""
     kp = _kp(K)
+    if pol.fast and len(ia) * M * N * kp <= _SMALL_TERMS:
+        # a small product: the same sums on one thread, no padding, packing or transposition (a NaN
+        # result: the packed kernel itself, whose vector code decides which NaN)
+        acc = np.empty((len(ia), M, N), dtype=np.float32)
+        if not _k.matmul_tree16_small(np.ascontiguousarray(av), np.ascontiguousarray(bv), biasv, ia, ib, acc, K,
+                                      pol.exact_products):
+            return acc
     if _transposed(M, N):
         accT = _alloc.empty((len(ia), N, M), np.float32)
         _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,

@@ -250,3 +250,85 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
                         jb = 2 * LANES * g + LANES * (s >> 1)
                         for l in range(max(0, min(LANES, jn - jb))):
                             out[t, i, j0 + jb + l] = C[p, g, s, l]
+
+
+@intrinsic
+def _fma32(typingctx, x, y, z):
+    """fl(x * y + z) with one rounding (llvm.fma.f32), as the micro-kernel's fused first tree level."""
+    if not (x == y == z == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fn = builder.module.globals.get("llvm.fma.f32")
+        if fn is None:
+            fn = ir.Function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+        return builder.call(fn, list(args))
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@njit(cache=True)
+def _tree16_at(a, b, fused):
+    """tree16 of a[0:16] and b[0:16], the first level fma(a0, b0, a1 b1) when ``fused`` (as _tree16_2x2)."""
+    if fused:
+        l0 = _fma32(a[0], b[0], a[1] * b[1])
+        l1 = _fma32(a[2], b[2], a[3] * b[3])
+        l2 = _fma32(a[4], b[4], a[5] * b[5])
+        l3 = _fma32(a[6], b[6], a[7] * b[7])
+        l4 = _fma32(a[8], b[8], a[9] * b[9])
+        l5 = _fma32(a[10], b[10], a[11] * b[11])
+        l6 = _fma32(a[12], b[12], a[13] * b[13])
+        l7 = _fma32(a[14], b[14], a[15] * b[15])
+    else:
+        l0 = a[0] * b[0] + a[1] * b[1]
+        l1 = a[2] * b[2] + a[3] * b[3]
+        l2 = a[4] * b[4] + a[5] * b[5]
+        l3 = a[6] * b[6] + a[7] * b[7]
+        l4 = a[8] * b[8] + a[9] * b[9]
+        l5 = a[10] * b[10] + a[11] * b[11]
+        l6 = a[12] * b[12] + a[13] * b[13]
+        l7 = a[14] * b[14] + a[15] * b[15]
+    return ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+
+
+@njit(cache=True)
+def matmul_tree16_small(A, B, bias, ia, ib, out, K, fma):
+    """matmul_tree16's result for a small product, on one thread with no packing:
+    out[t,i,j] = bias[t',j] (t' = t if bias has a row per product, else 0), then per K block q of 16
+    ``acc = fl32(acc + tree16(A[ia[t],i,16q:16q+16], B[ib[t],16q:16q+16,j]))`` with the terms from K on
+    +0 x +0 (matmul_tree16's zero padding), the tree's first level fused as matmul_tree16's when ``fma``
+    (the same bits for exact products). ``A`` (BA, M, K), ``B`` (BB, K, N) float32. Returns whether a
+    result is NaN: which NaN (its sign) the packed kernel's vector code gives depends on the operand order
+    its instructions got, so the caller then runs matmul_tree16 itself."""
+    nb, M, N = out.shape
+    nkb = (K + 15) // 16
+    a = np.zeros(16, dtype=np.float32)
+    b = np.zeros((N, 16), dtype=np.float32)
+    for t in range(nb):
+        At = A[ia[t]]
+        Bt = B[ib[t]]
+        tc = t if bias.shape[0] > 1 else 0
+        for i in range(M):
+            for j in range(N):
+                out[t, i, j] = bias[tc, j]
+        for q in range(nkb):
+            k0 = 16 * q
+            kn = min(16, K - k0)
+            for j in range(N):
+                for l in range(kn):
+                    b[j, l] = Bt[k0 + l, j]
+                for l in range(kn, 16):
+                    b[j, l] = np.float32(0.0)
+            for i in range(M):
+                for l in range(kn):
+                    a[l] = At[i, k0 + l]
+                for l in range(kn, 16):
+                    a[l] = np.float32(0.0)
+                for j in range(N):
+                    out[t, i, j] = out[t, i, j] + _tree16_at(a, b[j], fma)
+    nan = False
+    for t in range(nb):
+        for i in range(M):
+            for j in range(N):
+                nan |= out[t, i, j] != out[t, i, j]
+    return nan
