@@ -228,9 +228,17 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
             for s in range(4):
                 i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once
                 for g in range(ng):
-                    for l in range(LANES):
-                        j = min(2 * LANES * g + LANES * (s >> 1) + l, jn - 1)
-                        C[p, g, s, l] = bias[tc, i] if bias_rows else bias[tc, j0 + j]
+                    jb = 2 * LANES * g + LANES * (s >> 1)
+                    if bias_rows:   # one value per row: a fill
+                        v = bias[tc, i]
+                        for l in range(LANES):
+                            C[p, g, s, l] = v
+                    elif jb + LANES <= jn:   # whole vectors of columns: a copy
+                        for l in range(LANES):
+                            C[p, g, s, l] = bias[tc, j0 + jb + l]
+                    else:   # the columns past the tile's last repeat its last one's bias (never stored)
+                        for l in range(LANES):
+                            C[p, g, s, l] = bias[tc, j0 + min(jb + l, jn - 1)]
         args = (C.ctypes.data, At.ctypes.data, At.strides[0], Bt.ctypes.data, Bt.strides[0], i0, i1, nkb, npair, ng)
         if W == SLABS[4]:
             _passes(SLABS[4], fma, args)
@@ -248,8 +256,12 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
                 if i < i1:
                     for g in range(ng):
                         jb = 2 * LANES * g + LANES * (s >> 1)
-                        for l in range(max(0, min(LANES, jn - jb))):
-                            out[t, i, j0 + jb + l] = C[p, g, s, l]
+                        if jb + LANES <= jn:
+                            for l in range(LANES):
+                                out[t, i, j0 + jb + l] = C[p, g, s, l]
+                        else:
+                            for l in range(max(0, jn - jb)):
+                                out[t, i, j0 + jb + l] = C[p, g, s, l]
 
 
 @intrinsic
