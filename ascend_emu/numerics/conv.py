@@ -140,6 +140,17 @@ def _conv_filter(w, pol: _Policy, Cp: int, kp: int, transposed: bool):
     return _memo.memo(w, ("conv2d filter", pol, Cp, kp, transposed), build)
 
 
+def _pixels_as_rows(pol: _Policy, w: np.ndarray) -> bool:
+    """Whether the fast conv2d may compute its product with the pixels as rows even where _transposed
+    would make them the columns: whole 32-column groups of output channels (the micro-kernel's width,
+    so no lanes are wasted) give the same sums faster (im2col rows are contiguous channel runs, the
+    Fixpipe reads no C^T). The same bits: every element is the same tree16 sums in the same order; only
+    which NaN a NaN meeting another NaN gives depends on the orientation (the vector code's operand
+    order), so a NaN operand (the filter's, checked here, or the input's, counted by im2col) keeps
+    the pixels as columns."""
+    return pol.fast and w.shape[3] % (2 * _k.LANES) == 0 and not np.isnan(np.asarray(w, dtype=np.float32)).any()
+
+
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
            out_dtype="float16", overflow_mode="inf_nan", subnormals="keep", model=None, epilogue=None):
     """2-D convolution on the emulated cube unit (TF Conv2D, NHWC input, HWIO filter).
@@ -159,6 +170,16 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     """
     pol = _policy(operand_dtype, out_dtype, overflow_mode, subnormals, model)
     x, w, (sh, sw), (dh, dw), pads, (OH, OW) = _forward_geometry("conv2d", x, w, strides, padding, dilations)
+    if _pixels_as_rows(pol, w):
+        done = _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol, epilogue, True)
+        if done is not None:
+            return done
+    return _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol, epilogue, False)
+
+
+def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, rows_ok: bool):
+    """conv2d's pipeline; ``rows_ok``: pixels as the product's rows (_pixels_as_rows), returning None
+    if the input read holds a NaN."""
     N = x.shape[0]
     KH, KW, C, CO = w.shape
     out_shape = (N, OH, OW, CO)
@@ -179,7 +200,8 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
     kp = _kp(K)
     R = N * OH * OW
     zero = np.zeros(1, dtype=np.int64)
-    transposed = _transposed(R, CO)
+    flip = rows_ok and _transposed(R, CO)   # pixels as rows where _transposed alone would not have them
+    transposed = _transposed(R, CO) and not flip
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
@@ -221,7 +243,8 @@ def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, o
             acc[r0:r0 + n] = outT[0].T
         else:
             cols = cols_buf[:kp * n].reshape(1, n, kp)
-            _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0], *wide)
+            if _k.im2col(xp, koff, sh, sw, OH, OW, r0, cols[0], *wide) and flip:
+                return None
             if pol.fast:   # _accumulate's fast branch with B packed once
                 out = acc[None, r0:r0 + n]
                 mc = _k.row_block(n, Wp.shape[1], numba.get_num_threads())

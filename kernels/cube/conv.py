@@ -58,18 +58,25 @@ def _operand_value(xf, i, bf16, subnormal):
 @njit(cache=True, parallel=True)
 def im2col(xp, koff, sh, sw, OH, OW, r0, out, bf16=False, subnormal=0):
     """out[r - r0, k] = xp.flat[offset of pixel (n, oh*sh, ow*sw, 0) + koff[k]], r = (n*OH + oh)*OW + ow; rest 0.
-    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`)."""
+    A uint16 xp holds the 16-bit operands' bits, widened on the way (:func:`operand_value`). Returns how
+    many of the values read are NaN."""
     # koff (column k -> flat offset of its tap and channel) fixes the K order: see ascend_emu.numerics.conv._k_offsets
     rows, Kp = out.shape
     K = koff.size
     po = pixel_offsets(xp, sh, sw, OH, OW, r0, rows)
     xf = xp.reshape(-1)
+    nans = 0
     for rr in prange(rows):
         base = po[rr]
+        m = 0
         for k in range(K):
-            out[rr, k] = operand_value(xf, base + koff[k], bf16, subnormal)
+            v = operand_value(xf, base + koff[k], bf16, subnormal)
+            out[rr, k] = v
+            m += 1 if v != v else 0
         for k in range(K, Kp):  # K padding: +0 products in the last block
             out[rr, k] = np.float32(0.0)
+        nans += m
+    return nans
 
 
 @njit(cache=True, parallel=True)
