@@ -14,3 +14,15 @@ def or_all(st):
     for c in range(st.size):
         r |= np.int64(st[c])
     return r
+
+
+@njit(cache=True)
+def or_all_or_fail(st):
+    """or_all(st), or -1 if a work item gave up (wrote a negative status: a one-pass kernel handing the
+    whole op back to its exact path)."""
+    r = np.int64(0)
+    for c in range(st.size):
+        if st[c] < 0:
+            return np.int64(-1)
+        r |= np.int64(st[c])
+    return r

@@ -18,7 +18,7 @@ from numba import njit, prange
 
 from .cast import f16_bits_to_f32_bits, f16_to_f32_hw
 from .codes import FLUSH, KEEP
-from .parallel import or_all
+from .parallel import or_all, or_all_or_fail
 from .reduce import MAX, MEAN, MEAN_SCALE_FIRST, MEAN_SCALE_LAST, MIN, PROD, SUM, _elem32, _empty, _scaled, _step
 from .vector import finish32
 
@@ -220,9 +220,4 @@ def reduce_lead_f16_hw(op, x, outer, n, rows, out, overflow):
             out[o * rows + c0 + c] = y
             s |= s1
         st[it] = s
-    r = np.int64(0)
-    for it in range(items):
-        if st[it] < 0:
-            return np.int64(-1)
-        r |= st[it]
-    return r
+    return or_all_or_fail(st)

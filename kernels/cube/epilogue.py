@@ -29,6 +29,7 @@ from numba import njit, prange
 from ..codes import F16_BIAS, F16_EB, F16_MT, FLT_MAX, KEEP, RINT, SATURATION
 from ..cast import (HW_HALF, bf16_bits_to_f32_bits, f16_bits_to_f32_bits, f32_to_f16_hw,  # noqa: F401
                     f32bits_narrow)
+from ..parallel import or_all_or_fail
 from .fixpipe import _fixpipe_f32
 
 # operand kinds and step op codes of a program row
@@ -281,10 +282,5 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             if nover > 0:
                 s |= st_round
         st[w] = s
-    r = np.int64(0)
-    for w in range(nw):
-        if st[w] < 0:
-            return np.int64(-1)
-        r |= st[w]
-    return r
+    return or_all_or_fail(st)
 
