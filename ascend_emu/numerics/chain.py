@@ -29,6 +29,16 @@ _EMPTY16 = np.zeros(1, np.uint16)
 _EMPTY32 = np.zeros(1, np.float32)
 
 
+def distinct_view(a):
+    """The distinct values of a zero-stride (broadcast) view ``a``: ``a`` with every repeated axis cut to
+    length 1 (a view of the same rank); ``a`` itself when nothing is repeated or it is not an ndarray."""
+    if type(a) is not np.ndarray or 0 not in a.strides or not a.size:
+        return a
+    if not any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
+        return a
+    return a[tuple(slice(0, 1) if s == 0 and n > 1 else slice(None) for s, n in zip(a.strides, a.shape))]
+
+
 def chain_to_f16(inputs, steps):
     """The fp16 result of ``steps`` on ``inputs``, or None.
 
@@ -79,7 +89,7 @@ def chain_to_f16(inputs, steps):
         x = np.asarray(x)
         if 0 in x.strides and x.size:
             # a broadcast view (zero strides): its distinct values, read per channel or once, not copied out
-            cut = x[tuple(slice(0, 1) if s == 0 and d > 1 else slice(None) for s, d in zip(x.strides, x.shape))]
+            cut = distinct_view(x)
             if cut.size == 1 or (cut.ndim >= 1 and cut.shape[-1] == c and cut.size == c):
                 x = cut
         if x.dtype == _F16:

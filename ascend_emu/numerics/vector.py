@@ -64,23 +64,13 @@ def _name(a: np.ndarray) -> str:
     return "bfloat16" if a.dtype == config.bfloat16 else a.dtype.name
 
 
-def _compact(a):
-    """The distinct values of a zero-stride (broadcast) view ``a``: ``a`` with every repeated axis cut to
-    length 1 (a view of the same rank); ``a`` itself when nothing is repeated or it is not an ndarray."""
-    if type(a) is not np.ndarray or 0 not in a.strides or not a.size:
-        return a
-    if not any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
-        return a
-    return a[tuple(slice(0, 1) if s == 0 and n > 1 else slice(None) for s, n in zip(a.strides, a.shape))]
-
-
 def _on_compact(inputs):
     """(shape, inputs) for an elementwise op some of whose inputs are broadcast views (np.broadcast_to,
     the BroadcastTo op): the broadcast shape and the inputs with their repeated axes cut to length 1 (the
     cut ones as fresh contiguous copies), or None when that leaves as many elements to compute (or the
     shapes do not broadcast: the op's own error). The op on them, broadcast to ``shape``, is the op on the
     inputs: every output element is the op of the same values, and a status is the OR over elements."""
-    cut = [_compact(x) for x in inputs]
+    cut = [_chain.distinct_view(x) for x in inputs]
     if all(c is x for c, x in zip(cut, inputs)):
         return None
     try:
