@@ -187,7 +187,7 @@ class Device:
             from tqdm import tqdm
 
             bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
-        tf1, plan = self._plan(nodes, None if keep_tensors else tuple(graph.outputs))
+        tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs))
         try:
             if writer is not None:
                 writer.__enter__()
@@ -242,17 +242,21 @@ class Device:
 
     def _plan(self, nodes: list, keep) -> tuple:
         """(whether ``nodes`` hold TF1 control flow, the interpreter's walk over them releasing every tensor
-        after its last use except the ``keep`` tensors; None: nothing released), worked out once per node
-        list (training replays the same fused graph every step)."""
-        key = (id(nodes), keep)
+        after its last use except the ``keep`` tensors (None: nothing released), the device's work per node
+        kept between replays: ``replay._Run.prepared``), worked out once per node list (training replays
+        the same fused graph every step). The precision decisions in it are this device's: a device whose
+        precision policy is replaced starts afresh."""
+        key = (id(nodes), keep, id(self.precision))
         cached = self._plan_cache.get(key)
-        if cached is not None and cached[0] is nodes and cached[1] == len(nodes):
-            return cached[2]
+        if (cached is not None and cached[0] is nodes and cached[1] == len(nodes)
+                and cached[2] is self.precision):
+            return cached[3]
         tf1 = has_dataflow_control_flow(nodes)
-        made = (tf1, None if tf1 else schedule(nodes, keep=keep))
+        # TF1 control flow runs nodes once per frame under new names: nothing kept per node there
+        made = (tf1, None if tf1 else schedule(nodes, keep=keep), None if tf1 else dict.fromkeys(map(id, nodes)))
         if len(self._plan_cache) >= 8:
             self._plan_cache = {}
-        self._plan_cache[key] = (nodes, len(nodes), made)
+        self._plan_cache[key] = (nodes, len(nodes), self.precision, made)
         return made
 
     def _fused(self, graph: Graph):

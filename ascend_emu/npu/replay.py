@@ -86,6 +86,25 @@ class _Deferred:
         return self.convert()[0]
 
 
+class _Prepared:
+    """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
+    same every time the node meets inputs of the same dtypes (``sig``) in the same graph on the same device
+    (which inputs are constants or graph inputs is a property of the graph), so a graph replayed many times
+    (training steps) works it out once per node. See ``_Run._eval_node``."""
+
+    __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
+                 "compute")
+
+    def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
+        self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
+        self.fusion, self.float_idx, self.casts, self.dec = fusion, float_idx, casts, dec
+        self.precision, self.compute = precision, compute
+
+
+def _signature(args) -> tuple:
+    return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
+
+
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
@@ -111,6 +130,9 @@ class _Run:
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
+        #: id(node) -> _Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
+        #: of the same fused graph on this device); None: nothing kept (a run of its own)
+        self.prepared: dict | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -223,6 +245,11 @@ class _Run:
         return outs
 
     def _eval_node(self, node: Node, args: list) -> tuple:
+        prepared = self.prepared
+        if prepared is not None:
+            prep = prepared.get(id(node))
+            if prep is not None and prep.node is node and prep.sig == _signature(args):
+                return self._eval_prepared(prep, node, args)
         if node.op in CONTROL_FLOW:
             return self._control_flow(node, args)
         if node.op == "Placeholder":
@@ -273,10 +300,8 @@ class _Run:
             dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
             made = self.decisions[key] = (dec, dec.to_dict())
         dec = made[0]
-        if node.op == "Cast":
-            cargs = args   # an explicit TF Cast converts its input as it comes
-        else:
-            cargs = list(args)
+        casts = []      # (input index, the dtype it is cast to)
+        if node.op != "Cast":   # an explicit TF Cast converts its input as it comes
             for i in float_idx:
                 # a fused cube op's operands past (x, w) feed its elementwise chain, which runs on the
                 # accumulator and meets them in the cube's output dtype (a backprop convolution's
@@ -286,8 +311,30 @@ class _Run:
                 if i in opdef.fp32_inputs and dtype_name(args[i].dtype) == "float32":
                     continue        # a parameter the CANN operator takes in float32
                 if dtype_name(args[i].dtype) != target:
-                    cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
+                    casts.append((i, target))
+        if opdef.kind == CUBE:
+            compute = None      # the cube's output dtype, from the op's context
+        elif node.op == "Cast":
+            compute = False     # a Cast computes in the dtype it converts to
+        else:
+            compute = dec.dtype
+        prep = _Prepared(node, _signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
+                         made[1], compute)
+        if self.prepared is not None and id(node) in self.prepared:
+            self.prepared[id(node)] = prep
+        return self._eval_prepared(prep, node, args)
+
+    def _eval_prepared(self, prep: _Prepared, node: Node, args: list) -> tuple:
+        """The rest of ``_eval_node`` for a node that computes on the AI Core: its casts, the op, its record."""
+        opdef, refs, dec, float_idx = prep.opdef, prep.refs, prep.dec, prep.float_idx
+        if prep.casts:
+            cargs = list(args)
+            for i, target in prep.casts:
+                cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
+        else:
+            cargs = args
         ctx = self._context(dec.dtype, dec.cube_out, node)
+        fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx)
         except NotImplementedError as e:
@@ -302,14 +349,13 @@ class _Run:
                      and dtype_name(c.dtype) != dec.dtype and i not in opdef.fp32_inputs else c
                      for i, c in enumerate(cargs)]
         fp32_check = self._fp32_check(opdef, node, cargs) if ctx.status else None
-        if opdef.kind == CUBE:
+        compute = prep.compute
+        if compute is None:
             compute = dtype_name(ctx.cube_out)
-        elif node.op == "Cast":
-            compute = dtype_name(outs[0].dtype)    # a Cast computes in the dtype it converts to
-        else:
-            compute = dec.dtype
-        rec = OpRecord(node.name, node.op, ascend_op, "AICORE", compute, refs, ctx.status,
-                       precision=dict(made[1]), fusion=fusion, fp32_check=fp32_check)
+        elif compute is False:
+            compute = dtype_name(outs[0].dtype)
+        rec = OpRecord(node.name, node.op, prep.ascend_op, "AICORE", compute, refs, ctx.status,
+                       precision=dict(prep.precision), fusion=fusion, fp32_check=fp32_check)
         self._record(rec, outs, node.attrs)
         return outs
 

@@ -1,0 +1,73 @@
+"""What the device works out per node from its input dtypes (npu/replay.py ``_Prepared``) is kept between
+replays of the same fused graph on the same device (training replays its step graph every step). A replay
+that reuses it must give the outputs, records and float status of the first replay and of a fresh device;
+an entry whose input dtypes no longer match is worked out again, and a device whose precision policy is
+replaced decides afresh."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ascend_emu import Device
+from ascend_emu.npu.precision import PrecisionPolicy
+
+from test_deferred_cast import _graph, _hostile  # the same graph and hostile data
+
+
+def _result(res):
+    outs = {k: (v.dtype.str, v.shape, np.ascontiguousarray(v).view(np.uint8).tobytes()) for k, v in res.outputs.items()}
+    return outs, [dataclasses.asdict(r) for r in res.records], res.summary["float_status"]
+
+
+def _prepared(dev):
+    """The kept entries of the device's (only) plan."""
+    (entry,) = dev._plan_cache.values()
+    return {k: v for k, v in entry[3][2].items() if v is not None}
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_replays_reusing_the_nodes_work_match_the_first_and_a_fresh_device(mode, keep):
+    g = _graph()
+    feeds = _hostile("special")
+    dev = Device("allow_mix_precision", overflow_mode=mode)
+    first = _result(dev.replay(g, feeds, progress=False, keep_tensors=keep))
+    kept = _prepared(dev)
+    # the float ops of the graph (the convolution, the reductions, Log, Relu, BiasAddGrad) are kept
+    assert {p.node.op for p in kept.values()} >= {"Conv2D", "Sum", "Mean", "Log", "Relu", "BiasAddGrad"}
+    for _ in range(2):
+        assert _result(dev.replay(g, feeds, progress=False, keep_tensors=keep)) == first
+    fresh = Device("allow_mix_precision", overflow_mode=mode)
+    assert _result(fresh.replay(g, feeds, progress=False, keep_tensors=keep)) == first
+    # other data through the same kept entries: as on a fresh device
+    other = _hostile("overflow", seed=9)
+    assert (_result(dev.replay(g, other, progress=False, keep_tensors=keep))
+            == _result(Device("allow_mix_precision", overflow_mode=mode).replay(g, other, progress=False,
+                                                                                 keep_tensors=keep)))
+
+
+def test_an_entry_whose_input_dtypes_differ_is_worked_out_again():
+    g = _graph()
+    feeds = _hostile("overflow")
+    dev = Device("allow_mix_precision")
+    first = _result(dev.replay(g, feeds, progress=False))
+    kept = _prepared(dev)
+    conv = next(p for p in kept.values() if p.node.op == "Conv2D")
+    # as if the convolution had met other dtypes: its entry must not be used as it stands
+    conv.sig = (np.dtype(np.float16), np.dtype(np.float16))
+    conv.casts = ()
+    assert _result(dev.replay(g, feeds, progress=False)) == first
+    again = next(p for p in _prepared(dev).values() if p.node.op == "Conv2D")
+    assert again is not conv and again.casts and again.sig == (np.dtype(np.float32), np.dtype(np.float32))
+
+
+def test_a_replaced_precision_policy_decides_afresh():
+    g = _graph()
+    feeds = _hostile("plain")
+    dev = Device("allow_mix_precision")
+    mixed = _result(dev.replay(g, feeds, progress=False))
+    dev.precision = PrecisionPolicy("must_keep_origin_dtype")
+    fp32 = _result(dev.replay(g, feeds, progress=False))
+    assert fp32 == _result(Device("must_keep_origin_dtype").replay(g, feeds, progress=False))
+    assert fp32 != mixed
+    assert all(r["compute_dtype"] in ("float32", "int32", "") for r in fp32[1])
