@@ -5,7 +5,8 @@ Keras model (``train_on_batch``, a compiled tf.function: what a user runs instea
 The emulated time per step is the median interval between successive steps of one ``train`` run after a
 warm-up run (the one-off tracing of the step and the kernels' compilation stay out; the earlier difference of
 two runs' times went negative on the shared machine); TensorFlow's is the median of ``train_on_batch`` after
-warm-up calls. Three alternating rounds; the row gives the median round and the spread.
+warm-up calls. Five alternating rounds (the VM this is measured on drifts by up to 30% between runs); the row gives
+the median round and the spread.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _tf_steps(build, keras, data, batch, steps) -> list[float]:
     return ts
 
 
-def run(quick: bool = False, rounds: int = 3) -> list[dict]:
+def run(quick: bool = False, rounds: int = 5) -> list[dict]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
