@@ -354,7 +354,7 @@ class _Run:
             compute = dtype_name(ctx.cube_out)
         elif compute is False:
             compute = dtype_name(outs[0].dtype)
-        rec = OpRecord(node.name, node.op, prep.ascend_op, "AICORE", compute, refs, ctx.status,
+        rec = OpRecord(node.name, node.op, prep.ascend_op, "AICORE", compute, list(refs), ctx.status,
                        precision=dict(prep.precision), fusion=fusion, fp32_check=fp32_check)
         self._record(rec, outs, node.attrs)
         return outs
