@@ -22,11 +22,18 @@ STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CH
 _UNARY = (CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16)
 #: below this many output elements the numpy steps cost less than the kernel's call
 MIN_ELEMENTS = 1 << 12
-_BLOCK = 1024
+_BLOCK = 2048   # elements per block: the rows a step reads and writes stay in a 48 KiB L1
 _MAX_CHANNELS = 1 << 13
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
-_EMPTY16 = np.zeros(1, np.uint16)
-_EMPTY32 = np.zeros(1, np.float32)
+_EMPTY16 = _alloc.readonly(np.zeros(1, np.uint16))
+_EMPTY32 = _alloc.readonly(np.zeros(1, np.float32))
+
+
+def _slots(arrays, filler):
+    """``arrays`` as a tuple of 4 (or 8, or more if need be), padded with ``filler``: the kernel is compiled
+    once per tuple length, so every chain of up to four inputs of each dtype shares one compiled kernel."""
+    k = 4 if len(arrays) <= 4 else max(8, len(arrays))
+    return tuple(arrays) + (filler,) * (k - len(arrays))
 
 
 def distinct_view(a):
@@ -112,7 +119,7 @@ def chain_to_f16(inputs, steps):
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK
     out = _alloc.empty(n, np.uint16)
-    bad = _kch.chain_to_f16(tuple(h16) or (_EMPTY16,), tuple(f32) or (_EMPTY32,), np.array(src, np.int64),
+    bad = _kch.chain_to_f16(_slots(h16, _EMPTY16), _slots(f32, _EMPTY32), np.array(src, np.int64),
                             np.array(prog, np.int64), c, blk, out)
     if bad:
         return None
