@@ -34,7 +34,7 @@ def _at(a, j):
     raise NotImplementedError("compiled only")
 
 
-@overload(_at, inline="always")
+@overload(_at)
 def _at_impl(a, j):
     if isinstance(a, types.Array) and a.dtype == types.uint16:
         return lambda a, j: f16_to_f32_hw(a[j])
@@ -42,13 +42,18 @@ def _at_impl(a, j):
 
 
 @njit(cache=True, error_model="numpy")
-def _fill(h16, f32, src, k, row, m, c):
-    """row[:m] = input k's float32 values at output elements 0 .. m - 1 of a block (m a multiple of c): a
-    per-channel input (element i reads ``i % c``) or one value; the same row serves every block."""
+def _fill(h16, f32, src, k, row, lo, m, c):
+    """row[:m] = input k's float32 values at output elements lo .. lo + m - 1 (a full-size float32 input, a
+    per-channel one: element i reads ``i % c``, or one value)."""
     which, idx, layout = src[k, 0], src[k, 1], src[k, 2]
-    if layout == 1:
+    if layout == 0:
+        # a slice indexed from 0: provably non-negative indices, so LLVM vectorises the loop
+        b = f32[idx][lo:lo + m]
         for j in range(m):
-            q = j % c
+            row[j] = b[j]
+    elif layout == 1:
+        for j in range(m):
+            q = (lo + j) % c
             row[j] = f16_to_f32_hw(h16[idx][q]) if which == 0 else f32[idx][q]
     else:
         v = f16_to_f32_hw(h16[idx][0]) if which == 0 else f32[idx][0]
@@ -56,62 +61,89 @@ def _fill(h16, f32, src, k, row, m, c):
             row[j] = v
 
 
-@njit(cache=True, error_model="numpy")
-def _step(code, x, y, r, m):
-    """r[:m] = code(x[:m], y[:m]) in float32; returns 1 if a result is Inf or NaN. x and y are float32 rows or
-    inputs (float32, or fp16 bits widened as they are read): one compiled loop per combination."""
-    # a boolean accumulator: an int64 one holds the loops to four lanes (half the speed)
-    good = True
-    if code == ADD:
-        for j in range(m):
-            v = _at(x, j) + _at(y, j)
-            r[j] = v
-            good &= abs(v) <= FLT_MAX
-    elif code == SUB:
-        for j in range(m):
-            v = _at(x, j) - _at(y, j)
-            r[j] = v
-            good &= abs(v) <= FLT_MAX
-    elif code == MUL:
-        for j in range(m):
-            v = _at(x, j) * _at(y, j)
-            r[j] = v
-            good &= abs(v) <= FLT_MAX
-    elif code == REALDIV:
-        for j in range(m):
-            v = _at(x, j) / _at(y, j)
-            r[j] = v
-            good &= abs(v) <= FLT_MAX
-    elif code == CHAIN_RELU:
-        for j in range(m):
-            v = _at(x, j)
-            r[j] = v if v > np.float32(0.0) else np.float32(0.0)
-            good &= abs(v) <= FLT_MAX
-    elif code == CHAIN_ROUND16:
-        for j in range(m):
-            v = f16_to_f32_hw(f32_to_f16_hw(_at(x, j)))
-            r[j] = v
-            good &= abs(v) <= FLT_MAX
-    else:  # CHAIN_RELU6
-        for j in range(m):
-            v = _at(x, j)
-            good &= abs(v) <= FLT_MAX
-            v = v if v < np.float32(6.0) else np.float32(6.0)
-            r[j] = v if v > np.float32(0.0) else np.float32(0.0)
-    return np.int64(not good)
+@njit(cache=True)
+def _put(post, r, j, v):
+    """Write step result v to element j of r as ``post`` says; True if what it checks is finite: 0 r[j] = v
+    (a float32 row), 1 r[j] = v rounded to fp16 and widened (a following CHAIN_ROUND16 step taken in), 2
+    r[j] = the fp16 bits of v (r the output: the last step and the output's rounding in one loop)."""
+    if post == 0:
+        r[j] = v
+        return abs(v) <= FLT_MAX
+    if post == 1:
+        w = f16_to_f32_hw(f32_to_f16_hw(v))
+        r[j] = w
+        return abs(w) <= FLT_MAX
+    h = f32_to_f16_hw(v)
+    r[j] = h
+    return (h & np.uint16(0x7FFF)) < np.uint16(0x7C00)
+
+
+def _step_kernel(post):
+    """The step kernel writing its results as ``_put``'s ``post`` says (a compile-time constant: the loops
+    hold no branch on it). What it checks covers the separate steps' checks: an Inf or NaN step result
+    stays one when rounded to fp16, and a finite one that overflows fp16 is caught by the check of the
+    rounded value, as the separate rounding step or the output check would."""
+    @njit(cache=True, error_model="numpy")
+    def step(code, x, y, r, m):
+        # a boolean accumulator: an int64 one holds the loops to four lanes (half the speed)
+        good = True
+        if code == ADD:
+            for j in range(m):
+                good &= _put(post, r, j, _at(x, j) + _at(y, j))
+        elif code == SUB:
+            for j in range(m):
+                good &= _put(post, r, j, _at(x, j) - _at(y, j))
+        elif code == MUL:
+            for j in range(m):
+                good &= _put(post, r, j, _at(x, j) * _at(y, j))
+        elif code == REALDIV:
+            for j in range(m):
+                good &= _put(post, r, j, _at(x, j) / _at(y, j))
+        elif code == CHAIN_RELU:
+            for j in range(m):
+                v = _at(x, j)
+                good &= abs(v) <= FLT_MAX
+                good &= _put(post, r, j, v if v > np.float32(0.0) else np.float32(0.0))
+        elif code == CHAIN_ROUND16:
+            for j in range(m):
+                good &= _put(post, r, j, f16_to_f32_hw(f32_to_f16_hw(_at(x, j))))
+        else:  # CHAIN_RELU6
+            for j in range(m):
+                v = _at(x, j)
+                good &= abs(v) <= FLT_MAX
+                v = v if v < np.float32(6.0) else np.float32(6.0)
+                good &= _put(post, r, j, v if v > np.float32(0.0) else np.float32(0.0))
+        return np.int64(not good)
+    step.__doc__ = ("r[:m] = code(x[:m], y[:m]) in float32, written as _put's post %d says; returns 1 if a result "
+                    "is Inf or NaN. x and y are float32 rows or fp16 inputs widened as they are read: one "
+                    "compiled loop per combination." % post)
+    return step
+
+
+_step_row, _step_round16, _step_out = (_step_kernel(post) for post in range(3))
 
 
 @njit(cache=True, error_model="numpy")
-def _step_y(code, x, kb, row, h16, f32, ib, lo, m, r):
-    """_step with its second operand chosen by kind: kb 0 the row ``row``, 1 fp16 input ``h16[ib]`` or 2
-    float32 input ``f32[ib]`` read at elements lo .. lo + m - 1, 3 none (a unary step: x again)."""
+def _step_y(code, post, x, kb, row, hy, r, o, m):
+    """One step on x and its second operand chosen by kind: kb 0 the float32 row ``row``, 1 the fp16 input
+    slice ``hy``, 2 none (a unary step: x again); written to the row r (post 0 or 1) or the output o (2)."""
+    if post == 2:
+        if kb == 0:
+            return _step_out(code, x, row, o, m)
+        if kb == 1:
+            return _step_out(code, x, hy, o, m)
+        return _step_out(code, x, x, o, m)
+    if post == 1:
+        if kb == 0:
+            return _step_round16(code, x, row, r, m)
+        if kb == 1:
+            return _step_round16(code, x, hy, r, m)
+        return _step_round16(code, x, x, r, m)
     if kb == 0:
-        return _step(code, x, row, r, m)
+        return _step_row(code, x, row, r, m)
     if kb == 1:
-        return _step(code, x, h16[ib][lo:lo + m], r, m)
-    if kb == 2:
-        return _step(code, x, f32[ib][lo:lo + m], r, m)
-    return _step(code, x, x, r, m)
+        return _step_row(code, x, hy, r, m)
+    return _step_row(code, x, x, r, m)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -120,49 +152,48 @@ def chain_to_f16(h16, f32, src, steps, c, blk, out):
     non-zero if some step result or output is Inf or NaN (out is then not the chain's)."""
     n = out.size
     k_in = src.shape[0]
+    ns = steps.shape[0]
     per = max(1, _CHUNK // blk)          # blocks per work item
     nblk = (n + blk - 1) // blk
     nitem = (nblk + per - 1) // per
     bad = np.zeros(nitem, dtype=np.int64)
+    none16 = h16[0][0:0]
     for it in prange(nitem):
         # two rows for the running value: each step writes the one it does not read (a loop whose output
         # is its input is not vectorised: LLVM's overlap check fails and it takes the scalar loop)
         rows = np.empty((k_in + 2, blk), dtype=np.float32)
         for k in range(k_in):
             if src[k, 2] != 0:   # per channel or one value: the same row for every block (blk % c == 0)
-                _fill(h16, f32, src, k, rows[k], blk, c)
+                _fill(h16, f32, src, k, rows[k], 0, blk, c)
         acc = np.int64(0)
         for b in range(it * per, min(nblk, (it + 1) * per)):
             lo = b * blk
             m = min(blk, n - lo)
-            cur = k_in
-            for s in range(steps.shape[0]):
-                a, bb = steps[s, 1], steps[s, 2]
-                # an operand is a row (the running value, or a per-channel / one-value input laid out
-                # once) or a full-size input read in place at this block (no row filled from it)
-                ka = 0 if a < 0 or src[a, 2] != 0 else 1 + src[a, 0]
-                ra = cur if a < 0 else a
-                ia = 0 if a < 0 else src[a, 1]
-                kb = 3 if bb == -2 else (0 if bb < 0 or src[bb, 2] != 0 else 1 + src[bb, 0])
-                rb = cur if bb < 0 else bb
-                ib = 0 if bb < 0 else src[bb, 1]
-                nxt = 2 * k_in + 1 - cur
-                code = steps[s, 0]
-                if ka == 0:
-                    acc |= _step_y(code, rows[ra], kb, rows[rb], h16, f32, ib, lo, m, rows[nxt])
-                elif ka == 1:
-                    acc |= _step_y(code, h16[ia][lo:lo + m], kb, rows[rb], h16, f32, ib, lo, m, rows[nxt])
-                else:
-                    acc |= _step_y(code, f32[ia][lo:lo + m], kb, rows[rb], h16, f32, ib, lo, m, rows[nxt])
-                cur = nxt
-            run = rows[cur]
             o = out[lo:lo + m]
-            ok = True
-            for j in range(m):
-                h = f32_to_f16_hw(run[j])
-                o[j] = h
-                ok &= (h & np.uint16(0x7FFF)) < np.uint16(0x7C00)
-            acc |= np.int64(not ok)
+            for k in range(k_in):
+                if src[k, 2] == 0 and src[k, 0] == 1:   # a full-size float32 input: copied to its row
+                    _fill(h16, f32, src, k, rows[k], lo, m, c)
+            cur = k_in
+            s = 0
+            while s < ns:
+                a, bb = steps[s, 1], steps[s, 2]
+                # an operand is a row (the running value, a float32 input, or a per-channel / one-value
+                # input laid out once) or a full-size fp16 input read in place at this block
+                ha = a >= 0 and src[a, 2] == 0 and src[a, 0] == 0
+                kb = 2 if bb == -2 else (1 if bb >= 0 and src[bb, 2] == 0 and src[bb, 0] == 0 else 0)
+                hy = h16[src[bb, 1]][lo:lo + m] if kb == 1 else none16
+                row = rows[cur if bb < 0 else bb]
+                # a rounding of this result to fp16 next is taken into this step; the last step writes out
+                r16 = s + 1 < ns and steps[s + 1, 0] == CHAIN_ROUND16 and steps[s + 1, 1] < 0
+                skip = 2 if r16 else 1
+                post = 2 if s + skip >= ns else (1 if r16 else 0)
+                nxt = 2 * k_in + 1 - cur
+                if ha:
+                    acc |= _step_y(steps[s, 0], post, h16[src[a, 1]][lo:lo + m], kb, row, hy, rows[nxt], o, m)
+                else:
+                    acc |= _step_y(steps[s, 0], post, rows[cur if a < 0 else a], kb, row, hy, rows[nxt], o, m)
+                cur = nxt
+                s += skip
         bad[it] = acc
     r = np.int64(0)
     for it in range(nitem):
