@@ -14,8 +14,9 @@ Elements are handled in blocks of ``blk`` (a multiple of ``c``): a per-channel o
 out once per work item as a float32 row of the block (tiled), a full-size input is read in place (fp16
 widened as each step reads it), and each step is one plain loop over the block, which LLVM vectorises
 (one compiled loop per kind of its operands: a float32 row, an fp16 input, a float32 input). The kernel
-does not model overflow: it returns non-zero when any step result or output is Inf or NaN, and its output is then not the chain's (the caller reruns the chain on
-its full path, which raises the status and applies the overflow mode). Hosts with ``cast.HW_HALF`` only.
+does not model overflow: it returns non-zero when any step result or output is Inf or NaN, and its output
+is then not the chain's (the caller reruns the chain on its full path, which raises the status and applies
+the overflow mode). Hosts with ``cast.HW_HALF`` only.
 """
 from __future__ import annotations
 

@@ -297,3 +297,65 @@ def test_read_only_inputs_mixed_with_writable_ones():
     a, b = _hostile(shape, np.float16, big=False), _readonly(_hostile(shape, np.float16, big=False))
     y = nchain.chain_to_f16([a, b, a], [("add", 0, 1), ("add", -1, 2)])
     assert y is not None
+
+
+# ---------------------------------------------------------------- the kernel's fused writes against numpy
+
+def _oracle(xs, steps):
+    """The chain by numpy, step by step in float32 (fp16 widened exactly, ``round16`` and the output by
+    numpy's fp16 conversion, which rounds to nearest-even): None where the kernel must decline (a step result,
+    a relu's operand or the fp16 output is Inf or NaN), else the fp16 bits."""
+    with np.errstate(all="ignore"):
+        vals = [np.broadcast_to(np.asarray(x).astype(np.float32), np.broadcast_shapes(*(x.shape for x in xs)))
+                for x in xs]
+        cur = None
+        for name, a, b in steps:
+            x = cur if a < 0 else vals[a]
+            y = cur if b == -1 else (vals[b] if b >= 0 else None)
+            if name in ("relu", "relu6"):
+                if not np.isfinite(x).all():
+                    return None
+                v = np.minimum(x, np.float32(6)) if name == "relu6" else x
+                cur = np.where(v > 0, v, np.float32(0)).astype(np.float32)
+            elif name == "round16":
+                cur = x.astype(np.float16).astype(np.float32)
+            else:
+                cur = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}[name](x, y)
+            if not np.isfinite(cur).all():
+                return None
+        out = cur.astype(np.float16)
+    return out.view(np.uint16) if np.isfinite(out).all() else None
+
+
+@pytest.mark.parametrize("steps", [
+    [("sub", 0, 1), ("round16", -1, -2), ("relu", -1, -2)],              # a rounding overflow a relu hides
+    [("add", 0, 2), ("round16", -1, -2), ("realdiv", 2, -1)],            # ... that c / Inf = 0 hides
+    [("add", 0, 1), ("round16", -1, -2)],                                # a rounding last
+    [("add", 0, 1), ("round16", -1, -2), ("round16", -1, -2), ("mul", -1, 2)],
+    [("relu6", 0, -2)],                                                  # a unary step on an input, last
+    [("round16", 3, -2), ("add", 0, -1), ("round16", -1, -2), ("sub", -1, 1)],   # a float32 input rounded
+    [("mul", 0, 1), ("add", -1, 2), ("relu", -1, -2)],
+], ids=["relu_hides", "div_hides", "round_last", "two_rounds", "relu6_input", "f32_input", "bn_relu"])
+def test_fused_writes_against_numpy(steps):
+    """The last step writing the fp16 output and a following rounding taken into a step: the bits, and the
+    hand-back wherever an unfused step would have seen an Inf or NaN, on values around fp16's overflow."""
+    shape = (3, 33, 40, 16)
+    used = {k for _, a, b in steps for k in (a, b) if k >= 0}
+    declined = 0
+    for trial in range(6):
+        big = trial % 2 == 1
+        # big: finite fp16 inputs (|x| <= 6e4) whose float32 sums and products overflow fp16 when rounded
+        xs = [_hostile(shape, np.float16, specials=trial == 5, scale=2e4 if big else 1.0, big=big),
+              _hostile((16,), np.float16, scale=2e4 if big else 1.0, big=big),
+              np.asarray(30000.5 if big else 0.1, np.float32),   # no fp16 value: x + c is never 0
+              _hostile(shape, np.float32, scale=7e4 if big else 1.0, big=big)]
+        xs = [x for k, x in enumerate(xs) if k in used] if used != {0, 1, 2, 3} else xs
+        remap = {k: i for i, k in enumerate(sorted(used))}
+        prog = [(n, remap.get(a, a), remap.get(b, b)) for n, a, b in steps]
+        want = _oracle(xs, prog)
+        got = nchain.chain_to_f16(xs, prog)
+        assert (got is None) == (want is None), (steps, trial)
+        declined += want is None
+        if want is not None:
+            np.testing.assert_array_equal(got.view(np.uint16).reshape(-1), want.reshape(-1), err_msg=f"{steps} {trial}")
+    assert 0 < declined < 6   # both outcomes seen
