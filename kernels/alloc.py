@@ -14,6 +14,7 @@ instead of freshly mapped ones. Buffers nobody uses beyond ``_FREE_BYTES`` are l
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 
@@ -76,7 +77,7 @@ def empty(shape, dtype) -> np.ndarray:
     """``np.empty(shape, dtype)``; when it holds 1 MiB or more, its pages already faulted in (by the
     calling thread, or by an earlier use of a reused buffer)."""
     dt = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    nbytes = (int(shape) if isinstance(shape, (int, np.integer)) else int(math.prod(shape))) * dt.itemsize
     if nbytes < _PREFAULT_BYTES:
         return np.empty(shape, dt)
     return _buffer(nbytes).view(dt).reshape(shape)

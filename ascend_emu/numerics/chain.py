@@ -9,6 +9,9 @@ are the full path's business), so a caller that gets None runs the chain as befo
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from ..kernels import alloc as _alloc
@@ -36,6 +39,20 @@ def _slots(arrays, filler):
     return tuple(arrays) + (filler,) * (k - len(arrays))
 
 
+def broadcast_shape(shapes) -> tuple:
+    """``np.broadcast_shapes(*shapes)`` without its cost (several microseconds a call, which small ops pay
+    several times) when every shape is the same or a scalar's; the numpy function otherwise (its
+    ValueError for shapes that do not broadcast)."""
+    out = ()
+    for s in shapes:
+        if not s or s == out:
+            continue
+        if out:
+            return np.broadcast_shapes(*shapes)
+        out = s
+    return tuple(out)
+
+
 def distinct_view(a):
     """The distinct values of a zero-stride (broadcast) view ``a``: ``a`` with every repeated axis cut to
     length 1 (a view of the same rank); ``a`` itself when nothing is repeated or it is not an ndarray."""
@@ -44,6 +61,30 @@ def distinct_view(a):
     if not any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
         return a
     return a[tuple(slice(0, 1) if s == 0 and n > 1 else slice(None) for s, n in zip(a.strides, a.shape))]
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(steps: tuple, n_inputs: int):
+    """The chain kernel's program of ``steps`` (rows of step code, a, b) for ``n_inputs`` inputs, read-only, or
+    None if the kernel cannot run them (an unknown step, a running value read before one exists, an input no
+    step reads: it would still shape the result)."""
+    used = set()
+    prog = []
+    have = False
+    for name, a, b in steps:
+        code = STEP_CODES.get(name)
+        if code is None or (a < 0 and not have):
+            return None
+        if code in _UNARY:
+            b = -2
+        elif b < 0 and not have:
+            return None
+        used.update(k for k in (a, b) if k >= 0)
+        prog.append((code, a, b))
+        have = True
+    if used != set(range(n_inputs)):
+        return None
+    return np.array(prog, np.int64)   # (writeable, as the kernel was compiled for; nothing writes it)
 
 
 def chain_to_f16(inputs, steps):
@@ -67,30 +108,17 @@ def chain_to_f16(inputs, steps):
     if not _kc.HW_HALF or not steps or not inputs:
         return None
     try:
-        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+        shape = broadcast_shape([np.shape(x) for x in inputs])
     except ValueError:
         return None
-    n = int(np.prod(shape, dtype=np.int64))
+    n = int(math.prod(shape))
     if n < MIN_ELEMENTS:
         return None
     c = shape[-1] if shape else 1
+    prog = _program(tuple(steps), len(inputs))
+    if prog is None:
+        return None
     h16, f32, src = [], [], []
-    used = set()
-    prog = []
-    have = False
-    for name, a, b in steps:
-        code = STEP_CODES.get(name)
-        if code is None or (a < 0 and not have):
-            return None
-        if code in _UNARY:
-            b = -2
-        elif b < 0 and not have:
-            return None
-        used.update(k for k in (a, b) if k >= 0)
-        prog.append((code, a, b))
-        have = True
-    if used != set(range(len(inputs))):
-        return None   # an input no step reads would still shape the result
     channel = False
     for x in inputs:
         x = np.asarray(x)
@@ -119,8 +147,8 @@ def chain_to_f16(inputs, steps):
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK
     out = _alloc.empty(n, np.uint16)
-    bad = _kch.chain_to_f16(_slots(h16, _EMPTY16), _slots(f32, _EMPTY32), np.array(src, np.int64),
-                            np.array(prog, np.int64), c, blk, out)
+    bad = _kch.chain_to_f16(_slots(h16, _EMPTY16), _slots(f32, _EMPTY32), np.array(src, np.int64), prog, c, blk,
+                            out)
     if bad:
         return None
     return out.view(np.float16).reshape(shape)

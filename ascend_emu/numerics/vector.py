@@ -9,6 +9,8 @@ behaviours and their sources are in NUMERICS.md sections 1, 2 and 4.
 """
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -78,7 +80,7 @@ def _on_compact(inputs):
     except ValueError:
         return None
     small = np.broadcast_shapes(*(np.shape(c) for c in cut))
-    if int(np.prod(small, dtype=np.int64)) >= int(np.prod(shape, dtype=np.int64)):
+    if int(math.prod(small)) >= int(math.prod(shape)):
         return None
     return shape, [x if c is x else np.array(c, order="C") for c, x in zip(cut, inputs)]
 
@@ -232,7 +234,7 @@ def _to_compute(x, cdt: np.dtype, what: str, overflow_mode: str, subnormals: str
 def _broadcast_flat(arrays, what: str):
     """The broadcast shape and each array as a contiguous flat array of that shape."""
     try:
-        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        shape = _chain.broadcast_shape([a.shape for a in arrays])
     except ValueError:
         shapes = " and ".join(str(a.shape) for a in arrays)
         raise AscendEmuError(f"{what}: input shapes {shapes} do not broadcast together") from None
@@ -254,6 +256,32 @@ _ONE_PASS_F16 = {"add": [("add", 0, 1)], "sub": [("sub", 0, 1)], "mul": [("mul",
 
 #: float32 unary ops computed in one pass when every input is finite (kernels/clamp.py; the fast path)
 _F32_CLAMPS = (_kv.RELU, _kv.RELU6)
+
+
+#: (op, input count, dtype, overflow mode, subnormals, impl mode, op model) -> what ``_check_vector`` made of
+#: them: ``vector`` checks its arguments once per combination (small ops paid several microseconds a call)
+_CHECKED: dict = {}
+
+
+def _check_vector(op, n_inputs, dtype, overflow_mode, subnormals, impl_mode, op_model, attrs) -> tuple:
+    """``vector``'s arguments checked: (params, compute dtype, overflow code, subnormal code, use float64)."""
+    if op not in VECTOR_OPS:
+        raise AscendEmuError(f"unknown vector op {op!r}; choose one of: {', '.join(VECTOR_OPS)}")
+    arity = 3 if op == "select" else (1 if op in _UNARY else 2)
+    if n_inputs != arity:
+        raise AscendEmuError(f"vector op {op!r} takes {arity} input{'s' if arity > 1 else ''}, got {n_inputs}")
+    allowed = _ATTRS.get(op, {})
+    unknown = sorted(set(attrs) - set(allowed))
+    if unknown:
+        raise AscendEmuError(f"vector op {op!r} has no attribute {unknown[0]!r}; "
+                             f"it takes: {', '.join(allowed) if allowed else 'no attributes'}")
+    params = {**allowed, **attrs}
+    cdt = config.compute_dtype(dtype)
+    oc = config.overflow_code(overflow_mode)
+    sc = config.subnormal_code(subnormals)
+    use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
+    _choice("op_model", op_model, config.OP_MODELS)
+    return params, cdt, oc, sc, use64
 
 
 def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", subnormals: str = "keep",
@@ -301,22 +329,19 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         ``np.broadcast_to``) are computed on their distinct values: when that is fewer
         elements, the result is a read-only broadcast view of that computation.
     """
-    if op not in VECTOR_OPS:
-        raise AscendEmuError(f"unknown vector op {op!r}; choose one of: {', '.join(VECTOR_OPS)}")
-    arity = 3 if op == "select" else (1 if op in _UNARY else 2)
-    if len(inputs) != arity:
-        raise AscendEmuError(f"vector op {op!r} takes {arity} input{'s' if arity > 1 else ''}, got {len(inputs)}")
-    allowed = _ATTRS.get(op, {})
-    unknown = sorted(set(attrs) - set(allowed))
-    if unknown:
-        raise AscendEmuError(f"vector op {op!r} has no attribute {unknown[0]!r}; "
-                             f"it takes: {', '.join(allowed) if allowed else 'no attributes'}")
-    params = {**allowed, **attrs}
-    cdt = config.compute_dtype(dtype)
-    oc = config.overflow_code(overflow_mode)
-    sc = config.subnormal_code(subnormals)
-    use64 = _choice("impl_mode", impl_mode, config.IMPL_MODES) == "high_precision"
-    _choice("op_model", op_model, config.OP_MODELS)
+    key = (op, len(inputs), dtype, overflow_mode, subnormals, impl_mode, op_model)
+    try:
+        checked = None if attrs else _CHECKED.get(key)
+    except TypeError:   # an unhashable dtype-like: checked below
+        checked = None
+    if checked is None:
+        checked = _check_vector(op, len(inputs), dtype, overflow_mode, subnormals, impl_mode, op_model, attrs)
+        if not attrs and len(_CHECKED) < 4096:
+            try:
+                _CHECKED[key] = checked
+            except TypeError:
+                pass
+    params, cdt, oc, sc, use64 = checked
     if any(type(x) is np.ndarray and 0 in x.strides for x in inputs):
         cut = _on_compact(inputs)
         if cut is not None:
@@ -355,7 +380,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
                                  "compare first (e.g. x > 0)")
         arrays.insert(0, cond)
     shape, flat = _broadcast_flat(arrays, f"vector op {op!r}")
-    size = int(np.prod(shape, dtype=np.int64))
+    size = int(math.prod(shape))
     wide = cdt == config.float32
     bf16 = cdt == config.bfloat16
     out = _alloc.empty(size, np.float32 if wide else np.uint16)
@@ -489,7 +514,7 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         # fp16 data reduced in float32 over its leading axes: the kernel widens each element as it reads
         # it (exactly, as the cast would, which raises no status), so no widened copy is made
         axes = _axes(axis, x.ndim)
-        rows = int(np.prod([x.shape[d] for d in range(x.ndim) if d not in axes], dtype=np.int64))
+        rows = int(math.prod([x.shape[d] for d in range(x.ndim) if d not in axes]))
         y = _reduce_block16(op, x, axes, rows, keepdims, oc, sc, op_model, multicore)
         if y is not None:
             return y
@@ -500,8 +525,8 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
     a, status = _to_compute(x, cdt, "reduce input", overflow_mode, subnormals)
     axes = _axes(axis, a.ndim)
     kept = tuple(d for d in range(a.ndim) if d not in axes)
-    rows = int(np.prod([a.shape[d] for d in kept], dtype=np.int64))
-    inner = int(np.prod([a.shape[d] for d in axes], dtype=np.int64))
+    rows = int(math.prod([a.shape[d] for d in kept]))
+    inner = int(math.prod([a.shape[d] for d in axes]))
     if op in ("max", "min") and inner == 0:
         raise AscendEmuError(f"reduce {op!r} over an empty axis has no identity; reduce a non-empty array")
     code = _REDUCE[op]
@@ -562,7 +587,7 @@ def _reduce_block16(op, x, axes, rows, keepdims, oc, sc, op_model, multicore):
     code = _mean_code(op_model) if op == "mean" else _HW_REDUCE.get(op)
     if code is None or sc != _KEEP or not x.size or not axes or axes != tuple(range(axes[0], axes[-1] + 1)):
         return None
-    cols = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    cols = int(math.prod(x.shape[axes[-1] + 1:]))
     if cols < 2 or (multicore is not None and op in ("sum", "mean")
                     and multicore.reduce_bounds(rows, x.size // rows) is not None):
         return None   # one column: the reduced elements are contiguous, the row kernel's own case
