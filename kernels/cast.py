@@ -396,6 +396,16 @@ def _f32_to_bf16_span(src, out, rounding, overflow, subnormal):
 @njit(cache=True)
 def _f32_to_f16_rint_hw_span(src, out, overflow, subnormal):
     """out[i] = fp16 rint of float32 bits src[i] by the hardware conversion; returns the OR of statuses."""
+    if subnormal == KEEP:
+        # the conversion alone, and one flag: whether any result is Inf or NaN. Without one, the overflow
+        # and subnormal codes change nothing and nothing raised a status; with one, the full loop below
+        bad = False
+        for i in range(src.size):
+            b = f32_to_f16_hw(np.uint32(src[i]).view(np.float32))
+            out[i] = b
+            bad |= (b & 0x7FFF) >= 0x7C00
+        if not bad:
+            return np.int64(0)
     acc = np.int64(0)
     for i in range(src.size):
         u = np.int64(src[i]) & 0x7FFFFFFF
