@@ -24,7 +24,7 @@ _PAGE = 4096
 _PREFAULT_BYTES = 1 << 20
 _FREE_BYTES = 256 << 20
 
-_buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), oldest first
+_buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), least recently handed out first
 _lock = threading.Lock()
 _made = [0]           # bytes made since the last look for free buffers beyond _FREE_BYTES
 
@@ -40,7 +40,7 @@ def _trim(keep) -> None:
     free = [bucket[i] for bucket in _buffers.values() for i in range(len(bucket))
             if bucket[i] is not keep and _free(bucket[i])]
     total = sum(b.size for b in free)
-    for b in free:  # oldest first within a bucket; buckets smallest first
+    for b in free:  # least recently handed out first within a bucket; buckets smallest first
         if total <= _FREE_BYTES:
             break
         bucket = _buffers[b.size.bit_length()]
@@ -56,11 +56,13 @@ def _buffer(nbytes: int) -> np.ndarray:
         best = None
         k = nbytes.bit_length()
         for bucket in (_buffers.get(k, ()), _buffers.get(k + 1, ())):
-            for i in range(len(bucket)):
+            # the most recently handed out first: of the free ones, the likeliest to be still in the cache
+            for i in range(len(bucket) - 1, -1, -1):
                 size = bucket[i].size
                 if nbytes <= size <= 2 * nbytes and (best is None or size < best.size) and _free(bucket[i]):
-                    best = bucket[i]
+                    best, home, at = bucket[i], bucket, i
         if best is not None:
+            home.append(home.pop(at))   # buckets stay in the order of their last hand-out
             best.flags.writeable = True
             return best[:nbytes]
         buf = np.empty(nbytes, np.uint8)

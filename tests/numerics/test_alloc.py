@@ -75,3 +75,27 @@ def test_a_buffer_frozen_by_memo_is_writeable_when_reused():
     assert id(root(b)) == ident               # the same buffer, handed out again
     assert b.flags.writeable
     b[:] = 1.0
+
+
+def test_the_most_recently_handed_out_free_buffer_comes_first():
+    """Of several free buffers that fit, the one handed out last (the likeliest still in the cache)."""
+    def addr(x):
+        return x.__array_interface__["data"][0]
+
+    n = 7 * MB // 4                         # a size class no other test uses
+    a = alloc.empty((n,), np.float32)
+    b = alloc.empty((n,), np.float32)
+    first, second = addr(a), addr(b)
+    del a, b
+    gc.collect()
+    c = alloc.empty((n,), np.float32)
+    assert addr(c) == second
+    d = alloc.empty((n,), np.float32)       # c still in use: the other one
+    assert addr(d) == first
+    del c
+    gc.collect()
+    e = alloc.empty((n,), np.float32)       # d was handed out after c, but d is in use: c's
+    assert addr(e) == second
+    del d, e
+    gc.collect()
+    assert addr(alloc.empty((n,), np.float32)) == second   # e (c's buffer) was handed out last
