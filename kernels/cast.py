@@ -470,3 +470,8 @@ cast_f64_to_f32 = _cast_driver(_F64_F32, """cast_f64_to_f32(src, out, rounding, 
     bits of float64 bits src[i] under the codes; returns the OR of all statuses.""")
 cast_16_to_f32 = _cast_driver(_WIDEN, """cast_16_to_f32(src, out, bf16, subnormal): out[i] = float32 bits of fp16 (bf16
     if bf16) bits src[i] (exact); returns 0.""")
+
+#: two of the casts above on one span, without the parallel region: for small arrays, whose work costs less
+#: than starting the region (2 us against 0.3 us for 16 values on one thread); the same bits and status
+span_f32_to_f16_rint_hw = _f32_to_f16_rint_hw_span
+span_16_to_f32 = _widen_span

@@ -62,8 +62,15 @@ def _ints_to_f64(a: np.ndarray, what: str) -> np.ndarray:
     return f
 
 
+_NAMES: dict = {}   # dtype -> its name (numpy works a dtype's name out in Python, a microsecond a call)
+
+
 def _name(a: np.ndarray) -> str:
-    return "bfloat16" if a.dtype == config.bfloat16 else a.dtype.name
+    dt = a.dtype
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = "bfloat16" if dt == config.bfloat16 else dt.name
+    return name
 
 
 def _on_compact(inputs):
@@ -102,6 +109,27 @@ def _small_run(n: int, fn):
         numba.set_num_threads(threads)
 
 
+#: at most this many values: the casts that have one (kernels/cast.py ``span_*``) run on one span, no parallel
+#: region (a region's start costs more than converting a few thousand values)
+_SERIAL_CAST = 4096
+#: (dtype, rounding, overflow mode, subnormals) -> what ``_check_cast`` made of them, once per combination
+_CAST_CHECKED: dict = {}
+
+
+def _check_cast(dtype, rounding, overflow_mode, subnormals) -> tuple:
+    """``cast``'s arguments checked: (target dtype name, rounding code, overflow code, subnormal code)."""
+    rc = config.rounding_code(rounding)
+    oc = config.overflow_code(overflow_mode)
+    sc = config.subnormal_code(subnormals)
+    try:
+        dst = config.dtype_name(dtype)
+    except AscendEmuError:
+        dst = None
+    if dst not in _CAST_TARGETS:
+        raise AscendEmuError(f"unsupported cast target dtype {dtype!r}; choose one of: {', '.join(_CAST_TARGETS)}")
+    return dst, rc, oc, sc
+
+
 def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subnormals: str = "keep"):
     """Convert ``x`` to ``dtype`` as the Ascend vector unit's Cast does.
 
@@ -135,15 +163,18 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
         view (zero strides, e.g. ``np.broadcast_to``) gives a read-only broadcast view of
         its distinct values' cast.
     """
-    rc = config.rounding_code(rounding)
-    oc = config.overflow_code(overflow_mode)
-    sc = config.subnormal_code(subnormals)
     try:
-        dst = config.dtype_name(dtype)
-    except AscendEmuError:
-        dst = None
-    if dst not in _CAST_TARGETS:
-        raise AscendEmuError(f"unsupported cast target dtype {dtype!r}; choose one of: {', '.join(_CAST_TARGETS)}")
+        checked = _CAST_CHECKED.get((dtype, rounding, overflow_mode, subnormals))
+    except TypeError:   # an unhashable dtype-like
+        checked = None
+    if checked is None:
+        checked = _check_cast(dtype, rounding, overflow_mode, subnormals)
+        try:
+            if len(_CAST_CHECKED) < 1024:
+                _CAST_CHECKED[(dtype, rounding, overflow_mode, subnormals)] = checked
+        except TypeError:
+            pass
+    dst, rc, oc, sc = checked
     a = _as_real_array(x, "cast input")
     if type(a) is np.ndarray and 0 in a.strides:
         cut = _on_compact([a])
@@ -160,7 +191,8 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
     flat = np.ascontiguousarray(a).reshape(-1)
     if src in ("float16", "bfloat16"):
         wide = _alloc.empty(flat.size, np.uint32)
-        _kc.cast_16_to_f32(flat.view(np.uint16), wide, src == "bfloat16", sc)
+        widen = _kc.span_16_to_f32 if flat.size <= _SERIAL_CAST else _kc.cast_16_to_f32
+        widen(flat.view(np.uint16), wide, src == "bfloat16", sc)
         wide = wide.view(np.float32)
         if dst == "float32":
             return wide.reshape(shape), 0
@@ -181,7 +213,8 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
     out = _alloc.empty(flat.size, np.uint16)
     if src == "float32" and dst == "float16" and rc == 0 and _kc.HW_HALF:
         # the CPU's own IEEE conversion gives the same bits (checked exhaustively), faster
-        st = _kc.cast_f32_to_f16_rint_hw(flat.view(np.uint32), out, oc, sc)
+        kernel = _kc.span_f32_to_f16_rint_hw if flat.size <= _SERIAL_CAST else _kc.cast_f32_to_f16_rint_hw
+        st = kernel(flat.view(np.uint32), out, oc, sc)
     else:
         kernel = _kc.cast_f32_to_16 if src == "float32" else _kc.cast_f64_to_16
         src_bits = flat.view(np.uint32 if src == "float32" else np.uint64)

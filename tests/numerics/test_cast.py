@@ -279,3 +279,31 @@ def test_non_numeric_inputs():
         cast(np.array([2 ** 60 + 1], dtype=np.int64), "float16")
     with pytest.raises(ValueError):  # AscendEmuError is a ValueError
         cast(np.ones(2), "float16", rounding="bankers")
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_small_arrays_take_the_one_span_kernels_with_the_same_bits(fmt):
+    """cast() runs arrays of at most 4,096 values on one span (no parallel region): every fp16/bf16 pattern
+    widened 4,096 at a time, and hostile float32 values narrowed in pieces of 0 to 4,097, against the oracle."""
+    bits = np.arange(65536, dtype=np.uint16)
+    whole, _ = cast(bits.view(naive.FORMATS[fmt]), "float32")
+    for sub in ("keep", "flush"):
+        want = cast(bits.view(naive.FORMATS[fmt]), "float32", subnormals=sub)[0].view(np.uint32)
+        pieces = [cast(bits[i:i + 4096].view(naive.FORMATS[fmt]), "float32", subnormals=sub)
+                  for i in range(0, 65536, 4096)]
+        assert all(st == 0 for _, st in pieces)
+        assert np.array_equal(np.concatenate([p.view(np.uint32) for p, _ in pieces]), want)
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 2 ** 32, 40000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x[::7] = rng.choice(np.array([65504.0, 65520.0, -65536.0, np.inf, -np.inf, np.nan, 6e-8, -3e-5, 0.0],
+                                 np.float32), x[::7].size)
+    start = 0
+    for n in (0, 1, 2, 7, 100, 4095, 4096, 4097, 1, 4096):
+        piece = x[start:start + n]
+        start += n
+        for ov in ("inf_nan", "saturation"):
+            for sub in ("keep", "flush"):
+                got, st = cast(piece, fmt, "rint", ov, sub)
+                want, wst = naive.cast_bits(piece, fmt, "rint", ov, sub)
+                _assert_bits(got, want, fmt, f"{n} values rint {ov} {sub}", piece)
+                assert st == wst and got.shape == piece.shape
