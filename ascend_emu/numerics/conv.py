@@ -14,7 +14,7 @@ import numpy as np
 from . import memo as _memo
 from . import policy as config
 from .cube_core import (Epilogue, _Policy, _accumulate, _batched, _bias_vector, _finish, _kp, _numeric,
-                        _operand_values, _padded, _padded_input, _policy, _tiles, _transposed)
+                        _operand_values, _padded, _padded_input, _padded_input_flat, _policy, _tiles, _transposed)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
@@ -225,6 +225,21 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         tiles = _tiles()
     else:
         cols_buf = _alloc.empty(rows * kp, np.float32)
+    if not transposed and pol.fast and not bits16 and _runs16(koff) and not _any_nan(w):
+        # an implicit GEMM: every K block is 16 consecutive floats of xp (one tap's 16 channels), so the
+        # micro-kernel reads each pixel's patch where it lies, with no im2col matrix. Only without NaN
+        # operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order.
+        # A NaN in the input keeps the pixels as columns, as a NaN that im2col reads would (_pixels_as_rows)
+        if _any_nan(x):
+            if flip:
+                return None
+        else:
+            po = _k.pixel_offsets(xp, sh, sw, OH, OW, 0, R)
+            bq, bg = _slab_offsets(Wp.shape)
+            mc = _k.row_block(R, Wp.shape[1], numba.get_num_threads())
+            _k.matmul_tree16_gather(xp, po, np.ascontiguousarray(koff[::16]), Wp, bq, bg, Wp.shape[4], biasv, False,
+                                    acc, tiles, pol.exact_products, mc)
+            R = 0   # no row chunks left
     for r0 in range(0, R, chunk):
         n = min(R, r0 + chunk) - r0
         if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
@@ -259,6 +274,35 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         epilogue = None
     out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sx | sw_ | sf
+
+
+def _runs16(koff: np.ndarray) -> bool:
+    """Whether every K block of 16 reads 16 consecutive floats (koff[16q + l] = koff[16q] + l): channels in
+    whole runs of 16, where the fast kernels may read a patch in place (matmul_tree16_gather)."""
+    if koff.size == 0 or koff.size % 16:
+        return False
+    k = koff.reshape(-1, 16).astype(np.int64)
+    return bool((k - k[:, :1] == np.arange(16)).all())
+
+
+def _any_nan(a: np.ndarray) -> bool:
+    """Whether the operand array holds a NaN (16-bit floats tested on their bits)."""
+    if a.dtype == np.float16 or a.dtype == config.bfloat16:
+        return bool(_k.has_nan(np.ascontiguousarray(a).reshape(-1).view(np.uint16), 1 if a.dtype == np.float16 else 2))
+    if a.dtype == np.float32:
+        return bool(_k.has_nan(np.ascontiguousarray(a).reshape(-1)))
+    return a.dtype.kind == "f" and bool(np.isnan(a).any())
+
+
+def _slab_offsets(shape):
+    """matmul_tree16_gather's B offset tables (K blocks, column groups) for slabs of ``shape``
+    (1, column tiles, K blocks, 16, width) as pack_b lays them out."""
+    _, njt, nkb, _, W = shape
+    bq = np.arange(nkb, dtype=np.uintp) * np.uintp(16 * W)
+    g = np.arange(njt * (_k.NC // (2 * _k.LANES)), dtype=np.uintp)
+    per = _k.NC // (2 * _k.LANES)
+    bg = (g // per) * np.uintp(nkb * 16 * W) + (g % per) * np.uintp(2 * _k.LANES)
+    return bq, bg
 
 
 def depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
@@ -346,7 +390,17 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     # operand dtype reaches the kernel as its bits, widened on the way
     target = config.COMPUTE_DTYPES.get(pol.operand)
     wide = (pol.operand == "bfloat16", pol.subnormal)
-    xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
+    # an implicit GEMM where the patches allow it (_filter_grad_gather): B read from xp in place. Only without
+    # NaN operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order
+    gather = _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW)
+    gather = gather if gather and not (_any_nan(x) or _any_nan(dy)) else None
+    if gather:
+        xflat, xshape, sx = _padded_input_flat(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
+        xp = xflat[:int(np.prod(xshape))].reshape(xshape)
+        bg = (np.arange(KH, dtype=np.uintp)[:, None] * np.uintp(dh * xshape[2] * C)
+              + np.arange(gather[1], dtype=np.uintp)[None, :] * np.uintp(2 * _k.LANES)).reshape(-1)
+    else:
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
     if sx:
         # the status is the patches' (the pixels some tap reads), not the whole input's
         ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
@@ -363,22 +417,35 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         bounds = np.array([0, R], dtype=np.int64)
     tiles = _tiles()
     zero = np.zeros(1, dtype=np.int64)
-    bias = np.zeros((1, Kc), dtype=np.float32)
-    parts = np.empty((len(bounds) - 1, CO * Kc), dtype=np.float32)
+    Nc = Kc if not gather else len(bg) * 2 * _k.LANES   # the product's columns
+    bias = np.zeros((1, Nc), dtype=np.float32)
+    parts = np.empty((len(bounds) - 1, CO * Nc), dtype=np.float32)
     for c in range(len(bounds) - 1):  # dw^T = dy^T @ im2col(x): the taps x channels as the kernel's columns
         r0, r1 = int(bounds[c]), int(bounds[c + 1])
         kp = _kp(r1 - r0)
         a = _alloc.empty((1, CO, kp), np.float32)
         _k.rows_transposed(dys, r0, r1 - r0, a[0], *wide)
+        out_c = parts[c].reshape(1, CO, Nc)
+        if gather:
+            # K block q: the 16 pixels r0 + 16q.. of one output row, sw*C floats apart in xp; column group g:
+            # 32 consecutive floats of a tap row's run of (kw, c) (gather[1]); A's rows as rows_transposed wrote them
+            bq = _pixel_bases(xp.shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16)
+            mc = _k.row_block(CO, 1, numba.get_num_threads())
+            _k.matmul_tree16_gather(a, np.arange(CO, dtype=np.uintp) * np.uintp(kp),
+                                    np.arange(kp // 16, dtype=np.uintp) * np.uintp(16), xflat, bq, bg, sw * C,
+                                    bias, False, out_c[0], tiles, pol.exact_products, mc)
+            continue
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
         _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
         mc = _k.row_block(CO, bp.shape[1], numba.get_num_threads())
-        _k.matmul_tree16(a, bp, bias, False, zero, zero, parts[c].reshape(1, CO, Kc), tiles, pol.exact_products, mc)
+        _k.matmul_tree16(a, bp, bias, False, zero, zero, out_c, tiles, pol.exact_products, mc)
     if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
-        acc = np.empty(CO * Kc, dtype=np.float32)
+        acc = np.empty(CO * Nc, dtype=np.float32)
         _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
     else:
         acc = parts[0]
+    if gather:   # the real columns (kh, kw, c), in that order
+        acc = np.ascontiguousarray(acc.reshape(CO, Nc)[:, gather[0]]).reshape(-1)
     # the Fixpipe reads dw^T (CO, Kc) and writes dw (Kc, CO) directly
     out = _alloc.empty(out_shape, np.float32 if pol.out == "float32" else np.uint16)
     sf = _k.finish_grid(acc.reshape(CO, Kc), out, 0, Kc, 1, Kc, 1, Kc, 0, 0, 1, 1, pol.out == "bfloat16",
@@ -386,6 +453,35 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     if pol.out != "float32":
         out = out.view(config.COMPUTE_DTYPES[pol.out])
     return out, sx | sd | int(sf)
+
+
+@functools.lru_cache(maxsize=64)
+def _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW):
+    """How conv2d_backprop_filter's fast kernel may read its B operand (the patches: pixels as K, (kh, kw, c)
+    as columns) in place from the padded input, or None: (the product column of each real column
+    (kh, kw, c), the column groups' offsets from a pixel's corner, the floats read past the input's end).
+    It needs 16 consecutive output pixels of one row (OW a multiple of 16, so K blocks never straddle rows)
+    a fixed sw*C floats apart (a width the kernel is compiled for) and, within a tap row kh, the columns
+    (kw, c) one contiguous run (dw = 1): the run is cut into groups of 32 floats, the last group's tail
+    reading past the run (columns computed, never kept)."""
+    if OW % 16 or dw != 1 or sw * C not in _k.GATHER_WIDTHS or KH * KW * C == 0:
+        return None
+    run = KW * C
+    per = -(-run // (2 * _k.LANES))   # column groups per tap row
+    if 2 * KH * per > 3 * -(-KH * KW * C // (2 * _k.LANES)):
+        return None   # over half as many column groups again as packed patches need: those are cheaper
+    cols = (np.arange(KH)[:, None] * per * 2 * _k.LANES + np.arange(run)[None, :]).reshape(-1)
+    cols.flags.writeable = False
+    return cols, per, per * 2 * _k.LANES - run
+
+
+def _pixel_bases(shape, sh, sw, OH, OW, p0, count, step):
+    """The flat offsets in the padded NHWC input of ``shape`` of output pixels p0*step, (p0+1)*step, ...
+    (count of them), pixel p = (n*OH + oh)*OW + ow at (n, oh*sh, ow*sw, 0)."""
+    _, Hp, Wp, C = shape
+    p = (np.arange(count, dtype=np.int64) + p0) * step
+    n, oh, ow = p // (OH * OW), (p // OW) % OH, p % OW
+    return np.ascontiguousarray(((n * Hp + oh * sh) * Wp + ow * sw) * C, dtype=np.uintp)
 
 
 def _covered(n: int, k: int, s: int, d: int, before: int, o: int) -> np.ndarray:

@@ -111,14 +111,27 @@ def _operand_values(x: np.ndarray, pol: _Policy):
 def _padded_input(x: np.ndarray, pol: _Policy, pads):
     """(x's operand values zero-padded by ``pads``, one (before, after) pair per NHWC axis, status).
     A 16-bit x already in the operand dtype is widened straight into the padded buffer."""
-    pad = any(map(any, pads))
-    if pad and pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
-        out = _alloc.empty(tuple(d + a + b for d, (a, b) in zip(x.shape, pads)), np.uint32)
-        _k.widen_padded(np.ascontiguousarray(x).view(np.uint16), out, pads[1][0], pads[2][0],
+    if not any(map(any, pads)):
+        return _operand_values(x, pol)   # xv is the operands' own buffer
+    flat, shape, st = _padded_input_flat(x, pol, pads, 0)
+    return flat.reshape(shape), st
+
+
+def _padded_input_flat(x: np.ndarray, pol: _Policy, pads, slack: int):
+    """(_padded_input's array flattened and followed by ``slack`` +0 floats, its shape, status): for kernels
+    that read a little past the input's end."""
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads))
+    n = int(np.prod(shape, dtype=np.int64))
+    if pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
+        buf = _alloc.empty(n + slack, np.uint32)
+        buf[n:] = 0
+        _k.widen_padded(np.ascontiguousarray(x).view(np.uint16), buf[:n].reshape(shape), pads[1][0], pads[2][0],
                         pol.operand == "bfloat16", pol.subnormal)
-        return out.view(np.float32), 0
+        return buf.view(np.float32), shape, 0
     xv, st = _operand_values(x, pol)
-    return (np.pad(xv, pads) if pad else xv), st   # (unpadded: xv is the operands' own buffer)
+    buf = np.zeros(n + slack, dtype=np.float32)
+    buf[:n].reshape(shape)[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pads))] = xv
+    return buf, shape, st
 
 
 def _padded(v: np.ndarray, axis: int, kp: int) -> np.ndarray:

@@ -92,6 +92,27 @@ def pixel_offsets(xp, sh, sw, OH, OW, r0, rows):
 
 
 @njit(cache=True, parallel=True)
+def has_nan(x, bits16=0):
+    """Whether the 1-D array x holds a NaN: float32 values, or (``bits16`` 1: fp16, 2: bf16) the bits of a
+    uint16 array."""
+    n = x.size
+    per = 1 << 16
+    nw = (n + per - 1) // per
+    found = np.zeros(nw, dtype=np.uint8)
+    for w in prange(nw):
+        f = False
+        if bits16 == 0:
+            for k in range(np.uintp(w * per), np.uintp(min(n, (w + 1) * per))):
+                f |= x[k] != x[k]
+        else:
+            top = np.uint16(0x7C00 if bits16 == 1 else 0x7F80)
+            for k in range(np.uintp(w * per), np.uintp(min(n, (w + 1) * per))):
+                f |= (np.uint16(x[k]) & np.uint16(0x7FFF)) > top
+        found[w] = f
+    return found.any()
+
+
+@njit(cache=True, parallel=True)
 def im2col_t(xp, koff, sh, sw, OH, OW, r0, out):
     """im2col(...) transposed: out[k, r - r0] (K rows, pixels as columns)."""
     Kp, rows = out.shape

@@ -191,6 +191,44 @@ def pack_b(B, Bp):
             Bp[t, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
 
 
+@njit(cache=True)
+def _tile_init(C, bias, tc, bias_rows, i0, i1, j0, jn, npair, ng):
+    """A work item's tile (npair, ng, 4, LANES) from the bias: row tc of ``bias``, one value per output row
+    if ``bias_rows``, else per column j0 + j (j < jn)."""
+    for p in range(npair):
+        for s in range(4):
+            i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once
+            for g in range(ng):
+                jb = 2 * LANES * g + LANES * (s >> 1)
+                if bias_rows:   # one value per row: a fill
+                    v = bias[tc, i]
+                    for l in range(LANES):
+                        C[p, g, s, l] = v
+                elif jb + LANES <= jn:   # whole vectors of columns: a copy
+                    for l in range(LANES):
+                        C[p, g, s, l] = bias[tc, j0 + jb + l]
+                else:   # the columns past the tile's last repeat its last one's bias (never stored)
+                    for l in range(LANES):
+                        C[p, g, s, l] = bias[tc, j0 + min(jb + l, jn - 1)]
+
+
+@njit(cache=True)
+def _tile_store(C, out, i0, i1, j0, jn, npair, ng):
+    """out[i, j0 + j] = the tile's element for rows i0 <= i < i1 and columns j < jn (2-D out)."""
+    for p in range(npair):
+        for s in range(4):
+            i = i0 + 2 * p + (s & 1)
+            if i < i1:
+                for g in range(ng):
+                    jb = 2 * LANES * g + LANES * (s >> 1)
+                    if jb + LANES <= jn:
+                        for l in range(LANES):
+                            out[i, j0 + jb + l] = C[p, g, s, l]
+                    else:
+                        for l in range(max(0, jn - jb)):
+                            out[i, j0 + jb + l] = C[p, g, s, l]
+
+
 @njit(cache=True, parallel=True)
 def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
     """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
@@ -224,21 +262,7 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
         Bt = Bp[ib[t], jt]
         tc = t if bias.shape[0] > 1 else 0
         C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
-        for p in range(npair):
-            for s in range(4):
-                i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once
-                for g in range(ng):
-                    jb = 2 * LANES * g + LANES * (s >> 1)
-                    if bias_rows:   # one value per row: a fill
-                        v = bias[tc, i]
-                        for l in range(LANES):
-                            C[p, g, s, l] = v
-                    elif jb + LANES <= jn:   # whole vectors of columns: a copy
-                        for l in range(LANES):
-                            C[p, g, s, l] = bias[tc, j0 + jb + l]
-                    else:   # the columns past the tile's last repeat its last one's bias (never stored)
-                        for l in range(LANES):
-                            C[p, g, s, l] = bias[tc, j0 + min(jb + l, jn - 1)]
+        _tile_init(C, bias, tc, bias_rows, i0, i1, j0, jn, npair, ng)
         args = (C.ctypes.data, At.ctypes.data, At.strides[0], Bt.ctypes.data, Bt.strides[0], i0, i1, nkb, npair, ng)
         if W == SLABS[4]:
             _passes(SLABS[4], fma, args)
@@ -250,18 +274,114 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
             _passes(SLABS[1], fma, args)
         else:
             _passes(SLABS[0], fma, args)
+        _tile_store(C, out[t], i0, i1, j0, jn, npair, ng)
+
+
+# the slab widths matmul_tree16_gather takes besides SLABS: a weight gradient's B read in place, 16 pixels
+# of one output row ``stride * channels`` floats apart (16 and 32: strides 1 and 2 over 16 channels)
+GATHER_WIDTHS = SLABS + (16, 32, 64)
+
+
+@njit(cache=True)
+def _k_loop_gather(width, fused, args):
+    """_k_loop with the operands read where offset tables say (floats from a_addr / b_addr):
+    row i of A's K block q at a_rows[i] + a_q[q], B's K block q, column group g at b_q[q] + b_g[g]
+    (its 16 rows ``width`` floats apart, its two 16-column halves 16 floats apart)."""
+    literally(width)
+    literally(fused)
+    c_addr, a_addr, a_rows, a_q, b_addr, b_q, b_g, i0, i1, nkb, npair, ng = args
+    for q in range(nkb):
+        aq = a_addr + np.uintp(4) * a_q[q]
+        bq = b_addr + np.uintp(4) * b_q[q]
         for p in range(npair):
-            for s in range(4):
-                i = i0 + 2 * p + (s & 1)
-                if i < i1:
-                    for g in range(ng):
-                        jb = 2 * LANES * g + LANES * (s >> 1)
-                        if jb + LANES <= jn:
-                            for l in range(LANES):
-                                out[t, i, j0 + jb + l] = C[p, g, s, l]
-                        else:
-                            for l in range(max(0, jn - jb)):
-                                out[t, i, j0 + jb + l] = C[p, g, s, l]
+            i = i0 + 2 * p
+            x = aq + np.uintp(4) * a_rows[i]
+            y = aq + np.uintp(4) * a_rows[min(i + 1, i1 - 1)]
+            c = c_addr + np.uintp(p * ng * 4 * LANES * 4)
+            for g in range(ng):
+                _tree16_2x2(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(4) * b_g[g], x, y, width, fused)
+
+
+@njit(cache=True)
+def _passes_gather(width, fused, args):
+    """_k_loop_gather for the width ``width`` (a literal) with ``fused`` made a literal too."""
+    literally(width)
+    if fused:
+        _k_loop_gather(width, True, args)
+    else:
+        _k_loop_gather(width, False, args)
+
+
+@njit(cache=True)
+def _max_offset(rows, blocks):
+    """The largest rows[i] + blocks[q] (0 for an empty table)."""
+    m = np.uintp(0)
+    for v in rows:
+        m = max(m, v)
+    n = np.uintp(0)
+    for v in blocks:
+        n = max(n, v)
+    return m + n if rows.size and blocks.size else np.uintp(0)
+
+
+@njit(cache=True, parallel=True)
+def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, out, tiles, fma=False, mc=MC):
+    """matmul_tree16's product with A and B read in place rather than from an im2col matrix and packed
+    slabs (an implicit GEMM): out[i, j] = bias[0, j] (bias[0, i] if ``bias_rows``), then for every K block q
+    ``out[i, j] += tree16(A[i, 16q:16q+16], B[16q:16q+16, j])`` as matmul_tree16 sums it, where
+    A[i, 16q + l] = a.flat[a_rows[i] + a_q[q] + l] and B[16q + l, 32g + 16h + m] = b.flat[b_q[q] + b_g[g]
+    + width*l + 16h + m] (``a``, ``b`` float32; offset tables uintp; ``width`` one of GATHER_WIDTHS).
+    The caller makes every one of those reads fall inside a and b, the K padding included (+0 products
+    there), for every column group up to the 2x2 block edge (columns past N are computed, never stored)."""
+    M, N = out.shape
+    nkb = a_q.size
+    if not 1 <= mc <= MC:
+        raise ValueError("matmul_tree16_gather: mc (rows per work item) must be in 1..MC")
+    if tiles.shape[1] < TILE or tiles.strides[1] != 4:
+        raise ValueError("matmul_tree16_gather: tiles must be (threads, TILE) float32, one row per Numba thread")
+    njt = (N + NC - 1) // NC
+    ngt = -(-N // (2 * LANES))
+    if (b_q.size != nkb or a_rows.size < M or b_g.size < ngt or not a.flags.c_contiguous
+            or not b.flags.c_contiguous):
+        raise ValueError("matmul_tree16_gather: offset tables do not match the product's shape")
+    if nkb > 0 and M > 0 and N > 0 and (_max_offset(a_rows[:M], a_q) + 16 > a.size or
+                                        _max_offset(b_g[:ngt], b_q) + width * 15 + 2 * LANES > b.size):
+        raise ValueError("matmul_tree16_gather: an offset reads past the operand arrays")
+    if width not in GATHER_WIDTHS:
+        raise ValueError("matmul_tree16_gather: width must be one of GATHER_WIDTHS")
+    nch = (M + mc - 1) // mc
+    af = a.reshape(-1)
+    bf = b.reshape(-1)
+    a_addr = af.ctypes.data
+    b_addr = bf.ctypes.data
+    for w in prange(nch * njt):
+        i0 = (w // njt) * mc
+        i1 = min(M, i0 + mc)
+        jt = w % njt
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        ng = _tail_columns(jn) // (2 * LANES)
+        npair = (i1 - i0 + 1) // 2
+        C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
+        _tile_init(C, bias, 0, bias_rows, i0, i1, j0, jn, npair, ng)
+        args = (C.ctypes.data, a_addr, a_rows, a_q, b_addr, b_q, b_g[j0 // (2 * LANES):], i0, i1, nkb, npair, ng)
+        if width == SLABS[4]:
+            _passes_gather(SLABS[4], fma, args)
+        elif width == SLABS[3]:
+            _passes_gather(SLABS[3], fma, args)
+        elif width == SLABS[2]:
+            _passes_gather(SLABS[2], fma, args)
+        elif width == SLABS[1]:
+            _passes_gather(SLABS[1], fma, args)
+        elif width == SLABS[0]:
+            _passes_gather(SLABS[0], fma, args)
+        elif width == 32:
+            _passes_gather(32, fma, args)
+        elif width == 16:
+            _passes_gather(16, fma, args)
+        else:
+            _passes_gather(64, fma, args)
+        _tile_store(C, out, i0, i1, j0, jn, npair, ng)
 
 
 @intrinsic

@@ -1,0 +1,204 @@
+"""The implicit GEMMs of the convolutions (kernels/cube matmul_tree16_gather: the micro-kernel reads the
+patches where they lie in the padded input, no im2col matrix or packed patch slabs) against the packed
+products they replace, bit for bit and status for status:
+
+- conv2d with the pixels as rows and channels in runs of 16 (numerics.conv._runs16), against the im2col
+  product (``_runs16`` forced False);
+- conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv._filter_grad_gather),
+  against the packed patches (``_filter_grad_gather`` forced None), also split over the cube cores.
+
+NaN operands (either, both signs) keep the packed products: which of two NaNs meeting in a sum comes out
+depends on the compiled code's operand order (tested: the same NaNs as before). Hostile data: +-Inf, 65504 and sums beyond it, fp16 subnormals,
+-0, saturation, flush, float32 / bf16 / fp32 operands, bias and a fused epilogue, odd shapes, batch 1,
+strides 1 and 2, SAME / VALID / explicit pads, dilations, both K orders. Each test also counts that the
+implicit kernel really ran, so a path that always declines fails too.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ascend_emu.numerics import conv as nconv
+from ascend_emu.numerics.cube_core import Epilogue
+from ascend_emu.numerics.policy import CubeModel
+
+from tests.numerics.test_cube_backprop import _geometry, _launch
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+
+
+def _values(rng, shape, kind, scale=1.0, nan=False):
+    x = rng.standard_normal(shape) * scale
+    f = x.reshape(-1)
+    if kind == "hostile":
+        idx = rng.choice(f.size, max(2, f.size // 12), replace=False)
+        specials = [np.inf, -np.inf, 0.0, -0.0, 6e-8, -3e-8, 65504.0, -65504.0, 7e4, -7e4, 3e-39, 2.0 ** -20]
+        f[idx] = rng.choice(specials + ([np.nan, -np.nan] * 3 if nan else []), idx.size)
+    elif kind == "big":   # sums beyond fp16's range
+        x *= 300.0
+    return x
+
+
+class _Ran:
+    """Counts the calls of the implicit kernel (wraps kernels.cube.matmul_tree16_gather as conv.py reads it)."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        orig = nconv._k.matmul_tree16_gather
+
+        def wrapped(*a):
+            self.n += 1
+            return orig(*a)
+        monkeypatch.setattr(nconv._k, "matmul_tree16_gather", wrapped)
+
+
+def _same(got, want, msg):
+    assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape, msg
+    np.testing.assert_array_equal(got[0].view(np.uint8), want[0].view(np.uint8), err_msg=msg)
+    assert got[1] == want[1], (msg, hex(got[1]), hex(want[1]))
+
+
+# ------------------------------------------------------------------------------ conv2d
+
+FORWARD = [((2, 9, 11, 16), (3, 3, 16, 32), dict(strides=(2, 2), padding="SAME")),         # the benchmark's layer 2
+           ((1, 7, 9, 32), (3, 3, 32, 64), dict(strides=(1, 1), padding="VALID")),
+           ((1, 6, 7, 16), (2, 3, 16, 300), dict(strides=(1, 2), padding=[[1, 2], [0, 1]])),  # Cout >= 256: not flipped
+           ((2, 8, 6, 16), (3, 2, 16, 32), dict(padding="SAME", dilations=(2, 1))),
+           ((1, 5, 6, 20), (3, 3, 20, 32), dict(padding="SAME", model=CubeModel(conv_k_order="c1hwc0")))]
+FMODES = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), dict(operand_dtype="bfloat16"),
+          dict(operand_dtype="float32", out_dtype="float32"), dict(subnormals="flush")]
+
+
+def _forward(monkeypatch, x, w, kw, chain=None):
+    def run():
+        k = dict(kw)
+        if chain is not None:
+            k["epilogue"] = Epilogue(chain[0], [x, w] + chain[1], chain[2])
+            k["out_dtype"] = "float32"
+        return nconv.conv2d(x, w, **k)
+    got = run()
+    with monkeypatch.context() as m:
+        m.setattr(nconv, "_runs16", lambda koff: False)
+        want = run()
+    _same(got, want, f"conv2d x {x.shape} {x.dtype} w {w.shape} {kw}")
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(FMODES)))
+def test_conv2d_implicit_gemm_is_the_im2col_product(kind, mode, monkeypatch):
+    rng = np.random.default_rng(3100 + 10 * mode + len(kind))
+    ran = _Ran(monkeypatch)
+    for xs, ws, geo in FORWARD:
+        for xdt in (np.float16, np.float32):
+            x = _values(rng, xs, kind).astype(xdt)
+            w = _values(rng, ws, kind, 0.3).astype(np.float16 if mode != 4 else np.float32)
+            bias = _values(rng, ws[3:], "normal").astype(np.float32) if xdt == np.float16 else None
+            _forward(monkeypatch, x, w, dict(geo, bias=bias, **FMODES[mode]))
+    assert ran.n >= 2 * len(FORWARD)
+
+
+@pytest.mark.parametrize("where", ["x", "w", "both"])
+def test_conv2d_implicit_gemm_with_nan_operands(where, monkeypatch):
+    """+NaN and -NaN that can meet in one sum: which comes out depends on the compiled code's operand order,
+    so NaN operands take the im2col product (the same NaNs as before)."""
+    rng = np.random.default_rng(3200 + len(where))
+    ran = _Ran(monkeypatch)
+    for xs, ws, geo in FORWARD * 3:
+        x = _values(rng, xs, "hostile", nan=where in ("x", "both")).astype(np.float16)
+        w = _values(rng, ws, "hostile", 0.3, nan=where in ("w", "both")).astype(np.float16)
+        for ov in ("inf_nan", "saturation"):
+            _forward(monkeypatch, x, w, dict(geo, out_dtype="float32", overflow_mode=ov))
+    assert ran.n == 0
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile"])
+def test_conv2d_implicit_gemm_with_a_fused_epilogue(kind, monkeypatch):
+    rng = np.random.default_rng(3300)
+    ran = _Ran(monkeypatch)
+    x = _values(rng, (3, 16, 16, 16), kind).astype(np.float16)
+    w = _values(rng, (3, 3, 16, 32), kind, 0.3).astype(np.float16)
+    b = _values(rng, (32,), "normal").astype(np.float16)
+    for ov in ("inf_nan", "saturation"):
+        _forward(monkeypatch, x, w, dict(strides=(2, 2), padding="SAME", overflow_mode=ov),
+                 ([("add", (-1, 2))], [b], "float16"))
+        _forward(monkeypatch, x, w, dict(strides=(1, 1), padding="SAME", overflow_mode=ov),
+                 ([("add", (-1, 2)), ("relu", (-1,))], [b], "float16"))
+    assert ran.n == 4
+
+
+# ------------------------------------------------------------------------------ conv2d_backprop_filter
+
+FILTER = [((2, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the benchmark's layer 2: 32 floats a pixel
+          ((1, 6, 16, 16), 3, 3, 16, (1, 1), "SAME", (1, 1)),     # 16 floats a pixel
+          ((2, 7, 16, 16), 2, 3, 5, (1, 1), "VALID", (2, 1)),     # Cout 5 (an odd row), dilated rows, OW 14: declines
+          ((1, 9, 18, 16), 2, 3, 7, (1, 1), "VALID", (2, 1)),     # OW 16 with dilated rows, Cout 7
+          ((1, 5, 31, 32), 3, 3, 48, (1, 2), "SAME", (1, 1)),     # 64 floats a pixel, odd width
+          ((3, 4, 16, 48), 1, 3, 3, (1, 1), "SAME", (1, 1))]      # 48 floats a pixel, Cout 3
+FMODES_B = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), dict(subnormals="flush"),
+            dict(operand_dtype="bfloat16", out_dtype="bfloat16"), dict(operand_dtype="float32", out_dtype="float32")]
+
+
+def _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=None, **kw):
+    def run():
+        mc = _launch(seed) if seed is not None else None
+        return nconv.conv2d_backprop_filter(x, dy, (KH, KW), strides, pads, dil, multicore=mc, **kw)
+    got = run()
+    with monkeypatch.context() as m:
+        m.setattr(nconv, "_filter_grad_gather", lambda *a: None)
+        want = run()
+    _same(got, want, f"backprop filter x {x.shape} {x.dtype} dy {dy.shape} {dy.dtype} {kw} seed {seed}")
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(FMODES_B)))
+def test_backprop_filter_implicit_gemm_is_the_packed_patches_product(kind, mode, monkeypatch):
+    rng = np.random.default_rng(3400 + 10 * mode + len(kind))
+    ran = _Ran(monkeypatch)
+    for xs, KH, KW, CO, strides, padding, dil in FILTER:
+        pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0).astype(np.float16)
+        for xdt in (np.float16, np.float32):
+            x = _values(rng, xs, kind).astype(xdt)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, **FMODES_B[mode])
+    assert ran.n >= 2 * (len(FILTER) - 1)
+
+
+@pytest.mark.parametrize("where", ["x", "dy", "both"])
+def test_backprop_filter_implicit_gemm_with_nan_operands(where, monkeypatch):
+    """NaN operands take the packed patches' product (see test_conv2d_implicit_gemm_with_nan_operands)."""
+    rng = np.random.default_rng(3500 + len(where))
+    ran = _Ran(monkeypatch)
+    for xs, KH, KW, CO, strides, padding, dil in FILTER * 2:
+        pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        x = _values(rng, xs, "hostile", nan=where in ("x", "both")).astype(np.float16)
+        dy = _values(rng, (xs[0], OH, OW, CO), "hostile", nan=where in ("dy", "both")).astype(np.float16)
+        for kw in (dict(out_dtype="float32"), dict(overflow_mode="saturation")):
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, **kw)
+    assert ran.n == 0
+
+
+def test_backprop_filter_implicit_gemm_over_cube_cores(monkeypatch):
+    """Split by whole samples over the cube cores: each core's range starts at a sample, K blocks whole."""
+    rng = np.random.default_rng(3600)
+    ran = _Ran(monkeypatch)
+    for xs, KH, KW, CO, strides, padding, dil in FILTER[:2]:
+        xs = (5,) + xs[1:]
+        pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        x = _values(rng, xs, "hostile").astype(np.float16)
+        dy = _values(rng, (5, OH, OW, CO), "hostile", 3.0).astype(np.float16)
+        for seed in (1, 2, 3):
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=seed)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=seed, overflow_mode="saturation")
+    assert ran.n >= 12
+
+
+def test_implicit_paths_decline_what_they_cannot_read_in_place():
+    """Channels not in runs of 16, or rows of output pixels that are not whole K blocks: the packed paths."""
+    assert not nconv._runs16(nconv._k_offsets(3, 3, 3, 34, 1, 1, "hwc"))
+    assert nconv._runs16(nconv._k_offsets(3, 3, 16, 34, 1, 1, "hwc"))
+    assert nconv._runs16(nconv._k_offsets(3, 3, 32, 34, 1, 1, "c1hwc0"))
+    assert nconv._filter_grad_gather(3, 3, 3, 1, 1, 1, 1, 32, 32) is None       # 3 floats a pixel
+    assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 12) is None      # OW not a multiple of 16
+    assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
+    cols, per, slack = nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
+    assert per == 2 and slack == 16 and cols.size == 144 and cols[48] == 64
