@@ -22,6 +22,9 @@ from ..kernels import multicore as _km
 
 # im2col buffers are built in row chunks of at most this many bytes
 _IM2COL_BYTES = 16 << 20
+# the implicit GEMMs (patches read in place by matmul_tree16_gather / matmul_tree16_tab) where they apply;
+# False: the packed products they replace (tests compare the two)
+_IMPLICIT = True
 
 
 def _hw(value, what: str):
@@ -225,7 +228,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         tiles = _tiles()
     else:
         cols_buf = _alloc.empty(rows * kp, np.float32)
-    if not transposed and pol.fast and not bits16 and _runs16(koff) and not _any_nan(w):
+    if _IMPLICIT and not transposed and pol.fast and not bits16 and _runs16(koff) and not _any_nan(w):
         # an implicit GEMM: every K block is 16 consecutive floats of xp (one tap's 16 channels), so the
         # micro-kernel reads each pixel's patch where it lies, with no im2col matrix. Only without NaN
         # operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order.
@@ -392,7 +395,7 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     wide = (pol.operand == "bfloat16", pol.subnormal)
     # an implicit GEMM where the patches allow it (_filter_grad_gather): B read from xp in place. Only without
     # NaN operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order
-    gather = _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW)
+    gather = _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW) if _IMPLICIT else None
     gather = gather if gather and not (_any_nan(x) or _any_nan(dy)) else None
     if gather:
         xflat, xshape, sx = _padded_input_flat(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
@@ -551,6 +554,35 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     drop = bias is None and bool(np.isfinite(wv).all())
     plan = _backprop_input_plan(KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop)
     (pt_, pb_), (pl_, pr_), classes = plan
+    if pol.out == "float32":
+        out = _alloc.empty(out_shape, np.float32)
+    else:
+        out = _alloc.empty(out_shape, np.uint16)
+    tiles = _tiles()
+    # an implicit GEMM where every kept K block is 16 channels of one tap and every class's grid rows are
+    # runs of 16 pixels: the kernel reads dz's patches from planar dy in place (no packed slabs). Only without
+    # NaN operands (the filter is finite here): which of two NaNs meeting in a sum comes out depends on the
+    # compiled code's operand order
+    if (_IMPLICIT and drop and order == "hwc" and CO % 16 == 0 and all(k.size % 16 == 0 and Wc % 16 == 0 and k.min(initial=0) >= 0
+                                                          for (_, _, _, Wc, _, k) in classes) and not _any_nan(dy)):
+        src, sd = _operand_values(dy, pol)
+        Hp, Wp = pt_ + OH + pb_, pl_ + OW + pr_
+        dyp = _alloc.empty((N, CO, Hp, Wp), np.float32)
+        _k.planar_padded(src, dyp, pt_, pl_)
+        sf = 0
+        for (ry, rx, Hc, Wc, keep, koff) in classes:
+            R = N * Hc * Wc
+            WTc = WT if keep is None else np.ascontiguousarray(WT[:, :, keep])
+            g0, g1 = _class_runs(N, Hc, Wc, CO * Hp * Wp, Wp)
+            outc = _alloc.empty((CI, R), np.float32)
+            mc = _k.row_block(CI, -(-R // _k.NC), numba.get_num_threads())
+            _k.matmul_tree16_tab(WTc, dyp.reshape(-1), koff.astype(np.uintp).reshape(-1, 16), g0, g1, biasv, True,
+                                 outc, tiles, pol.exact_products, mc)
+            sf |= int(_k.finish_grid(outc, out, 0, R, Hc, Wc, H, W, ry, rx, sh, sw, pol.out == "bfloat16",
+                                     pol.overflow, pol.subnormal))
+        if pol.out != "float32":
+            out = out.view(config.COMPUTE_DTYPES[pol.out])
+        return out, sd | sw_ | sf
     # dy planar and padded so that every tap of a class reads it at a fixed offset from the pixel: 16-bit
     # operands as their bits (widened by the packing kernel), float32 operands as their values
     if pol.operand != "float32":
@@ -560,11 +592,6 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
         wide = (False, 0)
     dyp = _alloc.empty((N, CO, pt_ + OH + pb_, pl_ + OW + pr_), src.dtype)
     _k.planar_padded(src, dyp, pt_, pl_)
-    if pol.out == "float32":
-        out = _alloc.empty(out_shape, np.float32)
-    else:
-        out = _alloc.empty(out_shape, np.uint16)
-    tiles = _tiles()
     zero = np.zeros(1, dtype=np.int64)
     sf = 0
     for (ry, rx, Hc, Wc, keep, koff) in classes:
@@ -587,6 +614,22 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     if pol.out != "float32":
         out = out.view(config.COMPUTE_DTYPES[pol.out])
     return out, sd | sw_ | sf
+
+
+@functools.lru_cache(maxsize=64)
+def _class_runs(N, Hc, Wc, plane, Wp):
+    """matmul_tree16_tab's column offsets for a pixel class of an input gradient (Wc a multiple of 16): for
+    each group of 32 grid pixels, the planar offsets n*plane + i*Wp + m of its two runs of 16 (pixel
+    (n*Hc + i)*Wc + m); a group's missing second run repeats its first (computed, never stored)."""
+    R = N * Hc * Wc
+    p = np.arange(0, R, 16, dtype=np.int64)
+    g = p // Wc
+    base = ((g // Hc) * plane + (g % Hc) * Wp + p % Wc).astype(np.uintp)
+    g0 = np.ascontiguousarray(base[0::2])
+    g1 = np.ascontiguousarray(base[1::2]) if len(base) % 2 == 0 else np.append(base[1::2], base[-1])
+    for a in (g0, g1):
+        a.flags.writeable = False
+    return g0, g1
 
 
 @functools.lru_cache(maxsize=64)

@@ -36,7 +36,7 @@ from __future__ import annotations
 from ..codes import (ALIGNED, FLT_MAX, INF_NAN, NORM_RNE, NORM_TRUNCATE, RINT, SATURATION,  # noqa: F401
                      SEQUENTIAL, ST_CUBE_OVERFLOW, TREE)
 from .tree16 import (GATHER_WIDTHS, LANES, MC, NC, SLABS, TILE, empty_slabs, matmul_tree16,  # noqa: F401
-                     matmul_tree16_gather, matmul_tree16_small, pack_b,
+                     matmul_tree16_gather, matmul_tree16_small, matmul_tree16_tab, pack_b,
                      row_block, slab_shape, slab_width, tree16)
 from .blocked import NCG, aligned_block, matmul_blocked, tree_leaves  # noqa: F401
 from .conv import (depthwise_tree16, dw_im2col_t, has_nan, im2col, im2col_packed, im2col_t, pixel_offsets,  # noqa: F401

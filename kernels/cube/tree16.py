@@ -277,6 +277,137 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
         _tile_store(C, out[t], i0, i1, j0, jn, npair, ng)
 
 
+def _tree16_2x2_tab_codegen(fused):
+    """LLVM code of _tree16_2x2 with B's rows where a table says: row l of column half h at
+    b_h + 4 * tab[l] bytes (tab: 16 uintp float offsets), so B can be read in place from a planar input."""
+    def codegen(context, builder, signature, args):
+        c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr = args[:6]
+        f32 = ir.FloatType()
+        i32 = ir.IntType(32)
+        i64 = ir.IntType(64)
+        vec = ir.VectorType(f32, LANES)
+        vptr = vec.as_pointer()
+        fptr = f32.as_pointer()
+        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
+        if fma is None:
+            fma = ir.Function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{LANES}f32")
+        cp, xp, yp = (builder.inttoptr(v, fptr) for v in (c_addr, x_addr, y_addr))
+        tp = builder.inttoptr(tab_addr, i64.as_pointer())
+        undef = ir.Constant(vec, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+        def at(p, off):
+            return builder.gep(p, [ir.Constant(i64, off)])
+
+        def broadcast(p, l):
+            v = builder.insert_element(undef, builder.load(at(p, l), align=4), ir.Constant(i32, 0))
+            return builder.shuffle_vector(v, undef, splat)
+
+        def tree(a, b):
+            if fused:
+                level = [builder.call(fma, [a[2 * m], b[2 * m], builder.fmul(a[2 * m + 1], b[2 * m + 1])])
+                         for m in range(8)]
+            else:
+                level = [builder.fadd(builder.fmul(a[2 * m], b[2 * m]), builder.fmul(a[2 * m + 1], b[2 * m + 1]))
+                         for m in range(8)]
+            while len(level) > 1:
+                level = [builder.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
+            return level[0]
+
+        offs = [builder.load(at(tp, l), align=8) for l in range(16)]
+        rows = [[broadcast(p, l) for l in range(16)] for p in (xp, yp)]
+        for h, bh in enumerate((b0_addr, b1_addr)):
+            b = [builder.load(builder.inttoptr(builder.add(bh, builder.shl(offs[l], ir.Constant(i64, 2))), vptr),
+                              align=4) for l in range(16)]
+            for r in range(2):
+                slot = builder.bitcast(at(cp, LANES * (2 * h + r)), vptr)
+                acc = builder.load(slot, align=4)
+                builder.store(builder.fadd(acc, tree(rows[r], b)), slot, align=4)
+        return context.get_dummy_value()
+    return codegen
+
+
+@intrinsic(prefer_literal=True)
+def _tree16_2x2_tab(typingctx, c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr, fused):
+    """_tree16_2x2 with B's 16 rows at the offsets of a table (``fused`` a literal)."""
+    if not isinstance(fused, types.BooleanLiteral):
+        return None
+    u = types.uintp
+    return types.void(u, u, u, u, u, u, fused), _tree16_2x2_tab_codegen(fused.literal_value)
+
+
+@njit(cache=True)
+def _k_loop_tab(fused, args):
+    """One work item's K loop of matmul_tree16_tab (``fused`` a literal)."""
+    literally(fused)
+    c_addr, a_addr, a_row, b_addr, tab_addr, g0, g1, i0, i1, nkb, npair, ng = args
+    # column group outermost: its 16 x 32 B block of a K block (read from scattered rows) stays in L1 while
+    # the row pairs pass over it; each accumulator still takes the K blocks in increasing order
+    for g in range(ng):
+        b0 = b_addr + np.uintp(4) * g0[g]
+        b1 = b_addr + np.uintp(4) * g1[g]
+        cg = c_addr + np.uintp(g * 4 * LANES * 4)
+        for q in range(nkb):
+            tq = tab_addr + np.uintp(q * 16 * 8)
+            for p in range(npair):
+                i = i0 + 2 * p
+                x = a_addr + np.uintp(i * a_row + 64 * q)
+                y = a_addr + np.uintp(min(i + 1, i1 - 1) * a_row + 64 * q)
+                _tree16_2x2_tab(cg + np.uintp(p * ng * 4 * LANES * 4), tq, b0, b1, x, y, fused)
+
+
+@njit(cache=True, parallel=True)
+def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC):
+    """matmul_tree16's product of A (1, M, Kp) and a B read in place: out[i, j] = bias[0, j] (bias[0, i] if
+    ``bias_rows``), then for every K block q ``out[i, j] += tree16(A[0, i, 16q:16q+16], B[16q:16q+16, j])`` as
+    matmul_tree16 sums it, where B[16q + l, 32g + 16h + m] = b[g_h[g] + tab[q, l] + m] (b flat float32, tab
+    (Kp/16, 16) and g0 / g1 (one entry per 32-column group) uintp): each 16 columns of B are 16 consecutive
+    floats, its rows anywhere. The caller makes every read fall inside b (columns past N included: computed,
+    never stored) and the K padding read +0."""
+    M, N = out.shape
+    nkb = A.shape[2] // 16
+    if not 1 <= mc <= MC:
+        raise ValueError("matmul_tree16_tab: mc (rows per work item) must be in 1..MC")
+    if tiles.shape[1] < TILE or tiles.strides[1] != 4:
+        raise ValueError("matmul_tree16_tab: tiles must be (threads, TILE) float32, one row per Numba thread")
+    njt = (N + NC - 1) // NC
+    ngt = -(-N // (2 * LANES))
+    if (A.shape[1] < M or A.strides[2] != 4 or tab.shape[0] != nkb or tab.shape[1] != 16 or g0.size < ngt
+            or g1.size < ngt or not tab.flags.c_contiguous or not b.flags.c_contiguous):
+        raise ValueError("matmul_tree16_tab: operands and offset tables do not match the product's shape")
+    if nkb > 0 and M > 0 and N > 0:
+        t = np.uintp(0)
+        for v in tab.reshape(-1):
+            t = max(t, v)
+        g = np.uintp(0)
+        for k in range(ngt):
+            g = max(g, max(g0[k], g1[k]))
+        if t + g + 16 > b.size:
+            raise ValueError("matmul_tree16_tab: an offset reads past b")
+    nch = (M + mc - 1) // mc
+    b_addr = b.ctypes.data
+    tab_addr = tab.ctypes.data
+    At = A[0]
+    for w in prange(nch * njt):
+        i0 = (w // njt) * mc
+        i1 = min(M, i0 + mc)
+        jt = w % njt
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        ng = _tail_columns(jn) // (2 * LANES)
+        npair = (i1 - i0 + 1) // 2
+        C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
+        _tile_init(C, bias, 0, bias_rows, i0, i1, j0, jn, npair, ng)
+        gs = j0 // (2 * LANES)
+        args = (C.ctypes.data, At.ctypes.data, At.strides[0], b_addr, tab_addr, g0[gs:], g1[gs:], i0, i1, nkb,
+                npair, ng)
+        if fma:
+            _k_loop_tab(True, args)
+        else:
+            _k_loop_tab(False, args)
+        _tile_store(C, out, i0, i1, j0, jn, npair, ng)
+
+
 # the slab widths matmul_tree16_gather takes besides SLABS: a weight gradient's B read in place, 16 pixels
 # of one output row ``stride * channels`` floats apart (16 and 32: strides 1 and 2 over 16 channels)
 GATHER_WIDTHS = SLABS + (16, 32, 64)

@@ -5,7 +5,12 @@ products they replace, bit for bit and status for status:
 - conv2d with the pixels as rows and channels in runs of 16 (numerics.conv._runs16), against the im2col
   product (``_runs16`` forced False);
 - conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv._filter_grad_gather),
-  against the packed patches (``_filter_grad_gather`` forced None), also split over the cube cores.
+  against the packed patches, also split over the cube cores;
+- conv2d_backprop_input's pixel classes (matmul_tree16_tab: B's rows, dy's channels, read from planar dy in
+  place) where every kept K block is 16 channels of one tap and grid rows are runs of 16 pixels, against
+  the packed class patches (dx_class_packed).
+
+The replaced paths run with ``numerics.conv._IMPLICIT`` False.
 
 NaN operands (either, both signs) keep the packed products: which of two NaNs meeting in a sum comes out
 depends on the compiled code's operand order (tested: the same NaNs as before). Hostile data: +-Inf, 65504 and sums beyond it, fp16 subnormals,
@@ -20,9 +25,9 @@ import pytest
 
 from ascend_emu.numerics import conv as nconv
 from ascend_emu.numerics.cube_core import Epilogue
-from ascend_emu.numerics.policy import CubeModel
+from ascend_emu.numerics.policy import CubeModel, bfloat16
 
-from tests.numerics.test_cube_backprop import _geometry, _launch
+from tests.numerics.test_cube_backprop import _dz_pads, _geometry, _launch
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 
@@ -40,16 +45,16 @@ def _values(rng, shape, kind, scale=1.0, nan=False):
 
 
 class _Ran:
-    """Counts the calls of the implicit kernel (wraps kernels.cube.matmul_tree16_gather as conv.py reads it)."""
+    """Counts the calls of an implicit kernel (wraps kernels.cube.<name> as conv.py reads it)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, name="matmul_tree16_gather"):
         self.n = 0
-        orig = nconv._k.matmul_tree16_gather
+        orig = getattr(nconv._k, name)
 
         def wrapped(*a):
             self.n += 1
             return orig(*a)
-        monkeypatch.setattr(nconv._k, "matmul_tree16_gather", wrapped)
+        monkeypatch.setattr(nconv._k, name, wrapped)
 
 
 def _same(got, want, msg):
@@ -78,7 +83,7 @@ def _forward(monkeypatch, x, w, kw, chain=None):
         return nconv.conv2d(x, w, **k)
     got = run()
     with monkeypatch.context() as m:
-        m.setattr(nconv, "_runs16", lambda koff: False)
+        m.setattr(nconv, "_IMPLICIT", False)
         want = run()
     _same(got, want, f"conv2d x {x.shape} {x.dtype} w {w.shape} {kw}")
 
@@ -144,7 +149,7 @@ def _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=None, **kw):
         return nconv.conv2d_backprop_filter(x, dy, (KH, KW), strides, pads, dil, multicore=mc, **kw)
     got = run()
     with monkeypatch.context() as m:
-        m.setattr(nconv, "_filter_grad_gather", lambda *a: None)
+        m.setattr(nconv, "_IMPLICIT", False)
         want = run()
     _same(got, want, f"backprop filter x {x.shape} {x.dtype} dy {dy.shape} {dy.dtype} {kw} seed {seed}")
 
@@ -202,3 +207,64 @@ def test_implicit_paths_decline_what_they_cannot_read_in_place():
     assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
     cols, per, slack = nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
     assert per == 2 and slack == 16 and cols.size == 144 and cols[48] == 64
+
+
+# ------------------------------------------------------------------------------ conv2d_backprop_input
+
+INPUT = [((2, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the benchmark's layer 2: classes 16 wide
+         ((1, 9, 32, 8), 3, 3, 16, (2, 2), "VALID", (1, 1)),      # cropping pads, odd class heights
+         ((2, 5, 16, 3), 3, 2, 16, (1, 1), "SAME", (1, 1)),       # stride 1: one class 16 wide
+         ((1, 6, 64, 4), 2, 3, 48, (1, 2), "SAME", (2, 1)),       # classes 32 wide, dilated rows, Cout 48
+         ((1, 7, 18, 5), 3, 3, 16, (2, 2), "SAME", (1, 1))]       # classes 9 wide: declines
+
+
+def _input(monkeypatch, dy, w, strides, dzp, dil, **kw):
+    def run():
+        return nconv.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+    got = run()
+    with monkeypatch.context() as m:
+        m.setattr(nconv, "_IMPLICIT", False)
+        want = run()
+    _same(got, want, f"backprop input dy {dy.shape} {dy.dtype} w {w.shape} {kw}")
+
+
+IMODES = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), dict(subnormals="flush"),
+          dict(operand_dtype="bfloat16", out_dtype="bfloat16"), dict(operand_dtype="float32", out_dtype="float32")]
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(IMODES)))
+def test_backprop_input_implicit_gemm_is_the_packed_classes_product(kind, mode, monkeypatch):
+    rng = np.random.default_rng(3700 + 10 * mode + len(kind))
+    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    for xs, KH, KW, CO, strides, padding, dil in INPUT:
+        _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+        w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3)   # finite: the dropped blocks of zeros
+        # (dy not in the operand dtype, float32 under fp16 operands, runs the zero-inserted conv2d)
+        for dt in ((np.float16, np.float32) if mode != 4 else (bfloat16,)):
+            dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0).astype(dt)
+            _input(monkeypatch, dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
+    assert ran.n >= 4 + 4 + 1 + 2   # the classes of the first four geometries, once at least
+
+
+def test_backprop_input_implicit_gemm_declines(monkeypatch):
+    """NaN in dy, a non-finite filter or a bias (no blocks dropped), the NC1HWC0 order: the packed classes."""
+    rng = np.random.default_rng(3800)
+    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    xs, KH, KW, CO, strides, padding, dil = INPUT[0]
+    _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+    w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3).astype(np.float16)
+    dy = _values(rng, (xs[0], OH, OW, CO), "hostile", 3.0, nan=True).astype(np.float16)
+    for ov in ("inf_nan", "saturation"):
+        _input(monkeypatch, dy, w, strides, dzp, dil, overflow_mode=ov, out_dtype="float32")
+    dy = _values(rng, (xs[0], OH, OW, CO), "hostile", 3.0).astype(np.float16)
+    w_inf = w.copy()
+    w_inf[1, 1, 0, 0] = np.inf
+    _input(monkeypatch, dy, w_inf, strides, dzp, dil)
+    _input(monkeypatch, dy, w, strides, dzp, dil, bias=rng.standard_normal(xs[3]).astype(np.float32))
+    _input(monkeypatch, dy, w, strides, dzp, dil, model=CubeModel(conv_k_order="c1hwc0"))
+    assert ran.n == 0
+    _input(monkeypatch, dy, w, strides, dzp, dil)
+    assert ran.n == 4
