@@ -193,18 +193,28 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     # itself (the values and status of _operand_values: a widening raises none), with no float32 copy
     bits16 = (KH * KW == 1 and pol.fast and Cp == C and not any(map(any, pads)) and pol.operand != "float32"
               and x.dtype == config.COMPUTE_DTYPES[pol.operand])
-    if bits16:
-        xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
-    else:
-        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
-    wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
-    koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
     K = KH * KW * Cp
     kp = _kp(K)
     R = N * OH * OW
     zero = np.zeros(1, dtype=np.int64)
     flip = rows_ok and _transposed(R, CO)   # pixels as rows where _transposed alone would not have them
     transposed = _transposed(R, CO) and not flip
+    # the pixels-as-columns product read from planar x in place (matmul_tree16_tab): 16 consecutive output
+    # pixels of a row are 16 consecutive floats of a plane at stride 1. Only without NaN operands: which of
+    # two NaNs meeting in a sum comes out depends on the compiled code's operand order
+    planar = (_IMPLICIT and transposed and pol.fast and sw == 1 and OW % 16 == 0 and not _any_nan(w)
+              and not _any_nan(x))
+    if planar:
+        xv, sx = _operand_values(x, pol)
+        xp = _alloc.empty((N, Cp + 1, x.shape[1] + sum(pads[0]), x.shape[2] + sum(pads[1])), np.float32)
+        _k.planar_padded(xv, xp, pads[0][0], pads[1][0])   # channels C.. Cp: +0, the K padding's plane
+    elif bits16:
+        xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
+    else:
+        xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
+    wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
+    if not planar:
+        koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
@@ -223,7 +233,19 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         tiles = _tiles()
     else:
         W = wprep
-    if transposed and pol.fast:
+    todo = R   # pixels left for the im2col chunks
+    if planar:
+        tiles = _tiles()
+        outT = out_buf.reshape(CO, R) if whole_t else _alloc.empty((CO, R), np.float32)
+        _, _, Hp, Wpl = xp.shape
+        g0, g1 = _class_runs(N, OH, OW, (Cp + 1) * Hp * Wpl, sh * Wpl)   # pixel (n, oh, ow) at oh*sh*Wpl + ow
+        mc = _k.row_block(CO, -(-R // _k.NC), numba.get_num_threads())
+        _k.matmul_tree16_tab(WT, xp.reshape(-1), _planar_tab(KH, KW, Cp, Hp, Wpl, dh, dw, order), g0, g1, biasv,
+                             True, outT, tiles, pol.exact_products, mc)
+        if not whole_t:
+            acc[:] = outT.T
+        todo = 0   # no im2col chunks left
+    elif transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
         tiles = _tiles()
     else:
@@ -242,8 +264,8 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
             mc = _k.row_block(R, Wp.shape[1], numba.get_num_threads())
             _k.matmul_tree16_gather(xp, po, np.ascontiguousarray(koff[::16]), Wp, bq, bg, Wp.shape[4], biasv, False,
                                     acc, tiles, pol.exact_products, mc)
-            R = 0   # no row chunks left
-    for r0 in range(0, R, chunk):
+            todo = 0   # no row chunks left
+    for r0 in range(0, todo, chunk):
         n = min(R, r0 + chunk) - r0
         if transposed:  # im2col laid out (K, pixels): pixels are the kernel's columns
             outT = out_buf.reshape(1, CO, R)[:, :, r0:r0 + n] if whole_t else out_buf[:CO * n].reshape(1, CO, n)
@@ -617,10 +639,28 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
 
 
 @functools.lru_cache(maxsize=64)
+def _planar_tab(KH, KW, Cp, Hp, Wp, dh, dw, order):
+    """matmul_tree16_tab's row table of conv2d's K positions (in the model's order, as _k_offsets) in a planar
+    padded input (N, Cp + 1, Hp, Wp): tap (kh, kw) of channel c at c*Hp*Wp + kh*dh*Wp + kw*dw from the output
+    pixel's corner; the K padding reads plane Cp (all +0)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(Cp), indexing="ij")
+    off = (c * Hp + kh * dh) * Wp + kw * dw
+    if order == "c1hwc0":  # (cin // 16, kh, kw, cin % 16)
+        off = off.reshape(KH, KW, Cp // 16, 16).transpose(2, 0, 1, 3)
+    off = off.reshape(-1)
+    tab = np.full(_kp(off.size), Cp * Hp * Wp, dtype=np.uintp)
+    tab[:off.size] = off
+    tab = tab.reshape(-1, 16)
+    tab.flags.writeable = False
+    return tab
+
+
+@functools.lru_cache(maxsize=64)
 def _class_runs(N, Hc, Wc, plane, Wp):
-    """matmul_tree16_tab's column offsets for a pixel class of an input gradient (Wc a multiple of 16): for
-    each group of 32 grid pixels, the planar offsets n*plane + i*Wp + m of its two runs of 16 (pixel
-    (n*Hc + i)*Wc + m); a group's missing second run repeats its first (computed, never stored)."""
+    """matmul_tree16_tab's column offsets for a grid of pixels in a planar input (a pixel class of an input
+    gradient; conv2d's output pixels at stride 1 along rows), Wc a multiple of 16: for each group of 32 grid
+    pixels, the planar offsets n*plane + i*Wp + m of its two runs of 16 (pixel (n*Hc + i)*Wc + m); a group's
+    missing second run repeats its first (computed, never stored)."""
     R = N * Hc * Wc
     p = np.arange(0, R, 16, dtype=np.int64)
     g = p // Wc

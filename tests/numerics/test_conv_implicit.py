@@ -3,7 +3,8 @@ patches where they lie in the padded input, no im2col matrix or packed patch sla
 products they replace, bit for bit and status for status:
 
 - conv2d with the pixels as rows and channels in runs of 16 (numerics.conv._runs16), against the im2col
-  product (``_runs16`` forced False);
+  product; conv2d with the pixels as columns at stride 1 along rows of 16k pixels (matmul_tree16_tab: B's
+  rows, the taps x channels, read from planar x in place), against the packed im2col (im2col_packed);
 - conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv._filter_grad_gather),
   against the packed patches, also split over the cube cores;
 - conv2d_backprop_input's pixel classes (matmul_tree16_tab: B's rows, dy's channels, read from planar dy in
@@ -128,6 +129,47 @@ def test_conv2d_implicit_gemm_with_a_fused_epilogue(kind, monkeypatch):
                  ([("add", (-1, 2))], [b], "float16"))
         _forward(monkeypatch, x, w, dict(strides=(1, 1), padding="SAME", overflow_mode=ov),
                  ([("add", (-1, 2)), ("relu", (-1,))], [b], "float16"))
+    assert ran.n == 4
+
+
+PLANAR = [((2, 8, 16, 3), (3, 3, 3, 16), dict(padding="SAME")),                     # the benchmark's layer 1
+          ((1, 5, 32, 5), (3, 2, 5, 24), dict(padding=[[1, 0], [0, 1]])),
+          ((2, 9, 16, 4), (2, 3, 4, 8), dict(strides=(2, 1), padding="SAME", dilations=(2, 1))),
+          ((1, 4, 16, 8), (1, 1, 8, 16), dict(padding="VALID")),                    # 1x1: the 16-bit im2col path
+          ((1, 6, 32, 20), (3, 3, 20, 40), dict(padding="SAME", model=CubeModel(conv_k_order="c1hwc0"))),
+          ((1, 6, 15, 3), (3, 3, 3, 16), dict(padding="SAME"))]                     # rows of 15 pixels: declines
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(FMODES)))
+def test_conv2d_planar_implicit_gemm_is_the_packed_im2col_product(kind, mode, monkeypatch):
+    """The pixels-as-columns product with B read from planar x in place (stride 1 along rows of 16k pixels)."""
+    rng = np.random.default_rng(3900 + 10 * mode + len(kind))
+    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    for xs, ws, geo in PLANAR:
+        for xdt in (np.float16, np.float32):
+            x = _values(rng, xs, kind).astype(xdt)
+            w = _values(rng, ws, kind, 0.3).astype(np.float16 if mode != 4 else np.float32)
+            bias = _values(rng, ws[3:], "normal").astype(np.float32) if xdt == np.float16 else None
+            _forward(monkeypatch, x, w, dict(geo, bias=bias, **FMODES[mode]))
+    assert ran.n == 2 * (len(PLANAR) - 1)
+
+
+def test_conv2d_planar_implicit_gemm_with_a_fused_epilogue_and_nan(monkeypatch):
+    rng = np.random.default_rng(4000)
+    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    x = _values(rng, (3, 16, 16, 3), "hostile").astype(np.float16)
+    w = _values(rng, (3, 3, 3, 16), "hostile", 0.3).astype(np.float16)
+    b = _values(rng, (16,), "normal").astype(np.float16)
+    for ov in ("inf_nan", "saturation"):
+        _forward(monkeypatch, x, w, dict(padding="SAME", overflow_mode=ov), ([("add", (-1, 2))], [b], "float16"))
+        _forward(monkeypatch, x, w, dict(padding="SAME", overflow_mode=ov),
+                 ([("add", (-1, 2)), ("relu", (-1,))], [b], "float16"))
+    assert ran.n == 4
+    for where in ("x", "w", "both"):   # NaN operands: the packed product
+        xn = _values(rng, (3, 16, 16, 3), "hostile", nan=where != "w").astype(np.float16)
+        wn = _values(rng, (3, 3, 3, 16), "hostile", 0.3, nan=where != "x").astype(np.float16)
+        _forward(monkeypatch, xn, wn, dict(padding="SAME", out_dtype="float32"))
     assert ran.n == 4
 
 
