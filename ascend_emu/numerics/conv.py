@@ -221,13 +221,14 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     wprep, sw_ = _conv_filter(w, pol, Cp, kp, transposed)
     # the transposed product stays (CO, R): the epilogue (a fused op's, else the plain Fixpipe's) reads it
     # column by column, in place of a transposed copy
-    if transposed and pol.fast and epilogue is None and pol.subnormal == config.SUBNORMAL_MODES["keep"]:
+    if transposed and not planar and pol.fast and epilogue is None and pol.subnormal == config.SUBNORMAL_MODES["keep"]:
         epilogue = Epilogue([], [], pol.out, fused=False)
-    whole_t = transposed and pol.fast and epilogue is not None
+    whole_t = transposed and not planar and pol.fast and epilogue is not None
     acc = None if whole_t else _alloc.empty((R, CO), np.float32)
     if transposed:
         WT = wprep
-        out_buf = _alloc.empty(CO * (R if whole_t else rows), np.float32)
+        if not planar:
+            out_buf = _alloc.empty(CO * (R if whole_t else rows), np.float32)
     elif pol.fast:
         Wp = wprep   # packed once for every row chunk
         tiles = _tiles()
@@ -236,14 +237,12 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     todo = R   # pixels left for the im2col chunks
     if planar:
         tiles = _tiles()
-        outT = out_buf.reshape(CO, R) if whole_t else _alloc.empty((CO, R), np.float32)
+        # stored pixel by pixel (store_t): the Fixpipe reads rows, no C^T
         _, _, Hp, Wpl = xp.shape
         g0, g1 = _class_runs(N, OH, OW, (Cp + 1) * Hp * Wpl, sh * Wpl)   # pixel (n, oh, ow) at oh*sh*Wpl + ow
         mc = _k.row_block(CO, -(-R // _k.NC), numba.get_num_threads())
         _k.matmul_tree16_tab(WT, xp.reshape(-1), _planar_tab(KH, KW, Cp, Hp, Wpl, dh, dw, order), g0, g1, biasv,
-                             True, outT, tiles, pol.exact_products, mc)
-        if not whole_t:
-            acc[:] = outT.T
+                             True, acc, tiles, pol.exact_products, mc, True)
         todo = 0   # no im2col chunks left
     elif transposed and pol.fast:
         slabs = _k.empty_slabs(_k.slab_shape(1, rows, kp))
@@ -259,7 +258,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
             if flip:
                 return None
         else:
-            po = _k.pixel_offsets(xp, sh, sw, OH, OW, 0, R)
+            po = _pixel_rows(xp.shape, sh, sw, OH, OW)
             bq, bg = _slab_offsets(Wp.shape)
             mc = _k.row_block(R, Wp.shape[1], numba.get_num_threads())
             _k.matmul_tree16_gather(xp, po, np.ascontiguousarray(koff[::16]), Wp, bq, bg, Wp.shape[4], biasv, False,
@@ -319,6 +318,15 @@ def _any_nan(a: np.ndarray) -> bool:
     return a.dtype.kind == "f" and bool(np.isnan(a).any())
 
 
+@functools.lru_cache(maxsize=64)
+def _pixel_rows(shape, sh, sw, OH, OW):
+    """pixel_offsets of every output pixel of a padded NHWC input of ``shape`` (computed once per geometry)."""
+    po = _k.pixel_offsets(np.empty(shape, dtype=np.float32), sh, sw, OH, OW, 0, shape[0] * OH * OW)
+    po.flags.writeable = False
+    return po
+
+
+@functools.lru_cache(maxsize=64)
 def _slab_offsets(shape):
     """matmul_tree16_gather's B offset tables (K blocks, column groups) for slabs of ``shape``
     (1, column tiles, K blocks, 16, width) as pack_b lays them out."""
@@ -327,6 +335,8 @@ def _slab_offsets(shape):
     g = np.arange(njt * (_k.NC // (2 * _k.LANES)), dtype=np.uintp)
     per = _k.NC // (2 * _k.LANES)
     bg = (g // per) * np.uintp(nkb * 16 * W) + (g % per) * np.uintp(2 * _k.LANES)
+    for a in (bq, bg):
+        a.flags.writeable = False
     return bq, bg
 
 
@@ -596,12 +606,12 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
             R = N * Hc * Wc
             WTc = WT if keep is None else np.ascontiguousarray(WT[:, :, keep])
             g0, g1 = _class_runs(N, Hc, Wc, CO * Hp * Wp, Wp)
-            outc = _alloc.empty((CI, R), np.float32)
+            outc = _alloc.empty((R, CI), np.float32)   # the product stored pixel by pixel (store_t)
             mc = _k.row_block(CI, -(-R // _k.NC), numba.get_num_threads())
             _k.matmul_tree16_tab(WTc, dyp.reshape(-1), koff.astype(np.uintp).reshape(-1, 16), g0, g1, biasv, True,
-                                 outc, tiles, pol.exact_products, mc)
-            sf |= int(_k.finish_grid(outc, out, 0, R, Hc, Wc, H, W, ry, rx, sh, sw, pol.out == "bfloat16",
-                                     pol.overflow, pol.subnormal))
+                                 outc, tiles, pol.exact_products, mc, True)
+            sf |= int(_k.finish_grid_rows(outc, out, Hc, Wc, H, W, ry, rx, sh, sw, pol.out == "bfloat16",
+                                          pol.overflow, pol.subnormal))
         if pol.out != "float32":
             out = out.view(config.COMPUTE_DTYPES[pol.out])
         return out, sd | sw_ | sf

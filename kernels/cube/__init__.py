@@ -43,4 +43,4 @@ from .conv import (depthwise_tree16, dw_im2col_t, has_nan, im2col, im2col_packed
                    widen_padded)
 from .conv import dx_class_packed, patch_rows_packed, planar_padded, rows_transposed  # noqa: F401
 from .operands import round_f32_operands, round_f64_operands, widen_operands  # noqa: F401
-from .fixpipe import finish_f32, finish_grid, finish_to_16, to16  # noqa: F401
+from .fixpipe import finish_f32, finish_grid, finish_grid_rows, finish_to_16, to16  # noqa: F401

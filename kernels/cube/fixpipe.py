@@ -190,3 +190,36 @@ def finish_grid(accT, out, r0, rows, Hc, Wc, H, W, oy, ox, sy, sx, bf16, overflo
                 g += 1
                 row = ((g // Hc) * H + oy + sy * (g % Hc)) * W + ox
     return or_all(st)
+
+
+@njit(cache=True, parallel=True)
+def finish_grid_rows(acc, out, Hc, Wc, H, W, oy, ox, sy, sx, bf16, overflow, subnormal):
+    """:func:`finish_grid` of a product stored pixel by pixel: acc (rows, C) float32, pixel p = (n*Hc + i)*Wc + m
+    to out[n, oy + sy*i, ox + sx*m, :], each element converted as finish_grid converts it; returns the OR of
+    statuses."""
+    rows, C = acc.shape
+    nblk = (rows + _GRID - 1) // _GRID
+    st = np.zeros(nblk, dtype=np.int32)
+    sat = overflow == SATURATION
+    of = out.reshape(-1)
+    flat = acc.reshape(1, rows * C)   # one "channel" of all the values: _convert_block's element by element
+    fbits = flat.view(np.uint32)
+    for b in prange(nblk):
+        j0 = b * _GRID
+        nb = min(rows, j0 + _GRID) - j0
+        buf = np.empty(_GRID * C, dtype=of.dtype)   # the block, pixel by pixel
+        st[b] = _convert_block(flat, fbits, j0 * C, nb * C, buf, bf16, overflow, sat, subnormal)
+        g = j0 // Wc
+        m = j0 % Wc
+        row = ((g // Hc) * H + oy + sy * (g % Hc)) * W + ox
+        for j in range(nb):  # each pixel's C channels to its place in out
+            d = np.uintp((row + sx * m) * C)
+            s0 = np.uintp(j * C)
+            for c in range(np.uintp(C)):
+                of[d + c] = buf[s0 + c]
+            m += 1
+            if m == Wc:
+                m = 0
+                g += 1
+                row = ((g // Hc) * H + oy + sy * (g % Hc)) * W + ox
+    return or_all(st)

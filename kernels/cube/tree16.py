@@ -229,6 +229,21 @@ def _tile_store(C, out, i0, i1, j0, jn, npair, ng):
                             out[i, j0 + jb + l] = C[p, g, s, l]
 
 
+@njit(cache=True)
+def _tile_store_t(C, outT, i0, i1, j0, jn, npair, ng):
+    """_tile_store into the transposed output: outT[j0 + j, i] for rows i0 <= i < i1 and columns j < jn."""
+    for g in range(ng):
+        for h in range(2):
+            jb = 2 * LANES * g + LANES * h
+            for l in range(max(0, min(LANES, jn - jb))):
+                j = j0 + jb + l
+                for p in range(npair):
+                    for r in range(2):
+                        i = i0 + 2 * p + r
+                        if i < i1:
+                            outT[j, i] = C[p, g, 2 * h + r, l]
+
+
 @njit(cache=True, parallel=True)
 def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
     """out[t,i,j] = bias[t',j] (bias[t',i] if bias_rows; t'=t|0) += tree16(A[ia[t],i,16q:+16], B[ib[t],16q:+16,j])."""
@@ -357,14 +372,17 @@ def _k_loop_tab(fused, args):
 
 
 @njit(cache=True, parallel=True)
-def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC):
+def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC, store_t=False):
     """matmul_tree16's product of A (1, M, Kp) and a B read in place: out[i, j] = bias[0, j] (bias[0, i] if
     ``bias_rows``), then for every K block q ``out[i, j] += tree16(A[0, i, 16q:16q+16], B[16q:16q+16, j])`` as
     matmul_tree16 sums it, where B[16q + l, 32g + 16h + m] = b[g_h[g] + tab[q, l] + m] (b flat float32, tab
     (Kp/16, 16) and g0 / g1 (one entry per 32-column group) uintp): each 16 columns of B are 16 consecutive
     floats, its rows anywhere. The caller makes every read fall inside b (columns past N included: computed,
-    never stored) and the K padding read +0."""
-    M, N = out.shape
+    never stored) and the K padding read +0. ``store_t``: ``out`` is (N, M), written transposed (out[j, i])."""
+    if store_t:
+        N, M = out.shape
+    else:
+        M, N = out.shape
     nkb = A.shape[2] // 16
     if not 1 <= mc <= MC:
         raise ValueError("matmul_tree16_tab: mc (rows per work item) must be in 1..MC")
@@ -405,7 +423,10 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             _k_loop_tab(True, args)
         else:
             _k_loop_tab(False, args)
-        _tile_store(C, out, i0, i1, j0, jn, npair, ng)
+        if store_t:
+            _tile_store_t(C, out, i0, i1, j0, jn, npair, ng)
+        else:
+            _tile_store(C, out, i0, i1, j0, jn, npair, ng)
 
 
 # the slab widths matmul_tree16_gather takes besides SLABS: a weight gradient's B read in place, 16 pixels
