@@ -428,7 +428,13 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     # an implicit GEMM where the patches allow it (_filter_grad_gather): B read from xp in place. Only without
     # NaN operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order
     gather = _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW) if _IMPLICIT else None
-    gather = gather if gather and not (_any_nan(x) or _any_nan(dy)) else None
+    # else, with a few channels at stride 1 along rows: dw itself (taps x channels as rows, A read from planar
+    # x in place; dy's rows as B, in place) where the pixels of a K block are 16 consecutive floats of a plane
+    taps_rows = (_IMPLICIT and gather is None and sw == 1 and OW % 16 == 0 and C < 16 and CO in _k.GATHER_WIDTHS)
+    if (gather or taps_rows) and (_any_nan(x) or _any_nan(dy)):
+        gather, taps_rows = None, False
+    if taps_rows:
+        return _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol, multicore)
     if gather:
         xflat, xshape, sx = _padded_input_flat(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
         xp = xflat[:int(np.prod(xshape))].reshape(xshape)
@@ -485,6 +491,65 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     out = _alloc.empty(out_shape, np.float32 if pol.out == "float32" else np.uint16)
     sf = _k.finish_grid(acc.reshape(CO, Kc), out, 0, Kc, 1, Kc, 1, Kc, 0, 0, 1, 1, pol.out == "bfloat16",
                         pol.overflow, pol.subnormal)
+    if pol.out != "float32":
+        out = out.view(config.COMPUTE_DTYPES[pol.out])
+    return out, sx | sd | int(sf)
+
+
+def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy, multicore):
+    """conv2d_backprop_filter as dw = im2col(x)^T @ dy with the taps x channels as the product's rows (few
+    channels, stride 1 along rows, OW a multiple of 16, Cout a width of GATHER_WIDTHS): A[(kh, kw, c), pixel]
+    read from planar padded x (16 pixels of a K block consecutive in a plane), B = dy's rows in place. The
+    same K order (pixels in (n, oh, ow) order, blocks of 16), the same split over cube cores, so the same
+    sums; the operands' roles are swapped, so the caller keeps NaN operands away."""
+    N, H, W, C = x.shape
+    CO = dy.shape[3]
+    R, Kc = N * OH * OW, KH * KW * C
+    xv, sx = _operand_values(x, pol)
+    if sx:   # the status is the patches' (the pixels some tap reads), not the whole input's
+        ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
+                  ((H, KH, sh, dh, pads[0], OH), (W, KW, 1, dw, pads[1], OW)))
+        if len(ys) < H or len(xs) < W:
+            sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
+    Hp, Wp = H + sum(pads[0]), W + sum(pads[1])
+    xpl = _alloc.empty((N, C, Hp, Wp), np.float32)
+    _k.planar_padded(xv, xpl, pads[0][0], pads[1][0])
+    # dy's operand values, then 32 floats of +0 (a 16-column product's unused half reads past the last row)
+    dyb = _alloc.empty(R * CO + 2 * _k.LANES, np.float32)
+    dyb[R * CO:] = 0
+    target = config.COMPUTE_DTYPES.get(pol.operand)
+    if pol.operand != "float32" and dy.dtype == target:
+        _k.widen_operands(np.ascontiguousarray(dy).reshape(-1).view(np.uint16), dyb[:R * CO].view(np.uint32),
+                          pol.operand == "bfloat16", pol.subnormal == config.SUBNORMAL_MODES["flush"])
+        sd = 0
+    else:
+        dv, sd = _operand_values(dy, pol)
+        dyb[:R * CO] = dv.reshape(-1)
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
+    a_rows = np.ascontiguousarray(((c * Hp + kh * dh) * Wp + kw * dw).reshape(-1), dtype=np.uintp)
+    b_g = np.arange(-(-CO // (2 * _k.LANES)), dtype=np.uintp) * np.uintp(2 * _k.LANES)
+    bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
+    if bounds is None:
+        bounds = np.array([0, R], dtype=np.int64)
+    tiles = _tiles()
+    bias = np.zeros((1, CO), dtype=np.float32)
+    parts = np.empty((len(bounds) - 1, Kc * CO), dtype=np.float32)
+    for part in range(len(bounds) - 1):
+        r0, r1 = int(bounds[part]), int(bounds[part + 1])
+        p = np.arange(r0, r1, 16, dtype=np.int64)   # each K block's first pixel (n, oh, ow)
+        n, oh, ow = p // (OH * OW), (p // OW) % OH, p % OW
+        a_q = np.ascontiguousarray((n * C * Hp + oh * sh) * Wp + ow, dtype=np.uintp)
+        b_q = np.ascontiguousarray(p * CO, dtype=np.uintp)
+        _k.matmul_tree16_gather(xpl, a_rows, a_q, dyb, b_q, b_g, CO, bias, False, parts[part].reshape(Kc, CO),
+                                tiles, pol.exact_products, _k.row_block(Kc, 1, numba.get_num_threads()))
+    if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
+        acc = np.empty(Kc * CO, dtype=np.float32)
+        _km.combine_f32(parts, np.ascontiguousarray(multicore.order(len(bounds) - 1), dtype=np.int64), acc)
+    else:
+        acc = parts[0]
+    out = _alloc.empty((KH, KW, C, CO), np.float32 if pol.out == "float32" else np.uint16)
+    sf = _k.finish_grid_rows(acc.reshape(Kc, CO), out, 1, Kc, 1, Kc, 0, 0, 1, 1, pol.out == "bfloat16",
+                             pol.overflow, pol.subnormal)
     if pol.out != "float32":
         out = out.view(config.COMPUTE_DTYPES[pol.out])
     return out, sx | sd | int(sf)

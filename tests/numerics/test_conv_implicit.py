@@ -6,7 +6,8 @@ products they replace, bit for bit and status for status:
   product; conv2d with the pixels as columns at stride 1 along rows of 16k pixels (matmul_tree16_tab: B's
   rows, the taps x channels, read from planar x in place), against the packed im2col (im2col_packed);
 - conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv._filter_grad_gather),
-  against the packed patches, also split over the cube cores;
+  and with a few channels at stride 1 along rows (the taps x channels as rows, read from planar x; dy's rows
+  in place), against the packed patches, also split over the cube cores;
 - conv2d_backprop_input's pixel classes (matmul_tree16_tab: B's rows, dy's channels, read from planar dy in
   place) where every kept K block is 16 channels of one tap and grid rows are runs of 16 pixels, against
   the packed class patches (dx_class_packed).
@@ -249,6 +250,50 @@ def test_implicit_paths_decline_what_they_cannot_read_in_place():
     assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
     cols, per, slack = nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
     assert per == 2 and slack == 16 and cols.size == 144 and cols[48] == 64
+
+
+TAPS_ROWS = [((2, 9, 16, 3), 3, 3, 16, (1, 1), "SAME", (1, 1)),     # the benchmark's layer 1
+             ((1, 8, 18, 5), 2, 3, 32, (2, 1), "VALID", (2, 1)),    # row stride 2, dilated rows
+             ((3, 5, 32, 1), 3, 3, 48, (1, 1), "SAME", (1, 1)),
+             ((1, 6, 16, 7), 1, 1, 64, (1, 1), "VALID", (1, 1)),
+             ((1, 6, 16, 3), 3, 3, 24, (1, 1), "SAME", (1, 1))]     # Cout 24: declines
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(FMODES_B)))
+def test_backprop_filter_taps_as_rows_is_the_packed_patches_product(kind, mode, monkeypatch):
+    """A few channels at stride 1 along rows: dw with the taps x channels as rows, x planar, dy in place."""
+    rng = np.random.default_rng(4100 + 10 * mode + len(kind))
+    ran = _Ran(monkeypatch)
+    for xs, KH, KW, CO, strides, padding, dil in TAPS_ROWS:
+        pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0).astype(np.float16)
+        for xdt in (np.float16, np.float32):
+            x = _values(rng, xs, kind).astype(xdt)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, **FMODES_B[mode])
+            _filter(monkeypatch, x, dy.astype(np.float32), KH, KW, strides, pads, dil, **FMODES_B[mode])
+    assert ran.n == 4 * (len(TAPS_ROWS) - 1)
+
+
+def test_backprop_filter_taps_as_rows_over_cube_cores_and_with_nan(monkeypatch):
+    rng = np.random.default_rng(4200)
+    ran = _Ran(monkeypatch)
+    xs, KH, KW, CO, strides, padding, dil = TAPS_ROWS[0]
+    xs = (5,) + xs[1:]
+    pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+    for kind in ("normal", "big"):   # (hostile data's Inf reaches nearly every output of so few channels)
+        x = _values(rng, xs, kind).astype(np.float16)
+        dy = _values(rng, (5, OH, OW, CO), kind, 3.0).astype(np.float16)
+        for seed in (1, 2, 3):
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=seed)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=seed, overflow_mode="saturation")
+    assert ran.n >= 12
+    n = ran.n
+    for where in ("x", "dy", "both"):
+        xn = _values(rng, xs, "hostile", nan=where != "dy").astype(np.float16)
+        dyn = _values(rng, (5, OH, OW, CO), "hostile", 3.0, nan=where != "x").astype(np.float16)
+        _filter(monkeypatch, xn, dyn, KH, KW, strides, pads, dil, out_dtype="float32")
+    assert ran.n == n
 
 
 # ------------------------------------------------------------------------------ conv2d_backprop_input
