@@ -205,9 +205,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     planar = (_IMPLICIT and transposed and pol.fast and sw == 1 and OW % 16 == 0 and not _any_nan(w)
               and not _any_nan(x))
     if planar:
-        xv, sx = _operand_values(x, pol)
-        xp = _alloc.empty((N, Cp + 1, x.shape[1] + sum(pads[0]), x.shape[2] + sum(pads[1])), np.float32)
-        _k.planar_padded(xv, xp, pads[0][0], pads[1][0])   # channels C.. Cp: +0, the K padding's plane
+        xp, sx = _planar_operands(x, pol, pads, Cp + 1)   # channels C.. Cp: +0, the K padding's plane
     elif bits16:
         xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
     else:
@@ -307,6 +305,20 @@ def _runs16(koff: np.ndarray) -> bool:
         return False
     k = koff.reshape(-1, 16).astype(np.int64)
     return bool((k - k[:, :1] == np.arange(16)).all())
+
+
+def _planar_operands(x: np.ndarray, pol: _Policy, pads, channels: int):
+    """(x's operand values as a planar float32 array (N, channels, H + pads, W + pads), zero-padded; status):
+    16-bit x in the operand dtype widened on the way (no status), else rounded first (_operand_values)."""
+    N, H, W, _ = x.shape
+    out = _alloc.empty((N, channels, H + sum(pads[0]), W + sum(pads[1])), np.float32)
+    if pol.operand != "float32" and x.dtype == config.COMPUTE_DTYPES[pol.operand]:
+        _k.planar_widened(np.ascontiguousarray(x).view(np.uint16), out, pads[0][0], pads[1][0],
+                          pol.operand == "bfloat16", pol.subnormal)
+        return out, 0
+    xv, st = _operand_values(x, pol)
+    _k.planar_padded(xv, out, pads[0][0], pads[1][0])
+    return out, st
 
 
 def _any_nan(a: np.ndarray) -> bool:
@@ -505,15 +517,13 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     N, H, W, C = x.shape
     CO = dy.shape[3]
     R, Kc = N * OH * OW, KH * KW * C
-    xv, sx = _operand_values(x, pol)
+    xpl, sx = _planar_operands(x, pol, pads, C)
     if sx:   # the status is the patches' (the pixels some tap reads), not the whole input's
         ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
                   ((H, KH, sh, dh, pads[0], OH), (W, KW, 1, dw, pads[1], OW)))
         if len(ys) < H or len(xs) < W:
             sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
-    Hp, Wp = H + sum(pads[0]), W + sum(pads[1])
-    xpl = _alloc.empty((N, C, Hp, Wp), np.float32)
-    _k.planar_padded(xv, xpl, pads[0][0], pads[1][0])
+    Hp, Wp = xpl.shape[2:]
     # dy's operand values, then 32 floats of +0 (a 16-column product's unused half reads past the last row)
     dyb = _alloc.empty(R * CO + 2 * _k.LANES, np.float32)
     dyb[R * CO:] = 0
@@ -662,10 +672,8 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     # compiled code's operand order
     if (_IMPLICIT and drop and order == "hwc" and CO % 16 == 0 and all(k.size % 16 == 0 and Wc % 16 == 0 and k.min(initial=0) >= 0
                                                           for (_, _, _, Wc, _, k) in classes) and not _any_nan(dy)):
-        src, sd = _operand_values(dy, pol)
-        Hp, Wp = pt_ + OH + pb_, pl_ + OW + pr_
-        dyp = _alloc.empty((N, CO, Hp, Wp), np.float32)
-        _k.planar_padded(src, dyp, pt_, pl_)
+        dyp, sd = _planar_operands(dy, pol, ((pt_, pb_), (pl_, pr_)), CO)
+        Hp, Wp = dyp.shape[2:]
         sf = 0
         for (ry, rx, Hc, Wc, keep, koff) in classes:
             R = N * Hc * Wc

@@ -41,6 +41,6 @@ from .tree16 import (GATHER_WIDTHS, LANES, MC, NC, SLABS, TILE, empty_slabs, mat
 from .blocked import NCG, aligned_block, matmul_blocked, tree_leaves  # noqa: F401
 from .conv import (depthwise_tree16, dw_im2col_t, has_nan, im2col, im2col_packed, im2col_t, pixel_offsets,  # noqa: F401
                    widen_padded)
-from .conv import dx_class_packed, patch_rows_packed, planar_padded, rows_transposed  # noqa: F401
+from .conv import dx_class_packed, patch_rows_packed, planar_padded, planar_widened, rows_transposed  # noqa: F401
 from .operands import round_f32_operands, round_f64_operands, widen_operands  # noqa: F401
 from .fixpipe import finish_f32, finish_grid, finish_grid_rows, finish_to_16, to16  # noqa: F401

@@ -352,6 +352,24 @@ def planar_padded(src, out, pt, pl):
 
 
 @njit(cache=True, parallel=True)
+def planar_widened(src, out, pt, pl, bf16=False, subnormal=0):
+    """planar_padded into a float32 ``out`` from 16-bit bits (or float32 values) ``src``: out[n, c, pt + h, pl + w]
+    = the operand value of src[n, h, w, c] (:func:`operand_value`), every other element +0."""
+    N, H, W, C = src.shape
+    _, Cp, Hp, Wp = out.shape
+    for n in prange(N):
+        o = out[n].reshape(-1)
+        o[:] = 0
+        s = src[n].reshape(-1)
+        for h in range(H):
+            for x in range(W):
+                d = np.uintp((pt + h) * Wp + pl + x)
+                b = np.uintp((h * W + x) * C)
+                for c in range(np.uintp(C)):
+                    o[d + c * np.uintp(Hp * Wp)] = operand_value(s, b + c, bf16, subnormal)
+
+
+@njit(cache=True, parallel=True)
 def dx_class_packed(dyp, koff, Hc, Wc, r0, rows, Bp, bf16=False, subnormal=0):
     """The patches of one pixel class of an input gradient in pack_b's layout: Bp[0, jt, q, l, j] =
     dyp.flat[base(p) + koff[16q + l]] for the grid pixel p = r0 + jt*NC + j = (n*Hc + i)*Wc + m < r0 + rows,
