@@ -310,7 +310,9 @@ def float32_overflow_model(seed: int = 0, *, fresh: bool = False):
     ``features (batch, 16) -> Dense(16, "huge1") -> Dense(16, "huge2")``, both
     kernels N(0, 1) scaled by 1e30: ``huge1`` gives ~1e30 (overflows fp16, fine
     in float32 and bfloat16), ``huge2`` ~1e60, which is inf in float32 too, so
-    the float32 reference itself overflows there.
+    the float32 reference itself overflows there: inf where the host's GEMM
+    fuses multiply and add (the accumulator saturates), NaN where it rounds
+    each product to +-inf first and then adds them.
     """
     def build():
         keras, L, rng = _seeded(seed)

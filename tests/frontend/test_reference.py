@@ -155,7 +155,7 @@ def test_float32_overflow_is_recorded(tmp_path):
     assert "huge2" in res.summary["first_nonfinite"]
     d = load_dump(tmp_path / "o")
     op = d.op(res.summary["first_nonfinite"])
-    assert op["outputs"][0]["inf"] > 0
+    assert op["outputs"][0]["inf"] + op["outputs"][0]["nan"] > 0    # inf or NaN: the host GEMM, FMA or not
 
 
 def test_graph_without_graph_def_is_refused():
