@@ -43,53 +43,65 @@ def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
             + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
 
 
+class _IR:
+    """The LLVM pieces both 2x2 micro-kernels are written with (one builder's types, the vector fma, loads)."""
+
+    def __init__(self, builder):
+        self.b = builder
+        f32 = ir.FloatType()
+        self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
+        self.vec = ir.VectorType(f32, LANES)
+        self.vptr, self.fptr = self.vec.as_pointer(), f32.as_pointer()
+        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
+        if fma is None:
+            fma = ir.Function(builder.module, ir.FunctionType(self.vec, [self.vec] * 3), f"llvm.fma.v{LANES}f32")
+        self.fma = fma
+        self.undef = ir.Constant(self.vec, ir.Undefined)
+        self.splat = ir.Constant(ir.VectorType(self.i32, LANES), [0] * LANES)
+
+    def ptr(self, addr):
+        return self.b.inttoptr(addr, self.fptr)
+
+    def at(self, p, off):
+        return self.b.gep(p, [ir.Constant(self.i64, off)])
+
+    def broadcast(self, p, l):
+        v = self.b.insert_element(self.undef, self.b.load(self.at(p, l), align=4), ir.Constant(self.i32, 0))
+        return self.b.shuffle_vector(v, self.undef, self.splat)
+
+    def tree(self, a, b, fused):
+        """tree16 of 16 vectors a and b; the first level fl(a0 b0 + a1 b1) in one rounding when the products
+        are exact (``fused``: fma(a0, b0, fl(a1 b1))), else two."""
+        bd = self.b
+        if fused:
+            level = [bd.call(self.fma, [a[2 * m], b[2 * m], bd.fmul(a[2 * m + 1], b[2 * m + 1])]) for m in range(8)]
+        else:
+            level = [bd.fadd(bd.fmul(a[2 * m], b[2 * m]), bd.fmul(a[2 * m + 1], b[2 * m + 1])) for m in range(8)]
+        while len(level) > 1:
+            level = [bd.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
+        return level[0]
+
+    def block_2x2(self, cp, rows, half, fused):
+        """C[16s : 16s+16] += tree16(rows[r], half(h)) for s = 2h + r: both rows' broadcast A values and each
+        column half's 16 B vectors (``half(h)`` emits their loads) loaded once."""
+        bd = self.b
+        for h in range(2):
+            b = half(h)
+            for r in range(2):
+                slot = bd.bitcast(self.at(cp, LANES * (2 * h + r)), self.vptr)
+                acc = bd.load(slot, align=4)
+                bd.store(bd.fadd(acc, self.tree(rows[r], b, fused)), slot, align=4)
+
+
 def _tree16_2x2_codegen(fused, width):
     """LLVM code for C[16s : 16s+16] += tree16(row r of A, column half h of B), s = 2h + r, h, r in {0, 1},
     B's 16 rows ``width`` floats apart."""
     def codegen(context, builder, signature, args):
-        c_addr, b_addr, x_addr, y_addr = args[:4]
-        f32 = ir.FloatType()
-        i32 = ir.IntType(32)
-        i64 = ir.IntType(64)
-        vec = ir.VectorType(f32, LANES)
-        vptr = vec.as_pointer()
-        fptr = f32.as_pointer()
-        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
-        if fma is None:
-            fma = ir.Function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{LANES}f32")
-        cp, bp, xp, yp = (builder.inttoptr(v, fptr) for v in (c_addr, b_addr, x_addr, y_addr))
-        undef = ir.Constant(vec, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-
-        def at(p, off):
-            return builder.gep(p, [ir.Constant(i64, off)])
-
-        def broadcast(p, l):
-            v = builder.insert_element(undef, builder.load(at(p, l), align=4), ir.Constant(i32, 0))
-            return builder.shuffle_vector(v, undef, splat)
-
-        def load(p, off):
-            return builder.load(builder.bitcast(at(p, off), vptr), align=4)
-
-        def tree(a, b):
-            # the first level: fl(a0 b0 + a1 b1), one rounding when products are exact (fma), else two
-            if fused:
-                level = [builder.call(fma, [a[2 * m], b[2 * m], builder.fmul(a[2 * m + 1], b[2 * m + 1])])
-                         for m in range(8)]
-            else:
-                level = [builder.fadd(builder.fmul(a[2 * m], b[2 * m]), builder.fmul(a[2 * m + 1], b[2 * m + 1]))
-                         for m in range(8)]
-            while len(level) > 1:
-                level = [builder.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
-            return level[0]
-
-        rows = [[broadcast(p, l) for l in range(16)] for p in (xp, yp)]
-        for h in range(2):
-            b = [load(bp, width * l + LANES * h) for l in range(16)]
-            for r in range(2):
-                slot = builder.bitcast(at(cp, LANES * (2 * h + r)), vptr)
-                acc = builder.load(slot, align=4)
-                builder.store(builder.fadd(acc, tree(rows[r], b)), slot, align=4)
+        m = _IR(builder)
+        cp, bp, xp, yp = (m.ptr(v) for v in args[:4])
+        rows = [[m.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
+        m.block_2x2(cp, rows, lambda h: [builder.load(builder.bitcast(m.at(bp, width * l + LANES * h), m.vptr),
+                                                      align=4) for l in range(16)], fused)
         return context.get_dummy_value()
     return codegen
 
@@ -297,47 +309,15 @@ def _tree16_2x2_tab_codegen(fused):
     b_h + 4 * tab[l] bytes (tab: 16 uintp float offsets), so B can be read in place from a planar input."""
     def codegen(context, builder, signature, args):
         c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr = args[:6]
-        f32 = ir.FloatType()
-        i32 = ir.IntType(32)
-        i64 = ir.IntType(64)
-        vec = ir.VectorType(f32, LANES)
-        vptr = vec.as_pointer()
-        fptr = f32.as_pointer()
-        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
-        if fma is None:
-            fma = ir.Function(builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{LANES}f32")
-        cp, xp, yp = (builder.inttoptr(v, fptr) for v in (c_addr, x_addr, y_addr))
-        tp = builder.inttoptr(tab_addr, i64.as_pointer())
-        undef = ir.Constant(vec, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-
-        def at(p, off):
-            return builder.gep(p, [ir.Constant(i64, off)])
-
-        def broadcast(p, l):
-            v = builder.insert_element(undef, builder.load(at(p, l), align=4), ir.Constant(i32, 0))
-            return builder.shuffle_vector(v, undef, splat)
-
-        def tree(a, b):
-            if fused:
-                level = [builder.call(fma, [a[2 * m], b[2 * m], builder.fmul(a[2 * m + 1], b[2 * m + 1])])
-                         for m in range(8)]
-            else:
-                level = [builder.fadd(builder.fmul(a[2 * m], b[2 * m]), builder.fmul(a[2 * m + 1], b[2 * m + 1]))
-                         for m in range(8)]
-            while len(level) > 1:
-                level = [builder.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
-            return level[0]
-
-        offs = [builder.load(at(tp, l), align=8) for l in range(16)]
-        rows = [[broadcast(p, l) for l in range(16)] for p in (xp, yp)]
-        for h, bh in enumerate((b0_addr, b1_addr)):
-            b = [builder.load(builder.inttoptr(builder.add(bh, builder.shl(offs[l], ir.Constant(i64, 2))), vptr),
-                              align=4) for l in range(16)]
-            for r in range(2):
-                slot = builder.bitcast(at(cp, LANES * (2 * h + r)), vptr)
-                acc = builder.load(slot, align=4)
-                builder.store(builder.fadd(acc, tree(rows[r], b)), slot, align=4)
+        m = _IR(builder)
+        cp, xp, yp = (m.ptr(v) for v in (c_addr, x_addr, y_addr))
+        tp = builder.inttoptr(tab_addr, m.i64.as_pointer())
+        offs = [builder.load(m.at(tp, l), align=8) for l in range(16)]
+        rows = [[m.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
+        two = ir.Constant(m.i64, 2)
+        m.block_2x2(cp, rows, lambda h: [builder.load(builder.inttoptr(
+            builder.add((b0_addr, b1_addr)[h], builder.shl(offs[l], two)), m.vptr), align=4) for l in range(16)],
+            fused)
         return context.get_dummy_value()
     return codegen
 
