@@ -681,11 +681,16 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
         for (ry, rx, Hc, Wc, keep, koff) in classes:
             R = N * Hc * Wc
             WTc = WT if keep is None else np.ascontiguousarray(WT[:, :, keep])
-            g0, g1 = _class_runs(N, Hc, Wc, CO * Hp * Wp, Wp)
-            outc = _alloc.empty((R, CI), np.float32)   # the product stored pixel by pixel (store_t)
-            mc = _k.row_block(CI, -(-R // _k.NC), numba.get_num_threads())
-            _k.matmul_tree16_tab(WTc, dyp.reshape(-1), koff.astype(np.uintp).reshape(-1, 16), g0, g1, biasv, True,
-                                 outc, tiles, pol.exact_products, mc, True)
+            if WTc.shape[2] == 0:
+                # a class that no tap reaches (the stride beyond the dilated kernel: a 1x1 convolution at
+                # stride 2): its pixels are the accumulator's start, +0 (no bias here), as the packed path gives
+                outc = np.zeros((R, CI), np.float32)
+            else:
+                g0, g1 = _class_runs(N, Hc, Wc, CO * Hp * Wp, Wp)
+                outc = _alloc.empty((R, CI), np.float32)   # the product stored pixel by pixel (store_t)
+                mc = _k.row_block(CI, -(-R // _k.NC), numba.get_num_threads())
+                _k.matmul_tree16_tab(WTc, dyp.reshape(-1), koff.astype(np.uintp).reshape(-1, 16), g0, g1, biasv,
+                                     True, outc, tiles, pol.exact_products, mc, True)
             sf |= int(_k.finish_grid_rows(outc, out, Hc, Wc, H, W, ry, rx, sh, sw, pol.out == "bfloat16",
                                           pol.overflow, pol.subnormal))
         if pol.out != "float32":

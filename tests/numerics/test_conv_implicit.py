@@ -302,7 +302,11 @@ INPUT = [((2, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the benchmar
          ((1, 9, 32, 8), 3, 3, 16, (2, 2), "VALID", (1, 1)),      # cropping pads, odd class heights
          ((2, 5, 16, 3), 3, 2, 16, (1, 1), "SAME", (1, 1)),       # stride 1: one class 16 wide
          ((1, 6, 64, 4), 2, 3, 48, (1, 2), "SAME", (2, 1)),       # classes 32 wide, dilated rows, Cout 48
-         ((1, 7, 18, 5), 3, 3, 16, (2, 2), "SAME", (1, 1))]       # classes 9 wide: declines
+         ((1, 7, 18, 5), 3, 3, 16, (2, 2), "SAME", (1, 1)),       # classes 9 wide: declines
+         # classes no tap reaches (+0 pixels): a 1x1 convolution at stride 2 (ResNet's shortcuts), and a 2-wide
+         # kernel dilated by 2 at stride 2 along rows
+         ((2, 32, 32, 16), 1, 1, 32, (2, 2), "VALID", (1, 1)),
+         ((1, 8, 32, 4), 2, 2, 16, (2, 2), "VALID", (1, 2))]
 
 
 def _input(monkeypatch, dy, w, strides, dzp, dil, **kw):
