@@ -260,14 +260,17 @@ class Device:
         return made
 
     def _fused(self, graph: Graph):
-        """The graph after the enabled fusion passes, cached per graph (training replays the same graphs each step)."""
+        """The graph after the enabled fusion passes, cached per graph (training replays the same graphs each
+        step); a replaced fusion config or precision policy (whose lists decide which ops join a UB chain)
+        fuses afresh."""
         cached = self._fusion_cache.get(id(graph))
-        if cached is not None and cached[0] is graph:
+        if (cached is not None and cached[0] is graph and cached[2] is self.fusion
+                and cached[3] is self.precision):
             return cached[1]
         fused = apply_fusion(graph, self.fusion, self.precision.lists)
         if len(self._fusion_cache) >= 4:     # data-parallel training alternates two graphs per step
             self._fusion_cache = {}
-        self._fusion_cache[id(graph)] = (graph, fused)
+        self._fusion_cache[id(graph)] = (graph, fused, self.fusion, self.precision)
         return fused
 
     def train(self, model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,

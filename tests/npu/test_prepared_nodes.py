@@ -71,3 +71,32 @@ def test_a_replaced_precision_policy_decides_afresh():
     assert fp32 == _result(Device("must_keep_origin_dtype").replay(g, feeds, progress=False))
     assert fp32 != mixed
     assert all(r["compute_dtype"] in ("float32", "int32", "") for r in fp32[1])
+
+
+def test_a_replaced_precision_policy_or_fusion_config_fuses_afresh():
+    """The mix lists decide which elementwise ops join a UB chain: a device whose policy is replaced by one
+    that black-lists Mul replays the graph as a fresh device with those lists does (Mul no longer in the
+    chain), and a replaced fusion config (the chain switched off) likewise."""
+    import keras
+
+    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.npu.fusion import FusionConfig
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((64,), name="x")
+    h = keras.layers.Dense(64)(x)
+    g = load_graph(keras.Model(x, keras.layers.Activation("tanh")(h * 2.0 + 1.0)))
+    feeds = {"x": np.random.default_rng(0).normal(size=(4, 64)).astype(np.float32)}
+    black = {"black-list": {"to-add": ["Mul"]}}
+    dev = Device("allow_mix_precision")
+    first = _result(dev.replay(g, feeds, progress=False))
+    assert "Mul" not in {r["tf_type"] for r in first[1]}
+    dev.precision = PrecisionPolicy("allow_mix_precision", modify_mixlist=black)
+    again = _result(dev.replay(g, feeds, progress=False))
+    assert again == _result(Device("allow_mix_precision", modify_mixlist=black).replay(g, feeds, progress=False))
+    assert "Mul" in {r["tf_type"] for r in again[1]}
+    dev.fusion = FusionConfig.load("off")
+    off = _result(dev.replay(g, feeds, progress=False))
+    assert off == _result(Device("allow_mix_precision", modify_mixlist=black, fusion_switch="off")
+                          .replay(g, feeds, progress=False))
+    assert not {r["tf_type"] for r in off[1]} & {"_FusedMatMul", "_EltwiseChain"}
