@@ -289,6 +289,11 @@ _ONE_PASS_F16 = {"add": [("add", 0, 1)], "sub": [("sub", 0, 1)], "mul": [("mul",
 
 #: float32 unary ops computed in one pass when every input is finite (kernels/clamp.py; the fast path)
 _F32_CLAMPS = (_kv.RELU, _kv.RELU6)
+#: float32 unary ops whose result is one correctly rounded IEEE operation (exact for neg and abs), as numpy
+#: computes it; the kernel's float64 evaluation rounded once gives the same bits (a double rounding through
+#: float64 is innocuous for x*x, sqrt and 1/x), so it runs only for its overflow handling, on an Inf/NaN result
+_NUMPY_F32_UNARY = {_kv.NEG: np.negative, _kv.ABS: np.absolute, _kv.SQUARE: np.square, _kv.SQRT: np.sqrt,
+                    _kv.RECIPROCAL: np.reciprocal}
 
 
 #: (op, input count, dtype, overflow mode, subnormals, impl mode, op model) -> what ``_check_vector`` made of
@@ -438,6 +443,10 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
             # relu / relu6 of finite float32 values are exact selections (x > 0 ? x : +0, capped at 6):
             # one pass gives the kernel's bits (as numpy's maximum/minimum do) and nothing overflows
             st = 0
+        elif wide and sc == _KEEP and code in _NUMPY_F32_UNARY:
+            with np.errstate(all="ignore"):
+                _NUMPY_F32_UNARY[code](bits[0], out=out)
+            st = 0 if np.isfinite(out).all() else _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)
         elif wide:
             st = _kv.unary_f32(code, bits[0], out, oc, sc, use64, alpha)
         else:

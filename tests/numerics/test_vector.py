@@ -623,6 +623,47 @@ def test_float32_numpy_fast_paths_equal_the_kernel(op, mode):
         assert bool(st) == bool(st_want) == bad
 
 
+@pytest.mark.parametrize("op", ["neg", "abs", "square", "sqrt", "reciprocal"])
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_float32_unary_numpy_fast_path_equals_the_kernel(op, mode, monkeypatch):
+    """float32 neg, abs, square, sqrt and reciprocal take numpy's IEEE operation when every result is finite:
+    bit for bit the kernel's results and status (in both of its evaluation widths), on every class of float32
+    bit pattern; the kernel is not called for finite results and reruns the op on an Inf/NaN."""
+    import importlib
+
+    from ascend_emu import vector
+    from ascend_emu.kernels import vector as kv
+    from ascend_emu.numerics.policy import OVERFLOW_MODES, SUBNORMAL_MODES
+
+    rng = np.random.default_rng(17)
+    code = getattr(kv, op.upper())
+    oc, sc = OVERFLOW_MODES[mode], SUBNORMAL_MODES["keep"]
+    anything = rng.integers(0, 2 ** 32, 300000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38, 1.8446743e19, 1.8446744e19,
+                         3.4028235e38, 2.9387359e-39, 2.938736e-39, 1.0, -2.5], np.float32)
+    finite = anything[np.isfinite(anything)]
+    safe = {"neg": finite, "abs": finite, "sqrt": np.abs(finite),                  # every result finite
+            "square": finite[np.abs(finite) < 1.8e19],
+            "reciprocal": finite[(np.abs(finite) > 2.95e-39)]}[op]
+    calls = []
+    kernel = kv.unary_f32
+
+    def counted(*a):
+        calls.append(1)
+        return kernel(*a)
+    monkeypatch.setattr(kv, "unary_f32", counted)
+    for xs, fast in ((safe, True), (np.concatenate([anything, specials, -specials]), False)):
+        got, st = vector(op, xs, dtype="float32", overflow_mode=mode)
+        assert bool(calls) != fast
+        calls.clear()
+        for use64 in (True, False):
+            want = np.empty_like(xs)
+            st_want = kernel(code, xs, want, oc, sc, use64, 0.0)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+            assert bool(st) == bool(st_want) == (not fast)
+    assert importlib.import_module("ascend_emu.numerics.vector")._kv is kv
+
+
 def test_float32_binary_ops_broadcast_as_the_flat_kernel():
     """vector()'s float32 + - * / on broadcast operands (numpy broadcasting, no flat copies) against the
     binary_f32 kernel on the explicitly broadcast flat arrays: bits and status, Inf/NaN included."""
