@@ -241,6 +241,14 @@ UNARY64 = {
     "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
 }
 
+def _quiet(x):
+    """x with every NaN made quiet (the quiet bit set, sign and payload kept), as the CPU's widening of a
+    16-bit value through float32 leaves it: the emulator does not model signalling NaNs, and which NaN a pow
+    special case sees must not depend on the host's pow (glibc gives NaN for pow(1, sNaN), 1 for a quiet NaN)."""
+    x = np.asarray(x, np.float64)
+    return np.where(np.isnan(x), (x.view(np.uint64) | np.uint64(1 << 51)).view(np.float64), x)
+
+
 BINARY64 = {
     "add": np.add,
     "sub": np.subtract,
@@ -248,7 +256,7 @@ BINARY64 = {
     "realdiv": np.divide,
     "maximum": lambda a, b: np.where((a >= b) | np.isnan(a), a, b),
     "minimum": lambda a, b: np.where((a <= b) | np.isnan(a), a, b),
-    "pow": np.power,
+    "pow": lambda a, b: np.power(_quiet(a), _quiet(b)),   # C99 / IEEE 754 pow: pow(x, 0) = pow(1, y) = 1, NaN too
 }
 
 
