@@ -241,6 +241,7 @@ UNARY64 = {
     "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
 }
 
+
 def _quiet(x):
     """x with every NaN made quiet (the quiet bit set, sign and payload kept), as the CPU's widening of a
     16-bit value through float32 leaves it: the emulator does not model signalling NaNs, and which NaN a pow
