@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from .codes import (BF16_BIAS, BF16_EB, BF16_MT, CEIL, F16_BIAS, F16_EB, F16_MT, F32_BIAS, F32_EB,  # noqa: F401
                     F32_MT, FLOOR, FLUSH, INF_NAN, KEEP, ODD, RINT, ROUND, SATURATION, ST_CONVERSION_OVERFLOW,
                     ST_FP_OVERFLOW, TRUNC)
+from .hf32 import hf32_span
 from .parallel import or_all
 
 _CHUNK = 1 << 16
@@ -428,10 +429,10 @@ def _widen_span(src, out, bf16, subnormal):
     return np.int64(0)
 
 
-# One parallel driver for the five array casts: it runs a span on chunks of _CHUNK elements and ORs
+# One parallel driver for the six array casts: it runs a span on chunks of _CHUNK elements and ORs
 # their statuses. The factory closes over an integer naming the cast (a constant: the other calls are
 # pruned before typing), never over a span, so the drivers load from the on-disk cache.
-_F32_16, _F32_F16_HW, _F64_16, _F64_F32, _WIDEN = range(5)
+_F32_16, _F32_F16_HW, _F64_16, _F64_F32, _WIDEN, _F32_HF32 = range(6)
 
 
 def _cast_driver(kind, doc):
@@ -453,6 +454,8 @@ def _cast_driver(kind, doc):
                 st[c] = _f64_to_f32_span(x, y, *params)
             elif kind == _F32_F16_HW:
                 st[c] = _f32_to_f16_rint_hw_span(x, y, *params)
+            elif kind == _F32_HF32:
+                st[c] = hf32_span(x, y, *params)
             else:
                 st[c] = _widen_span(x, y, *params)
         return or_all(st)
@@ -464,6 +467,8 @@ cast_f32_to_16 = _cast_driver(_F32_16, """cast_f32_to_16(src, out, bf16, roundin
     (bf16 if bf16) of float32 bits src[i]; returns the OR of all statuses.""")
 cast_f32_to_f16_rint_hw = _cast_driver(_F32_F16_HW, """cast_f32_to_f16_rint_hw(src, out, overflow, subnormal): out[i] =
     fp16 rint of float32 bits src[i] (hardware conversion; HW_HALF hosts only); returns the OR of statuses.""")
+round_hf32 = _cast_driver(_F32_HF32, """round_hf32(src, out, rounding, overflow, subnormal): out[i] = HF32 of
+    float32 bits src[i] as float32 bits (kernels/hf32.py); returns the OR of all statuses.""")
 cast_f64_to_16 = _cast_driver(_F64_16, """cast_f64_to_16(src, out, bf16, rounding, overflow, subnormal): out[i] = fp16
     (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses.""")
 cast_f64_to_f32 = _cast_driver(_F64_F32, """cast_f64_to_f32(src, out, rounding, overflow, subnormal): out[i] = float32
