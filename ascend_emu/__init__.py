@@ -25,6 +25,7 @@ _API = {
     # numerics core
     "cast": "ascend_emu.numerics.vector",
     "vector": "ascend_emu.numerics.vector",
+    "to_hf32": "ascend_emu.numerics.hf32",
     "reduce": "ascend_emu.numerics.vector",
     "VECTOR_OPS": "ascend_emu.numerics.vector",
     "matmul": "ascend_emu.numerics.cube",
@@ -33,6 +34,7 @@ _API = {
     "depthwise_conv2d": "ascend_emu.numerics.cube",
     "CubeModel": "ascend_emu.numerics.policy",
     "NumericsPolicy": "ascend_emu.numerics.policy",
+    "SOCS": "ascend_emu.numerics.policy",
     "MultiCoreModel": "ascend_emu.numerics.multicore",
     "MULTICORE_OPS": "ascend_emu.ops.multicore",
     "FloatStatus": "ascend_emu.numerics.status",

@@ -264,3 +264,15 @@ def conv2d(x, w, strides, padding, dilations, bias=None, operand_dtype="float16"
                     acc[n, oy, ox, o] = dot(avals, bvals, biasv[o], **kw)
     out, sf = finish(acc, out_dtype, overflow_mode, subnormals)
     return out, sx | sw | sf
+
+
+def hf32(x) -> np.ndarray:
+    """float32 values rounded to HF32 (nearest even), from the format's definition: 11 significant bits in the
+    value's binade (quantum 2^(e - 10), the subnormal binades sharing 2^-136), float64 arithmetic, +-inf past
+    the largest HF32 value (2 - 2^-10) 2^127. Finite inputs only."""
+    v = np.asarray(x, dtype=np.float32).astype(np.float64)
+    _, e = np.frexp(v)
+    q = np.ldexp(1.0, np.maximum(e - 1, -126) - 10)
+    r = np.rint(v / q) * q
+    r[np.abs(r) > (2.0 - 2.0 ** -10) * 2.0 ** 127] *= np.inf
+    return r.astype(np.float32)

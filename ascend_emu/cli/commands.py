@@ -6,8 +6,7 @@ import os
 import sys
 
 from ..errors import AscendEmuError
-from ..npu.precision import TRAIN_PRECISION_DEFAULT  # the TF adapter's training default
-from .options import (_device, _device_kwargs, _device_options, _optimizer_options, _select, _shapes, _tf1_train_step,
+from .options import (_device, _device_kwargs, _device_options, _mode_options, _optimizer_options, _select, _shapes, _tf1_train_step,
                       check_outputs)
 
 
@@ -249,20 +248,19 @@ def cmd_random_errors(a):
     opts = _device_options(a, cm, fusion)
     run_seed = opts.pop("run_seed")
     if a.data is not None:
-        mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
         train = {k: v for k, v in {"steps": a.steps, "batch_size": a.batch_size, "loss": a.loss,
                                    "optimizer": a.optimizer, "learning_rate": a.learning_rate,
                                    "loss_scale": a.loss_scale, "shuffle": a.shuffle or None}.items() if v is not None}
         if a.input or a.shape:
             raise AscendEmuError("--input and --shape apply to replays; training reads --data")
     else:
-        mode = a.precision_mode if a.precision_mode is not None else "force_fp16"
+        a.training_defaults = False     # a replay: the inference default
         train = {}
         if any(v is not None for v in (a.steps, a.batch_size, a.loss, a.optimizer, a.learning_rate, a.loss_scale)) \
                 or a.shuffle:
             raise AscendEmuError("--steps, --batch-size, --loss, --optimizer, --learning-rate, --loss-scale and "
                                  "--shuffle apply to training: give --data FILE.npz")
-    opts["precision_mode"] = mode
+    opts.update(_mode_options(a))
     opts = {k: v for k, v in opts.items() if v is not None}
     res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
                         inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
@@ -274,6 +272,43 @@ def cmd_random_errors(a):
         print(f"wrote {a.json}")
     if a.report:
         print(f"report: {os.path.abspath(a.report)}")
+    return 0
+
+
+def cmd_socs(a):
+    import json
+
+    from ..numerics.policy import SOCS
+
+    rows = [chip.row() for chip in SOCS.values()]
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    cols = (("soc", "SoC"), ("cube_dtypes", "cube operands"), ("vector_bf16", "vector bf16"),
+            ("overflow_modes", "overflow modes (default)"), ("ai_cores", "AI cores"), ("vector_cores", "vector cores"),
+            ("op_model", "op_model"), ("allow_hf32_default", "HF32 default"),
+            ("train_precision_default", "training default"))
+
+    def cell(r, k):
+        v = r[k]
+        if k == "overflow_modes":
+            v = ", ".join(m + (" (default)" if m == r["overflow_default"] and len(v) > 1 else "") for m in v)
+        elif isinstance(v, list):
+            v = ", ".join(v)
+        elif isinstance(v, bool):
+            v = "yes" if v else "no"
+        elif v is None:
+            v = "-"
+        return str(v) + ("*" if k in r["assumed"] or (k == "overflow_modes" and "overflow_default" in r["assumed"])
+                         else "")
+    table = [[h for _, h in cols]] + [[cell(r, k) for k, _ in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print("\n".join(["", "aliases: " + "; ".join(f"{r['soc']}: {', '.join(r['aliases'])}" for r in rows if r["aliases"]),
+                      "inference default on every SoC: force_fp16 (precision_mode_v2 fp16)",
+                      "* an assumption (no public source): NUMERICS.md section 13 gives each cell's source and the "
+                      "parameter that changes it (--aicore-num, --op-model, --overflow-mode)"]))
     return 0
 
 

@@ -10,7 +10,7 @@ import warnings
 from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
-                       cmd_report, cmd_rules, cmd_train)
+                       cmd_report, cmd_rules, cmd_socs, cmd_train)
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args
 
 EPILOG = """examples:
@@ -26,6 +26,7 @@ EPILOG = """examples:
   ascend-emu check model.keras --data train.npz --loss-scale dynamic --report check.html
   ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
   ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml
+  ascend-emu socs                                   # the SoCs: Ascend910, 910B, 910_93, 310P3, 950
 """
 
 
@@ -113,9 +114,10 @@ def build_parser():
              'ascend-emu mixlist-search model.keras --target "cosine>=0.999" --output ops_info.json')
     _model_args(sp, dump=False)
     _device_args(sp)
+    sp.set_defaults(precision_mode_default="allow_mix_precision")
     for act in sp._actions:
         if act.dest == "precision_mode":
-            act.default, act.help = "allow_mix_precision", "allow_mix_precision (default), _fp16 or _bf16: the lists decide"
+            act.help = "allow_mix_precision (default), _fp16 or _bf16: the lists decide"
     sp.add_argument("--target", default="cosine>=0.999", metavar="METRIC>=VALUE",
                     help="accuracy of the outputs against float32: cosine>=C, max_rel_err<=E, max_abs_err<=E or "
                          "rmse<=E (default cosine>=0.999); with --data: loss_rel_err<=E or loss_abs_err<=E")
@@ -262,6 +264,9 @@ def build_parser():
     _device_args(sp, training=True)
     add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")
     add("rules", cmd_rules, "list the fusion rules and their numerics", "ascend-emu rules")
+    sp = add("socs", cmd_socs, "list the emulated SoCs: cube operand types, bf16, overflow modes, cores, kernels, HF32",
+             "ascend-emu socs --json")
+    sp.add_argument("--json", action="store_true", help="print the rows as JSON")
     return p
 
 

@@ -26,19 +26,34 @@ def _model_args(p, dump=True):
 
 
 def _device_args(p, fusion=True, training=False):
-    from ..npu.precision import PRECISION_MODES
+    from ..npu.precision import PRECISION_MODES, PRECISION_MODES_V2
+    from ..numerics.policy import HF32_ROUNDINGS, SOC_ALIASES, SOCS
 
     if training:
         p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
-                       help="CANN precision_mode (default: the TF adapter's training default, allow_fp32_to_fp16 "
-                            "on Ascend910, must_keep_origin_dtype on Ascend910B)")
+                       help="CANN precision_mode (default: the TF adapter's training default, must_keep_origin_dtype "
+                            "where the SoC's cube has float32 (Ascend910B, Ascend910_93, Ascend950), else "
+                            "allow_fp32_to_fp16)")
     else:
-        p.add_argument("--precision-mode", default="force_fp16", choices=PRECISION_MODES,
-                       help="CANN precision_mode (default force_fp16, the TF adapter's inference default)")
+        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+                       help="CANN precision_mode (default force_fp16, the TF adapter's and ATC's inference default)")
+    p.add_argument("--precision-mode-v2", default=None, choices=tuple(PRECISION_MODES_V2),
+                   help="CANN precision_mode_v2 instead of --precision-mode (not both): fp16 = force_fp16, origin = "
+                        "must_keep_origin_dtype, cube_fp16in_fp32out, mixed_float16 = allow_mix_precision, "
+                        "mixed_bfloat16 = allow_mix_precision_bf16 (mixed_hif8, cube_hif8: the 950's HiFloat8, "
+                        "not modelled yet)")
+    p.set_defaults(training_defaults=training)
     p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
-                   help="default: the SoC's (Ascend910 saturation, Ascend910B inf_nan)")
+                   help="default: the SoC's (Ascend910, Ascend310P3 saturation; the others inf_nan)")
     p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
-    p.add_argument("--soc", default="Ascend910", choices=("Ascend910", "Ascend910B"))
+    p.add_argument("--soc", default="Ascend910", choices=tuple(SOCS) + tuple(SOC_ALIASES),
+                   help="the emulated SoC (default Ascend910; `ascend-emu socs` lists what each has)")
+    p.add_argument("--allow-hf32", default=None, metavar="conv|matmul|conv,matmul|none",
+                   help="cube ops whose float32 operands are rounded to HF32 (TF ENABLE_HF32_EXECUTION, ATC "
+                        "--allow_hf32; default: the SoC's, conv on Ascend910B, Ascend910_93 and Ascend950)")
+    p.add_argument("--hf32-rounding", default="rint", choices=HF32_ROUNDINGS,
+                   help="HF32 rounding: rint (mode 0, nearest even: default), trunc or round (the two readings "
+                        "of mode 1)")
     if fusion:
         p.add_argument("--fusion-switch", metavar="FILE",
                        help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
@@ -76,8 +91,18 @@ def _device(a):
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
     fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
-    mode = a.precision_mode if a.precision_mode is not None else TRAIN_PRECISION_DEFAULT[a.soc]
-    return Device(mode, **_device_options(a, cm, fusion))
+    return Device(**_mode_options(a), **_device_options(a, cm, fusion))
+
+
+def _mode_options(a) -> dict:
+    """precision_mode / precision_mode_v2 as given (the Device refuses both); neither: the command's default
+    (training: the SoC's; mixlist-search: allow_mix_precision; else the Device's, force_fp16)."""
+    if a.precision_mode is not None or a.precision_mode_v2 is not None:
+        return {"precision_mode": a.precision_mode, "precision_mode_v2": a.precision_mode_v2}
+    default = getattr(a, "precision_mode_default", None)
+    if default is None and getattr(a, "training_defaults", False):
+        default = TRAIN_PRECISION_DEFAULT[a.soc]
+    return {"precision_mode": default}
 
 
 def _device_options(a, cm, fusion) -> dict:
@@ -91,7 +116,8 @@ def _device_options(a, cm, fusion) -> dict:
                 deterministic=None if a.deterministic is None else bool(a.deterministic),
                 deterministic_level=a.deterministic_level,
                 run_seed=a.run_seed if a.run_seed is not None else 0,
-                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None)
+                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None,
+                allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding)
 
 
 def _rules_arg(p):

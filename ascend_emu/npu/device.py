@@ -23,9 +23,9 @@ from ..errors import UnsupportedOpError
 from ..graph.core import Graph, tensor_name
 from ..graph.dataflow import check_live, has_dataflow_control_flow, run_dataflow, sibling_name
 from ..graph.interpreter import interpret, schedule
-from ..ops import OPS, OpContext
+from ..ops import CUBE, OPS, OpContext
 from .fusion import FusionConfig, apply_fusion
-from .precision import PrecisionPolicy
+from .precision import HF32_FAMILY, PrecisionPolicy, ascend_type, resolve_mode
 from ..numerics.status import FloatStatus
 
 from .replay import OpRecord, _Run  # noqa: F401  (OpRecord is part of this module's API)
@@ -72,6 +72,10 @@ class Device:
     precision_mode : str
         CANN ``precision_mode`` (see :data:`ascend_emu.npu.precision.PRECISION_MODES`); the
         default ``force_fp16`` is the TF adapter's default for inference.
+    precision_mode_v2 : str
+        CANN's ``precision_mode_v2`` instead (``fp16``, ``origin``, ``cube_fp16in_fp32out``, ``mixed_float16``,
+        ``mixed_bfloat16``; :data:`ascend_emu.npu.precision.PRECISION_MODES_V2`): the same modes under their
+        new names, with the same results; giving both is an error, as in CANN.
     modify_mixlist : path or dict, optional
         CANN mixlist edits (``black-list``/``white-list``/``gray-list`` with ``to-add``/``to-remove``).
     fusion_switch : path, dict or None
@@ -83,22 +87,29 @@ class Device:
     deterministic_level, run_seed, multicore
         The device's numerics, held and validated by :class:`ascend_emu.numerics.policy.NumericsPolicy`
         (``Device.numerics``), whose docstring describes each; NUMERICS.md gives the sources. The SoC
-        (``"Ascend910"`` or ``"Ascend910B"``) sets the defaults of ``overflow_mode`` and ``op_model``; the
+        (a row of :data:`ascend_emu.numerics.policy.SOCS`: ``ascend-emu socs``) sets the defaults of
+        ``overflow_mode``, ``op_model`` and ``allow_hf32`` and refuses the precision modes it cannot run; the
         device is deterministic unless ``deterministic=False`` or ``deterministic_level=0`` is given.
+    allow_hf32, hf32_rounding
+        Which cube op families (``"conv"``, ``"matmul"``, ``"conv,matmul"``, ``"none"``; default the SoC's:
+        conv on Ascend910B, Ascend910_93, Ascend950) round float32 operands to HF32, and how (NUMERICS.md
+        section 13).
     """
 
-    def __init__(self, precision_mode: str = "force_fp16", *, overflow_mode: str | None = None,
+    def __init__(self, precision_mode: str | None = None, *, precision_mode_v2: str | None = None,
+                 overflow_mode: str | None = None,
                  modify_mixlist=None, soc: str = "Ascend910", cube_model: CubeModel | None = None,
                  subnormals: str = "keep", impl_mode: str = "high_precision", reduce_accumulate: str = "float32",
                  op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
-                 multicore: MultiCoreModel | None = None):
+                 multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint"):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
                                        deterministic_level=deterministic_level, run_seed=run_seed,
-                                       multicore=multicore)
-        self.precision = PrecisionPolicy(precision_mode, modify_mixlist)
+                                       multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding)
+        mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
+        self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2)
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
         self._fusion_cache: dict = {}
@@ -115,6 +126,8 @@ class Device:
     deterministic = property(lambda self: self.numerics.deterministic)
     deterministic_level = property(lambda self: self.numerics.deterministic_level)
     run_seed = property(lambda self: self.numerics.run_seed)
+    allow_hf32 = property(lambda self: self.numerics.allow_hf32)
+    hf32_rounding = property(lambda self: self.numerics.hf32_rounding)
 
     # -- configuration -------------------------------------------------------------------
     def config(self) -> dict:
@@ -128,7 +141,24 @@ class Device:
             "deterministic": n["deterministic"], "deterministic_level": n["deterministic_level"],
             # the run seed only matters with determinism off: deterministic runs write identical manifests
             "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
+            "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"],
         }
+
+    # -- what the SoC's cube does with float32 --------------------------------------------------
+    def hf32_family(self, node) -> str | None:
+        """The allow_hf32 family (conv, matmul) of cube op ``node`` when this device rounds its float32
+        operands to HF32, else None."""
+        fam = HF32_FAMILY.get(node.attrs.get("base", node.op) if node.op.startswith("_Fused") else node.op)
+        return fam if fam in self.numerics.allow_hf32 else None
+
+    def cube_elsewhere(self, node) -> bool:
+        """Whether GE places cube op ``node`` off the AI Core: its float32 type stays float32 under the
+        precision mode (must_keep_origin_dtype, a black list) on a SoC whose cube has no float32 (Ascend910,
+        Ascend310P3). The fusion passes leave such an op alone; the replay runs it on the AI CPU."""
+        opdef = OPS.get(node.op)
+        if self.numerics.chip.fp32_cube or opdef is None or opdef.kind != CUBE or node.attrs.get("T") != "float32":
+            return False
+        return self.precision.decide(CUBE, ascend_type(node.op), "float32", []).dtype == "float32"
 
     def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,
                 launch: int = 0) -> OpContext:
@@ -265,12 +295,13 @@ class Device:
         fuses afresh."""
         cached = self._fusion_cache.get(id(graph))
         if (cached is not None and cached[0] is graph and cached[2] is self.fusion
-                and cached[3] is self.precision):
+                and cached[3] is self.precision and cached[4] is self.numerics):
             return cached[1]
-        fused = apply_fusion(graph, self.fusion, self.precision.lists)
+        skip = None if self.numerics.chip.fp32_cube else self.cube_elsewhere
+        fused = apply_fusion(graph, self.fusion, self.precision.lists, skip=skip)
         if len(self._fusion_cache) >= 4:     # data-parallel training alternates two graphs per step
             self._fusion_cache = {}
-        self._fusion_cache[id(graph)] = (graph, fused, self.fusion, self.precision)
+        self._fusion_cache[id(graph)] = (graph, fused, self.fusion, self.precision, self.numerics)
         return fused
 
     def train(self, model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,

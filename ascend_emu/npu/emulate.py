@@ -49,7 +49,7 @@ class Emulation:
                  reference: bool = False, overflow_check: str = "status", overwrite: bool = False,
                  **device_options):
         soc = device_options.get("soc", "Ascend910")
-        if precision_mode is None:
+        if precision_mode is None and device_options.get("precision_mode_v2") is None:
             precision_mode = TRAIN_PRECISION_DEFAULT.get(soc, "must_keep_origin_dtype")
         try:
             self.device = Device(precision_mode, **device_options)
@@ -203,7 +203,8 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
     Parameters
     ----------
     precision_mode : CANN precision mode (default: the TF adapter's training default for ``soc``,
-        allow_fp32_to_fp16 on Ascend910, must_keep_origin_dtype on Ascend910B).
+        must_keep_origin_dtype where its cube has float32 (Ascend910B, Ascend910_93, Ascend950), else
+        allow_fp32_to_fp16); or ``precision_mode_v2=`` (``origin``, ``mixed_float16``, ...) instead, not both.
     loss_scale : None, ``"fixed:N"``, ``"dynamic"``, ``"exponential:..."`` or a manager: loss scaling for
         steps whose script has none (a Keras LossScaleOptimizer or an NPULossScaleOptimizer in the
         script brings its own, which takes precedence).
@@ -212,7 +213,8 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
     reference : also run each step in TensorFlow float32 from its own copy of the weights (starting from
         the same values, on the same batches) and record ``reference_loss``.
     overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.
-    **device_options : :class:`~ascend_emu.npu.device.Device`'s (soc, overflow_mode, modify_mixlist, ...).
+    **device_options : :class:`~ascend_emu.npu.device.Device`'s (soc, precision_mode_v2, allow_hf32,
+        overflow_mode, modify_mixlist, ...).
 
     Returns
     -------

@@ -12,16 +12,69 @@ from dataclasses import dataclass
 
 from ..errors import AscendEmuError
 from ..fileio import read_json
+from ..numerics.policy import SOC_ALIASES as _SOC_ALIASES
+from ..numerics.policy import SOCS as _SOCS
 from ..ops.ascend_types import ascend_type  # noqa: F401  (re-exported: the precision API speaks it)
 from ..ops.ascend_types import data_file as _data
 from ..ops.ascend_types import optype_map as _optype_map
 
-#: the TF adapter's training default precision mode per SoC (ASCEND-FACTS section 10)
-TRAIN_PRECISION_DEFAULT = {"Ascend910": "allow_fp32_to_fp16", "Ascend910B": "must_keep_origin_dtype"}
 PRECISION_MODES = ("force_fp16", "force_fp32", "cube_fp16in_fp32out", "allow_fp32_to_fp16",
                    "must_keep_origin_dtype", "allow_mix_precision", "allow_mix_precision_fp16",
                    "allow_mix_precision_bf16", "allow_fp32_to_bf16")
 _ALIASES = {"force_fp32": "cube_fp16in_fp32out", "allow_mix_precision": "allow_mix_precision_fp16"}
+#: CANN's precision_mode_v2 values and the precision_mode each is (ASCEND-FACTS section 12; hicann/ge
+#: fe_context_utils.cc); None: a mode of the Ascend950's HiFloat8, not modelled yet
+PRECISION_MODES_V2 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype",
+                      "cube_fp16in_fp32out": "cube_fp16in_fp32out", "mixed_float16": "allow_mix_precision",
+                      "mixed_bfloat16": "allow_mix_precision_bf16", "mixed_hif8": None, "cube_hif8": None}
+#: the TF adapter's (and ATC's) inference default on every SoC
+INFERENCE_PRECISION_DEFAULT = "force_fp16"
+#: the TF adapter's training default per SoC (ASCEND-FACTS sections 10 and 12): origin
+#: (must_keep_origin_dtype) where the cube has float32, else allow_fp32_to_fp16; a view of the SoC table
+TRAIN_PRECISION_DEFAULT = {name: chip.train_precision_default for name, chip in _SOCS.items()}
+TRAIN_PRECISION_DEFAULT.update({alias: TRAIN_PRECISION_DEFAULT[name] for alias, name in _SOC_ALIASES.items()})
+#: the cube op types of each allow_hf32 family (TF types; fused ops by their ``base``)
+HF32_FAMILY = {**dict.fromkeys(("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                                "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter",
+                                "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"), "conv"),
+               **dict.fromkeys(("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"), "matmul")}
+
+
+def resolve_mode(precision_mode=None, precision_mode_v2=None, soc="Ascend910", training: bool = False):
+    """(precision_mode, the option that set it, the v2 value or None) from CANN's two exclusive options; neither:
+    the TF adapter's default (inference ``force_fp16``; training the SoC's). Refuses what the SoC cannot run,
+    as GE does: a bf16 mode without bf16 on the vector unit, a HiFloat8 mode."""
+    from ..numerics.policy import soc as _soc
+
+    chip = _soc(soc)
+    if precision_mode is not None and precision_mode_v2 is not None:
+        raise AscendEmuError(f"precision_mode {precision_mode!r} and precision_mode_v2 {precision_mode_v2!r} are "
+                             "both given; CANN takes one of them: drop one")
+    if precision_mode_v2 is not None:
+        if precision_mode_v2 not in PRECISION_MODES_V2:
+            close = difflib.get_close_matches(str(precision_mode_v2), PRECISION_MODES_V2, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise AscendEmuError(f"unknown precision_mode_v2 {precision_mode_v2!r}{hint}; choose one of: "
+                                 f"{', '.join(PRECISION_MODES_V2)}")
+        mode = PRECISION_MODES_V2[precision_mode_v2]
+        if mode is None:
+            where = ("ascend-emu does not model HiFloat8 yet" if chip.name == "Ascend950"
+                     else f"it is a mode of the Ascend950's HiFloat8, which {chip.name} lacks")
+            raise AscendEmuError(f"precision_mode_v2 {precision_mode_v2} cannot run on {chip.name}: {where}; "
+                                 "choose fp16, origin, cube_fp16in_fp32out, mixed_float16 or mixed_bfloat16")
+        option = "precision_mode_v2"
+    elif precision_mode is not None:
+        mode, option = precision_mode, "precision_mode"
+    else:
+        mode = chip.train_precision_default if training else INFERENCE_PRECISION_DEFAULT
+        option = "default"
+    canon = canonical_mode(mode)
+    if canon in ("allow_mix_precision_bf16", "allow_fp32_to_bf16") and not chip.supports_bf16:
+        given = f"precision_mode_v2 {precision_mode_v2}" if option == "precision_mode_v2" else f"precision_mode {mode}"
+        raise AscendEmuError(f"{given} needs bf16 on the vector unit, which {chip.name} lacks (no float32 -> bf16 "
+                             "conversion: GE refuses the mode); choose an fp16 mode or a SoC with bf16 ("
+                             f"{', '.join(n for n, c in _SOCS.items() if c.supports_bf16)})")
+    return mode, option, precision_mode_v2
 
 
 def canonical_mode(mode: str) -> str:
@@ -117,9 +170,13 @@ class Decision:
 class PrecisionPolicy:
     """Decides each op's compute dtype under a precision mode and mix lists."""
 
-    def __init__(self, precision_mode: str = "force_fp16", modify_mixlist=None):
+    def __init__(self, precision_mode: str = "force_fp16", modify_mixlist=None, *, option: str = "precision_mode",
+                 precision_mode_v2: str | None = None):
         self.mode = canonical_mode(precision_mode)
         self.requested_mode = precision_mode
+        #: which option set the mode (precision_mode, precision_mode_v2 or default) and the v2 value
+        self.option = option
+        self.mode_v2 = precision_mode_v2
         self.lists = MixLists.default()
         if modify_mixlist is not None:
             self.lists = self.lists.modify(modify_mixlist)
@@ -162,4 +219,5 @@ class PrecisionPolicy:
 
     def to_dict(self) -> dict:
         return {"precision_mode": self.requested_mode, "canonical_mode": self.mode, "reduced_dtype": self.reduced,
+                "precision_mode_v2": self.mode_v2, "precision_mode_option": self.option,
                 "mixlist_source": self.lists.source}

@@ -159,7 +159,7 @@ class _Run:
                                fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
-        for dtype in ("float16", "bfloat16", "float32"):
+        for dtype in ("float16", "bfloat16", "float32", "hfloat32"):
             self.casts.pop((ref, dtype), None)
 
     def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
@@ -182,9 +182,17 @@ class _Run:
         self.threads.fit(value.size, SMALL_VECTOR_ELEMENTS)
         mode, subnormals = self.dev.overflow_mode, self.dev.subnormals
         folded = ref in self.const
+        rounding = None
+        if dtype == "hfloat32":     # a float32 cube operand on its way into L0A/L0B (NUMERICS.md section 13)
+            from ..numerics.hf32 import to_hf32
 
-        def convert():
-            return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
+            rounding = self.dev.numerics.hf32_rounding
+
+            def convert():
+                return to_hf32(value, rounding, overflow_mode=mode, subnormals=subnormals)
+        else:
+            def convert():
+                return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
         if (defer and dtype == "float32" and value.dtype == np.float16 and self.writer is None and not self.keep
                 and not folded):
             # a widening raises no status (numerics.vector.cast): the record is the one it would make
@@ -193,7 +201,8 @@ class _Run:
             return value
         # a constant's cast is the same every replay: computed once while the constant is frozen (the
         # weights the fusion passes fold; numerics/memo.py), then its cube operand layout too
-        out, ctx_status = _memo.memo(value, ("cast", dtype, mode, subnormals), convert) if folded else convert()
+        out, ctx_status = (_memo.memo(value, ("cast", dtype, mode, subnormals, rounding), convert) if folded
+                           else convert())
         rec = self._cast_record(ref, value, dtype, folded, ctx_status)
         self._record(rec, [out])
         self.casts[key] = out
@@ -206,11 +215,17 @@ class _Run:
     def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
         """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
-        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
+        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
+        if dtype == "hfloat32":
+            n = self.dev.numerics
+            why = (f"HF32: a float32 cube operand rounded to 11 significant bits ({n.hf32_rounding}) before the "
+                   f"cube's products (allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
+        else:
+            why = f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
         rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
-                       precision={"list": None, "reason": f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
-                                  + ("; constant-folded by the graph engine" if folded else "")},
+                       precision={"list": None, "reason": why + ("; constant-folded by the graph engine" if folded
+                                                                else "")},
                        inserted=True)
         if ctx_status:
             # float32 view of the same cast: the value itself (it is the cast that overflows)
@@ -312,6 +327,13 @@ class _Run:
                     continue        # a parameter the CANN operator takes in float32
                 if dtype_name(args[i].dtype) != target:
                     casts.append((i, target))
+        if opdef.kind == CUBE and dec.dtype == "float32":
+            if not self.dev.numerics.chip.fp32_cube:
+                return self._cube_elsewhere(node, args, fusion)
+            if self.dev.hf32_family(node) is not None:
+                # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in
+                casts.extend((i, "hfloat32") for i in float_idx
+                             if not (i >= 2 and node.op.startswith("_Fused")) and i not in opdef.fp32_inputs)
         if opdef.kind == CUBE:
             compute = None      # the cube's output dtype, from the op's context
         elif node.op == "Cast":
@@ -386,7 +408,8 @@ class _Run:
             raise AscendEmuError(f"the graph has no function {fname!r}; load the model with load_graph")
         if fname not in self.functions:
             # the graph engine compiles a body like any graph: the same fusion passes apply
-            fused = apply_fusion(sub, self.dev.fusion, self.dev.precision.lists)
+            skip = None if self.dev.numerics.chip.fp32_cube else self.dev.cube_elsewhere
+            fused = apply_fusion(sub, self.dev.fusion, self.dev.precision.lists, skip=skip)
             self.functions[fname] = (Graph(nodes=fused.nodes, inputs=sub.inputs, outputs=sub.outputs,
                                            name=sub.name, functions=self.graph.functions), fused.fused_away)
         fg, fused_away = self.functions[fname]
@@ -440,7 +463,24 @@ class _Run:
                     max_abs = max(max_abs, float(np.abs(o64[fin]).max()))
         return {"overflow": not finite, "max_abs": max_abs, "status": int(ctx.status)}
 
-    def _aicpu(self, node: Node, args) -> tuple:
+    def _cube_elsewhere(self, node: Node, args, fusion) -> tuple:
+        """A cube op that stays float32 on a SoC whose cube has no float32: GE selects the AI CPU kernel
+        (NUMERICS.md section 13); with the fallback off, or for a fused op (which has no AI CPU kernel), an error."""
+        from ..numerics.policy import SOCS
+
+        soc = self.dev.soc
+        if fusion is not None or not self.dev.aicpu_fallback:
+            raise AscendEmuError(f"op {node.name} ({node.op}) computes in float32 under "
+                                 f"{self.dev.precision.mode}, and {soc}'s cube has no float32"
+                                 + ("" if fusion is None else f" (fused by {fusion.get('rule')})")
+                                 + "; turn the AI CPU fallback on, choose a mode that drops cube ops to fp16 "
+                                   "(allow_fp32_to_fp16, allow_mix_precision) or a SoC with a float32 cube ("
+                                 + ", ".join(n for n, c in SOCS.items() if c.fp32_cube) + ")")
+        return self._aicpu(node, args, reason=f"{soc}'s cube has no float32 and {self.dev.precision.mode} keeps "
+                                              "float32: GE places the op on the AI CPU")
+
+    def _aicpu(self, node: Node, args, reason: str = "no AI Core kernel: runs on the AI CPU in its original "
+                                                     "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
         from .aicpu import run_tf_node
@@ -466,7 +506,7 @@ class _Run:
         fp32_check = {"overflow": True, "max_abs": max_abs, "status": status} if status else None
         self._record(OpRecord(node.name, node.op, ascend_type(node.op), "AICPU", dt,
                               [tensor_name(r) for r in node.inputs], status,
-                              precision={"list": None, "reason": "no AI Core kernel: runs on the AI CPU in its original dtype"},
+                              precision={"list": None, "reason": reason},
                               fp32_check=fp32_check),
                      outs, node.attrs)
         return outs

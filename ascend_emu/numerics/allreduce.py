@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from .multicore import _seed_words, even_bounds
+from .policy import soc as _soc
 from .vector import cast, vector
 
 ALGORITHMS = ("ring", "hd", "mesh")
@@ -46,9 +47,9 @@ def resolve_algorithm(name) -> str:
 
 
 def default_algorithm(soc: str) -> str:
-    """The intra-server algorithm HCCL picks by topology: fullmesh on the Atlas A2 (Ascend910B), a ring on
-    the Ascend910's 8-device server (assumed for every rank count)."""
-    return "mesh" if soc == "Ascend910B" else "ring"
+    """The intra-server algorithm HCCL picks by topology: the SoC row's ``allreduce`` (fullmesh on the Atlas A2
+    and A3 and the 950, a ring on the Ascend910's 8-device server and the 310P; assumed for every rank count)."""
+    return _soc(soc).allreduce
 
 
 def _fold(order) -> object:

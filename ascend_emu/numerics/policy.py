@@ -67,13 +67,18 @@ FORMAT_MAX = {
 
 @dataclass(frozen=True)
 class SoC:
-    """What the emulator knows of one Ascend SoC (ASCEND-FACTS.md sections 4 and 10).
+    """What the emulator knows of one Ascend SoC: one row of :data:`SOCS` (ASCEND-FACTS.md sections 4, 10 and 12;
+    NUMERICS.md section 13 gives every cell's source).
 
-    ``overflow_mode`` is the SoC's default (the 910 saturates only; Atlas A2 defaults to
-    INF_NAN); ``ai_cores`` is CANN platform_config's ``ai_core_cnt``; ``op_model`` the family of
-    CANN kernels it runs (its TBE generation: the 910 is v100, the 910B v220, which TBE's
-    ``after_v200()`` selects; NUMERICS.md section 2); ``vector_cores`` its ``vector_core_cnt`` (0: the
-    vector units are inside the AI Cores, as on the 910), over which vector work splits (section 11).
+    ``overflow_mode`` is the SoC's default and ``overflow_modes`` the ones it has (the 910 and the 310P
+    saturate only); ``ai_cores`` is CANN platform_config's ``ai_core_cnt`` and ``vector_cores`` its
+    ``vector_core_cnt`` (0: the vector units are inside the AI Cores, as on the 910), over which vector work
+    splits (section 11); ``op_model`` the family of CANN kernels it runs (its TBE generation: the 910 is v100,
+    the 910B v220, which TBE's ``after_v200()`` selects; NUMERICS.md section 2); ``cube_dtypes`` the operand
+    types of its cube (``float32`` means fp32 operands through HF32, which the 910B, 910_93 and 950 have);
+    ``supports_bf16`` whether its vector unit converts float32 to bf16 (GE refuses the bf16 modes otherwise);
+    ``hf32`` the op families (``conv``, ``matmul``) whose float32 operands it rounds to HF32 by default;
+    ``assumed`` the cells no public source gives (each documented with the parameter that changes it).
     """
 
     name: str
@@ -83,20 +88,113 @@ class SoC:
     supports_bf16: bool
     op_model: str
     vector_cores: int = 0
+    product: str = ""
+    cube_dtypes: tuple = ("float16", "int8")
+    hf32: tuple = ()
+    subnormals: str = "kept"
+    aliases: tuple = ()
+    assumed: tuple = ()
+    #: HCCL's intra-server all-reduce algorithm (NUMERICS.md section 12)
+    allreduce: str = "ring"
+
+    @property
+    def overflow_modes(self) -> tuple:
+        return ("saturation", "inf_nan") if self.supports_inf_nan else ("saturation",)
+
+    @property
+    def fp32_cube(self) -> bool:
+        """Whether the cube takes float32 operands (as HF32); without it GE runs a float32 cube op elsewhere."""
+        return "float32" in self.cube_dtypes
+
+    @property
+    def supports_hf32(self) -> bool:
+        return self.fp32_cube
+
+    @property
+    def train_precision_default(self) -> str:
+        """The TF adapter's training default: must_keep_origin_dtype where the platform reports a
+        high-precision (float32) cube, else allow_fp32_to_fp16 (ASCEND-FACTS.md section 12)."""
+        return "must_keep_origin_dtype" if self.fp32_cube else "allow_fp32_to_fp16"
+
+    def row(self) -> dict:
+        """The row as ``ascend-emu socs`` prints it (and its JSON)."""
+        return {"soc": self.name, "aliases": list(self.aliases), "product": self.product,
+                "cube_dtypes": list(self.cube_dtypes), "vector_bf16": self.supports_bf16,
+                "overflow_modes": list(self.overflow_modes), "overflow_default": self.overflow_mode,
+                "ai_cores": self.ai_cores, "vector_cores": self.vector_cores or None, "op_model": self.op_model,
+                "subnormals": self.subnormals, "hf32": self.supports_hf32,
+                "allow_hf32_default": ",".join(self.hf32) or "none",
+                "train_precision_default": self.train_precision_default, "allreduce": self.allreduce,
+                "assumed": list(self.assumed)}
 
 
+_A2_CUBE = ("float16", "bfloat16", "float32", "int8")
 SOCS = {
-    "Ascend910": SoC("Ascend910", "saturation", 32, False, False, "tbe_v100"),
-    "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True, "tbe_v220", 48),
+    "Ascend910": SoC("Ascend910", "saturation", 32, False, False, "tbe_v100", product="Atlas 800 training (910, v100)"),
+    "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True, "tbe_v220", 48, product="Atlas A2 (910B, v220)",
+                      cube_dtypes=_A2_CUBE, hf32=("conv",), allreduce="mesh"),
+    # A3's core counts are in no official public file: the A2's, which third-party listings also give
+    "Ascend910_93": SoC("Ascend910_93", "inf_nan", 24, True, True, "tbe_v220", 48, product="Atlas A3 (910_93, v220)",
+                        cube_dtypes=_A2_CUBE, hf32=("conv",), allreduce="mesh",
+                        assumed=("ai_cores", "vector_cores", "op_model", "allreduce")),
+    "Ascend310P3": SoC("Ascend310P3", "saturation", 8, False, False, "tbe_v220", 7,
+                       product="Atlas 300I/V Pro inference (310P, v200)", aliases=("Ascend310P",),
+                       assumed=("op_model",)),
+    # the 950's core counts are not published: the A2's; its default overflow mode is assumed inf_nan (the A2's)
+    "Ascend950": SoC("Ascend950", "inf_nan", 24, True, True, "ascendc", 48, product="Ascend 950 (arch 3510)",
+                     cube_dtypes=("float32", "float16", "bfloat16", "hifloat8", "float8_e4m3fn", "float8_e5m2", "int8"),
+                     hf32=("conv",), subnormals="no hardware subnormals (Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div "
+                                                "flush by default: not yet modelled)",
+                     aliases=("Ascend950PR", "Ascend950DT"), allreduce="mesh",
+                     assumed=("ai_cores", "vector_cores", "overflow_default", "allreduce")),
 }
+#: another name of a SoC -> its row's name
+SOC_ALIASES = {a: s.name for s in SOCS.values() for a in s.aliases}
+
+
+def soc_name(name) -> str:
+    """The canonical name of SoC ``name`` (an alias such as ``Ascend310P`` gives its row's name)."""
+    if isinstance(name, str):
+        if name in SOCS:
+            return name
+        if name in SOC_ALIASES:
+            return SOC_ALIASES[name]
+    raise AscendEmuError(f"unknown soc {name!r}; choose one of: {', '.join(list(SOCS) + list(SOC_ALIASES))}")
 
 
 def soc(name: str) -> SoC:
-    """The :class:`SoC` called ``name``; a clear error naming the known ones otherwise."""
-    try:
-        return SOCS[name]
-    except (KeyError, TypeError):
-        raise AscendEmuError(f"unknown soc {name!r}; choose one of: {', '.join(SOCS)}") from None
+    """The :class:`SoC` called ``name`` (or one of its aliases); a clear error naming the known ones otherwise."""
+    return SOCS[soc_name(name)]
+
+
+#: the op families HF32 applies to (``allow_hf32``), by the TF types of their cube ops
+HF32_FAMILIES = ("conv", "matmul")
+#: HF32 rounding of float32 operands: mode 0 (nearest even, the default); mode 1 is described as toward zero
+#: in one CANN page and ties away in another, so both readings are offered (NUMERICS.md section 13)
+HF32_ROUNDINGS = ("rint", "trunc", "round")
+
+
+def hf32_families(value, chip: SoC) -> tuple:
+    """``allow_hf32`` as a sorted tuple of families: None gives the SoC's default; ``"none"``, ``""`` or an empty
+    collection none; else ``"conv"``, ``"matmul"`` or both (``"conv,matmul"`` or a collection)."""
+    if value is None:
+        return tuple(chip.hf32)
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if parts == ["none"]:
+            parts = []
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        parts = list(value)
+    else:
+        raise AscendEmuError(f"allow_hf32 must be 'conv', 'matmul', 'conv,matmul' or 'none', got {value!r}")
+    bad = [p for p in parts if p not in HF32_FAMILIES]
+    if bad:
+        raise AscendEmuError(f"allow_hf32: unknown op family {bad[0]!r}; use conv, matmul, conv,matmul or none")
+    fams = tuple(f for f in HF32_FAMILIES if f in parts)
+    if fams and not chip.supports_hf32:
+        raise AscendEmuError(f"{chip.name} has no HF32 (its cube takes no float32 operands); drop allow_hf32 "
+                             f"or choose a SoC with it ({', '.join(s.name for s in SOCS.values() if s.supports_hf32)})")
+    return fams
 
 
 def _choose(kind: str, value, table) -> int:
@@ -214,9 +312,11 @@ class NumericsPolicy:
 
     Parameters
     ----------
-    soc : {"Ascend910", "Ascend910B"}
+    soc : {"Ascend910", "Ascend910B", "Ascend910_93", "Ascend310P3", "Ascend950"}
+        A row of :data:`SOCS` (or an alias: Ascend310P, Ascend950PR, Ascend950DT); kept by its row's name.
     overflow_mode : {"saturation", "inf_nan"} or None
-        None takes the SoC's default (Ascend910: saturation; Ascend910B: inf_nan).
+        None takes the SoC's default (Ascend910, Ascend310P3: saturation; the others: inf_nan). The other
+        mode is accepted on every SoC as a what-if, also where the hardware has only saturation.
     subnormals : {"keep", "flush"}
     impl_mode : {"high_precision", "high_performance"}
         Transcendental implementation model of the vector unit (NUMERICS.md section 2).
@@ -239,6 +339,13 @@ class NumericsPolicy:
         Seeds the arrival orders of level 0 (default 0: the same run twice gives the same bits).
     multicore : MultiCoreModel
         When ops split over cores (thresholds, ``aicore_num``).
+    allow_hf32 : str, collection or None
+        The op families whose float32 cube operands are rounded to HF32 (``"conv"``, ``"matmul"``,
+        ``"conv,matmul"``, ``"none"``); None takes the SoC's default (conv on Ascend910B, Ascend910_93 and
+        Ascend950; none elsewhere). Resolved to a tuple here; HF32 on a SoC without it is an error.
+    hf32_rounding : {"rint", "trunc", "round"}
+        The HF32 rounding of float32 operands: ``rint`` (mode 0, nearest even: the default) or one of the two
+        readings of mode 1 (toward zero; nearest, ties away).
     """
 
     soc: str = "Ascend910"
@@ -252,9 +359,16 @@ class NumericsPolicy:
     deterministic_level: int | None = None
     run_seed: int = 0
     multicore: MultiCoreModel = field(default_factory=MultiCoreModel)
+    allow_hf32: object = None
+    hf32_rounding: str = "rint"
 
     def __post_init__(self):
         chip = soc(self.soc)
+        object.__setattr__(self, "soc", chip.name)
+        object.__setattr__(self, "allow_hf32", hf32_families(self.allow_hf32, chip))
+        if self.hf32_rounding not in HF32_ROUNDINGS:
+            raise AscendEmuError(f"unknown hf32_rounding {self.hf32_rounding!r}; choose one of: "
+                                 f"{', '.join(HF32_ROUNDINGS)}")
         object.__setattr__(self, "deterministic_level", resolve_level(self.deterministic, self.deterministic_level))
         object.__setattr__(self, "deterministic", self.deterministic_level > 0)
         object.__setattr__(self, "run_seed", check_run_seed(self.run_seed))
@@ -302,4 +416,5 @@ class NumericsPolicy:
                 "subnormals": self.subnormals, "impl_mode": self.impl_mode,
                 "reduce_accumulate": self.reduce_accumulate, "op_model": self.op_model,
                 "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
-                "run_seed": self.run_seed, "multicore": self.multicore.to_dict()}
+                "run_seed": self.run_seed, "multicore": self.multicore.to_dict(),
+                "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding}

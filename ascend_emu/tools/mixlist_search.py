@@ -119,7 +119,9 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     if device is None:
         device = kw.pop("device", None)
     if device is None:
-        device = Device(**({"precision_mode": "allow_mix_precision"} | kw))
+        if kw.get("precision_mode") is None and kw.get("precision_mode_v2") is None:
+            kw["precision_mode"] = "allow_mix_precision"
+        device = Device(**kw)
     elif kw:
         raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
     if not isinstance(device, Device):

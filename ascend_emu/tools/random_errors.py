@@ -29,7 +29,8 @@ from ..ops.multicore import MULTICORE_OPS
 #: Device options a task may carry (plain values only, so a task pickles / serialises)
 DEVICE_OPTIONS = ("precision_mode", "overflow_mode", "modify_mixlist", "soc", "subnormals", "impl_mode",
                   "reduce_accumulate", "op_model", "fusion_switch", "aicpu_fallback", "deterministic",
-                  "deterministic_level", "cube_model", "multicore")
+                  "deterministic_level", "cube_model", "multicore", "precision_mode_v2", "allow_hf32",
+                  "hf32_rounding")
 #: options of a training run (Device.train's keywords)
 TRAIN_OPTIONS = ("loss", "optimizer", "learning_rate", "optimizer_options", "batch_size", "steps", "epochs",
                  "loss_scale", "shuffle", "seed", "overflow_check")

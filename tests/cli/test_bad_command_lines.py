@@ -138,6 +138,18 @@ CATALOGUE = [
     ("replay {model} --cube-block-sum x", None), ("replay {model} --cube-extra-bits -5", None),
     ("replay {model} --cube-normalize x", None), ("replay {model} --cube-conv-k-order x", None),
     ("replay {model} --no-aicpu-fallback --bogus", None),
+    # replay: SoCs, precision_mode_v2, HF32 (issue 29)
+    ("replay {model} --precision-mode-v2 nope", None), ("replay {model} --precision-mode-v2", None),
+    ("replay {model} --precision-mode force_fp16 --precision-mode-v2 fp16", "both given"),
+    ("replay {model} --soc Ascend310P --precision-mode-v2 mixed_bfloat16", "Ascend310P3 lacks"),
+    ("replay {model} --soc Ascend910 --precision-mode allow_fp32_to_bf16", "Ascend910 lacks"),
+    ("replay {model} --soc Ascend910B --precision-mode-v2 mixed_hif8", "HiFloat8"),
+    ("replay {model} --soc Ascend310P3 --allow-hf32 conv", "no HF32"),
+    ("replay {model} --soc Ascend910B --allow-hf32 conv,gemm", "unknown op family"),
+    ("replay {model} --hf32-rounding odd", None),
+    ("replay {model} --soc Ascend310p", None), ("socs --bogus", None), ("socs x", None),
+    ("train {model} --data {inp} --precision-mode-v2 origin --precision-mode must_keep_origin_dtype", None),
+    ("mixlist-search {model} --precision-mode-v2 mixed_bfloat16 --soc Ascend910", "Ascend910 lacks"),
     # fusion-bisect options
     ("fusion-bisect {model} --metric x", None), ("fusion-bisect {model} --threshold x", None),
     ("fusion-bisect {model} --keep-dumps {file}", "not a directory"),

@@ -13,6 +13,7 @@ from ascend_emu.errors import AscendEmuError
 from ascend_emu.graph import Graph, split_tensor_name
 from ascend_emu.frontend.inputs import inputs_sha256, make_inputs
 from ascend_emu.frontend.loader import import_tf, load_graph
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()
 
@@ -157,7 +158,7 @@ def test_functional_control_flow_loads_and_lowered_runs_as_tf1(tmp_path):
     lowered = load_graph(str(tmp_path / "cf.pbtxt"))
     assert any(n.control_inputs for n in lowered.nodes)          # the control edges that carry deadness
     x = np.arange(8, dtype=np.float32).reshape(2, 4) - 5.0
-    res = Device("must_keep_origin_dtype").replay(lowered, {lowered.inputs[0].name: x}, progress=False)
+    res = Device(**FP32).replay(lowered, {lowered.inputs[0].name: x}, progress=False)
     want = loop(x).numpy()
     outs = [np.asarray(v) for v in res.outputs.values() if np.shape(v) == (2, 4)]
     assert outs and all(np.array_equal(o, want) for o in outs)
@@ -482,7 +483,7 @@ def test_nested_calls_inline_at_any_depth_and_shapes_are_recorded():
     got = dict(zip(g.output_names, r.output_list))
     np.testing.assert_array_equal(got["a"], mid_np(x) - 1)
     np.testing.assert_array_equal(got["b"], mid_np(-x).reshape(-1))
-    res = Device("must_keep_origin_dtype").replay(g, {"inp": x}, progress=False)
+    res = Device(**FP32).replay(g, {"inp": x}, progress=False)
     for t in g.outputs:
         np.testing.assert_array_equal(res.outputs[t], r.outputs[t])
     # every node carries TensorFlow's inferred output signature

@@ -24,7 +24,14 @@ CASES = {
                                                                 "soc": "Ascend910B"}),
     "demo/force_fp16/fusion_off": ("demo_model", {}, {"precision_mode": "force_fp16", "fusion_switch": "off"}),
     "demo/force_fp32": ("demo_model", {}, {"precision_mode": "force_fp32"}),
-    "demo/must_keep_origin_dtype": ("demo_model", {}, {"precision_mode": "must_keep_origin_dtype"}),
+    # the float32 cube (HF32 off) with the 910's vector kernels and overflow mode: until the SoC table (issue 29)
+    # this was must_keep_origin_dtype on the default Ascend910, whose cube has no float32 (its digests are those)
+    "demo/must_keep_origin_dtype/float32_cube": ("demo_model", {}, {
+        "precision_mode": "must_keep_origin_dtype", "soc": "Ascend910B", "allow_hf32": "none",
+        "overflow_mode": "saturation", "op_model": "tbe_v100"}),
+    # the A2's training default: float32 convolutions through HF32
+    "demo/origin/Ascend910B": ("demo_model", {}, {"precision_mode_v2": "origin", "soc": "Ascend910B"}),
+    "demo/fp16/Ascend310P3": ("demo_model", {}, {"precision_mode_v2": "fp16", "soc": "Ascend310P3"}),
     "demo/allow_mix_precision_bf16": ("demo_model", {}, {"precision_mode": "allow_mix_precision_bf16",
                                                          "soc": "Ascend910B"}),
     "demo/force_fp16/aligned_cube_flush": ("demo_model", {}, {

@@ -8,6 +8,7 @@ import pytest
 from ascend_emu import Device
 from ascend_emu.graph import Graph, InputSpec, Node
 from ascend_emu.numerics import memo
+from fp32mode import fp32  # the tests' fp32 mode
 
 RNG = np.random.default_rng(17)
 X = {"x": RNG.standard_normal((2, 7, 7, 4)).astype(np.float32)}
@@ -51,7 +52,8 @@ def _cached_keys():
 @pytest.mark.parametrize("mode", ["force_fp16", "allow_mix_precision", "must_keep_origin_dtype"])
 def test_folded_filter_is_cached_and_gives_the_same_bits(monkeypatch, mode):
     g = _conv_graph(RNG.standard_normal((3, 3, 4, 8)).astype(np.float32), bn=True)
-    dev = Device(mode)
+    # float32 on a cube that has it (the default Ascend910 would place the float32 convolution on the AI CPU)
+    dev = Device(**fp32(precision_mode=mode)) if mode == "must_keep_origin_dtype" else Device(mode)
     first = _bits(dev.replay(g, X, progress=False))
     folded = [n for n in dev._fused(g).nodes if n.name.endswith("ConvBnFilterHost")]
     assert folded and memo.frozen(folded[0].attrs["value"])      # the fusion's own constant is read-only
@@ -96,7 +98,8 @@ def test_a_changed_constant_is_never_served_stale(monkeypatch):
 @pytest.mark.parametrize("options", [
     [{"precision_mode": "force_fp16", "overflow_mode": "saturation"},
      {"precision_mode": "force_fp16", "overflow_mode": "inf_nan"}],
-    [{"precision_mode": "force_fp16"}, {"precision_mode": "force_fp32"}, {"precision_mode": "allow_fp32_to_bf16"}],
+    [{"precision_mode": "force_fp16"}, {"precision_mode": "force_fp32"}, {"precision_mode": "allow_fp32_to_bf16",
+                                                                               "soc": "Ascend910B"}],
     [{"precision_mode": "force_fp16", "subnormals": "flush"}, {"precision_mode": "force_fp16"}],
     [{"precision_mode": "force_fp16", "soc": "Ascend910"}, {"precision_mode": "force_fp16", "soc": "Ascend910B"}],
 ])

@@ -10,6 +10,7 @@ import pytest
 from ascend_emu import Device, compare, reference
 from ascend_emu.frontend import models
 from ascend_emu.frontend.loader import import_tf, load_graph
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()
 
@@ -45,7 +46,7 @@ def loops(x):
 
 def check_float32(g, atol):
     ref = reference(g, None, progress=False)
-    res = Device("must_keep_origin_dtype").replay(g, ref.inputs, progress=False)
+    res = Device(**FP32).replay(g, ref.inputs, progress=False)
     for t in g.outputs:
         np.testing.assert_allclose(np.asarray(res.outputs[t], np.float64), ref.outputs[t], rtol=0, atol=atol,
                                    err_msg=t)
@@ -68,7 +69,7 @@ def test_while_cond_case_map_fn_nested_match_tensorflow(tmp_path):
     # the dumps compare: ops outside loops, the loop outputs and every iteration's ops (nested loops and
     # branches included) line up; variants are not compared
     ref = reference(g, ref.inputs, dump_dir=tmp_path / "bench", progress=False)
-    Device("must_keep_origin_dtype").replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
+    Device(**FP32).replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
     cmp = compare(tmp_path / "npu", tmp_path / "bench")
     rows = {r["NPU Name"]: r for r in cmp.rows}
     for t in g.outputs:
@@ -107,7 +108,7 @@ def test_reference_dumps_every_step_of_a_keras_lstm(tmp_path):
     loop = next(n.name for n in g.nodes if n.op in ("While", "StatelessWhile"))
     ref = reference(g, None, dump_dir=tmp_path / "bench", progress=False)
     assert any(t.startswith(f"{loop}/body/19/") for t in ref.tensors)
-    Device("must_keep_origin_dtype").replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
+    Device(**FP32).replay(g, ref.inputs, dump_dir=tmp_path / "npu", progress=False)
     cmp = compare(tmp_path / "npu", tmp_path / "bench")
     kinds = [cmp.info(i)["kind"] for i in range(len(cmp.rows))]
     assert not {"npu only", "bench only"} & set(kinds)
@@ -132,6 +133,6 @@ def test_text_model_embedding_conv1d_bidirectional_lstm():
     assert sum(n.op in ("While", "StatelessWhile") for n in g.nodes) == 2
     ids = {"tokens": np.random.default_rng(0).integers(0, 50, (1, 12)).astype(np.int32)}
     ref = reference(g, ids, progress=False)
-    res = Device("must_keep_origin_dtype").replay(g, ids, progress=False)
+    res = Device(**FP32).replay(g, ids, progress=False)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref.outputs[g.outputs[0]], rtol=0, atol=1e-6)
     assert not [r.name for r in res.records if r.engine == "AICPU"]

@@ -9,6 +9,7 @@ from ascend_emu import Device, compare, reference
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.frontend import models
 from ascend_emu.frontend.loader import import_tf, load_graph
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()
 tf1 = tf.compat.v1
@@ -37,7 +38,7 @@ def test_tf1_frozen_cond_and_nested_while_match_tensorflow(tmp_path):
     assert g.outputs == ["out:0"]
     branches = set()
     for xv, out in zip(inputs, want):
-        res = Device("must_keep_origin_dtype").replay(g, {"x": xv}, progress=False)
+        res = Device(**FP32).replay(g, {"x": xv}, progress=False)
         np.testing.assert_allclose(res.outputs["out:0"], out, rtol=1e-6, atol=1e-6)
         names = [r.name for r in res.records]
         types = {r.name: r.tf_type for r in res.records}
@@ -67,7 +68,7 @@ def test_tf1_reference_lines_up_every_iteration_and_mixed_precision_replays(tmp_
     ref = reference(g, feeds, dump_dir=tmp_path / "bench", progress=False)
     np.testing.assert_allclose(ref.outputs["out:0"], want[0], rtol=0, atol=0)   # TensorFlow op by op = Session
     assert "while/body/2/while/body/1/mul:0" in ref.tensors
-    Device("must_keep_origin_dtype").replay(g, feeds, dump_dir=tmp_path / "npu", progress=False)
+    Device(**FP32).replay(g, feeds, dump_dir=tmp_path / "npu", progress=False)
     cmp = compare(tmp_path / "npu", tmp_path / "bench")
     kinds = [cmp.info(i)["kind"] for i in range(len(cmp.rows))]
     assert not {"npu only", "bench only"} & set(kinds)
@@ -93,10 +94,10 @@ def test_tf1_dead_output_is_an_error(tmp_path):
         tf.identity(sw.output_true * 2.0, name="pos")
     tf.io.write_graph(g.as_graph_def(), str(tmp_path), "dead.pb", as_text=False)
     gr = load_graph(tmp_path / "dead.pb")
-    res = Device("must_keep_origin_dtype").replay(gr, {"x": np.ones(3, np.float32)}, progress=False)
+    res = Device(**FP32).replay(gr, {"x": np.ones(3, np.float32)}, progress=False)
     np.testing.assert_array_equal(res.outputs["pos:0"], np.full(3, 2, np.float32))
     with pytest.raises(AscendEmuError, match=r"output 'pos:0' of the graph is dead: it lies in a cond branch"):
-        Device("must_keep_origin_dtype").replay(gr, {"x": -np.ones(3, np.float32)}, progress=False)
+        Device(**FP32).replay(gr, {"x": -np.ones(3, np.float32)}, progress=False)
 
 
 def test_switch_case_frozen_to_switch_n_takes_each_branch(tmp_path):
@@ -113,7 +114,7 @@ def test_switch_case_frozen_to_switch_n_takes_each_branch(tmp_path):
     g = load_graph(tmp_path / "case.pb")
     x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
     for i in (0, 1, 2, 9):
-        res = Device("must_keep_origin_dtype").replay(g, {g.inputs[0].name: x, g.inputs[1].name: np.int32(i)},
+        res = Device(**FP32).replay(g, {g.inputs[0].name: x, g.inputs[1].name: np.int32(i)},
                                                       progress=False)
         (out,) = res.outputs.values()
         np.testing.assert_array_equal(out, f(x, i).numpy())
@@ -135,7 +136,7 @@ def test_functional_while_inside_a_tf1_graph(tmp_path):
     tf.io.write_graph(g.as_graph_def(), str(tmp_path), "mixed.pb", as_text=False)
     gr = load_graph(tmp_path / "mixed.pb")
     assert {"Switch", "Merge", "StatelessWhile"} <= {n.op for n in gr.nodes}
-    res = Device("must_keep_origin_dtype").replay(gr, feeds, progress=False)
+    res = Device(**FP32).replay(gr, feeds, progress=False)
     ref = reference(gr, feeds, progress=False)
     np.testing.assert_array_equal(res.outputs["out:0"], want)
     np.testing.assert_array_equal(ref.outputs["out:0"], want)

@@ -11,10 +11,10 @@ keras = pytest.importorskip("keras")
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 from ascend_emu.numerics.allreduce import allreduce_mean, schedules  # noqa: E402
+from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
 pytestmark = pytest.mark.models
 
-MKOD = "must_keep_origin_dtype"
 
 
 def mlp(seed=0, *, bn=False):
@@ -85,7 +85,7 @@ def test_allreduce_fp16_saturates_under_saturation_mode():
 @pytest.fixture(scope="module")
 def single_and_two():
     d = data()
-    dev = ae.Device(MKOD)
+    dev = ae.Device(**FP32)
     one = dev.train(mlp(), d, batch_size=16, steps=8, progress=False)
     two = dev.train(mlp(), d, batch_size=16, steps=8, progress=False, ranks=2, check_rank_weights=True)
     return one, two
@@ -109,7 +109,7 @@ def test_two_ranks_match_one_device_on_the_full_batch(single_and_two):
 
 def test_batchnorm_keeps_per_rank_statistics():
     d = data()
-    dev = ae.Device(MKOD)
+    dev = ae.Device(**FP32)
     one = dev.train(mlp(bn=True), d, batch_size=16, steps=3, progress=False)
     two = dev.train(mlp(bn=True), d, batch_size=16, steps=3, progress=False, ranks=2)
     # each rank normalises with its own shard's statistics (no SyncBN): the gradients are not the full batch's
@@ -122,21 +122,21 @@ def test_batchnorm_keeps_per_rank_statistics():
 def test_deterministic_runs_are_bit_identical_and_random_arrival_differs():
     d = data(n=32)
     kw = dict(batch_size=16, steps=1, progress=False, ranks=4, allreduce="mesh")
-    det = [ae.Device(MKOD, deterministic=True, run_seed=s).train(mlp(), d, **kw) for s in (0, 1)]
+    det = [ae.Device(**FP32, deterministic=True, run_seed=s).train(mlp(), d, **kw) for s in (0, 1)]
     assert det[0].losses.tobytes() == det[1].losses.tobytes()
     assert all(det[0].state[k].tobytes() == det[1].state[k].tobytes() for k in det[0].state)
-    rnd = [ae.Device(MKOD, deterministic=False, run_seed=s).train(mlp(), d, **kw) for s in (0, 1, 0)]
+    rnd = [ae.Device(**FP32, deterministic=False, run_seed=s).train(mlp(), d, **kw) for s in (0, 1, 0)]
     w = [r.state for r in rnd]
     assert any(w[0][k].tobytes() != w[1][k].tobytes() for k in w[0])       # another seed, another order
     assert all(w[0][k].tobytes() == w[2][k].tobytes() for k in w[0])       # the same seed, the same bits
     # a ring has one writer per step: its order does not depend on the run seed
-    ring = [ae.Device(MKOD, deterministic=False, run_seed=s).train(mlp(), d, **{**kw, "allreduce": "ring"})
+    ring = [ae.Device(**FP32, deterministic=False, run_seed=s).train(mlp(), d, **{**kw, "allreduce": "ring"})
             for s in (0, 1)]
     assert all(ring[0].state[k].tobytes() == ring[1].state[k].tobytes() for k in ring[0].state)
 
 
 def test_check_rank_weights_catches_a_planted_rank():
-    res = ae.Device(MKOD).train(mlp(), data(n=32), batch_size=16, steps=2, progress=False, ranks=2,
+    res = ae.Device(**FP32).train(mlp(), data(n=32), batch_size=16, steps=2, progress=False, ranks=2,
                                 rank_init={1: 7}, check_rank_weights=True)
     diffs = res.ranks["initial_differences"]
     assert {d["rank"] for d in diffs} == {1}
@@ -145,7 +145,7 @@ def test_check_rank_weights_catches_a_planted_rank():
     assert {d["variable"] for d in res.ranks["final_differences"]} >= {"mlp/dense/kernel"}
     # a state planted by hand, for any step
     key = next(k for k in res.state if k.endswith("dense_1/bias"))
-    res = ae.Device(MKOD).train(mlp(), data(n=32), batch_size=16, steps=1, progress=False, ranks=2,
+    res = ae.Device(**FP32).train(mlp(), data(n=32), batch_size=16, steps=1, progress=False, ranks=2,
                                 rank_init={1: {key: np.full(3, 0.5, np.float32)}}, check_rank_weights=True)
     assert [(d["rank"], d["variable"]) for d in res.ranks["initial_differences"]] == [(1, "mlp/dense_1/bias")]
 
@@ -171,7 +171,7 @@ def test_overflow_on_one_rank_skips_the_step_on_all():
 ])
 def test_bad_data_parallel_options(kwargs, message):
     with pytest.raises(AscendEmuError, match=message):
-        ae.Device(MKOD).train(mlp(), data(n=32), batch_size=16, steps=1, progress=False, **kwargs)
+        ae.Device(**FP32).train(mlp(), data(n=32), batch_size=16, steps=1, progress=False, **kwargs)
 
 
 def test_cli_ranks_json_and_report(tmp_path, capsys):
@@ -183,7 +183,7 @@ def test_cli_ranks_json_and_report(tmp_path, capsys):
     np.savez(tmp_path / "d.npz", **data(n=32))
     js, rep = tmp_path / "t.json", tmp_path / "t.html"
     code = main(["train", str(tmp_path / "m.keras"), "--data", str(tmp_path / "d.npz"), "--batch-size", "16",
-                 "--steps", "2", "--precision-mode", MKOD, "--ranks", "2", "--allreduce", "tree",
+                 "--steps", "2", *FP32_ARGS, "--ranks", "2", "--allreduce", "tree",
                  "--check-rank-weights", "--rank-init", "1=3", "--json", str(js), "--report", str(rep), "--quiet"])
     out = capsys.readouterr().out
     assert code == 0

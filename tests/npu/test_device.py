@@ -16,6 +16,7 @@ from ascend_emu.errors import AscendEmuError, DumpError, UnsupportedOpError
 from ascend_emu.graph import Graph, InputSpec, Node
 from ascend_emu.frontend.loader import load_graph
 from ascend_emu.frontend import models
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 MODELS = {
     "resnet50": lambda: models.resnet50(input_shape=(32, 32, 3)),
@@ -48,7 +49,7 @@ def test_float32_replay_matches_tensorflow_on_every_op(name, fusion):
     g, ref = graph_and_ref(name)
     # the exact op model: the sourced Gelu is the tanh form, which TF's exact gelu is not
     # (tests/npu/test_fusion.py::test_sourced_gelu_is_the_tanh_form_in_float32_too)
-    res = Device("must_keep_origin_dtype", fusion_switch=fusion, op_model="exact").replay(g, ref.inputs,
+    res = Device(**fp32(fusion_switch=fusion, op_model="exact")).replay(g, ref.inputs,
                                                                                           progress=False)
     compared = 0
     for rec in res.records:
@@ -269,7 +270,7 @@ def test_replay_from_every_saved_format_matches_tensorflow(name, tmp_path):
         formats = ["keras_file", "saved_model", "pb"]   # the text GraphDef of a CNN is slow to parse
     for fmt in formats:
         ref = reference(paths[fmt], None, None, progress=False)
-        res = Device("must_keep_origin_dtype", op_model="exact").replay(ref.graph, ref.inputs, progress=False)
+        res = Device(**fp32(op_model="exact")).replay(ref.graph, ref.inputs, progress=False)
         worst = min(cosine(res.tensors[t], ref.tensors[t]) for t in ref.tensors
                     if t in res.tensors and ref.tensors[t].dtype.kind == "f")
         assert worst >= 0.99999, fmt
@@ -289,7 +290,7 @@ def test_a_wrong_shape_is_caught_at_the_op_that_made_it(monkeypatch):
     inp = keras.Input((4, 4, 2), name="img")
     m = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Flatten()(keras.layers.Conv2D(2, 3)(inp))))
     g = load_graph(m)
-    ok = Device("must_keep_origin_dtype").replay(g, progress=False)
+    ok = Device(**FP32).replay(g, progress=False)
     np.testing.assert_allclose(ok.outputs[g.outputs[0]], reference(g, ok.inputs, progress=False).outputs[g.outputs[0]], rtol=1e-5, atol=1e-6)
     real = OPS["StridedSlice"].fn
 
@@ -299,7 +300,7 @@ def test_a_wrong_shape_is_caught_at_the_op_that_made_it(monkeypatch):
     monkeypatch.setattr(OPS["StridedSlice"], "fn", rank_losing)
     with pytest.raises(AscendEmuError, match=r"op '[^']*flatten[^']*strided_slice' \(StridedSlice\) produced "
                                              r"output 0 of shape \(1,\) where TensorFlow infers \(\)"):
-        Device("must_keep_origin_dtype").replay(g, progress=False)
+        Device(**FP32).replay(g, progress=False)
 
 
 def test_batch_norm_parameters_stay_float32_when_it_computes_in_fp16():

@@ -6,6 +6,7 @@ from ascend_emu import Device, compare, overflow_report, reference, write_report
 from ascend_emu.cli import main
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.graph import Graph, InputSpec, Node
+from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
 
 def graph(*nodes, shape=(64,), outputs=None):
@@ -67,8 +68,9 @@ def test_fp16_reduce_accumulator_option():
     f16 = Device("force_fp16", reduce_accumulate="float16").replay(g, {"x": ones}, progress=False).tensor("s")
     assert float(f32) == 4096 and float(f16) == 2048          # 2048 + 1 rounds back to 2048 in fp16
     # float32 and bf16 reductions ignore the fp16-accumulator option instead of failing
-    Device("must_keep_origin_dtype", reduce_accumulate="float16").replay(g, {"x": ones}, progress=False)
-    Device("allow_mix_precision_bf16", reduce_accumulate="float16").replay(g, {"x": ones}, progress=False)
+    Device(**fp32(reduce_accumulate="float16")).replay(g, {"x": ones}, progress=False)
+    Device("allow_mix_precision_bf16", soc="Ascend910B", reduce_accumulate="float16").replay(g, {"x": ones},
+                                                                                             progress=False)
 
 
 def _mm_chain():
@@ -93,7 +95,7 @@ def test_tf_cast_overflow_gets_a_float32_verdict(tmp_path):
     c = Node("c", "Const", [], {"dtype": "float32", "value": np.float32(1e6)})
     g = graph(c, Node("m", "Mul", ["x", "c"], {"T": "float32"}),
               Node("h", "Cast", ["m"], {"SrcT": "float32", "DstT": "float16", "Truncate": False}), shape=(4,))
-    res = Device("must_keep_origin_dtype").replay(g, {"x": np.ones(4, np.float32)}, tmp_path / "d", progress=False)
+    res = Device(**FP32).replay(g, {"x": np.ones(4, np.float32)}, tmp_path / "d", progress=False)
     rec = res.record("h")
     assert rec.compute_dtype == "float16" and rec.status & 0x100
     assert rec.fp32_check["overflow"] is True
@@ -142,7 +144,7 @@ def test_einsum_the_cube_does_not_lower_runs_on_the_ai_cpu():
         return tf.einsum("...ij,...jk->...ik", tf.ones((1, 3, 4)), x)
 
     # broadcast batch dimensions are not lowered to the cube: they run on the AI CPU, matching TF
-    res = Device("must_keep_origin_dtype").replay(f, progress=False)
+    res = Device(**FP32).replay(f, progress=False)
     rec = [r for r in res.records if r.tf_type == "Einsum"][0]
     assert rec.engine == "AICPU"
     x = next(iter(res.inputs.values()))
@@ -167,7 +169,7 @@ def test_conv_k_order_reaches_the_cube_and_the_cli(tmp_path):
     for order in ("hwc", "c1hwc0"):
         d = tmp_path / order
         assert main(["-q", "replay", str(tmp_path / "m.keras"), "--input", f"x={tmp_path / 'x.npy'}",
-                     "--precision-mode", "must_keep_origin_dtype", "--cube-conv-k-order", order, "--dump", str(d)]) == 0
+                     *FP32_ARGS, "--cube-conv-k-order", order, "--dump", str(d)]) == 0
         dump = load_dump(d)
         assert dump.manifest["config"]["cube_model"]["conv_k_order"] == order
         conv = next(op["name"] for op in dump.ops if op["tf_type"] == "Conv2D")

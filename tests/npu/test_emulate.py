@@ -17,6 +17,7 @@ keras = pytest.importorskip("keras")
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 from steps import gradient_tape_step  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
+from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
 pytestmark = pytest.mark.models
 
@@ -70,7 +71,7 @@ def keras_fp32(data):
     tf_model.fit(tf.data.Dataset.from_tensor_slices(data).batch(16), epochs=2, verbose=0)
     x, y = data
     tf_batch = tf_model.train_on_batch(x[:16], y[:16], return_dict=True)
-    with ae.emulate("must_keep_origin_dtype", reference=True) as run:
+    with ae.emulate(**fp32(reference=True)) as run:
         model, hist, rates = _fit(data, _schedule_sgd())
         pred = model.predict(x[:5], verbose=0)
         tf_pred = np.asarray(model(x[:5], training=False))        # TensorFlow's forward on the same weights
@@ -150,7 +151,7 @@ def test_custom_gradient_tape_loop(data):
         return losses, float(eval_step(x, y)), [v.numpy() for v in model.weights]
 
     tf_losses, tf_eval, tf_weights = script()
-    with ae.emulate("must_keep_origin_dtype", loss_scale="fixed:128") as run:
+    with ae.emulate(**fp32(loss_scale="fixed:128")) as run:
         losses, ev, weights = script()
     assert len(run.steps) == 8 and [s["loss"] for s in run.steps] == losses
     assert all(s["loss_scale"] == 128.0 and not s["skipped"] for s in run.steps)
@@ -196,7 +197,7 @@ def test_tf1_session_loop_under_the_wrapper_matches_tensorflow(tf1_data):
     tf_losses, _, (tw, tb, tgs) = _tf1_script(x, y)
     wrapped = []
     losses, summaries, (w, b, gs) = _tf1_script(
-        x, y, session=lambda s: wrapped.append(ae.tf1.wrap(s, precision_mode="must_keep_origin_dtype")) or wrapped[0])
+        x, y, session=lambda s: wrapped.append(ae.tf1.wrap(s, **FP32)) or wrapped[0])
     run = wrapped[0].emulation
     assert len(run.steps) == 6 and gs == tgs == 6
     assert [s["loss"] for s in run.steps] == [float(v) for v in losses]
@@ -225,7 +226,7 @@ def test_user_errors_are_one_line(data):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3), keras.layers.Lambda(tf.math.cosh)])
     model.compile(optimizer="sgd", loss="mse")
     with pytest.raises(AscendEmuError) as e:
-        with ae.emulate("must_keep_origin_dtype", aicpu_fallback=False):
+        with ae.emulate(**fp32(aicpu_fallback=False)):
             model.fit(x, np.ones((64, 3), np.float32), batch_size=16, epochs=1, verbose=0)
     assert "Cosh" in str(e.value) and "\n" not in str(e.value)
 
@@ -244,13 +245,13 @@ def test_user_errors_are_one_line(data):
     model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
     model.fit(x, np.ones((64, 3), np.float32), batch_size=16, epochs=1, verbose=0)      # fine in TensorFlow
     with pytest.raises(AscendEmuError) as e:
-        with ae.emulate("must_keep_origin_dtype"):
+        with ae.emulate(**FP32):
             model.fit(x, np.ones((64, 3), np.float32), batch_size=16, epochs=1, verbose=0)
     msg = str(e.value)
     assert "cannot trace" in msg and "numpy" in msg and "test_emulate.py" in msg and "\n" not in msg
 
     with pytest.raises(AscendEmuError, match="sample weights"):
-        with ae.emulate("must_keep_origin_dtype"):
+        with ae.emulate(**FP32):
             _classifier("sgd").fit(x, y, sample_weight=np.ones(64), batch_size=16, verbose=0)
     with pytest.raises(AscendEmuError, match="sometimes.*fixed:N"):
         ae.emulate(loss_scale="sometimes")

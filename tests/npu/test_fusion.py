@@ -16,6 +16,7 @@ import pytest
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.npu.fusion import GRAPH, RULES, UB, FusionConfig, apply_fusion
 from ascend_emu.graph import tensor_name
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 ALL_RULES = ["BiasaddConvFusionPass", "ConvBatchnormFusionPass", "MatMulBiasAddFusionPass", "LayerNormFusionPass",
              "GeluFusionPass", "SoftmaxGradFusionPass", "TbeEltwiseFusionPass", "AutomaticUbFusion"]
@@ -349,11 +350,11 @@ def test_sourced_gelu_is_the_tanh_form_in_float32_too():
     g = graph_of(gelu_erfc, (64, 64))
     x = {"x": np.linspace(-6, 6, 64 * 64, dtype=np.float32).reshape(64, 64)}
     ref = reference(g, x, progress=False)
-    for soc in ("Ascend910", "Ascend910B"):
-        rep = Device("must_keep_origin_dtype", soc=soc).replay(g, x, progress=False)
+    for model in ("tbe_v100", "tbe_v220"):     # the Ascend910's kernels and the Ascend910B's
+        rep = Device(**fp32(op_model=model)).replay(g, x, progress=False)
         d = np.abs(rep.outputs[g.outputs[0]].astype(np.float64) - ref.outputs[g.outputs[0]].astype(np.float64))
-        assert 1e-4 < d.max() < 5e-4, (soc, d.max())
-    exact = Device("must_keep_origin_dtype", op_model="exact").replay(g, x, progress=False)
+        assert 1e-4 < d.max() < 5e-4, (model, d.max())
+    exact = Device(**fp32(op_model="exact")).replay(g, x, progress=False)
     assert np.abs(exact.outputs[g.outputs[0]] - ref.outputs[g.outputs[0]]).max() <= 1e-6
 
 
@@ -672,7 +673,7 @@ def test_small_fused_ops_float32_match_tensorflow(case):
     fn, shapes = small_cases()[case]
     g = graph_of(fn, *shapes)
     # the exact model: CANN's Gelu is the tanh form whatever the graph computed (see the test below)
-    dev = Device("must_keep_origin_dtype", op_model="exact")
+    dev = Device(**fp32(op_model="exact"))
     rep = dev.replay(g, seed=3, progress=False)
     ref = reference(g, rep.inputs, progress=False)
     assert check_float32_against_tf(rep, ref, dev) == sum(1 for n in apply_fusion(g, dev.fusion).nodes
@@ -889,7 +890,7 @@ def test_switching_a_rule_off_removes_it_from_the_dump(model_graph, tmp_path, na
         kind = RULES[rule].kind if rule != "ALL" else GRAPH
         switch = "off" if rule == "ALL" else {"Switch": {kind: {rule: "off"}}}
         out = tmp_path / rule
-        Device("must_keep_origin_dtype", fusion_switch=switch).replay(g, dump_dir=out, seed=0, progress=False,
+        Device(**fp32(fusion_switch=switch)).replay(g, dump_dir=out, seed=0, progress=False,
                                                                       stats_only=True)
         d = load_dump(out)
         rules_in_dump = {r for op in d.ops if op.get("fusion") for r in op["fusion"]["rules"]}
@@ -913,7 +914,7 @@ def test_float32_mode_fused_ops_match_tensorflow(model_graph, name):
     from ascend_emu.frontend.reference import reference
 
     _, g = model_graph(name)
-    dev = Device("must_keep_origin_dtype", op_model="exact")
+    dev = Device(**fp32(op_model="exact"))
     rep = dev.replay(g, seed=1, progress=False)
     ref = reference(g, rep.inputs, progress=False)
     n = check_float32_against_tf(rep, ref, dev)

@@ -13,6 +13,7 @@ keras = pytest.importorskip("keras")
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.analysis.dump import load_dump  # noqa: E402
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 
 def attention_classifier():
@@ -74,7 +75,7 @@ def test_switching_softmax_grad_off_keeps_the_four_ops(tmp_path):
 
 def test_float32_fused_softmax_grad_matches_tensorflow():
     model, data = attention_classifier()
-    res = ae.Device("must_keep_origin_dtype", op_model="exact").train(model, data, batch_size=8, steps=4,
+    res = ae.Device(**fp32(op_model="exact")).train(model, data, batch_size=8, steps=4,
                                                                       reference=True, progress=False)
     rel = np.abs(res.losses - res.reference_losses) / np.abs(res.reference_losses)
     assert rel.max() < 1e-5

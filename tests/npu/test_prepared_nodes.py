@@ -12,6 +12,7 @@ from ascend_emu import Device
 from ascend_emu.npu.precision import PrecisionPolicy
 
 from test_deferred_cast import _graph, _hostile  # the same graph and hostile data
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 
 def _result(res):
@@ -64,13 +65,13 @@ def test_an_entry_whose_input_dtypes_differ_is_worked_out_again():
 def test_a_replaced_precision_policy_decides_afresh():
     g = _graph()
     feeds = _hostile("plain")
-    dev = Device("allow_mix_precision")
+    dev = Device(**{**FP32, "precision_mode": "allow_mix_precision"})
     mixed = _result(dev.replay(g, feeds, progress=False))
     dev.precision = PrecisionPolicy("must_keep_origin_dtype")
-    fp32 = _result(dev.replay(g, feeds, progress=False))
-    assert fp32 == _result(Device("must_keep_origin_dtype").replay(g, feeds, progress=False))
-    assert fp32 != mixed
-    assert all(r["compute_dtype"] in ("float32", "int32", "") for r in fp32[1])
+    kept = _result(dev.replay(g, feeds, progress=False))
+    assert kept == _result(Device(**FP32).replay(g, feeds, progress=False))
+    assert kept != mixed
+    assert all(r["compute_dtype"] in ("float32", "int32", "") for r in kept[1])
 
 
 def test_a_replaced_precision_policy_or_fusion_config_fuses_afresh():

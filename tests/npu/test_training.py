@@ -26,6 +26,7 @@ from ascend_emu.cli.main import main  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 from ascend_emu.frontend.models import train_demo_data, train_demo_model  # noqa: E402
 from ascend_emu.frontend.training import FunctionalOptimizer  # noqa: E402
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 STEP_FIELDS = {"step", "loss", "reference_loss", "loss_scale", "skipped", "float_status", "first_overflow"}
 
@@ -94,7 +95,7 @@ def test_functional_optimizer_equals_keras_apply_bit_for_bit(name, options):
 
 def test_float32_training_matches_tensorflow_step_by_step_and_final_weights():
     """must_keep_origin_dtype: 20 steps (BN, dropout, SGD with momentum) against the same step in TensorFlow."""
-    res = ae.Device("must_keep_origin_dtype").train(small_cnn(), cnn_data(), batch_size=16, steps=20,
+    res = ae.Device(**FP32).train(small_cnn(), cnn_data(), batch_size=16, steps=20,
                                                     reference=True, shuffle=True, seed=3, progress=False)
     assert len(res.steps) == 20 and set(res.steps[0]) >= STEP_FIELDS
     assert not res.skipped.any() and not res.float_status.any()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ascend_emu import Device
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 
 def _cnn(keras, layers, rng):
@@ -104,7 +105,7 @@ def _step(name):
 @pytest.mark.parametrize("name", ["cnn", "transformer", "lstm", "gru"])
 def test_gradient_step_runs_on_the_ai_core_and_matches_tensorflow(name):
     cf, feeds, ref = _step(name)
-    res = Device("must_keep_origin_dtype").replay(cf, inputs=feeds, progress=False)
+    res = Device(**FP32).replay(cf, inputs=feeds, progress=False)
     engines = collections.Counter(r.engine for r in res.records)
     assert "AICPU" not in engines, [(r.name, r.tf_type) for r in res.records if r.engine == "AICPU"]
     assert EXPECTED[name] <= {r.tf_type for r in res.records}
@@ -158,7 +159,7 @@ def test_mobilenet_v2_gradient_step_runs_on_the_ai_core():
     (tree vs sequential) already differ by up to ~16% in single entries, so each gradient is compared by
     its cosine similarity with TensorFlow's."""
     cf, feeds, ref = _step("mobilenet_v2")
-    res = Device("must_keep_origin_dtype").replay(cf, inputs=feeds, progress=False)
+    res = Device(**FP32).replay(cf, inputs=feeds, progress=False)
     assert "AICPU" not in {r.engine for r in res.records}
     assert {"DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter", "Relu6Grad",
             "Conv2DBackpropFilter"} <= {r.tf_type for r in res.records}

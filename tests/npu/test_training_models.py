@@ -15,6 +15,7 @@ keras = pytest.importorskip("keras")
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.frontend import models  # noqa: E402
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 pytestmark = pytest.mark.models
 
@@ -67,7 +68,7 @@ CASES = {
 def test_float32_training_matches_tensorflow(name):
     build, bs, rtol, atol = CASES[name]
     model, data = build()
-    res = ae.Device("must_keep_origin_dtype", op_model="exact").train(model, data, batch_size=bs, steps=STEPS,
+    res = ae.Device(**fp32(op_model="exact")).train(model, data, batch_size=bs, steps=STEPS,
                                                                       reference=True, progress=False)
     assert len(res.steps) == STEPS and not res.skipped.any()
     rel = np.abs(res.losses - res.reference_losses) / np.abs(res.reference_losses)
@@ -83,7 +84,7 @@ def test_float32_mobilenet_v2_training_stays_within_tensorflows_own_noise():
     (measured). So the first step must agree to float32 noise, and the 20-step curve must stay as close to
     TensorFlow's as TensorFlow's own perturbed run does."""
     model, data = mobilenet_v2()
-    res = ae.Device("must_keep_origin_dtype", op_model="exact").train(model, data, batch_size=4, steps=STEPS,
+    res = ae.Device(**fp32(op_model="exact")).train(model, data, batch_size=4, steps=STEPS,
                                                                       reference=True, progress=False)
     ref = res.reference_losses
     rel = np.abs(res.losses - ref) / ref

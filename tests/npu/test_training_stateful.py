@@ -26,6 +26,7 @@ from ascend_emu.frontend.stateful import train_step_from_tf_function
 from ascend_emu.frontend.tf1_step import train_step_from_tf1_graph
 from ascend_emu.frontend.tf import import_keras, import_tf
 from steps import gradient_tape_step  # tests/ is on the path (pyproject's pythonpath)
+from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
 STEPS, BATCH = 20, 16
 LOSS_RTOL, WEIGHT_RTOL = 1e-6, 2e-5
@@ -102,7 +103,7 @@ def test_tf_function_step_matches_tensorflow_training(update):
     assert len(ts.state) == len(all_vars)
     before = {_key(v): v.numpy().copy() for v in all_vars}
 
-    res = Device("must_keep_origin_dtype").train(ts, (x, y), batch_size=BATCH, steps=STEPS, reference=True,
+    res = Device(**FP32).train(ts, (x, y), batch_size=BATCH, steps=STEPS, reference=True,
                                                  progress=False)
     # the reference run restores the user's variables after each step
     assert all(np.array_equal(v.numpy(), before[_key(v)]) for v in all_vars)
@@ -153,7 +154,7 @@ def test_tf_function_step_with_embedding_lookup():
     ids, y = rng.integers(0, 50, (64, 5)).astype(np.int32), rng.integers(0, 3, 64).astype(np.int32)
     ts = train_step_from_tf_function(step, ids[:BATCH], y[:BATCH])
     assert "GatherV2" in {n.op for n in ts.graph.nodes}
-    res = Device("must_keep_origin_dtype").train(ts, (ids, y), batch_size=BATCH, steps=8, reference=True,
+    res = Device(**FP32).train(ts, (ids, y), batch_size=BATCH, steps=8, reference=True,
                                                  progress=False)
     tf_losses = [float(step(ids[(i % 4) * BATCH:(i % 4 + 1) * BATCH], y[(i % 4) * BATCH:(i % 4 + 1) * BATCH]))
                  for i in range(8)]
@@ -223,7 +224,7 @@ def test_tf1_graph_matches_tensorflow_training(optimizer, resource):
     assert kinds == ({"ApplyGradientDescent", "AssignAddVariableOp"} if optimizer == "gradient_descent"
                      else {"ResourceApplyMomentum", "AssignAddVariableOp"})
 
-    res = Device("must_keep_origin_dtype").train(ts, (x, y), batch_size=BATCH, steps=STEPS, reference=True,
+    res = Device(**FP32).train(ts, (x, y), batch_size=BATCH, steps=STEPS, reference=True,
                                                  progress=False)
     tf_losses = np.array([sess.run([loss, train], {xt: xb, yt: yb})[0] for xb, yb in _batches(x, y)], np.float64)
     np.testing.assert_array_equal(res.reference_losses, tf_losses)
@@ -283,13 +284,13 @@ def test_tf1_meta_graph_and_checkpoint(tmp_path, capsys):
                                    checkpoint=prefix)
     for v in g.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
         np.testing.assert_array_equal(ts.initial[f"variable/{v.op.name}"], sess.run(v))
-    res = Device("must_keep_origin_dtype").train(ts, (x, y), batch_size=BATCH, steps=3, reference=True,
+    res = Device(**FP32).train(ts, (x, y), batch_size=BATCH, steps=3, reference=True,
                                                  progress=False)
     tf_losses = [sess.run([loss, train], {xt: xb, yt: yb})[0] for xb, yb in list(_batches(x, y))[:3]]
     np.testing.assert_array_equal(res.reference_losses, tf_losses)
     np.testing.assert_allclose(res.losses, tf_losses, rtol=LOSS_RTOL)
 
-    again = Device("must_keep_origin_dtype").train(ts, (x, y), batch_size=BATCH, steps=3, reference=True,
+    again = Device(**FP32).train(ts, (x, y), batch_size=BATCH, steps=3, reference=True,
                                                    progress=False)
     assert json.dumps(again.to_json(), sort_keys=True) == json.dumps(res.to_json(), sort_keys=True)
 
@@ -298,7 +299,7 @@ def test_tf1_meta_graph_and_checkpoint(tmp_path, capsys):
 
     np.savez(tmp_path / "d.npz", x=x, y=y.astype(np.int64))
     argv = ["-q", "train", prefix + ".meta", "--data", str(tmp_path / "d.npz"), "--steps", "3", "--batch-size",
-            str(BATCH), "--precision-mode", "must_keep_origin_dtype", "--json", str(tmp_path / "t.json")]
+            str(BATCH), *FP32_ARGS, "--json", str(tmp_path / "t.json")]
     assert main(argv + ["--checkpoint", prefix, "--loss-tensor", "loss:0", "--train-op", "train"]) == 0
     steps = json.loads((tmp_path / "t.json").read_text())["steps"]
     assert [s["loss"] for s in steps] == res.losses.tolist()
@@ -366,13 +367,13 @@ def test_update_chain_equals_apply_kernel(op):
     fn = functionalize(g.as_graph_def(), specs, [], targets=[upd.name], extra_inputs=["grad"])
     graph = graph_from_graph_def(fn.graph_def, fn.inputs, fn.outputs, name=op)
     feeds = {"grad": grad, **{s.placeholder: st for s, st in zip(specs, state)}}
-    res = Device("must_keep_origin_dtype").replay(graph, feeds, progress=False)
+    res = Device(**FP32).replay(graph, feeds, progress=False)
     emulated = [res.outputs[t] for t in graph.outputs]
 
     kernel = {"ApplyGradientDescent": grad_ops.apply_gradient_descent, "ApplyMomentum": grad_ops.apply_momentum,
               "ResourceApplyKerasMomentum": grad_ops.apply_keras_momentum, "ApplyAdam": grad_ops.apply_adam,
               "ApplyRMSProp": grad_ops.apply_rms_prop}[kind]
-    ctx = Device("must_keep_origin_dtype").context("float32")
+    ctx = Device(**FP32).context("float32")
     expected = kernel(*order, ctx=ctx, **kw)
     for e, k, t in zip(emulated, expected, tf_new):
         np.testing.assert_array_equal(e, k)
@@ -437,9 +438,9 @@ def test_unordered_updates_and_bad_input_are_refused():
     step, _, _ = _plain_step()
     ts = train_step_from_tf_function(step, x[:BATCH], y[:BATCH])
     with pytest.raises(AscendEmuError, match=r"training data x has samples of shape \(8,\) but the step's 'x' takes"):
-        Device("must_keep_origin_dtype").train(ts, (x[:, :8], y), steps=1, progress=False)
+        Device(**FP32).train(ts, (x[:, :8], y), steps=1, progress=False)
     with pytest.raises(AscendEmuError, match="a TrainStep carries its own loss and update; drop optimizer"):
-        Device("must_keep_origin_dtype").train(ts, (x, y), optimizer="sgd", steps=1, progress=False)
+        Device(**FP32).train(ts, (x, y), optimizer="sgd", steps=1, progress=False)
     with pytest.raises(AscendEmuError, match="computes no gradient"):
         train_step_from_tf_function(lambda a, b: tf.reduce_sum(a), x[:4], y[:4])
 

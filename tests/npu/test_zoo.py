@@ -20,6 +20,7 @@ from ascend_emu.errors import AscendEmuError
 from ascend_emu.frontend import models
 from ascend_emu.frontend.loader import load_graph
 from ascend_emu.ops import CUBE, OPS
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 #: the constructors of the installed Keras (so a new Keras adds its models to the zoo)
 APPLICATIONS = models.applications()
@@ -70,7 +71,7 @@ def with_logits(g):
 def check_replays(g):
     """must_keep_origin_dtype matches TensorFlow (every output); allow_mix_precision runs the cube in fp16."""
     ref = reference(g, None, progress=False)
-    res = Device("must_keep_origin_dtype").replay(g, ref.inputs, progress=False, keep_tensors=False)
+    res = Device(**FP32).replay(g, ref.inputs, progress=False, keep_tensors=False)
     mix = Device("allow_mix_precision").replay(g, ref.inputs, progress=False, keep_tensors=False)
     for out in g.outputs:
         theirs = ref.outputs[out]
@@ -82,6 +83,21 @@ def check_replays(g):
     assert not any(r.engine == "AICPU" for r in res.records)
     cube = [r for r in mix.records if r.tf_type in OPS and OPS[r.tf_type].kind == CUBE]
     assert cube and all(r.compute_dtype == "float16" for r in cube)
+    check_other_socs(g, ref)
+
+
+def check_other_socs(g, ref):
+    """The inference card with its defaults (force_fp16, saturation) and the A3 in its training default
+    (origin: float32 convolutions through HF32) run every op on the AI Core; HF32 stays close to float32."""
+    card = Device(soc="Ascend310P3").replay(g, ref.inputs, progress=False, keep_tensors=False)
+    a3 = Device(soc="Ascend910_93", precision_mode_v2="origin").replay(g, ref.inputs, progress=False,
+                                                                       keep_tensors=False)
+    assert card.summary["per_engine_dtype"].keys() <= {"AICORE", "HOST"}
+    assert a3.summary["per_engine_dtype"].keys() <= {"AICORE", "HOST"}
+    assert any(r.name.endswith("_to_hf32") for r in a3.records)
+    for out in g.outputs:
+        assert np.asarray(card.outputs[out]).shape == ref.outputs[out].shape
+        assert cosine(a3.outputs[out], ref.outputs[out]) >= 0.99
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=marks(n)) for n in APPLICATIONS])

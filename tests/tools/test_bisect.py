@@ -8,6 +8,7 @@ import pytest
 from ascend_emu.tools.bisect import BisectResult, _ddmin, fusion_bisect, output_metrics
 from ascend_emu.npu.device import Device
 from ascend_emu.errors import AscendEmuError
+from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 FP16_MAX = 65504.0
 
@@ -142,7 +143,7 @@ def test_output_metrics_are_the_comparisons():
 def test_bisect_without_degradation(planted):
     m, _, _ = planted
     x = (np.random.default_rng(2).standard_normal((1, 8, 8, 4)) * 1e-3).astype(np.float32)
-    res = fusion_bisect(m, {"image": x}, device=Device("must_keep_origin_dtype"), progress=False)
+    res = fusion_bisect(m, {"image": x}, device=Device(**FP32), progress=False)
     assert not res.degraded and res.culprits == [] and [t.name for t in res.trials] == ["all-off", "all-on"]
     assert "does not cost accuracy" in res.format_text()
 

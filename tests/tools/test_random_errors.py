@@ -11,6 +11,7 @@ from ascend_emu.cli import main
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.ops.multicore import MULTICORE_OPS
 from ascend_emu.tools.random_errors import random_errors
+from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
 
 def same_files(d1, d2) -> bool:
@@ -38,7 +39,7 @@ def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
 
     keras = _keras(0)
     m = keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=100)
-    dev = {"precision_mode": "must_keep_origin_dtype"}
+    dev = dict(FP32)
     # K = 1280 in 4 chunks: 12 distinct sums of 4 partials, so two runs may agree; three runs part
     res = random_errors(m, runs=3, out_dir=tmp_path / "off", device_options=dev)
     # with random weights the logits are ~1e-11: the softmax absorbs their last-bit differences
@@ -53,7 +54,7 @@ def test_transformer_replays_part_at_the_ffn_matmul_and_deterministic_dumps_are_
     from ascend_emu.frontend.models import transformer_encoder
 
     m = transformer_encoder(ff_dim=1024)      # ffn2: K = 1024 over 3 cube cores (split-K)
-    dev = {"precision_mode": "must_keep_origin_dtype"}
+    dev = dict(FP32)
     res = random_errors(m, runs=2, out_dir=tmp_path / "off", device_options=dev)
     check_parts_at_multicore_op(res, "ffn2")
     assert res.differing_ops >= 2              # it propagates to the residual add and the layer norm
@@ -68,7 +69,7 @@ def test_training_with_an_embedding_parts_at_a_named_step_and_op(tmp_path):
     from ascend_emu.frontend.models import embedding_classifier, embedding_data
 
     m, data = embedding_classifier(), embedding_data()
-    kw = dict(data=data, steps=20, batch_size=16, device_options={"precision_mode": "must_keep_origin_dtype"})
+    kw = dict(data=data, steps=20, batch_size=16, device_options=dict(FP32))
     res = random_errors(m, runs=4, out_dir=tmp_path / "off", dump_steps=[0], report=tmp_path / "re.html", **kw)
     f = res.first
     assert (f["step"], f["phase"], f["tf_type"], f["source"]) == (0, "backward", "UnsortedSegmentSum", True)
@@ -96,7 +97,7 @@ def test_cli_random_errors_names_the_op_and_compare_says_where_runs_part(tmp_pat
     m.layers[1].set_weights([np.random.default_rng(0).standard_normal((1500, 6)).astype(np.float32),
                              np.zeros(6, np.float32)])
     m.save(tmp_path / "m.keras")
-    args = ["-q", "random-errors", "m.keras", "--precision-mode", "must_keep_origin_dtype", "--runs", "3"]
+    args = ["-q", "random-errors", "m.keras", *FP32_ARGS, "--runs", "3"]
     # the runs on a real Dask LocalCluster (the CLI's default with Dask installed), then serially
     assert main(args + ["--json", "re.json", "--report", "re.html", "--scheduler", "local", "--workers", "2"]) == 0
     out = capsys.readouterr().out

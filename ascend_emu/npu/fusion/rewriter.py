@@ -26,10 +26,12 @@ class Rewriter:
     constants (and their float32 values), and the ops swallowed so far.
     """
 
-    def __init__(self, graph: Graph, lists=None):
+    def __init__(self, graph: Graph, lists=None, skip=None):
         from ..precision import MixLists
 
         self.graph = graph
+        #: nodes no rule may start from (``skip(node)`` true: ops the graph engine places on the AI CPU)
+        self.skip = skip
         #: the device's mixed-precision lists (only gray elementwise ops join a chain)
         self.lists = lists if lists is not None else MixLists.default()
         self._nodes: list[Node] = list(graph.nodes)
@@ -47,8 +49,10 @@ class Rewriter:
         type name or a collection of them) when given."""
         if isinstance(ops, str):
             ops = (ops,)
+        skip = self.skip
         for node in list(self._nodes):
-            if self.alive(node) and (ops is None or node.op in ops) and self.is_float(node):
+            if (self.alive(node) and (ops is None or node.op in ops) and self.is_float(node)
+                    and (skip is None or not skip(node))):
                 yield node
 
     def matches(self, ops, find):
@@ -278,12 +282,13 @@ class Fused:
     counts: dict
 
 
-def apply_fusion(graph, config: FusionConfig, lists=None) -> Fused:
+def apply_fusion(graph, config: FusionConfig, lists=None, skip=None) -> Fused:
     """Rewrite ``graph.nodes`` with every enabled rule, in registry order.
 
-    ``lists`` are the device's mixed-precision lists (default: the built-in ones).
+    ``lists`` are the device's mixed-precision lists (default: the built-in ones); ``skip(node)``, if given,
+    names the nodes no rule may start from (cube ops the graph engine places on the AI CPU).
     """
-    rw = Rewriter(graph, lists)
+    rw = Rewriter(graph, lists, skip)
     counts = {}
     for name, rule in RULES.items():
         if config.enabled(name):
