@@ -4,8 +4,10 @@ The layout is msprobe 26.2's (NUMERICS.md section 7, "msprobe dumps"); the fixtu
 written from that description, not by msprobe. The last test runs the real ``msprobe compare`` when
 mindstudio-probe and PyTorch are installed, and is skipped (with the reason) otherwise.
 """
+import contextlib
 import csv
 import importlib.util
+import io
 import json
 import math
 import os
@@ -372,6 +374,119 @@ def test_import_errors(tmp_path, monkeypatch):
     d = import_msprobe(tmp_path / "ok" / "step0", tmp_path / "o5")
     assert [op["name"] for op in d.ops] == ["Functional.relu.0.forward"] and d.op(d.ops[0]["name"])["tf_type"] == "relu"
     assert np.array_equal(d.tensor("Functional.relu.0.forward"), a)
+
+
+# --------------------------------------------------------------------------- reads confined to the dump
+
+SECRET = np.array([7.0, 7.0, 7.0], np.float32)
+
+
+def _msprobe_dump(tmp_path, exported):
+    """The rank directory and dump.json of an msprobe dump whose first output is a float32 [3]: written as
+    msprobe lays it out, or exported by ascend-emu (with its ascend_emu.json)."""
+    a = np.arange(3, dtype=np.float32)
+    if exported:
+        rdir = export_msprobe(write(tmp_path / "d", "npu", [("relu", "Relu", [], [a])]), tmp_path / "ms")
+    else:
+        write_msprobe_fixture(tmp_path / "ms", {"Functional.relu.0.forward": ([], [a])})
+        rdir = str(tmp_path / "ms" / "step0" / "rank0")
+    return rdir, os.path.join(rdir, "dump.json")
+
+
+def _set_data_name(dj_path, name):
+    dj = json.load(open(dj_path))
+    leaf = next(iter(dj["data"].values()))["output"][0]
+    old, leaf["data_name"] = leaf["data_name"], name
+    json.dump(dj, open(dj_path, "w"))
+    return old
+
+
+@pytest.mark.parametrize("exported", [False, True], ids=["msprobe", "exported"])
+@pytest.mark.parametrize("attack", ["dotdot", "absolute", "missing-outside", "link-npy", "link-dangling",
+                                    "link-data-dir", "link-rank-dir"])
+def test_import_reads_only_inside_the_dump(tmp_path, exported, attack):
+    """Issue 35: a data_name of ../... or an absolute path, a symlinked .npy, dump_tensor_data or rank
+    directory were followed (the exported layout imported any file; both told whether a path exists).
+    Every one is now a one-line refusal naming only what dump.json says, the outside file never read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.save(outside / "secret.npy", SECRET)
+    rdir, dj = _msprobe_dump(tmp_path, exported)
+    data = os.path.join(rdir, "dump_tensor_data")
+    name = json.load(open(dj))["data"]
+    name = next(iter(name.values()))["output"][0]["data_name"]
+    if attack == "dotdot":
+        _set_data_name(dj, "../../../../outside/secret.npy")
+    elif attack == "absolute":
+        _set_data_name(dj, str(outside / "secret.npy"))
+    elif attack == "missing-outside":
+        _set_data_name(dj, "../../../../outside/nothing.npy")
+    elif attack in ("link-npy", "link-dangling"):
+        os.remove(os.path.join(data, name))
+        os.symlink(outside / ("secret.npy" if attack == "link-npy" else "nothing.npy"), os.path.join(data, name))
+    elif attack == "link-data-dir":
+        os.rename(data, outside / "data")
+        np.save(outside / "data" / name, SECRET)
+        os.symlink(outside / "data", data)
+    else:
+        os.rename(rdir, outside / "rank0")
+        os.symlink(outside / "rank0", rdir)
+    with pytest.raises(AscendEmuError) as e:
+        import_msprobe(tmp_path / "ms", tmp_path / "out")
+    msg = str(e.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    assert str(outside) not in msg or attack == "absolute"
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+    if attack in ("dotdot", "missing-outside", "absolute"):
+        assert "not a plain file name" in msg
+    elif attack != "link-rank-dir":
+        assert "symbolic link" in msg
+
+
+@pytest.mark.parametrize("exported", [False, True], ids=["msprobe", "exported"])
+def test_import_error_never_tells_whether_an_outside_path_exists(tmp_path, exported):
+    """The refusal of a path out of the dump is the same whether its target exists or not."""
+    (tmp_path / "outside").mkdir()
+    np.save(tmp_path / "outside" / "tgtA.npy", SECRET)
+    msgs = []
+    for i, target in enumerate(("tgtA", "tgtB")):
+        sub = tmp_path / str(i)
+        sub.mkdir()
+        rdir, dj = _msprobe_dump(sub, exported)
+        name = _set_data_name(dj, f"../../../../../outside/{target}.npy")
+        for how in ("dotdot", "link"):
+            if how == "link":
+                _set_data_name(dj, name)
+                os.remove(os.path.join(rdir, "dump_tensor_data", name))
+                os.symlink(tmp_path / "outside" / f"{target}.npy", os.path.join(rdir, "dump_tensor_data", name))
+            with pytest.raises(AscendEmuError) as e:
+                import_msprobe(sub / "ms", sub / f"out-{how}")
+            msgs.append(str(e.value).replace(str(sub), "SUB").replace(target, "T"))
+    assert msgs[:2] == msgs[2:]
+
+
+@pytest.mark.parametrize("edit,expect", [
+    (lambda s: s["manifest"]["ops"][0]["outputs"][0].update(nan="lots"), r"ops\[0\]\.outputs\[0\]\.nan"),
+    (lambda s: s.update(manifest=[1]), "expected a JSON object"),
+    (lambda s: s["manifest"]["ops"][0].pop("name"), r"ops\[0\]\.name"),
+    (lambda s: s["manifest"].update(ops=[1]), r"ops\[0\]"),
+    (lambda s: s.update(keys=[1]), "'keys' is not an object"),
+    (lambda s: s.pop("manifest"), "expected a JSON object"),
+], ids=["nan-lots", "manifest-list", "op-without-name", "op-not-object", "keys-list", "no-manifest"])
+def test_hostile_export_record_is_one_line(tmp_path, edit, expect):
+    """Issue 35: an altered ascend_emu.json gave a ValueError, AttributeError or KeyError traceback; its
+    manifest is now validated by the dump schema (the field named), the command line exits 2 in one line."""
+    rdir, _ = _msprobe_dump(tmp_path, exported=True)
+    side = json.load(open(os.path.join(rdir, SIDECAR)))
+    edit(side)
+    json.dump(side, open(os.path.join(rdir, SIDECAR), "w"))
+    with pytest.raises(AscendEmuError, match=expect) as e:
+        import_msprobe(tmp_path / "ms", tmp_path / "out")
+    assert "\n" not in str(e.value) and "re-export" in str(e.value)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["import-msprobe", str(tmp_path / "ms"), str(tmp_path / "out2")]) == 2
+    assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("ascend-emu: error: ")
 
 
 # --------------------------------------------------------------------------- compare semantics
