@@ -163,14 +163,34 @@ def read_json(path, what: str, *, max_depth: int = MAX_JSON_DEPTH, error=AscendE
                       max_depth=max_depth, error=error)
 
 
-def make_output_dir(path, what: str) -> str:
-    """Create output directory ``path`` (and its parents) if missing; an existing file, a symbolic link
-    or a file-system fault is a one-line error naming ``what`` (the option that gave the path)."""
+def check_output_dir(path, what: str, *, root=None) -> str:
+    """Refuse, in one line, an output directory ascend-emu would write through a symbolic link: the one
+    check of every directory it writes (dumps, their ``step-N``/``reference`` parts, msprobe exports,
+    kept dumps). ``path`` must not be a link nor an existing non-directory; with ``root`` (the directory
+    the user named, ``path`` below it: ``DUMP`` of ``DUMP/reference/step-3``) neither may ``root`` nor any
+    directory between them. Missing directories are fine (they are created later)."""
     path = check_path(path, what)
-    if os.path.islink(path):
-        raise AscendEmuError(f"{what} {path} is a symbolic link; give the real directory")
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise AscendEmuError(f"{what} {path} exists and is not a directory; choose another directory")
+    chain = [path]
+    if root is not None:
+        root = check_path(root, what)
+        rel = os.path.relpath(path, root)
+        if rel != os.curdir and not rel.startswith(os.pardir):
+            parts = rel.split(os.sep)
+            chain = [os.path.join(root, *parts[:i]) for i in range(len(parts) + 1)]
+    for p in chain:
+        label = f"{what} {path}" + (f": {p}" if p != path else "")
+        if os.path.islink(p):
+            raise AscendEmuError(f"{label} is a symbolic link; ascend-emu never writes through a link: give the "
+                                 "real directory")
+        if os.path.lexists(p) and not os.path.isdir(p):
+            raise AscendEmuError(f"{label} exists and is not a directory; choose another directory")
+    return path
+
+
+def make_output_dir(path, what: str, *, root=None) -> str:
+    """Create output directory ``path`` (and its parents) if missing, after :func:`check_output_dir`; a
+    file-system fault is a one-line error naming ``what`` (the option that gave the path)."""
+    path = check_output_dir(path, what, root=root)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:

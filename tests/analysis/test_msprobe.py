@@ -489,6 +489,66 @@ def test_hostile_export_record_is_one_line(tmp_path, edit, expect):
     assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("ascend-emu: error: ")
 
 
+# --------------------------------------------------------------------------- writes: links and a second export
+
+@pytest.mark.parametrize("where", ["out", "step", "rank", "data"])
+def test_export_never_writes_through_a_link(tmp_path, where):
+    """Issue 35: export-msprobe NPU LINK, or OUT/step0, OUT/step0/rank0 or (with --overwrite) its
+    dump_tensor_data as a link, wrote (and cleared) through it; each is refused, the target untouched."""
+    src = write(tmp_path / "d", "npu", [("relu", "Relu", [], [np.arange(3, dtype=np.float32)])])
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.npy").write_bytes(b"mine")
+    out = tmp_path / "ms"
+    if where == "out":
+        os.symlink(target, out)
+    elif where in ("step", "rank"):
+        (out / "step0" if where == "rank" else out).mkdir(parents=True)
+        os.symlink(target, out / "step0" / "rank0" if where == "rank" else out / "step0")
+    else:
+        export_msprobe(src, out)
+        data = out / "step0" / "rank0" / "dump_tensor_data"
+        for f in os.listdir(data):
+            os.remove(data / f)
+        os.rmdir(data)
+        os.symlink(target, data)
+    with pytest.raises(AscendEmuError, match="symbolic link") as e:
+        export_msprobe(src, out, overwrite=True)
+    assert "\n" not in str(e.value)
+    assert os.listdir(target) == ["keep.npy"] and (target / "keep.npy").read_bytes() == b"mine"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["export-msprobe", str(src), str(out), "--overwrite"]) == 2
+    assert err.getvalue().startswith("ascend-emu: error: ") and err.getvalue().count("\n") == 1
+
+
+def test_two_exports_into_one_directory_never_mix(tmp_path, monkeypatch):
+    """Issue 35: a second export-msprobe into the OUT another is writing cleared and mixed its files
+    (and both said OK); it now fails at once on the dump lock, and the first export is whole."""
+    import ascend_emu.analysis.msprobe.export as ex
+
+    a = write(tmp_path / "a", "npu", [(f"a{i}", "Relu", [], [np.full(3, i, np.float32)]) for i in range(3)])
+    b = write(tmp_path / "b", "npu", [(f"b{i}", "Relu", [], [np.full(3, -i, np.float32)]) for i in range(3)])
+    write_tensor, seen = ex._write_tensor, []
+
+    def racing(path, arr, fmt):      # the second export starts while the first writes its tensors
+        write_tensor(path, arr, fmt)
+        if not seen:
+            with pytest.raises(AscendEmuError, match="being written by another ascend-emu run") as e:
+                export_msprobe(b, tmp_path / "ms", overwrite=True)
+            seen.append(str(e.value))
+
+    monkeypatch.setattr(ex, "_write_tensor", racing)
+    export_msprobe(a, tmp_path / "ms", overwrite=True)
+    assert seen and "\n" not in seen[0]
+    back = import_msprobe(tmp_path / "ms", tmp_path / "back")
+    assert_same_dump(a, back)
+    assert not os.path.exists(tmp_path / "ms" / "step0" / "rank0" / ".ascend-emu.lock")
+    monkeypatch.undo()
+    export_msprobe(b, tmp_path / "ms", overwrite=True)    # the lock is gone once the first finished
+    assert_same_dump(b, import_msprobe(tmp_path / "ms", tmp_path / "back2"))
+
+
 # --------------------------------------------------------------------------- compare semantics
 
 def test_absolute_and_relative_euclidean_distance(tmp_path):

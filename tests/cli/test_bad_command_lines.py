@@ -81,6 +81,13 @@ def env(tmp_path, monkeypatch):
     e["objnpz"] = str(tmp_path / "obj.npz")
     (tmp_path / "trunc.npy").write_bytes(b"\x93NUMPY\x01\x00")
     e["truncnpy"] = str(tmp_path / "trunc.npy")
+    # an output directory that is a link, and a dump whose reference/ part is one (issue 35)
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "linkdir")
+    e["linkdir"] = str(tmp_path / "linkdir")
+    (tmp_path / "dref").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "dref" / "reference")
+    e["dref"] = str(tmp_path / "dref")
     return e
 
 
@@ -186,6 +193,9 @@ CATALOGUE = [
     ("export-msprobe {npu} {tmp}/m --tensor-format x", None), ("export-msprobe {npu} {tmp}/m --step x", None),
     ("export-msprobe {npu} {tmp}/m --rank x", None), ("export-msprobe {file} {tmp}/m", None),
     ("export-msprobe {npu} {file}", None),
+    ("export-msprobe {npu} {linkdir}", "symbolic link"), ("import-msprobe {msdeep} {linkdir}", None),
+    ("replay {model} --dump {linkdir}", "symbolic link"), ("fusion-bisect {model} --keep-dumps {linkdir}", "symbolic link"),
+    ("random-errors {model} --out {linkdir}", "symbolic link"),
     ("import-msprobe", None), ("import-msprobe {nodir} {tmp}/o", None), ("import-msprobe {npu} {tmp}/o", None),
     ("import-msprobe {msdeep} {tmp}/o", "nested"), ("import-msprobe {msbad} {tmp}/o", "JSON"),
     ("import-msprobe {msdeep} {tmp}/o --mapping {missing}", None),
@@ -224,6 +234,8 @@ CATALOGUE = [
     ("train {model} --data {train} --ranks 2 --rank-init 5=1", "ranks are 0..1"),
     ("train {model} --data {train} --ranks 2 --rank-init x", None),
     ("train {model} --data {train} --ranks 2 --dump {tmp}/d", "not supported yet"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --dump {linkdir}", "symbolic link"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --reference --dump {dref}", "symbolic link"),
     # check
     ("check", None), ("check {model}", None), ("check {missing} --data {train}", "no such file"),
     ("check {model} --data {missing}", "no such file"), ("check {model} --data {file}", "not a readable .npz"),
@@ -247,6 +259,7 @@ CATALOGUE = [
     ("check {model} --data {train} --report {tmp}", "directory"),
     ("check {model} --data {train} --ops-info {tmp}", "directory"),
     ("check {model} --data {train} --modify-mixlist {badjson}", "JSON"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --keep-dumps {linkdir}", "symbolic link"),
     # determinism options (replay, train) and random-errors
     ("replay {model} --deterministic 2", None), ("replay {model} --deterministic-level 3", None),
     ("replay {model} --deterministic 0 --deterministic-level 1", "contradicts"),

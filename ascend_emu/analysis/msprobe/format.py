@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from ...errors import AscendEmuError
-from ...fileio import open_in_dump
+from ...fileio import O_NOFOLLOW, open_in_dump
 from ..dump import Dump, StatsOnly, _dtype_from_name
 
 #: what msprobe accepts in an API name (its dump key check)
@@ -197,15 +197,18 @@ def _file_array(arr: np.ndarray) -> np.ndarray:
 
 
 def _write_tensor(path: str, arr: np.ndarray, fmt: str) -> None:
-    if fmt == "npy":
-        with open(path, "wb") as f:
+    """A new tensor file (never an existing one or a link: the export clears its directory first)."""
+    if fmt == "pt":
+        torch = _import_torch("writing .pt tensor files")
+        t = torch.from_numpy(np.array(_file_array(arr)))
+        if arr.dtype.name in TORCH_DTYPES and arr.dtype.name != t.dtype.__str__()[6:]:
+            t = t.to(getattr(torch, arr.dtype.name))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        if fmt == "npy":
             np.lib.format.write_array(f, _file_array(arr), allow_pickle=False)
-        return
-    torch = _import_torch("writing .pt tensor files")
-    t = torch.from_numpy(np.array(_file_array(arr)))
-    if arr.dtype.name in TORCH_DTYPES and arr.dtype.name != t.dtype.__str__()[6:]:
-        t = t.to(getattr(torch, arr.dtype.name))
-    torch.save(t, path)
+        else:
+            torch.save(t, f)
 
 
 def _read_tensor(rdir: str, fname, dtype_name: str, shape) -> np.ndarray:

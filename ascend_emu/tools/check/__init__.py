@@ -71,7 +71,7 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
         ``evidence``), ``ops_info`` (a suggested CANN ``modify_mixlist`` when a row failed for precision
         reasons) and ``exit_code``.
     """
-    from ...fileio import read_json
+    from ...fileio import make_output_dir, read_json
     from ...frontend import training as T
     from ...npu.device import Device
     from ...npu.training import _load_model, loss_scale_manager
@@ -99,6 +99,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     if isinstance(benchmark, (str, os.PathLike)) and not os.path.exists(os.fspath(benchmark)):
         raise AscendEmuError(f"--benchmark {os.fspath(benchmark)}: no such file; give the benchmark's .keras model")
     loss_scale_manager(loss_scale)   # a bad spec is bad input, before anything runs
+    if work_dir is not None:
+        make_output_dir(work_dir, "--keep-dumps")   # never through a link; a bad directory fails at once
     x, y = _read_data(data)
     model = _load_model(model)
     loss_fn = T.resolve_loss(model, loss)
