@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..fileio import check_output_dir
-from ..frontend.inputs import load_npz
+from ..frontend.inputs import check_seed, load_npz
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .train_result import TrainResult  # noqa: F401  (part of this module's API)
 
@@ -179,6 +179,7 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
 
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise AscendEmuError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_seed(seed)
     x, y = load_data(data)
     per_epoch = math.ceil(len(x) / batch_size)
     if steps is None and epochs is None:

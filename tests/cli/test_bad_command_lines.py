@@ -182,6 +182,10 @@ CATALOGUE = [
     ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss mse --optimizer nope",
      "unknown optimizer"),
     ("mixlist-search {model} --precision-mode force_fp16", "allow_mix_precision"),
+    ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss "
+     "categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
+    ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss mse --optimizer sgd "
+     "--seed -1", "--seed"),
     ("mixlist-search {model} --output {nodir}/o.json", "does not exist"),
     ("mixlist-search {model} --json {nodir}/o.json", "does not exist"),
     ("mixlist-search {model} --beam 0", "beam"), ("mixlist-search {model} --workers 0", "n_workers"),
@@ -212,6 +216,11 @@ CATALOGUE = [
     ("train {model} --data {train} --loss nope --optimizer sgd", "unknown loss"),
     ("train {model} --data {train} --loss mse --optimizer nope", "unknown optimizer"),
     ("train {model} --data {train} --loss mse --optimizer sgd --rho 0.9", "takes no rho"),
+    # the documented --loss NAME_from_logits (issue 35: a TypeError traceback) and a negative --seed (a ValueError)
+    ("train {model} --data {train} --loss categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
+    ("train {model} --data {train} --loss mean_squared_error_from_logits --optimizer sgd", "takes no logits"),
+    ("train {model} --data {train} --loss nope_from_logits --optimizer sgd", "unknown loss"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --shuffle --seed -1", "--seed"),
     ("train {model} --data {wrong} --loss mse --optimizer sgd", "shape"),
     ("train {model} --data {train} --steps 0", "steps must be"), ("train {model} --data {train} --epochs 0", "epochs"),
     ("train {model} --data {train} --batch-size 0", "batch_size"), ("train {model} --data {train} --steps x", None),
@@ -259,6 +268,7 @@ CATALOGUE = [
     ("check {model} --data {train} --report {tmp}", "directory"),
     ("check {model} --data {train} --ops-info {tmp}", "directory"),
     ("check {model} --data {train} --modify-mixlist {badjson}", "JSON"),
+    ("check {model} --data {train} --loss categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
     ("check {model} --data {train} --loss mse --optimizer sgd --keep-dumps {linkdir}", "symbolic link"),
     # determinism options (replay, train) and random-errors
     ("replay {model} --deterministic 2", None), ("replay {model} --deterministic-level 3", None),
@@ -272,6 +282,9 @@ CATALOGUE = [
     ("random-errors {model} --json {nodir}/x.json", "does not exist"),
     ("random-errors {model} --data {missing} --steps 2", "does not exist"),
     ("random-errors {model} --data {train}", "steps"),
+    ("random-errors {model} --data {train} --steps 2 --loss categorical_crossentropy_from_logits --optimizer nope",
+     "unknown optimizer"),
+    ("random-errors {model} --data {train} --steps 2 --loss mse --optimizer sgd --seed -1", "--seed"),
     ("random-errors {model} --deterministic 0 --deterministic-level 2", "contradicts"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),

@@ -73,6 +73,7 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     """
     from ...fileio import make_output_dir, read_json
     from ...frontend import training as T
+    from ...frontend.inputs import check_seed
     from ...npu.device import Device
     from ...npu.training import _load_model, loss_scale_manager
 
@@ -82,8 +83,7 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     for name, v in (("batch_size", batch_size), ("steps", steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise AscendEmuError(f"{name} must be a positive integer, got {v!r}")
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise AscendEmuError(f"--seed must be a non-negative integer, got {seed!r}")
+    check_seed(seed)
     if epochs is not None and (not isinstance(epochs, (int, np.integer)) or isinstance(epochs, bool) or epochs < 1):
         raise AscendEmuError(f"epochs must be a positive integer, got {epochs!r}")
     if overflow_check not in ("status", "isfinite"):
