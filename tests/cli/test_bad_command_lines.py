@@ -198,7 +198,8 @@ CATALOGUE = [
     ("export-msprobe {npu} {tmp}/m --rank x", None), ("export-msprobe {file} {tmp}/m", None),
     ("export-msprobe {npu} {file}", None),
     ("export-msprobe {npu} {linkdir}", "symbolic link"), ("import-msprobe {msdeep} {linkdir}", None),
-    ("replay {model} --dump {linkdir}", "symbolic link"), ("fusion-bisect {model} --keep-dumps {linkdir}", "symbolic link"),
+    ("replay {model} --dump {linkdir}", "symbolic link"),
+    ("fusion-bisect {model} --keep-dumps {linkdir}", "symbolic link"),
     ("random-errors {model} --out {linkdir}", "symbolic link"),
     ("import-msprobe", None), ("import-msprobe {nodir} {tmp}/o", None), ("import-msprobe {npu} {tmp}/o", None),
     ("import-msprobe {msdeep} {tmp}/o", "nested"), ("import-msprobe {msbad} {tmp}/o", "JSON"),
@@ -286,6 +287,28 @@ CATALOGUE = [
      "unknown optimizer"),
     ("random-errors {model} --data {train} --steps 2 --loss mse --optimizer sgd --seed -1", "--seed"),
     ("random-errors {model} --deterministic 0 --deterministic-level 2", "contradicts"),
+    # outputs over inputs, over each other or into a dump being written (issue 35: each replaced a file)
+    ("train {model} --data {train} --loss mse --optimizer sgd --report {train} --json {model}", "is also what"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --json {tmp}/x.json --report {tmp}/x.json",
+     "are the same path"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --dump {tmp} --overwrite --json {npu}/manifest.json",
+     "is inside --dump"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --json {train}", "is also what"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --json {tmp}/c.json --ops-info {tmp}/c.json",
+     "are the same path"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --keep-dumps {tmp} --report {npu}/r.html",
+     "is inside --keep-dumps"),
+    ("mixlist-search {model} --json {model}", "is also what"),
+    ("mixlist-search {model} --json {tmp}/o.json --output {tmp}/o.json", "are the same path"),
+    ("mixlist-search {model} --modify-mixlist {badjson} --output {badjson}", "is also what"),
+    ("random-errors {model} --json {model}", "is also what"), ("random-errors {model} --input inp={inp} --report {inp}",
+                                                                "is also what"),
+    ("random-errors {model} --out {tmp} --json {npu}/manifest.json", "is inside --out"),
+    ("replay {model} --dump {model}", "is also what"), ("reference {model} --input inp={inp} --dump {inp}", "is also what"),
+    ("overflow {npu} --json {npu}/manifest.json", "is inside what"), ("compare {npu} {bench} --csv {bench}/x.csv",
+                                                                      "is inside what"),
+    ("report {npu} {bench} -o {npu}", "is also what"), ("export-msprobe {npu} {npu}", "is also what"),
+    ("import-msprobe {msdeep} {msdeep}", "is also what"), ("import-msprobe {msdeep} {npu} --against {npu}", "is also"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]
@@ -326,6 +349,22 @@ def test_bad_command_line(template, expect, env, model_file):
     else:
         assert_clean_error(argv, code, err, expect)
     assert _outside_snapshot(env["tmp"]) == before
+
+
+def test_outputs_never_replace_inputs(env, model_file):
+    """Issue 35: train m.keras --data d.npz --report d.npz --json m.keras replaced the data and the model, and
+    --json DUMP/step-0/manifest.json a dump's manifest; refused before anything runs, every file as it was."""
+    import shutil
+
+    tmp = env["tmp"]
+    m, d = shutil.copy(model_file["model"], tmp), shutil.copy(model_file["train"], tmp)
+    before = {p: open(p, "rb").read() for p in (m, d, os.path.join(env["npu"], "manifest.json"))}
+    for argv in (["train", m, "--data", d, "--loss", "mse", "--optimizer", "sgd", "--report", d, "--json", m],
+                 ["train", m, "--data", d, "--loss", "mse", "--optimizer", "sgd", "--dump", tmp, "--overwrite",
+                  "--json", os.path.join(env["npu"], "manifest.json")]):
+        code, out, err = run_cli(argv)
+        assert_clean_error(argv, code, err)
+    assert {p: open(p, "rb").read() for p in before} == before
 
 
 def test_unreachable_scheduler(env, model_file, monkeypatch):
