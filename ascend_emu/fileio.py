@@ -1,9 +1,10 @@
 """Reading and writing the files ascend-emu touches, so a fault is one line and a reader never sees half a file.
 
 Writes go through a temporary file and one rename, and refuse a target that is a symbolic link or
-read-only. Reads of configuration and manifest files never follow a symbolic link in the last path
-component, cap the size and the JSON nesting depth, and turn every ``OSError`` into a one-line
-:class:`AscendEmuError` naming the file.
+read-only; no output directory is written through a symbolic link (:func:`check_output_dir`). Reads of
+configuration and manifest files never follow a symbolic link in the last path component, cap the size
+and the JSON nesting depth, and turn every ``OSError`` into a one-line :class:`AscendEmuError` naming the
+file; every path a dump names is confined to the dump (:func:`open_in_dump`).
 """
 from __future__ import annotations
 
@@ -174,7 +175,7 @@ def check_output_dir(path, what: str, *, root=None) -> str:
     if root is not None:
         root = check_path(root, what)
         rel = os.path.relpath(path, root)
-        if rel != os.curdir and not rel.startswith(os.pardir):
+        if rel != os.curdir and rel != os.pardir and not rel.startswith(os.pardir + os.sep):
             parts = rel.split(os.sep)
             chain = [os.path.join(root, *parts[:i]) for i in range(len(parts) + 1)]
     for p in chain:

@@ -101,3 +101,11 @@ def test_nul_bytes_in_paths(tmp_path):
         with pytest.raises(AscendEmuError) as e:
             call()
         assert "\n" not in str(e.value) and "\x00" not in str(e.value)
+
+
+def test_output_dir_check_on_a_name_starting_with_dots(tmp_path):
+    """A directory named ``..x`` below the root is below it (not outside): a link there is refused."""
+    (tmp_path / "root").mkdir()
+    os.symlink(tmp_path, tmp_path / "root" / "..x")
+    with pytest.raises(AscendEmuError, match="symbolic link"):
+        check_output_dir(tmp_path / "root" / "..x" / "step-0", "--dump", root=tmp_path / "root")
