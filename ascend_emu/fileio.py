@@ -1,9 +1,10 @@
 """Reading and writing the files ascend-emu touches, so a fault is one line and a reader never sees half a file.
 
 Writes go through a temporary file and one rename, and refuse a target that is a symbolic link or
-read-only. Reads of configuration and manifest files never follow a symbolic link in the last path
-component, cap the size and the JSON nesting depth, and turn every ``OSError`` into a one-line
-:class:`AscendEmuError` naming the file.
+read-only; no output directory is written through a symbolic link (:func:`check_output_dir`). Reads of
+configuration and manifest files never follow a symbolic link in the last path component, cap the size
+and the JSON nesting depth, and turn every ``OSError`` into a one-line :class:`AscendEmuError` naming the
+file; every path a dump names is confined to the dump (:func:`open_in_dump`).
 """
 from __future__ import annotations
 
@@ -96,6 +97,66 @@ def read_text(path, what: str, *, max_bytes: int = MAX_JSON_BYTES, error=AscendE
         raise error(f"{what} {path} is not UTF-8 text ({e.reason} at byte {e.start}); fix the file") from None
 
 
+def is_plain_name(name) -> bool:
+    """A file name with no directory part: not empty, not ``.`` or ``..``, no separator, no NUL byte."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "\x00" not in name
+            and not any(s and s in name for s in ("/", os.sep, os.altsep)))
+
+
+def open_in_dump(directory, *names: str, what: str, error=AscendEmuError, hint: str = "check the path"):
+    """The file ``directory/names[0]/.../names[-1]`` opened for binary reading: the one confinement rule
+    for every path a dump names (a tensor file of a manifest, an msprobe ``data_name``).
+
+    Every name must be a plain file name (:func:`is_plain_name`: no directory part, no ``..``, never
+    absolute), checked before anything is opened; each is opened relative to the one before it without
+    following a symbolic link (the directories with ``O_DIRECTORY``, the last with ``O_NOFOLLOW``), and
+    the last must be a regular file. So nothing outside ``directory`` is opened, and a refusal never tells
+    whether a path outside it exists. Failures are a one-line ``error``: ``"{what} {name} is missing|a
+    symbolic link|not a regular file|...; {hint}"``. Returns an unbuffered binary file object.
+    """
+    shown = "/".join(str(n)[:80] for n in names)
+    bad = [n for n in names if not is_plain_name(n)]
+    if bad:
+        raise error(f"{what} name {str(bad[0])[:80]!r} is not a plain file name inside the dump (a path or a "
+                    f"link in a dump is never followed); {hint}")
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    fd = None
+    try:
+        try:
+            fd = os.open(check_path(directory, what), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nonblock)
+        except OSError as e:
+            raise error(f"{what} {shown}: the dump directory cannot be read ({os_error_text(e)}); {hint}") from None
+        for i, name in enumerate(names):
+            last = i == len(names) - 1
+            try:
+                new = os.open(name, os.O_RDONLY | O_NOFOLLOW | nonblock
+                              | (0 if last else getattr(os, "O_DIRECTORY", 0)), dir_fd=fd)
+            except FileNotFoundError:
+                raise error(f"{what} {shown} is missing; {hint}") from None
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    # a link (O_NOFOLLOW) or a file where a directory belongs; told apart inside the dump only
+                    try:
+                        link = stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+                    except OSError:
+                        link = False
+                    kind = "a symbolic link" if link else "not a directory"
+                    where = shown if last else f"{shown}: {name[:80]}"
+                    raise error(f"{what} {where} is {kind}, which a dump never holds there "
+                                f"(a link is never followed); {hint}") from None
+                raise error(f"{what} {shown} cannot be read ({os_error_text(e)}); {hint}") from None
+            os.close(fd)
+            fd = new
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(f"{what} {shown} is not a regular file; {hint}")
+        f = os.fdopen(fd, "rb", buffering=0)
+        fd = None
+        return f
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def read_json(path, what: str, *, max_depth: int = MAX_JSON_DEPTH, error=AscendEmuError,
               hint: str = "check the path"):
     """:func:`read_text`, then :func:`parse_json`."""
@@ -103,14 +164,34 @@ def read_json(path, what: str, *, max_depth: int = MAX_JSON_DEPTH, error=AscendE
                       max_depth=max_depth, error=error)
 
 
-def make_output_dir(path, what: str) -> str:
-    """Create output directory ``path`` (and its parents) if missing; an existing file, a symbolic link
-    or a file-system fault is a one-line error naming ``what`` (the option that gave the path)."""
+def check_output_dir(path, what: str, *, root=None) -> str:
+    """Refuse, in one line, an output directory ascend-emu would write through a symbolic link: the one
+    check of every directory it writes (dumps, their ``step-N``/``reference`` parts, msprobe exports,
+    kept dumps). ``path`` must not be a link nor an existing non-directory; with ``root`` (the directory
+    the user named, ``path`` below it: ``DUMP`` of ``DUMP/reference/step-3``) neither may ``root`` nor any
+    directory between them. Missing directories are fine (they are created later)."""
     path = check_path(path, what)
-    if os.path.islink(path):
-        raise AscendEmuError(f"{what} {path} is a symbolic link; give the real directory")
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise AscendEmuError(f"{what} {path} exists and is not a directory; choose another directory")
+    chain = [path]
+    if root is not None:
+        root = check_path(root, what)
+        rel = os.path.relpath(path, root)
+        if rel != os.curdir and rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            parts = rel.split(os.sep)
+            chain = [os.path.join(root, *parts[:i]) for i in range(len(parts) + 1)]
+    for p in chain:
+        label = f"{what} {path}" + (f": {p}" if p != path else "")
+        if os.path.islink(p):
+            raise AscendEmuError(f"{label} is a symbolic link; ascend-emu never writes through a link: give the "
+                                 "real directory")
+        if os.path.lexists(p) and not os.path.isdir(p):
+            raise AscendEmuError(f"{label} exists and is not a directory; choose another directory")
+    return path
+
+
+def make_output_dir(path, what: str, *, root=None) -> str:
+    """Create output directory ``path`` (and its parents) if missing, after :func:`check_output_dir`; a
+    file-system fault is a one-line error naming ``what`` (the option that gave the path)."""
+    path = check_output_dir(path, what, root=root)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:

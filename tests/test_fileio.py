@@ -4,7 +4,7 @@ import os
 import pytest
 
 from ascend_emu.errors import AscendEmuError
-from ascend_emu.fileio import MAX_JSON_DEPTH, atomic_write_text, make_output_dir, read_json
+from ascend_emu.fileio import MAX_JSON_DEPTH, atomic_write_text, check_output_dir, make_output_dir, read_json
 
 
 def test_atomic_write_refuses_symlinks_and_read_only_files(tmp_path):
@@ -67,6 +67,27 @@ def test_make_output_dir_onto_a_file(tmp_path):
     assert make_output_dir(tmp_path / "a" / "b", "--out") and (tmp_path / "a" / "b").is_dir()
 
 
+def test_output_dirs_are_never_written_through_a_link(tmp_path):
+    """Issue 35: a link as the directory named, or between it and a part below (DUMP/reference/step-3,
+    OUT/step0/rank0), is refused; nothing is created in the link's target."""
+    target = tmp_path / "target"
+    target.mkdir()
+    os.symlink(target, tmp_path / "link")
+    with pytest.raises(AscendEmuError, match="--out .*link is a symbolic link"):
+        make_output_dir(tmp_path / "link", "--out")
+    (tmp_path / "d").mkdir()
+    os.symlink(target, tmp_path / "d" / "reference")
+    for root, below in ((tmp_path / "link", "step-0"), (tmp_path / "d", "reference/step-0")):
+        with pytest.raises(AscendEmuError, match="symbolic link") as e:
+            make_output_dir(root / below, "--dump", root=root)
+        assert "\n" not in str(e.value)
+        with pytest.raises(AscendEmuError, match="symbolic link"):
+            check_output_dir(root / below, "--dump", root=root)
+    assert os.listdir(target) == []
+    # the directory given may sit under a link of the user's (only what ascend-emu creates is checked)
+    assert make_output_dir(tmp_path / "link" / "mine", "--out") and (target / "mine").is_dir()
+
+
 def test_nul_bytes_in_paths(tmp_path):
     """Found by the long fuzz run: a NUL byte in a path raised ValueError from the OS layer."""
     from ascend_emu.analysis.dump import DumpWriter, load_dump
@@ -80,3 +101,11 @@ def test_nul_bytes_in_paths(tmp_path):
         with pytest.raises(AscendEmuError) as e:
             call()
         assert "\n" not in str(e.value) and "\x00" not in str(e.value)
+
+
+def test_output_dir_check_on_a_name_starting_with_dots(tmp_path):
+    """A directory named ``..x`` below the root is below it (not outside): a link there is refused."""
+    (tmp_path / "root").mkdir()
+    os.symlink(tmp_path, tmp_path / "root" / "..x")
+    with pytest.raises(AscendEmuError, match="symbolic link"):
+        check_output_dir(tmp_path / "root" / "..x" / "step-0", "--dump", root=tmp_path / "root")

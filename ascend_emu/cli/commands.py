@@ -6,8 +6,8 @@ import os
 import sys
 
 from ..errors import AscendEmuError
-from .options import (_device, _device_kwargs, _device_options, _mode_options, _optimizer_options, _select, _shapes, _tf1_train_step,
-                      check_outputs)
+from .options import (_device, _device_kwargs, _device_options, _mode_options, _optimizer_options, _select, _shapes,
+                      _tf1_train_step)
 
 
 def cmd_replay(a):
@@ -118,11 +118,9 @@ def cmd_bisect(a):
 def cmd_mixlist_search(a):
     import json
 
-    from ..fileio import atomic_write_text, check_writable
+    from ..fileio import atomic_write_text
     from ..tools.mixlist_search import mixlist_search
 
-    if a.json:
-        check_writable(a.json, "--json")
     train = {k: v for k, v in (("batch_size", a.batch_size), ("loss", a.loss), ("optimizer", a.optimizer),
                                 ("learning_rate", a.learning_rate), ("loss_scale", a.loss_scale),
                                 ("shuffle", a.shuffle or None)) if v is not None}
@@ -149,7 +147,6 @@ def cmd_train(a):
 
     from ..fileio import atomic_write_text
 
-    check_outputs(a)     # before the first step runs
     model = _tf1_train_step(a) if str(a.model).endswith(".meta") else a.model
     if model is a.model and any(v is not None for v in (a.checkpoint, a.x_name, a.y_name, a.loss_tensor, a.train_op)):
         raise AscendEmuError("--checkpoint, --x-name, --y-name, --loss-tensor and --train-op apply to a TF1 MetaGraph "
@@ -182,12 +179,9 @@ def cmd_train(a):
 def cmd_check(a):
     import json
 
-    from ..fileio import atomic_write_text, check_writable
+    from ..fileio import atomic_write_text
     from ..tools.check import check
 
-    for path, what in ((a.json, "--json"), (a.report, "--report"), (a.ops_info, "--ops-info")):
-        if path:
-            check_writable(path, what)
     res = check(a.model, a.data, device=_device(a), benchmark=a.benchmark, benchmark_config=a.benchmark_config,
                 loss=a.loss, optimizer=a.optimizer, learning_rate=a.learning_rate, batch_size=a.batch_size,
                 steps=a.steps, epochs=a.epochs, loss_scale=a.loss_scale, overflow_check=a.overflow_check,
@@ -240,7 +234,6 @@ def cmd_random_errors(a):
     from ..tools.random_errors import random_errors
     from ..tools.sweep import check_scheduler
 
-    check_outputs(a)
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}

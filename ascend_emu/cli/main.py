@@ -11,7 +11,7 @@ from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
-from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args
+from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
 EPILOG = """examples:
   ascend-emu demo                                   # the whole workflow on the bundled model
@@ -281,6 +281,7 @@ def main(argv=None) -> int:
         warnings.simplefilter("default")
         warnings.formatwarning = lambda msg, cat, *rest: f"ascend-emu: warning: {msg}\n"
         try:
+            check_outputs(a)    # before anything runs: no output over an input, another output or into a dump
             return a.fn(a)
         except AscendEmuError as e:
             print(f"ascend-emu: error: {e}", file=sys.stderr)

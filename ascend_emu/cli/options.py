@@ -187,10 +187,71 @@ def _tf1_train_step(a):
                                      train_op=a.train_op, checkpoint=a.checkpoint)
 
 
+#: options naming a file a command writes, and (per command) a directory it writes into
+_OUTPUT_FILES = ("json", "report", "ops_info", "csv", "output")
+_OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",), "check": ("keep_dumps",),
+                "fusion-bisect": ("keep_dumps",), "random-errors": ("out",), "demo": ("out",),
+                "export-msprobe": ("out",), "import-msprobe": ("out",)}
+#: options naming what a command reads (``dump`` is read by the commands that do not write one)
+_INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
+           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump")
+#: positional arguments among them (named in messages as the usage names them)
+_POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR", "dir": "DIR"}
+
+
+def _paths(a, names) -> list:
+    """(how the command line names it, path) of each of ``names`` ``a`` has set; ``--input NAME=FILE`` gives FILE."""
+    positional = dict(_POSITIONAL, **({"dump": "DUMP"} if a.cmd in ("overflow", "export-msprobe") else {}),
+                      **({"out": "OUT"} if a.cmd in ("export-msprobe", "import-msprobe") else {}))
+    out = []
+    for name in names:
+        v = getattr(a, name, None)
+        for p in v if isinstance(v, list) else [v]:
+            if isinstance(p, str) and p and "\x00" not in p:
+                out.append((positional.get(name, "--" + name.replace("_", "-")),
+                            p.partition("=")[2] or p if name == "input" else p))
+    return out
+
+
 def check_outputs(a) -> None:
-    """Every ``--json`` / ``--report`` path checked before a long run starts, so it never ends in a write error."""
+    """Every output checked before a command runs, so a long run never ends in a write error nor writes over
+    what it reads: ``--json`` / ``--report`` / ``--ops-info`` must be writable files (:func:`check_writable`),
+    and no output (those files, ``--csv``, ``--output``, the directory a dump is written to) may be an input
+    of the command or inside an input directory (a dump, a SavedModel), another of its outputs, or lie inside
+    a directory it writes."""
+    import os
+
     from ..fileio import check_writable
 
-    for flag in ("json", "report"):
+    for flag in ("json", "report", "ops_info"):
         if getattr(a, flag, None):
-            check_writable(getattr(a, flag), f"--{flag}")
+            check_writable(getattr(a, flag), "--" + flag.replace("_", "-"))
+    written = _OUTPUT_DIRS.get(a.cmd, ())
+    dirs = _paths(a, written)
+    outputs = _paths(a, _OUTPUT_FILES) + dirs
+    inputs = _paths(a, [n for n in _INPUTS if n not in written])
+    real = os.path.realpath    # links resolved: two spellings of one file are one file
+
+    def same(p, q) -> bool:
+        try:
+            return real(p) == real(q) or os.path.samefile(p, q)   # samefile: hard links
+        except (OSError, ValueError):
+            return False
+
+    def inside(p, d) -> bool:
+        return real(p).startswith(real(d).rstrip(os.sep) + os.sep)
+
+    for i, (flag, path) in enumerate(outputs):
+        for iflag, ipath in inputs:
+            if same(path, ipath) or (os.path.isdir(ipath) and inside(path, ipath)):
+                raise AscendEmuError(f"{flag} {path} is {'inside' if inside(path, ipath) else 'also'} what this "
+                                     f"command reads ({iflag} {ipath}); writing it would change that input: give "
+                                     "another path")
+        for oflag, opath in outputs[:i]:
+            if same(path, opath):
+                raise AscendEmuError(f"{oflag} {opath} and {flag} {path} are the same path, so one output would "
+                                     "replace the other: give each its own")
+        for dflag, dpath in dirs:
+            if inside(path, dpath):
+                raise AscendEmuError(f"{flag} {path} is inside {dflag} {dpath}, which this command writes (a dump "
+                                     "holds only its own files): write it elsewhere")

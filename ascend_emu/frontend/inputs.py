@@ -29,6 +29,13 @@ from .shapes import _fmt, check_shape_fits, parse_shape, shape_items  # noqa: F4
 DEFAULT_BATCH = 1
 
 
+def check_seed(seed) -> int:
+    """``seed`` (of random inputs or of a shuffle), refused in one line unless a non-negative integer."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise AscendEmuError(f"--seed {seed!r} is not a non-negative integer; give a seed like --seed 0 (seed=0)")
+    return int(seed)
+
+
 def _resolver(graph: Graph):
     """name -> InputSpec for placeholder names, signature keys and ``name:0``."""
     table: dict[str, InputSpec] = {}
@@ -251,8 +258,7 @@ def make_inputs(graph: Graph, inputs=None, *, seed: int = 0, shapes=None) -> dic
     if not isinstance(graph, Graph):
         from .loader import load_graph
         graph = load_graph(graph)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise AscendEmuError(f"--seed {seed!r} is not a non-negative integer; give a seed like --seed 0 (seed=0)")
+    check_seed(seed)
     resolve = _resolver(graph)
     overrides = _parse_shapes(graph, shapes, resolve)
 

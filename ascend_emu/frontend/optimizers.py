@@ -39,31 +39,36 @@ def resolve_loss(model, loss=None):
                              f"(e.g. {', '.join(LOSSES)})")
     if isinstance(spec, (list, tuple, dict)):
         raise AscendEmuError("models with several losses are not supported yet; pass one --loss")
-    if isinstance(spec, str) and spec.endswith("_from_logits"):
-        base = spec[:-len("_from_logits")]
-        try:
-            cls = type(keras.losses.get(base))
-        except (ValueError, TypeError):
-            raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)}") from None
-        return cls(from_logits=True)
+    logits = isinstance(spec, str) and spec.endswith("_from_logits")
+    name = spec[:-len("_from_logits")] if logits else spec
     try:
-        obj = keras.losses.get(spec)
+        obj = keras.losses.get(name)
     except (ValueError, TypeError):
-        raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)} "
-                             "(append _from_logits for logits)") from None
+        obj = None
     if obj is None:
-        raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)}")
-    if not isinstance(obj, keras.losses.Loss):
+        raise AscendEmuError(f"unknown loss {spec!r}; use a Keras loss name such as {', '.join(LOSSES)} "
+                             "(append _from_logits for logits)")
+    if isinstance(obj, keras.losses.Loss):
+        cls = type(obj)
+    else:
         # a loss function (what a name such as "mean_squared_error" gives): per-sample values, averaged
         # over the batch as Keras' compile does
         cls = getattr(keras.losses, "".join(w.capitalize() for w in getattr(obj, "__name__", "").split("_")), None)
-        if isinstance(cls, type) and issubclass(cls, keras.losses.Loss):
-            obj = cls()
-        else:
-            from keras.src.losses.losses import LossFunctionWrapper
+        if not (isinstance(cls, type) and issubclass(cls, keras.losses.Loss)):
+            cls = None
+    if logits:
+        try:
+            return cls(from_logits=True)
+        except TypeError:   # cls is None, or a loss without a from_logits argument
+            raise AscendEmuError(f"loss {name!r} takes no logits, so {spec!r} does not exist; drop _from_logits or "
+                                 "use a cross-entropy loss") from None
+    if isinstance(obj, keras.losses.Loss):
+        return obj
+    if cls is not None:
+        return cls()
+    from keras.src.losses.losses import LossFunctionWrapper
 
-            obj = LossFunctionWrapper(obj, name=getattr(obj, "__name__", None))
-    return obj
+    return LossFunctionWrapper(obj, name=getattr(obj, "__name__", None))
 
 
 @dataclass

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from ..errors import AscendEmuError
+from ..fileio import check_output_dir
 from .device import Device
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .precision import TRAIN_PRECISION_DEFAULT
@@ -74,6 +75,8 @@ class Emulation:
             raise AscendEmuError("dump_steps needs dump_dir")
         if self.dump_dir is not None and not self.dump_steps:
             self.dump_steps = [0]
+        if self.dump_dir is not None:
+            check_output_dir(self.dump_dir, "dump_dir")   # before the script runs; each step's again below
         self.steps: list = []
         self.dumps: dict = {}
         self.reference_dumps: dict = {}
@@ -109,9 +112,10 @@ class Emulation:
         i = len(self.steps)
         ddir = rdir = dump_feeds = None
         if self.dump_dir is not None and i in self.dump_steps:
-            ddir = os.path.join(self.dump_dir, f"step-{i}")
+            ddir = check_output_dir(os.path.join(self.dump_dir, f"step-{i}"), "dump_dir", root=self.dump_dir)
             if self.reference:
-                rdir = os.path.join(self.dump_dir, "reference", f"step-{i}")
+                rdir = check_output_dir(os.path.join(self.dump_dir, "reference", f"step-{i}"), "dump_dir",
+                                        root=self.dump_dir)
                 dump_feeds = step_feeds(step, x, y, i, manager.get_loss_scale() if manager is not None else 1.0,
                                         dict(state))
         rec = run_step(self.device, step, x, y, i, state, manager=manager, overflow_check=self.overflow_check,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AscendEmuError
-from ..frontend.inputs import load_npz
+from ..fileio import check_output_dir
+from ..frontend.inputs import check_seed, load_npz
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .train_result import TrainResult  # noqa: F401  (part of this module's API)
 
@@ -178,6 +179,7 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
 
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise AscendEmuError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_seed(seed)
     x, y = load_data(data)
     per_epoch = math.ceil(len(x) / batch_size)
     if steps is None and epochs is None:
@@ -200,6 +202,12 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
         raise AscendEmuError("dump_steps needs dump_dir (--dump DIR)")
     if dump_dir is not None and not dump_steps:
         dump_steps = [0, steps - 1] if steps > 1 else [0]
+    for root in (dump_dir, *dump_roots) if dump_dir is not None else ():
+        # never through a link: the --dump directory, its reference/ part and each step-N (the writer
+        # sees only step-N, so a linked DUMP or DUMP/reference would be followed by its makedirs)
+        check_output_dir(root, "--dump", root=dump_dir)
+        for s in dump_steps:
+            check_output_dir(os.path.join(os.fspath(root), f"step-{s}"), "--dump", root=root)
     if dump_dir is not None and not overwrite:
         for root in (dump_dir, *dump_roots):
             for s in dump_steps:

@@ -252,9 +252,10 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
                              "directory or a frozen GraphDef (.pb/.pbtxt)")
     if data is not None and not train_options.get("steps") and not train_options.get("epochs"):
         raise AscendEmuError("random-error detection of a training needs steps (e.g. steps=20)")
-    if isinstance(data, (str, os.PathLike)):
-        from ..frontend.inputs import load_npz
+    from ..frontend.inputs import check_seed, load_npz
 
+    check_seed(train_options.get("seed", seed))
+    if isinstance(data, (str, os.PathLike)):
         load_npz(data, f"--data {os.fspath(data)}")
     out_dir = make_output_dir(out_dir if out_dir is not None else "random-errors-output", "random-errors output")
     tasks = []

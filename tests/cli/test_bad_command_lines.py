@@ -81,6 +81,13 @@ def env(tmp_path, monkeypatch):
     e["objnpz"] = str(tmp_path / "obj.npz")
     (tmp_path / "trunc.npy").write_bytes(b"\x93NUMPY\x01\x00")
     e["truncnpy"] = str(tmp_path / "trunc.npy")
+    # an output directory that is a link, and a dump whose reference/ part is one (issue 35)
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "linkdir")
+    e["linkdir"] = str(tmp_path / "linkdir")
+    (tmp_path / "dref").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "dref" / "reference")
+    e["dref"] = str(tmp_path / "dref")
     return e
 
 
@@ -187,6 +194,10 @@ CATALOGUE = [
     ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss mse --optimizer nope",
      "unknown optimizer"),
     ("mixlist-search {model} --precision-mode force_fp16", "allow_mix_precision"),
+    ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss "
+     "categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
+    ("mixlist-search {model} --data {train} --steps 2 --target loss_rel_err<=0.01 --loss mse --optimizer sgd "
+     "--seed -1", "--seed"),
     ("mixlist-search {model} --output {nodir}/o.json", "does not exist"),
     ("mixlist-search {model} --json {nodir}/o.json", "does not exist"),
     ("mixlist-search {model} --beam 0", "beam"), ("mixlist-search {model} --workers 0", "n_workers"),
@@ -198,6 +209,10 @@ CATALOGUE = [
     ("export-msprobe {npu} {tmp}/m --tensor-format x", None), ("export-msprobe {npu} {tmp}/m --step x", None),
     ("export-msprobe {npu} {tmp}/m --rank x", None), ("export-msprobe {file} {tmp}/m", None),
     ("export-msprobe {npu} {file}", None),
+    ("export-msprobe {npu} {linkdir}", "symbolic link"), ("import-msprobe {msdeep} {linkdir}", None),
+    ("replay {model} --dump {linkdir}", "symbolic link"),
+    ("fusion-bisect {model} --keep-dumps {linkdir}", "symbolic link"),
+    ("random-errors {model} --out {linkdir}", "symbolic link"),
     ("import-msprobe", None), ("import-msprobe {nodir} {tmp}/o", None), ("import-msprobe {npu} {tmp}/o", None),
     ("import-msprobe {msdeep} {tmp}/o", "nested"), ("import-msprobe {msbad} {tmp}/o", "JSON"),
     ("import-msprobe {msdeep} {tmp}/o --mapping {missing}", None),
@@ -214,6 +229,11 @@ CATALOGUE = [
     ("train {model} --data {train} --loss nope --optimizer sgd", "unknown loss"),
     ("train {model} --data {train} --loss mse --optimizer nope", "unknown optimizer"),
     ("train {model} --data {train} --loss mse --optimizer sgd --rho 0.9", "takes no rho"),
+    # the documented --loss NAME_from_logits (issue 35: a TypeError traceback) and a negative --seed (a ValueError)
+    ("train {model} --data {train} --loss categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
+    ("train {model} --data {train} --loss mean_squared_error_from_logits --optimizer sgd", "takes no logits"),
+    ("train {model} --data {train} --loss nope_from_logits --optimizer sgd", "unknown loss"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --shuffle --seed -1", "--seed"),
     ("train {model} --data {wrong} --loss mse --optimizer sgd", "shape"),
     ("train {model} --data {train} --steps 0", "steps must be"), ("train {model} --data {train} --epochs 0", "epochs"),
     ("train {model} --data {train} --batch-size 0", "batch_size"), ("train {model} --data {train} --steps x", None),
@@ -236,6 +256,8 @@ CATALOGUE = [
     ("train {model} --data {train} --ranks 2 --rank-init 5=1", "ranks are 0..1"),
     ("train {model} --data {train} --ranks 2 --rank-init x", None),
     ("train {model} --data {train} --ranks 2 --dump {tmp}/d", "not supported yet"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --dump {linkdir}", "symbolic link"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --reference --dump {dref}", "symbolic link"),
     # check
     ("check", None), ("check {model}", None), ("check {missing} --data {train}", "no such file"),
     ("check {model} --data {missing}", "no such file"), ("check {model} --data {file}", "not a readable .npz"),
@@ -259,6 +281,8 @@ CATALOGUE = [
     ("check {model} --data {train} --report {tmp}", "directory"),
     ("check {model} --data {train} --ops-info {tmp}", "directory"),
     ("check {model} --data {train} --modify-mixlist {badjson}", "JSON"),
+    ("check {model} --data {train} --loss categorical_crossentropy_from_logits --optimizer nope", "unknown optimizer"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --keep-dumps {linkdir}", "symbolic link"),
     # determinism options (replay, train) and random-errors
     ("replay {model} --deterministic 2", None), ("replay {model} --deterministic-level 3", None),
     ("replay {model} --deterministic 0 --deterministic-level 1", "contradicts"),
@@ -271,7 +295,32 @@ CATALOGUE = [
     ("random-errors {model} --json {nodir}/x.json", "does not exist"),
     ("random-errors {model} --data {missing} --steps 2", "does not exist"),
     ("random-errors {model} --data {train}", "steps"),
+    ("random-errors {model} --data {train} --steps 2 --loss categorical_crossentropy_from_logits --optimizer nope",
+     "unknown optimizer"),
+    ("random-errors {model} --data {train} --steps 2 --loss mse --optimizer sgd --seed -1", "--seed"),
     ("random-errors {model} --deterministic 0 --deterministic-level 2", "contradicts"),
+    # outputs over inputs, over each other or into a dump being written (issue 35: each replaced a file)
+    ("train {model} --data {train} --loss mse --optimizer sgd --report {train} --json {model}", "is also what"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --json {tmp}/x.json --report {tmp}/x.json",
+     "are the same path"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --dump {tmp} --overwrite --json {npu}/manifest.json",
+     "is inside --dump"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --json {train}", "is also what"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --json {tmp}/c.json --ops-info {tmp}/c.json",
+     "are the same path"),
+    ("check {model} --data {train} --loss mse --optimizer sgd --keep-dumps {tmp} --report {npu}/r.html",
+     "is inside --keep-dumps"),
+    ("mixlist-search {model} --json {model}", "is also what"),
+    ("mixlist-search {model} --json {tmp}/o.json --output {tmp}/o.json", "are the same path"),
+    ("mixlist-search {model} --modify-mixlist {badjson} --output {badjson}", "is also what"),
+    ("random-errors {model} --json {model}", "is also what"), ("random-errors {model} --input inp={inp} --report {inp}",
+                                                                "is also what"),
+    ("random-errors {model} --out {tmp} --json {npu}/manifest.json", "is inside --out"),
+    ("replay {model} --dump {model}", "is also what"), ("reference {model} --input inp={inp} --dump {inp}", "is also what"),
+    ("overflow {npu} --json {npu}/manifest.json", "is inside what"), ("compare {npu} {bench} --csv {bench}/x.csv",
+                                                                      "is inside what"),
+    ("report {npu} {bench} -o {npu}", "is also what"), ("export-msprobe {npu} {npu}", "is also what"),
+    ("import-msprobe {msdeep} {msdeep}", "is also what"), ("import-msprobe {msdeep} {npu} --against {npu}", "is also"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]
@@ -312,6 +361,22 @@ def test_bad_command_line(template, expect, env, model_file):
     else:
         assert_clean_error(argv, code, err, expect)
     assert _outside_snapshot(env["tmp"]) == before
+
+
+def test_outputs_never_replace_inputs(env, model_file):
+    """Issue 35: train m.keras --data d.npz --report d.npz --json m.keras replaced the data and the model, and
+    --json DUMP/step-0/manifest.json a dump's manifest; refused before anything runs, every file as it was."""
+    import shutil
+
+    tmp = env["tmp"]
+    m, d = shutil.copy(model_file["model"], tmp), shutil.copy(model_file["train"], tmp)
+    before = {p: open(p, "rb").read() for p in (m, d, os.path.join(env["npu"], "manifest.json"))}
+    for argv in (["train", m, "--data", d, "--loss", "mse", "--optimizer", "sgd", "--report", d, "--json", m],
+                 ["train", m, "--data", d, "--loss", "mse", "--optimizer", "sgd", "--dump", tmp, "--overwrite",
+                  "--json", os.path.join(env["npu"], "manifest.json")]):
+        code, out, err = run_cli(argv)
+        assert_clean_error(argv, code, err)
+    assert {p: open(p, "rb").read() for p in before} == before
 
 
 def test_unreachable_scheduler(env, model_file, monkeypatch):

@@ -8,6 +8,8 @@ losses of order 1 (the TF1 loop; 1.2e-7 for fit's History) and 9e-8 on weights (
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -255,3 +257,21 @@ def test_user_errors_are_one_line(data):
             _classifier("sgd").fit(x, y, sample_weight=np.ones(64), batch_size=16, verbose=0)
     with pytest.raises(AscendEmuError, match="sometimes.*fixed:N"):
         ae.emulate(loss_scale="sometimes")
+
+
+def test_dump_dir_is_never_written_through_a_link(data, tmp_path):
+    """Issue 35: emulate(dump_dir=LINK) wrote its step dumps through the link, as DUMP/reference as a link
+    did; both are refused in one line, the link's target left empty."""
+    x, y = data
+    target = tmp_path / "target"
+    target.mkdir()
+    os.symlink(target, tmp_path / "link")
+    with pytest.raises(AscendEmuError, match="symbolic link") as e:
+        ae.emulate("must_keep_origin_dtype", dump_dir=tmp_path / "link")
+    assert "\n" not in str(e.value)
+    (tmp_path / "d").mkdir()
+    os.symlink(target, tmp_path / "d" / "reference")
+    with pytest.raises(AscendEmuError, match="reference is a symbolic link"):
+        with ae.emulate("must_keep_origin_dtype", dump_dir=tmp_path / "d", reference=True):
+            _classifier("sgd").fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert os.listdir(target) == []

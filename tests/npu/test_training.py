@@ -296,3 +296,19 @@ def test_api_bad_arguments():
         ae.Device().train(small_cnn(), cnn_data(), overflow_check="nan", progress=False)
     with pytest.raises(AscendEmuError, match="x and y"):
         ae.Device().train(small_cnn(), {"x": np.zeros((4, 8, 8, 3), np.float32)}, progress=False)
+
+
+@pytest.mark.parametrize("name,cls", [("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"),
+                                      ("categorical_crossentropy", "CategoricalCrossentropy"),
+                                      ("binary_crossentropy", "BinaryCrossentropy")])
+def test_loss_names_from_logits(name, cls):
+    """The documented --loss NAME_from_logits (issue 35: it raised a TypeError, keras.losses.get giving a
+    function whose type was called): the loss class with from_logits, and the plain name without."""
+    from ascend_emu.frontend.optimizers import resolve_loss
+
+    loss = resolve_loss(None, name + "_from_logits")
+    assert type(loss) is getattr(keras.losses, cls) and loss.get_config()["from_logits"] is True
+    loss = resolve_loss(None, name)
+    assert type(loss) is getattr(keras.losses, cls) and loss.get_config()["from_logits"] is False
+    with pytest.raises(AscendEmuError, match="takes no logits"):
+        resolve_loss(None, "mean_squared_error_from_logits")

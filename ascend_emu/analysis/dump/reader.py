@@ -2,7 +2,6 @@
 reads its tensors (memory-mapped, or streamed in chunks) without following any link."""
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
@@ -10,7 +9,7 @@ import stat
 import numpy as np
 
 from ...errors import DumpError
-from ...fileio import O_NOFOLLOW, check_path, os_error_text, parse_json, read_text
+from ...fileio import check_path, open_in_dump, os_error_text, parse_json, read_text
 from .format import (_STAT_FIELDS, _TENSOR_FILE, CHUNK, FORMAT, MANIFEST, MARKER, MAX_MANIFEST_BYTES, VERSION,
                      _decode_float, _dtype_from_name, _storage)
 
@@ -110,21 +109,7 @@ class Dump:
         if not isinstance(fname, str) or not _TENSOR_FILE.match(fname):
             raise DumpError(f"dump {self.path}: tensor file name {fname!r} is not a file inside the dump "
                             f"directory; the manifest is corrupt; {_RERUN}")
-        try:
-            fd = os.open(os.path.join(self.path, fname), os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            raise DumpError(f"dump {self.path}: tensor file {fname} is missing; {_RERUN}") from None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise DumpError(f"dump {self.path}: tensor file {fname} is a symbolic link, which a dump never "
-                                f"holds; {_RERUN}") from None
-            raise DumpError(f"dump {self.path}: tensor file {fname} cannot be read ({os_error_text(e)}); "
-                            f"{_RERUN}") from None
-        f = os.fdopen(fd, "rb", buffering=0)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            f.close()
-            raise DumpError(f"dump {self.path}: tensor file {fname} is not a regular file; {_RERUN}")
-        return f
+        return open_in_dump(self.path, fname, what=f"dump {self.path}: tensor file", error=DumpError, hint=_RERUN)
 
     def tensor(self, name: str, index: int = 0, mmap: bool = True) -> np.ndarray:
         """Output ``index`` of op ``name`` in its dumped dtype (memory-mapped read-only by default).
@@ -177,20 +162,25 @@ class Dump:
         return self.op(name)["outputs"][index]
 
 
-def _check_manifest(path: str, m) -> None:
-    """Validate a parsed manifest against the schema of its format version; one line naming the field."""
+def _check_manifest(path: str, m, *, label: str = "manifest.json", fix: str = _RERUN) -> None:
+    """Validate a parsed manifest against the schema of its format version; one line naming the field.
+
+    ``label`` names the manifest in messages and ``fix`` says what to do (a manifest kept elsewhere, as in
+    an msprobe export's ``ascend_emu.json``, says so).
+    """
     from ..schema import MANIFEST_SCHEMAS, SchemaViolation, validate
 
     if not isinstance(m, dict):
-        raise DumpError(f"dump {path}: manifest.json is malformed: expected a JSON object; {_RERUN}")
+        raise DumpError(f"dump {path}: {label} is malformed: expected a JSON object; {fix}")
     if m.get("format") != FORMAT:
+        give = "give the directory written by ascend-emu replay/reference --dump" if fix == _RERUN else fix
         raise DumpError(f"{path} is not an ascend-emu dump (format {str(m.get('format'))[:40]!r}, expected "
-                        f"{FORMAT!r}); give the directory written by ascend-emu replay/reference --dump")
+                        f"{FORMAT!r}); {give}")
     schema = MANIFEST_SCHEMAS.get(m.get("version")) if _is_int(m.get("version")) else None
     if schema is None:
         v = m.get("version")
         raise DumpError(f"dump {path} has format version {v if _is_int(v) else repr(str(v)[:20])}, this ascend-emu reads "
-                        f"version {VERSION}; {_RERUN} with this version")
+                        f"version {VERSION}; {fix} with this version")
     try:
         validate(m, schema)
     except SchemaViolation as e:
@@ -200,7 +190,7 @@ def _check_manifest(path: str, m) -> None:
             op = m["ops"][int(mo.group(1))]
             if isinstance(op, dict) and isinstance(op.get("name"), str):
                 where = f" (op {op['name'][:80]!r})"
-        raise DumpError(f"dump {path}: manifest.json is malformed at {e}{where}; {_RERUN}") from None
+        raise DumpError(f"dump {path}: {label} is malformed at {e}{where}; {fix}") from None
 
 
 def _is_int(v) -> bool:

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ...errors import AscendEmuError
-from ...fileio import O_NOFOLLOW, check_path, os_error_text
+from ...fileio import O_NOFOLLOW, check_output_dir, os_error_text
 from ...graph.core import tensor_name
 from ...numerics.status import decode_status
 from .format import (_MARKER_HEAD, _STAT_FIELDS, _TENSOR_FILE, _TMP_MANIFEST, FORMAT, KINDS, LOCK, MANIFEST,
@@ -120,12 +120,7 @@ def check_dump_dir(path, overwrite: bool) -> list:
     dump did not create (see :func:`_owned_files`) are one-line errors, raised before
     any work is done. Nothing is followed through a symbolic link.
     """
-    p = check_path(path, "dump path")
-    if os.path.islink(p):
-        raise AscendEmuError(f"dump path {p} is a symbolic link; a dump is never written through a link: "
-                             "give the real directory")
-    if os.path.lexists(p) and not os.path.isdir(p):
-        raise AscendEmuError(f"dump path {p} exists and is not a directory; choose another dump directory")
+    p = check_output_dir(path, "dump path")
     if not os.path.isdir(p):
         return []
     try:
@@ -174,6 +169,16 @@ def _lock_dir(p: str) -> int:
             return fd
         os.close(fd)
     raise AscendEmuError(busy)
+
+
+def _unlock_dir(p: str, fd: int, remove: bool = True) -> None:
+    """Drop the lock :func:`_lock_dir` took (removing the lock file first, while still holding it)."""
+    if remove:
+        try:
+            os.unlink(os.path.join(p, LOCK))
+        except OSError:
+            pass
+    os.close(fd)
 
 
 class DumpWriter:
@@ -258,12 +263,7 @@ class DumpWriter:
             os.close(self._marker)
             self._marker = None
         if self._lock is not None:
-            if remove_lock:
-                try:
-                    os.unlink(os.path.join(self.path, LOCK))
-                except OSError:
-                    pass
-            os.close(self._lock)
+            _unlock_dir(self.path, self._lock, remove_lock)
             self._lock = None
 
     # ------------------------------------------------------------------ ops

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from ...errors import AscendEmuError
+from ...fileio import O_NOFOLLOW, open_in_dump
 from ..dump import Dump, StatsOnly, _dtype_from_name
 
 #: what msprobe accepts in an API name (its dump key check)
@@ -196,36 +197,41 @@ def _file_array(arr: np.ndarray) -> np.ndarray:
 
 
 def _write_tensor(path: str, arr: np.ndarray, fmt: str) -> None:
-    if fmt == "npy":
-        with open(path, "wb") as f:
+    """A new tensor file (never an existing one or a link: the export clears its directory first)."""
+    if fmt == "pt":
+        torch = _import_torch("writing .pt tensor files")
+        t = torch.from_numpy(np.array(_file_array(arr)))
+        if arr.dtype.name in TORCH_DTYPES and arr.dtype.name != t.dtype.__str__()[6:]:
+            t = t.to(getattr(torch, arr.dtype.name))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        if fmt == "npy":
             np.lib.format.write_array(f, _file_array(arr), allow_pickle=False)
-        return
-    torch = _import_torch("writing .pt tensor files")
-    t = torch.from_numpy(np.array(_file_array(arr)))
-    if arr.dtype.name in TORCH_DTYPES and arr.dtype.name != t.dtype.__str__()[6:]:
-        t = t.to(getattr(torch, arr.dtype.name))
-    torch.save(t, path)
+        else:
+            torch.save(t, f)
 
 
-def _read_tensor(path: str, dtype_name: str, shape) -> np.ndarray:
-    """A tensor file (``.npy``, or ``.pt`` with PyTorch installed) as ``dtype_name``, checked against ``shape``."""
-    fname = os.path.basename(path)
-    if not os.path.isfile(path):
-        raise AscendEmuError(f"msprobe tensor file {path} is missing; copy the whole dump_tensor_data "
-                             "directory, or import the statistics only")
-    if path.endswith(".npy"):
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise AscendEmuError(f"msprobe tensor file {path} is corrupt or not a plain .npy ({e})") from None
-    elif path.endswith(".pt"):
+def _read_tensor(rdir: str, fname, dtype_name: str, shape) -> np.ndarray:
+    """Tensor file ``fname`` of rank directory ``rdir`` (``.npy``, or ``.pt`` with PyTorch installed) as
+    ``dtype_name``, checked against ``shape``. ``fname`` (a ``data_name`` of dump.json) is confined to
+    ``rdir/dump_tensor_data`` by :func:`~ascend_emu.fileio.open_in_dump`, the rule of every dump read."""
+    what = f"msprobe dump {rdir}: tensor file"
+    hint = "copy the whole msprobe dump (dump_tensor_data included, without links), or import the statistics only"
+    if isinstance(fname, str) and fname.endswith(".npy"):
+        with open_in_dump(rdir, DATA_DIR, fname, what=what, hint=hint) as f:
+            try:
+                arr = np.load(f, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as e:
+                raise AscendEmuError(f"{what} {fname} is corrupt or not a plain .npy ({e})") from None
+    elif isinstance(fname, str) and fname.endswith(".pt"):
         torch = _import_torch(f"reading the .pt tensor file {fname}")
-        try:
-            t = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # torch raises many kinds
-            raise AscendEmuError(f"msprobe tensor file {path} could not be read by torch.load ({e})") from None
+        with open_in_dump(rdir, DATA_DIR, fname, what=what, hint=hint) as f:
+            try:
+                t = torch.load(f, map_location="cpu", weights_only=True)
+            except Exception as e:  # torch raises many kinds
+                raise AscendEmuError(f"{what} {fname} could not be read by torch.load ({e})") from None
         if not isinstance(t, torch.Tensor):
-            raise AscendEmuError(f"msprobe tensor file {path} holds a {type(t).__name__}, not a tensor")
+            raise AscendEmuError(f"{what} {fname} holds a {type(t).__name__}, not a tensor")
         t = t.detach().cpu()
         if t.dtype == torch.bfloat16:
             arr = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
@@ -234,7 +240,7 @@ def _read_tensor(path: str, dtype_name: str, shape) -> np.ndarray:
         else:
             arr = t.numpy()
     else:
-        raise AscendEmuError(f"msprobe tensor file {fname} is neither .npy nor .pt")
+        raise AscendEmuError(f"{what} {str(fname)[:80]!r} is neither .npy nor .pt")
     want = _dtype_from_name(dtype_name)
     if arr.dtype != want:
         # exact widenings only (our own export stores bfloat16 and float8 as float32)

@@ -9,7 +9,8 @@ import re
 from ...errors import AscendEmuError
 from ...fileio import parse_json, read_text
 from ..dump import Dump, DumpWriter, StatsOnly, load_dump
-from .format import (DATA_DIR, SIDECAR, SIDECAR_FORMAT, dump_key, msprobe_names, _num, numpy_dtype_name,
+from ..dump.reader import _check_manifest
+from .format import (SIDECAR, SIDECAR_FORMAT, dump_key, msprobe_names, _num, numpy_dtype_name,
                      _read_tensor, stats_from_msprobe)
 
 _RANK_DIR = re.compile(r"^(rank\d*|proc\d+)$")
@@ -17,7 +18,13 @@ _STEP_DIR = re.compile(r"^step\d+$")
 
 
 def _pick(base: str, pattern, want, what: str, option: str) -> str | None:
-    subs = sorted(e for e in os.listdir(base) if pattern.match(e) and os.path.isdir(os.path.join(base, e)))
+    entries = [e for e in os.listdir(base) if pattern.match(e)]
+    links = sorted(e for e in entries if os.path.islink(os.path.join(base, e)))
+    if links:
+        # the layout's directories are read as the dump's own, never through a link (as its files)
+        raise AscendEmuError(f"{base}: {links[0]} is a symbolic link, which ascend-emu never follows inside a "
+                             "dump; give the directory it points to")
+    subs = sorted(e for e in entries if os.path.isdir(os.path.join(base, e)))
     if want is not None:
         name = f"{what}{want}"
         if name not in subs:
@@ -179,12 +186,11 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
     if task not in ("tensor", "statistics"):
         raise AscendEmuError(f"{rdir}/dump.json is an msprobe {task!r} dump; ascend-emu reads the 'tensor' and "
                              "'statistics' tasks (md5 dumps hold no values); re-dump with one of those")
-    data_dir = os.path.join(rdir, DATA_DIR)
     side_path = os.path.join(rdir, SIDECAR)
     if os.path.isfile(side_path) and mapping is None:
         side = _read_json(side_path, "ascend-emu export record")
         if isinstance(side, dict) and side.get("format") == SIDECAR_FORMAT:
-            return _restore(rdir, dj, side, data_dir, out, overwrite, against, allow_unmatched)
+            return _restore(rdir, dj, side, out, overwrite, against, allow_unmatched)
     maps = read_mapping(mapping) if isinstance(mapping, (str, os.PathLike)) else dict(mapping or {})
     ref = load_dump(against) if against is not None else None
     # our export's names of the reference's ops, to match dumps we exported without the record
@@ -254,7 +260,7 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
             outs = []
             for idx in sorted(slot["outputs"]):
                 key, i, leaf = slot["outputs"][idx]
-                outs.append(_leaf_value(leaf, task, data_dir, rdir, key, i))
+                outs.append(_leaf_value(leaf, task, rdir, key, i))
             rop = ref.op(target) if ref is not None and target in ref else None
             first = outs[0]
             first_dtype = first.dtype if isinstance(first, StatsOnly) else first.dtype.name
@@ -265,7 +271,7 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
     return load_dump(out)
 
 
-def _leaf_value(leaf: dict, task: str, data_dir: str, rdir: str, key: str, i: int):
+def _leaf_value(leaf: dict, task: str, rdir: str, key: str, i: int):
     """An output leaf as an array (tensor task, file present) or its statistics."""
     try:
         dname = numpy_dtype_name(leaf.get("dtype"))
@@ -276,16 +282,21 @@ def _leaf_value(leaf: dict, task: str, data_dir: str, rdir: str, key: str, i: in
         raise AscendEmuError(f"{rdir}/dump.json: {key}.output.{i} has a malformed shape {shape!r}")
     fname = leaf.get("data_name")
     if task == "tensor" and isinstance(fname, str) and fname not in ("", "-1"):
-        if os.path.basename(fname) != fname:
-            raise AscendEmuError(f"{rdir}/dump.json: data_name {fname!r} of {key} is not a plain file name")
-        return _read_tensor(os.path.join(data_dir, fname), dname, shape)
+        return _read_tensor(rdir, fname, dname, shape)
     return stats_from_msprobe(leaf)
 
 
-def _restore(rdir, dj, side, data_dir, out, overwrite, against, allow_unmatched) -> Dump:
-    """Rebuild a dump :func:`export_msprobe` wrote, from its record and the tensor files."""
-    m = side.get("manifest") or {}
-    keys = side.get("keys") or {}
+def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
+    """Rebuild a dump :func:`export_msprobe` wrote, from its record and the tensor files.
+
+    The record's manifest is validated against the dump schema, as every manifest is read, and its
+    ``keys`` must map names to names, so an altered record is a one-line error."""
+    m = side.get("manifest")
+    _check_manifest(rdir, m, label=SIDECAR, fix="re-export it")
+    keys = side.get("keys")
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise AscendEmuError(f"{rdir}/{SIDECAR}: 'keys' is not an object of names; the export was altered, "
+                             "re-export it")
     by_name = {v: k for k, v in keys.items()}
     ops = m.get("ops") or []
     data = dj["data"]
@@ -307,14 +318,14 @@ def _restore(rdir, dj, side, data_dir, out, overwrite, against, allow_unmatched)
             w.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
         for op in ops:
             key = dump_key(by_name[op["name"]])
-            leaves = _tensor_leaves(data[key].get("output", []))
+            leaves = _tensor_leaves(data[key].get("output", []) if isinstance(data[key], dict) else [])
             if len(leaves) != len(op["outputs"]):
                 raise AscendEmuError(f"{rdir}: {key} has {len(leaves)} outputs in dump.json, "
                                      f"{len(op['outputs'])} in ascend_emu.json; re-export it")
             outs = []
             for o, leaf in zip(op["outputs"], leaves):
                 if o.get("file") is not None and leaf.get("data_name"):
-                    outs.append(_read_tensor(os.path.join(data_dir, leaf["data_name"]), o["dtype"], o["shape"]))
+                    outs.append(_read_tensor(rdir, leaf["data_name"], o["dtype"], o["shape"]))
                 else:
                     outs.append(StatsOnly(dtype=o["dtype"], shape=tuple(o["shape"]), max=_num(o.get("max")),
                                           min=_num(o.get("min")), mean=_num(o.get("mean")),

@@ -71,8 +71,9 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
         ``evidence``), ``ops_info`` (a suggested CANN ``modify_mixlist`` when a row failed for precision
         reasons) and ``exit_code``.
     """
-    from ...fileio import read_json
+    from ...fileio import make_output_dir, read_json
     from ...frontend import training as T
+    from ...frontend.inputs import check_seed
     from ...npu.device import Device
     from ...npu.training import _load_model, loss_scale_manager
 
@@ -82,8 +83,7 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     for name, v in (("batch_size", batch_size), ("steps", steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise AscendEmuError(f"{name} must be a positive integer, got {v!r}")
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise AscendEmuError(f"--seed must be a non-negative integer, got {seed!r}")
+    check_seed(seed)
     if epochs is not None and (not isinstance(epochs, (int, np.integer)) or isinstance(epochs, bool) or epochs < 1):
         raise AscendEmuError(f"epochs must be a positive integer, got {epochs!r}")
     if overflow_check not in ("status", "isfinite"):
@@ -99,6 +99,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     if isinstance(benchmark, (str, os.PathLike)) and not os.path.exists(os.fspath(benchmark)):
         raise AscendEmuError(f"--benchmark {os.fspath(benchmark)}: no such file; give the benchmark's .keras model")
     loss_scale_manager(loss_scale)   # a bad spec is bad input, before anything runs
+    if work_dir is not None:
+        make_output_dir(work_dir, "--keep-dumps")   # never through a link; a bad directory fails at once
     x, y = _read_data(data)
     model = _load_model(model)
     loss_fn = T.resolve_loss(model, loss)
