@@ -492,7 +492,9 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
 
     legend = _legends()
     data = json.dumps({d["name"]: {k: v for k, v in d.items()} for d in details.values()},
-                      separators=(",", ":"), allow_nan=False, default=str).replace("</", "<\\/")
+                      separators=(",", ":"), allow_nan=False, default=str)
+    # nothing in the JSON can end the script element or open a comment in it
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     counts = {s: sum(1 for d in details.values() if d["status"] == s) for s in STATUSES}
     note = (f"{len(ops)} ops ({len(npu.ops) - len(ops)} constants and ops folded from constants left out), "
             f"{len(edges)} edges; " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
