@@ -369,13 +369,16 @@ class _Svg:
     def group_node(self, key, it, gid, members, out: list[str]) -> None:
         sts = [self.details[m]["status"] for m in members]
         status = next((s for s in ("overflow", "error", "warning", "pass") if s in sts), "na")
-        has_first = self.first_name in members
+        has_first = self.first_name is not None and self.first_name in members
         out.append(f'<g class="group-node" data-scope="{_e(key)}" data-status="{status}" data-group="{gid}" '
                    f'transform="translate({it.x - it.w / 2:.1f},{it.y:.1f})"><title>{_e(key)}: {len(members)} ops '
                    f"({status}); click to expand</title>")
         if has_first:
-            out.append(f'<rect class="ring" x="-6" y="-6" width="{it.w + 12}" height="{it.h + 12}" rx="9" fill="none" '
-                       f'stroke="{FIRST_COLOR}" stroke-width="5"/>')
+            out.append(f'<rect class="ring first" x="-6" y="-6" width="{it.w + 12}" height="{it.h + 12}" rx="9" '
+                       f'fill="none" stroke="{FIRST_COLOR}" stroke-width="5"/>')
+        if self.first_overflow in members:
+            out.append(f'<rect class="ring overflow" x="-3" y="-3" width="{it.w + 6}" height="{it.h + 6}" rx="7" '
+                       f'fill="none" stroke="{OVERFLOW_RING}" stroke-width="2.5" stroke-dasharray="6 3"/>')
         out.append(f'<rect class="box" width="{it.w}" height="{it.h}" rx="6" fill="{STATUS_COLORS[status]}" '
                    'stroke="#333" stroke-width="2"/><rect x="4" y="4" width="' + f'{it.w - 8}" height="{it.h - 8}" '
                    'rx="4" fill="none" stroke="#333" stroke-width="0.8"/>')
@@ -409,6 +412,7 @@ def _detail(cmp, op, i, status, const) -> dict:
     return {
         "i": i, "name": op["name"], "type": op.get("tf_type"), "ascend": op.get("ascend_type"),
         "engine": op.get("engine"), "compute": op.get("compute_dtype"), "index": op.get("index"),
+        "phase": op.get("phase"),
         "status": status, "status_bits": op.get("status_names") or [], "precision": prec,
         "fusion": op.get("fusion"), "cast": cast,
         "fp32_check": None if not op.get("fp32_check") else {
@@ -666,7 +670,7 @@ function show(name){var d=data[name];if(!d)return;
  var h='<h3>'+esc(d.type)+' '+esc(d.name)+'</h3><table>';
  function kv(k,v){h+='<tr><td><b>'+esc(k)+'</b></td><td>'+esc(v)+'</td></tr>';}
  kv('status',d.status);kv('index',d.index);kv('Ascend type',d.ascend);kv('engine',d.engine==='AICPU'?'AI CPU':d.engine);
- kv('compute dtype',d.compute);
+ kv('compute dtype',d.compute);if(d.phase)kv('phase',d.phase);
  if(d.precision){kv('precision list',d.precision.list||'-');kv('precision dtype',d.precision.dtype||'-');
   kv('why',d.precision.reason||'-');}
  if(d.fusion){kv('fusion rule',(d.fusion.rules||[d.fusion.rule]).join(', '));kv('replaces',(d.fusion.replaces||[]).join(', '));}
@@ -692,7 +696,8 @@ var metric=document.getElementById('gv-metric');
 metric.addEventListener('change',function(){var m=+metric.value;
  document.querySelectorAll('#gv .node').forEach(function(n){var d=data[n.dataset.op];n.querySelector('.box').setAttribute('fill',d.c[m]);});
  document.querySelectorAll('#gv-legend .lg').forEach(function(l){l.style.display=(+l.dataset.m===m)?'':'none';});});
-var first=document.querySelector('#gv-main .node[data-first="true"]')||document.querySelector('#gv-main .group-node .ring');
+var first=document.querySelector('#gv-main .node[data-first="true"]')||document.querySelector('#gv-main .group-node .ring.first')
+ ||document.querySelector('#gv-main .node[data-first-overflow="true"]')||document.querySelector('#gv-main .group-node .ring.overflow');
 if(first)first=first.closest('g');
 document.getElementById('gv-fit').onclick=fit;
 document.getElementById('gv-zin').onclick=function(){zoom(1/1.4);};
