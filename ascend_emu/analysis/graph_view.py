@@ -64,13 +64,14 @@ def _e(x) -> str:
 # --------------------------------------------------------------------------- the graph model
 
 def constant_ops(dump) -> set[str]:
-    """Names of the ops that are constants or computed from constants only (folded on the host): the
-    graph view leaves them out (they show in a consumer's inputs)."""
+    """Names of the ops that are constants or folded from constants on the host (engine ``HOST``, every
+    input such an op): the graph view leaves them out (they show in a consumer's inputs). An AI Core op fed
+    by constants only (a random op, a Fill) still computes, so it stays."""
     const: set[str] = set()
     for op in dump.ops:
         ins = [r for r in op.get("inputs", []) if not r.startswith("^")]
         if op.get("tf_type") in _CONST_TYPES or (
-                ins and all(split_tensor_name(r)[0] in const for r in ins)):
+                op.get("engine") == "HOST" and ins and all(split_tensor_name(r)[0] in const for r in ins)):
             const.add(op["name"])
     return const
 
@@ -634,7 +635,7 @@ svg.gv .tg{font-size:13px;font-weight:700}svg.gv.far text{display:none}
 svg.gv .edge{fill:none;stroke:#8a8f98;stroke-width:1.2}svg.gv .edge.hl{stroke:#d50000;stroke-width:2.5}
 svg.gv .node,svg.gv .group-node,svg.gv .toggle{cursor:pointer}svg.gv .node.sel .box{stroke:#000;stroke-width:3}
 svg.gv .ov-bg{fill:#fff;stroke:#333;stroke-width:1.5;filter:drop-shadow(2px 3px 4px rgba(0,0,0,.3))}
-.gv-panel{width:330px;height:70vh;min-height:420px;overflow:auto;border:1px solid #ccc;padding:6px 8px;font-size:12px;
+.gv-panel td{word-break:break-all}.gv-panel{width:330px;height:70vh;min-height:420px;overflow:auto;border:1px solid #ccc;padding:6px 8px;font-size:12px;
 box-sizing:border-box;background:#fff}.gv-panel table{font-size:11px}.gv-panel h3{font-size:13px;margin:4px 0;word-break:break-all}
 """
 

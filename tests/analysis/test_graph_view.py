@@ -50,11 +50,11 @@ def parse(text) -> Markup:
 
 
 def computing_ops(dump):
-    """Ops that are neither constants nor computed from constants only."""
+    """Ops that are neither constants nor folded from constants only on the host."""
     const = set()
     for op in dump.ops:
         ins = [split(r) for r in op["inputs"]]
-        if op["tf_type"] == "Const" or (ins and all(i in const for i in ins)):
+        if op["tf_type"] == "Const" or (op["engine"] == "HOST" and ins and all(i in const for i in ins)):
             const.add(op["name"])
     return [op for op in dump.ops if op["name"] not in const]
 
@@ -103,7 +103,8 @@ def rich_dumps(tmp_path):
     bench = [("x", "Placeholder", [], [x]), ("w", "Const", [], [w]), ("axis", "Const", [], [axis]),
              ("fc/MatMul", "MatMul", ["x", "w"], [mm]), ("fc/BiasAdd", "BiasAdd", ["fc/MatMul"], [mm]),
              ("act", "Tanh", ["fc/BiasAdd"], [act]), ("topk", "TopKV2", ["act"], [top]),
-             ("scale", "Mul", ["topk"], [scale]), ("sum", "Sum", ["scale", "axis"], [total])]
+             ("scale", "Mul", ["topk"], [scale]), ("sum", "Sum", ["scale", "axis"], [total]),
+             ("fill", "Fill", ["axis"], [np.ones(3, np.float32)])]
     with DumpWriter(tmp_path / "b", kind="bench", config={}, model={"name": "rich", "fingerprint": "f"},
                     inputs_sha256="s") as wr:
         for name, t, ins, outs in bench:
@@ -132,6 +133,7 @@ def rich_dumps(tmp_path):
         wr.add_op("scale", "Mul", "Mul", "AICORE", "float16", ["topk:0"], [sat], 0x20,
                   fp32_check={"overflow": False, "max_abs": 9e4})
         wr.add_op("sum", "Sum", "ReduceSum", "AICORE", "float16", ["scale:0", "axis:0"], [total.astype(np.float16)])
+        wr.add_op("fill", "Fill", "Fill", "AICORE", "float32", ["axis:0"], [np.ones(3, np.float32)])
     return tmp_path / "n", tmp_path / "b"
 
 
@@ -153,6 +155,7 @@ def test_graph_marks_casts_fusion_and_ai_cpu(tmp_path):
     m = check_graph(text, cmp)
     # the constants and the cast folded from one are left out; the inserted cast of the input is drawn
     assert "w" not in m.nodes and "axis" not in m.nodes and "w/ascend_cast_0_to_fp16" not in m.nodes
+    assert "fill" in m.nodes   # fed by a constant only, but computed on the AI Core
     assert "cast" in m.nodes["x/ascend_cast_0_to_fp16"]["class"].split()
     assert "aicpu" in m.nodes["topk"]["class"].split() and "AI CPU" in text
     assert "fused" in m.nodes["fc/BiasAdd"]["class"].split()
