@@ -93,6 +93,24 @@ def graph_edges(dump, nodes: set[str]) -> list[tuple[str, str]]:
     return out
 
 
+def cast_edges(dump, casts: set[str]) -> list[tuple[str, str]]:
+    """(inserted Cast, consumer) for the consumers that read what the Cast made: they list the Cast's source
+    tensor as their input (the dump keeps the graph's own edges) and compute in the Cast's dtype."""
+    by_source: dict[str, list[dict]] = {}
+    for op in dump.ops:
+        if op["name"] in casts and op.get("inputs"):
+            by_source.setdefault(op["inputs"][0], []).append(op)
+    out = []
+    for op in dump.ops:
+        if op["name"] in casts:
+            continue
+        for ref in dict.fromkeys(op.get("inputs", [])):
+            for c in by_source.get(ref, ()):
+                if c.get("compute_dtype") and c.get("compute_dtype") == op.get("compute_dtype"):
+                    out.append((c["name"], op["name"]))
+    return out
+
+
 def op_status(cmp, name: str) -> str:
     """The ``data-status`` of op ``name`` from its comparison rows: ``overflow`` if a row has overflow
     status bits, else the worst Result (``error``, ``warning``, ``pass``), else ``na``."""
@@ -320,6 +338,7 @@ class _Svg:
         self.main: list[str] = []
         self.overlays: list[str] = []
         self.first_overflow = ov.first["name"] if ov is not None and ov.first else None
+        self.cast_pairs: set = set()
 
     def op_node(self, op, it, out: list[str]) -> None:
         name = op["name"]
@@ -387,6 +406,10 @@ class _Svg:
                    f'<text x="8" y="32" class="t2">{len(members)} ops \u2295</text></g>')
 
     def edge(self, s, d, pts, out: list[str], cls="edge") -> None:
+        if (s, d) in self.cast_pairs:   # not a data edge of the dump: the Cast's output read by its consumer
+            out.append(f'<path class="{cls} cast-edge" data-cast-from="{_e(s)}" data-cast-to="{_e(d)}" '
+                       f'd="{_path_d(pts)}"/>')
+            return
         out.append(f'<path class="{cls}" data-from="{_e(s)}" data-to="{_e(d)}" d="{_path_d(pts)}"/>')
 
 
@@ -436,8 +459,11 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     details = {}
     for i, op in enumerate(ops):
         details[op["name"]] = _detail(cmp, op, i, op_status(cmp, op["name"]), const)
-    edges = graph_edges(npu, names)
+    data_edges = graph_edges(npu, names)
+    cedges = [e for e in cast_edges(npu, {n for n, d in details.items() if d["cast"]}) if e[1] in names]
+    edges = data_edges + cedges
     svg = _Svg(cmp, ov, first_name, details)
+    svg.cast_pairs = set(cedges)
     order = {op["name"]: k for k, op in enumerate(ops)}
     opmap = {op["name"]: op for op in ops}
     fused_by_into: dict[str, list[dict]] = {}
@@ -502,14 +528,14 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     counts = {s: sum(1 for d in details.values() if d["status"] == s) for s in STATUSES}
     note = (f"{len(ops)} ops ({len(npu.ops) - len(ops)} constants and ops folded from constants left out), "
-            f"{len(edges)} edges; " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
+            f"{len(data_edges)} edges; " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
             + (f"; name scopes folded into {len(gmembers)} groups (click one to open it)" if gmembers else ""))
     view_w, view_h = max(width, 200.0), max(height, 100.0)
     return (
         '<section id="graph"><h2>Op graph</h2>'
         '<p class="muted">Every computing op of the NPU dump, producer above consumer, coloured by the chosen '
         'metric. Magenta ring: the first divergent op; blue dashed ring: the first overflowing op; rounded dashed '
-        'boxes: Casts inserted at precision boundaries; orange badge: AI CPU; double border: a fused op '
+        'boxes: Casts inserted at precision boundaries (dashed edges: to the ops that read them); orange badge: AI CPU; double border: a fused op '
         '(+ shows the ops it replaced). Drag to pan, wheel to zoom, click an op for its rows.</p>'
         f'<p class="muted" id="graph-counts">{_e(note)}</p>'
         '<div class="gv-bar">colour by <select id="gv-metric">'
@@ -632,10 +658,10 @@ svg.gv{flex:1;height:70vh;min-height:420px;border:1px solid #ccc;background:#faf
 svg.gv text{font:11px Menlo,Consolas,monospace;fill:#111;pointer-events:none}
 svg.gv .t1{font-weight:600}svg.gv .t2{fill:#333;font-size:10px}svg.gv .badge{fill:#fff;font-size:9px;font-weight:700}
 svg.gv .tg{font-size:13px;font-weight:700}svg.gv.far text{display:none}
-svg.gv .edge{fill:none;stroke:#8a8f98;stroke-width:1.2}svg.gv .edge.hl{stroke:#d50000;stroke-width:2.5}
+svg.gv .edge{fill:none;stroke:#8a8f98;stroke-width:1.2}svg.gv .cast-edge{stroke-dasharray:5 3}svg.gv .edge.hl{stroke:#d50000;stroke-width:2.5}
 svg.gv .node,svg.gv .group-node,svg.gv .toggle{cursor:pointer}svg.gv .node.sel .box{stroke:#000;stroke-width:3}
 svg.gv .ov-bg{fill:#fff;stroke:#333;stroke-width:1.5;filter:drop-shadow(2px 3px 4px rgba(0,0,0,.3))}
-.gv-panel td{word-break:break-all}.gv-panel{width:330px;height:70vh;min-height:420px;overflow:auto;border:1px solid #ccc;padding:6px 8px;font-size:12px;
+.gv-panel td{word-break:break-all}.gv-panel td:first-child{word-break:normal}.gv-panel{width:330px;height:70vh;min-height:420px;overflow:auto;border:1px solid #ccc;padding:6px 8px;font-size:12px;
 box-sizing:border-box;background:#fff}.gv-panel table{font-size:11px}.gv-panel h3{font-size:13px;margin:4px 0;word-break:break-all}
 """
 
@@ -683,7 +709,8 @@ function show(name){var d=data[name];if(!d)return;
  panel.innerHTML=h;
  if(sel)sel.classList.remove('sel');document.querySelectorAll('#gv .edge.hl').forEach(function(p){p.classList.remove('hl');});
  sel=document.querySelector('#gv .node[data-i="'+d.i+'"]');if(sel)sel.classList.add('sel');
- document.querySelectorAll('#gv .edge').forEach(function(p){if(p.dataset.from===name||p.dataset.to===name)p.classList.add('hl');});}
+ document.querySelectorAll('#gv .edge').forEach(function(p){var d=p.dataset;
+  if(d.from===name||d.to===name||d.castFrom===name||d.castTo===name)p.classList.add('hl');});}
 function toggle(id,el){var g=document.getElementById(id);if(!g)return;var open=g.style.display==='none';
  g.style.display=open?'':'none';
  if(open&&g.classList.contains('follow')){var n=document.querySelector('#gv .node[data-op="'+CSS.escape(g.dataset.fusedInto)+'"]');

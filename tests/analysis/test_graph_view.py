@@ -157,6 +157,8 @@ def test_graph_marks_casts_fusion_and_ai_cpu(tmp_path):
     assert "w" not in m.nodes and "axis" not in m.nodes and "w/ascend_cast_0_to_fp16" not in m.nodes
     assert "fill" in m.nodes   # fed by a constant only, but computed on the AI Core
     assert "cast" in m.nodes["x/ascend_cast_0_to_fp16"]["class"].split()
+    # drawn feeding the float16 op that reads it (not a data edge of the dump: other attributes)
+    assert 'data-cast-from="x/ascend_cast_0_to_fp16" data-cast-to="fc/BiasAdd"' in text
     assert "aicpu" in m.nodes["topk"]["class"].split() and "AI CPU" in text
     assert "fused" in m.nodes["fc/BiasAdd"]["class"].split()
     # the fused op's group: the ops it replaced, collapsed (hidden) until opened
