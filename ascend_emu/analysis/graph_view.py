@@ -35,9 +35,9 @@ from .metrics import ERROR, NAN, PASS, WARNING
 #: the values of ``data-status``
 STATUSES = ("pass", "warning", "error", "overflow", "na")
 #: computing ops above which name scopes fold into expandable groups
-FOLD_ABOVE = 600
+FOLD_ABOVE = 300
 #: at most this many items (groups and single ops) at the top level once folded
-FOLD_TARGET = 200
+FOLD_TARGET = 120
 STATUS_COLORS = {"pass": "#a5d6a7", "warning": "#ffcc80", "error": "#ef5350", "overflow": "#ab47bc", "na": "#e0e0e0"}
 #: the ring around the first divergent op (used for nothing else)
 FIRST_COLOR = "#ff00d4"
@@ -402,7 +402,9 @@ class _Svg:
         out.append(f'<rect class="box" width="{it.w}" height="{it.h}" rx="6" fill="{STATUS_COLORS[status]}" '
                    'stroke="#333" stroke-width="2"/><rect x="4" y="4" width="' + f'{it.w - 8}" height="{it.h - 8}" '
                    'rx="4" fill="none" stroke="#333" stroke-width="0.8"/>')
-        out.append(f'<text x="8" y="17" class="t1">{_e(_clip(key.rstrip("/_").split("/")[-1], 24))}</text>'
+        parts = key.rstrip("/_").split("/")
+        label = parts[-1] if len(parts[-1]) >= 8 or len(parts) == 1 else "/".join(parts[-2:])
+        out.append(f'<text x="8" y="17" class="t1">{_e(_clip(label, 24))}</text>'
                    f'<text x="8" y="32" class="t2">{len(members)} ops \u2295</text></g>')
 
     def edge(self, s, d, pts, out: list[str], cls="edge") -> None:
