@@ -2,8 +2,9 @@
 
 Chromium is Debian's package; when absent the test installs it (``apt-get update && apt-get install -y
 chromium``, as root), and skips with the reason where it cannot. One small report (the toy dumps of
-test_report.py), one screenshot: the graph area (the SVG's background colour) holds drawn pixels and
-the first divergent op's ring and fill colour.
+test_report.py), one screenshot: the graph area (the SVG's background colour) holds drawn pixels, the
+first divergent op its ring and fill colour, and the black outline the page's script draws when it selects
+that op on opening.
 """
 import os
 import shutil
@@ -98,3 +99,5 @@ def test_report_graph_renders_in_chromium(chromium, tmp_path):
     fill = _rgb(STATUS_COLORS[first[0]["data-status"]])
     share = np.all(inside == fill, axis=2).mean()
     assert share > 0.3, f"the first divergent op is not filled with its status colour {fill} ({share:.1%})"
+    # the page's script ran: it selected the first divergent op (a black outline, drawn by nothing else)
+    assert np.all(inside == (0, 0, 0), axis=2).sum() > 400, "the view's script did not select the first divergent op"
