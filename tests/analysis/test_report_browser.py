@@ -16,7 +16,7 @@ import pytest
 
 from ascend_emu.analysis.graph_view import FIRST_COLOR, STATUS_COLORS
 from ascend_emu.analysis.report import write_report
-from test_graph_view import parse
+from graph_markup import parse
 from test_report import dumps
 
 pytestmark = pytest.mark.browser
