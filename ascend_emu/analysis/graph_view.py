@@ -339,6 +339,7 @@ class _Svg:
         self.overlays: list[str] = []
         self.first_overflow = ov.first["name"] if ov is not None and ov.first else None
         self.cast_pairs: set = set()
+        self.chain_pairs: set = set()
 
     def op_node(self, op, it, out: list[str]) -> None:
         name = op["name"]
@@ -412,6 +413,8 @@ class _Svg:
             out.append(f'<path class="{cls} cast-edge" data-cast-from="{_e(s)}" data-cast-to="{_e(d)}" '
                        f'd="{_path_d(pts)}"/>')
             return
+        if (s, d) in self.chain_pairs:
+            cls += " chain"
         out.append(f'<path class="{cls}" data-from="{_e(s)}" data-to="{_e(d)}" d="{_path_d(pts)}"/>')
 
 
@@ -466,6 +469,9 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     edges = data_edges + cedges
     svg = _Svg(cmp, ov, first_name, details)
     svg.cast_pairs = set(cedges)
+    # the path the first divergent op's error takes to the model output
+    chain = first.chain if first is not None else []
+    svg.chain_pairs = set(zip(chain, chain[1:])) & set(data_edges)
     order = {op["name"]: k for k, op in enumerate(ops)}
     opmap = {op["name"]: op for op in ops}
     fused_by_into: dict[str, list[dict]] = {}
@@ -536,7 +542,7 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     return (
         '<section id="graph"><h2>Op graph</h2>'
         '<p class="muted">Every computing op of the NPU dump, producer above consumer, coloured by the chosen '
-        'metric. Magenta ring: the first divergent op; blue dashed ring: the first overflowing op; rounded dashed '
+        'metric. Magenta ring: the first divergent op (dark pink edges: its path to the model output); blue dashed ring: the first overflowing op; rounded dashed '
         'boxes: Casts inserted at precision boundaries (dashed edges: to the ops that read them); orange badge: AI CPU; double border: a fused op '
         '(+ shows the ops it replaced). Drag to pan, wheel to zoom, click an op for its rows.</p>'
         f'<p class="muted" id="graph-counts">{_e(note)}</p>'
@@ -647,7 +653,8 @@ def _legends() -> str:
     parts.append(f'<span class="lg" data-m="3" style="display:none"><span class="sw" style="background:'
                  f'{STATUS_COLORS["overflow"]}"></span>overflow status bits <span class="sw" style="background:'
                  '#f5f5f5"></span>none</span>')
-    parts.append(f' <span class="sw ring1"></span>first divergent <span class="sw ring2"></span>first overflow')
+    parts.append(' <span class="sw ring1"></span>first divergent <span class="sw ring3"></span>its path to the output '
+                 '<span class="sw ring2"></span>first overflow')
     return "".join(parts)
 
 
@@ -655,12 +662,14 @@ CSS = """
 .gv-bar{font-size:12px;margin:6px 0;display:flex;gap:6px;align-items:center;flex-wrap:wrap}
 .gv-bar .sw{display:inline-block;width:12px;height:12px;border:1px solid #888;vertical-align:middle;margin:0 3px 0 6px}
 .gv-bar .ring1{border:3px solid #ff00d4;background:#fff}.gv-bar .ring2{border:2px dashed #2962ff;background:#fff}
+.gv-bar .ring3{height:0;border:0;border-top:3px solid #c2185b}
 .gv-wrap{position:relative;display:flex;gap:8px}
 svg.gv{flex:1;height:70vh;min-height:420px;border:1px solid #ccc;background:#fafbfc;cursor:grab;user-select:none}
 svg.gv text{font:11px Menlo,Consolas,monospace;fill:#111;pointer-events:none}
 svg.gv .t1{font-weight:600}svg.gv .t2{fill:#333;font-size:10px}svg.gv .badge{fill:#fff;font-size:9px;font-weight:700}
 svg.gv .tg{font-size:13px;font-weight:700}svg.gv.far text{display:none}
-svg.gv .edge{fill:none;stroke:#8a8f98;stroke-width:1.2}svg.gv .cast-edge{stroke-dasharray:5 3}svg.gv .edge.hl{stroke:#d50000;stroke-width:2.5}
+svg.gv .edge{fill:none;stroke:#8a8f98;stroke-width:1.2}svg.gv .cast-edge{stroke-dasharray:5 3}
+svg.gv .edge.chain{stroke:#c2185b;stroke-width:2.4}svg.gv .edge.hl{stroke:#d50000;stroke-width:2.5}
 svg.gv .node,svg.gv .group-node,svg.gv .toggle{cursor:pointer}svg.gv .node.sel .box{stroke:#000;stroke-width:3}
 svg.gv .ov-bg{fill:#fff;stroke:#333;stroke-width:1.5;filter:drop-shadow(2px 3px 4px rgba(0,0,0,.3))}
 .gv-panel td{word-break:break-all}.gv-panel td:first-child{word-break:normal}.gv-panel{width:330px;height:70vh;min-height:420px;overflow:auto;border:1px solid #ccc;padding:6px 8px;font-size:12px;
@@ -732,7 +741,8 @@ if(first)first=first.closest('g');
 document.getElementById('gv-fit').onclick=fit;
 document.getElementById('gv-zin').onclick=function(){zoom(1/1.4);};
 document.getElementById('gv-zout').onclick=function(){zoom(1.4);};
-document.getElementById('gv-first').onclick=function(){if(first)centre(first,1);};
+var fb=document.getElementById('gv-first');fb.onclick=function(){if(first)centre(first,1);};
+if(!first)fb.disabled=true;else if(!first.matches('[data-first="true"]')&&!first.querySelector('.ring.first'))fb.textContent='first overflow';
 var s=size();if(Math.min(s[0]/W,s[1]/H)>=0.45)fit();else if(first)centre(first,1);
 else{vb=[W/2-s[0]/2,0,s[0],s[1]];apply();}
 if(first&&first.dataset.op)show(first.dataset.op);

@@ -5,6 +5,8 @@ edge (``data-from``, ``data-to``), each node's ``data-status`` comes from the op
 first divergent op carries ``data-first="true"``; fused ops list the ops they replaced; folded name scopes
 keep every node and edge.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -75,6 +77,9 @@ def test_graph_markup_of_the_report(tmp_path):
     assert m.nodes["act"]["data-first"] == "true" and m.nodes["act"]["data-status"] == "error"
     assert m.nodes["scale"]["data-status"] == "overflow" and m.nodes["scale"].get("data-first-overflow") == "true"
     assert m.nodes["x"]["data-status"] == "pass"   # the input, dumped on both sides
+    # the error's path from the first divergent op to the output
+    assert re.findall(r'<path class="edge chain" data-from="([^"]*)" data-to="([^"]*)"', text) == [
+        ("act", "scale"), ("scale", "sum")]
 
 
 def test_graph_marks_casts_fusion_and_ai_cpu(tmp_path):
