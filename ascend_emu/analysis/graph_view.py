@@ -522,12 +522,12 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
         gitems = [_op_item(opmap[m], details[m], order[m]) for m in members]
         gedges = [(s, d) for s, d in edges if s in mset and d in mset]
         anchor = by["\1" + g]
-        _overlay(svg, gids[g], g, gitems, gedges, anchor.x - anchor.w / 2, anchor.y, opmap, details,
-                 fused_by_into, cmp, inner_edges=True)
+        _overlay(svg, gids[g], g, gitems, gedges, anchor.x - anchor.w / 2, anchor.y, opmap)
     # fused ops: the ops they replaced
     for op in ops:
         if details[op["name"]].get("fusion"):
-            _fusion_overlay(svg, op, details, fused_by_into, cmp, by, folded, gmembers)
+            _fusion_overlay(svg, op, details[op["name"]], fused_by_into.get(op["name"], []), cmp.bench,
+                            by.get(op["name"]))
 
     legend = _legends()
     data = json.dumps({d["name"]: {k: v for k, v in d.items()} for d in details.values()},
@@ -542,9 +542,10 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     return (
         '<section id="graph"><h2>Op graph</h2>'
         '<p class="muted">Every computing op of the NPU dump, producer above consumer, coloured by the chosen '
-        'metric. Magenta ring: the first divergent op (dark pink edges: its path to the model output); blue dashed ring: the first overflowing op; rounded dashed '
-        'boxes: Casts inserted at precision boundaries (dashed edges: to the ops that read them); orange badge: AI CPU; double border: a fused op '
-        '(+ shows the ops it replaced). Drag to pan, wheel to zoom, click an op for its rows.</p>'
+        'metric. Magenta ring: the first divergent op (dark pink edges: its path to the model output); blue '
+        'dashed ring: the first overflowing op; rounded dashed boxes: Casts inserted at precision boundaries '
+        '(dashed edges: to the ops that read them); orange badge: AI CPU; double border: a fused op (+ shows the '
+        'ops it replaced). Drag to pan, wheel to zoom, click an op for its rows.</p>'
         f'<p class="muted" id="graph-counts">{_e(note)}</p>'
         '<div class="gv-bar">colour by <select id="gv-metric">'
         + "".join(f'<option value="{k}">{_e(_METRIC_NAMES[m])}</option>' for k, m in enumerate(METRICS))
@@ -559,15 +560,12 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
         f"<script>{_SCRIPT}</script></section>")
 
 
-def _overlay(svg: _Svg, gid, title, gitems, gedges, x0, y0, opmap, details, fused_by_into, cmp, inner_edges):
+def _overlay(svg: _Svg, gid, title, gitems, gedges, x0, y0, opmap) -> None:
+    """A folded group's own layout, hidden until its node is clicked, drawn over the view at (x0, y0)."""
     by, paths, w, h = _layout(gitems, gedges)
     out = [f'<g class="overlay" id="{gid}" data-title="{_e(title)}" style="display:none" '
            f'transform="translate({x0:.1f},{y0:.1f})">',
-           f'<rect class="ov-bg" x="0" y="-22" width="{w:.1f}" height="{h + 22:.1f}" rx="6"/>',
-           f'<text x="8" y="-7" class="t1">{_e(_clip(title, 60))} ({len(gitems)} ops)</text>',
-           f'<g class="toggle" data-group="{gid}"><rect x="{w - 20:.1f}" y="-19" width="16" height="15" rx="3" '
-           f'fill="#fff" stroke="#444"/><text x="{w - 12:.1f}" y="-8" text-anchor="middle" class="tg">\u2212</text>'
-           "</g>"]
+           _overlay_head(gid, f"{_clip(title, 60)} ({len(gitems)} ops)", w, h)]
     for s, d, pts in paths:
         svg.edge(s, d, pts, out)
     for it in gitems:
@@ -576,67 +574,53 @@ def _overlay(svg: _Svg, gid, title, gitems, gedges, x0, y0, opmap, details, fuse
     svg.overlays.append("".join(out))
 
 
-def _fusion_overlay(svg, op, details, fused_by_into, cmp, by, folded, gmembers):
-    """The ops a fused op replaced, laid out with their edges from the bench dump, beside the fused op."""
+def _overlay_head(gid, title, w, h) -> str:
+    return (f'<rect class="ov-bg" x="0" y="-22" width="{w:.1f}" height="{h + 22:.1f}" rx="6"/>'
+            f'<text x="8" y="-7" class="t1">{_e(title)}</text>'
+            f'<g class="toggle" data-group="{gid}"><rect x="{w - 20:.1f}" y="-19" width="16" height="15" rx="3" '
+            f'fill="#fff" stroke="#444"/><text x="{w - 12:.1f}" y="-8" text-anchor="middle" class="tg">\u2212</text>'
+            "</g>")
+
+
+def _fusion_overlay(svg: _Svg, op, d, fused_away: list[dict], bench, anchor) -> None:
+    """The ops a fused op replaced (its ``fusion.replaces`` and the dump's ``fused_away`` entries into it),
+    laid out with their edges from the bench dump, hidden until the op's + is clicked; beside the op's node
+    (``anchor``), or, inside a folded group, placed there by the script when opened (class ``follow``)."""
     name = op["name"]
-    d = details[name]
+    rule = (d["fusion"] or {}).get("rule")
     replaced = list((d["fusion"] or {}).get("replaces") or [])
-    ftypes = {f["name"]: f for f in fused_by_into.get(name, [])}
-    for f in ftypes:
-        if f not in replaced:
-            replaced.append(f)
-    if name not in replaced:
-        replaced.append(name)
-    bench = cmp.bench
+    ftypes = {f["name"]: f for f in fused_away}
+    replaced += [n for n in ftypes if n not in replaced] + ([name] if name not in replaced and name not in ftypes
+                                                            else [])
     rank = {n: (bench.op(n)["index"] if n in bench else 1 << 30, k) for k, n in enumerate(replaced)}
     replaced.sort(key=lambda n: rank[n])
     rset = set(replaced)
-    items = [_Item(n, "op", _W, _H, k) for k, n in enumerate(replaced)]
     redges = []
     for n in replaced:
-        if n in bench:
-            for ref in bench.op(n).get("inputs", []):
-                s = split_tensor_name(ref)[0] if not ref.startswith("^") else None
-                if s in rset and s != n:
-                    redges.append((s, n))
-    lay, paths, w, h = _layout(items, redges)
-    anchor = by.get(name)
-    if anchor is None:   # inside a folded group: its overlay moved the item
-        return _fusion_overlay_at(svg, op, d, replaced, ftypes, lay, paths, w, h, None, cmp)
-    return _fusion_overlay_at(svg, op, d, replaced, ftypes, lay, paths, w, h, anchor, cmp)
-
-
-def _fusion_overlay_at(svg, op, d, replaced, ftypes, lay, paths, w, h, anchor, cmp):
+        for ref in (bench.op(n).get("inputs", []) if n in bench else []):
+            src = None if ref.startswith("^") else split_tensor_name(ref)[0]
+            if src in rset and src != n:
+                redges.append((src, n))
+    lay, paths, w, h = _layout([_Item(n, "op", _W, _H, k) for k, n in enumerate(replaced)], redges)
     gid = f"f{d['i']}"
-    if anchor is not None:
-        x0, y0 = anchor.x + anchor.w / 2 + 14, anchor.y
-    else:
-        x0, y0 = 0.0, 0.0
-    rule = (d["fusion"] or {}).get("rule")
-    out = [f'<g class="overlay fusion" id="{gid}" data-fused-into="{_e(op["name"])}" style="display:none" '
-           f'transform="translate({x0:.1f},{y0:.1f})">',
-           f'<rect class="ov-bg" x="0" y="-22" width="{w:.1f}" height="{h + 22:.1f}" rx="6"/>',
-           f'<text x="8" y="-7" class="t1">{_e(_clip(str(rule), 40))}: {len(replaced)} ops</text>',
-           f'<g class="toggle" data-group="{gid}"><rect x="{w - 20:.1f}" y="-19" width="16" height="15" rx="3" '
-           f'fill="#fff" stroke="#444"/><text x="{w - 12:.1f}" y="-8" text-anchor="middle" class="tg">\u2212</text>'
-           "</g>"]
+    x0, y0 = (anchor.x + anchor.w / 2 + 14, anchor.y) if anchor is not None else (0.0, 0.0)
+    out = [f'<g class="overlay fusion{"" if anchor is not None else " follow"}" id="{gid}" '
+           f'data-fused-into="{_e(name)}" style="display:none" transform="translate({x0:.1f},{y0:.1f})">',
+           _overlay_head(gid, f"{_clip(str(rule), 40)}: {len(replaced)} ops", w, h)]
     for s, t, pts in paths:
         out.append(f'<path class="edge fused-edge" data-fused-from="{_e(s)}" data-fused-to="{_e(t)}" '
                    f'd="{_path_d(pts)}"/>')
     for n in replaced:
         it = lay[n]
         f = ftypes.get(n)
-        tf_type = f.get("tf_type") if f else (cmp.bench.op(n).get("tf_type") if n in cmp.bench else op.get("tf_type"))
-        out.append(f'<g class="fused-op" data-fused-op="{_e(n)}" transform="translate({it.x - it.w / 2:.1f},{it.y:.1f})">'
-                   f'<title>{_e(tf_type)} {_e(n)}: fused by {_e(f["rule"] if f else rule)}</title>'
+        tf_type = f.get("tf_type") if f else (bench.op(n).get("tf_type") if n in bench else op.get("tf_type"))
+        out.append(f'<g class="fused-op" data-fused-op="{_e(n)}" transform="translate({it.x - it.w / 2:.1f},'
+                   f'{it.y:.1f})"><title>{_e(tf_type)} {_e(n)}: fused by {_e(f["rule"] if f else rule)}</title>'
                    f'<rect width="{it.w}" height="{it.h}" rx="4" fill="#f3f3f3" stroke="#777" stroke-dasharray="3 2"/>'
                    f'<text x="6" y="15" class="t1">{_e(_clip(str(tf_type), 26))}</text>'
                    f'<text x="6" y="30" class="t2">{_e(_clip(_tail(n), 30))}</text></g>')
     out.append("</g>")
     svg.overlays.append("".join(out))
-    if anchor is None:
-        # placed by the script next to the fused op's node (inside a folded group's overlay)
-        svg.overlays[-1] = svg.overlays[-1].replace('class="overlay fusion"', 'class="overlay fusion follow"', 1)
 
 
 def _legends() -> str:

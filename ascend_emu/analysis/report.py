@@ -1,8 +1,8 @@
 """A self-contained HTML report of a comparison: one file, plots embedded, opens offline.
 
 Sections (their ids): ``summary``, ``graph`` (the op graph of the NPU dump as inline SVG, coloured by
-error, fused ops grouped, the first divergent op marked: :mod:`.graph_view`), ``configs`` (both configurations side by side),
-``per-op`` (1 - cosine and max relative error along execution order, log scale,
+error, fused ops grouped, the first divergent op marked: :mod:`.graph_view`), ``configs`` (both
+configurations side by side), ``per-op`` (1 - cosine and max relative error along execution order, log scale,
 overflowing ops and the first divergent op marked), ``worst`` (worst tensors),
 ``first-divergent``, ``overflow`` (the overflow panel), ``histogram`` (the culprit's
 error distribution) and ``all-tensors`` (every row, folded).

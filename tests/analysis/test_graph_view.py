@@ -115,7 +115,8 @@ def test_folded_scopes_keep_every_node_and_edge(tmp_path):
     for blk in range(6):
         a = f"model/block{blk}_conv/Relu"
         c = f"model/block{blk}_conv/Add"
-        ops += [(a, "Relu", [prev]), (f"model/block{blk}_conv/Neg", "Neg", [a]), (c, "AddV2", [a, f"model/block{blk}_conv/Neg"]),
+        neg = f"model/block{blk}_conv/Neg"
+        ops += [(a, "Relu", [prev]), (neg, "Neg", [a]), (c, "AddV2", [a, neg]),
                 (f"model/block{blk}_out", "Identity", [c, prev])]
         prev = f"model/block{blk}_out"
     for kind in ("n", "b"):
