@@ -666,8 +666,9 @@ var svg=document.getElementById('gv');if(!svg)return;
 var data=JSON.parse(document.getElementById('gv-data').textContent);
 var W=+svg.dataset.width,H=+svg.dataset.height,vb=[0,0,W,H];
 function size(){var r=svg.getBoundingClientRect();return [r.width||800,r.height||500];}
-function apply(){svg.setAttribute('viewBox',vb.join(' '));var s=size();
- svg.classList.toggle('far',s[0]/vb[2]<0.35);}
+var frame=0;
+function apply(){if(frame)return;frame=requestAnimationFrame(function(){frame=0;  // once a frame while panning
+ svg.setAttribute('viewBox',vb.join(' '));svg.classList.toggle('far',size()[0]/vb[2]<0.35);});}
 function fit(){var s=size(),k=Math.max(W/s[0],H/s[1],1/1.2);vb=[W/2-s[0]*k/2,H/2-s[1]*k/2,s[0]*k,s[1]*k];apply();}
 function centre(el,scale){var b=el.getBBox(),m=el.getCTM(),s=size(),root=svg.getCTM();
  var x=b.x+b.width/2,y=b.y+b.height/2;if(m&&root){var p=svg.createSVGPoint();p.x=x;p.y=y;
