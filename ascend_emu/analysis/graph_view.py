@@ -627,11 +627,12 @@ def _legends() -> str:
     parts = []
     status = "".join(f'<span class="sw" style="background:{STATUS_COLORS[s]}"></span>{s} ' for s in STATUSES)
     parts.append(f'<span class="lg" data-m="0">{status}</span>')
-    cos = "".join(f'<span class="sw" style="background:{_cos_color(1 - 10 ** -k)}"></span>{"0." + "9" * k} '
-                  for k in (1, 3, 5, 7))
+    cos = "".join(f'<span class="sw" style="background:{_cos_color(1 - 10 ** -k)}"></span>{label} '
+                  for k, label in ((1, "\u2264 0.9"), (3, "0.999"), (5, "0.99999"), (7, "\u2265 0.9999999")))
     parts.append(f'<span class="lg" data-m="1" style="display:none">cosine {cos}'
                  f'<span class="sw" style="background:{_NA_FILL}"></span>n/a</span>')
-    rel = "".join(f'<span class="sw" style="background:{_rel_color(10.0 ** -k)}"></span>1e-{k} ' for k in (0, 2, 4, 5))
+    rel = "".join(f'<span class="sw" style="background:{_rel_color(10.0 ** -k)}"></span>{label} '
+                  for k, label in ((0, "\u2265 1"), (2, "1e-2"), (4, "1e-4"), (5, "\u2264 1e-5")))
     parts.append(f'<span class="lg" data-m="2" style="display:none">max rel. error {rel}'
                  f'<span class="sw" style="background:{_NA_FILL}"></span>n/a</span>')
     parts.append(f'<span class="lg" data-m="3" style="display:none"><span class="sw" style="background:'
