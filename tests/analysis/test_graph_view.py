@@ -105,9 +105,8 @@ def test_graph_marks_casts_fusion_and_ai_cpu(tmp_path):
     assert m.nodes["act"]["data-first"] == "true"
 
 
-def test_folded_scopes_keep_every_node_and_edge(tmp_path):
-    """Many ops in repeated scopes: above the size limit the scopes fold into groups, and the markup
-    still has every op and every edge (inside the groups' views and between the groups)."""
+def blocks_dumps(tmp_path):
+    """Six repeated blocks (scopes ``model/block<k>_``) with a residual edge each; block 3 diverges."""
     rng = np.random.default_rng(0)
     v = rng.standard_normal((4, 4)).astype(np.float32)
     ops = [("in", "Placeholder", [])]
@@ -125,6 +124,13 @@ def test_folded_scopes_keep_every_node_and_edge(tmp_path):
             for name, t, ins in ops:
                 out = v + (1 if kind == "n" and name == "model/block3_conv/Neg" else 0)
                 wr.add_op(name, t, t, "AICORE", "float32", ins, [out])
+    return tmp_path / "n", tmp_path / "b"
+
+
+def test_folded_scopes_keep_every_node_and_edge(tmp_path):
+    """Many ops in repeated scopes: above the size limit the scopes fold into groups, and the markup
+    still has every op and every edge (inside the groups' views and between the groups)."""
+    blocks_dumps(tmp_path)
     cmp = compare(tmp_path / "n", tmp_path / "b")
     text = graph_section(cmp, None, fold_above=10, fold_target=10)
     m = check_graph(text, cmp)
@@ -156,3 +162,24 @@ def test_op_names_are_escaped(tmp_path, bad):
     assert bad in m.nodes and ("in", bad) in m.edges
     assert "<script>alert" not in text
     assert load_dump(tmp_path / "n").op(bad)
+
+
+@pytest.mark.parametrize("make", [rich_dumps, blocks_dumps])
+def test_layout_puts_producers_above_consumers_without_overlap(tmp_path, make):
+    """Layered layout: every edge points down, and no two op boxes overlap."""
+    n, b = make(tmp_path)
+    text = graph_section(compare(n, b))
+    boxes = {}
+    for name, x, y, w, h in re.findall(r'<g class="node[^"]*" data-op="([^"]*)"[^>]*transform="translate\(([-\d.]+),'
+                                       r'([-\d.]+)\)"><title>[^<]*</title>(?:<rect class="ring"[^>]*/>)*<rect '
+                                       r'class="box" width="([\d.]+)" height="([\d.]+)"', text):
+        boxes[name] = (float(x), float(y), float(w), float(h))
+    m = parse(text)
+    assert set(boxes) == set(m.nodes)
+    for s, d in m.edges:
+        assert boxes[s][1] + boxes[s][3] < boxes[d][1], (s, d)
+    items = list(boxes.items())
+    for i, (a, (ax, ay, aw, ah)) in enumerate(items):
+        for c, (cx, cy, cw, ch) in items[i + 1:]:
+            apart = ax + aw <= cx or cx + cw <= ax or ay + ah <= cy or cy + ch <= ay
+            assert apart, (a, c)
