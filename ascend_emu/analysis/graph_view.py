@@ -387,9 +387,12 @@ class _Svg:
                            'text-anchor="middle" class="tg">+</text></g>')
         out.append("</g>")
 
+    def group_status(self, members) -> str:
+        sts = {self.details[m]["status"] for m in members}
+        return next((s for s in ("overflow", "error", "warning", "pass") if s in sts), "na")
+
     def group_node(self, key, it, gid, members, out: list[str]) -> None:
-        sts = [self.details[m]["status"] for m in members]
-        status = next((s for s in ("overflow", "error", "warning", "pass") if s in sts), "na")
+        status = self.group_status(members)
         has_first = self.first_name is not None and self.first_name in members
         out.append(f'<g class="group-node" data-scope="{_e(key)}" data-status="{status}" data-group="{gid}" '
                    f'transform="translate({it.x - it.w / 2:.1f},{it.y:.1f})"><title>{_e(key)}: {len(members)} ops '
@@ -529,6 +532,20 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
             _fusion_overlay(svg, op, details[op["name"]], fused_by_into.get(op["name"], []), cmp.bench,
                             by.get(op["name"]))
 
+    # the overview map: every top-level box, the first divergent op (or its group) ringed
+    mini = []
+    for it in items:
+        x, y = it.x - it.w / 2, it.y
+        if it.kind == "group":
+            fill, attr = STATUS_COLORS[svg.group_status(gmembers[it.key[1:]])], ""
+            marked = first_name is not None and first_name in gmembers[it.key[1:]]
+        else:
+            fill, attr = details[it.key]["c"][0], f' data-n="{_e(it.key)}"'
+            marked = it.key == first_name
+        mini.append(f'<rect{attr} x="{x:.0f}" y="{y:.0f}" width="{it.w:.0f}" height="{it.h:.0f}" fill="{fill}"/>')
+        if marked:
+            mini.append(f'<rect x="{x - 6:.0f}" y="{y - 6:.0f}" width="{it.w + 12:.0f}" height="{it.h + 12:.0f}" '
+                        f'fill="none" stroke="{FIRST_COLOR}" stroke-width="3" vector-effect="non-scaling-stroke"/>')
     legend = _legends()
     data = json.dumps({d["name"]: {k: v for k, v in d.items()} for d in details.values()},
                       separators=(",", ":"), allow_nan=False, default=str)
@@ -552,9 +569,13 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
         + '</select> <button id="gv-fit" type="button">fit</button> <button id="gv-first" type="button">first '
         'divergent</button> <button id="gv-zin" type="button">+</button> <button id="gv-zout" type="button">'
         '\u2212</button> <span id="gv-legend">' + legend + "</span></div>"
-        '<div class="gv-wrap"><svg id="gv" class="gv" viewBox="0 0 ' + f'{view_w:.0f} {view_h:.0f}" '
-        f'data-width="{view_w:.0f}" data-height="{view_h:.0f}" role="img" aria-label="op graph">'
-        '<g id="gv-main">' + "".join(main) + '</g><g id="gv-over">' + "".join(svg.overlays) + "</g></svg>"
+        '<div class="gv-wrap"><div class="gv-view"><svg id="gv" class="gv" viewBox="0 0 '
+        f'{view_w:.0f} {view_h:.0f}" data-width="{view_w:.0f}" data-height="{view_h:.0f}" role="img" '
+        'aria-label="op graph"><g id="gv-main">' + "".join(main) + '</g><g id="gv-over">' + "".join(svg.overlays)
+        + '</g></svg><svg id="gv-mini" class="gv-mini" viewBox="0 0 ' + f'{view_w:.0f} {view_h:.0f}" '
+        'preserveAspectRatio="none" aria-label="overview">' + "".join(mini)
+        + '<rect id="gv-mini-vp" fill="rgba(21,101,192,.12)" stroke="#1565c0" stroke-width="1.5" '
+        'vector-effect="non-scaling-stroke"/></svg></div>'
         '<div id="gv-panel" class="gv-panel"><p class="muted">Click an op to see its rows.</p></div></div>'
         f'<script type="application/json" id="gv-data">{data}</script>'
         f"<script>{_SCRIPT}</script></section>")
@@ -648,7 +669,8 @@ CSS = """
 .gv-bar .sw{display:inline-block;width:12px;height:12px;border:1px solid #888;vertical-align:middle;margin:0 3px 0 6px}
 .gv-bar .ring1{border:3px solid #ff00d4;background:#fff}.gv-bar .ring2{border:2px dashed #2962ff;background:#fff}
 .gv-bar .ring3{height:0;border:0;border-top:3px solid #c2185b}
-.gv-wrap{position:relative;display:flex;gap:8px}
+.gv-wrap{position:relative;display:flex;gap:8px}.gv-view{position:relative;flex:1;display:flex}
+.gv-mini{position:absolute;top:6px;right:6px;background:rgba(255,255,255,.9);border:1px solid #999;cursor:crosshair}
 svg.gv{flex:1;height:70vh;min-height:420px;border:1px solid #ccc;background:#fafbfc;cursor:grab;user-select:none}
 svg.gv text{font:11px Menlo,Consolas,monospace;fill:#111;pointer-events:none}
 svg.gv .t1{font-weight:600}svg.gv .t2{fill:#333;font-size:10px}svg.gv .badge{fill:#fff;font-size:9px;font-weight:700}
@@ -667,9 +689,17 @@ var svg=document.getElementById('gv');if(!svg)return;
 var data=JSON.parse(document.getElementById('gv-data').textContent);
 var W=+svg.dataset.width,H=+svg.dataset.height,vb=[0,0,W,H];
 function size(){var r=svg.getBoundingClientRect();return [r.width||800,r.height||500];}
-var frame=0;
+var frame=0,mini=document.getElementById('gv-mini'),mvp=document.getElementById('gv-mini-vp');
 function apply(){if(frame)return;frame=requestAnimationFrame(function(){frame=0;  // once a frame while panning
- svg.setAttribute('viewBox',vb.join(' '));svg.classList.toggle('far',size()[0]/vb[2]<0.35);});}
+ svg.setAttribute('viewBox',vb.join(' '));svg.classList.toggle('far',size()[0]/vb[2]<0.35);
+ mvp.setAttribute('x',vb[0]);mvp.setAttribute('y',vb[1]);mvp.setAttribute('width',vb[2]);mvp.setAttribute('height',vb[3]);});}
+function minisize(){var s=size(),k=Math.min(130/W,0.5*s[1]/H);mini.style.width=Math.max(W*k,24)+'px';
+ mini.style.height=Math.max(H*k,24)+'px';mini.style.display=Math.min(s[0]/W,s[1]/H)>=0.45?'none':'';}
+var mdrag=false;function minigo(e){var r=mini.getBoundingClientRect();
+ var x=(e.clientX-r.left)/r.width*W,y=(e.clientY-r.top)/r.height*H;vb[0]=x-vb[2]/2;vb[1]=y-vb[3]/2;apply();}
+mini.addEventListener('pointerdown',function(e){mdrag=true;minigo(e);e.stopPropagation();});
+window.addEventListener('pointermove',function(e){if(mdrag)minigo(e);});
+window.addEventListener('pointerup',function(){mdrag=false;});
 function fit(){var s=size(),k=Math.max(W/s[0],H/s[1],1/1.2);vb=[W/2-s[0]*k/2,H/2-s[1]*k/2,s[0]*k,s[1]*k];apply();}
 function centre(el,scale){var b=el.getBBox(),m=el.getCTM(),s=size(),root=svg.getCTM();
  var x=b.x+b.width/2,y=b.y+b.height/2;if(m&&root){var p=svg.createSVGPoint();p.x=x;p.y=y;
@@ -720,6 +750,7 @@ svg.addEventListener('click',function(e){if(moved)return;var t=e.target.closest(
 var metric=document.getElementById('gv-metric');
 metric.addEventListener('change',function(){var m=+metric.value;
  document.querySelectorAll('#gv .node').forEach(function(n){var d=data[n.dataset.op];n.querySelector('.box').setAttribute('fill',d.c[m]);});
+ document.querySelectorAll('#gv-mini rect[data-n]').forEach(function(r){r.setAttribute('fill',data[r.dataset.n].c[m]);});
  document.querySelectorAll('#gv-legend .lg').forEach(function(l){l.style.display=(+l.dataset.m===m)?'':'none';});});
 var first=document.querySelector('#gv-main .node[data-first="true"]')||document.querySelector('#gv-main .group-node .ring.first')
  ||document.querySelector('#gv-main .node[data-first-overflow="true"]')||document.querySelector('#gv-main .group-node .ring.overflow');
@@ -729,6 +760,7 @@ document.getElementById('gv-zin').onclick=function(){zoom(1/1.4);};
 document.getElementById('gv-zout').onclick=function(){zoom(1.4);};
 var fb=document.getElementById('gv-first');fb.onclick=function(){if(first)centre(first,1);};
 if(!first)fb.disabled=true;else if(!first.matches('[data-first="true"]')&&!first.querySelector('.ring.first'))fb.textContent='first overflow';
+minisize();window.addEventListener('resize',minisize);
 var s=size();if(Math.min(s[0]/W,s[1]/H)>=0.45)fit();else if(first)centre(first,1);
 else{vb=[W/2-s[0]/2,0,s[0],s[1]];apply();}
 if(first&&first.dataset.op)show(first.dataset.op);
