@@ -4,9 +4,10 @@
 computing op of the NPU dump (constants and what is folded from them only are left out: they
 are listed in an op's inputs), an edge from producer to consumer for every data input between
 two such ops, ops fused by the NPU drawn with an expandable group of the ops they replaced (their
-edges from the bench dump), inserted Casts and AI CPU ops marked, coloured by the Result of the
-comparison rows (or by cosine, max relative error or overflow), with the first divergent and the
-first overflowing op marked. A click shows the op's rows in a side panel.
+edges from the bench dump), inserted Casts (with dashed edges to the ops that read them) and AI CPU
+ops marked, coloured by the Result of the comparison rows (or by cosine, max relative error or
+overflow), with the first divergent op (and its path to the output) and the first overflowing op
+marked. A click shows the op's rows in a side panel; an overview map shows where the view is.
 
 The layout is computed here: longest-path layering (the dump is in execution order, which is
 topological), dummy nodes on edges that span layers, barycentre ordering sweeps, then
@@ -18,7 +19,9 @@ layout. Pan and zoom come from a small inline script; no external file, no URL.
 Markup other tools may read: each op node is ``<g class="node" data-op=NAME data-status=S>``
 (S one of :data:`STATUSES`), ``data-first="true"`` on the first divergent op and
 ``data-first-overflow="true"`` on the first overflowing op; each data edge is
-``<path class="edge" data-from=PRODUCER data-to=CONSUMER>``.
+``<path class="edge" data-from=PRODUCER data-to=CONSUMER>`` (a Cast's drawn edge to its reader has
+``data-cast-from`` / ``data-cast-to`` instead, an edge inside a fused op's group ``data-fused-from`` /
+``data-fused-to``: neither is a data input of the dump).
 
 No TensorFlow here.
 """
