@@ -1,7 +1,8 @@
 """A self-contained HTML report of a comparison: one file, plots embedded, opens offline.
 
-Sections (their ids): ``summary``, ``configs`` (both configurations side by side),
-``per-op`` (1 - cosine and max relative error along execution order, log scale,
+Sections (their ids): ``summary``, ``graph`` (the op graph of the NPU dump as inline SVG, coloured by
+error, fused ops grouped, the first divergent op marked: :mod:`.graph_view`), ``configs`` (both
+configurations side by side), ``per-op`` (1 - cosine and max relative error along execution order, log scale,
 overflowing ops and the first divergent op marked), ``worst`` (worst tensors),
 ``first-divergent``, ``overflow`` (the overflow panel), ``histogram`` (the culprit's
 error distribution) and ``all-tensors`` (every row, folded).
@@ -20,10 +21,11 @@ import numpy as np
 
 from .compare import COLUMNS, ERROR, NAN, WARNING, Comparison, compare
 from .dump import load_dump
+from .graph_view import CSS as _GRAPH_CSS, graph_section
 from ..fileio import atomic_write_text, check_writable
 from .overflow import OverflowReport, overflow_report
 
-SECTIONS = ["summary", "configs", "per-op", "worst", "first-divergent", "overflow", "histogram", "all-tensors"]
+SECTIONS = ["summary", "graph", "configs", "per-op", "worst", "first-divergent", "overflow", "histogram", "all-tensors"]
 _HIST_BINS = np.linspace(-12.0, 8.0, 81)  # log10 of the error, 4 bins per decade
 _CHUNK = 1 << 18
 
@@ -43,10 +45,10 @@ def _e(x) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _page(title: str) -> list[str]:
-    """The opening parts of a report page: the document head with the style sheet, and the title."""
+def _page(title: str, css: str = "") -> list[str]:
+    """The opening parts of a report page: the document head with the style sheet (and ``css``), and the title."""
     return [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-            f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+            f"<style>{_CSS}{css}</style></head><body>", f"<h1>{_e(title)}</h1>"]
 
 
 def _report_input(path, data: dict, key: str, what: str):
@@ -265,7 +267,7 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     model = cmp.npu.model.get("name") or "model"
     title = title or f"ascend-emu accuracy report: {model}"
     counts = cmp.counts()
-    parts = _page(title)
+    parts = _page(title, _GRAPH_CSS)
     if cmp.forced:
         parts.append(f'<p id="forced" style="color:#b00;font-weight:bold">Warning: {_e(cmp.forced_note())}.</p>')
 
@@ -291,6 +293,9 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
             summary.append((k, counts[k]))
     parts.append('<section id="summary"><h2>Summary</h2><table class="kv">'
                  + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in summary) + "</table></section>")
+
+    # the op graph, coloured by error
+    parts.append(graph_section(cmp, ov))
 
     # configurations side by side
     nconf = _flat("", cmp.npu.config, {})

@@ -69,7 +69,7 @@ def build_parser():
              "ascend-emu overflow npu/ --json overflow.json")
     sp.add_argument("dump")
     sp.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    sp = add("report", cmd_report, "write a self-contained HTML report with plots",
+    sp = add("report", cmd_report, "write a self-contained HTML report: the op graph coloured by error, plots, tables",
              "ascend-emu report npu/ bench/ -o report.html")
     sp.add_argument("npu_dir")
     sp.add_argument("bench_dir")

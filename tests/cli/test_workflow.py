@@ -129,6 +129,15 @@ def test_demo_end_to_end(tmp_path):
     assert out["first_overflow"] is not None and "wide" in out["first_overflow"]["name"]
     html = open(out["report"]).read()
     assert html.count("<img") >= 2 and "first-divergent" in html
+    # the op graph: every computing op and data edge, statuses from the rows; the planted overflow op is the
+    # node marked first divergent and first overflowing
+    import re
+    from graph_markup import check_graph
+
+    check_graph(html, out["comparison"])
+    firsts = re.findall(r'<g class="node[^"]*" data-op="([^"]*)" data-status="([^"]*)"[^>]* data-first="true"'
+                        r'( data-first-overflow="true")?', html)
+    assert firsts == [(out["first_divergent"].name, "overflow", ' data-first-overflow="true"')]
     # fp16 loses accuracy at the softmax over logits near 300
     rows = [r for r in out["comparison"].rows if "probabilities" in (r["NPU Name"] or "")]
     assert rows and rows[0]["Result"] == "error"

@@ -244,6 +244,9 @@ def test_cli_train_json_report_and_step_dumps_that_compare(files, tmp_path, caps
     for sec in ("summary", "curves", "overflows", "dumps", "steps", "config"):
         assert f'id="{sec}"' in html
     assert 't-step-0.html' in html and (out / "t-step-3.html").exists()
+    # each step's comparison page draws the step's op graph (forward, backward and update ops)
+    step_html = (out / "t-step-3.html").read_text()
+    assert 'id="graph"' in step_html and step_html.count("data-op=") > 20 and '"phase":"backward"' in step_html
     # the step dump holds every phase and compares with the reference dump of the same step
     dump = ae.load_dump(str(out / "npu" / "step-3"))
     phases = {op.get("phase") for op in dump.ops}
