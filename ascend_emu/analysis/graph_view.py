@@ -9,11 +9,9 @@ ops marked, coloured by the Result of the comparison rows (or by cosine, max rel
 overflow), with the first divergent op (and its path to the output) and the first overflowing op
 marked. A click shows the op's rows in a side panel; an overview map shows where the view is.
 
-The layout is computed here: longest-path layering (the dump is in execution order, which is
-topological), dummy nodes on edges that span layers, barycentre ordering sweeps, then
-coordinates by isotonic regression on the neighbours' mean (order and separation kept). Above
+The layout is computed in Python (:mod:`.graph_layout`: layered, top to bottom). Above
 :data:`FOLD_ABOVE` computing ops, name scopes (Keras layers and repeated blocks: the longest name
-prefix that leaves at most :data:`FOLD_TARGET` items) fold into groups, each expandable to its own
+prefix that leaves at most ``FOLD_TARGET`` items) fold into groups, each expandable to its own
 layout. Pan and zoom come from a small inline script; no external file, no URL.
 
 Markup other tools may read: each op node is ``<g class="node" data-op=NAME data-status=S>``
@@ -30,17 +28,15 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 
 from ..graph.core import split_tensor_name
+from .graph_layout import FOLD_TARGET, Item, fold_scopes, layout, path_d
 from .metrics import ERROR, NAN, PASS, WARNING
 
 #: the values of ``data-status``
 STATUSES = ("pass", "warning", "error", "overflow", "na")
 #: computing ops above which name scopes fold into expandable groups
 FOLD_ABOVE = 300
-#: at most this many items (groups and single ops) at the top level once folded
-FOLD_TARGET = 120
 STATUS_COLORS = {"pass": "#a5d6a7", "warning": "#ffcc80", "error": "#ef5350", "overflow": "#ab47bc", "na": "#e0e0e0"}
 #: the ring around the first divergent op (used for nothing else)
 FIRST_COLOR = "#ff00d4"
@@ -48,10 +44,7 @@ FIRST_COLOR = "#ff00d4"
 OVERFLOW_RING = "#2962ff"
 _NA_FILL = "#e0e0e0"
 _W, _H, _CAST_W, _CAST_H = 168, 38, 120, 26
-_XGAP, _YGAP, _DUMMY_W = 26, 46, 8
-_PAD = 30
 _CONST_TYPES = {"Const", "HostConst"}
-_SCOPE_TOKEN = re.compile(r"[^/_]+[/_]?")
 _ROW_FIELDS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                "Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Overflow Status", "Result",
                "Err_message"]
@@ -178,159 +171,6 @@ def _short(v) -> str:
     return "" if v is None else str(v)
 
 
-class _Item:
-    """One box of a layout: an op, a folded group of ops, or a dummy point of a long edge."""
-
-    __slots__ = ("key", "kind", "w", "h", "order", "layer", "pos", "x", "y", "members")
-
-    def __init__(self, key, kind, w, h, order, members=()):
-        self.key, self.kind, self.w, self.h, self.order = key, kind, w, h, order
-        self.members = list(members)
-        self.layer = self.pos = 0
-        self.x = self.y = 0.0
-
-
-def _layout(items: list[_Item], edges: list[tuple[str, str]]) -> tuple[dict, list, float, float]:
-    """Place ``items`` (in a topological order; ``order`` is their rank) top to bottom.
-
-    Returns ({key: item}, [(src, dst, [(x, y) points])] per edge, width, height)."""
-    by = {it.key: it for it in items}
-    succ: dict[str, list[str]] = {it.key: [] for it in items}
-    pred: dict[str, list[str]] = {it.key: [] for it in items}
-    ledges = []
-    for s, d in edges:
-        if s == d or s not in by or d not in by:
-            continue
-        a, b = (s, d) if by[s].order < by[d].order else (d, s)
-        ledges.append((s, d, a, b))
-        succ[a].append(b)
-        pred[b].append(a)
-    for it in sorted(items, key=lambda i: i.order):
-        it.layer = max((by[p].layer + 1 for p in pred[it.key]), default=0)
-    # pull sources down next to their first consumer (a constant-free input used deep in the graph)
-    for it in sorted(items, key=lambda i: -i.order):
-        if not pred[it.key] and succ[it.key]:
-            it.layer = max(0, min(by[s].layer for s in succ[it.key]) - 1)
-    nlayers = max((it.layer for it in items), default=0) + 1
-    layers: list[list[_Item]] = [[] for _ in range(nlayers)]
-    for it in sorted(items, key=lambda i: i.order):
-        layers[it.layer].append(it)
-    # dummy points on edges spanning layers
-    up: dict[int, list] = {}
-    down: dict[int, list] = {}
-    chains = []
-    for s, d, a, b in ledges:
-        chain = [by[a]]
-        for lay in range(by[a].layer + 1, by[b].layer):
-            dm = _Item(f"\0{len(chains)}:{lay}", "dummy", _DUMMY_W, 0, by[a].order)
-            dm.layer = lay
-            layers[lay].append(dm)
-            chain.append(dm)
-        chain.append(by[b])
-        for u, v in zip(chain, chain[1:]):
-            down.setdefault(id(u), []).append(v)
-            up.setdefault(id(v), []).append(u)
-        chains.append((s, d, chain, a != s))
-    for layer in layers:
-        for k, it in enumerate(layer):
-            it.pos = k
-
-    def sweep(seq, nbrs):
-        for layer in seq:
-            def key(it):
-                ns = nbrs.get(id(it))
-                return sum(n.pos for n in ns) / len(ns) if ns else it.pos
-            layer.sort(key=key)
-            for k, it in enumerate(layer):
-                it.pos = k
-
-    for _ in range(4):
-        sweep(layers[1:], up)
-        sweep(layers[-2::-1], down)
-
-    def place(layer, desired):
-        # isotonic regression (pool adjacent violators): closest to desired, order and separation kept
-        off, acc = [], 0.0
-        for k, it in enumerate(layer):
-            if k:
-                acc += (layer[k - 1].w + it.w) / 2 + (_XGAP if layer[k - 1].kind != "dummy" or it.kind != "dummy"
-                                                       else 4)
-            off.append(acc)
-        blocks = []   # [sum, count, value]
-        for k in range(len(layer)):
-            v = desired[k] - off[k]
-            blocks.append([v, 1, v])
-            while len(blocks) > 1 and blocks[-2][2] > blocks[-1][2]:
-                s2, c2, _ = blocks.pop()
-                blocks[-1][0] += s2
-                blocks[-1][1] += c2
-                blocks[-1][2] = blocks[-1][0] / blocks[-1][1]
-        k = 0
-        for s, c, v in blocks:
-            for _ in range(c):
-                layer[k].x = v + off[k]
-                k += 1
-
-    for layer in layers:
-        place(layer, [0.0] * len(layer))
-    for _ in range(6):
-        for seq, nbrs in ((layers[1:], up), (layers[-2::-1], down)):
-            for layer in seq:
-                place(layer, [sum(n.x for n in nbrs[id(it)]) / len(nbrs[id(it)]) if nbrs.get(id(it)) else it.x
-                              for it in layer])
-    xmin = min((it.x - it.w / 2 for layer in layers for it in layer), default=0.0)
-    y = _PAD
-    for layer in layers:
-        hmax = max((it.h for it in layer), default=0) or 10
-        for it in layer:
-            it.x += _PAD - xmin
-            it.y = y + (hmax - it.h) / 2
-        y += hmax + _YGAP
-    width = max((it.x + it.w / 2 for it in items), default=0.0) + _PAD
-    paths = []
-    for s, d, chain, reverse in chains:
-        pts = [(chain[0].x, chain[0].y + chain[0].h)] + [(c.x, c.y) for c in chain[1:-1]] + [(chain[-1].x, chain[-1].y)]
-        paths.append((s, d, pts[::-1] if reverse else pts))
-    return by, paths, width, y - _YGAP + _PAD
-
-
-def _path_d(pts) -> str:
-    d = [f"M{pts[0][0]:.1f},{pts[0][1]:.1f}"]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        m = (y0 + y1) / 2
-        d.append(f"C{x0:.1f},{m:.1f} {x1:.1f},{m:.1f} {x1:.1f},{y1:.1f}")
-    return "".join(d)
-
-
-def _scope_prefix(name: str, depth: int) -> str | None:
-    toks = _SCOPE_TOKEN.findall(name)
-    if len(toks) <= depth:
-        return None
-    return "".join(toks[:depth])
-
-
-def fold_scopes(names: list[str], target: int = FOLD_TARGET) -> dict[str, str]:
-    """{op name: group prefix} folding ``names`` by their longest name-scope prefix (tokens split at
-    ``/`` and ``_``, so Keras layers and numbered blocks such as ``conv2_block1_`` are scopes) that leaves
-    at most ``target`` items at the top level; ops alone in their prefix stay unfolded."""
-    maxd = max((len(_SCOPE_TOKEN.findall(n)) for n in names), default=0)
-    best: dict[str, str] = {}
-    for depth in range(maxd - 1, 0, -1):
-        groups: dict[str, list[str]] = {}
-        loose = 0
-        for n in names:
-            p = _scope_prefix(n, depth)
-            if p is None:
-                loose += 1
-            else:
-                groups.setdefault(p, []).append(n)
-        count = loose + sum(1 if len(v) > 1 else 1 for v in groups.values())
-        best = {n: p for p, v in groups.items() if len(v) > 1 for n in v}
-        if count <= target:
-            break
-    return best
-
-
 # --------------------------------------------------------------------------- rendering
 
 class _Svg:
@@ -417,11 +257,11 @@ class _Svg:
     def edge(self, s, d, pts, out: list[str], cls="edge") -> None:
         if (s, d) in self.cast_pairs:   # not a data edge of the dump: the Cast's output read by its consumer
             out.append(f'<path class="{cls} cast-edge" data-cast-from="{_e(s)}" data-cast-to="{_e(d)}" '
-                       f'd="{_path_d(pts)}"/>')
+                       f'd="{path_d(pts)}"/>')
             return
         if (s, d) in self.chain_pairs:
             cls += " chain"
-        out.append(f'<path class="{cls}" data-from="{_e(s)}" data-to="{_e(d)}" d="{_path_d(pts)}"/>')
+        out.append(f'<path class="{cls}" data-from="{_e(s)}" data-to="{_e(d)}" d="{path_d(pts)}"/>')
 
 
 def _clip(s: str, n: int) -> str:
@@ -433,10 +273,10 @@ def _tail(name: str) -> str:
     return "/".join(parts[-2:]) if len(parts) > 1 else name
 
 
-def _op_item(op, d, order) -> _Item:
+def _op_item(op, d, order) -> Item:
     if d["cast"]:
-        return _Item(op["name"], "op", _CAST_W, _CAST_H, order)
-    return _Item(op["name"], "op", _W, _H, order)
+        return Item(op["name"], "op", _CAST_W, _CAST_H, order)
+    return Item(op["name"], "op", _W, _H, order)
 
 
 def _detail(cmp, op, i, status, const) -> dict:
@@ -493,7 +333,7 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
             items.append(_op_item(op, details[op["name"]], order[op["name"]]))
         elif g not in gmembers:
             gmembers[g] = [op["name"]]
-            items.append(_Item("\1" + g, "group", _W, _H + 6, order[op["name"]]))
+            items.append(Item("\1" + g, "group", _W, _H + 6, order[op["name"]]))
         else:
             gmembers[g].append(op["name"])
     top = {n: ("\1" + folded[n] if n in folded else n) for n in names}
@@ -503,7 +343,7 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
         if a != b and (a, b) not in seen:
             seen.add((a, b))
             top_edges.append((a, b))
-    by, paths, width, height = _layout(items, top_edges)
+    by, paths, width, height = layout(items, top_edges)
     route = {(a, b): pts for a, b, pts in paths}
 
     main = svg.main
@@ -586,7 +426,7 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
 
 def _overlay(svg: _Svg, gid, title, gitems, gedges, x0, y0, opmap) -> None:
     """A folded group's own layout, hidden until its node is clicked, drawn over the view at (x0, y0)."""
-    by, paths, w, h = _layout(gitems, gedges)
+    by, paths, w, h = layout(gitems, gedges)
     out = [f'<g class="overlay" id="{gid}" data-title="{_e(title)}" style="display:none" '
            f'transform="translate({x0:.1f},{y0:.1f})">',
            _overlay_head(gid, f"{_clip(title, 60)} ({len(gitems)} ops)", w, h)]
@@ -625,7 +465,7 @@ def _fusion_overlay(svg: _Svg, op, d, fused_away: list[dict], bench, anchor) -> 
             src = None if ref.startswith("^") else split_tensor_name(ref)[0]
             if src in rset and src != n:
                 redges.append((src, n))
-    lay, paths, w, h = _layout([_Item(n, "op", _W, _H, k) for k, n in enumerate(replaced)], redges)
+    lay, paths, w, h = layout([Item(n, "op", _W, _H, k) for k, n in enumerate(replaced)], redges)
     gid = f"f{d['i']}"
     x0, y0 = (anchor.x + anchor.w / 2 + 14, anchor.y) if anchor is not None else (0.0, 0.0)
     out = [f'<g class="overlay fusion{"" if anchor is not None else " follow"}" id="{gid}" '
@@ -633,7 +473,7 @@ def _fusion_overlay(svg: _Svg, op, d, fused_away: list[dict], bench, anchor) -> 
            _overlay_head(gid, f"{_clip(str(rule), 40)}: {len(replaced)} ops", w, h)]
     for s, t, pts in paths:
         out.append(f'<path class="edge fused-edge" data-fused-from="{_e(s)}" data-fused-to="{_e(t)}" '
-                   f'd="{_path_d(pts)}"/>')
+                   f'd="{path_d(pts)}"/>')
     for n in replaced:
         it = lay[n]
         f = ftypes.get(n)
