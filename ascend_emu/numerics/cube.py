@@ -8,8 +8,8 @@ converted to the output dtype by the Fixpipe stage. Every function returns
 conversion overflow, 0x20 Inf/NaN met by a conversion, 0x400 accumulator not finite).
 See NUMERICS.md section 3 for the model and what is known versus assumed.
 
-The pipeline the ops share is :mod:`.cube_core`; the convolutions live in :mod:`.conv` and are importable
-from here too.
+The pipeline the ops share is :mod:`.cube_core`; the convolutions live in :mod:`.conv` (forward) and
+:mod:`.conv_grad` (the two gradients of conv2d) and are importable from here too.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import numpy as np
 
 from .cube_core import (_KW_DOC, Epilogue, _Policy, _acc, _batched, _numeric, _operand_values, _padded_input,  # noqa: F401
                         _policy, _split_acc)
-from .conv import (_conv_geometry, _hw, _pads, conv2d, conv2d_backprop_filter, conv2d_backprop_input,  # noqa: F401
-                   depthwise_conv2d, zero_inserted)
+from .conv import _conv_geometry, _hw, _pads, conv2d, depthwise_conv2d  # noqa: F401
+from .conv_grad import conv2d_backprop_filter, conv2d_backprop_input, zero_inserted  # noqa: F401
 from ..errors import AscendEmuError
 
 

@@ -5,7 +5,7 @@ products they replace, bit for bit and status for status:
 - conv2d with the pixels as rows and channels in runs of 16 (numerics.conv._runs16), against the im2col
   product; conv2d with the pixels as columns at stride 1 along rows of 16k pixels (matmul_tree16_tab: B's
   rows, the taps x channels, read from planar x in place), against the packed im2col (im2col_packed);
-- conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv._filter_grad_gather),
+- conv2d_backprop_filter with 16 output pixels of a row at a compiled stride (numerics.conv_grad._filter_grad_gather),
   and with a few channels at stride 1 along rows (the taps x channels as rows, read from planar x; dy's rows
   in place), against the packed patches, also split over the cube cores;
 - conv2d_backprop_input's pixel classes (matmul_tree16_tab: B's rows, dy's channels, read from planar dy in
@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.numerics import conv as nconv
+from ascend_emu.numerics import conv_grad as ngrad
 from ascend_emu.numerics.cube_core import Epilogue
 from ascend_emu.numerics.policy import CubeModel, bfloat16
 
@@ -189,7 +190,7 @@ FMODES_B = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"),
 def _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=None, **kw):
     def run():
         mc = _launch(seed) if seed is not None else None
-        return nconv.conv2d_backprop_filter(x, dy, (KH, KW), strides, pads, dil, multicore=mc, **kw)
+        return ngrad.conv2d_backprop_filter(x, dy, (KH, KW), strides, pads, dil, multicore=mc, **kw)
     got = run()
     with monkeypatch.context() as m:
         m.setattr(nconv, "_IMPLICIT", False)
@@ -245,10 +246,10 @@ def test_implicit_paths_decline_what_they_cannot_read_in_place():
     assert not nconv._runs16(nconv._k_offsets(3, 3, 3, 34, 1, 1, "hwc"))
     assert nconv._runs16(nconv._k_offsets(3, 3, 16, 34, 1, 1, "hwc"))
     assert nconv._runs16(nconv._k_offsets(3, 3, 32, 34, 1, 1, "c1hwc0"))
-    assert nconv._filter_grad_gather(3, 3, 3, 1, 1, 1, 1, 32, 32) is None       # 3 floats a pixel
-    assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 12) is None      # OW not a multiple of 16
-    assert nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
-    cols, per, slack = nconv._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
+    assert ngrad._filter_grad_gather(3, 3, 3, 1, 1, 1, 1, 32, 32) is None       # 3 floats a pixel
+    assert ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 12) is None      # OW not a multiple of 16
+    assert ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
+    cols, per, slack = ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
     assert per == 2 and slack == 16 and cols.size == 144 and cols[48] == 64
 
 
@@ -311,7 +312,7 @@ INPUT = [((2, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the benchmar
 
 def _input(monkeypatch, dy, w, strides, dzp, dil, **kw):
     def run():
-        return nconv.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+        return ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
     got = run()
     with monkeypatch.context() as m:
         m.setattr(nconv, "_IMPLICIT", False)
