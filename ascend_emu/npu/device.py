@@ -180,7 +180,9 @@ class Device:
         Parameters
         ----------
         model : Keras model, path (.keras, SavedModel dir, .pb/.pbtxt), tf.function,
-            ConcreteFunction or :class:`ascend_emu.graph.Graph`.
+            ConcreteFunction or :class:`ascend_emu.graph.Graph`. A model object or function replayed before is
+            not traced and frozen again while its variables hold the same values
+            (:mod:`ascend_emu.frontend.graph_cache`).
         inputs : None (seeded random), dict name -> array, or CLI strings ``name=file.npy`` / ``file.npz``.
         dump_dir : where to write the dump (None: no dump).
         select : None, a regular expression on op names, or a callable ``(name, tf_type) -> bool``
@@ -194,10 +196,12 @@ class Device:
         -------
         ReplayResult
         """
+        from ..frontend.graph_cache import load_graph_cached
         from ..frontend.inputs import inputs_sha256, make_inputs
-        from ..frontend.loader import load_graph
 
-        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        # a Keras model or tf.function seen before, with the same variable values: its loaded graph again
+        graph = model if isinstance(model, Graph) else load_graph_cached(model, signature=signature,
+                                                                         input_shapes=shapes)
         feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
         fused = self._fused(graph)
         self._check_supported(fused.nodes)
