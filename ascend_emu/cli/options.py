@@ -224,7 +224,7 @@ def check_outputs(a) -> None:
     from ..fileio import check_writable
 
     for flag in ("json", "report", "ops_info"):
-        if getattr(a, flag, None):
+        if isinstance(getattr(a, flag, None), str):   # a path (socs --json is a switch)
             check_writable(getattr(a, flag), "--" + flag.replace("_", "-"))
     written = _OUTPUT_DIRS.get(a.cmd, ())
     dirs = _paths(a, written)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,20 +116,50 @@ def load_data(data) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def batch_order(n: int, batch_size: int, steps: int, *, shuffle: bool, seed: int) -> list[np.ndarray]:
-    """Sample indices of each step's batch: in order (or a seeded permutation per epoch), partial last batches kept."""
-    per_epoch = math.ceil(n / batch_size)
-    rng = np.random.default_rng(seed)
-    out = []
-    epoch = 0
-    while len(out) < steps:
-        order = rng.permutation(n) if shuffle else np.arange(n)
-        for b in range(per_epoch):
-            if len(out) == steps:
-                break
-            out.append(order[b * batch_size:(b + 1) * batch_size])
-        epoch += 1
-    return out
+#: the most steps a run accepts (a Python sequence's length must fit a signed 64-bit integer)
+MAX_STEPS = 2 ** 62
+
+
+class BatchOrder(Sequence):
+    """Sample indices of each step's batch, made as they are read: in order (or a seeded permutation per epoch),
+    partial last batches kept. Only the epoch being read is held, so the number of steps costs no memory (a run
+    of 10^20 steps starts at once and stops when interrupted); reading an earlier epoch again replays the
+    permutations from the seed (the same batches every time)."""
+
+    def __init__(self, n: int, batch_size: int, steps: int, *, shuffle: bool, seed: int):
+        self.n, self.batch_size, self.steps, self.shuffle, self.seed = int(n), int(batch_size), int(steps), shuffle, seed
+        self.per_epoch = math.ceil(self.n / self.batch_size)
+        self._epoch, self._order, self._rng = -1, None, None
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:      # every epoch in file order
+            if self._order is None:
+                self._order = np.arange(self.n)
+            return self._order
+        if epoch < self._epoch or self._rng is None:
+            self._rng, self._epoch = np.random.default_rng(self.seed), -1
+        while self._epoch < epoch:
+            self._order = self._rng.permutation(self.n)
+            self._epoch += 1
+        return self._order
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.steps))]
+        if i < 0:
+            i += self.steps
+        if not 0 <= i < self.steps:
+            raise IndexError(f"step {i} of {self.steps}")
+        epoch, b = divmod(i, self.per_epoch)
+        return self._epoch_order(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
+
+
+def batch_order(n: int, batch_size: int, steps: int, *, shuffle: bool, seed: int) -> BatchOrder:
+    """Sample indices of each step's batch (:class:`BatchOrder`: made as they are read)."""
+    return BatchOrder(n, batch_size, steps, shuffle=shuffle, seed=seed)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -165,7 +196,7 @@ class _Run:
     fopt: object
     x: np.ndarray
     y: np.ndarray
-    order: list
+    order: BatchOrder
     steps: int
     dump_steps: list
     manager: object
@@ -191,6 +222,9 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
         raise AscendEmuError(f"steps must be a positive integer, got {steps!r}")
     steps = int(steps)
+    if steps > MAX_STEPS:    # the batches are made as they are read (BatchOrder): only len() bounds them
+        raise AscendEmuError(f"{steps} steps are more than any run can take (at most {MAX_STEPS}); give fewer "
+                             "--steps or --epochs")
     try:
         dump_steps = sorted(set(int(s) for s in (dump_steps or ())))
     except (TypeError, ValueError):

@@ -315,3 +315,41 @@ def test_loss_names_from_logits(name, cls):
     assert type(loss) is getattr(keras.losses, cls) and loss.get_config()["from_logits"] is False
     with pytest.raises(AscendEmuError, match="takes no logits"):
         resolve_loss(None, "mean_squared_error_from_logits")
+
+
+def _old_batch_order(n, batch_size, steps, shuffle, seed):
+    """The list every step's indices were built into before (the oracle of the lazy order)."""
+    import math
+
+    per_epoch, rng, out = math.ceil(n / batch_size), np.random.default_rng(seed), []
+    while len(out) < steps:
+        order = rng.permutation(n) if shuffle else np.arange(n)
+        out.extend(order[b * batch_size:(b + 1) * batch_size] for b in range(per_epoch) if len(out) < steps)
+    return out[:steps]
+
+
+@pytest.mark.parametrize("n,batch,steps,shuffle", [(10, 3, 11, True), (10, 3, 11, False), (8, 4, 5, True),
+                                                   (7, 7, 3, True), (5, 8, 4, False)])
+def test_batch_order_is_made_as_it_is_read(n, batch, steps, shuffle):
+    """issue 35: --steps 10^20 built every index before the first step and took the machine's memory. The
+    order is now made step by step: the same batches as the list, in any reading order, at no cost up front."""
+    from ascend_emu.npu.training import batch_order
+
+    want = _old_batch_order(n, batch, steps, shuffle, 5)
+    order = batch_order(n, batch, steps, shuffle=shuffle, seed=5)
+    assert len(order) == steps
+    assert [b.tolist() for b in order] == [b.tolist() for b in want]
+    assert [order[i].tolist() for i in (steps - 1, 0, steps // 2, -1)] == \
+        [want[i].tolist() for i in (steps - 1, 0, steps // 2, -1)]
+    with pytest.raises(IndexError):
+        order[steps]
+    huge = batch_order(n, batch, 10 ** 18, shuffle=shuffle, seed=5)
+    assert len(huge) == 10 ** 18 and huge[0].tolist() == want[0].tolist()
+    assert huge[10 ** 17].size > 0 if not shuffle else huge[steps - 1].tolist() == want[steps - 1].tolist()
+
+
+def test_too_many_steps_is_one_line(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.ones((8, 4), np.float32), y=np.zeros(8, np.int64))
+    with pytest.raises(AscendEmuError, match="more than any run can take"):
+        ae.Device("allow_mix_precision").train(train_demo_model(), str(tmp_path / "d.npz"), steps=10 ** 20,
+                                               progress=False)
