@@ -4,7 +4,10 @@ The AI CPU fallback (:mod:`ascend_emu.npu.aicpu`: Ascend runs ops that have no A
 kernel on its AI CPU, in their original dtype) and the float32 reference of a graph with
 TF1 control flow (:mod:`.reference`, op by op) both run single nodes: the node's own NodeDef
 is placed in a tiny graph whose inputs are placeholders, and run in a Session.
-Each (node, input dtypes) pair builds its graph and Session once; later calls
+The placeholders have the fed arrays' dtypes and shapes: TensorFlow runs the node's shape function
+when the graph is built, and some refuse inputs of unknown rank or size (SpaceToBatchND's
+``block_shape must have rank 1`` / ``must have known size``), as in the model's own graph they are known.
+Each (node, input dtypes and shapes) builds its graph and Session once; later calls
 only feed and fetch.
 """
 from __future__ import annotations
@@ -22,7 +25,9 @@ CACHE_SIZE = 512
 _cache: "OrderedDict[tuple, tuple]" = OrderedDict()
 
 
-def _build(node: Node, dtypes: tuple[str, ...]):
+def _build(node: Node, dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None = None):
+    """The node alone in a graph fed by placeholders of ``dtypes`` and ``shapes`` (None: unknown), and
+    its Session."""
     tf = import_tf()
     nd = tf.compat.v1.NodeDef.FromString(node.node_def)
     gd = tf.compat.v1.GraphDef()
@@ -30,6 +35,8 @@ def _build(node: Node, dtypes: tuple[str, ...]):
     for i, dt in enumerate(dtypes):
         ph = gd.node.add(name=f"aicpu_input_{i}", op="Placeholder")
         ph.attr["dtype"].type = tf.as_dtype(np.dtype(dt)).as_datatype_enum
+        if shapes is not None:
+            ph.attr["shape"].shape.CopyFrom(tf.TensorShape(shapes[i]).as_proto())
         feeds.append(ph.name + ":0")
     op = gd.node.add()
     op.CopyFrom(nd)
@@ -73,11 +80,11 @@ def run_tf_node(node: Node, input_arrays) -> list[np.ndarray]:
     if len(arrays) != len(node.inputs):
         raise AscendEmuError(f"node {node.name!r} ({node.op}) takes {len(node.inputs)} inputs, "
                              f"got {len(arrays)}")
-    key = (node.node_def, node.num_outputs, tuple(a.dtype.name for a in arrays))
+    key = (node.node_def, node.num_outputs, tuple(a.dtype.name for a in arrays), tuple(a.shape for a in arrays))
     entry = _cache.get(key)
     if entry is None:
         try:
-            entry = _build(node, key[2])
+            entry = _build(node, key[2], key[3])
         except Exception as e:
             raise AscendEmuError(f"TensorFlow cannot build node {node.name!r} ({node.op}) on its own: "
                                  f"{first_line(e)}") from None

@@ -18,8 +18,9 @@ from ascend_emu.npu.fusion import GRAPH, RULES, UB, FusionConfig, apply_fusion
 from ascend_emu.graph import tensor_name
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
-ALL_RULES = ["BiasaddConvFusionPass", "ConvBatchnormFusionPass", "MatMulBiasAddFusionPass", "LayerNormFusionPass",
-             "GeluFusionPass", "SoftmaxGradFusionPass", "TbeEltwiseFusionPass", "AutomaticUbFusion"]
+ALL_RULES = ["SpaceToBatchConv2dBatchToSpacePass", "BiasaddConvFusionPass", "ConvBatchnormFusionPass",
+             "MatMulBiasAddFusionPass", "LayerNormFusionPass", "GeluFusionPass", "SoftmaxGradFusionPass",
+             "TbeEltwiseFusionPass", "AutomaticUbFusion"]
 
 
 # --------------------------------------------------------------------------- switches

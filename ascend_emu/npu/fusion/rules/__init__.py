@@ -3,7 +3,7 @@
 Each rule is registered with :func:`..registry.fusion_rule` (its CANN pass name,
 kind, pattern and numerics; NUMERICS.md section 6) and rewrites through a
 :class:`Rewriter`. The rules run in registry order, which is the import order below:
-graph passes (cube + bias or batch norm, then LayerNorm and Gelu), then UB passes. A
+graph passes (a dilated conv recovered, cube + bias or batch norm, then LayerNorm and Gelu), then UB passes. A
 pattern matches only when no intermediate output is read outside it (nor is a model
 output) and its parameters are constants (``Const`` nodes or chains computed from
 them only).
@@ -14,7 +14,8 @@ type that decides its precision, and the swallowed ops go to ``Rewriter.fused_aw
 The fused implementations are in :mod:`ascend_emu.ops.fused_ops`.
 
 - :mod:`.common`: pass limits, op-type tables (``ELTWISE``), fused-node builders;
-- :mod:`.cube`: BiasaddConvFusionPass, ConvBatchnormFusionPass, MatMulBiasAddFusionPass;
+- :mod:`.cube`: SpaceToBatchConv2dBatchToSpacePass, BiasaddConvFusionPass, ConvBatchnormFusionPass,
+  MatMulBiasAddFusionPass;
 - :mod:`.composite`: LayerNormFusionPass, GeluFusionPass, SoftmaxGradFusionPass;
 - :mod:`.ub`: TbeEltwiseFusionPass, AutomaticUbFusion.
 """
@@ -24,6 +25,7 @@ from ..rewriter import Rewriter  # noqa: F401  (imported from here by older code
 from .common import (BATCH_MATMUL_TYPES, BATCH_NORM_TYPES, BIAS_ADD_TYPES, CONST_RTOL, CONV_TYPES,  # noqa: F401
                      ELTWISE, FUSED_CUBE, MATMUL_TYPES, UB_MAX_OPS)
 # the order of these imports is the order the rules apply in
-from .cube import biasadd_conv, conv_batchnorm, matmul_biasadd  # noqa: F401
+from .cube import (spacetobatch_conv2d_batchtospace, biasadd_conv, conv_batchnorm,  # noqa: F401
+                   matmul_biasadd)
 from .composite import gelu, layer_norm, softmax_grad  # noqa: F401
 from .ub import automatic_ub, tbe_eltwise  # noqa: F401

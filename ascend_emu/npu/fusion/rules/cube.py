@@ -1,8 +1,10 @@
-"""Graph passes around the cube unit: a bias or a batch norm folded into the cube op.
+"""Graph passes around the cube unit: a dilated convolution recovered, a bias or a batch norm folded into the cube op.
 
-BiasaddConvFusionPass, ConvBatchnormFusionPass and MatMulBiasAddFusionPass: the bias
-enters the float32 accumulator (L0C) before the single rounding to the output dtype;
-the batch norm's scale is folded into the filter on the host (NUMERICS.md section 6).
+SpaceToBatchConv2dBatchToSpacePass: TensorFlow's SpaceToBatchND -> Conv2D -> BatchToSpaceND form of a
+dilated convolution becomes one Conv2D with dilations on the cube. BiasaddConvFusionPass,
+ConvBatchnormFusionPass and MatMulBiasAddFusionPass: the bias enters the float32 accumulator (L0C)
+before the single rounding to the output dtype; the batch norm's scale is folded into the filter on the
+host (NUMERICS.md section 6).
 """
 from __future__ import annotations
 
@@ -11,7 +13,69 @@ import numpy as np
 from ....graph.core import Node, tensor_name
 from ..registry import GRAPH, fusion_rule
 from ..rewriter import Rewriter
-from .common import BATCH_MATMUL_TYPES, BATCH_NORM_TYPES, BIAS_ADD_TYPES, CONV_TYPES, MATMUL_TYPES, _as_fused_cube
+from .common import (BATCH_MATMUL_TYPES, BATCH_NORM_TYPES, BIAS_ADD_TYPES, CONV_TYPES, MATMUL_TYPES, _as_fused_cube,
+                     _fused_node)
+
+#: SpaceToBatchConv2dBatchToSpacePass leaves a pad, a dilation or a dilated kernel extent above this alone
+DILATED_CONV_MAX = 255
+
+
+def _int_const(rw: Rewriter, ref: str, shape: tuple) -> list | None:
+    """The integer constant ``ref`` as a (nested) list when it has ``shape``, else None."""
+    if not rw.is_const(ref):
+        return None
+    v = np.asarray(rw.value(ref))
+    return v.astype(np.int64).tolist() if v.dtype.kind in "iu" and v.shape == shape else None
+
+
+def _dilated_conv(rw: Rewriter, conv: Node):
+    """(SpaceToBatchND, BatchToSpaceND, dilations, explicit paddings) around ``conv``, or None."""
+    s2b = rw.node(conv.inputs[0])
+    if s2b.op != "SpaceToBatchND" or len(s2b.inputs) != 3 or rw.sole_reader(s2b) is not conv:
+        return None
+    b2s = rw.sole_reader(conv)
+    if b2s is None or b2s.op != "BatchToSpaceND" or len(b2s.inputs) != 3 or not rw.is_float(b2s):
+        return None
+    if conv.attrs.get("data_format", "NHWC") != "NHWC" or list(conv.attrs.get("dilations", [1] * 4)) != [1] * 4 \
+            or list(conv.attrs.get("strides", [1] * 4)) != [1] * 4:
+        return None
+    pads = conv.attrs.get("padding", "VALID")
+    if not (pads == "VALID" or pads == "EXPLICIT" and not any(conv.attrs.get("explicit_paddings", ()))):
+        return None
+    block, paddings = _int_const(rw, s2b.inputs[1], (2,)), _int_const(rw, s2b.inputs[2], (2, 2))
+    crops = _int_const(rw, b2s.inputs[2], (2, 2))
+    if block is None or paddings is None or crops is None or _int_const(rw, b2s.inputs[1], (2,)) != block:
+        return None
+    w = np.shape(rw.value(conv.inputs[1])) if rw.is_const(conv.inputs[1]) else ()
+    if len(w) != 4 or any(c != 0 for row in crops for c in row) or any(p < 0 for row in paddings for p in row):
+        return None
+    if any(b < 1 or b > DILATED_CONV_MAX or (k - 1) * b + 1 > DILATED_CONV_MAX for b, k in zip(block, w[:2])) \
+            or any(p > DILATED_CONV_MAX for row in paddings for p in row):
+        return None
+    return s2b, b2s, [1, *block, 1], [0, 0, *paddings[0], *paddings[1], 0, 0]
+
+
+@fusion_rule(
+    "SpaceToBatchConv2dBatchToSpacePass", GRAPH,
+    pattern="SpaceToBatchND (constant block_shape [bh, bw], paddings >= 0) -> Conv2D (NHWC, stride 1, no padding, "
+            "no dilation, constant filter) -> BatchToSpaceND (the same block_shape, crops all 0), each the sole "
+            "reader of the previous: TensorFlow's form of a dilated Conv2D (Keras Conv2D(dilation_rate>1))",
+    numerics="none: one Conv2D with dilations [1, bh, bw, 1] and the SpaceToBatchND paddings as its pads computes "
+             "the same products in the same order; the two data-movement ops leave the graph (here: the AI CPU)")
+def spacetobatch_conv2d_batchtospace(rw: Rewriter) -> int:
+    n = 0
+    for conv in rw.candidates("Conv2D"):
+        m = _dilated_conv(rw, conv)
+        if m is None:
+            continue
+        s2b, b2s, dilations, pads = m
+        attrs = dict(conv.attrs, dilations=dilations, padding="EXPLICIT", explicit_paddings=pads)
+        taken = rw.const_chain([*s2b.inputs[1:], *b2s.inputs[1:]], {s2b.name, conv.name, b2s.name})
+        fused = _fused_node(b2s.name, "Conv2D", [s2b.inputs[0], conv.inputs[1]], attrs,
+                            conv.meta.get("ascend_type") or "Conv2D")
+        rw.fuse("SpaceToBatchConv2dBatchToSpacePass", [s2b, conv, b2s, *taken], fused)
+        n += 1
+    return n
 
 def _conv_channels(rw: Rewriter, conv: Node) -> int | None:
     w = conv.inputs[1]
