@@ -209,6 +209,66 @@ def test_tf1_session_loop_under_the_wrapper_matches_tensorflow(tf1_data):
     assert all(isinstance(s, bytes) and s for s in summaries)      # summaries: TensorFlow's, same weights
 
 
+def test_tf1_session_loop_with_a_reference(tf1_data):
+    """Issue 35: with reference=True a TF1 loop inside ``with g.as_default()`` failed ("Cannot convert a
+    symbolic tf.Tensor (Const_4:0) to a numpy array": the reference's inputs became constants of the
+    user's graph). The reference is TensorFlow's own step of the graph, so its losses are the plain run's."""
+    x, y = tf1_data
+    plain = []
+    tf_losses, _, _ = _tf1_script(x, y, session=lambda s: plain.append(s) or s, steps=3)
+    wrapped = []
+    losses, _, _ = _tf1_script(x, y, session=lambda s: wrapped.append(ae.tf1.wrap(s, **FP32, reference=True))
+                               or wrapped[0], steps=3)
+    run = wrapped[0].emulation
+    assert [s["reference_loss"] for s in run.steps] == [float(v) for v in tf_losses]
+    np.testing.assert_allclose(losses, tf_losses, rtol=0, atol=FP32_TOL)
+    # nothing added to the user's graph
+    assert len(wrapped[0].graph.get_operations()) == len(plain[0].graph.get_operations())
+
+
+_TF1_GRAPH_MODE_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()          # as TF 1.15 scripts start
+import ascend_emu as ae
+
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(32, 8)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+xp = tf.compat.v1.placeholder(tf.float32, (None, 8), name="x")
+yp = tf.compat.v1.placeholder(tf.float32, (None, 2), name="y")
+w = tf.compat.v1.get_variable("w", (8, 2), initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+loss = tf.reduce_mean(tf.square(tf.matmul(xp, w) - yp))
+train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+sess = ae.tf1.wrap(tf.compat.v1.Session(), precision_mode="allow_mix_precision", reference=True,
+                   dump_dir=sys.argv[1], dump_steps=[1])
+sess.run(tf.compat.v1.global_variables_initializer())
+for i in range(2):
+    sess.run([train, loss], feed_dict={xp: x[i * 16:i * 16 + 16], yp: y[i * 16:i * 16 + 16]})
+print(json.dumps({"steps": sess.emulation.steps, "reference_dumps": sess.emulation.reference_dumps}))
+"""
+
+
+def test_tf1_script_with_eager_execution_disabled_and_a_reference(tmp_path):
+    """Issue 35: the same with tf.compat.v1.disable_eager_execution() at the top, how TF 1.15 scripts are
+    written (process-global, hence a subprocess)."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "tf1_train.py"
+    script.write_text(_TF1_GRAPH_MODE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "dumps")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = out["steps"]
+    assert len(steps) == 2 and all(np.isfinite(s["reference_loss"]) for s in steps)
+    assert abs(steps[0]["loss"] - steps[0]["reference_loss"]) < 1e-2 * abs(steps[0]["reference_loss"])
+    assert list(out["reference_dumps"]) == ["1"] and os.listdir(out["reference_dumps"]["1"])
+
+
 def test_tf1_session_in_the_context_with_npu_loss_scale_optimizer(tf1_data):
     """The TF adapter's NPULossScaleOptimizer and manager: the emulated device scales and checks."""
     x, y = tf1_data
