@@ -134,6 +134,28 @@ def test_fit_mixed_precision_reads_the_float_status(data, tmp_path):
     assert "loss scale" in open(path).read()
 
 
+def test_skipped_steps_are_said_while_the_script_runs(data):
+    """Issue 35: a fit whose every step overflowed looked healthy (Keras' loss 0.0000, nothing said until one
+    read run.steps). A warning per 10 skipped steps and, at the end, the summary, each one line."""
+    x, y = data
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)),
+                              keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(100.0))])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    big = np.concatenate([x, x, x, x, x])[:320] * 1000.0      # fp16 MatMul outputs beyond 65504 at any scale
+    with pytest.warns(ae.SkippedStepsWarning) as caught:
+        with ae.emulate("allow_mix_precision", soc="Ascend910", loss_scale="dynamic") as run:
+            model.fit(big, np.resize(y, 320), batch_size=16, epochs=1, verbose=0)
+    assert len(run.steps) == 20 and all(s["skipped"] for s in run.steps)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, ae.SkippedStepsWarning)]
+    first = run.steps[0]["first_overflow"]
+    tail = f"first overflow: {first['name']} ({first['tf_type']}), forward, step 0"
+    assert msgs == [f"emulate: 10 of 10 steps skipped, scale 2^15 -> 2^5, {tail} so far",
+                    f"emulate: 20 of 20 steps skipped, scale 2^15 -> 1, {tail} so far",
+                    f"emulate: 20 of 20 steps skipped, scale 2^15 -> 1, {tail}"]
+    assert run.skipped_summary() == msgs[-1][len("emulate: "):]
+
+
 def test_custom_gradient_tape_loop(data):
     x, y = data
 
@@ -274,7 +296,8 @@ def test_tf1_session_in_the_context_with_npu_loss_scale_optimizer(tf1_data):
     x, y = tf1_data
     manager = ae.tf1.ExponentialUpdateLossScaleManager(2.0 ** 40, 1000, decr_every_n_nan_or_inf=1, decr_ratio=0.5)
     run = ae.emulate("allow_mix_precision", soc="Ascend910")      # as a decorator of the script
-    losses, _, (_, _, gs) = run(_tf1_script)(x, y, optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
+    with pytest.warns(ae.SkippedStepsWarning, match=r"^emulate: 6 of 6 steps skipped, scale 2\^40 -> 2\^34, first "):
+        losses, _, (_, _, gs) = run(_tf1_script)(x, y, optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
     steps = run.steps
     assert len(steps) == 6 and steps[0]["loss_scale"] == 2.0 ** 40 and steps[0]["skipped"]
     assert steps[0]["float_status"] and steps[1]["loss_scale"] == 2.0 ** 39
