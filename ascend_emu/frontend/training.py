@@ -120,6 +120,10 @@ class TrainStep:
 
     _phases: dict | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self):
+        # the run's state among the step's inputs (its dumps say which, so two runs' steps compare as such)
+        self.graph.state_inputs = [ph for _, ph, _ in self.state] + [self.scale_name]
+
 
 def assign_phases(graph) -> dict:
     """Set ``meta["phase"]`` on every node of a traced step and return the counts per phase.
