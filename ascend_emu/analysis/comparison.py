@@ -109,6 +109,17 @@ class Comparison:
         sel.sort(key=lambda r: (cos_key(r), r["Index"] if isinstance(r["Index"], int) else 1 << 62))
         return sel[:limit] if limit is not None and limit >= 0 else sel
 
+    def format_worst(self, cosine: float = 0.98, limit: int = 10) -> str:
+        """The terminal table of :meth:`worst`; when no row is at or below ``cosine``, a line saying so
+        and the ``limit`` lowest rows instead (an empty table looked like a failed query)."""
+        rows = self.worst(cosine, limit)
+        if rows:
+            return self.format_table(rows)
+        rows = self.worst(math.inf, limit)
+        if not rows:
+            return f"no tensor with cosine <= {cosine}: no tensor has a cosine (none was compared)"
+        return (f"no tensor with cosine <= {cosine}; the {len(rows)} lowest:\n" + self.format_table(rows))
+
     def failing(self) -> list[dict]:
         return [r for r in self.rows if r["Result"] == ERROR]
 

@@ -149,3 +149,19 @@ def test_two_runs_steps_compare_by_their_state(tmp_path, capsys):
         assert "different inputs (x differ" in msg and "--force" in msg and "\n" not in msg
     assert main(["compare", str(a), str(other)]) == 2
     assert "--force" in capsys.readouterr().err
+
+
+def test_worst_rows_table_says_when_none_is_below_the_cosine(tmp_path, capsys):
+    """Issue 35: `compare --cosine 0.98 --limit 10` printed an empty table when every row was above 0.98;
+    it says so and shows the lowest rows instead."""
+    from ascend_emu.cli.main import main
+
+    npu = dump(tmp_path / "n", "npu", ops=[("x", [np.arange(4, dtype=np.float32)]),
+                                           ("y", [np.array([0, 2, 4, 6.1], np.float32)])])
+    bench = dump(tmp_path / "b", "bench")
+    assert main(["compare", str(npu), str(bench), "--cosine", "0.98", "--limit", "10"]) == 0
+    out = capsys.readouterr().out
+    head, table = out.split("no tensor with cosine <= 0.98; the 2 lowest:\n")[1].split("\n", 1)
+    assert "Cosine" in head and table.splitlines()[1].split()[1] == "y:0"     # the lowest first
+    c = compare(npu, bench)
+    assert c.format_worst(0.99999, 1).startswith("Index") and "y:0" in c.format_worst(0.99999, 1)

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.models
 
 #: float32 noise between the emulated float32 step and TensorFlow's (see the module docstring)
 FP32_TOL = 5e-7
-STEP_FIELDS = {"step", "loss", "loss_scale", "skipped", "float_status", "first_overflow", "grad_zeros",
-               "grad_values"}
+STEP_FIELDS = {"step", "loss", "reference_loss", "loss_scale", "skipped", "float_status", "first_overflow",
+               "grad_zeros", "grad_values"}
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,7 @@ def test_fit_mixed_precision_reads_the_float_status(data, tmp_path):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=2, verbose=0)
     steps = run.steps
     assert len(steps) == 8 and all(STEP_FIELDS <= set(s) for s in steps)
+    assert all(s["reference_loss"] is None for s in steps)       # no reference: null, not absent (issue 35)
     # 2**20 overflows fp16 in the backward pass (saturated on the 910: only the status shows it)
     assert steps[0]["skipped"] and steps[0]["float_status"] and steps[0]["first_overflow"]["phase"] == "backward"
     scales = [s["loss_scale"] for s in steps]
