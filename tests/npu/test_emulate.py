@@ -305,6 +305,15 @@ def test_tf1_session_in_the_context_with_npu_loss_scale_optimizer(tf1_data):
     assert gs == sum(not s["skipped"] for s in steps)
 
 
+def test_wrapped_tf1_session_says_its_skipped_steps_on_close(tf1_data):
+    """ae.tf1.wrap has no with block: the summary of skipped steps comes with the session's close()."""
+    x, y = tf1_data
+    manager = ae.tf1.ExponentialUpdateLossScaleManager(2.0 ** 40, 1000, decr_every_n_nan_or_inf=1, decr_ratio=0.5)
+    with pytest.warns(ae.SkippedStepsWarning, match=r"^emulate: 3 of 3 steps skipped, scale 2\^40 -> 2\^37, "):
+        _tf1_script(x, y, session=lambda s: ae.tf1.wrap(s, "allow_mix_precision", soc="Ascend910"), steps=3,
+                    optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
+
+
 def test_user_errors_are_one_line(data):
     x, y = data
     # an op without an emulated kernel, the AI CPU fallback off
