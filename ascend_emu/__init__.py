@@ -72,6 +72,7 @@ _API = {
     # the user's own script
     "emulate": "ascend_emu.npu.emulate",
     "Emulation": "ascend_emu.npu.emulate",
+    "SkippedStepsWarning": "ascend_emu.npu.emulate",
     "NpuLossScaleOptimizer": "ascend_emu.frontend.keras_hooks",
 }
 #: submodules offered as attributes of the package (``ascend_emu.tf1.wrap(sess)``)

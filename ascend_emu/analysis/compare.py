@@ -11,6 +11,7 @@ No TensorFlow here.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -328,9 +329,55 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
     return cmp
 
 
+_STATS = ("max", "min", "mean", "l2norm", "nan", "inf")
+
+
+def same_output(a, b, aop: dict, bop: dict, k: int) -> bool | None:
+    """Whether output ``k`` of an op holds the same bytes in both dumps (None: not comparable)."""
+    ao = aop["outputs"][k]
+    bo = bop["outputs"][k] if k < len(bop["outputs"]) else None
+    if bo is None:
+        return False
+    if ao.get("dtype") != bo.get("dtype") or list(ao.get("shape") or []) != list(bo.get("shape") or []):
+        return False
+    if a.has_tensor(aop["name"], k) and b.has_tensor(bop["name"], k):
+        x = np.ascontiguousarray(a.tensor(aop["name"], k))
+        y = np.ascontiguousarray(b.tensor(bop["name"], k))
+        return x.tobytes() == y.tobytes()
+    # statistics only (stats-only dumps, ops outside --select): equal statistics is all one can say
+    if any(f in ao for f in _STATS):
+        return all(_eq(ao.get(f), bo.get(f)) for f in _STATS)
+    return None
+
+
+def _eq(u, v) -> bool:
+    if isinstance(u, float) and isinstance(v, float) and math.isnan(u) and math.isnan(v):
+        return True
+    return u == v
+
+
+def step_inputs(npu: Dump, bench: Dump) -> tuple[list, list] | None:
+    """Two dumps of one training step (both record the step's state inputs, the same ones): the names of the
+    step's other inputs (batch, step number) that differ between them, and of the state inputs that do; None
+    when they are not both such dumps."""
+    state = npu.state_inputs
+    if not state or state != bench.state_inputs:
+        return None
+    batch, states = [], []
+    for op in npu.ops:
+        if op.get("tf_type") != "Placeholder" or op["name"] not in bench:
+            continue
+        bop = bench.op(op["name"])
+        if any(same_output(npu, bench, op, bop, k) is False for k in range(len(op["outputs"]))):
+            (states if op["name"] in state else batch).append(op["name"])
+    return batch, states
+
+
 def mismatch_reasons(npu: Dump, bench: Dump) -> list[str]:
     """Why two dumps do not belong together, from their manifests: a different model fingerprint,
-    a different inputs hash (each naming both values). Empty if they match or a value is absent."""
+    a different inputs hash (each naming both values). Empty if they match or a value is absent. Dumps of one
+    training step (of two runs, or a run and its reference) may differ in their state inputs (weights, optimizer
+    slots, loss scale): that is no reason; their batch and step number must match."""
     out = []
     fn, fb = npu.model.get("fingerprint"), bench.model.get("fingerprint")
     if fn and fb and fn != fb:
@@ -338,5 +385,11 @@ def mismatch_reasons(npu: Dump, bench: Dump) -> list[str]:
                    f"{bench.model.get('name')!r} fingerprint {fb})")
     hn, hb = npu.inputs_sha256, bench.inputs_sha256
     if hn and hb and hn != hb:
-        out.append(f"different inputs (NPU inputs sha256 {hn}, bench inputs sha256 {hb})")
+        steps = step_inputs(npu, bench) if not out else None
+        if steps is None:
+            out.append(f"different inputs (NPU inputs sha256 {hn}, bench inputs sha256 {hb})")
+        elif steps[0]:
+            # two steps that differ by more than their state (a state difference is compared, not refused)
+            out.append(f"different inputs ({', '.join(steps[0][:5])} differ; the steps' other inputs are their "
+                       "state)")
     return out

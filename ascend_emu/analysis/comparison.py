@@ -109,8 +109,28 @@ class Comparison:
         sel.sort(key=lambda r: (cos_key(r), r["Index"] if isinstance(r["Index"], int) else 1 << 62))
         return sel[:limit] if limit is not None and limit >= 0 else sel
 
+    def format_worst(self, cosine: float = 0.98, limit: int = 10) -> str:
+        """The terminal table of :meth:`worst`; when no row is at or below ``cosine``, a line saying so
+        and the ``limit`` lowest rows instead (an empty table looked like a failed query)."""
+        rows = self.worst(cosine, limit)
+        if rows:
+            return self.format_table(rows)
+        rows = self.worst(math.inf, limit)
+        if not rows:
+            return f"no tensor with cosine <= {cosine}: no tensor has a cosine (none was compared)"
+        return (f"no tensor with cosine <= {cosine}; the {len(rows)} lowest:\n" + self.format_table(rows))
+
     def failing(self) -> list[dict]:
         return [r for r in self.rows if r["Result"] == ERROR]
+
+    def state_differences(self) -> list[dict]:
+        """Dumps of one training step (two runs', or a run's and a reference's from other weights): the rows of
+        the step's state inputs (weights, optimizer slots, loss scale) whose values differ, lowest cosine
+        first. Empty for other dumps."""
+        rows = [r for n in self.npu.state_inputs for r in self.rows_of(n)
+                if r["Cosine"] == NAN or isinstance(r["MaxAbsErr"], float) and r["MaxAbsErr"] > 0]
+        return sorted(rows, key=lambda r: -math.inf if r["Cosine"] == NAN else
+                      r["Cosine"] if isinstance(r["Cosine"], float) else math.inf)
 
     # ------------------------------------------------------------------ first divergent op
 
@@ -166,7 +186,8 @@ class Comparison:
         Inputs are the producer tensors the op lists; a producer with no row, or whose row
         is not judged (Const, Placeholder, an op with no counterpart), counts as passing.
         This is where the error enters rather than where it is passed on. ``None`` if
-        every op passes.
+        every op passes. A training step's state inputs (:meth:`state_differences`) are never
+        it: two runs' steps differ by their state, which is where they start, not an op.
         """
         if self._first is not False:
             return self._first
@@ -175,9 +196,10 @@ class Comparison:
 
     def _find_first_divergent(self):
         by_tensor = self._tensor_rows()
+        state = set(self.npu.state_inputs)
         for op in self.npu.ops:
             outs = [r for r in self.rows_of(op["name"])]
-            if not any(r["Result"] == ERROR for r in outs):
+            if op["name"] in state or not any(r["Result"] == ERROR for r in outs):
                 continue
             inputs = []
             ok = True
@@ -277,6 +299,13 @@ class Comparison:
         ov = sum(1 for op in self.npu.ops if op.get("status"))
         if ov:
             lines.append(f"{ov} op(s) with overflow status bits (float status 0x{self.npu.status_bits:x})")
+        sd = self.state_differences()
+        if sd:
+            n = sum(len(self.rows_of(s)) for s in self.npu.state_inputs)
+            fail = sum(1 for r in sd if r["Result"] == ERROR)
+            lines.append(f"the steps start from different states: {len(sd)} of {n} state inputs differ (lowest "
+                         f"cosine {_short(sd[0]['Cosine'])} at {sd[0]['NPU Name']}"
+                         + (f"; {fail} fail" if fail else "") + "); the first divergent op is sought after them")
         fd = self.first_divergent()
         lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
                                                 if fd else "none (every op passes)"))

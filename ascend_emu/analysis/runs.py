@@ -16,35 +16,9 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..fileio import atomic_write_text, check_writable
+from .compare import same_output as _same_output
 from .dump import load_dump
 from .metrics import tensor_metrics
-
-_STATS = ("max", "min", "mean", "l2norm", "nan", "inf")
-
-
-def _same_output(a, b, aop: dict, bop: dict, k: int) -> bool | None:
-    """Whether output ``k`` of an op holds the same bytes in both dumps (None: not comparable)."""
-    ao = aop["outputs"][k]
-    bo = bop["outputs"][k] if k < len(bop["outputs"]) else None
-    if bo is None:
-        return False
-    if ao.get("dtype") != bo.get("dtype") or list(ao.get("shape") or []) != list(bo.get("shape") or []):
-        return False
-    if a.has_tensor(aop["name"], k) and b.has_tensor(bop["name"], k):
-        x = np.ascontiguousarray(a.tensor(aop["name"], k))
-        y = np.ascontiguousarray(b.tensor(bop["name"], k))
-        return x.tobytes() == y.tobytes()
-    # statistics only (stats-only dumps, ops outside --select): equal statistics is all one can say
-    if any(f in ao for f in _STATS):
-        return all(_eq(ao.get(f), bo.get(f)) for f in _STATS)
-    return None
-
-
-def _eq(u, v) -> bool:
-    if isinstance(u, float) and isinstance(v, float) and math.isnan(u) and math.isnan(v):
-        return True
-    return u == v
-
 
 @dataclass
 class RunDiff:
@@ -65,6 +39,8 @@ class RunDiff:
     first: dict | None = None
     unknown: int = 0
     types: dict = field(default_factory=dict)
+    #: the training step's state inputs (weights, slots, loss scale) that differ: the runs' states
+    state: list = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -73,7 +49,7 @@ class RunDiff:
     def to_dict(self) -> dict:
         return {"dump_a": self.dump_a, "dump_b": self.dump_b, "compared": self.compared, "identical": self.identical,
                 "differing": list(self.differing), "sources": list(self.sources), "first": self.first,
-                "unknown": self.unknown}
+                "unknown": self.unknown, "state": list(self.state)}
 
     def format_text(self) -> str:
         if self.identical:
@@ -81,10 +57,16 @@ class RunDiff:
             if self.unknown:
                 line += f" ({self.unknown} ops without a comparable output)"
             return line
+        lines = []
+        if self.state:
+            lines.append(f"the steps start from different states: {len(self.state)} state inputs differ ("
+                         + ", ".join(self.state[:5]) + (", ..." if len(self.state) > 5 else "") + ")")
         f = self.first
+        if f is None:
+            return "\n".join(lines + [f"no op differs but the state ({self.compared} ops compared)"])
         role = ("the source: its inputs were identical in both runs" if f["source"]
                 else "it only propagates: its inputs already differed")
-        lines = [f"the runs part at op {f['index']} {f['name']} ({f['tf_type']}"
+        lines += [f"the runs part at op {f['index']} {f['name']} ({f['tf_type']}"
                  + (f", phase {f['phase']}" if f.get("phase") else "") + f"): {role}",
                  f"ops that differ: {len(self.differing)} of {self.compared}"]
         m = f.get("metrics") or {}
@@ -122,9 +104,11 @@ def compare_runs(dump_a, dump_b, *, force: bool = False) -> RunDiff:
     bad = mismatch_reasons(a, b)
     if bad and not force:
         raise AscendEmuError(f"refusing to compare runs of {'; '.join(bad)} ({a.path}, {b.path}); random-error "
-                             "detection compares two runs of one model on the same inputs")
+                             "detection compares two runs of one model on the same inputs, or pass --force "
+                             "(force=True) to compare anyway")
     same: dict[str, bool | None] = {}
     res = RunDiff(a.path, b.path, 0)
+    state = set(a.state_inputs) if a.state_inputs == b.state_inputs else set()
     for op in a.ops:
         if op["name"] not in b:
             continue
@@ -139,6 +123,9 @@ def compare_runs(dump_a, dump_b, *, force: bool = False) -> RunDiff:
             continue
         res.differing.append(op["name"])
         res.types[op["name"]] = op["tf_type"]
+        if op["name"] in state:       # where the steps start (the runs' states), not where they part
+            res.state.append(op["name"])
+            continue
         ins = [same.get(r if ":" in r else r + ":0") for r in op.get("inputs", [])]
         inputs_identical = all(s is True for s in ins) if ins else True
         if inputs_identical:

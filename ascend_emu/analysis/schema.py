@@ -285,7 +285,7 @@ MANIFEST_V1 = Obj({
     "version": Int(),
     "kind": Str(choices=("npu", "bench")),
     "config": MapOf(),
-    "model": Obj({"name": Opt(Str()), "fingerprint": Opt(Str())}),
+    "model": Obj({"name": Opt(Str()), "fingerprint": Opt(Str()), "state_inputs": Opt(ListOf(Str()))}),
     "inputs_sha256": Opt(Str()),
     "tool_version": Opt(Str()),
     "ops": Where(Where(ListOf(_OP_V1), _indexed("index")), _unique_names),

@@ -56,9 +56,8 @@ def cmd_compare(a):
     if first is not None:
         print(first.format_text())
     if a.cosine is not None or a.limit is not None:
-        rows = cmp.worst(cosine=a.cosine if a.cosine is not None else 0.98,
-                         limit=a.limit if a.limit is not None else 10)
-        print(cmp.format_table(rows))
+        print(cmp.format_worst(cosine=a.cosine if a.cosine is not None else 0.98,
+                               limit=a.limit if a.limit is not None else 10))
     return 0
 
 

@@ -33,7 +33,8 @@ part is in :mod:`.keras_hooks`, what all three share in :mod:`.intercept`):
 
 The runner's interface: ``train(step, x, y, state, key=, loss_scale=None) -> record`` (updates
 ``state`` in place when the step is applied), ``forward(graph, feeds) -> outputs``,
-``tf1_loss_scale(graph, op_name)`` (a loss-scale manager registered for a TF1 train op, or None).
+``tf1_loss_scale(graph, op_name)`` (a loss-scale manager registered for a TF1 train op, or None), ``end()``
+(a wrapped session is closed: the run's end).
 """
 from __future__ import annotations
 
@@ -226,6 +227,10 @@ class SessionWrapper:
         original = _original_session_run() or tf.compat.v1.Session.run
         return self._steps.run(self._session, fetches, feed_dict, options, run_metadata, original)
 
+    def close(self):
+        self._session.close()
+        self._steps.runner.end()
+
     def __getattr__(self, name):
         return getattr(self._session, name)
 
@@ -234,7 +239,10 @@ class SessionWrapper:
         return self
 
     def __exit__(self, *exc):
-        return self._session.__exit__(*exc)
+        out = self._session.__exit__(*exc)
+        if exc[0] is None:
+            self._steps.runner.end()
+        return out
 
 
 # --------------------------------------------------------------------------- installing

@@ -256,8 +256,7 @@ def _reference_streaming(graph, feeds, dump_dir, *, overwrite, select, progress)
         from tqdm import tqdm
         bar = tqdm(total=len(graph.nodes), desc="reference", unit="op", leave=False, dynamic_ncols=True)
     try:
-        with DumpWriter(dump_dir, kind="bench", config=_config(tf.__version__), model={"name": graph.name,
-                                                                           "fingerprint": graph.fingerprint},
+        with DumpWriter(dump_dir, kind="bench", config=_config(tf.__version__), model=graph.dump_model(),
                         inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=True,
                         select=select) as w:
             def on_node(node, outs):
@@ -319,7 +318,7 @@ def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_on
     from .inputs import inputs_sha256
 
     config = _config(summary["tensorflow"])
-    model = {"name": graph.name, "fingerprint": graph.fingerprint}
+    model = graph.dump_model()
     bar = None
     if progress:
         from tqdm import tqdm

@@ -120,6 +120,10 @@ class TrainStep:
 
     _phases: dict | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self):
+        # the run's state among the step's inputs (its dumps say which, so two runs' steps compare as such)
+        self.graph.state_inputs = [ph for _, ph, _ in self.state] + [self.scale_name]
+
 
 def assign_phases(graph) -> dict:
     """Set ``meta["phase"]`` on every node of a traced step and return the counts per phase.
@@ -263,10 +267,13 @@ def reinitialised_state(model, fopt: FunctionalOptimizer | None, seed: int) -> d
 
 
 def run_reference_step(step: TrainStep, feeds: dict) -> list[np.ndarray]:
-    """TensorFlow's own float32 execution of the traced step (the ConcreteFunction, no fetches)."""
+    """TensorFlow's own float32 execution of the traced step (the ConcreteFunction, no fetches; a TF1 graph's
+    step runs its own Session and is given the arrays, so nothing is added to a default graph of the
+    caller's: a TF1 script runs inside ``with graph.as_default()`` or with eager execution disabled)."""
     tf = import_tf()
     names = [s.name for s in step.graph.inputs]
-    args = [tf.constant(feeds[n]) for n in names]
+    fn_types = (tf.types.experimental.ConcreteFunction, tf.types.experimental.PolymorphicFunction)
+    args = [tf.constant(feeds[n]) if isinstance(step.function, fn_types) else feeds[n] for n in names]
     try:
         outs = step.function(*args)
     except Exception as e:

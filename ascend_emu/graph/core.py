@@ -119,6 +119,16 @@ class Graph:
     #: the functions control-flow nodes call (While cond/body, If branches), by name, each a
     #: Graph whose inputs are the function's arguments (Placeholder nodes) and outputs its results
     functions: dict = field(default_factory=dict)
+    #: a training step's placeholders that hold the run's state (variables, optimizer slots, the loss
+    #: scale), as opposed to its batch and step number; recorded in its dumps
+    state_inputs: list = field(default_factory=list)
+
+    def dump_model(self) -> dict:
+        """The ``model`` entry of this graph's dumps: name, fingerprint and (a training step) state inputs."""
+        out = {"name": self.name, "fingerprint": self.fingerprint}
+        if self.state_inputs:
+            out["state_inputs"] = list(self.state_inputs)
+        return out
 
     def scoped(self, scope: str, names_from: "Graph | None" = None) -> list[Node]:
         """The nodes, renamed ``scope/<name>`` (inputs too): one execution of a function body.

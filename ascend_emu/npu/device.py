@@ -210,8 +210,7 @@ class Device:
             from ..analysis.dump import DumpWriter
 
             writer = DumpWriter(dump_dir, kind="npu", config=self.config(),
-                                model={"name": graph.name, "fingerprint": graph.fingerprint},
-                                inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
+                                model=graph.dump_model(), inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
                                 select=select)
         run = _Run(self, graph, feeds, writer, keep_tensors, phases, launch)
         t0 = time.perf_counter()

@@ -16,7 +16,9 @@ learning rate, restored weights) is what the next step starts from.
 from __future__ import annotations
 
 import functools
+import math
 import os
+import warnings
 
 import numpy as np
 
@@ -37,6 +39,16 @@ def register_tf1_loss_scale(graph, op_name: str, manager) -> None:
     _TF1_MANAGERS[(id(graph), op_name)] = manager
 
 
+class SkippedStepsWarning(UserWarning):
+    """Training steps of an emulated script were skipped (an overflow): Keras' running loss leaves them out
+    (0.0000 when all are), so :class:`Emulation` says it while the script runs and at its end."""
+
+
+def _scale_text(scale: float) -> str:
+    e = math.log2(scale) if scale > 0 else 0.5
+    return f"2^{int(e)}" if e == int(e) and e >= 1 else f"{scale:g}"
+
+
 class Emulation:
     """An emulated NPU for a user's own script, and the record of the steps it trained.
 
@@ -44,7 +56,15 @@ class Emulation:
     ``train --json`` (``step``, ``loss``, ``loss_scale``, ``skipped``, ``float_status``,
     ``first_overflow``, ``grad_zeros``, ``grad_values``; ``reference_loss`` and
     ``reference_grad_zeros`` with ``reference=True``) and ``function``, the name of the step's graph.
+
+    Skipped (overflowing) steps are said as they happen: a :class:`SkippedStepsWarning` each time
+    ``skipped_warning_every`` more steps have been skipped, and one at the end of the run (the context's
+    exit, a wrapped TF1 session's ``close``) when any was: "k of n steps skipped, scale 2^15 -> 1, first
+    overflow: op (type), phase, step s".
     """
+
+    #: a SkippedStepsWarning each time this many more training steps have been skipped
+    skipped_warning_every = 10
 
     def __init__(self, precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=None,
                  reference: bool = False, overflow_check: str = "status", overwrite: bool = False,
@@ -83,6 +103,8 @@ class Emulation:
         self._per_step: dict = {}       # step key -> {"manager", "ref_state", "name"}
         self._hooks = None
         self._models: list = []
+        self._last_key = None
+        self._ended_at = 0              # the number of steps when end() last said its summary
 
     # -- the runner the hooks call ------------------------------------------------------------
     def _entry(self, key, step, state, loss_scale) -> dict:
@@ -129,7 +151,39 @@ class Emulation:
                 self.reference_dumps[i] = rdir
         rec["function"] = entry["name"]
         self.steps.append(rec)
+        self._last_key = key
+        if rec["skipped"] and self.skipped_steps() % self.skipped_warning_every == 0:
+            self._warn_skipped(" so far")
         return rec
+
+    def skipped_steps(self) -> int:
+        return sum(1 for s in self.steps if s["skipped"])
+
+    def skipped_summary(self) -> str | None:
+        """One line on the skipped steps ("k of n steps skipped, scale A -> B, first overflow: op (type), phase,
+        step s"; B is the scale the next step would use), or None when no step was skipped."""
+        k = self.skipped_steps()
+        if not k:
+            return None
+        manager = self._per_step[self._last_key]["manager"] if self._last_key in self._per_step else None
+        now = manager.get_loss_scale() if manager is not None else self.steps[-1]["loss_scale"]
+        line = (f"{k} of {len(self.steps)} steps skipped, scale {_scale_text(self.steps[0]['loss_scale'])} -> "
+                f"{_scale_text(now)}, first overflow: ")
+        first = next((s for s in self.steps if s["skipped"] and s["first_overflow"]), None)
+        if first is None:
+            return line + "not recorded"
+        f = first["first_overflow"]
+        return line + f"{f['name']} ({f['tf_type']}), {f['phase']}, step {first['step']}"
+
+    def _warn_skipped(self, when: str = "", stacklevel: int = 3) -> None:
+        warnings.warn(f"emulate: {self.skipped_summary()}{when}", SkippedStepsWarning, stacklevel=stacklevel)
+
+    def end(self) -> None:
+        """The end of the script's training: a SkippedStepsWarning with the summary when steps were skipped
+        (once for the same steps)."""
+        if self.skipped_steps() and len(self.steps) != self._ended_at:
+            self._ended_at = len(self.steps)
+            self._warn_skipped(stacklevel=4)        # the script's line: its with statement or sess.close()
 
     def manager_state(self, key) -> tuple[float, int] | None:
         """(loss scale, finite steps since its last change) of a step's manager, for writing it back into the
@@ -190,6 +244,8 @@ class Emulation:
         hooks, self._hooks = self._hooks, None
         hooks.uninstall()
         reset_keras_functions(hooks.keras.models)
+        if exc[0] is None:
+            self.end()
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -229,5 +285,5 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
                      reference=reference, overflow_check=overflow_check, overwrite=overwrite, **device_options)
 
 
-__all__ = ["emulate", "Emulation", "register_tf1_loss_scale", "ExponentialUpdateLossScaleManager",
-           "FixedLossScaleManager"]
+__all__ = ["emulate", "Emulation", "SkippedStepsWarning", "register_tf1_loss_scale",
+           "ExponentialUpdateLossScaleManager", "FixedLossScaleManager"]

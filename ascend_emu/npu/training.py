@@ -425,8 +425,9 @@ def step_applied(manager, overflow_check: str, bits: int, grads) -> bool:
 
 
 def step_record(i: int, loss: float, scale, applied: bool, bits: int, first, grads) -> dict:
-    """A step's record with the fields of ``train --json``."""
-    return {"step": i, "loss": loss, "loss_scale": float(scale), "skipped": not applied,
+    """A step's record with the fields of ``train --json`` (``reference_loss`` null until a reference run
+    of the step fills it)."""
+    return {"step": i, "loss": loss, "reference_loss": None, "loss_scale": float(scale), "skipped": not applied,
             "float_status": int(bits), "first_overflow": first, "grad_zeros": _zeros(grads),
             "grad_values": int(sum(np.asarray(g).size for g in grads))}
 

@@ -99,3 +99,69 @@ def test_nonfinite_statistics_shown_in_csv_and_report(tmp_path):
     assert r["pinf:0"]["NPU max"] == math.inf
     html = open(write_report(npu, bench, tmp_path / "r.html")).read()
     assert "inf" in html
+
+
+def step_dump(path, *, w, x=(1.0, 2.0, 3.0, 4.0), g=None, state=("w", "loss_scale"), inputs=IN_A):
+    """A dump of a training step (ops with phases, the step's state inputs in the manifest): placeholders x
+    (batch), w and loss_scale (state); h = x * w, g (its own numerics), out = h + g."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    g = np.arange(4, dtype=np.float32) + 1 if g is None else np.asarray(g, np.float32)
+    model = {"name": "m_train_step", "fingerprint": FP_A, "state_inputs": list(state)}
+    with DumpWriter(path, kind="npu", config={}, model=model, inputs_sha256=inputs) as wr:
+        for name, out in (("x", x), ("w", w), ("loss_scale", np.float32(1024.0))):
+            wr.add_op(name, "Placeholder", "Data", "HOST", "float32", [], [np.asarray(out)], phase="forward")
+        wr.add_op("h", "Mul", "Mul", "AICORE", "float32", ["x:0", "w:0"], [x * w], phase="forward")
+        wr.add_op("g", "Relu", "Relu", "AICORE", "float32", ["x:0"], [g], phase="forward")
+        wr.add_op("out", "AddV2", "Add", "AICORE", "float32", ["h:0", "g:0"], [x * w + g], phase="backward")
+    return path
+
+
+def test_two_runs_steps_compare_by_their_state(tmp_path, capsys):
+    """Issue 35: `compare a/step-29 b/step-29` was refused as "different inputs" (the state placeholders are
+    inputs), the runs' message not naming --force; forced, a weight placeholder was the first divergent op.
+    Two runs' steps differ by their state: compared without --force, the state said as such, never the
+    first divergent op; a different batch is still refused, naming --force."""
+    from ascend_emu.analysis.runs import compare_runs
+    from ascend_emu.cli.main import main
+
+    a = step_dump(tmp_path / "a", w=[1, 1, 1, 1])
+    b = step_dump(tmp_path / "b", w=[1, -1, 2, 1], inputs=IN_B)           # another run's weights
+    c = compare(a, b)
+    assert not c.forced
+    assert [r["NPU Name"] for r in c.state_differences()] == ["w:0"]
+    assert c.first_divergent() is None                                     # h and out only follow from w
+    assert "the steps start from different states: 1 of 2 state inputs differ" in c.summary_text()
+    # a divergence of the step's own: found past the state
+    b2 = step_dump(tmp_path / "b2", w=[1, -1, 2, 1], g=[5, -6, 7, 9], inputs=IN_B)
+    assert compare(a, b2).first_divergent().name == "g"
+    runs = compare_runs(a, b2)
+    assert runs.state == ["w"] and runs.first["name"] == "h" and not runs.first["source"]
+    assert runs.sources == ["g"] and "different states: 1 state inputs differ (w)" in runs.format_text()
+    assert main(["compare", str(a), str(b2)]) == 0
+    out = capsys.readouterr().out
+    assert "different states" in out and "first divergent op: [Relu][4] g" in out
+    # another batch is another step: refused by both, naming the input and --force
+    other = step_dump(tmp_path / "o", w=[1, -1, 2, 1], x=[4, 3, 2, 1], inputs=IN_B)
+    for fn in (compare, compare_runs):
+        with pytest.raises(AscendEmuError) as e:
+            fn(a, other)
+        msg = str(e.value)
+        assert "different inputs (x differ" in msg and "--force" in msg and "\n" not in msg
+    assert main(["compare", str(a), str(other)]) == 2
+    assert "--force" in capsys.readouterr().err
+
+
+def test_worst_rows_table_says_when_none_is_below_the_cosine(tmp_path, capsys):
+    """Issue 35: `compare --cosine 0.98 --limit 10` printed an empty table when every row was above 0.98;
+    it says so and shows the lowest rows instead."""
+    from ascend_emu.cli.main import main
+
+    npu = dump(tmp_path / "n", "npu", ops=[("x", [np.arange(4, dtype=np.float32)]),
+                                           ("y", [np.array([0, 2, 4, 6.1], np.float32)])])
+    bench = dump(tmp_path / "b", "bench")
+    assert main(["compare", str(npu), str(bench), "--cosine", "0.98", "--limit", "10"]) == 0
+    out = capsys.readouterr().out
+    head, table = out.split("no tensor with cosine <= 0.98; the 2 lowest:\n")[1].split("\n", 1)
+    assert "Cosine" in head and table.splitlines()[1].split()[1] == "y:0"     # the lowest first
+    c = compare(npu, bench)
+    assert c.format_worst(0.99999, 1).startswith("Index") and "y:0" in c.format_worst(0.99999, 1)

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.models
 
 #: float32 noise between the emulated float32 step and TensorFlow's (see the module docstring)
 FP32_TOL = 5e-7
-STEP_FIELDS = {"step", "loss", "loss_scale", "skipped", "float_status", "first_overflow", "grad_zeros",
-               "grad_values"}
+STEP_FIELDS = {"step", "loss", "reference_loss", "loss_scale", "skipped", "float_status", "first_overflow",
+               "grad_zeros", "grad_values"}
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,7 @@ def test_fit_mixed_precision_reads_the_float_status(data, tmp_path):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=2, verbose=0)
     steps = run.steps
     assert len(steps) == 8 and all(STEP_FIELDS <= set(s) for s in steps)
+    assert all(s["reference_loss"] is None for s in steps)       # no reference: null, not absent (issue 35)
     # 2**20 overflows fp16 in the backward pass (saturated on the 910: only the status shows it)
     assert steps[0]["skipped"] and steps[0]["float_status"] and steps[0]["first_overflow"]["phase"] == "backward"
     scales = [s["loss_scale"] for s in steps]
@@ -132,6 +133,28 @@ def test_fit_mixed_precision_reads_the_float_status(data, tmp_path):
     assert run.config["functions"][steps[0]["function"]]["from"] == "script"
     path = run.write_report(tmp_path / "train.html")
     assert "loss scale" in open(path).read()
+
+
+def test_skipped_steps_are_said_while_the_script_runs(data):
+    """Issue 35: a fit whose every step overflowed looked healthy (Keras' loss 0.0000, nothing said until one
+    read run.steps). A warning per 10 skipped steps and, at the end, the summary, each one line."""
+    x, y = data
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)),
+                              keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(100.0))])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    big = np.concatenate([x, x, x, x, x])[:320] * 1000.0      # fp16 MatMul outputs beyond 65504 at any scale
+    with pytest.warns(ae.SkippedStepsWarning) as caught:
+        with ae.emulate("allow_mix_precision", soc="Ascend910", loss_scale="dynamic") as run:
+            model.fit(big, np.resize(y, 320), batch_size=16, epochs=1, verbose=0)
+    assert len(run.steps) == 20 and all(s["skipped"] for s in run.steps)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, ae.SkippedStepsWarning)]
+    first = run.steps[0]["first_overflow"]
+    tail = f"first overflow: {first['name']} ({first['tf_type']}), forward, step 0"
+    assert msgs == [f"emulate: 10 of 10 steps skipped, scale 2^15 -> 2^5, {tail} so far",
+                    f"emulate: 20 of 20 steps skipped, scale 2^15 -> 1, {tail} so far",
+                    f"emulate: 20 of 20 steps skipped, scale 2^15 -> 1, {tail}"]
+    assert run.skipped_summary() == msgs[-1][len("emulate: "):]
 
 
 def test_custom_gradient_tape_loop(data):
@@ -209,16 +232,86 @@ def test_tf1_session_loop_under_the_wrapper_matches_tensorflow(tf1_data):
     assert all(isinstance(s, bytes) and s for s in summaries)      # summaries: TensorFlow's, same weights
 
 
+def test_tf1_session_loop_with_a_reference(tf1_data):
+    """Issue 35: with reference=True a TF1 loop inside ``with g.as_default()`` failed ("Cannot convert a
+    symbolic tf.Tensor (Const_4:0) to a numpy array": the reference's inputs became constants of the
+    user's graph). The reference is TensorFlow's own step of the graph, so its losses are the plain run's."""
+    x, y = tf1_data
+    plain = []
+    tf_losses, _, _ = _tf1_script(x, y, session=lambda s: plain.append(s) or s, steps=3)
+    wrapped = []
+    losses, _, _ = _tf1_script(x, y, session=lambda s: wrapped.append(ae.tf1.wrap(s, **FP32, reference=True))
+                               or wrapped[0], steps=3)
+    run = wrapped[0].emulation
+    assert [s["reference_loss"] for s in run.steps] == [float(v) for v in tf_losses]
+    np.testing.assert_allclose(losses, tf_losses, rtol=0, atol=FP32_TOL)
+    # nothing added to the user's graph
+    assert len(wrapped[0].graph.get_operations()) == len(plain[0].graph.get_operations())
+
+
+_TF1_GRAPH_MODE_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()          # as TF 1.15 scripts start
+import ascend_emu as ae
+
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(32, 8)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+xp = tf.compat.v1.placeholder(tf.float32, (None, 8), name="x")
+yp = tf.compat.v1.placeholder(tf.float32, (None, 2), name="y")
+w = tf.compat.v1.get_variable("w", (8, 2), initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+loss = tf.reduce_mean(tf.square(tf.matmul(xp, w) - yp))
+train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+sess = ae.tf1.wrap(tf.compat.v1.Session(), precision_mode="allow_mix_precision", reference=True,
+                   dump_dir=sys.argv[1], dump_steps=[1])
+sess.run(tf.compat.v1.global_variables_initializer())
+for i in range(2):
+    sess.run([train, loss], feed_dict={xp: x[i * 16:i * 16 + 16], yp: y[i * 16:i * 16 + 16]})
+print(json.dumps({"steps": sess.emulation.steps, "reference_dumps": sess.emulation.reference_dumps}))
+"""
+
+
+def test_tf1_script_with_eager_execution_disabled_and_a_reference(tmp_path):
+    """Issue 35: the same with tf.compat.v1.disable_eager_execution() at the top, how TF 1.15 scripts are
+    written (process-global, hence a subprocess)."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "tf1_train.py"
+    script.write_text(_TF1_GRAPH_MODE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "dumps")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = out["steps"]
+    assert len(steps) == 2 and all(np.isfinite(s["reference_loss"]) for s in steps)
+    assert abs(steps[0]["loss"] - steps[0]["reference_loss"]) < 1e-2 * abs(steps[0]["reference_loss"])
+    assert list(out["reference_dumps"]) == ["1"] and os.listdir(out["reference_dumps"]["1"])
+
+
 def test_tf1_session_in_the_context_with_npu_loss_scale_optimizer(tf1_data):
     """The TF adapter's NPULossScaleOptimizer and manager: the emulated device scales and checks."""
     x, y = tf1_data
     manager = ae.tf1.ExponentialUpdateLossScaleManager(2.0 ** 40, 1000, decr_every_n_nan_or_inf=1, decr_ratio=0.5)
     run = ae.emulate("allow_mix_precision", soc="Ascend910")      # as a decorator of the script
-    losses, _, (_, _, gs) = run(_tf1_script)(x, y, optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
+    with pytest.warns(ae.SkippedStepsWarning, match=r"^emulate: 6 of 6 steps skipped, scale 2\^40 -> 2\^34, first "):
+        losses, _, (_, _, gs) = run(_tf1_script)(x, y, optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
     steps = run.steps
     assert len(steps) == 6 and steps[0]["loss_scale"] == 2.0 ** 40 and steps[0]["skipped"]
     assert steps[0]["float_status"] and steps[1]["loss_scale"] == 2.0 ** 39
     assert gs == sum(not s["skipped"] for s in steps)
+
+
+def test_wrapped_tf1_session_says_its_skipped_steps_on_close(tf1_data):
+    """ae.tf1.wrap has no with block: the summary of skipped steps comes with the session's close()."""
+    x, y = tf1_data
+    manager = ae.tf1.ExponentialUpdateLossScaleManager(2.0 ** 40, 1000, decr_every_n_nan_or_inf=1, decr_ratio=0.5)
+    with pytest.warns(ae.SkippedStepsWarning, match=r"^emulate: 3 of 3 steps skipped, scale 2\^40 -> 2\^37, "):
+        _tf1_script(x, y, session=lambda s: ae.tf1.wrap(s, "allow_mix_precision", soc="Ascend910"), steps=3,
+                    optimizer=lambda o: ae.tf1.NPULossScaleOptimizer(o, manager))
 
 
 def test_user_errors_are_one_line(data):

@@ -259,6 +259,9 @@ def test_cli_train_json_report_and_step_dumps_that_compare(files, tmp_path, caps
     assert sums and all(op["phase"] == "backward" for op in sums)
     cmp = ae.compare(str(out / "npu" / "step-3"), str(out / "npu" / "reference" / "step-3"))
     assert cmp.counts()["compared"] > 20
+    # both dumps name the step's state inputs (weights, slots, loss scale), not its batch (issue 35)
+    assert dump.state_inputs == ref.state_inputs and "loss_scale" in dump.state_inputs
+    assert "x" not in dump.state_inputs and len(dump.state_inputs) > 6 and not cmp.state_differences()
     # and the dump directory refuses to be overwritten silently
     rc = main(["-q", "train", str(files / "cnn.keras"), "--data", str(files / "train.npz"), "--steps", "4",
                "--batch-size", "16", "--dump", str(out / "npu"), "--dump-steps", "0"])

@@ -31,6 +31,9 @@ class Dump:
     model = property(lambda self: self.manifest.get("model", {}))
     summary = property(lambda self: self.manifest.get("summary", {}))
     inputs_sha256 = property(lambda self: self.manifest.get("inputs_sha256"))
+    #: a training step's dump: the placeholders holding the run's state (weights, slots, loss scale)
+    state_inputs = property(lambda self: [str(n) for n in (self.model.get("state_inputs") if isinstance(
+        self.model, dict) else None) or []])
     tool_version = property(lambda self: self.manifest.get("tool_version"))
 
     @property
