@@ -31,7 +31,7 @@ import math
 
 from ..graph.core import split_tensor_name
 from .graph_layout import FOLD_TARGET, Item, fold_scopes, layout, path_d
-from .metrics import ERROR, NAN, PASS, WARNING
+from .metrics import ERROR, NAN, PASS, WARNING, format_metric
 
 #: the values of ``data-status``
 STATUSES = ("pass", "warning", "error", "overflow", "na")
@@ -162,12 +162,7 @@ def _rel_color(rel) -> str:
 
 def _short(v) -> str:
     if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if 0.99 <= v < 1.0:
-            k = min(15, max(6, math.ceil(-math.log10(1.0 - v)) + 1))
-            return f"{v:.{k}f}"
-        return f"{v:.4g}"
+        return format_metric(v, 4)
     return "" if v is None else str(v)
 
 

@@ -270,3 +270,14 @@ def _stats_compare(nout: dict, bout: dict, t: Thresholds) -> tuple[str, str]:
         msg += f"; NPU has {n_bad} inf/nan, bench {b_bad}"
         return ERROR, msg + "."
     return (ERROR if worst > t.stats_rel else PASS), msg + "."
+
+
+def format_metric(v: float, digits: int = 6) -> str:
+    """A metric for a table: ``digits`` significant digits, but a cosine just below 1 with enough decimals
+    to show how far below (0.99999973, not 1)."""
+    if math.isnan(v):
+        return "nan"
+    if 0.99 <= v < 1.0:
+        k = min(15, max(6, math.ceil(-math.log10(1.0 - v)) + 1))
+        return f"{v:.{k}f}"
+    return f"{v:.{digits}g}"

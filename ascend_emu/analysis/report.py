@@ -22,6 +22,7 @@ import numpy as np
 from .compare import COLUMNS, ERROR, NAN, WARNING, Comparison, compare
 from .dump import load_dump
 from .graph_view import CSS as _GRAPH_CSS, graph_section
+from .metrics import format_metric
 from ..fileio import atomic_write_text, check_writable
 from .overflow import OverflowReport, overflow_report
 
@@ -64,14 +65,7 @@ def _report_input(path, data: dict, key: str, what: str):
 
 
 def _num(v) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if 0.99 <= v < 1.0:
-            k = min(15, max(6, math.ceil(-math.log10(1.0 - v)) + 1))
-            return f"{v:.{k}f}"
-        return f"{v:.6g}"
-    return _e(v)
+    return format_metric(v) if isinstance(v, float) else _e(v)
 
 
 def _png(fig) -> str:
