@@ -141,6 +141,17 @@ def cmd_mixlist_search(a):
     return 0
 
 
+def _rank_inits(pairs) -> dict:
+    """--rank-init RANK=SEED pairs as a dict; a rank named twice is refused (the later one would win silently)."""
+    out: dict = {}
+    for rank, seed in pairs or ():
+        if rank in out:
+            raise AscendEmuError(f"--rank-init names rank {rank} twice ({rank}={out[rank]} and {rank}={seed}); "
+                                 "give each rank once")
+        out[rank] = seed
+    return out
+
+
 def cmd_train(a):
     import json
 
@@ -156,7 +167,7 @@ def cmd_train(a):
                            dump_dir=a.dump, dump_steps=a.dump_steps, reference=a.reference,
                            overflow_check=a.overflow_check, overwrite=a.overwrite, progress=not a.quiet,
                            ranks=a.ranks, allreduce=a.allreduce, allreduce_dtype=a.allreduce_dtype,
-                           rank_init=dict(a.rank_init or ()), check_rank_weights=a.check_rank_weights)
+                           rank_init=_rank_inits(a.rank_init), check_rank_weights=a.check_rank_weights)
     print(res.format_text(), flush=True)
     run = res.to_json()
     if a.json:

@@ -131,6 +131,7 @@ def _path_source(path: Path, signature: str | None) -> _Source:
         raise AscendEmuError(f"--signature {signature!r} applies to SavedModel directories only, and "
                              f"{str(path)!r} is not one; drop --signature")
     if suffix == ".keras":
+        check_keras_archive(path)
         keras = import_keras()
         try:
             # safe_mode (Keras's default, stated here as a promise): no Python lambdas are deserialised
@@ -144,6 +145,16 @@ def _path_source(path: Path, signature: str | None) -> _Source:
     raise AscendEmuError(f"cannot tell the format of {str(path)!r} from its suffix; use "
                          + ", ".join(f"{k} ({v})" for k, v in SUFFIXES.items())
                          + " or a SavedModel directory")
+
+
+def check_keras_archive(path) -> None:
+    """A ``.keras`` file is a zip archive (what ``model.save`` writes); anything else is named as such (Keras
+    itself says "File not found" for a file that is there)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise AscendEmuError(f"model file {str(path)!r} is not a .keras archive (a .keras file is the zip that "
+                             "model.save('model.keras') writes); save the model again")
 
 
 def _source(model, signature) -> _Source:

@@ -24,8 +24,9 @@ class FixedLossScaleManager:
     enable_overflow_check: bool = True
 
     def __post_init__(self):
-        if not self.loss_scale >= 1:
-            raise AscendEmuError(f"FixedLossScaleManager: loss_scale must be >= 1, got {self.loss_scale!r}")
+        if not 1 <= self.loss_scale < float("inf"):
+            raise AscendEmuError(f"FixedLossScaleManager: loss_scale must be a finite number >= 1, got "
+                                 f"{self.loss_scale!r}")
 
     def get_loss_scale(self) -> float:
         return float(self.loss_scale)

@@ -50,9 +50,10 @@ def loss_scale_manager(spec):
     kind, _, rest = spec.partition(":")
     if kind == "fixed":
         try:
-            return FixedLossScaleManager(float(rest))
+            scale = float(rest)
         except ValueError:
             raise AscendEmuError(f"--loss-scale {spec!r}: write fixed:1024") from None
+        return FixedLossScaleManager(scale)
     if kind == "dynamic" and not rest:
         k = KERAS_DYNAMIC
     elif kind == "exponential":
@@ -65,6 +66,8 @@ def loss_scale_manager(spec):
                 k[key.strip()] = float(val)
             except ValueError:
                 raise AscendEmuError(f"--loss-scale {spec!r}: {key.strip()} must be a number") from None
+            if not math.isfinite(k[key.strip()]):
+                raise AscendEmuError(f"--loss-scale {spec!r}: {key.strip()} must be a finite number")
     else:
         raise AscendEmuError(f"--loss-scale {spec!r}: choose none, fixed:N, dynamic or "
                              "exponential:init=..,incr_every=..,decr_every=..,incr_ratio=..,decr_ratio=..")
@@ -173,6 +176,9 @@ def _load_model(model):
             raise AscendEmuError(f"model {path}: no such file; give a .keras file")
         if not path.endswith(".keras"):
             raise AscendEmuError(f"model {path}: training needs a Keras model (.keras file)")
+        from ..frontend.sources import check_keras_archive
+
+        check_keras_archive(path)
         keras = import_keras()
         try:
             with warnings.catch_warnings():
@@ -211,6 +217,9 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise AscendEmuError(f"batch_size must be a positive integer, got {batch_size!r}")
     check_seed(seed)
+    if isinstance(learning_rate, (int, float, np.floating)) and not (math.isfinite(learning_rate)
+                                                                     and learning_rate >= 0):
+        raise AscendEmuError(f"learning_rate must be a finite number >= 0, got {learning_rate!r}")
     x, y = load_data(data)
     per_epoch = math.ceil(len(x) / batch_size)
     if steps is None and epochs is None:

@@ -115,6 +115,8 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     scheduler = check_scheduler(scheduler)
     if not isinstance(beam, int) or beam < 1:
         raise AscendEmuError(f"beam must be a positive integer, got {beam!r}")
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        raise AscendEmuError(f"max_steps (--max-steps) must be a positive integer, got {max_steps!r}")
     kw = dict(device_kwargs or {})
     if device is None:
         device = kw.pop("device", None)

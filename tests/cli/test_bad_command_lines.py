@@ -63,6 +63,8 @@ def env(tmp_path, monkeypatch):
     e["empty"] = _dump(tmp_path / "empty", "npu", ops=False)
     (tmp_path / "file.txt").write_text("not a model")
     e["file"] = str(tmp_path / "file.txt")
+    (tmp_path / "random.keras").write_bytes(bytes(range(256)) * 8)
+    e["file_keras"] = str(tmp_path / "random.keras")
     e["nodir"] = str(tmp_path / "no" / "such" / "dir")
     e["missing"] = str(tmp_path / "missing.keras")
     (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
@@ -238,6 +240,16 @@ CATALOGUE = [
     ("train {model} --data {train} --steps 0", "steps must be"), ("train {model} --data {train} --epochs 0", "epochs"),
     ("train {model} --data {train} --batch-size 0", "batch_size"), ("train {model} --data {train} --steps x", None),
     ("train {model} --data {train} --loss-scale weird", "--loss-scale"),
+    # issue 35: accepted silently before, or misnamed ("File not found" for a file that is there)
+    ("replay {file_keras}", "not a .keras archive"), ("train {file_keras} --data {train}", "not a .keras archive"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --loss-scale fixed:inf", "finite"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --loss-scale fixed:nan", "finite"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --loss-scale exponential:init=inf", "finite"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --learning-rate nan", "learning_rate"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --learning-rate -1", "learning_rate"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --steps 100000000000000000000", "more than any run"),
+    ("train {model} --data {train} --loss mse --optimizer sgd --ranks 2 --rank-init 1=3 --rank-init 1=4", "twice"),
+    ("mixlist-search {model} --max-steps -1", "max_steps"), ("mixlist-search {model} --max-steps 0", "max_steps"),
     ("train {model} --data {train} --loss-scale fixed:x", "fixed:1024"),
     ("train {model} --data {train} --loss-scale exponential:foo=1", "unknown setting"),
     ("train {model} --data {train} --loss-scale exponential:incr_every=1.5", "whole number"),

@@ -109,7 +109,7 @@ def read_mapping(path) -> dict:
                 continue
             if len(row) != 2:
                 raise AscendEmuError(f"mapping file {p} line {i + 1}: expected two columns "
-                                     "(msprobe name, ascend-emu name), got {len(row)}")
+                                     f"(msprobe name, ascend-emu name), got {len(row)}")
             pairs.append((row[0].strip(), row[1].strip(), i + 1))
     elif p.lower().endswith((".yaml", ".yml")):
         for i, line in enumerate(text.splitlines()):
