@@ -65,6 +65,11 @@ def env(tmp_path, monkeypatch):
     e["file"] = str(tmp_path / "file.txt")
     (tmp_path / "random.keras").write_bytes(bytes(range(256)) * 8)
     e["file_keras"] = str(tmp_path / "random.keras")
+    for name, cfg in (("bench_typo", {"optimizer": "sgd", "learnig_rate": 0.1}),
+                      ("bench_type", {"optimizer": "sgd", "batch_size": "32"}),
+                      ("bench_opt", {"optimizer": {"name": "lamb", "learning_rate": 0.1}})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
+        e[name] = str(tmp_path / f"{name}.json")
     e["nodir"] = str(tmp_path / "no" / "such" / "dir")
     e["missing"] = str(tmp_path / "missing.keras")
     (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
@@ -286,6 +291,10 @@ CATALOGUE = [
     ("check {model} --data {train} --benchmark-config {badjson}", "JSON"),
     ("check {model} --data {train} --benchmark-config {deep}", "nested"),
     ("check {model} --data {train} --benchmark {model} --benchmark-config {badjson}", "not both"),
+    # issue 35: a misspelt key or a value of the wrong type made item 10 pass by saying nothing
+    ("check {model} --data {train} --benchmark-config {bench_typo}", "did you mean learning_rate"),
+    ("check {model} --data {train} --benchmark-config {bench_type}", "batch_size has the value"),
+    ("check {model} --data {train} --benchmark-config {bench_opt}", "unknown optimizer"),
     ("check {model} --data {train} --loss-scale weird", "--loss-scale"),
     ("check {model} --data {train} --overflow-check x", None), ("check {model} --data {train} --soc nope", None),
     ("check {model} --data {train} --precision-mode nope", None),

@@ -43,6 +43,47 @@ from .training_rows import (_benchmark_settings, _loss_name, _row_distributed, _
 ORDER = ["1", "2/3", "4", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"]
 
 
+def check_benchmark_config(cfg: dict) -> None:
+    """Item 10 compares the keys both sides state: a misspelt key or a value of the wrong type would make it
+    pass by saying nothing, so each key must be one a run states, with a value of its type."""
+    import difflib
+
+    from ...frontend.optimizers import OPTIMIZERS
+
+    settings = {k for _, keys in OPTIMIZERS.values() for k in keys}
+    numbers = settings - {"nesterov", "amsgrad", "centered"}
+    known = {"optimizer", "loss", "batch_size", "epochs"} | settings
+    opt = cfg.get("optimizer")
+    items = dict(cfg)
+    if isinstance(opt, dict):
+        items.pop("optimizer")
+        items.update({k: v for k, v in opt.items() if k != "name"})
+        opt = opt.get("name")
+    for key, value in items.items():
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            raise AscendEmuError(f"benchmark config: unknown key {key!r}" + (f" (did you mean {close[0]}?)" if close
+                                                                               else "")
+                                 + f"; keys: {', '.join(sorted(known))}")
+        if key in ("batch_size", "epochs"):
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        elif key == "learning_rate":
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or isinstance(value, dict)
+        elif key in numbers:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif key in ("loss", "optimizer"):
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, bool)
+        if not ok:
+            raise AscendEmuError(f"benchmark config: {key} has the value {value!r}, which is not a "
+                                 + {"batch_size": "positive integer", "epochs": "positive integer",
+                                    "loss": "loss name", "optimizer": "optimizer name"}.get(
+                                        key, "number" if key in numbers else "true/false"))
+    if opt is not None and str(opt).lower() not in OPTIMIZERS:
+        raise AscendEmuError(f"benchmark config: unknown optimizer {opt!r}; choose one of: {', '.join(OPTIMIZERS)}")
+
+
 def check(model, data, *, device=None, benchmark=None, benchmark_config=None, loss=None, optimizer=None,
           learning_rate=None, batch_size: int = 32, steps: int = 20, epochs: int | None = None, loss_scale="none",
           overflow_check: str = "status", shuffle: bool = False, seed: int = 0, work_dir=None,
@@ -96,6 +137,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     if benchmark_config is not None and not isinstance(benchmark_config, dict):
         raise AscendEmuError("the benchmark config must be a JSON object (optimizer, learning_rate, loss, "
                              "batch_size, epochs, ...)")
+    if benchmark_config is not None:
+        check_benchmark_config(benchmark_config)
     if isinstance(benchmark, (str, os.PathLike)) and not os.path.exists(os.fspath(benchmark)):
         raise AscendEmuError(f"--benchmark {os.fspath(benchmark)}: no such file; give the benchmark's .keras model")
     loss_scale_manager(loss_scale)   # a bad spec is bad input, before anything runs
