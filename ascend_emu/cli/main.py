@@ -250,6 +250,7 @@ def build_parser():
     _sweep_args(sp)
     sp.add_argument("--out", default="random-errors-output", metavar="DIR",
                     help="each run's dumps go to DIR/run-K (default random-errors-output)")
+    sp.add_argument("--overwrite", action="store_true", help="replace the dumps of earlier runs in --out")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
     sp.add_argument("--report", metavar="FILE", help="write an HTML report (every run's loss curve when training)")
     tr = sp.add_argument_group("training (give --data to train instead of replaying)")

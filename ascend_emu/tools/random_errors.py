@@ -31,6 +31,8 @@ DEVICE_OPTIONS = ("precision_mode", "overflow_mode", "modify_mixlist", "soc", "s
                   "reduce_accumulate", "op_model", "fusion_switch", "aicpu_fallback", "deterministic",
                   "deterministic_level", "cube_model", "multicore", "precision_mode_v2", "allow_hf32",
                   "hf32_rounding")
+#: the most runs one detection takes
+MAX_RUNS = 10_000
 #: options of a training run (Device.train's keywords)
 TRAIN_OPTIONS = ("loss", "optimizer", "learning_rate", "optimizer_options", "batch_size", "steps", "epochs",
                  "loss_scale", "shuffle", "seed", "overflow_check")
@@ -210,7 +212,7 @@ def summarize(summaries: list, model_name: str = "model", config: dict | None = 
 def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, device_options: dict | None = None,
                   inputs=None, shapes=None, seed: int = 0, signature=None, data=None, dump_steps=None,
                   report=None, runner=None, scheduler=None, n_workers=None, progress: bool = False,
-                  **train_options) -> RandomErrors:
+                  overwrite: bool = False, **train_options) -> RandomErrors:
     """Run ``model`` ``runs`` times with different run seeds and find where the runs part.
 
     Parameters
@@ -231,6 +233,8 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     scheduler, n_workers : run the runs through the sweep layer (:class:`~ascend_emu.tools.sweep.Sweep`:
         ``"none"`` serial, ``"local"`` a Dask LocalCluster, or a Dask address; None: serial).
     progress : a progress bar over the runs (with a scheduler).
+    overwrite : replace the dumps of earlier runs in ``out_dir`` (without it, a ``run-K`` already there is an
+        error: nothing is replaced unasked).
 
     Returns
     -------
@@ -238,6 +242,9 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     """
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 2:
         raise AscendEmuError(f"runs must be an integer >= 2, got {runs!r}")
+    if runs > MAX_RUNS:    # every run is a whole replay or training, listed before the first starts
+        raise AscendEmuError(f"{runs} runs are more than random-error detection takes (at most {MAX_RUNS}); "
+                             "give fewer --runs")
     bad = set(train_options) - set(TRAIN_OPTIONS)
     if bad:
         raise AscendEmuError(f"unknown option(s) {', '.join(sorted(bad))}; training takes: {', '.join(TRAIN_OPTIONS)}")
@@ -258,6 +265,11 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     if isinstance(data, (str, os.PathLike)):
         load_npz(data, f"--data {os.fspath(data)}")
     out_dir = make_output_dir(out_dir if out_dir is not None else "random-errors-output", "random-errors output")
+    there = sorted(n for n in os.listdir(out_dir) if n.startswith("run-"))
+    if there and not overwrite:
+        raise AscendEmuError(f"{out_dir} already holds the dumps of earlier runs ({', '.join(there[:3])}"
+                             f"{', ...' if len(there) > 3 else ''}); pass --overwrite (overwrite=True) to replace "
+                             "them, or give another --out")
     tasks = []
     for k in range(int(runs)):
         t = {"model": model, "run_seed": int(run_seed) + k, "out": os.path.join(out_dir, f"run-{k}"), "device": dev}

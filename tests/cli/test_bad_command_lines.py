@@ -254,6 +254,7 @@ CATALOGUE = [
     ("train {model} --data {train} --loss mse --optimizer sgd --learning-rate -1", "learning_rate"),
     ("train {model} --data {train} --loss mse --optimizer sgd --steps 100000000000000000000", "more than any run"),
     ("train {model} --data {train} --loss mse --optimizer sgd --ranks 2 --rank-init 1=3 --rank-init 1=4", "twice"),
+    ("random-errors {model} --runs 100000000000000000000", "more than random-error"),
     ("mixlist-search {model} --max-steps -1", "max_steps"), ("mixlist-search {model} --max-steps 0", "max_steps"),
     ("train {model} --data {train} --loss-scale fixed:x", "fixed:1024"),
     ("train {model} --data {train} --loss-scale exponential:foo=1", "unknown setting"),

@@ -141,3 +141,15 @@ def test_sweep_map_retries_once_then_names_the_run():
             sweep.map(_broken, [0], names=["run 7"])
     with Sweep("none", progress=False) as sweep, pytest.raises(AscendEmuError, match="^bad option x$"):
         sweep.map(_user_error, [0])
+
+
+def test_earlier_runs_are_not_replaced_unasked(tmp_path):
+    """issue 35: a second detection into the same --out replaced the first one's dumps without --overwrite."""
+    (tmp_path / "out" / "run-0").mkdir(parents=True)
+    (tmp_path / "out" / "run-0" / "keep").write_text("an earlier run")
+    (tmp_path / "m.keras").write_bytes(b"refused before it is read")
+    with pytest.raises(AscendEmuError, match="already holds the dumps of earlier runs.*--overwrite"):
+        random_errors(str(tmp_path / "m.keras"), runs=2, out_dir=tmp_path / "out", runner=lambda tasks: [])
+    assert (tmp_path / "out" / "run-0" / "keep").read_text() == "an earlier run"
+    with pytest.raises(AscendEmuError, match="more than random-error detection takes"):
+        random_errors(str(tmp_path / "m.keras"), runs=10 ** 20, out_dir=tmp_path / "out2")
