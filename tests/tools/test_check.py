@@ -287,3 +287,18 @@ def test_truncated_data_fails_item_6_and_leaves_the_training_items_not_checked()
     assert {r.number for r in res if r.result == "Not checked"} == set(
         ["1", "2/3", "4", "7", "8", "9", "10", "12", "13", "14", "16", "17", "18", "19"])
     assert res["9"].evidence == "no usable samples (item 6)" and res.exit_code == 1
+
+
+def test_a_run_that_cannot_be_made_is_no_pass():
+    """issue 35: check exited 0 when most items could not run (here the emulated run: an op without an AI Core
+    kernel and the AI CPU fallback off); it now says why and exits 1."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    h = keras.layers.Lambda(lambda t: tf.math.cosh(t), name="cosh")(keras.layers.Dense(8, name="d")(inp))
+    m = keras.Model(inp, keras.layers.Dense(4, name="logits")(h))
+    m.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    res = ae.check(m, data(), device=ae.Device("allow_mix_precision", aicpu_fallback=False), steps=2, batch_size=16)
+    assert not res.failed and res.errors and "Cosh" in res.errors[0]
+    assert res.exit_code == 1 and "could not run: the emulated run failed" in res.format_text()
+    assert res.to_json()["errors"] == res.errors

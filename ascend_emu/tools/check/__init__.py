@@ -181,7 +181,11 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
                   "loss_scale": str(loss_scale), "overflow_check": overflow_check, "shuffle": c.shuffle, "seed": c.seed,
                   "model": getattr(model, "name", ""), "samples": int(len(x)),
                   "samples_used": int(c.valid.sum()) if c.valid is not None else 0}
-        return CheckResult([rows[k] for k in ORDER], ops_info if ops_info["black-list"] else None, config)
+        # the runs that failed (no usable samples is item 6's own failure)
+        errors = [] if c.valid is None else (
+            [f"the reference run failed: {e}" for e in (c.inf_error or c.ref_error,) if e]
+            + [e for e in (c.npu_error,) if e])
+        return CheckResult([rows[k] for k in ORDER], ops_info if ops_info["black-list"] else None, config, errors)
 
 
 def _run(c: _Ctx) -> None:

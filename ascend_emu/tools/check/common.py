@@ -62,6 +62,8 @@ class CheckResult:
     rows: list
     ops_info: dict | None = None
     config: dict = field(default_factory=dict)
+    #: the runs the check could not make (the reference, the emulated run), each why: their items are Not checked
+    errors: list = field(default_factory=list)
 
     def __iter__(self):
         return iter(self.rows)
@@ -81,12 +83,17 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when nothing failed, 1 when something did (the CLI's exit status)."""
-        return 1 if self.failed else 0
+        """0 when nothing failed, 1 when something did or a run the items need could not be made (the CLI's
+        exit status: a checklist most of whose items could not run is no pass)."""
+        return 1 if self.failed or self.errors else 0
 
     def to_json(self) -> dict:
-        """``{"rows": [{"number", "item", "method", "result", "evidence"}, ...]}``."""
-        return {"rows": [r.to_json() for r in self.rows]}
+        """``{"rows": [{"number", "item", "method", "result", "evidence"}, ...]}``, and ``"errors"`` (the runs that
+        could not be made) when there are any."""
+        out = {"rows": [r.to_json() for r in self.rows]}
+        if self.errors:
+            out["errors"] = list(self.errors)
+        return out
 
     def format_text(self, width: int = 160) -> str:
         """The checklist as a table: number, item, method, result, evidence (cells wrapped)."""
@@ -102,6 +109,7 @@ class CheckResult:
         counts = {k: sum(1 for r in self.rows if r.result == k) for k in RESULTS}
         out.append("")
         out.append(f"{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_CHECKED]} not checked")
+        out.extend(f"could not run: {e}" for e in self.errors)
         return "\n".join(out)
 
     def report_data(self) -> dict:
