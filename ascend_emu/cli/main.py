@@ -208,7 +208,7 @@ def build_parser():
     _device_args(sp, training=True)
     sp = add("check", cmd_check, "the pre-tuning checklist: every item a program can decide (data, benchmark, "
                                  "training, mixed precision, loss scaling, fp16 overflow and error), Passed / Failed / "
-                                 "Not checked; exit status 1 when an item failed",
+                                 "Not checked; exit status 1 when an item failed or a run it needs could not be made",
              "ascend-emu check model.keras --data train.npz --benchmark bench.keras --steps 20 "
              "--precision-mode allow_mix_precision --loss-scale dynamic --json check.json --report check.html")
     sp.add_argument("model", help="a .keras file compiled with a loss and an optimizer (or give --loss/--optimizer)")
