@@ -38,6 +38,8 @@ The runner's interface: ``train(step, x, y, state, key=, loss_scale=None) -> rec
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import AscendEmuError
@@ -62,20 +64,21 @@ class FunctionSteps:
         tf = import_tf()
         calls = []
         cls = tf.GradientTape
-        original = cls.gradient
+        with _PROBE:        # one probe at a time: each restores exactly what it replaced
+            original = cls.gradient
 
-        def gradient(tape, *args, **kwargs):
-            calls.append(1)
-            return original(tape, *args, **kwargs)
+            def gradient(tape, *args, **kwargs):
+                calls.append(1)
+                return original(tape, *args, **kwargs)
 
-        cls.gradient = gradient
-        try:
-            out = tf.function(fn.python_function).get_concrete_function(x, y).structured_outputs
-        except Exception as e:
-            raise AscendEmuError(f"emulate: cannot trace tf.function {fn.__name__!r}: "
-                                 f"{traced_error(e) or first_line(e)}") from None
-        finally:
-            cls.gradient = original
+            cls.gradient = gradient
+            try:
+                out = tf.function(fn.python_function).get_concrete_function(x, y).structured_outputs
+            except Exception as e:
+                raise AscendEmuError(f"emulate: cannot trace tf.function {fn.__name__!r}: "
+                                     f"{traced_error(e) or first_line(e)}") from None
+            finally:
+                cls.gradient = original
         if calls and not (isinstance(out, tf.Tensor) and out.shape.rank == 0):
             raise AscendEmuError(f"emulate: tf.function {fn.__name__!r} is a training step that returns "
                                  f"{type(out).__name__}; an emulated step returns its loss alone (a scalar)")
@@ -249,6 +252,9 @@ class SessionWrapper:
 
 
 _installed: list = []     # stack of (Hooks) installed; the innermost handles the calls
+#: the interceptions patch classes for the whole process, so they belong to one thread at a time
+_INSTALL = threading.Lock()
+_PROBE = threading.Lock()
 
 
 def _original_session_run():
@@ -270,11 +276,20 @@ class Hooks:
         from tensorflow.python.client.session import BaseSession
         from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
 
-        if _installed:
-            # an inner context: the patches are in place; route to this one's runner until it exits
-            self._originals = _installed[0]._originals
-            _installed.append(self)
-            return
+        with _INSTALL:
+            if _installed and _installed[0]._thread != threading.get_ident():
+                raise AscendEmuError("emulate(...) is already active in another thread; its interceptions of Keras, "
+                                     "tf.function and Session.run are process-wide, so run one thread's emulation "
+                                     "at a time (or one process per emulation)")
+            self._thread = threading.get_ident()
+            if _installed:
+                # an inner context: the patches are in place; route to this one's runner until it exits
+                self._originals = _installed[0]._originals
+                _installed.append(self)
+                return
+            self._patch(tf, TensorFlowTrainer, BaseSession, Function)
+
+    def _patch(self, tf, TensorFlowTrainer, BaseSession, Function) -> None:
         o = self._originals
         o["make_train_function"] = TensorFlowTrainer.make_train_function
         o["make_test_function"] = TensorFlowTrainer.make_test_function
@@ -326,12 +341,13 @@ class Hooks:
         from tensorflow.python.client.session import BaseSession
         from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
 
-        _installed.remove(self)
-        if _installed:
-            return
-        o = self._originals
-        TensorFlowTrainer.make_train_function = o["make_train_function"]
-        TensorFlowTrainer.make_test_function = o["make_test_function"]
-        TensorFlowTrainer.make_predict_function = o["make_predict_function"]
-        Function.__call__ = o["function_call"]
-        BaseSession.run = o["session_run"]
+        with _INSTALL:
+            _installed.remove(self)
+            if _installed:
+                return
+            o = self._originals
+            TensorFlowTrainer.make_train_function = o["make_train_function"]
+            TensorFlowTrainer.make_test_function = o["make_test_function"]
+            TensorFlowTrainer.make_predict_function = o["make_predict_function"]
+            Function.__call__ = o["function_call"]
+            BaseSession.run = o["session_run"]

@@ -234,8 +234,9 @@ class Emulation:
 
         if self._hooks is not None:
             raise AscendEmuError("this emulate(...) context is already active; nest a new emulate(...) instead")
-        self._hooks = Hooks(self)
-        self._hooks.install()
+        hooks = Hooks(self)
+        hooks.install()         # may refuse (another thread's emulation): then nothing is active
+        self._hooks = hooks
         return self
 
     def __exit__(self, *exc) -> None:

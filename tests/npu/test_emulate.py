@@ -368,3 +368,39 @@ def test_dump_dir_is_never_written_through_a_link(data, tmp_path):
         with ae.emulate("must_keep_origin_dtype", dump_dir=tmp_path / "d", reference=True):
             _classifier("sgd").fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert os.listdir(target) == []
+
+
+def test_a_second_thread_is_refused_and_nothing_stays_patched():
+    """issue 35: emulate() in two threads left tf.GradientTape.gradient (and the other interceptions) patched for
+    the rest of the process. The interceptions are process-wide: a second thread is refused in one line, and the
+    classes are the originals again once the first thread's context exits."""
+    import threading
+
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    from tensorflow.python.client.session import BaseSession
+    from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+
+    before = (tf.GradientTape.gradient, Function.__call__, BaseSession.run, TensorFlowTrainer.make_train_function)
+    entered, leave, errors = threading.Event(), threading.Event(), []
+
+    def first():
+        with ae.emulate("allow_mix_precision"):
+            entered.set()
+            leave.wait(60)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert entered.wait(60)
+    try:
+        with ae.emulate("allow_mix_precision"):
+            errors.append("entered")
+    except AscendEmuError as e:
+        errors.append(str(e))
+    finally:
+        leave.set()
+        t.join(60)
+    assert len(errors) == 1 and "another thread" in errors[0] and "\n" not in errors[0]
+    after = (tf.GradientTape.gradient, Function.__call__, BaseSession.run, TensorFlowTrainer.make_train_function)
+    assert after == before
+    with ae.emulate("allow_mix_precision") as run:     # and this thread may emulate now
+        assert run is not None
