@@ -208,8 +208,13 @@ class Emulation:
     def config(self) -> dict:
         managers = {e["name"]: {"loss_scale": _manager_dict(e["manager"]), "from": e["source"]}
                     for e in self._per_step.values()}
+        scaling = _manager_dict(loss_scale_manager(self.loss_scale))
+        script = [e["manager"] for e in self._per_step.values() if e["source"] == "script"]
+        if scaling == "none" and script:
+            # the script's own scaling (an NPULossScaleOptimizer, a Keras LossScaleOptimizer) is the run's
+            scaling = dict(_manager_dict(script[0]), source="the script's loss-scale optimizer")
         return {"device": self.device.config(), "steps": len(self.steps), "overflow_check": self.overflow_check,
-                "reference": self.reference, "loss_scale": _manager_dict(loss_scale_manager(self.loss_scale)),
+                "reference": self.reference, "loss_scale": scaling,
                 "functions": managers, "model": {"name": ", ".join(sorted(managers)) or "script"}}
 
     def to_json(self) -> dict:

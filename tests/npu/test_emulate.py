@@ -303,6 +303,9 @@ def test_tf1_session_in_the_context_with_npu_loss_scale_optimizer(tf1_data):
     assert len(steps) == 6 and steps[0]["loss_scale"] == 2.0 ** 40 and steps[0]["skipped"]
     assert steps[0]["float_status"] and steps[1]["loss_scale"] == 2.0 ** 39
     assert gs == sum(not s["skipped"] for s in steps)
+    # issue 35: the record (and the report) said "loss scale none" while the script's optimizer scaled
+    scaling = run.to_json()["config"]["loss_scale"]
+    assert scaling["kind"] == "exponential" and scaling["init"] == 2.0 ** 40 and "script" in scaling["source"]
 
 
 def test_wrapped_tf1_session_says_its_skipped_steps_on_close(tf1_data):
