@@ -30,6 +30,7 @@ import json
 import math
 
 from ..graph.core import split_tensor_name
+from .compare import CAST_MARK
 from .graph_layout import FOLD_TARGET, Item, fold_scopes, layout, path_d
 from .metrics import ERROR, NAN, PASS, WARNING, format_metric
 
@@ -45,6 +46,9 @@ OVERFLOW_RING = "#2962ff"
 _NA_FILL = "#e0e0e0"
 _W, _H, _CAST_W, _CAST_H = 168, 38, 120, 26
 _CONST_TYPES = {"Const", "HostConst"}
+#: the dtype an inserted rounding's compute dtype feeds (HF32 values are float32 tensors)
+_HF32 = {"hfloat32": "float32"}
+
 _ROW_FIELDS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                "Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Overflow Status", "Result",
                "Err_message"]
@@ -102,7 +106,9 @@ def cast_edges(dump, casts: set[str]) -> list[tuple[str, str]]:
             continue
         for ref in dict.fromkeys(op.get("inputs", [])):
             for c in by_source.get(ref, ()):
-                if c.get("compute_dtype") and c.get("compute_dtype") == op.get("compute_dtype"):
+                # an HF32 rounding (compute dtype hfloat32) feeds a float32 cube op
+                dt = c.get("compute_dtype")
+                if dt and _HF32.get(dt, dt) == op.get("compute_dtype"):
                     out.append((c["name"], op["name"]))
     return out
 
@@ -278,7 +284,7 @@ def _detail(cmp, op, i, status, const) -> dict:
     rows = cmp.rows_of(op["name"])
     cos, rel = _worst_metrics(rows)
     prec = op.get("precision") or None
-    cast = op.get("tf_type") == "Cast" and bool(prec) and "inserted" in str((prec or {}).get("reason", ""))
+    cast = op.get("tf_type") == "Cast" and CAST_MARK in op["name"]      # an inserted Cast (or HF32 rounding)
     return {
         "i": i, "name": op["name"], "type": op.get("tf_type"), "ascend": op.get("ascend_type"),
         "engine": op.get("engine"), "compute": op.get("compute_dtype"), "index": op.get("index"),

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..graph.core import Graph
 from .loader import load_graph
+from .shapes import shape_items
 from .sources import _is_keras_model
 from .tf import import_tf
 
@@ -63,7 +64,7 @@ def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict
         entries = _SEEN.setdefault(model, {})
     except TypeError:          # an object without weak references: not cached
         return load_graph(model, signature=signature, input_shapes=input_shapes)
-    key = (signature, repr(sorted((str(k), repr(v)) for k, v in (input_shapes or {}).items())))
+    key = (signature, repr(sorted(shape_items(input_shapes))))
     ids = [id(v) for v in variables]
     entry = entries.get(key)
     if entry is not None and entry[1] == ids and all(_same(_value(v), old) for v, old in zip(variables, entry[2])):

@@ -23,6 +23,8 @@ from .tf import first_line, import_tf, session_config  # noqa: F401
 #: how many per-node Sessions to keep
 CACHE_SIZE = 512
 _cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+#: (node_def, outputs, dtypes) of the nodes TensorFlow builds only with their inputs' shapes
+_needs_shapes: set = set()
 
 
 def _build(node: Node, dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None = None):
@@ -80,11 +82,22 @@ def run_tf_node(node: Node, input_arrays) -> list[np.ndarray]:
     if len(arrays) != len(node.inputs):
         raise AscendEmuError(f"node {node.name!r} ({node.op}) takes {len(node.inputs)} inputs, "
                              f"got {len(arrays)}")
-    key = (node.node_def, node.num_outputs, tuple(a.dtype.name for a in arrays), tuple(a.shape for a in arrays))
+    # one Session per dtypes, fed placeholders of unknown shape; a node whose shape function needs its inputs'
+    # shapes when the graph is built (SpaceToBatchND: "block_shape must have rank 1") gets one per shapes too
+    key = (node.node_def, node.num_outputs, tuple(a.dtype.name for a in arrays))
+    if key in _needs_shapes:
+        key += (tuple(a.shape for a in arrays),)
     entry = _cache.get(key)
     if entry is None:
         try:
-            entry = _build(node, key[2], key[3])
+            try:
+                entry = _build(node, key[2], key[3] if len(key) > 3 else None)
+            except Exception:
+                if len(key) > 3:
+                    raise
+                _needs_shapes.add(key)
+                key += (tuple(a.shape for a in arrays),)
+                entry = _build(node, key[2], key[3])
         except Exception as e:
             raise AscendEmuError(f"TensorFlow cannot build node {node.name!r} ({node.op}) on its own: "
                                  f"{first_line(e)}") from None
@@ -106,3 +119,4 @@ def clear_cache() -> None:
     """Close every cached Session."""
     while _cache:
         _cache.popitem()[1][0].close()
+    _needs_shapes.clear()

@@ -152,13 +152,15 @@ class Device:
         return fam if fam in self.numerics.allow_hf32 else None
 
     def cube_elsewhere(self, node) -> bool:
-        """Whether GE places cube op ``node`` off the AI Core: its float32 type stays float32 under the
-        precision mode (must_keep_origin_dtype, a black list) on a SoC whose cube has no float32 (Ascend910,
-        Ascend310P3). The fusion passes leave such an op alone; the replay runs it on the AI CPU."""
+        """Whether GE places cube op ``node`` off the AI Core: its type (float32, bf16) stays under the precision
+        mode (must_keep_origin_dtype, a black list) on a SoC whose cube lacks it (Ascend910, Ascend310P3). The
+        fusion passes leave such an op alone; the replay runs it on the AI CPU."""
         opdef = OPS.get(node.op)
-        if self.numerics.chip.fp32_cube or opdef is None or opdef.kind != CUBE or node.attrs.get("T") != "float32":
+        t = node.attrs.get("T")
+        if (opdef is None or opdef.kind != CUBE or t not in ("float32", "bfloat16")
+                or t in self.numerics.chip.cube_dtypes):
             return False
-        return self.precision.decide(CUBE, ascend_type(node.op), "float32", []).dtype == "float32"
+        return self.precision.decide(CUBE, ascend_type(node.op), t, []).dtype == t
 
     def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,
                 launch: int = 0) -> OpContext:

@@ -186,6 +186,9 @@ class _Run:
         if dtype == "hfloat32":     # a float32 cube operand on its way into L0A/L0B (NUMERICS.md section 13)
             from ..numerics.hf32 import to_hf32
 
+            if dtype_name(value.dtype) != "float32":
+                # a 16-bit operand of a float32 op: HF32 of its (recorded) float32 cast, subnormals as it leaves them
+                value = self._cast(ref, value, "float32")
             rounding = self.dev.numerics.hf32_rounding
 
             def convert():
@@ -327,9 +330,9 @@ class _Run:
                     continue        # a parameter the CANN operator takes in float32
                 if dtype_name(args[i].dtype) != target:
                     casts.append((i, target))
+        if opdef.kind == CUBE and dec.dtype not in self.dev.numerics.chip.cube_dtypes:
+            return self._cube_elsewhere(node, args, fusion, dec.dtype)
         if opdef.kind == CUBE and dec.dtype == "float32":
-            if not self.dev.numerics.chip.fp32_cube:
-                return self._cube_elsewhere(node, args, fusion)
             if self.dev.hf32_family(node) is not None:
                 # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in
                 casts.extend((i, "hfloat32") for i in float_idx
@@ -463,21 +466,22 @@ class _Run:
                     max_abs = max(max_abs, float(np.abs(o64[fin]).max()))
         return {"overflow": not finite, "max_abs": max_abs, "status": int(ctx.status)}
 
-    def _cube_elsewhere(self, node: Node, args, fusion) -> tuple:
-        """A cube op that stays float32 on a SoC whose cube has no float32: GE selects the AI CPU kernel
-        (NUMERICS.md section 13); with the fallback off, or for a fused op (which has no AI CPU kernel), an error."""
+    def _cube_elsewhere(self, node: Node, args, fusion, dtype: str) -> tuple:
+        """A cube op whose dtype (float32, bf16) stays under the precision mode on a SoC whose cube lacks it: GE
+        selects the AI CPU kernel (NUMERICS.md section 13); with the fallback off, or for a fused op (which has no
+        AI CPU kernel), an error."""
         from ..numerics.policy import SOCS
 
         soc = self.dev.soc
         if fusion is not None or not self.dev.aicpu_fallback:
-            raise AscendEmuError(f"op {node.name} ({node.op}) computes in float32 under "
-                                 f"{self.dev.precision.mode}, and {soc}'s cube has no float32"
+            raise AscendEmuError(f"op {node.name} ({node.op}) computes in {dtype} under "
+                                 f"{self.dev.precision.mode}, and {soc}'s cube has no {dtype}"
                                  + ("" if fusion is None else f" (fused by {fusion.get('rule')})")
                                  + "; turn the AI CPU fallback on, choose a mode that drops cube ops to fp16 "
-                                   "(allow_fp32_to_fp16, allow_mix_precision) or a SoC with a float32 cube ("
-                                 + ", ".join(n for n, c in SOCS.items() if c.fp32_cube) + ")")
-        return self._aicpu(node, args, reason=f"{soc}'s cube has no float32 and {self.dev.precision.mode} keeps "
-                                              "float32: GE places the op on the AI CPU")
+                                   f"(allow_fp32_to_fp16, allow_mix_precision) or a SoC whose cube has {dtype} ("
+                                 + ", ".join(n for n, c in SOCS.items() if dtype in c.cube_dtypes) + ")")
+        return self._aicpu(node, args, reason=f"{soc}'s cube has no {dtype} and {self.dev.precision.mode} keeps "
+                                              f"{dtype}: GE places the op on the AI CPU")
 
     def _aicpu(self, node: Node, args, reason: str = "no AI Core kernel: runs on the AI CPU in its original "
                                                      "dtype") -> tuple:

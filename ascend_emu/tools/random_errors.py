@@ -63,7 +63,13 @@ def run_once(task: dict) -> dict:
     if unknown:
         raise AscendEmuError(f"unknown device option(s) {', '.join(sorted(unknown))}; "
                              f"choose from: {', '.join(DEVICE_OPTIONS)}")
-    mode = dev_kw.pop("precision_mode", "force_fp16")
+    mode = dev_kw.pop("precision_mode", None)
+    if mode is None and dev_kw.get("precision_mode_v2") is None:
+        # neither given: the TF adapter's default, a training's the SoC's (as train and emulate)
+        from ..npu.precision import TRAIN_PRECISION_DEFAULT
+
+        mode = (TRAIN_PRECISION_DEFAULT.get(dev_kw.get("soc", "Ascend910"), "allow_fp32_to_fp16")
+                if task.get("data") is not None else None)
     dev = Device(mode, run_seed=int(task["run_seed"]), **dev_kw)
     out = os.fspath(task["out"])
     summary = {"run_seed": int(task["run_seed"]), "deterministic_level": dev.deterministic_level}

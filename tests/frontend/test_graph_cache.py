@@ -98,3 +98,14 @@ def test_shapes_are_part_of_the_key_and_entries_die_with_the_model(loads):
     g = load_graph(_keras_model())
     dev.replay(g, progress=False)
     assert len(loads) == 2
+
+
+def test_shapes_given_as_cli_strings(loads):
+    import keras
+
+    inp = keras.Input((None, 3), name="x")
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    dev = Device("force_fp16")
+    for _ in range(2):
+        dev.replay(model, {"x": np.ones((1, 4, 3), np.float32)}, shapes=["x=1,4,3"], progress=False)
+    assert len(loads) == 1

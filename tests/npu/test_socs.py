@@ -193,3 +193,36 @@ def test_float32_cube_ops_without_a_float32_cube_go_to_the_aicpu(chip, demo_mode
     # dropped to fp16, the same cube runs on the AI Core
     res = Device("allow_fp32_to_fp16", soc=chip).replay(g, feeds, progress=False)
     assert res.record("conv").engine == "AICORE" and res.record("conv").compute_dtype == "float16"
+
+
+def test_a_bf16_cube_op_on_a_cube_without_bf16_is_not_emulated():
+    """A bf16 model (Keras mixed_bfloat16) under must_keep_origin_dtype on the Ascend910: its cube has no bf16,
+    so the op does not run on an emulated bf16 cube; with the fallback off that is one line."""
+    import ml_dtypes
+
+    spec = {"a": (7, 40), "b": (40, 3)}
+    ph = [Node(n, "Placeholder", [], {"dtype": "bfloat16", "shape": list(s)}) for n, s in spec.items()]
+    g = Graph(ph + [Node("mm", "MatMul", ["a", "b"], {"T": "bfloat16", "transpose_a": False, "transpose_b": False})],
+              [InputSpec(n, "bfloat16", list(s)) for n, s in spec.items()], ["mm:0"], name="bf16")
+    feeds = {n: np.ones(s, dtype=ml_dtypes.bfloat16) for n, s in spec.items()}
+    dev = Device("must_keep_origin_dtype", aicpu_fallback=False)
+    assert dev.cube_elsewhere(g.nodes[-1])
+    with pytest.raises(AscendEmuError, match="Ascend910's cube has no bfloat16"):
+        dev.replay(g, feeds, progress=False)
+    ok = Device("must_keep_origin_dtype", soc="Ascend910B").replay(g, feeds, progress=False)
+    assert ok.record("mm").engine == "AICORE" and ok.record("mm").compute_dtype == "bfloat16"
+
+
+def test_hf32_roundings_are_drawn_as_casts_in_the_report(tmp_path, demo_model):
+    """The report's op graph draws the HF32 roundings as inserted Casts feeding their convolution."""
+    from ascend_emu import reference
+    from ascend_emu.analysis.compare import compare
+    from ascend_emu.analysis.graph_view import graph_section
+    from graph_markup import parse
+
+    ref = reference(demo_model, None, tmp_path / "bench", progress=False)
+    Device(precision_mode_v2="origin", soc="Ascend910B").replay(demo_model, ref.inputs, tmp_path / "npu",
+                                                                progress=False)
+    html = graph_section(compare(tmp_path / "npu", tmp_path / "bench"))
+    assert 'data-cast-from="image/ascend_cast_0_to_hf32"' in html
+    assert "data-cast-to=" in html and parse(html).nodes

@@ -153,3 +153,16 @@ def test_earlier_runs_are_not_replaced_unasked(tmp_path):
     assert (tmp_path / "out" / "run-0" / "keep").read_text() == "an earlier run"
     with pytest.raises(AscendEmuError, match="more than random-error detection takes"):
         random_errors(str(tmp_path / "m.keras"), runs=10 ** 20, out_dir=tmp_path / "out2")
+
+
+def test_precision_mode_v2_reaches_the_runs(tmp_path):
+    """The runs took precision_mode force_fp16 beside a precision_mode_v2 and refused the pair (the README's
+    `random-errors --precision-mode-v2 origin` always failed)."""
+    from ascend_emu.frontend.tf import import_tf
+
+    tf = import_tf()
+    inp = tf.keras.Input((64,), name="inp")
+    m = tf.keras.Model(inp, tf.keras.layers.Dense(4, name="dense")(inp))
+    res = random_errors(m, runs=2, out_dir=tmp_path / "o",
+                        device_options={"precision_mode_v2": "origin", "soc": "Ascend910B", "deterministic": True})
+    assert res.first is None
