@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from .format import (_STAT_FIELDS, _TENSOR_FILE, CHUNK, FORMAT, MANIFEST, MARKER
                      _decode_float, _dtype_from_name, _storage)
 
 _RERUN = "re-run the replay (or reference) that writes it"
+#: numpy parses an .npy header with ast.literal_eval, which CPython 3.11 (before 3.11.8) cannot run in two threads
+#: at once ("SystemError: AST constructor recursion depth mismatch"): compare reads tensors in threads
+_HEADER_LOCK = threading.Lock()
 
 
 class Dump:
@@ -81,7 +85,7 @@ class Dump:
             raise DumpError(f"dump {self.path}: unknown dtype {out['dtype']!r} for op {name!r}; {_RERUN}") from None
         shape = tuple(int(d) for d in out["shape"])
         try:
-            with self._open(out["file"]) as f:
+            with self._open(out["file"]) as f, _HEADER_LOCK:
                 version = np.lib.format.read_magic(f)
                 if version == (1, 0):
                     hshape, fortran, hdtype = np.lib.format.read_array_header_1_0(f)
