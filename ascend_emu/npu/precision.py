@@ -14,6 +14,7 @@ from ..errors import AscendEmuError
 from ..fileio import read_json
 from ..numerics.policy import SOC_ALIASES as _SOC_ALIASES
 from ..numerics.policy import SOCS as _SOCS
+from ..numerics.policy import soc as _soc
 from ..ops.ascend_types import ascend_type  # noqa: F401  (re-exported: the precision API speaks it)
 from ..ops.ascend_types import data_file as _data
 from ..ops.ascend_types import optype_map as _optype_map
@@ -44,8 +45,6 @@ def resolve_mode(precision_mode=None, precision_mode_v2=None, soc="Ascend910", t
     """(precision_mode, the option that set it, the v2 value or None) from CANN's two exclusive options; neither:
     the TF adapter's default (inference ``force_fp16``; training the SoC's). Refuses what the SoC cannot run,
     as GE does: a bf16 mode without bf16 on the vector unit, a HiFloat8 mode."""
-    from ..numerics.policy import soc as _soc
-
     chip = _soc(soc)
     if precision_mode is not None and precision_mode_v2 is not None:
         raise AscendEmuError(f"precision_mode {precision_mode!r} and precision_mode_v2 {precision_mode_v2!r} are "
