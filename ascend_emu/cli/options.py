@@ -54,6 +54,9 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--hf32-rounding", default="rint", choices=HF32_ROUNDINGS,
                    help="HF32 rounding: rint (mode 0, nearest even: default), trunc or round (the two readings "
                         "of mode 1)")
+    p.add_argument("--cce-ftz", choices=("on", "off"), default=None,
+                   help="Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div flush subnormals (the 950's --cce-ftz; default: the "
+                        "SoC's, on for Ascend950 only)")
     if fusion:
         p.add_argument("--fusion-switch", metavar="FILE",
                        help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
@@ -117,7 +120,8 @@ def _device_options(a, cm, fusion) -> dict:
                 deterministic_level=a.deterministic_level,
                 run_seed=a.run_seed if a.run_seed is not None else 0,
                 multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None,
-                allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding)
+                allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
+                cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on")
 
 
 def _rules_arg(p):

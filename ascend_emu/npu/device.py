@@ -94,6 +94,9 @@ class Device:
         Which cube op families (``"conv"``, ``"matmul"``, ``"conv,matmul"``, ``"none"``; default the SoC's:
         conv on Ascend910B, Ascend910_93, Ascend950) round float32 operands to HF32, and how (NUMERICS.md
         section 13).
+    cce_ftz : bool or None
+        Whether Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div flush subnormals (the 950's ``--cce-ftz``; None: the
+        SoC's default, on for Ascend950 only; NUMERICS.md section 13).
     """
 
     def __init__(self, precision_mode: str | None = None, *, precision_mode_v2: str | None = None,
@@ -102,12 +105,14 @@ class Device:
                  subnormals: str = "keep", impl_mode: str = "high_precision", reduce_accumulate: str = "float32",
                  op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
-                 multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint"):
+                 multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint",
+                 cce_ftz: bool | None = None):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
                                        deterministic_level=deterministic_level, run_seed=run_seed,
-                                       multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding)
+                                       multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding,
+                                       cce_ftz=cce_ftz)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
         self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2)
         self.aicpu_fallback = bool(aicpu_fallback)
@@ -128,6 +133,7 @@ class Device:
     run_seed = property(lambda self: self.numerics.run_seed)
     allow_hf32 = property(lambda self: self.numerics.allow_hf32)
     hf32_rounding = property(lambda self: self.numerics.hf32_rounding)
+    cce_ftz = property(lambda self: self.numerics.cce_ftz)
 
     # -- configuration -------------------------------------------------------------------
     def config(self) -> dict:
@@ -141,7 +147,7 @@ class Device:
             "deterministic": n["deterministic"], "deterministic_level": n["deterministic_level"],
             # the run seed only matters with determinism off: deterministic runs write identical manifests
             "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
-            "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"],
+            "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"], "cce_ftz": n["cce_ftz"],
         }
 
     # -- what the SoC's cube does with float32 --------------------------------------------------

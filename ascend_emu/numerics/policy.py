@@ -96,6 +96,9 @@ class SoC:
     assumed: tuple = ()
     #: HCCL's intra-server all-reduce algorithm (NUMERICS.md section 12)
     allreduce: str = "ring"
+    #: whether the vector unit's Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div flush subnormal inputs and results
+    #: by default (the 950's ``--cce-ftz`` default; NUMERICS.md section 13)
+    ftz: bool = False
 
     @property
     def overflow_modes(self) -> tuple:
@@ -125,7 +128,7 @@ class SoC:
                 "subnormals": self.subnormals, "hf32": self.supports_hf32,
                 "allow_hf32_default": ",".join(self.hf32) or "none",
                 "train_precision_default": self.train_precision_default, "allreduce": self.allreduce,
-                "assumed": list(self.assumed)}
+                "cce_ftz_default": self.ftz, "assumed": list(self.assumed)}
 
 
 _A2_CUBE = ("float16", "bfloat16", "float32", "int8")
@@ -143,9 +146,9 @@ SOCS = {
     # the 950's core counts are not published: the A2's; its default overflow mode is assumed inf_nan (the A2's)
     "Ascend950": SoC("Ascend950", "inf_nan", 24, True, True, "ascendc", 48, product="Ascend 950 (arch 3510)",
                      cube_dtypes=("float32", "float16", "bfloat16", "hifloat8", "float8_e4m3fn", "float8_e5m2", "int8"),
-                     hf32=("conv",), subnormals="no hardware subnormals (Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div "
-                                                "flush by default: not yet modelled)",
-                     aliases=("Ascend950PR", "Ascend950DT"), allreduce="mesh",
+                     hf32=("conv",), subnormals="no hardware subnormals: Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div "
+                                                "flush them (cce_ftz, default on)",
+                     aliases=("Ascend950PR", "Ascend950DT"), allreduce="mesh", ftz=True,
                      assumed=("ai_cores", "vector_cores", "overflow_default", "allreduce")),
 }
 #: another name of a SoC -> its row's name
@@ -172,6 +175,9 @@ HF32_FAMILIES = ("conv", "matmul")
 #: HF32 rounding of float32 operands: mode 0 (nearest even, the default); mode 1 is described as toward zero
 #: in one CANN page and ties away in another, so both readings are offered (NUMERICS.md section 13)
 HF32_ROUNDINGS = ("rint", "trunc", "round")
+#: the vector unit's ops (numerics.vector names) whose INTRINSIC algorithm follows ``--cce-ftz`` on the
+#: Ascend950: subnormal inputs read as zero and subnormal results flush to zero (ASCEND-FACTS.md section 12)
+FTZ_OPS = frozenset(("exp", "log", "reciprocal", "sqrt", "rsqrt", "realdiv"))
 
 
 def hf32_families(value, chip: SoC) -> tuple:
@@ -346,6 +352,10 @@ class NumericsPolicy:
     hf32_rounding : {"rint", "trunc", "round"}
         The HF32 rounding of float32 operands: ``rint`` (mode 0, nearest even: the default) or one of the two
         readings of mode 1 (toward zero; nearest, ties away).
+    cce_ftz : bool or None
+        Whether the vector unit's Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div (:data:`FTZ_OPS`) read subnormal
+        inputs as zero and flush subnormal results (the 950's ``--cce-ftz``; False: its ``*_FTZ_FALSE``
+        kernels). None takes the SoC's default (on for Ascend950, off elsewhere; on elsewhere is a what-if).
     """
 
     soc: str = "Ascend910"
@@ -361,10 +371,15 @@ class NumericsPolicy:
     multicore: MultiCoreModel = field(default_factory=MultiCoreModel)
     allow_hf32: object = None
     hf32_rounding: str = "rint"
+    cce_ftz: bool | None = None
 
     def __post_init__(self):
         chip = soc(self.soc)
         object.__setattr__(self, "soc", chip.name)
+        if self.cce_ftz is None:
+            object.__setattr__(self, "cce_ftz", chip.ftz)
+        if not isinstance(self.cce_ftz, bool):
+            raise AscendEmuError(f"cce_ftz must be True, False or None (the SoC's default), not {self.cce_ftz!r}")
         object.__setattr__(self, "allow_hf32", hf32_families(self.allow_hf32, chip))
         if self.hf32_rounding not in HF32_ROUNDINGS:
             raise AscendEmuError(f"unknown hf32_rounding {self.hf32_rounding!r}; choose one of: "
@@ -417,4 +432,5 @@ class NumericsPolicy:
                 "reduce_accumulate": self.reduce_accumulate, "op_model": self.op_model,
                 "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
                 "run_seed": self.run_seed, "multicore": self.multicore.to_dict(),
-                "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding}
+                "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding,
+                "cce_ftz": self.cce_ftz}

@@ -38,7 +38,12 @@ def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
                      cube_out=cube_out if cube_out is not None else _dtype_name(ctx.cube_out),
                      overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, cube_model=ctx.cube_model,
                      impl_mode=ctx.impl_mode, reduce_accumulate=ctx.reduce_accumulate,
-                     op_model=ctx.op_model, multicore=ctx.multicore)
+                     op_model=ctx.op_model, multicore=ctx.multicore, ftz=ctx.ftz)
+
+
+def _flushes(ctx: OpContext, chain) -> bool:
+    """Whether a step of ``chain`` is a division the SoC's cce_ftz flushes (the fast paths then decline)."""
+    return ctx.ftz and any(step["op"] in ("RealDiv", "Div") for step in chain)
 
 
 def _f32(x):
@@ -69,7 +74,7 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
     operands, no per-step op dispatch), or None where that might differ from the ops themselves: a
     step of another kind, flushed subnormals, non-float data, a result that is Inf or NaN anywhere
     (the ops' overflow handling and status then apply: the caller runs them)."""
-    if ctx.subnormals != "keep":
+    if ctx.subnormals != "keep" or _flushes(ctx, chain):
         return None
     own = None  # the float32 array this function made, overwritten by later steps of its shape
     for i, step in enumerate(chain):
@@ -138,7 +143,7 @@ def _epilogue(ctx: OpContext, inputs, chain):
     (operand shapes, a running value that is Inf or NaN): the caller then runs _chain."""
     from ..numerics.cube import Epilogue
 
-    if ctx.subnormals != "keep":
+    if ctx.subnormals != "keep" or _flushes(ctx, chain):
         return None
     steps = []
     for step in chain:
@@ -213,7 +218,7 @@ def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain
 def _chain_one_pass(ctx: OpContext, xs, chain):
     """The fp16 result of a standalone chain in one pass (numerics/chain.py: the float32 steps of
     _chain_numpy and the rounding of _round_to, bit for bit), or None where the full path must run."""
-    if ctx.dtype_name != "float16" or ctx.subnormals != "keep":
+    if ctx.dtype_name != "float16" or ctx.subnormals != "keep" or _flushes(ctx, chain):
         return None
     steps = []
     for step in chain:

@@ -20,11 +20,14 @@ _INT_FUNCS = {
 def vec(ctx, op, *xs, impl_mode=None, **attrs):
     """Run vector op ``op`` on ``xs`` in ``ctx``'s compute dtype (or exactly, for integers);
     ``impl_mode`` overrides ``ctx.impl_mode``."""
+    from ..numerics.policy import FTZ_OPS
     from ..numerics.vector import vector
 
     if all(is_float(x) for x in xs if not (op == "select" and x is xs[0])):
+        # the 950's cce_ftz: these ops' INTRINSIC algorithm reads subnormals as zero and flushes them
+        sub = "flush" if ctx.ftz and op in FTZ_OPS else ctx.subnormals
         y, st = vector(op, *xs, dtype=ctx.dtype_name, overflow_mode=ctx.overflow_mode,
-                       subnormals=ctx.subnormals, impl_mode=impl_mode or ctx.impl_mode, op_model=ctx.op_model,
+                       subnormals=sub, impl_mode=impl_mode or ctx.impl_mode, op_model=ctx.op_model,
                        **attrs)
         ctx.record(st)
         return y

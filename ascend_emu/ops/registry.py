@@ -45,6 +45,8 @@ class OpContext:
     #: a non-deterministic launch (:class:`ascend_emu.numerics.multicore.Launch`) for the op types of
     #: :data:`ascend_emu.ops.multicore.MULTICORE_OPS` when determinism is off; None: canonical order
     multicore: object = None
+    #: the SoC flushes subnormals in the vector ops of ``numerics.policy.FTZ_OPS`` (``cce_ftz``)
+    ftz: bool = False
 
     def __post_init__(self):
         self.dtype = compute_dtype(self.dtype)
@@ -55,7 +57,8 @@ class OpContext:
         """The context of one op on a device with :class:`~ascend_emu.numerics.policy.NumericsPolicy` ``policy``."""
         return cls(dtype=dtype, cube_out=cube_out, overflow_mode=policy.overflow_mode,
                    subnormals=policy.subnormals, cube_model=policy.cube_model, impl_mode=policy.impl_mode,
-                   reduce_accumulate=policy.reduce_accumulate, op_model=policy.op_model, multicore=multicore)
+                   reduce_accumulate=policy.reduce_accumulate, op_model=policy.op_model, multicore=multicore,
+                   ftz=policy.cce_ftz)
 
     @property
     def dtype_name(self) -> str:

@@ -30,7 +30,7 @@ from ..ops.multicore import MULTICORE_OPS
 DEVICE_OPTIONS = ("precision_mode", "overflow_mode", "modify_mixlist", "soc", "subnormals", "impl_mode",
                   "reduce_accumulate", "op_model", "fusion_switch", "aicpu_fallback", "deterministic",
                   "deterministic_level", "cube_model", "multicore", "precision_mode_v2", "allow_hf32",
-                  "hf32_rounding")
+                  "hf32_rounding", "cce_ftz")
 #: the most runs one detection takes
 MAX_RUNS = 10_000
 #: options of a training run (Device.train's keywords)
