@@ -253,7 +253,7 @@ def e8m0_from_f32(u: int, rounding: int):
     if ef == 0 and mf == 0:
         return 0, 0
     if ef == 0:
-        e = -127
+        e = -126                                   # mf 2^-149 = 1.f 2^(-126 - shifts)
         while mf < 0x800000:
             mf <<= 1
             e -= 1
