@@ -58,3 +58,15 @@ ADD, SUB, MUL, REALDIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW = range(8)
 # Steps of a fused float32 chain (kernels/chain.py): the binary codes above (ADD, SUB, MUL, REALDIV), then
 # the two exact selections, the rounding of the running value to fp16 (and back, exactly)
 CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16 = 8, 9, 10
+
+# The 950's 8- and 4-bit formats (kernels/lowfloat.py; NUMERICS.md section 14), by index into LOW_FORMATS
+HIF8, E4M3FN, E5M2, E2M1, E1M2, E8M0 = range(6)
+LOW_FORMATS = ("hifloat8", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float4_e1m2", "float8_e8m0")
+# Ascend C RoundMode::HYBRID (float/half -> hifloat8 only); the other low-format roundings are ROUNDING's codes
+HYBRID = 6
+# IEEE-like low formats: (mantissa bits, exponent bias, largest finite code's magnitude, code of Inf or -1,
+# code of NaN or -1), by format index (HIF8 and E8M0 are not IEEE-like: their rows are unused)
+LOW_IEEE = ((0, 0, 0, -1, -1), (3, 7, 0x7E, -1, 0x7F), (2, 15, 0x7B, 0x7C, 0x7F), (1, 1, 0x7, -1, -1),
+            (2, 1, 0x7, -1, -1), (0, 127, 0xFE, -1, 0xFF))
+# HiFloat8 special codes (asc-devkit kernel_type_conversion_utils.h): +-Inf, +-max (2^15), NaN
+HIF8_INF, HIF8_MAX_CODE, HIF8_NAN = 0x6F, 0x6E, 0x80

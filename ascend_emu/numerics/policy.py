@@ -59,10 +59,53 @@ LOW_PRECISION = {
 #: largest finite value of every float format a dump can hold
 FORMAT_MAX = {
     "float16": _codes.F16_MAX,
+
     "bfloat16": _codes.BF16_MAX,
     "float32": float(_codes.FLT_MAX),
     "float64": float(np.finfo(np.float64).max),
 }
+
+
+
+@dataclass(frozen=True)
+class LowFormat:
+    """One of the 950's 8- and 4-bit formats (NUMERICS.md section 14; ASCEND-FACTS.md section 12): ``code``
+    its index in ``kernels/codes.py``; ``max`` its largest finite value; ``emax`` the exponent of its largest
+    binade (OCP MX's emax_elem); ``roundings`` the Ascend C RoundModes its conversions admit, ``rounding`` the
+    default; ``keep_nan`` whether CTRL[50] (keep NaN under saturation) applies; ``dtype`` ml_dtypes' type of
+    the same format, or None (codes only)."""
+
+    name: str
+    code: int
+    bits: int
+    max: float
+    emax: int
+    roundings: tuple
+    rounding: str
+    keep_nan: bool = False
+    dtype: object = None
+    mx_element: bool = False
+
+
+_FP4_ROUNDINGS = ("rint", "round", "floor", "ceil", "trunc")
+LOW_FORMATS = {f.name: f for f in (
+    LowFormat("hifloat8", _codes.HIF8, 8, 2.0 ** 15, 15, ("round", "hybrid"), "round"),
+    LowFormat("float8_e4m3fn", _codes.E4M3FN, 8, 448.0, 8, ("rint",), "rint", True, ml_dtypes.float8_e4m3fn, True),
+    LowFormat("float8_e5m2", _codes.E5M2, 8, 57344.0, 15, ("rint",), "rint", True, ml_dtypes.float8_e5m2, True),
+    LowFormat("float4_e2m1fn", _codes.E2M1, 4, 6.0, 2, _FP4_ROUNDINGS, "rint", dtype=ml_dtypes.float4_e2m1fn,
+              mx_element=True),
+    LowFormat("float4_e1m2", _codes.E1M2, 4, 1.75, 0, _FP4_ROUNDINGS, "rint", mx_element=True),
+    LowFormat("float8_e8m0", _codes.E8M0, 8, 2.0 ** 127, 127, ("trunc", "ceil"), "trunc"),
+)}
+assert tuple(LOW_FORMATS) == _codes.LOW_FORMATS
+#: the roundings of the low formats, by name: Ascend C's CAST_* codes and RoundMode::HYBRID
+LOW_ROUNDING_MODES = {**{k: v for k, v in ROUNDING_MODES.items() if k != "odd"}, "hybrid": _codes.HYBRID}
+#: cube operand pairs of the 950 (ASCEND-FACTS.md section 12): HiF8 x HiF8, and any pair of E4M3FN / E5M2
+CUBE_LOW_PAIRS = (("hifloat8", "hifloat8"),) + tuple((a, b) for a in ("float8_e4m3fn", "float8_e5m2")
+                                                     for b in ("float8_e4m3fn", "float8_e5m2"))
+#: elements per E8M0 scale along K in MX block scaling (OCP MX v1.0; asc-devkit MmadMx)
+MX_BLOCK = 32
+FORMAT_MAX.update({n: f.max for n, f in LOW_FORMATS.items() if n != "float8_e8m0"})
 
 
 @dataclass(frozen=True)

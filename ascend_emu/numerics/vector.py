@@ -24,6 +24,7 @@ from ..kernels import reduce as _kr
 from ..kernels import reduce_lead as _krl
 from ..kernels import vector as _kv
 from . import chain as _chain
+from . import lowfloat as _low
 from . import unary_tables as _tables
 
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
@@ -130,7 +131,15 @@ def _check_cast(dtype, rounding, overflow_mode, subnormals) -> tuple:
     return dst, rc, oc, sc
 
 
-def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subnormals: str = "keep"):
+def _is_low(dtype) -> bool:
+    try:
+        return dtype in _low.CAST_KEYS
+    except TypeError:   # an unhashable dtype-like
+        return False
+
+
+def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", subnormals: str = "keep",
+         source: str | None = None, keep_nan: bool = False):
     """Convert ``x`` to ``dtype`` as the Ascend vector unit's Cast does.
 
     Parameters
@@ -139,11 +148,17 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
         float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64 values; booleans
         and integers are taken exactly through float64.
     dtype : str or dtype
-        ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``.
-    rounding : {"rint", "round", "floor", "ceil", "trunc", "odd"}
+        ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; or one of the 950's
+        low-precision formats (``ascend_emu.numerics.lowfloat.LOW_FORMATS``: ``"hifloat8"``,
+        ``"float8_e4m3fn"``, ``"float8_e5m2"``, ``"float4_e2m1fn"``, ``"float4_e1m2"``,
+        ``"float8_e8m0"``) from float32, float16 or bfloat16 input: by name the result is the
+        uint8 codes, by an ml_dtypes dtype (float8_e4m3fn, float8_e5m2, float4_e2m1fn) an array of
+        that dtype (NUMERICS.md section 14 for the roundings and saturation).
+    rounding : {"rint", "round", "floor", "ceil", "trunc", "odd", "hybrid"} or None
         Ascend C ``CAST_*`` rounding of narrowing casts: nearest with ties to even,
         nearest with ties away from zero, toward -inf, toward +inf, toward zero, and
-        round to odd (truncate, then set the last bit if anything was dropped).
+        round to odd (truncate, then set the last bit if anything was dropped). None:
+        ``rint``, or a low format's default (hifloat8 ``round``; ``hybrid`` is hifloat8's other mode).
     overflow_mode : {"inf_nan", "saturation"}
         ``inf_nan``: IEEE 754 (overflow to Inf in the nearest modes and in the
         direction of a directed mode, else to the largest finite value; Inf and NaN
@@ -152,6 +167,12 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
     subnormals : {"keep", "flush"}
         ``flush`` turns subnormal results (and, for widening casts, subnormal inputs)
         into zeros of the same sign.
+    source : str or None
+        The low-precision format of integer codes ``x`` (e.g. ``"hifloat8"``, ``"float4_e1m2"``), to widen
+        exactly to ``dtype`` (float32, float64, and float16 / bfloat16 where exact); arrays of an ml_dtypes
+        format widen by their dtype without it.
+    keep_nan : bool
+        FP8 targets under saturation: NaN stays NaN (CTRL[50]).
 
     Returns
     -------
@@ -163,6 +184,12 @@ def cast(x, dtype, rounding: str = "rint", overflow_mode: str = "inf_nan", subno
         view (zero strides, e.g. ``np.broadcast_to``) gives a read-only broadcast view of
         its distinct values' cast.
     """
+    if source is not None or getattr(x, "dtype", None) in _low.LOW_DTYPES or _is_low(dtype):
+        return _low.cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan)
+    if keep_nan:
+        raise AscendEmuError("keep_nan applies to casts to the FP8 formats only")
+    if rounding is None:
+        rounding = "rint"
     try:
         checked = _CAST_CHECKED.get((dtype, rounding, overflow_mode, subnormals))
     except TypeError:   # an unhashable dtype-like
