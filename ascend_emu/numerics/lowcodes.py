@@ -132,6 +132,13 @@ CAST_KEYS = frozenset(LOW_FORMATS) | frozenset(LOW_DTYPES) | frozenset(
 _WIDE = ("float32", "float64", "float16", "bfloat16")
 
 
+def _is_same(dtype, f: config.LowFormat) -> bool:
+    try:
+        return dtype == f.name or (not isinstance(dtype, str) and LOW_DTYPES.get(np.dtype(dtype)) == f.name)
+    except TypeError:
+        return False
+
+
 def cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan):
     """``ascend_emu.cast`` to or from a low-precision format (its docstring says how)."""
     if subnormals != "keep":
@@ -145,9 +152,11 @@ def cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan):
             dst = config.dtype_name(dtype)
         except AscendEmuError:
             dst = None
-        if dst not in _WIDE or (dst == "float16" and f.name == "float8_e8m0"):
-            raise AscendEmuError(f"{f.name} widens exactly to {', '.join(_WIDE[:2 if f.name == 'float8_e8m0' else 4])}"
-                                 f"; got {dtype!r}")
+        if source is None and _is_same(dtype, f):
+            return a.copy(), 0                         # to its own dtype: an unchanged copy, as the other casts
+        wide = [w for w in _WIDE if not (w == "float16" and f.name == "float8_e8m0")]   # 2^-127 is no float16
+        if dst not in wide:
+            raise AscendEmuError(f"{f.name} widens exactly to {', '.join(wide)}; got {dtype!r}")
         if a.dtype in LOW_DTYPES:
             if LOW_DTYPES[a.dtype] != f.name:
                 raise AscendEmuError(f"source={f.name!r} but the input's dtype is {a.dtype}")
