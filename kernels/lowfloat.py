@@ -21,6 +21,7 @@ from numba import njit, prange
 
 from .codes import (CEIL, E1M2, E2M1, E4M3FN, E5M2, E8M0, FLOOR, HIF8, HIF8_INF, HIF8_MAX_CODE, HIF8_NAN, HYBRID,
                     LOW_IEEE, RINT, ROUND, SATURATION, ST_CONVERSION_OVERFLOW, ST_FP_OVERFLOW, TRUNC)
+from .parallel import or_all
 
 _IEEE = np.array(LOW_IEEE, dtype=np.int64)
 
@@ -267,48 +268,66 @@ def e8m0_from_f32(u: int, rounding: int):
     return (e + 127 if e >= -127 else 0), 0
 
 
+_CHUNK = 1 << 16
+
+
+@njit(cache=True)
+def _encode_span(src, out, fmt: int, rounding: int, overflow: int, keep_nan: bool, strict: bool) -> int:
+    """out[i] = code of float32 bits src[i] in ``fmt`` (one loop per format); returns the OR of the statuses."""
+    st = 0
+    if fmt == HIF8:
+        for i in range(src.size):
+            c, s = hif8_from_f32(np.int64(src[i]), rounding, overflow, strict)
+            out[i] = c
+            st |= s
+    elif fmt == E8M0:
+        for i in range(src.size):
+            c, s = e8m0_from_f32(np.int64(src[i]), rounding)
+            out[i] = c
+            st |= s
+    else:
+        for i in range(src.size):
+            c, s = ieee_from_f32(np.int64(src[i]), fmt, rounding, overflow, keep_nan)
+            out[i] = c
+            st |= s
+    return st
+
+
+@njit(cache=True)
+def _hif8_f16_span(src, out, rounding: int, overflow: int, strict: bool) -> int:
+    st = 0
+    for i in range(src.size):
+        c, s = hif8_from_f16(np.int64(src[i]), rounding, overflow, strict)
+        out[i] = c
+        st |= s
+    return st
+
+
 @njit(cache=True, parallel=True)
 def encode_f32(src, out, fmt: int, rounding: int, overflow: int, keep_nan: bool, strict: bool) -> int:
     """out[i] = code of float32 bits src[i] in ``fmt``; returns the OR of the status bits."""
     n = src.size
-    sts = np.zeros(n, dtype=np.uint16)
-    for i in prange(n):
-        u = np.int64(src[i])
-        if fmt == HIF8:
-            c, st = hif8_from_f32(u, rounding, overflow, strict)
-        elif fmt == E8M0:
-            c, st = e8m0_from_f32(u, rounding)
-        else:
-            c, st = ieee_from_f32(u, fmt, rounding, overflow, keep_nan)
-        out[i] = c
-        sts[i] = st
-    acc = 0
-    for i in range(n):
-        acc |= sts[i]
-    return acc
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _encode_span(src[lo:hi], out[lo:hi], fmt, rounding, overflow, keep_nan, strict)
+    return or_all(st)
 
 
 @njit(cache=True, parallel=True)
 def encode_hif8_f16(src, out, rounding: int, overflow: int, strict: bool) -> int:
     """out[i] = HiF8 code of fp16 bits src[i] (the ``half -> hifloat8_t`` rule); returns the OR of the status bits."""
     n = src.size
-    sts = np.zeros(n, dtype=np.uint16)
-    for i in prange(n):
-        c, st = hif8_from_f16(np.int64(src[i]), rounding, overflow, strict)
-        out[i] = c
-        sts[i] = st
-    acc = 0
-    for i in range(n):
-        acc |= sts[i]
-    return acc
+    nch = (n + _CHUNK - 1) // _CHUNK
+    st = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        lo = c * _CHUNK
+        hi = min(n, lo + _CHUNK)
+        st[c] = _hif8_f16_span(src[lo:hi], out[lo:hi], rounding, overflow, strict)
+    return or_all(st)
 
 
-@njit(cache=True, parallel=True)
-def decode(codes, table, out) -> None:
-    """out[i] = table[codes[i]] (float32 values of the codes, ``decode_table``)."""
-    for i in prange(codes.size):
-        out[i] = table[codes[i]]
-
-
-__all__ = ["E1M2", "E2M1", "E4M3FN", "E5M2", "E8M0", "HIF8", "HYBRID", "TRUNC", "decode", "decode_table",
+__all__ = ["E1M2", "E2M1", "E4M3FN", "E5M2", "E8M0", "HIF8", "HYBRID", "TRUNC", "decode_table",
            "encode_f32", "encode_hif8_f16", "hif8_value", "ieee_value"]

@@ -24,7 +24,7 @@ from ..kernels import reduce as _kr
 from ..kernels import reduce_lead as _krl
 from ..kernels import vector as _kv
 from . import chain as _chain
-from . import lowfloat as _low
+from . import lowcodes as _low
 from . import unary_tables as _tables
 
 _CAST_TARGETS = ("float16", "bfloat16", "float32", "float64")
