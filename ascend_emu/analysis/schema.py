@@ -229,7 +229,9 @@ def _shape_size(shape):
 
 #: dtype names a dump may hold besides numpy's numeric ones ("string", "variant": recorded, never written)
 EXTRA_DTYPES = frozenset({"string", "variant"} | {n for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-                                                   "float8_e5m2fnuz", "float8_e4m3b11fnuz") if hasattr(ml_dtypes, n)})
+                                                   "float8_e5m2fnuz", "float8_e4m3b11fnuz") if hasattr(ml_dtypes, n)}
+                           # the 950's formats stored as codes (dump/format.py CODED_FORMATS)
+                           | {"hifloat8", "float4_e1m2", "float8_e8m0"})
 
 
 def _dtype_name(name):

@@ -40,8 +40,8 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--precision-mode-v2", default=None, choices=tuple(PRECISION_MODES_V2),
                    help="CANN precision_mode_v2 instead of --precision-mode (not both): fp16 = force_fp16, origin = "
                         "must_keep_origin_dtype, cube_fp16in_fp32out, mixed_float16 = allow_mix_precision, "
-                        "mixed_bfloat16 = allow_mix_precision_bf16 (mixed_hif8, cube_hif8: the 950's HiFloat8, "
-                        "not modelled yet)")
+                        "mixed_bfloat16 = allow_mix_precision_bf16 ; mixed_hif8, cube_hif8: "
+                        "the Ascend950's HiFloat8 cube operands")
     p.set_defaults(training_defaults=training)
     p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
                    help="default: the SoC's (Ascend910, Ascend310P3 saturation; the others inf_nan)")
@@ -57,6 +57,11 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--cce-ftz", choices=("on", "off"), default=None,
                    help="Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div flush subnormals (the 950's --cce-ftz; default: the "
                         "SoC's, on for Ascend950 only)")
+    p.add_argument("--hif8-rounding", choices=("round", "hybrid"), default="round",
+                   help="cube_hif8 / mixed_hif8: rounding of the Casts to HiFloat8 (default round: half away from 0)")
+    p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default="16bit",
+                   help="cube_hif8 / mixed_hif8: output dtype of a HiFloat8 cube op (default 16bit: fp16, bf16 for "
+                        "a bf16 op)")
     if fusion:
         p.add_argument("--fusion-switch", metavar="FILE",
                        help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
@@ -121,7 +126,8 @@ def _device_options(a, cm, fusion) -> dict:
                 run_seed=a.run_seed if a.run_seed is not None else 0,
                 multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None,
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
-                cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on")
+                cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
+                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out)
 
 
 def _rules_arg(p):

@@ -97,6 +97,11 @@ class Device:
     cce_ftz : bool or None
         Whether Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div flush subnormals (the 950's ``--cce-ftz``; None: the
         SoC's default, on for Ascend950 only; NUMERICS.md section 13).
+    hif8_rounding, hif8_cube_out
+        Under precision_mode_v2 cube_hif8 / mixed_hif8 (Ascend950): the rounding of the inserted Casts to
+        HiFloat8 (``"round"``, half away from zero, or ``"hybrid"``) and a HiFloat8 cube op's output dtype
+        (``"16bit"``: float16, bfloat16 for a bfloat16 op; or ``"float32"``); both assumptions (NUMERICS.md
+        section 13).
     """
 
     def __init__(self, precision_mode: str | None = None, *, precision_mode_v2: str | None = None,
@@ -106,15 +111,16 @@ class Device:
                  op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
                  multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint",
-                 cce_ftz: bool | None = None):
+                 cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit"):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
                                        deterministic_level=deterministic_level, run_seed=run_seed,
                                        multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding,
-                                       cce_ftz=cce_ftz)
+                                       cce_ftz=cce_ftz, hif8_rounding=hif8_rounding)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
-        self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2)
+        self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2,
+                                         hif8_cube_out=hif8_cube_out)
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
         self._fusion_cache: dict = {}
@@ -134,6 +140,7 @@ class Device:
     allow_hf32 = property(lambda self: self.numerics.allow_hf32)
     hf32_rounding = property(lambda self: self.numerics.hf32_rounding)
     cce_ftz = property(lambda self: self.numerics.cce_ftz)
+    hif8_rounding = property(lambda self: self.numerics.hif8_rounding)
 
     # -- configuration -------------------------------------------------------------------
     def config(self) -> dict:
@@ -148,6 +155,7 @@ class Device:
             # the run seed only matters with determinism off: deterministic runs write identical manifests
             "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
             "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"], "cce_ftz": n["cce_ftz"],
+            "hif8_rounding": n["hif8_rounding"],
         }
 
     # -- what the SoC's cube does with float32 --------------------------------------------------

@@ -23,11 +23,17 @@ PRECISION_MODES = ("force_fp16", "force_fp32", "cube_fp16in_fp32out", "allow_fp3
                    "must_keep_origin_dtype", "allow_mix_precision", "allow_mix_precision_fp16",
                    "allow_mix_precision_bf16", "allow_fp32_to_bf16")
 _ALIASES = {"force_fp32": "cube_fp16in_fp32out", "allow_mix_precision": "allow_mix_precision_fp16"}
-#: CANN's precision_mode_v2 values and the precision_mode each is (ASCEND-FACTS section 12; hicann/ge
-#: fe_context_utils.cc); None: a mode of the Ascend950's HiFloat8, not modelled yet
+#: the Ascend950's HiFloat8 modes: GE's ENUM_CUBE_HIF8 / ENUM_MIXED_HIF8, reachable through precision_mode_v2 only
+HIF8_MODES = ("cube_hif8", "mixed_hif8")
+#: CANN's precision_mode_v2 values and the mode each is (ASCEND-FACTS section 12; hicann/ge fe_context_utils.cc)
 PRECISION_MODES_V2 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype",
                       "cube_fp16in_fp32out": "cube_fp16in_fp32out", "mixed_float16": "allow_mix_precision",
-                      "mixed_bfloat16": "allow_mix_precision_bf16", "mixed_hif8": None, "cube_hif8": None}
+                      "mixed_bfloat16": "allow_mix_precision_bf16", "mixed_hif8": "mixed_hif8",
+                      "cube_hif8": "cube_hif8"}
+#: where a HiFloat8 cube op's output goes (hif8_cube_out): "16bit" = float16 (bfloat16 for a bfloat16 op), the
+#: type after hifloat8 in GE's preference list; "float32" (NUMERICS.md section 13, an assumption)
+HIF8_CUBE_OUTS = ("16bit", "float32")
+
 #: the TF adapter's (and ATC's) inference default on every SoC
 INFERENCE_PRECISION_DEFAULT = "force_fp16"
 #: the TF adapter's training default per SoC (ASCEND-FACTS sections 10 and 12): origin
@@ -56,13 +62,16 @@ def resolve_mode(precision_mode=None, precision_mode_v2=None, soc="Ascend910", t
             raise AscendEmuError(f"unknown precision_mode_v2 {precision_mode_v2!r}{hint}; choose one of: "
                                  f"{', '.join(PRECISION_MODES_V2)}")
         mode = PRECISION_MODES_V2[precision_mode_v2]
-        if mode is None:
-            where = ("ascend-emu does not model HiFloat8 yet" if chip.name == "Ascend950"
-                     else f"it is a mode of the Ascend950's HiFloat8, which {chip.name} lacks")
-            raise AscendEmuError(f"precision_mode_v2 {precision_mode_v2} cannot run on {chip.name}: {where}; "
-                                 "choose fp16, origin, cube_fp16in_fp32out, mixed_float16 or mixed_bfloat16")
+        if mode in HIF8_MODES and "hifloat8" not in chip.cube_dtypes:
+            with_hif8 = ", ".join(n for n, c in _SOCS.items() if "hifloat8" in c.cube_dtypes)
+            raise AscendEmuError(f"precision_mode_v2 {precision_mode_v2} cannot run on {chip.name}: its cube has no "
+                                 f"HiFloat8 (GE refuses the mode); choose fp16, origin, cube_fp16in_fp32out, "
+                                 f"mixed_float16 or mixed_bfloat16, or --soc {with_hif8}")
         option = "precision_mode_v2"
     elif precision_mode is not None:
+        if precision_mode in HIF8_MODES:
+            raise AscendEmuError(f"{precision_mode} is a precision_mode_v2 value, not a precision_mode one; pass "
+                                 f"--precision-mode-v2 {precision_mode} (precision_mode_v2={precision_mode!r})")
         mode, option = precision_mode, "precision_mode"
     else:
         mode = chip.train_precision_default if training else INFERENCE_PRECISION_DEFAULT
@@ -77,6 +86,8 @@ def resolve_mode(precision_mode=None, precision_mode_v2=None, soc="Ascend910", t
 
 
 def canonical_mode(mode: str) -> str:
+    if mode in HIF8_MODES:
+        return mode
     if mode not in PRECISION_MODES:
         close = difflib.get_close_matches(str(mode), PRECISION_MODES, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -170,7 +181,7 @@ class PrecisionPolicy:
     """Decides each op's compute dtype under a precision mode and mix lists."""
 
     def __init__(self, precision_mode: str = "force_fp16", modify_mixlist=None, *, option: str = "precision_mode",
-                 precision_mode_v2: str | None = None):
+                 precision_mode_v2: str | None = None, hif8_cube_out: str = "16bit"):
         self.mode = canonical_mode(precision_mode)
         self.requested_mode = precision_mode
         #: which option set the mode (precision_mode, precision_mode_v2 or default) and the v2 value
@@ -180,6 +191,37 @@ class PrecisionPolicy:
         if modify_mixlist is not None:
             self.lists = self.lists.modify(modify_mixlist)
         self.reduced = "bfloat16" if self.mode in ("allow_mix_precision_bf16", "allow_fp32_to_bf16") else "float16"
+        if hif8_cube_out not in HIF8_CUBE_OUTS:
+            raise AscendEmuError(f"unknown hif8_cube_out {hif8_cube_out!r}; choose one of: {', '.join(HIF8_CUBE_OUTS)}")
+        self.hif8_cube_out = hif8_cube_out
+
+    def _hif8(self, orig: str, lst, why: str) -> Decision:
+        """A cube op with HiFloat8 operands; its output in hif8_cube_out (16bit: bf16 for a bf16 op, else fp16)."""
+        out = ("bfloat16" if orig == "bfloat16" else "float16") if self.hif8_cube_out == "16bit" else "float32"
+        return Decision("hifloat8", out, lst, f"{why}: HiFloat8 operands, {out} out")
+
+    def _decide_hif8(self, cube: bool, ascend_op: str, orig: str, producer_dtypes) -> Decision:
+        """cube_hif8 / mixed_hif8, after GE's dtype tables (hicann/ge op_dtype_selection_strategy_table_select_map.h):
+        white [hif8, 16-bit, fp32], black keeps the original dtype, gray follows its producers (none: as black).
+        Only cube ops take HiFloat8 (the vector unit's ops have no HiFloat8 kernels: assumed), so a white vector op
+        gets the 16-bit type next in the table."""
+        half = "bfloat16" if orig == "bfloat16" else "float16"
+        if self.mode == "cube_hif8":
+            if cube:
+                return self._hif8(orig, None, "cube_hif8: a cube op")
+            return Decision(orig, None, None, "cube_hif8: a vector op keeps its original dtype")
+        lst = self.lists.classify(ascend_op)
+        if lst == "white":
+            if cube:
+                return self._hif8(orig, "white", "white list")
+            return Decision(half, None, "white", f"white list, no HiFloat8 vector kernel: runs in {half}")
+        if lst == "black" or not producer_dtypes:
+            why = "black list" if lst == "black" else "gray list, no producer"
+            return Decision(orig, orig if cube else None, lst, f"{why}: keeps the original dtype")
+        low = [d for d in producer_dtypes if d in ("float16", "bfloat16")]
+        if low:
+            return Decision(low[0], low[0] if cube else None, "gray", f"gray list: an input comes from a {low[0]} producer")
+        return Decision(orig, orig if cube else None, "gray", "gray list: its producers run in the original dtype")
 
     def decide(self, kind: str, ascend_op: str, orig: str, producer_dtypes: list[str]) -> Decision:
         """Compute dtype for an op of ``kind`` (cube/vector/move) with original dtype ``orig``.
@@ -190,6 +232,8 @@ class PrecisionPolicy:
         cube = kind == "cube"
         red = self.reduced
         m = self.mode
+        if m in HIF8_MODES:
+            return self._decide_hif8(cube, ascend_op, orig, producer_dtypes)
         if m == "must_keep_origin_dtype":
             return Decision(orig, orig if cube else None, None, "must_keep_origin_dtype keeps the original dtype")
         if m == "force_fp16":
@@ -219,4 +263,5 @@ class PrecisionPolicy:
     def to_dict(self) -> dict:
         return {"precision_mode": self.requested_mode, "canonical_mode": self.mode, "reduced_dtype": self.reduced,
                 "precision_mode_v2": self.mode_v2, "precision_mode_option": self.option,
+                **({"hif8_cube_out": self.hif8_cube_out} if self.mode in HIF8_MODES else {}),
                 "mixlist_source": self.lists.source}

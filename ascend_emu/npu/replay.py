@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ..analysis.dump.format import Coded
 from ..errors import AscendEmuError, UnsupportedOpError
 from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
@@ -159,7 +160,7 @@ class _Run:
                                fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
-        for dtype in ("float16", "bfloat16", "float32", "hfloat32"):
+        for dtype in ("float16", "bfloat16", "float32", "hfloat32", "hifloat8"):
             self.casts.pop((ref, dtype), None)
 
     def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
@@ -193,6 +194,16 @@ class _Run:
 
             def convert():
                 return to_hf32(value, rounding, overflow_mode=mode, subnormals=subnormals)
+        elif dtype == "hifloat8":   # a cube operand under cube_hif8 / mixed_hif8 (NUMERICS.md section 13)
+            from ..numerics.lowfloat import decode, encode
+
+            rounding = self.dev.numerics.hif8_rounding
+
+            def convert():
+                # every HiFloat8 value is exact in float16 (at most 4 significant bits, 2^-23 .. 2^15), so the
+                # rounded operand travels as float16 and the dump stores its codes
+                codes, st = encode(value, "hifloat8", rounding=rounding, overflow_mode=mode)
+                return decode(codes, "hifloat8").astype(np.float16).reshape(np.shape(value)), st
         else:
             def convert():
                 return cast(value, dtype, overflow_mode=mode, subnormals=subnormals)
@@ -207,7 +218,7 @@ class _Run:
         out, ctx_status = (_memo.memo(value, ("cast", dtype, mode, subnormals, rounding), convert) if folded
                            else convert())
         rec = self._cast_record(ref, value, dtype, folded, ctx_status)
-        self._record(rec, [out])
+        self._record(rec, [Coded(out, "hifloat8") if dtype == "hifloat8" else out])
         self.casts[key] = out
         if self.keep:
             self.cast_outputs[rec.name + ":0"] = out
@@ -218,12 +229,16 @@ class _Run:
     def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
         """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
-        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32"}[dtype]
+        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32", "hifloat8": "hif8"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
         if dtype == "hfloat32":
             n = self.dev.numerics
             why = (f"HF32: a float32 cube operand rounded to 11 significant bits ({n.hf32_rounding}) before the "
                    f"cube's products (allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
+        elif dtype == "hifloat8":
+            n = self.dev.numerics
+            why = (f"HiFloat8: a cube operand rounded to HiFloat8 ({n.hif8_rounding}) under "
+                   f"{self.dev.precision.mode} on {n.soc}")
         else:
             why = f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
         rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
@@ -337,7 +352,9 @@ class _Run:
                 # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in
                 casts.extend((i, "hfloat32") for i in float_idx
                              if not (i >= 2 and node.op.startswith("_Fused")) and i not in opdef.fp32_inputs)
-        if opdef.kind == CUBE:
+        if opdef.kind == CUBE and dec.dtype == "hifloat8":
+            compute = "hifloat8"    # its operands: HiFloat8 (as float16 values), the products accumulated in float32
+        elif opdef.kind == CUBE:
             compute = None      # the cube's output dtype, from the op's context
         elif node.op == "Cast":
             compute = False     # a Cast computes in the dtype it converts to
@@ -358,7 +375,7 @@ class _Run:
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        ctx = self._context(dec.dtype, dec.cube_out, node)
+        ctx = self._context("float16" if dec.dtype == "hifloat8" else dec.dtype, dec.cube_out, node)
         fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx)

@@ -220,6 +220,8 @@ HF32_FAMILIES = ("conv", "matmul")
 HF32_ROUNDINGS = ("rint", "trunc", "round")
 #: the vector unit's ops (numerics.vector names) whose INTRINSIC algorithm follows ``--cce-ftz`` on the
 #: Ascend950: subnormal inputs read as zero and subnormal results flush to zero (ASCEND-FACTS.md section 12)
+#: the roundings of the graph's Casts to HiFloat8 under cube_hif8 / mixed_hif8 (the 950's Cast admits these two)
+HIF8_CAST_ROUNDINGS = ("round", "hybrid")
 FTZ_OPS = frozenset(("exp", "log", "reciprocal", "sqrt", "rsqrt", "realdiv"))
 
 
@@ -399,6 +401,9 @@ class NumericsPolicy:
         Whether the vector unit's Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div (:data:`FTZ_OPS`) read subnormal
         inputs as zero and flush subnormal results (the 950's ``--cce-ftz``; False: its ``*_FTZ_FALSE``
         kernels). None takes the SoC's default (on for Ascend950, off elsewhere; on elsewhere is a what-if).
+    hif8_rounding : {"round", "hybrid"}
+        The rounding of the Casts to HiFloat8 that cube_hif8 / mixed_hif8 insert: half away from zero (the
+        default, an assumption) or the 950's hybrid rounding.
     """
 
     soc: str = "Ascend910"
@@ -415,6 +420,7 @@ class NumericsPolicy:
     allow_hf32: object = None
     hf32_rounding: str = "rint"
     cce_ftz: bool | None = None
+    hif8_rounding: str = "round"
 
     def __post_init__(self):
         chip = soc(self.soc)
@@ -423,6 +429,9 @@ class NumericsPolicy:
             object.__setattr__(self, "cce_ftz", chip.ftz)
         if not isinstance(self.cce_ftz, bool):
             raise AscendEmuError(f"cce_ftz must be True, False or None (the SoC's default), not {self.cce_ftz!r}")
+        if self.hif8_rounding not in HIF8_CAST_ROUNDINGS:
+            raise AscendEmuError(f"unknown hif8_rounding {self.hif8_rounding!r}; choose one of: "
+                                 f"{', '.join(HIF8_CAST_ROUNDINGS)}")
         object.__setattr__(self, "allow_hf32", hf32_families(self.allow_hf32, chip))
         if self.hf32_rounding not in HF32_ROUNDINGS:
             raise AscendEmuError(f"unknown hf32_rounding {self.hf32_rounding!r}; choose one of: "
@@ -476,4 +485,4 @@ class NumericsPolicy:
                 "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
                 "run_seed": self.run_seed, "multicore": self.multicore.to_dict(),
                 "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding,
-                "cce_ftz": self.cce_ftz}
+                "cce_ftz": self.cce_ftz, "hif8_rounding": self.hif8_rounding}

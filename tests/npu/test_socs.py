@@ -62,7 +62,7 @@ def test_the_table_holds_five_socs_and_their_aliases(capsys):
     (["--soc", "Ascend310P", "--precision-mode", "allow_fp32_to_bf16"], "Ascend310P3 lacks"),
     (["--precision-mode", "force_fp16", "--precision-mode-v2", "fp16"], "both given"),
     (["--soc", "Ascend910B", "--precision-mode-v2", "cube_hif8"], "HiFloat8"),
-    (["--soc", "Ascend950", "--precision-mode-v2", "mixed_hif8"], "does not model HiFloat8"),
+    (["--soc", "Ascend310P3", "--precision-mode-v2", "mixed_hif8"], "Ascend310P3: its cube has no HiFloat8"),
     (["--soc", "Ascend910", "--allow-hf32", "conv"], "Ascend910 has no HF32"),
     (["--soc", "Ascend910B", "--allow-hf32", "gemm"], "unknown op family 'gemm'"),
 ])

@@ -36,6 +36,7 @@ The manifest holds no timestamps: the same run gives the same bytes.
 """
 from __future__ import annotations
 
+from .format import CODED_FORMATS, Coded  # noqa: F401
 from .format import (CHUNK, FORMAT, KINDS, LOCK, MANIFEST, MARKER, MAX_MANIFEST_BYTES, VARIANT,  # noqa: F401
                      VERSION, _dtype_from_name, json_safe)
 from .stats import dump_bytes, fmt_bytes, tensor_stats  # noqa: F401

@@ -31,6 +31,21 @@ _ML_DTYPES = {name: np.dtype(getattr(ml_dtypes, name)) for name in (
     "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
     if hasattr(ml_dtypes, name)}
 _STAT_FIELDS = ("max", "min", "mean", "l2norm")
+#: formats no numpy or ml_dtypes type holds (the 950's HiFloat8, FP4 E1M2, the E8M0 scale): a tensor of one is
+#: stored as its uint8 codes and read back widened exactly to float32 (numerics.lowfloat.decode)
+CODED_FORMATS = ("hifloat8", "float4_e1m2", "float8_e8m0")
+
+
+class Coded:
+    """An output the writer stores as codes of ``fmt`` (one of :data:`CODED_FORMATS`): ``values`` holds the
+    format's values exactly (float16 or float32)."""
+
+    __slots__ = ("values", "fmt")
+
+    def __init__(self, values, fmt: str):
+        if fmt not in CODED_FORMATS:
+            raise ValueError(f"not a coded format: {fmt!r}")
+        self.values, self.fmt = values, fmt
 #: largest manifest read (the manifest of a very large model is a few MB)
 MAX_MANIFEST_BYTES = 256 << 20
 
@@ -135,6 +150,8 @@ def _is_string(arr: np.ndarray) -> bool:
 
 
 def _dtype_from_name(name: str) -> np.dtype:
+    if name in CODED_FORMATS:
+        return np.dtype(np.uint8)
     if name in _ML_DTYPES:
         return _ML_DTYPES[name]
     return np.dtype(name)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import DumpError
 from ...fileio import check_path, open_in_dump, os_error_text, parse_json, read_text
-from .format import (_STAT_FIELDS, _TENSOR_FILE, CHUNK, FORMAT, MANIFEST, MARKER, MAX_MANIFEST_BYTES, VERSION,
+from .format import (_STAT_FIELDS, _TENSOR_FILE, CHUNK, CODED_FORMATS, FORMAT, MANIFEST, MARKER, MAX_MANIFEST_BYTES, VERSION,
                      _decode_float, _dtype_from_name, _storage)
 
 _RERUN = "re-run the replay (or reference) that writes it"
@@ -136,6 +136,8 @@ class Dump:
             with self._open(os.path.basename(fpath)) as f:
                 f.seek(offset)
                 arr = np.fromfile(f, dtype=stored, count=count).reshape(shape, order=order)
+        if self.op(name)["outputs"][index]["dtype"] in CODED_FORMATS:
+            return _widen(arr, self.op(name)["outputs"][index]["dtype"])
         return arr.view(dtype) if stored != dtype else arr
 
     def chunks(self, name: str, index: int = 0, chunk: int = CHUNK):
@@ -146,6 +148,8 @@ class Dump:
         is requested. (Fortran-ordered files, which DumpWriter never writes, are loaded whole.)
         """
         fpath, stored, dtype, shape, offset, fortran = self._locate(name, index)
+        coded = self.op(name)["outputs"][index]["dtype"]
+        coded = coded if coded in CODED_FORMATS else None
         count = int(np.prod(shape, dtype=np.int64))
         if fortran:
             flat = np.ascontiguousarray(self.tensor(name, index, mmap=True)).reshape(-1)
@@ -163,10 +167,17 @@ class Dump:
                 if got != k * stored.itemsize:
                     raise DumpError(f"dump {self.path}: tensor file {os.path.basename(fpath)} is truncated; {_RERUN}")
                 done += k
-                yield view.view(dtype) if stored != dtype else view
+                yield (_widen(view, coded) if coded else view.view(dtype) if stored != dtype else view)
 
     def output_stats(self, name: str, index: int = 0) -> dict:
         return self.op(name)["outputs"][index]
+
+
+def _widen(codes: np.ndarray, fmt: str) -> np.ndarray:
+    """float32 values of the codes of coded format ``fmt`` (exact)."""
+    from ...numerics.lowfloat import decode
+
+    return decode(np.asarray(codes), fmt).reshape(np.shape(codes))
 
 
 def _check_manifest(path: str, m, *, label: str = "manifest.json", fix: str = _RERUN) -> None:

@@ -22,6 +22,7 @@ from ...errors import AscendEmuError
 from ...fileio import O_NOFOLLOW, check_output_dir, os_error_text
 from ...graph.core import tensor_name
 from ...numerics.status import decode_status
+from .format import Coded
 from .format import (_MARKER_HEAD, _STAT_FIELDS, _TENSOR_FILE, _TMP_MANIFEST, FORMAT, KINDS, LOCK, MANIFEST,
                      MARKER, MAX_MANIFEST_BYTES, VARIANT, VERSION, _attrs_subset, _dtype_from_name, _is_string,
                      _is_variant, _stem, _storage, json_safe)
@@ -279,6 +280,20 @@ class DumpWriter:
         self._stems.add(stem.lower())
         return stem
 
+    def _coded(self, t: Coded, stem, i: int, status: int) -> dict:
+        """The manifest entry of output ``i`` held as codes of a coded format (its file, if ``stem``)."""
+        from ...numerics.lowfloat import encode
+
+        vals = np.asarray(t.values)
+        fname = None
+        if stem is not None:
+            codes, _ = encode(vals, t.fmt)     # exact: the values are the format's own
+            fname = f"{stem}.{i}.npy"
+            self._write_tensor(fname, np.ascontiguousarray(codes.reshape(vals.shape)))
+        st = tensor_stats(vals)
+        return {"index": i, "file": fname, "dtype": t.fmt, "shape": [int(d) for d in vals.shape],
+                **{k: json_safe(st[k]) for k in _STAT_FIELDS}, "nan": st["nan"], "inf": st["inf"], "status": status}
+
     def add_op(self, name: str, tf_type: str, ascend_type: str, engine: str, compute_dtype, inputs,
                outputs, status=0, *, attrs: dict | None = None, precision: dict | None = None,
                fusion: dict | None = None, fp32_check: dict | None = None, phase: str | None = None) -> dict:
@@ -316,6 +331,9 @@ class DumpWriter:
         for i, arr in enumerate(outputs):
             if isinstance(arr, StatsOnly):
                 outs.append({"index": i, **arr.entry(), "status": out_status[i]})
+                continue
+            if isinstance(arr, Coded):
+                outs.append(self._coded(arr, stem if keep else None, i, out_status[i]))
                 continue
             arr = np.asarray(arr)
             if _is_variant(arr):
