@@ -196,15 +196,17 @@ def test_fp16_segment_and_scatter_sums_match_their_oracle():
     bits_equal(run_op("TensorScatterAdd", base, ind, d, ctx=OpContext(dtype="float16"))[0], to16(add))
 
 
+@pytest.mark.parametrize("out", ["float16", "float32"])
 @pytest.mark.parametrize("order", ["hwc", "c1hwc0"])
-def test_fp16_conv3d_is_the_cube_model_over_its_k_order(order):
+def test_fp16_conv3d_is_the_cube_model_over_its_k_order(order, out):
     """Each output voxel is one naive_cube dot over its patch in the K order (kd, kh, kw, c) or
-    (kd, c // 16, kh, kw, c % 16), zero-padded; bias-free, rounded once by the fixpipe."""
+    (kd, c // 16, kh, kw, c % 16), zero-padded; bias-free, converted once by the fixpipe (fp16 out, or float32 out
+    as under cube_fp16in_fp32out, where the two orders give different bits: 31 of these 48 outputs)."""
     model = CubeModel(conv_k_order=order)
     x, w = f(1, 3, 4, 4, 3).astype(np.float16), f(2, 2, 3, 3, 2).astype(np.float16)
     st, pads = (1, 2, 1), ((0, 1), (0, 0), (1, 1))     # SAME for these shapes
     got = run_op("Conv3D", x, w, strides=[1, *st, 1], padding="SAME",
-                 ctx=OpContext(dtype="float16", cube_model=model))[0]
+                 ctx=OpContext(dtype="float16", cube_out=out, cube_model=model))[0]
     xp = np.pad(x.astype(np.float64), [(0, 0), *pads, (0, 0)])
     od, oh, ow = got.shape[1:4]
     kd, kh, kw, c, co = w.shape
@@ -220,7 +222,7 @@ def test_fp16_conv3d_is_the_cube_model_over_its_k_order(order):
             terms[key] = (xv, wv)
         keys = sorted(terms)
         acc[(0, *o)] = naive_cube.dot([terms[k][0] for k in keys], [terms[k][1] for k in keys], 0.0, **kwargs)
-    want, _ = naive_cube.finish(acc, "float16")
+    want, _ = naive_cube.finish(acc, out)
     bits_equal(got, want)
 
 
