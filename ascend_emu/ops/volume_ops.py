@@ -132,3 +132,62 @@ def avg_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     _ndhwc(data_format)
     v, cnt = _pool_windows(to64(x), _dhw(ksize, "ksize"), _dhw(strides, "strides"), padding, 0.0)
     return finish(ctx, v.sum(axis=(-1, -2, -3)) / cnt)
+
+
+# ------------------------------------------------------------------------------ the gradients of Conv3D
+
+def _geometry(strides, dilations, padding, in_shape, ksize):
+    st, dl = _dhw(strides, "strides"), _dhw(dilations, "dilations")
+    pads, out = _pads3(padding, in_shape, ksize, st, dl)
+    return st, dl, pads, out
+
+
+@register("Conv3DBackpropInputV2", kind=CUBE)
+def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
+                             data_format="NDHWC"):
+    """dx as Conv2DBackpropInput's model in 3D (NUMERICS.md section 8): the stride-1 VALID convolution (dilations
+    kept) of dy with ``stride - 1`` zeros inserted between its voxels, padded by ``(K-1)*d - pad_before`` in front
+    (negative: cropped), with the filter rotated by 180 degrees and its channels swapped; K = KD*KH*KW*Cout in
+    the Conv3D order of ``conv_k_order``, the inserted zeros +0 products."""
+    from ..numerics.cube import matmul
+
+    _ndhwc(data_format)
+    shape = as_int_list(input_sizes)
+    w, dy = np.asarray(w), np.asarray(dy)
+    st, dl, pads, out = _geometry(strides, dilations, padding, shape[1:4], w.shape[:3])
+    if list(dy.shape) != [shape[0], *out, w.shape[4]]:
+        raise AscendEmuError(f"Conv3DBackpropInputV2: out_backprop of shape {dy.shape} does not match the forward "
+                             f"output {[shape[0], *out, w.shape[4]]}")
+    z = np.zeros((dy.shape[0], *[(o - 1) * s + 1 for o, s in zip(out, st)], dy.shape[4]), dy.dtype)
+    z[:, ::st[0], ::st[1], ::st[2]] = dy
+    for ax in range(3):
+        span = (w.shape[ax] - 1) * dl[ax]
+        before = span - pads[ax][0]
+        after = shape[1 + ax] + span - z.shape[1 + ax] - before
+        widths = [(0, 0)] * 5
+        widths[1 + ax] = (max(before, 0), max(after, 0))
+        z = np.pad(z, widths)
+        keep = [slice(None)] * 5
+        keep[1 + ax] = slice(max(-before, 0), z.shape[1 + ax] - max(-after, 0))
+        z = z[tuple(keep)]
+    wr = np.ascontiguousarray(w[::-1, ::-1, ::-1].transpose(0, 1, 2, 4, 3))
+    order = ctx.cube_model.conv_k_order
+    a = conv3d_patches(z, wr.shape[:3], (1, 1, 1), dl, [(0, 0)] * 3, shape[1:4], order)
+    y = _record(ctx, matmul(a, conv3d_filter_rows(wr, order), **_cube_kw(ctx)))
+    return y.reshape(shape)
+
+
+@register("Conv3DBackpropFilterV2", kind=CUBE)
+def conv3d_backprop_filter_v2(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
+                              data_format="NDHWC"):
+    """dw = im2col(x)^T @ dy as one matmul, K = N*OD*OH*OW in (n, od, oh, ow) order (Conv2DBackpropFilter's
+    model, NUMERICS.md section 8)."""
+    from ..numerics.cube import matmul
+
+    _ndhwc(data_format)
+    fs = as_int_list(filter_sizes)
+    x, dy = np.asarray(x), np.asarray(dy)
+    st, dl, pads, out = _geometry(strides, dilations, padding, x.shape[1:4], fs[:3])
+    p = conv3d_patches(x, fs[:3], st, dl, pads, out, "hwc")
+    y = _record(ctx, matmul(p, np.ascontiguousarray(dy.reshape(-1, fs[4])), transpose_a=True, **_cube_kw(ctx)))
+    return y.reshape(fs)

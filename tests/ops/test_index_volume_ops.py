@@ -240,3 +240,43 @@ def test_fp16_pools_3d():
         want_av[0, d, i, j, ch] = sum(win) / len(win)   # exact in float64 for these few fp16 values
     bits_equal(mx, want_mx)
     bits_equal(av, naive.round_f64(want_av, "float16")[0].view(np.float16))
+
+
+@pytest.mark.parametrize("padding,st", [("SAME", (1, 2, 2)), ("VALID", (2, 1, 2)), ("SAME", (2, 2, 1))])
+def test_conv3d_gradients_float32(padding, st):
+    """Conv3DBackpropInputV2 / FilterV2 against TF's float32 kernels (another summation order: cosine)."""
+    import tensorflow as tf
+
+    x, w = f(2, 5, 6, 7, 3), f(2, 3, 2, 3, 4)
+    kw = dict(strides=[1, *st, 1], padding=padding)
+    y = tf.raw_ops.Conv3D(input=x, filter=w, **kw).numpy()
+    dy = f(*y.shape)
+    ref = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=x.shape, filter=w, out_backprop=dy, **kw).numpy()
+    ours = run_op("Conv3DBackpropInputV2", np.array(x.shape, np.int32), w, dy, **kw)[0]
+    assert ours.shape == ref.shape and cosine(ours, ref) >= 0.99999
+    ref = tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=w.shape, out_backprop=dy, **kw).numpy()
+    ours = run_op("Conv3DBackpropFilterV2", x, np.array(w.shape, np.int32), dy, **kw)[0]
+    assert ours.shape == ref.shape and cosine(ours, ref) >= 0.99999
+
+
+def test_fp16_conv3d_backprop_input_is_the_cube_model_over_the_zero_inserted_dy():
+    """Each dx voxel is one naive_cube dot over (kd, kh, kw, cout) of the zero-inserted, padded dy (the inserted
+    and padded zeros are +0 products) times the rotated filter; float32 out (cube_fp16in_fp32out)."""
+    x_shape, w = (1, 4, 5, 4, 2), f(2, 3, 2, 2, 3).astype(np.float16)
+    st, pads = (2, 2, 1), ((0, 0), (1, 1), (0, 1))           # SAME: out (2, 3, 4)
+    dy = f(1, 2, 3, 4, 3).astype(np.float16)
+    got = run_op("Conv3DBackpropInputV2", np.array(x_shape, np.int32), w, dy, strides=[1, *st, 1], padding="SAME",
+                 ctx=OpContext(dtype="float16", cube_out="float32"))[0]
+    kd, kh, kw, c, co = w.shape
+    acc = np.empty(x_shape)
+    for n, z, y, x_, ch in itertools.product(*map(range, x_shape)):
+        av, bv = [], []
+        for a, b, e, o in itertools.product(range(kd), range(kh), range(kw), range(co)):
+            # the forward output voxel whose tap (kd-1-a, ...) reads input (z, y, x_)
+            pos = [z + pads[0][0] - (kd - 1 - a), y + pads[1][0] - (kh - 1 - b), x_ + pads[2][0] - (kw - 1 - e)]
+            ok = all(p % s == 0 and 0 <= p // s < dy.shape[1 + i] for i, (p, s) in enumerate(zip(pos, st)))
+            av.append(float(dy[n, pos[0] // st[0], pos[1] // st[1], pos[2] // st[2], o]) if ok else 0.0)
+            bv.append(float(w[kd - 1 - a, kh - 1 - b, kw - 1 - e, ch, o]))
+        acc[n, z, y, x_, ch] = naive_cube.dot(av, bv, 0.0)
+    want, _ = naive_cube.finish(acc, "float32")
+    bits_equal(got, want)
