@@ -191,3 +191,44 @@ def conv3d_backprop_filter_v2(x, filter_sizes, dy, *, ctx, strides, padding, dil
     p = conv3d_patches(x, fs[:3], st, dl, pads, out, "hwc")
     y = _record(ctx, matmul(p, np.ascontiguousarray(dy.reshape(-1, fs[4])), transpose_a=True, **_cube_kw(ctx)))
     return y.reshape(fs)
+
+
+# ------------------------------------------------------------------------------ the gradients of the 3D pools
+
+def _windows_of(shape, ksize, strides, padding):
+    """For every output voxel (od, oh, ow) in order, the clipped input ranges of its window."""
+    pads, out = _pads3(padding, shape, ksize, strides, (1, 1, 1))
+    for o in np.ndindex(*out):
+        yield o, tuple(slice(max(i * s - p[0], 0), min(i * s - p[0] + k, n))
+                       for i, s, p, k, n in zip(o, strides, pads, ksize, shape))
+
+
+@register("MaxPool3DGrad", kind=VECTOR)
+def max_pool3d_grad(orig_input, orig_output, grad, *, ctx, ksize, strides, padding, data_format="NDHWC"):
+    """Each output gradient goes to every voxel of its window equal to the window's max (TF's CPU rule: a mask
+    of ties, not one argmax), added in float32 in output order, rounded once."""
+    _ndhwc(data_format)
+    x, y = _as_f32(np.asarray(orig_input)), _as_f32(np.asarray(orig_output))
+    g = _as_f32(np.asarray(grad))
+    acc = np.zeros(x.shape, np.float32)
+    with np.errstate(all="ignore"):
+        for o, win in _windows_of(x.shape[1:4], _dhw(ksize, "ksize"), _dhw(strides, "strides"), padding):
+            sl = (slice(None), *win, slice(None))
+            hit = x[sl] == y[(slice(None), *o, slice(None))][:, None, None, None, :]
+            acc[sl] += np.where(hit, g[(slice(None), *o, slice(None))][:, None, None, None, :], np.float32(0))
+    return finish(ctx, acc)
+
+
+@register("AvgPool3DGrad", kind=VECTOR)
+def avg_pool3d_grad(orig_input_shape, grad, *, ctx, ksize, strides, padding, data_format="NDHWC"):
+    """Each output gradient divided (float32) by its window's count of real voxels and added to each of them in
+    float32 in output order, rounded once (TF's CPU kernel's order)."""
+    _ndhwc(data_format)
+    shape = as_int_list(orig_input_shape)
+    g = _as_f32(np.asarray(grad))
+    acc = np.zeros(shape, np.float32)
+    with np.errstate(all="ignore"):
+        for o, win in _windows_of(shape[1:4], _dhw(ksize, "ksize"), _dhw(strides, "strides"), padding):
+            cnt = np.float32(np.prod([s.stop - s.start for s in win]))
+            acc[(slice(None), *win, slice(None))] += (g[(slice(None), *o, slice(None))] / cnt)[:, None, None, None, :]
+    return finish(ctx, acc)

@@ -280,3 +280,37 @@ def test_fp16_conv3d_backprop_input_is_the_cube_model_over_the_zero_inserted_dy(
         acc[n, z, y, x_, ch] = naive_cube.dot(av, bv, 0.0)
     want, _ = naive_cube.finish(acc, "float32")
     bits_equal(got, want)
+
+
+def test_pool3d_gradients_float32_and_fp16():
+    """MaxPool3DGrad (every tie of the window max gets the gradient, TF's CPU rule) and AvgPool3DGrad against TF in
+    float32 (float32 adds in another order where windows overlap: cosine), and in fp16 against a scalar loop:
+    float32 adds in output order, each input voxel rounded once."""
+    import tensorflow as tf
+
+    x = f(1, 4, 5, 5, 2).round(1)
+    kw = dict(ksize=[1, 2, 3, 3, 1], strides=[1, 1, 2, 2, 1], padding="SAME")
+    y = tf.raw_ops.MaxPool3D(input=x, **kw).numpy()
+    g = f(*y.shape, scale=100)
+    for op, args, tf_args in (("MaxPool3DGrad", (x, y, g), dict(orig_input=x, orig_output=y, grad=g)),
+                              ("AvgPool3DGrad", (np.array(x.shape, np.int32), g),
+                               dict(orig_input_shape=x.shape, grad=g))):
+        ref = getattr(tf.raw_ops, op)(**tf_args, **kw).numpy()
+        ours = run_op(op, *args, **kw)[0]
+        assert cosine(ours, ref) >= 0.99999 and np.allclose(ours, ref, rtol=1e-5, atol=1e-5)
+    x16, y16, g16 = x.astype(np.float16), y.astype(np.float16), g.astype(np.float16)
+    mx, av = np.zeros(x.shape, np.float32), np.zeros(x.shape, np.float32)
+    for o in np.ndindex(*y.shape[1:4]):          # SAME here: pad (0, 1) in depth, (1, 1) in height and width
+        lo = (o[0], o[1] * 2 - 1, o[2] * 2 - 1)
+        win = [(d, h, w) for d in range(lo[0], lo[0] + 2) for h in range(lo[1], lo[1] + 3)
+               for w in range(lo[2], lo[2] + 3) if d < 4 and 0 <= h < 5 and 0 <= w < 5]
+        for c in range(2):
+            gv = np.float32(g16[(0, *o, c)])
+            share = np.float32(gv / np.float32(len(win)))
+            for v in win:
+                if x16[(0, *v, c)] == y16[(0, *o, c)]:
+                    mx[(0, *v, c)] = np.float32(mx[(0, *v, c)] + gv)
+                av[(0, *v, c)] = np.float32(av[(0, *v, c)] + share)
+    bits_equal(run_op("MaxPool3DGrad", x16, y16, g16, ctx=OpContext(dtype="float16"), **kw)[0], to16(mx))
+    bits_equal(run_op("AvgPool3DGrad", np.array(x.shape, np.int32), g16, ctx=OpContext(dtype="float16"), **kw)[0],
+               to16(av))

@@ -17,6 +17,8 @@ f = fp16_exact(rng)
 
 
 X4 = f(2, 6, 6, 3)
+X5 = f(2, 4, 5, 5, 3).round(1)    # rounded: ties in the 3D pool windows
+POOL3 = {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"}
 # op type -> (inputs in TF argument order, attrs, options)
 CASES = {
     "Const": None,  # host op: tested in test_const_and_placeholder
@@ -153,6 +155,9 @@ CASES = {
                                 "out_backprop": f(2, 4, 3, 3, 4)},
                                {"strides": [1, 1, 2, 2, 1], "padding": "SAME", "dilations": [1, 1, 1, 1, 1]},
                                {"cube": True}),
+    "MaxPool3DGrad": ({"orig_input": X5, "orig_output": run_op("MaxPool3D", X5, **POOL3)[0], "grad": f(2, 2, 3, 3, 3)},
+                      POOL3, {}),
+    "AvgPool3DGrad": ({"orig_input_shape": i32(2, 4, 5, 5, 3), "grad": f(2, 2, 3, 3, 3)}, POOL3, {}),
     "MaxPool3D": ({"input": f(2, 4, 5, 5, 3)}, {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"},
                   {}),
     "AvgPool3D": ({"input": f(2, 4, 5, 5, 3)}, {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"},
