@@ -98,3 +98,46 @@ def test_issue36_model_replays_like_tensorflow_on_the_ai_core(name):
         assert conv and all(r.compute_dtype == "float16" and r.engine == "AICORE" for r in conv)
         for out in g.outputs:
             assert cosine(mix.outputs[out], ref.outputs[out]) >= 0.999
+
+
+def _conv3d_trainable(keras, layers, rng):
+    m = keras.Sequential([keras.Input((6, 8, 8, 2)), layers.Conv3D(4, 3, padding="same", activation="relu"),
+                          layers.MaxPool3D(2), layers.Conv3D(4, 2, strides=(1, 2, 2), padding="same"),
+                          layers.AveragePooling3D((1, 2, 2), padding="same"), layers.Flatten(), layers.Dense(3)])
+    return m, rng.normal(size=(2, 6, 8, 8, 2)).astype("f4"), rng.integers(0, 3, 2).astype("i4")
+
+
+def _upsampling_trainable(keras, layers, rng):
+    m = keras.Sequential([keras.Input((6, 6, 3)), layers.Conv2D(4, 3, padding="same", activation="relu"),
+                          layers.UpSampling2D(2, interpolation="bilinear"), layers.Conv2D(4, 3),
+                          layers.UpSampling2D((2, 1), interpolation="nearest"), layers.GlobalAveragePooling2D(),
+                          layers.Dense(3)])
+    return m, rng.normal(size=(2, 6, 6, 3)).astype("f4"), rng.integers(0, 3, 2).astype("i4")
+
+
+@pytest.mark.parametrize("build,expected", [
+    (_conv3d_trainable, {"Conv3DBackpropInputV2", "Conv3DBackpropFilterV2", "MaxPool3DGrad", "AvgPool3DGrad"}),
+    # Keras 3's nearest UpSampling2D repeats (no ResizeNearestNeighbor): its gradient is tested op by op
+    (_upsampling_trainable, {"ResizeBilinearGrad"})], ids=["conv3d", "upsampling"])
+def test_issue36_gradient_steps_run_on_the_ai_core(build, expected):
+    """A Keras training step's forward and backward graph (tests/npu/test_training_graphs.py's tracing) with 3D
+    convolutions and pools, or bilinear and nearest upsampling: every op on the AI Core, loss and gradients as
+    TensorFlow's float32 run; under allow_mix_precision the Conv3D gradients (white) run their cube in fp16."""
+    from test_training_graphs import gradient_step
+
+    cf, feeds, ref = gradient_step(build)
+    res = Device(**FP32).replay(cf, inputs=feeds, progress=False, keep_tensors=False)
+    engines = {}
+    for r in res.records:
+        engines.setdefault(r.tf_type, set()).add(r.engine)
+    assert expected <= set(engines), sorted(engines)
+    assert not any("AICPU" in e for e in engines.values()), engines
+    outs = list(res.outputs.values())
+    np.testing.assert_allclose(outs[0], ref[0], rtol=1e-6)
+    for o, r in zip(outs[1:], ref[1:]):
+        assert o.shape == r.shape and cosine(o, r) >= COSINE
+    if "Conv3DBackpropInputV2" in expected:
+        mix = Device("allow_mix_precision", soc="Ascend910B").replay(cf, inputs=feeds, progress=False,
+                                                                     keep_tensors=False)
+        back = [r for r in mix.records if r.tf_type.startswith("Conv3DBackprop")]
+        assert back and all(r.compute_dtype == "float16" for r in back)
