@@ -91,6 +91,12 @@ def test_issue36_model_replays_like_tensorflow_on_the_ai_core(name):
     for t in must_have & ISSUE36:
         assert engines[t] == {"AICORE"}, (t, engines[t])
     assert all("AICPU" not in e or t in AICPU_ALLOWED for t, e in engines.items()), engines
+    if name == "detection_head":   # force_fp16: the head's ops compute in fp16 on the AI Core
+        half = Device("force_fp16", soc="Ascend910B").replay(g, ref.inputs, progress=False, keep_tensors=False)
+        ran = {(r.tf_type, r.engine, r.compute_dtype) for r in half.records if r.tf_type in must_have}
+        assert ran == {(t, "AICORE", "float16") for t in must_have}, ran
+        for out in g.outputs:
+            assert cosine(half.outputs[out], ref.outputs[out]) >= 0.999
     if name == "conv3d":
         mix = Device("allow_mix_precision", soc="Ascend910B").replay(g, ref.inputs, progress=False,
                                                                      keep_tensors=False)
