@@ -323,7 +323,7 @@ class CubeModel:
                        sum is normalised to fp32 by ``normalize`` (``"truncate"``: toward
                        zero, or ``"rne"``); an exponent overflow gives Inf under both.
 
-    conv_k_order (Conv2D only; how a convolution's K = KH*KW*Cin terms are ordered):
+    conv_k_order (Conv2D, and Conv3D with its depth tap kd first; how a convolution's K = KH*KW*Cin terms are ordered):
       ``"hwc"``        (default) TensorFlow's im2col order (kh, kw, cin), blocks running across
                        taps when Cin is not a multiple of 16.
       ``"c1hwc0"``     the NC1HWC0 layout's order (cin // 16, kh, kw, cin % 16), input channels

@@ -149,9 +149,23 @@ def broadcast_to(x, shape, *, ctx):
 
 @register("GatherV2", kind=MOVE)
 def gather_v2(params, indices, axis, *, ctx, batch_dims=0):
-    if batch_dims:
-        raise NotImplementedError("GatherV2 with batch_dims")
-    return np.take(params, np.asarray(indices).astype(np.int64), axis=int(axis))
+    """TF's GatherV2; with ``batch_dims`` b the leading b axes of ``params`` and ``indices`` pair up (one gather
+    per batch entry): the output's shape is params[:axis] + indices[b:] + params[axis + 1:]."""
+    idx = np.asarray(indices).astype(np.int64)
+    ax = int(np.asarray(axis).reshape(-1)[0]) % max(params.ndim, 1)
+    bd = int(batch_dims) + (idx.ndim if int(batch_dims) < 0 else 0)
+    if not bd:
+        return np.take(params, idx, axis=ax)
+    if bd > ax or params.shape[:bd] != idx.shape[:bd]:
+        raise ValueError(f"GatherV2: batch_dims {bd} needs axis >= batch_dims and equal leading shapes, got params "
+                         f"{params.shape}, indices {idx.shape}, axis {ax}")
+    lead = params.shape[:bd]
+    nb = int(np.prod(lead, dtype=np.int64))
+    p = params.reshape((nb,) + params.shape[bd:])
+    i = idx.reshape((nb,) + idx.shape[bd:])
+    out = np.stack([np.take(p[b], i[b], axis=ax - bd) for b in range(nb)]) if nb else \
+        np.empty((0,) + params.shape[bd:ax] + idx.shape[bd:] + params.shape[ax + 1:], params.dtype)
+    return out.reshape(lead + out.shape[1:])
 
 
 @register("Shape", kind=HOST)

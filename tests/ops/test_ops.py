@@ -17,6 +17,8 @@ f = fp16_exact(rng)
 
 
 X4 = f(2, 6, 6, 3)
+X5 = f(2, 4, 5, 5, 3).round(1)    # rounded: ties in the 3D pool windows
+POOL3 = {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"}
 # op type -> (inputs in TF argument order, attrs, options)
 CASES = {
     "Const": None,  # host op: tested in test_const_and_placeholder
@@ -130,6 +132,36 @@ CASES = {
                          {"epsilon": 1e-3, "is_training": False}, {"n_out": 1}),
     "FusedBatchNorm": ({"x": X4, "scale": f(3, lo=0.5), "offset": f(3), "mean": f(3), "variance": f(3, lo=0.5)},
                        {"epsilon": 1e-3, "is_training": False}, {"n_out": 1}),
+    # issue 36's AI Core ops (their attribute variants and fp16 oracles: tests/ops/test_index_volume_ops.py)
+    "TopKV2": ({"input": f(3, 9).round(1), "k": np.int32(4)}, {"sorted": True}, {}),
+    "Cumsum": ({"x": f(3, 7), "axis": np.int32(1)}, {"exclusive": True, "reverse": True}, {}),
+    "SegmentSum": ({"data": f(6, 3), "segment_ids": i32(0, 0, 2, 2, 2, 3)}, {}, {}),
+    "ScatterNd": ({"indices": i32(1, 3, 1).reshape(3, 1), "updates": f(3, 4), "shape": i32(5, 4)}, {}, {}),
+    "TensorScatterAdd": ({"tensor": f(5, 4), "indices": i32(1, 3, 1).reshape(3, 1), "updates": f(3, 4)}, {}, {}),
+    "TensorScatterUpdate": ({"tensor": f(5, 4), "indices": i32(0, 2, 4, 1).reshape(2, 2), "updates": f(2)}, {}, {}),
+    "ResizeBilinear": ({"images": X4, "size": i32(9, 4)}, {"align_corners": False, "half_pixel_centers": True}, {}),
+    "ResizeNearestNeighbor": ({"images": X4, "size": i32(9, 4)},
+                              {"align_corners": False, "half_pixel_centers": True}, {}),
+    "ResizeBilinearGrad": ({"grads": f(2, 9, 4, 3), "original_image": X4},
+                           {"align_corners": False, "half_pixel_centers": True}, {}),
+    "ResizeNearestNeighborGrad": ({"grads": f(2, 9, 4, 3), "size": i32(6, 6)},
+                                  {"align_corners": False, "half_pixel_centers": True}, {}),
+    "Conv3D": ({"input": f(2, 4, 5, 5, 3), "filter": f(2, 3, 3, 3, 4)},
+               {"strides": [1, 1, 2, 2, 1], "padding": "SAME", "dilations": [1, 1, 1, 1, 1]}, {"cube": True}),
+    "Conv3DBackpropInputV2": ({"input_sizes": i32(2, 4, 5, 5, 3), "filter": f(2, 3, 3, 3, 4), "out_backprop": f(2, 4, 3, 3, 4)},
+                              {"strides": [1, 1, 2, 2, 1], "padding": "SAME", "dilations": [1, 1, 1, 1, 1]},
+                              {"cube": True}),
+    "Conv3DBackpropFilterV2": ({"input": f(2, 4, 5, 5, 3), "filter_sizes": i32(2, 3, 3, 3, 4),
+                                "out_backprop": f(2, 4, 3, 3, 4)},
+                               {"strides": [1, 1, 2, 2, 1], "padding": "SAME", "dilations": [1, 1, 1, 1, 1]},
+                               {"cube": True}),
+    "MaxPool3DGrad": ({"orig_input": X5, "orig_output": run_op("MaxPool3D", X5, **POOL3)[0], "grad": f(2, 2, 3, 3, 3)},
+                      POOL3, {}),
+    "AvgPool3DGrad": ({"orig_input_shape": i32(2, 4, 5, 5, 3), "grad": f(2, 2, 3, 3, 3)}, POOL3, {}),
+    "MaxPool3D": ({"input": f(2, 4, 5, 5, 3)}, {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"},
+                  {}),
+    "AvgPool3D": ({"input": f(2, 4, 5, 5, 3)}, {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"},
+                  {}),
 }
 
 # ops whose results are exact (no arithmetic rounding): must match TF bit for bit in both dtypes
@@ -138,7 +170,8 @@ EXACT = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape
          "StridedSlice", "Slice", "Pad", "PadV2", "MirrorPad", "ReverseV2", "Tile", "BroadcastTo", "GatherV2", "Shape", "Size",
          "Rank", "Fill", "ZerosLike", "OnesLike", "Range", "Cast", "FloorDiv", "Equal", "NotEqual", "Less",
          "LessEqual", "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "Maximum", "Minimum",
-         "Neg", "Abs", "Relu", "Relu6", "MaxPool", "Max", "Min", "SelectV2", "Select"}
+         "Neg", "Abs", "Relu", "Relu6", "MaxPool", "Max", "Min", "SelectV2", "Select",
+         "TopKV2", "TensorScatterUpdate", "ResizeNearestNeighbor", "MaxPool3D"}
 
 
 def _tf_ref(op, inputs, attrs, opts):
