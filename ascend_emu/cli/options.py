@@ -82,6 +82,9 @@ def _device_args(p, fusion=True, training=False):
                    help="seed of the arrival orders with --deterministic 0 (default 0: reproducible)")
     p.add_argument("--aicore-num", type=int, default=None, metavar="N",
                    help="AI Cores a split op uses (ATC --aicore_num; default: the SoC's)")
+    p.add_argument("--multicore-reduce-min-chunk", type=int, default=None, metavar="N",
+                   help="assumed: a reduction splits over cores only if each core gets at least N elements "
+                        "(default 256; NUMERICS.md section 11)")
 
 
 def _device(a):
@@ -116,8 +119,14 @@ def _device_options(a, cm, fusion) -> dict:
                 deterministic=None if a.deterministic is None else bool(a.deterministic),
                 deterministic_level=a.deterministic_level,
                 run_seed=a.run_seed if a.run_seed is not None else 0,
-                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None,
+                multicore=_multicore(a, MultiCoreModel),
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding)
+
+
+def _multicore(a, cls):
+    kw = {k: v for k, v in (("aicore_num", a.aicore_num),
+                            ("reduce_min_chunk", getattr(a, "multicore_reduce_min_chunk", None))) if v is not None}
+    return cls(**kw) if kw else None
 
 
 def _rules_arg(p):
