@@ -70,7 +70,7 @@ ASSUMED = (
     Assumed("cube_conv_k_order", ("cube_model", "conv_k_order"), CONV_K_ORDERS, "hwc", CONV,
             "Conv2D (and fused Conv2D) whose input channels are not a multiple of 16", "3", "cube"),
     Assumed("hf32_rounding", ("hf32_rounding",), HF32_ROUNDINGS, "rint", HF32,
-            "the HF32 casts of float32 cube operands (where allow_hf32 covers the op)", "13", "hf32"),
+            "the HF32 casts of float32 cube operands (where allow_hf32 covers the op)", "13", "cube"),
     Assumed("impl_mode", ("impl_mode",), IMPL_MODES, "high_precision", VECTOR,
             "the vector unit's transcendental ops (Exp, Log, Tanh, Gelu, Rsqrt, LayerNorm's rstd, ...)", "2",
             "vector"),
@@ -78,7 +78,7 @@ ASSUMED = (
             "the ops with a published CANN kernel (Gelu, Tanh, Sigmoid, Exp, Rsqrt, Softmax, LayerNorm, "
             "ReduceMean, BatchNorm)", "2", "vector"),
     Assumed("reduce_accumulate", ("reduce_accumulate",), REDUCE_ACCUMULATE, "float32", VECTOR,
-            "fp16 reductions (Sum, Mean, ...)", "2", "reduce"),
+            "fp16 reductions (Sum, Mean, ...)", "2", "vector"),
     Assumed("multicore_reduce_min_chunk", ("multicore", "reduce_min_chunk"), (64, 128, 256, 512, 1024), 256,
             MULTICORE, "reductions split over cores, with determinism off (deterministic_level=0)", "11",
             "multicore"),

@@ -35,7 +35,7 @@ from ..errors import AscendEmuError
 from ..numerics import assumptions as _asm
 
 #: the groups fitted jointly, in the order they are fitted
-GROUPS = ("cube", "hf32", "vector", "reduce", "multicore")
+GROUPS = ("cube", "vector", "multicore")
 
 
 @dataclass
@@ -125,7 +125,7 @@ def rerun_ops(job: FitJob) -> dict:
     inserted cast) name -> (identical elements, elements, max abs error, tf type, whether it is a conv)."""
     from ..graph.control_flow import CONTROL_FLOW
     from ..npu.replay import _Run
-    from ..ops import OPS
+    from ..ops import HOST, OPS
     from ..ops._util import is_float
 
     dm = _dump_of(job.dump)
@@ -154,8 +154,19 @@ def rerun_ops(job: FitJob) -> dict:
     scores: dict = {}
     for node in fused.nodes:
         opdef = OPS.get(node.op)
+        if opdef is not None and opdef.kind == HOST and node.op not in CONTROL_FLOW:
+            # the graph engine's constants (weights, shapes): from the graph where the dump lacks them (an
+            # imported msprobe dump holds the AI Core ops' tensors only)
+            outs_in = [f"{node.name}:{i}" for i in range(max(1, len(node.output_names())))]
+            if any(tensor(r) is None for r in outs_in):
+                args = [tensor(r) for r in node.input_names()]
+                if all(a is not None for a in args):
+                    for r, o in zip(outs_in, run.eval_node(node, args)):
+                        cache[r] = o
+            run.const.update(outs_in)
+            continue
         if (opdef is None or node.op in CONTROL_FLOW or node.name not in dm
-                or dm.op(node.name).get("engine") != "AICORE" or not _selected(node, job.select, opdef)):
+                or dm.op(node.name).get("engine") in ("HOST", "AICPU") or not _selected(node, job.select, opdef)):
             continue
         refs = list(node.input_names())
         args = [tensor(r) for r in refs]
@@ -288,8 +299,10 @@ def _verdicts(params: list, combos: list, table: dict, current: dict) -> tuple:
             verdict, why = "decided", ""
         else:
             verdict = "undecided"
-            why = ("no op of the dump tells its values apart" if not telling else
-                   f"{', '.join(map(str, sorted(values, key=str)))} reproduce the dump equally")
+            tied = ", ".join(map(str, sorted(values, key=str)))
+            why = ("no op of the dump tells its values apart" if len(values) == len(a.tried()) and not telling
+                   else f"{tied} reproduce the dump equally (each with its own values of the other parameters "
+                        f"of its group)")
         out[a.name] = {"verdict": verdict, "value": best.get(a.name, current[a.name]), "votes": votes,
                        "ops_telling": telling, "candidates": [str(v) for v in a.tried()], "why": why}
     return best, out
@@ -325,7 +338,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     for n in names:
         _asm.assumed(n)
     dm = load_dump(dump)
-    if not any(o.get("engine") == "AICORE" for o in dm.ops):
+    if not any(o.get("engine") not in ("HOST", "AICPU") for o in dm.ops):
         raise AscendEmuError(f"{dump}: no AI Core op in the dump: nothing to fit")
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fit") as sweep:
         graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
@@ -333,7 +346,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
         ctx = SweepContext(path or graph, graph.fingerprint, {}, np.zeros(0), signature=signature, shapes=shapes)
         remember(graph, ctx)
         fused = device._fused(graph)
-        aicore = [n for n in fused.nodes if n.name in dm and dm.op(n.name).get("engine") == "AICORE"
+        aicore = [n for n in fused.nodes if n.name in dm and dm.op(n.name).get("engine") not in ("HOST", "AICPU")
                   and n.op in OPS]
         have = {"cube": any(OPS[n.op].kind == CUBE for n in aicore),
                 "conv": any(OPS[n.op].kind == CUBE and _is_conv(n) for n in aicore),
@@ -343,14 +356,15 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
         absent = {
             _asm.CUBE: None if have["cube"] else "no cube op in the dump",
             _asm.CONV: None if have["conv"] else "no Conv2D in the dump",
-            _asm.HF32: (None if have["cube"] and pol.allow_hf32 else
-                        "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else "no cube op"),
+            _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
+                        "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
+                        "no HF32 cast in the dump (no float32 cube operand)"),
             _asm.VECTOR: None if have["vector"] else "no vector op in the dump",
             _asm.MULTICORE: (None if have["multicore"] and pol.deterministic_level == 0 else
                              "the run is deterministic: the split does not reach the bits"
                              if pol.deterministic_level else "no multi-core op in the dump"),
         }
-        select = {"cube": "cube", "hf32": "cube", "vector": "vector", "reduce": "vector", "multicore": "multicore"}
+        select = {"cube": "cube", "vector": "vector", "multicore": "multicore"}
         current = _asm.current(pol)
         results: dict = {}
         njobs = 0
