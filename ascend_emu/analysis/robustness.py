@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 
+#: the conclusions of a sensitivity run, in the order they are printed
+ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status")
+
 
 def sidecar(dump) -> str:
     """Where the sensitivity of ``dump``'s conclusions is kept: ``<dump>.sensitivity.json`` beside it."""
@@ -44,6 +47,7 @@ def read_sidecar(dump) -> dict | None:
 def robust_line(data: dict) -> str:
     """One line: which conclusions hold in every variant of the assumed parameters, which move and by what."""
     c = data.get("conclusions") or {}
+    c = {k: c[k] for k in sorted(c, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))}
     good = [k for k, v in c.items() if v.get("robust")]
     bad = [k for k, v in c.items() if not v.get("robust")]
     n = len(data.get("variants") or [])

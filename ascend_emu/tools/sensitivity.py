@@ -28,10 +28,10 @@ import tempfile
 from dataclasses import dataclass, field
 
 from ..errors import AscendEmuError
-from ..analysis.robustness import robust_line, sidecar
+from ..analysis.robustness import ORDER, robust_line, sidecar
 from ..numerics import assumptions as _asm
 
-CONCLUSIONS = ("first_divergent", "first_overflow", "output_cosine", "float_status")
+CONCLUSIONS = ORDER
 
 
 def variants(policy, names=None) -> list:
