@@ -169,3 +169,27 @@ def test_cli_errors_one_line(tmp_path, capsys):
     rc = main(["sensitivity", str(tmp_path / "m.keras"), "--data", "x.npz", "-q"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "not implemented" in err
+
+
+@pytest.mark.models
+def test_cli_fit_json(setup, tmp_path, capsys):
+    """The command line: a .keras file, the run's options, --json with the issue's keys."""
+    from ascend_emu.cli.main import main
+
+    path = str(tmp_path / "m.keras")
+    small_model().save(path)
+    np.save(tmp_path / "x.npy", setup[1])
+    dump = str(tmp_path / "d")
+    opts = ["--soc", "Ascend910B", "--precision-mode", "must_keep_origin_dtype", "--allow-hf32", "conv,matmul"]
+    assert main(["replay", path, "--input", f"image={tmp_path / 'x.npy'}", "--dump", dump, "-q",
+                 "--cube-block-sum", "sequential", *opts]) == 0
+    capsys.readouterr()
+    assert main(["fit", dump, path, "--scheduler", "none", "-q", "--json", str(tmp_path / "f.json"),
+                 "--param", "cube_block_sum", *opts]) == 0
+    out = capsys.readouterr().out
+    assert "cube_block_sum               decided       sequential" in out
+    js = json.loads(open(tmp_path / "f.json").read())
+    assert js["best"]["params"]["cube_block_sum"] == "sequential" and js["best"]["identical"] == 1.0
+    assert js["parameters"]["cube_block_sum"]["verdict"] == "decided" and js["ops"]
+    assert main(["fit", dump, path, "--param", "cube_magic", "-q", "--scheduler", "none", *opts]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
