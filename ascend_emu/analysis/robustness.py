@@ -10,7 +10,7 @@ import json
 import os
 
 #: the conclusions of a sensitivity run, in the order they are printed
-ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status")
+ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status", "loss_curve", "skipped_steps")
 
 
 def sidecar(dump) -> str:

@@ -35,6 +35,21 @@ def _band_plot(ops: list) -> str:
     return _png(fig)
 
 
+def _loss_plot(lc: dict) -> str:
+    from matplotlib.figure import Figure
+
+    xs = list(range(len(lc["default"])))
+    fig = Figure(figsize=(11, 4))
+    ax = fig.subplots()
+    ax.fill_between(xs, lc["min"], lc["max"], color="#ff7f0e", alpha=0.25, label="band across variants")
+    ax.plot(xs, lc["default"], "-o", ms=3, color="#ff7f0e", label="default values")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    return _png(fig)
+
+
 def _value(v) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k}={_value(x)}" for k, x in v.items())
@@ -57,6 +72,11 @@ def write_sensitivity_report(run: dict, path, *, title: str | None = None) -> st
                  'every variant of the assumed parameters draws it too (the output cosine: within its tolerance)'
                  '.</p>' + _table(crows, ["conclusion", "robust", "default", "moved by"],
                                   classes=["" if r["robust"] == "yes" else "error" for r in crows]) + "</section>")
+    lc = (run.get("conclusions") or {}).get("loss_curve")
+    if isinstance(lc, dict) and lc.get("default"):
+        parts.append('<section id="loss"><h2>Loss per step: default and band</h2><p class="muted">The loss of each '
+                     'step under the default values, and its range over every variant.</p>'
+                     + _img(_loss_plot(lc), "loss band across variants") + "</section>")
     ops = run.get("ops") or []
     body = "<p>No op compared with the reference.</p>"
     if ops:
@@ -67,12 +87,15 @@ def write_sensitivity_report(run: dict, path, *, title: str | None = None) -> st
     parts.append('<section id="bands"><h2>Per op: cosine against float32, default and band</h2>'
                  '<p class="muted">The cosine of each op\'s first output against the TensorFlow float32 reference '
                  'under the default values, and its range over every variant.</p>' + body + "</section>")
+    training = isinstance(lc, dict)
     vrows = [{"variant": v["label"], "varies": ", ".join(v.get("varies") or []) or "-",
               "first divergent": _value(v.get("first_divergent")), "first overflow": _value(v.get("first_overflow")),
-              "output cosine": v.get("output_cosine"), "float status": v.get("float_status")} for v in variants]
-    parts.append('<section id="variants"><h2>Variants</h2>'
-                 + _table(vrows, ["variant", "varies", "first divergent", "first overflow", "output cosine",
-                                  "float status"]) + "</section>")
+              "output cosine": v.get("output_cosine"), "float status": v.get("float_status"),
+              "final loss": (v.get("losses") or [None])[-1], "skipped steps": _value(v.get("skipped_steps"))}
+             for v in variants]
+    cols = (["variant", "varies", "first overflow", "final loss", "skipped steps"] if training else
+            ["variant", "varies", "first divergent", "first overflow", "output cosine", "float status"])
+    parts.append('<section id="variants"><h2>Variants</h2>' + _table(vrows, cols) + "</section>")
     parts.append("</body></html>")
     atomic_write_text(path, "\n".join(parts))
     return path

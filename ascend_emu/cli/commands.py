@@ -352,13 +352,15 @@ def cmd_fit(a):
 def cmd_sensitivity(a):
     from ..tools.sensitivity import sensitivity
 
+    train = {}
     if a.data is not None or a.steps is not None:
-        raise AscendEmuError("sensitivity of a training (--data, --steps) is not implemented yet; "
-                             "run it on the model's inference replay (drop --data and --steps)")
+        train = {"data": a.data, "steps": a.steps, "loss_tol": a.loss_tol, "batch_size": a.batch_size,
+                 "loss": a.loss, "optimizer": a.optimizer, "learning_rate": a.learning_rate,
+                 "loss_scale": a.loss_scale}
     res = sensitivity(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
                       seed=a.seed, params=a.param or None, dump=a.dump, json_path=a.json, report=a.report,
                       cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, progress=not a.quiet,
-                      scheduler=a.scheduler, n_workers=a.workers)
+                      scheduler=a.scheduler, n_workers=a.workers, **train)
     print(res.format_text())
     for what, path in (("JSON", a.json), ("report", a.report)):
         if path:

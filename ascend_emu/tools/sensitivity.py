@@ -31,7 +31,7 @@ from ..errors import AscendEmuError
 from ..analysis.robustness import ORDER, robust_line, sidecar
 from ..numerics import assumptions as _asm
 
-CONCLUSIONS = ORDER
+CONCLUSIONS = ORDER[:4]
 
 
 def variants(policy, names=None) -> list:
@@ -93,8 +93,11 @@ class SensitivityResult:
         lines.append("")
         for name, p in self.parameters.items():
             what = ", ".join(p["moves"]) or "no conclusion"
-            lines.append(f"{name:<28} moves: {what}; largest op cosine shift {p['max_op_cosine_shift']:.3g}, "
-                         f"{p['ops_changed']} op(s) changed")
+            if "max_loss_rel_shift" in p:
+                lines.append(f"{name:<28} moves: {what}; largest relative loss shift {p['max_loss_rel_shift']:.3g}")
+            else:
+                lines.append(f"{name:<28} moves: {what}; largest op cosine shift {p['max_op_cosine_shift']:.3g}, "
+                             f"{p['ops_changed']} op(s) changed")
         if self.skipped:
             lines.append("not varied (cannot act on this device): " + ", ".join(self.skipped))
         lines.append(self.robust_line())
@@ -137,15 +140,18 @@ def _analyse(dump_dir: str, ref_dir: str, metrics: dict, status: int) -> dict:
 
 def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None, seed: int = 0,
                 params=None, dump=None, json_path=None, report=None, cosine_tol: float = 1e-3,
-                keep_dumps=None, progress: bool = True, scheduler="none",
-                n_workers: int | None = None) -> SensitivityResult:
+                keep_dumps=None, progress: bool = True, scheduler="none", n_workers: int | None = None,
+                data=None, steps: int | None = None, loss_tol: float = 1e-3, **train) -> SensitivityResult:
     """Replay ``model`` under every variant of the assumed parameters and say which conclusions hold.
 
     ``device`` / ``device_kwargs``: the run's configuration (its assumed values are the default variant);
     ``params``: the parameter names to vary (default all); ``dump``: the NPU dump of this run whose
     conclusions are checked (the JSON goes beside it, ``<dump>.sensitivity.json``); ``json_path``, ``report``:
     also write the JSON / the HTML report there; ``keep_dumps``: keep each variant's dump (and the
-    reference's) under this directory. Returns a :class:`SensitivityResult`.
+    reference's) under this directory. ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
+    ``learning_rate``, ``batch_size``, ``loss_scale``, ``shuffle``): train every variant instead
+    (:mod:`ascend_emu.tools.sensitivity_train`; the loss curve is robust within ``loss_tol``, relative).
+    Returns a :class:`SensitivityResult`.
     """
     from ..fileio import atomic_write_text, make_output_dir
     from ..frontend.inputs import inputs_sha256, make_inputs
@@ -168,6 +174,11 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
         raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
     for n in params or ():
         _asm.assumed(n)
+    if data is not None or steps is not None or train:
+        if dump is not None or keep_dumps is not None:
+            raise AscendEmuError("sensitivity of a training keeps no dumps: drop --dump and --keep-dumps")
+        return _sensitivity_train(model, data, steps, train, device, params, seed, json_path, report, loss_tol,
+                                  progress, scheduler, n_workers)
     if dump is not None:
         from ..analysis.dump import load_dump
 
@@ -277,3 +288,47 @@ def _op_bands(rows: list) -> list:
         out.append({"op": op, "default": vals[0], "min": min(finite), "max": max(finite),
                     "worst_variant": rows[worst]["label"]})
     return out
+
+
+def _sensitivity_train(model, data, steps, train, device, params, seed, json_path, report, loss_tol, progress,
+                       scheduler, n_workers) -> SensitivityResult:
+    from ..fileio import atomic_write_text
+    from .fit import variant
+    from .sensitivity_train import TRAIN_OPTIONS, run_training, train_conclusions
+    from .sweep import Sweep
+
+    bad = sorted(set(train) - set(TRAIN_OPTIONS))
+    if bad:
+        raise AscendEmuError(f"unknown training option {bad[0]!r}; choose from: {', '.join(TRAIN_OPTIONS)}")
+    if data is None or steps is None:
+        raise AscendEmuError("sensitivity of a training needs both data (--data) and steps (--steps)")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise AscendEmuError(f"steps must be a positive integer, got {steps!r}")
+    if not (isinstance(loss_tol, (int, float)) and loss_tol >= 0):
+        raise AscendEmuError(f"loss_tol must be a number >= 0, got {loss_tol!r}")
+    vs = variants(device.numerics, params)
+    with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="sensitivity") as sweep:
+        rows = run_training(sweep, device, model, data, steps, seed, {k: v for k, v in train.items() if v is not None},
+                            vs, variant)
+    conclusions = train_conclusions(rows, loss_tol)
+    per: dict = {}
+    for r in rows[1:]:
+        if r["label"].startswith("corner"):
+            continue
+        p = per.setdefault(r["label"].split("=", 1)[0], {"moves": [], "max_loss_rel_shift": 0.0})
+        p["max_loss_rel_shift"] = max(p["max_loss_rel_shift"], r["loss_rel_shift"])
+        for cname, c in conclusions.items():
+            if any(m["variant"] == r["label"] for m in c["moved_by"]) and cname not in p["moves"]:
+                p["moves"].append(cname)
+    skipped = [a.name for a in _asm.ASSUMED if (params is None or a.name in params)
+               and not any(a.name in v[2] for v in vs)]
+    name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(getattr(model, "name", "model"))
+    res = SensitivityResult(name, rows, conclusions, [], None, skipped, per)
+    text = json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n"
+    if json_path is not None:
+        atomic_write_text(json_path, text)
+    if report is not None:
+        from ..analysis.sensitivity_report import write_sensitivity_report
+
+        write_sensitivity_report(res.to_json(), report)
+    return res

@@ -168,7 +168,7 @@ def test_cli_errors_one_line(tmp_path, capsys):
     assert rc == 2 and err.count("\n") == 1 and "error" in err
     rc = main(["sensitivity", str(tmp_path / "m.keras"), "--data", "x.npz", "-q"])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "not implemented" in err
+    assert rc == 2 and err.count("\n") == 1 and "needs both data" in err
 
 
 @pytest.mark.models

@@ -98,3 +98,37 @@ def test_moved_conclusion_names_its_parameter():
     p = _per_parameter(rows, c, [])
     assert p["impl_mode"] == {"moves": [], "max_op_cosine_shift": pytest.approx(0.01), "ops_changed": 1}
     assert p["cube_block_sum"]["moves"] == ["first_divergent", "output_cosine"]
+
+
+def test_training_conclusions():
+    """Training: the loss curve within its tolerance, the skipped steps and the first overflow across variants
+    (the demo training itself runs in tools/sensitivity_train.py's train_variant: minutes per variant set here)."""
+    from ascend_emu.tools.sensitivity_train import train_conclusions
+
+    def row(label, varies, losses, skipped, first):
+        return {"label": label, "varies": varies, "losses": losses, "skipped_steps": skipped, "first_overflow": first}
+
+    ovf = {"step": 0, "op": "grad/MatMul"}
+    rows = [row("default", [], [2.0, 1.5, 1.2], [0], ovf),
+            row("impl_mode=high_performance", ["impl_mode"], [2.0, 1.5004, 1.2], [0], ovf),
+            row("cube_block_sum=sequential", ["cube_block_sum"], [2.0, 1.6, float("nan")], [0, 2], ovf)]
+    c = train_conclusions(rows, 1e-3)
+    assert c["first_overflow"]["robust"]
+    assert not c["skipped_steps"]["robust"] and c["skipped_steps"]["moved_by"][0]["parameters"] == ["cube_block_sum"]
+    lc = c["loss_curve"]
+    assert not lc["robust"] and [m["variant"] for m in lc["moved_by"]] == ["cube_block_sum=sequential"]
+    assert lc["moved_by"][0]["value"] == float("inf") and lc["min"][1] == 1.5 and lc["max"][1] == 1.6
+    assert rows[1]["loss_rel_shift"] == pytest.approx(0.0004 / 1.5)
+
+
+def test_training_options_checked():
+    from ascend_emu.errors import AscendEmuError
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.sensitivity import sensitivity
+
+    with pytest.raises(AscendEmuError, match="needs both data"):
+        sensitivity("m.keras", device=Device(), data="x.npz", progress=False)
+    with pytest.raises(AscendEmuError, match="unknown training option"):
+        sensitivity("m.keras", device=Device(), data="x.npz", steps=2, epochs=3, progress=False)
+    with pytest.raises(AscendEmuError, match="keeps no dumps"):
+        sensitivity("m.keras", device=Device(), data="x.npz", steps=2, dump="npu", progress=False)
