@@ -200,7 +200,7 @@ def _tf1_train_step(a):
 _OUTPUT_FILES = ("json", "report", "ops_info", "csv", "output")
 _OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",), "check": ("keep_dumps",),
                 "fusion-bisect": ("keep_dumps",), "random-errors": ("out",), "demo": ("out",),
-                "export-msprobe": ("out",), "import-msprobe": ("out",)}
+                "export-msprobe": ("out",), "import-msprobe": ("out",), "sensitivity": ("keep_dumps",)}
 #: options naming what a command reads (``dump`` is read by the commands that do not write one)
 _INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
            "mapping", "against", "npu_dir", "bench_dir", "dir", "dump")
@@ -210,7 +210,7 @@ _POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR",
 
 def _paths(a, names) -> list:
     """(how the command line names it, path) of each of ``names`` ``a`` has set; ``--input NAME=FILE`` gives FILE."""
-    positional = dict(_POSITIONAL, **({"dump": "DUMP"} if a.cmd in ("overflow", "export-msprobe") else {}),
+    positional = dict(_POSITIONAL, **({"dump": "DUMP"} if a.cmd in ("overflow", "export-msprobe", "fit") else {}),
                       **({"out": "OUT"} if a.cmd in ("export-msprobe", "import-msprobe") else {}))
     out = []
     for name in names:
