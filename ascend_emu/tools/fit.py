@@ -314,8 +314,8 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     ``import-msprobe``, or another emulator run's).
 
     ``device`` (or ``device_kwargs``) is the run's configuration (precision mode, SoC, ...); its values of
-    the assumed parameters are where the fit starts (and what wins ties). ``inputs`` is accepted for the
-    CLI's symmetry: the inputs the fit uses are the dump's own. ``params``: the parameter names to fit
+    the assumed parameters are where the fit starts (and what wins ties). The fit runs on the dump's own
+    tensors; ``inputs``, if given, are only checked against the dump's (its ``inputs_sha256``). ``params``: the parameter names to fit
     (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a :class:`FitResult`.
     """
     from ..analysis.dump import load_dump
@@ -370,8 +370,18 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
         njobs = 0
         rounds = 0
 
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            inputs = None
+        if inputs is not None and dm.inputs_sha256:
+            from ..frontend.inputs import inputs_sha256, make_inputs
+
+            if inputs_sha256(make_inputs(graph, inputs, shapes=shapes)) != dm.inputs_sha256:
+                raise AscendEmuError(f"{dump} was made from other inputs than --input gives (the inputs' sha256 "
+                                     "differ); fit uses the dump's own tensors: drop --input or give the run's")
+
         def job(params, sel):
-            return FitJob(path or graph, graph.fingerprint, os.fspath(dump), device, params, sel, signature, shapes)
+            # ctx.model: a graph without its serialised GraphDef (a worker never reads it)
+            return FitJob(ctx.model, graph.fingerprint, os.fspath(dump), device, params, sel, signature, shapes)
 
         for rounds in (1, 2):
             moved = False

@@ -193,3 +193,8 @@ def test_cli_fit_json(setup, tmp_path, capsys):
     assert js["parameters"]["cube_block_sum"]["verdict"] == "decided" and js["ops"]
     assert main(["fit", dump, path, "--param", "cube_magic", "-q", "--scheduler", "none", *opts]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    np.save(tmp_path / "y.npy", setup[1] + 1)
+    assert main(["fit", dump, path, "--input", f"image={tmp_path / 'y.npy'}", "-q", "--scheduler", "none", *opts]) == 2
+    assert "other inputs" in capsys.readouterr().err
+    assert main(["fit", dump, path, "--input", f"image={tmp_path / 'x.npy'}", "-q", "--scheduler", "none",
+                 "--param", "cube_conv_k_order", *opts]) == 0
