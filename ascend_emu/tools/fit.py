@@ -213,7 +213,7 @@ class FitResult:
         return {"dump": self.dump, "model": self.model,
                 "best": {"params": dict(self.best), "identical": self.identical, "tensors": self.tensors},
                 "parameters": self.parameters, "ops": self.ops, "candidates": self.candidates,
-                "rounds": self.rounds}
+                "rounds": self.rounds, "notes": list(self.notes)}
 
     def format_text(self) -> str:
         lines = [f"fit {self.dump} against {self.model}: {self.candidates} candidate reruns, {self.rounds} round(s)",
@@ -431,5 +431,13 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                         "identical_at_best": (at[0] / at[1] if at and at[1] else None),
                         "max_abs_err_at_best": (at[2] if at and math.isfinite(at[2]) else None),
                         "candidates": {_label(c): (r[0] / n if n else 1.0) for c, r in zip(combos, row)}})
+    notes = []
+    left = [o["name"] for o in dm.ops if o.get("engine") not in ("HOST", "AICPU") and o["name"] not in final
+            and o.get("tf_type") not in ("Placeholder",) and any(out.get("file") for out in o.get("outputs", []))
+            and any(str(out.get("dtype")) in ("float16", "bfloat16", "float32") for out in o.get("outputs", []))]
+    if left:
+        notes.append(f"not rerun: {len(left)} dumped op(s) with float tensors ({', '.join(left[:3])}"
+                     f"{' ...' if len(left) > 3 else ''}): inside a control-flow body, without their input "
+                     "tensors in the dump, or not ops of this model's graph")
     return FitResult(os.fspath(dump), graph.name, dict(current), same / tensors if tensors else 1.0, parameters,
-                     ops, tensors=tensors, candidates=njobs, rounds=rounds)
+                     ops, tensors=tensors, candidates=njobs, rounds=rounds, notes=notes)

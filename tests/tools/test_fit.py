@@ -198,3 +198,18 @@ def test_cli_fit_json(setup, tmp_path, capsys):
     assert "other inputs" in capsys.readouterr().err
     assert main(["fit", dump, path, "--input", f"image={tmp_path / 'x.npy'}", "-q", "--scheduler", "none",
                  "--param", "cube_conv_k_order", *opts]) == 0
+
+
+@pytest.mark.models
+def test_partial_dump_fits_what_it_holds(setup, tmp_path):
+    """A dump holding only some tensors (--select): the weights come from the graph, ops without their inputs
+    are not rerun."""
+    from ascend_emu.tools.fit import fit, variant
+
+    g, x, base, d = setup
+    variant(base, {"cube_conv_k_order": "c1hwc0"}).replay(g, {"image": x}, str(tmp_path / "p"), progress=False,
+                                                           select="image|conv")
+    res = fit(str(tmp_path / "p"), g, device=base, progress=False, params=["cube_conv_k_order"])
+    assert res.parameters["cube_conv_k_order"]["verdict"] == "decided"
+    assert res.parameters["cube_conv_k_order"]["value"] == "c1hwc0"
+    assert not any("dense" in o["name"] for o in res.ops)
