@@ -351,6 +351,7 @@ CATALOGUE = [
     ("sensitivity {model} --dump {nodir}", "does not exist"), ("sensitivity {model} --cosine-tol x", None),
     ("sensitivity {model} --dump {npu} --json {npu}/s.json", "inside"),
     ("sensitivity {model} --data {train} --steps 2 --dump {npu}", "keeps no dumps"),
+    ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]
