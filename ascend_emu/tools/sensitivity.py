@@ -51,9 +51,11 @@ def variants(policy, names=None) -> list:
             if v == cur[a.name]:
                 continue
             params = {a.name: v}
+            label = f"{a.name}={v}"
             if a.active and cur[a.active[0]] != a.active[1]:
                 params[a.active[0]] = a.active[1]
-            out.append((f"{a.name}={v}", params, (a.name,)))
+                label += f" (with {a.active[0]}={a.active[1]})"
+            out.append((label, params, (a.name,)))
     for label, pick in (("corner: first alternatives", 0), ("corner: last alternatives", -1)):
         params = {}
         for a in ps:
