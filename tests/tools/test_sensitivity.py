@@ -132,3 +132,26 @@ def test_training_options_checked():
         sensitivity("m.keras", device=Device(), data="x.npz", steps=2, epochs=3, progress=False)
     with pytest.raises(AscendEmuError, match="keeps no dumps"):
         sensitivity("m.keras", device=Device(), data="x.npz", steps=2, dump="npu", progress=False)
+
+
+@pytest.mark.models
+def test_parameters_reach_the_ops():
+    """On float32 cube ops through HF32 each varied parameter changes some op's bits (the variants really run
+    under their values), while no conclusion moves."""
+    import numpy as np
+
+    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.sensitivity import sensitivity
+    from test_fit import BASE, small_model
+
+    g = load_graph(small_model())
+    x = np.random.default_rng(5).standard_normal((4, 6, 6, 3)).astype(np.float32)
+    res = sensitivity(g, {"image": x}, device=Device(**BASE), progress=False,
+                      params=["cube_block_sum", "hf32_rounding", "impl_mode"])
+    assert [v["label"] for v in res.variants][:4] == ["default", "cube_block_sum=sequential",
+                                                      "cube_block_sum=aligned", "hf32_rounding=trunc"]
+    for name in ("cube_block_sum", "hf32_rounding", "impl_mode"):
+        p = res.parameters[name]
+        assert p["ops_changed"] > 0 and 0 < p["max_op_cosine_shift"] < 1e-6 and p["moves"] == [], (name, p)
+    assert all(c["robust"] for c in res.conclusions.values())
