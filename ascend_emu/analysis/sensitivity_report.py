@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..fileio import atomic_write_text
-from .report import _e, _img, _page, _png, _report_input, _table
+from .report import _img, _page, _png, _report_input, _table
 
 
 def _band_plot(ops: list) -> str:

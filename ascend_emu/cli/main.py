@@ -267,7 +267,8 @@ def build_parser():
     tr.add_argument("--shuffle", action="store_true")
     _device_args(sp, training=True)
     sp = add("fit", cmd_fit, "fit the assumed parameters (cube model, op model, ...) to a dump: rerun every dumped op "
-                             "on its own inputs under each candidate value", "ascend-emu fit hw/ model.keras --json fit.json")
+                             "on its own inputs under each candidate value",
+             "ascend-emu fit hw/ model.keras --json fit.json")
     sp.add_argument("dump", help="the dump to fit (a real NPU's, imported with import-msprobe, or a replay's)")
     _model_args(sp, dump=False)
     _device_args(sp)
