@@ -316,7 +316,8 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     ``device`` (or ``device_kwargs``) is the run's configuration (precision mode, SoC, ...); its values of
     the assumed parameters are where the fit starts (and what wins ties). The fit runs on the dump's own
     tensors; ``inputs``, if given, are only checked against the dump's (its ``inputs_sha256``). ``params``: the
-    parameter names to fit (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a :class:`FitResult`.
+    parameter names to fit (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a
+    :class:`FitResult`.
     """
     from ..analysis.dump import load_dump
     from ..frontend.loader import load_graph
