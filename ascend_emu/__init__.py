@@ -64,6 +64,8 @@ _API = {
     "random_errors": "ascend_emu.tools.random_errors",
     "compare_runs": "ascend_emu.analysis.runs",
     "mixlist_search": "ascend_emu.tools.mixlist_search",
+    "fit": "ascend_emu.tools.fit",
+    "sensitivity": "ascend_emu.tools.sensitivity",
     "Sweep": "ascend_emu.tools.sweep",
     "ReplayTask": "ascend_emu.tools.sweep",
     "SweepContext": "ascend_emu.tools.sweep",

@@ -285,6 +285,11 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
     for k in ("cast", "npu only", "bench only", "fused", "stats only"):
         if counts.get(k):
             summary.append((k, counts[k]))
+    from .robustness import read_sidecar, robust_line
+
+    sens = read_sidecar(cmp.npu)
+    if sens is not None:
+        summary.append(("robustness (ascend-emu sensitivity)", robust_line(sens)))
     parts.append('<section id="summary"><h2>Summary</h2><table class="kv">'
                  + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in summary) + "</table></section>")
 

@@ -58,7 +58,17 @@ def cmd_compare(a):
     if a.cosine is not None or a.limit is not None:
         print(cmp.format_worst(cosine=a.cosine if a.cosine is not None else 0.98,
                                limit=a.limit if a.limit is not None else 10))
+    _print_robustness(cmp.npu)
     return 0
+
+
+def _print_robustness(dump) -> None:
+    """The robustness line when ``ascend-emu sensitivity --dump`` ran for this dump."""
+    from ..analysis.robustness import read_sidecar, robust_line, sidecar
+
+    sens = read_sidecar(dump)
+    if sens is not None:
+        print(robust_line(sens) + f" [{sidecar(dump)}]")
 
 
 def cmd_overflow(a):
@@ -81,6 +91,7 @@ def cmd_report(a):
 
     path = write_report(a.npu_dir, a.bench_dir, a.output, rules=a.rules, force=a.force)
     print(f"report: {os.path.abspath(path)}")
+    _print_robustness(a.npu_dir)
     return 0
 
 
@@ -320,4 +331,42 @@ def cmd_rules(a):
 
     for r in RULES.values():
         print(f"{r.name} ({r.kind})\n  pattern:  {r.pattern}\n  numerics: {r.numerics}")
+    return 0
+
+
+def cmd_fit(a):
+    import json
+
+    from ..fileio import atomic_write_text
+    from ..tools.fit import fit
+
+    res = fit(a.dump, a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
+              progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers, params=a.param or None)
+    print(res.format_text())
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
+    return 0
+
+
+def cmd_sensitivity(a):
+    from ..tools.sensitivity import sensitivity
+
+    train = {}
+    if a.data is not None or a.steps is not None:
+        train = {"data": a.data, "steps": a.steps, "loss_tol": a.loss_tol, "batch_size": a.batch_size,
+                 "loss": a.loss, "optimizer": a.optimizer, "learning_rate": a.learning_rate,
+                 "loss_scale": a.loss_scale}
+    res = sensitivity(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
+                      seed=a.seed, params=a.param or None, dump=a.dump, json_path=a.json, report=a.report,
+                      cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, progress=not a.quiet,
+                      scheduler=a.scheduler, n_workers=a.workers, **train)
+    print(res.format_text())
+    for what, path in (("JSON", a.json), ("report", a.report)):
+        if path:
+            print(f"wrote {what}: {path}")
+    if a.dump:
+        from ..tools.sensitivity import sidecar
+
+        print(f"wrote {sidecar(a.dump)} (compare and report of {a.dump} show which conclusions are robust)")
     return 0

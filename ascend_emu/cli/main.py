@@ -11,6 +11,7 @@ from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
+from .commands import cmd_fit, cmd_sensitivity
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
 EPILOG = """examples:
@@ -27,6 +28,8 @@ EPILOG = """examples:
   ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
   ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml
   ascend-emu socs                                   # the SoCs: Ascend910, 910B, 910_93, 310P3, 950
+  ascend-emu fit hw/ model.keras --json fit.json     # which assumed parameters reproduce a dump
+  ascend-emu sensitivity model.keras --dump npu/     # which conclusions hold under every assumption
 """
 
 
@@ -263,6 +266,43 @@ def build_parser():
     tr.add_argument("--loss-scale", default=None, metavar="SPEC")
     tr.add_argument("--shuffle", action="store_true")
     _device_args(sp, training=True)
+    sp = add("fit", cmd_fit, "fit the assumed parameters (cube model, op model, ...) to a dump: rerun every dumped op "
+                             "on its own inputs under each candidate value",
+             "ascend-emu fit hw/ model.keras --json fit.json")
+    sp.add_argument("dump", help="the dump to fit (a real NPU's, imported with import-msprobe, or a replay's)")
+    _model_args(sp, dump=False)
+    _device_args(sp)
+    sp.add_argument("--param", action="append", default=[], metavar="NAME",
+                    help="fit only this assumed parameter (repeatable; default all: see NUMERICS.md)")
+    sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    _sweep_args(sp)
+    sp = add("sensitivity", cmd_sensitivity, "replay under every variant of the assumed parameters and say which "
+                                             "conclusions (first divergent op, first overflow, output cosine) hold",
+             "ascend-emu sensitivity model.keras --precision-mode allow_mix_precision --dump npu/ --report s.html")
+    _model_args(sp, dump=False)
+    _device_args(sp)
+    sp.add_argument("--dump", metavar="DIR", default=None,
+                    help="the NPU dump of this run: the result is kept beside it (DIR.sensitivity.json), where "
+                         "compare and report find it")
+    sp.add_argument("--param", action="append", default=[], metavar="NAME",
+                    help="vary only this assumed parameter (repeatable; default all)")
+    sp.add_argument("--cosine-tol", type=float, default=1e-3,
+                    help="the output cosine is robust when its band across variants is within this (default 1e-3)")
+    sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each variant's dump under DIR")
+    sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    sp.add_argument("--report", metavar="FILE", help="write the HTML report (per-op cosine bands)")
+    tr = sp.add_argument_group("training (give --data and --steps to train every variant instead of replaying)")
+    tr.add_argument("--data", default=None, metavar="FILE.npz", help="training data: an .npz with arrays x and y")
+    tr.add_argument("--steps", type=int, default=None, help="training steps per variant")
+    tr.add_argument("--loss-tol", type=float, default=1e-3,
+                    help="the loss curve is robust when no variant's loss moves by more than this, relative "
+                         "(default 1e-3)")
+    tr.add_argument("--batch-size", type=int, default=None)
+    tr.add_argument("--loss", default=None, metavar="NAME")
+    tr.add_argument("--optimizer", default=None, metavar="NAME")
+    tr.add_argument("--learning-rate", type=float, default=None)
+    tr.add_argument("--loss-scale", default=None, metavar="SPEC")
+    _sweep_args(sp)
     add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")
     add("rules", cmd_rules, "list the fusion rules and their numerics", "ascend-emu rules")
     sp = add("socs", cmd_socs, "list the emulated SoCs: cube operand types, bf16, overflow modes, cores, kernels, HF32",

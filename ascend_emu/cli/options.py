@@ -90,6 +90,9 @@ def _device_args(p, fusion=True, training=False):
                    help="seed of the arrival orders with --deterministic 0 (default 0: reproducible)")
     p.add_argument("--aicore-num", type=int, default=None, metavar="N",
                    help="AI Cores a split op uses (ATC --aicore_num; default: the SoC's)")
+    p.add_argument("--multicore-reduce-min-chunk", type=int, default=None, metavar="N",
+                   help="assumed: a reduction splits over cores only if each core gets at least N elements "
+                        "(default 256; NUMERICS.md section 11)")
 
 
 def _device(a):
@@ -124,10 +127,16 @@ def _device_options(a, cm, fusion) -> dict:
                 deterministic=None if a.deterministic is None else bool(a.deterministic),
                 deterministic_level=a.deterministic_level,
                 run_seed=a.run_seed if a.run_seed is not None else 0,
-                multicore=MultiCoreModel(aicore_num=a.aicore_num) if a.aicore_num is not None else None,
+                multicore=_multicore(a, MultiCoreModel),
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
                 hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out)
+
+
+def _multicore(a, cls):
+    kw = {k: v for k, v in (("aicore_num", a.aicore_num),
+                            ("reduce_min_chunk", getattr(a, "multicore_reduce_min_chunk", None))) if v is not None}
+    return cls(**kw) if kw else None
 
 
 def _rules_arg(p):
@@ -201,7 +210,7 @@ def _tf1_train_step(a):
 _OUTPUT_FILES = ("json", "report", "ops_info", "csv", "output")
 _OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",), "check": ("keep_dumps",),
                 "fusion-bisect": ("keep_dumps",), "random-errors": ("out",), "demo": ("out",),
-                "export-msprobe": ("out",), "import-msprobe": ("out",)}
+                "export-msprobe": ("out",), "import-msprobe": ("out",), "sensitivity": ("keep_dumps",)}
 #: options naming what a command reads (``dump`` is read by the commands that do not write one)
 _INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
            "mapping", "against", "npu_dir", "bench_dir", "dir", "dump")
@@ -211,7 +220,7 @@ _POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR",
 
 def _paths(a, names) -> list:
     """(how the command line names it, path) of each of ``names`` ``a`` has set; ``--input NAME=FILE`` gives FILE."""
-    positional = dict(_POSITIONAL, **({"dump": "DUMP"} if a.cmd in ("overflow", "export-msprobe") else {}),
+    positional = dict(_POSITIONAL, **({"dump": "DUMP"} if a.cmd in ("overflow", "export-msprobe", "fit") else {}),
                       **({"out": "OUT"} if a.cmd in ("export-msprobe", "import-msprobe") else {}))
     out = []
     for name in names:

@@ -343,6 +343,15 @@ CATALOGUE = [
                                                                       "is inside what"),
     ("report {npu} {bench} -o {npu}", "is also what"), ("export-msprobe {npu} {npu}", "is also what"),
     ("import-msprobe {msdeep} {msdeep}", "is also what"), ("import-msprobe {msdeep} {npu} --against {npu}", "is also"),
+    # fit and sensitivity (issue 32)
+    ("fit", None), ("fit {npu}", None), ("fit {nodir} {model}", "does not exist"),
+    ("fit {npu} {model} --param nope", "unknown assumed parameter"), ("fit {npu} {model} --json {npu}/f.json", "inside"),
+    ("fit {npu} {model} --scheduler nowhere", "scheduler"), ("sensitivity", None),
+    ("sensitivity {model} --data {train}", "needs both"), ("sensitivity {model} --param nope", "unknown assumed"),
+    ("sensitivity {model} --dump {nodir}", "does not exist"), ("sensitivity {model} --cosine-tol x", None),
+    ("sensitivity {model} --dump {npu} --json {npu}/s.json", "inside"),
+    ("sensitivity {model} --data {train} --steps 2 --dump {npu}", "keeps no dumps"),
+    ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
 ]

@@ -1,0 +1,58 @@
+"""Where a sensitivity run's findings are kept for a dump, and the line ``compare`` and ``report`` print.
+
+``ascend-emu sensitivity MODEL --dump DIR`` writes ``DIR.sensitivity.json`` beside the dump (not inside it: a
+dump directory holds only what the dump writer made, so ``--overwrite`` can replace it). It is read back only
+when it describes the same inputs as the dump (``inputs_sha256``).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+#: the conclusions of a sensitivity run, in the order they are printed
+ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status", "loss_curve", "skipped_steps")
+
+
+def sidecar(dump) -> str:
+    """Where the sensitivity of ``dump``'s conclusions is kept: ``<dump>.sensitivity.json`` beside it."""
+    return os.path.normpath(os.fspath(getattr(dump, "path", dump))) + ".sensitivity.json"
+
+
+def read_sidecar(dump) -> dict | None:
+    """The sensitivity JSON written for ``dump`` (a path or a loaded Dump), or None when there is none, it is
+    unreadable, or it was made from other inputs than the dump's."""
+    path = sidecar(dump)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("conclusions"), dict):
+        return None
+    sha = getattr(dump, "inputs_sha256", None)
+    if sha is None and not hasattr(dump, "manifest"):
+        try:
+            from .dump import load_dump
+
+            sha = load_dump(dump).inputs_sha256
+        except Exception:   # noqa: BLE001 - an unreadable dump: the caller reports it its own way
+            sha = None
+    if sha and data.get("inputs_sha256") and sha != data["inputs_sha256"]:
+        return None
+    return data
+
+
+def robust_line(data: dict) -> str:
+    """One line: which conclusions hold in every variant of the assumed parameters, which move and by what."""
+    c = data.get("conclusions") or {}
+    c = {k: c[k] for k in sorted(c, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))}
+    good = [k for k, v in c.items() if v.get("robust")]
+    bad = [k for k, v in c.items() if not v.get("robust")]
+    n = len(data.get("variants") or [])
+    line = f"sensitivity ({n} variants of the assumed parameters): robust: {', '.join(good) or 'none'}"
+    if bad:
+        movers = sorted({p for k in bad for m in c[k].get("moved_by", []) for p in m.get("parameters", [])})
+        line += f"; moved: {', '.join(bad)} (by {', '.join(movers) or '?'})"
+    return line

@@ -1,0 +1,444 @@
+"""``fit``: which values of the assumed parameters reproduce a dump (NUMERICS.md, "Assumed parameters").
+
+Every dumped AI Core op is rerun alone on the dump's own input tensors (teacher forcing: what the op saw
+on the device that made the dump, not what the emulator would have computed upstream), through the
+device's own node evaluator (its precision decision, inserted casts and the op of the registry), under
+each candidate value of the assumed parameters that act on its kind
+(:data:`ascend_emu.numerics.assumptions.ASSUMED`). A candidate's score on an op is the fraction of the
+op's output elements it reproduces bit for bit (its inserted casts count as ops of their own); where it
+does not, the largest absolute error is kept.
+
+Parameters that act on the same ops are fitted together (one group: the cube's block sum, extra bits,
+normalisation and Conv2D K order), over every combination; the groups are fitted one after the other with
+the others at their current best, twice if the first round moved something and left an op unexplained.
+A group's best combination reproduces the most elements (ties: the current values, then registry
+order). Per parameter the verdict is
+
+- ``decided``: one value reaches the best score and some op tells the values apart;
+- ``undecided``: several values reach it (no op of the dump could tell them apart; also a parameter
+  acting on no op of the dump, or one inactive under the best values of its group);
+- ``contradicted``: some op of its group is reproduced by no candidate at all.
+
+The candidates run on the sweep layer (:class:`ascend_emu.tools.sweep.Sweep`, serially or on Dask).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from ..numerics import assumptions as _asm
+
+#: the groups fitted jointly, in the order they are fitted
+GROUPS = ("cube", "vector", "multicore")
+
+
+@dataclass
+class FitJob:
+    """One candidate's rerun: small and picklable (what a sweep worker gets)."""
+
+    model: object
+    fingerprint: str
+    dump: str
+    device: object
+    params: dict
+    select: str              # "cube", "vector", "multicore" or "all"
+    signature: str | None = None
+    shapes: object = None
+
+
+_DUMPS: dict = {}
+
+
+def _dump_of(path: str):
+    from ..analysis.dump import load_dump
+
+    key = os.path.abspath(path)
+    st = os.stat(os.path.join(key, "manifest.json"))
+    k = (key, st.st_mtime_ns, st.st_size)
+    if k not in _DUMPS:
+        _DUMPS.clear()
+        _DUMPS[k] = load_dump(key)
+    return _DUMPS[k]
+
+
+def _graph(job: FitJob):
+    from .sweep import SweepContext, _graph_of
+
+    return _graph_of(SweepContext(job.model, job.fingerprint, {}, np.zeros(0), job.signature, job.shapes))
+
+
+def variant(device, params: dict):
+    """A copy of ``device`` with the assumed parameters ``params`` set (its caches fresh)."""
+    dev = copy.copy(device)
+    dev.numerics = _asm.with_params(device.numerics, params)
+    dev._fusion_cache = {}
+    dev._plan_cache = {}
+    return dev
+
+
+def _selected(node, select: str, opdef) -> bool:
+    from ..ops import CUBE, HOST
+    from ..ops.multicore import MULTICORE_OPS
+
+    if select == "all":
+        return True
+    if select == "cube":
+        return opdef.kind == CUBE
+    if select == "vector":
+        return opdef.kind not in (CUBE, HOST)
+    return node.op in MULTICORE_OPS
+
+
+def _is_conv(node) -> bool:
+    return "Conv" in str(node.attrs.get("base", node.op))
+
+
+def _score(out, ref) -> tuple:
+    """(elements identical bit for bit, elements, largest absolute error elsewhere)."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    n = int(ref.size)
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return 0, n, math.inf
+    if n == 0:
+        return 0, 0, 0.0
+    u = np.dtype(f"u{ref.dtype.itemsize}")
+    same = out.reshape(-1).view(u) == ref.reshape(-1).view(u)
+    o64, r64 = out.reshape(-1).astype(np.float64), ref.reshape(-1).astype(np.float64)
+    same |= np.isnan(o64) & np.isnan(r64)
+    k = int(same.sum())
+    if k == n:
+        return k, n, 0.0
+    with np.errstate(all="ignore"):
+        d = np.abs(o64[~same] - r64[~same])
+    d = d[np.isfinite(d)]
+    return k, n, float(d.max()) if d.size else math.inf
+
+
+def rerun_ops(job: FitJob) -> dict:
+    """Rerun the dumped ops ``job.select`` chooses on the dump's own inputs under ``job.params``: op (or
+    inserted cast) name -> (identical elements, elements, max abs error, tf type, whether it is a conv)."""
+    from ..graph.control_flow import CONTROL_FLOW
+    from ..npu.replay import _Run
+    from ..ops import HOST, OPS
+    from ..ops._util import is_float
+
+    dm = _dump_of(job.dump)
+    graph = _graph(job)
+    dev = variant(job.device, job.params)
+    fused = dev._fused(graph)
+    cache: dict = {}
+
+    def tensor(ref: str):
+        if ref not in cache:
+            name, _, idx = ref.rpartition(":")
+            if name not in dm or not dm.has_tensor(name, int(idx)):
+                cache[ref] = None
+            else:
+                cache[ref] = np.array(dm.tensor(name, int(idx), mmap=False))
+        return cache[ref]
+
+    feeds = {n.name: tensor(f"{n.name}:0") for n in fused.nodes if n.op == "Placeholder"}
+    if any(v is None for v in feeds.values()):
+        raise AscendEmuError(f"{dm.path} holds no tensor for the model input(s) "
+                             f"{', '.join(k for k, v in feeds.items() if v is None)}; fit needs a dump with tensors")
+    run = _Run(dev, graph, feeds, None, True)
+    for op in dm.ops:
+        if op.get("engine") == "HOST":
+            run.const.update(f"{op['name']}:{o['index']}" for o in op.get("outputs", []))
+    scores: dict = {}
+    for node in fused.nodes:
+        opdef = OPS.get(node.op)
+        if opdef is not None and opdef.kind == HOST and node.op not in CONTROL_FLOW:
+            # the graph engine's constants (weights, shapes): from the graph where the dump lacks them (an
+            # imported msprobe dump holds the AI Core ops' tensors only)
+            outs_in = [f"{node.name}:{i}" for i in range(max(1, len(node.output_names())))]
+            if any(tensor(r) is None for r in outs_in):
+                args = [tensor(r) for r in node.input_names()]
+                if all(a is not None for a in args):
+                    for r, o in zip(outs_in, run.eval_node(node, args)):
+                        cache[r] = o
+            run.const.update(outs_in)
+            continue
+        if (opdef is None or node.op in CONTROL_FLOW or node.name not in dm
+                or dm.op(node.name).get("engine") in ("HOST", "AICPU") or not _selected(node, job.select, opdef)):
+            continue
+        refs = list(node.input_names())
+        args = [tensor(r) for r in refs]
+        if any(a is None for a in args) or not any(is_float(a) for a in args):
+            continue
+        first = len(run.records)
+        run.casts.clear()
+        run.cast_outputs.clear()
+        outs = run.eval_node(node, args)
+        conv = _is_conv(node)
+        for rec in run.records[first:]:
+            if rec.inserted and rec.name not in scores and rec.name in dm and dm.has_tensor(rec.name, 0):
+                got = run.cast_outputs.get(rec.name + ":0")
+                if got is not None:
+                    scores[rec.name] = (*_score(got, tensor(rec.name + ":0")), "Cast", False)
+        for i, o in enumerate(outs):
+            ref = tensor(f"{node.name}:{i}")
+            if ref is None or not is_float(ref):
+                continue
+            k, n, err = _score(o, ref)
+            old = scores.get(node.name, (0, 0, 0.0))
+            scores[node.name] = (old[0] + k, old[1] + n, max(old[2], err), node.op, conv)
+    return scores
+
+
+# --------------------------------------------------------------------------------------------- combining
+
+@dataclass
+class FitResult:
+    """What :func:`fit` found; ``to_json()`` is the issue's JSON, ``format_text()`` what the CLI prints."""
+
+    dump: str
+    model: str
+    best: dict
+    identical: float
+    parameters: dict
+    ops: list
+    tensors: int = 0
+    candidates: int = 0
+    rounds: int = 1
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"dump": self.dump, "model": self.model,
+                "best": {"params": dict(self.best), "identical": self.identical, "tensors": self.tensors},
+                "parameters": self.parameters, "ops": self.ops, "candidates": self.candidates,
+                "rounds": self.rounds, "notes": list(self.notes)}
+
+    def format_text(self) -> str:
+        lines = [f"fit {self.dump} against {self.model}: {self.candidates} candidate reruns, {self.rounds} round(s)",
+                 "", f"{'parameter':<28} {'verdict':<13} value          votes (ops preferring each value)"]
+        for name, p in self.parameters.items():
+            votes = ", ".join(f"{k}: {v}" for k, v in p["votes"].items()) or "-"
+            lines.append(f"{name:<28} {p['verdict']:<13} {str(p['value']):<14} {votes}"
+                         + (f"  ({p['why']})" if p.get("why") else ""))
+        bad = [o for o in self.ops if not o["reproduced"]]
+        lines.append("")
+        lines.append(f"best setting reproduces {self.identical:.1%} of the {self.tensors} dumped float tensors "
+                     "bit for bit" + (f"; {len(bad)} op(s) no candidate reproduces: "
+                                      + ", ".join(o["name"] for o in bad[:5]) + (" ..." if len(bad) > 5 else "")
+                                      if bad else ""))
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.best.items()
+                         if k not in ("multicore_reduce_min_chunk",))
+        lines.append(f"replay with it: ascend-emu replay MODEL {flags}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _label(combo: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in combo.items()) or "current"
+
+
+def _combos(params: list, current: dict) -> list:
+    """Every combination of the group's relevant ``params`` (inactive ones at their current value)."""
+    out: list = []
+    names = [a.name for a in params]
+    grids = [a.tried() for a in params]
+    for values in itertools.product(*grids):
+        c = dict(zip(names, values))
+        full = {**current, **c}
+        for a in params:
+            if not _asm.is_active(a.name, full):
+                c[a.name] = current[a.name]
+        if c not in out:
+            out.append(c)
+    # the current values first: ties go to them
+    cur = {n: current[n] for n in names}
+    if cur in out:
+        out.remove(cur)
+    return [cur] + out
+
+
+def _verdicts(params: list, combos: list, table: dict, current: dict) -> tuple:
+    """(best combo, per parameter verdict dict, per op rows) of one group's scores.
+
+    ``table``: op -> list over combos of (identical, elements, err, type, conv) or None where not run."""
+    totals = [sum(table[o][i][0] for o in table) for i in range(len(combos))]
+    top = max(totals) if totals else 0
+    best_i = next(i for i, t in enumerate(totals) if t == top) if totals else 0
+    best = combos[best_i] if combos else {}
+    out = {}
+    for a in params:
+        values = set()
+        for i, c in enumerate(combos):
+            if totals[i] != top:
+                continue
+            if _asm.is_active(a.name, {**current, **c}):
+                values.add(c[a.name])
+            else:
+                values.update(a.tried())     # inactive: every value reproduces the same
+        votes: dict = {}
+        telling = 0
+        for o, row in table.items():
+            by_value: dict = {}
+            for i, c in enumerate(combos):
+                if _asm.is_active(a.name, {**current, **c}):
+                    v = c[a.name]
+                    by_value[v] = max(by_value.get(v, 0), row[i][0])
+            if len(set(by_value.values())) > 1:
+                telling += 1
+                m = max(by_value.values())
+                for v, s in by_value.items():
+                    if s == m:
+                        votes[str(v)] = votes.get(str(v), 0) + 1
+        unexplained = [o for o, row in table.items() if max(r[0] for r in row) < row[0][1]]
+        if unexplained:
+            verdict, why = "contradicted", f"no candidate reproduces {unexplained[0]}" + (
+                f" and {len(unexplained) - 1} more" if len(unexplained) > 1 else "")
+        elif len(values) == 1 and telling:
+            verdict, why = "decided", ""
+        else:
+            verdict = "undecided"
+            tied = ", ".join(map(str, sorted(values, key=str)))
+            why = ("no op of the dump tells its values apart" if len(values) == len(a.tried()) and not telling
+                   else f"{tied} reproduce the dump equally (each with its own values of the other parameters "
+                        f"of its group)")
+        out[a.name] = {"verdict": verdict, "value": best.get(a.name, current[a.name]), "votes": votes,
+                       "ops_telling": telling, "candidates": [str(v) for v in a.tried()], "why": why}
+    return best, out
+
+
+def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
+        progress: bool = True, scheduler="none", n_workers: int | None = None, params=None) -> FitResult:
+    """Fit the assumed parameters to ``dump`` (a dump of ``model``'s run: a real NPU's imported with
+    ``import-msprobe``, or another emulator run's).
+
+    ``device`` (or ``device_kwargs``) is the run's configuration (precision mode, SoC, ...); its values of
+    the assumed parameters are where the fit starts (and what wins ties). The fit runs on the dump's own
+    tensors; ``inputs``, if given, are only checked against the dump's (its ``inputs_sha256``). ``params``: the
+    parameter names to fit (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a
+    :class:`FitResult`.
+    """
+    from ..analysis.dump import load_dump
+    from ..frontend.loader import load_graph
+    from ..graph.core import Graph
+    from ..npu.device import Device
+    from ..ops import CUBE, OPS
+    from ..ops.multicore import MULTICORE_OPS
+    from .sweep import Sweep, SweepContext, check_scheduler, remember
+
+    scheduler = check_scheduler(scheduler)
+    kw = dict(device_kwargs or {})
+    if device is None:
+        device = kw.pop("device", None)
+    if device is None:
+        device = Device(**kw)
+    elif kw:
+        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    names = list(params) if params else [a.name for a in _asm.ASSUMED]
+    for n in names:
+        _asm.assumed(n)
+    dm = load_dump(dump)
+    if not any(o.get("engine") not in ("HOST", "AICPU") for o in dm.ops):
+        raise AscendEmuError(f"{dump}: no AI Core op in the dump: nothing to fit")
+    with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fit") as sweep:
+        graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
+        path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+        ctx = SweepContext(path or graph, graph.fingerprint, {}, np.zeros(0), signature=signature, shapes=shapes)
+        remember(graph, ctx)
+        fused = device._fused(graph)
+        aicore = [n for n in fused.nodes if n.name in dm and dm.op(n.name).get("engine") not in ("HOST", "AICPU")
+                  and n.op in OPS]
+        have = {"cube": any(OPS[n.op].kind == CUBE for n in aicore),
+                "conv": any(OPS[n.op].kind == CUBE and _is_conv(n) for n in aicore),
+                "vector": any(OPS[n.op].kind != CUBE for n in aicore),
+                "multicore": any(n.op in MULTICORE_OPS for n in aicore)}
+        pol = device.numerics
+        absent = {
+            _asm.CUBE: None if have["cube"] else "no cube op in the dump",
+            _asm.CONV: None if have["conv"] else "no Conv2D in the dump",
+            _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
+                        "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
+                        "no HF32 cast in the dump (no float32 cube operand)"),
+            _asm.VECTOR: None if have["vector"] else "no vector op in the dump",
+            _asm.MULTICORE: (None if have["multicore"] and pol.deterministic_level == 0 else
+                             "the run is deterministic: the split does not reach the bits"
+                             if pol.deterministic_level else "no multi-core op in the dump"),
+        }
+        select = {"cube": "cube", "vector": "vector", "multicore": "multicore"}
+        current = _asm.current(pol)
+        results: dict = {}
+        njobs = 0
+        rounds = 0
+
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            inputs = None
+        if inputs is not None and dm.inputs_sha256:
+            from ..frontend.inputs import inputs_sha256, make_inputs
+
+            if inputs_sha256(make_inputs(graph, inputs, shapes=shapes)) != dm.inputs_sha256:
+                raise AscendEmuError(f"{dump} was made from other inputs than --input gives (the inputs' sha256 "
+                                     "differ); fit uses the dump's own tensors: drop --input or give the run's")
+
+        def job(params, sel):
+            # ctx.model: a graph without its serialised GraphDef (a worker never reads it)
+            return FitJob(ctx.model, graph.fingerprint, os.fspath(dump), device, params, sel, signature, shapes)
+
+        for rounds in (1, 2):
+            moved = False
+            for g in GROUPS:
+                ps = [a for a in _asm.ASSUMED if a.group == g and a.name in names and absent[a.family] is None]
+                if not ps:
+                    continue
+                combos = _combos(ps, current)
+                runs = sweep.map(rerun_ops, [job({**current, **c}, select[g]) for c in combos],
+                                 names=[f"{g}: {_label(c)}" for c in combos])
+                njobs += len(combos)
+                ops = sorted({o for r in runs for o in r})
+                table = {o: [r.get(o, (0, 0, math.inf, "", False)) for r in runs] for o in ops}
+                # an op a parameter cannot reach (a conv order on a MatMul) still counts for the group
+                best, verdicts = _verdicts(ps, combos, table, current)
+                results[g] = (combos, table, verdicts)
+                if any(current[k] != v for k, v in best.items()):
+                    moved = True
+                    current.update(best)
+            unexplained = any(max(r[0] for r in row) < row[0][1] for _, t, _ in results.values()
+                              for row in t.values())
+            if not moved or not unexplained:
+                break
+        final = sweep.map(rerun_ops, [job(dict(current), "all")], names=["best setting"])[0]
+        njobs += 1
+    tensors = len(final)
+    same = sum(1 for k, n, *_ in final.values() if k == n)
+    parameters = {}
+    for a in _asm.ASSUMED:
+        if a.name not in names:
+            continue
+        for g, (_, _, verdicts) in results.items():
+            if a.name in verdicts:
+                parameters[a.name] = verdicts[a.name]
+        if a.name not in parameters:
+            parameters[a.name] = {"verdict": "undecided", "value": current[a.name], "votes": {}, "ops_telling": 0,
+                                  "candidates": [str(v) for v in a.tried()],
+                                  "why": absent[a.family] or "not fitted"}
+    ops = []
+    for g, (combos, table, _) in results.items():
+        for o, row in table.items():
+            n = row[0][1]
+            best_k = max(r[0] for r in row)
+            at = final.get(o)
+            ops.append({"name": o, "type": row[0][3], "group": g, "elements": n,
+                        "best_identical": best_k / n if n else 1.0, "reproduced": best_k == n,
+                        "identical_at_best": (at[0] / at[1] if at and at[1] else None),
+                        "max_abs_err_at_best": (at[2] if at and math.isfinite(at[2]) else None),
+                        "candidates": {_label(c): (r[0] / n if n else 1.0) for c, r in zip(combos, row)}})
+    notes = []
+    left = [o["name"] for o in dm.ops if o.get("engine") not in ("HOST", "AICPU") and o["name"] not in final
+            and o.get("tf_type") not in ("Placeholder",) and any(out.get("file") for out in o.get("outputs", []))
+            and any(str(out.get("dtype")) in ("float16", "bfloat16", "float32") for out in o.get("outputs", []))]
+    if left:
+        notes.append(f"not rerun: {len(left)} dumped op(s) with float tensors ({', '.join(left[:3])}"
+                     f"{' ...' if len(left) > 3 else ''}): inside a control-flow body, without their input "
+                     "tensors in the dump, or not ops of this model's graph")
+    return FitResult(os.fspath(dump), graph.name, dict(current), same / tensors if tensors else 1.0, parameters,
+                     ops, tensors=tensors, candidates=njobs, rounds=rounds, notes=notes)
