@@ -31,6 +31,7 @@ _API = {
     "matmul": "ascend_emu.numerics.cube",
     "matmul_lowfloat": "ascend_emu.numerics.lowfloat",
     "mx_matmul": "ascend_emu.numerics.lowfloat",
+    "mx_values": "ascend_emu.numerics.lowfloat",
     "mx_quantize": "ascend_emu.numerics.lowfloat",
     "batch_matmul": "ascend_emu.numerics.cube",
     "conv2d": "ascend_emu.numerics.cube",

@@ -59,6 +59,9 @@ def _device_args(p, fusion=True, training=False):
                         "SoC's, on for Ascend950 only)")
     p.add_argument("--hif8-rounding", choices=("round", "hybrid"), default="round",
                    help="cube_hif8 / mixed_hif8: rounding of the Casts to HiFloat8 (default round: half away from 0)")
+    p.add_argument("--cube-mx", choices=("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float4_e1m2"),
+                   default=None, help="what-if (Ascend950): MatMul/BatchMatMul operands MX block-quantized along K to "
+                                      "this element format, one E8M0 scale per 32, multiplied in float32")
     p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default="16bit",
                    help="cube_hif8 / mixed_hif8: output dtype of a HiFloat8 cube op (default 16bit: fp16, bf16 for "
                         "a bf16 op)")
@@ -130,7 +133,7 @@ def _device_options(a, cm, fusion) -> dict:
                 multicore=_multicore(a, MultiCoreModel),
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
-                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out)
+                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out, cube_mx=a.cube_mx)
 
 
 def _multicore(a, cls):

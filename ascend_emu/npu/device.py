@@ -102,6 +102,10 @@ class Device:
         HiFloat8 (``"round"``, half away from zero, or ``"hybrid"``) and a HiFloat8 cube op's output dtype
         (``"16bit"``: float16, bfloat16 for a bfloat16 op; or ``"float32"``); both assumptions (NUMERICS.md
         section 13).
+    cube_mx : str or None
+        A what-if: MatMul / BatchMatMul operands MX block-quantized along K to this element format
+        (``"float8_e4m3fn"``, ``"float8_e5m2"``, ``"float4_e2m1fn"``, ``"float4_e1m2"``), multiplied in float32 as the
+        950's MmadMx (NUMERICS.md section 14).
     """
 
     def __init__(self, precision_mode: str | None = None, *, precision_mode_v2: str | None = None,
@@ -111,13 +115,15 @@ class Device:
                  op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
                  multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint",
-                 cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit"):
+                 cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit",
+                 cube_mx: str | None = None):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
                                        deterministic_level=deterministic_level, run_seed=run_seed,
                                        multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding,
-                                       cce_ftz=cce_ftz, hif8_rounding=hif8_rounding)
+                                       cce_ftz=cce_ftz, hif8_rounding=hif8_rounding,
+                                       cube_mx=cube_mx)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
         self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2,
                                          hif8_cube_out=hif8_cube_out)
@@ -141,6 +147,7 @@ class Device:
     hf32_rounding = property(lambda self: self.numerics.hf32_rounding)
     cce_ftz = property(lambda self: self.numerics.cce_ftz)
     hif8_rounding = property(lambda self: self.numerics.hif8_rounding)
+    cube_mx = property(lambda self: self.numerics.cube_mx)
 
     # -- configuration -------------------------------------------------------------------
     def config(self) -> dict:
@@ -155,7 +162,7 @@ class Device:
             # the run seed only matters with determinism off: deterministic runs write identical manifests
             "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
             "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"], "cce_ftz": n["cce_ftz"],
-            "hif8_rounding": n["hif8_rounding"],
+            "hif8_rounding": n["hif8_rounding"], "cube_mx": n["cube_mx"],
         }
 
     # -- what the SoC's cube does with float32 --------------------------------------------------
@@ -164,6 +171,18 @@ class Device:
         operands to HF32, else None."""
         fam = HF32_FAMILY.get(node.attrs.get("base", node.op) if node.op.startswith("_Fused") else node.op)
         return fam if fam in self.numerics.allow_hf32 else None
+
+    def mx_axes(self, node) -> dict | None:
+        """{input index: its K axis} of matmul ``node`` when the ``cube_mx`` what-if rounds its operands to MX;
+        else None (conv and Einsum are not modelled: they keep their precision decision)."""
+        if self.numerics.cube_mx is None:
+            return None
+        base = node.attrs.get("base", node.op) if node.op.startswith("_Fused") else node.op
+        if base == "MatMul":
+            return {0: 0 if node.attrs.get("transpose_a") else 1, 1: 1 if node.attrs.get("transpose_b") else 0}
+        if base in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+            return {0: -2 if node.attrs.get("adj_x") else -1, 1: -1 if node.attrs.get("adj_y") else -2}
+        return None
 
     def cube_elsewhere(self, node) -> bool:
         """Whether GE places cube op ``node`` off the AI Core: its type (float32, bf16) stays under the precision

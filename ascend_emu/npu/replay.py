@@ -160,8 +160,8 @@ class _Run:
                                fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
-        for dtype in ("float16", "bfloat16", "float32", "hfloat32", "hifloat8"):
-            self.casts.pop((ref, dtype), None)
+        for key in [k for k in self.casts if k[0] == ref]:
+            self.casts.pop(key, None)
 
     def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
         """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own.
@@ -194,6 +194,16 @@ class _Run:
 
             def convert():
                 return to_hf32(value, rounding, overflow_mode=mode, subnormals=subnormals)
+        elif dtype.startswith("mx:"):   # the cube_mx what-if: a matmul operand MX-quantized along its K axis
+            from ..numerics.lowfloat import mx_values
+
+            fmt, axis = dtype.split(":")[1], int(dtype.split(":")[2])
+            if dtype_name(value.dtype) != "float32":
+                value = self._cast(ref, value, "float32")
+            rounding = fmt
+
+            def convert():
+                return mx_values(value, fmt, axis), 0
         elif dtype == "hifloat8":   # a cube operand under cube_hif8 / mixed_hif8 (NUMERICS.md section 13)
             from ..numerics.lowfloat import decode, encode
 
@@ -229,9 +239,18 @@ class _Run:
     def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
         """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
-        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32", "hifloat8": "hif8"}[dtype]
+        if dtype.startswith("mx:"):
+            fmt = dtype.split(":")[1]
+            short = "mx" + fmt.replace("float", "fp").replace("_", "")
+        else:
+            short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32",
+                     "hifloat8": "hif8"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
-        if dtype == "hfloat32":
+        if dtype.startswith("mx:"):
+            why = (f"cube_mx what-if: MX block quantization ({dtype.split(':')[1]} elements, one E8M0 scale per 32 "
+                   f"along K = axis {dtype.split(':')[2]}) before the cube's products")
+            dtype = "mx_" + dtype.split(":")[1]
+        elif dtype == "hfloat32":
             n = self.dev.numerics
             why = (f"HF32: a float32 cube operand rounded to 11 significant bits ({n.hf32_rounding}) before the "
                    f"cube's products (allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
@@ -352,7 +371,14 @@ class _Run:
                 # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in
                 casts.extend((i, "hfloat32") for i in float_idx
                              if not (i >= 2 and node.op.startswith("_Fused")) and i not in opdef.fp32_inputs)
-        if opdef.kind == CUBE and dec.dtype == "hifloat8":
+        mx = self.dev.mx_axes(node) if opdef.kind == CUBE else None
+        if mx:
+            # the what-if replaces the operands' own casts (and HF32): MX values, multiplied in float32
+            fmt = self.dev.numerics.cube_mx
+            casts = [c for c in casts if c[0] not in mx] + [(i, f"mx:{fmt}:{ax}") for i, ax in mx.items()
+                                                             if i in float_idx]
+            compute = f"mx_{fmt}"
+        elif opdef.kind == CUBE and dec.dtype == "hifloat8":
             compute = "hifloat8"    # its operands: HiFloat8 (as float16 values), the products accumulated in float32
         elif opdef.kind == CUBE:
             compute = None      # the cube's output dtype, from the op's context
@@ -375,7 +401,12 @@ class _Run:
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        ctx = self._context("float16" if dec.dtype == "hifloat8" else dec.dtype, dec.cube_out, node)
+        cdt = dec.dtype
+        if type(prep.compute) is str and prep.compute.startswith("mx_"):
+            cdt = "float32"             # MX operands are float32 values (scale x element, exact)
+        elif cdt == "hifloat8":
+            cdt = "float16"             # HiFloat8 values are exact in float16
+        ctx = self._context(cdt, dec.cube_out, node)
         fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx)

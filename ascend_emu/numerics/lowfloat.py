@@ -79,6 +79,26 @@ def mx_quantize(x_f32, elem_fmt, axis=-1, rounding=None):
     return np.moveaxis(codes, -1, ax), np.moveaxis(scales, -1, ax)
 
 
+def mx_values(x, elem_fmt, axis=-1, rounding=None) -> np.ndarray:
+    """float32 values of ``x`` after MX block quantization along ``axis`` (:func:`mx_quantize`): each element times
+    its block's scale, as the cube forms its operands (exact unless it leaves float32's range: then +-Inf or a
+    float32 subnormal's rounding). An axis whose length is not a multiple of 32 gets a zero-padded last block
+    (zeros change no block maximum). The replay's ``cube_mx`` what-if rounds a matmul's operands with this."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 0:
+        raise AscendEmuError("mx_values needs an array with the blocked axis")
+    ax = axis % x.ndim
+    k = x.shape[ax]
+    pad = (-k) % config.MX_BLOCK
+    if pad:
+        x = np.pad(x, [(0, pad if d == ax else 0) for d in range(x.ndim)])
+    codes, scales = mx_quantize(x, elem_fmt, ax, rounding)
+    scale = np.repeat(decode(scales, "float8_e8m0").astype(np.float64), config.MX_BLOCK, axis=ax)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = (decode(codes, elem_fmt).astype(np.float64) * scale).astype(np.float32)
+    return np.take(out, np.arange(k), axis=ax) if pad else out
+
+
 def mx_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt, model=None, overflow_mode="inf_nan") -> np.ndarray:
     """C = (scaleA x A)(scaleB x B) as CANN's MmadMx: A (M, K) codes with scaleA (M, K/32) E8M0 codes, B (K, N)
     with scaleB (K/32, N); every element times its block's scale as a float32 operand (exact: at most 4
@@ -113,4 +133,4 @@ def mx_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt, model=None, ov
     return out
 
 
-__all__ = ["LOW_FORMATS", "decode", "encode", "matmul_lowfloat", "mx_matmul", "mx_quantize"]
+__all__ = ["LOW_FORMATS", "decode", "encode", "matmul_lowfloat", "mx_matmul", "mx_quantize", "mx_values"]

@@ -421,6 +421,7 @@ class NumericsPolicy:
     hf32_rounding: str = "rint"
     cce_ftz: bool | None = None
     hif8_rounding: str = "round"
+    cube_mx: str | None = None
 
     def __post_init__(self):
         chip = soc(self.soc)
@@ -429,6 +430,12 @@ class NumericsPolicy:
             object.__setattr__(self, "cce_ftz", chip.ftz)
         if not isinstance(self.cce_ftz, bool):
             raise AscendEmuError(f"cce_ftz must be True, False or None (the SoC's default), not {self.cce_ftz!r}")
+        if self.cube_mx is not None and not (self.cube_mx in LOW_FORMATS and LOW_FORMATS[self.cube_mx].mx_element):
+            raise AscendEmuError(f"unknown cube_mx {self.cube_mx!r}; choose an MX element format: "
+                                 f"{', '.join(n for n, f in LOW_FORMATS.items() if f.mx_element)}")
+        if self.cube_mx is not None and "float8_e4m3fn" not in chip.cube_dtypes:
+            raise AscendEmuError(f"cube_mx {self.cube_mx} needs a cube with MX block scaling, which {chip.name} lacks; "
+                                 f"choose --soc {', '.join(n for n, c in SOCS.items() if 'float8_e4m3fn' in c.cube_dtypes)}")
         if self.hif8_rounding not in HIF8_CAST_ROUNDINGS:
             raise AscendEmuError(f"unknown hif8_rounding {self.hif8_rounding!r}; choose one of: "
                                  f"{', '.join(HIF8_CAST_ROUNDINGS)}")
@@ -485,4 +492,5 @@ class NumericsPolicy:
                 "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
                 "run_seed": self.run_seed, "multicore": self.multicore.to_dict(),
                 "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding,
-                "cce_ftz": self.cce_ftz, "hif8_rounding": self.hif8_rounding}
+                "cce_ftz": self.cce_ftz, "hif8_rounding": self.hif8_rounding,
+                "cube_mx": self.cube_mx}

@@ -267,3 +267,59 @@ def test_hif8_training_step_with_loss_scaling(tmp_path):
     assert dump.config["precision_mode_v2"] == "mixed_hif8"
     hif = {op.get("phase") for op in dump.ops if op["compute_dtype"] == "hifloat8" and op["tf_type"] != "Cast"}
     assert {"forward", "backward"} <= hif
+
+
+# --------------------------------------------------------------------------- the cube_mx what-if
+
+def _mx_oracle(x: np.ndarray, axis: int, fmt_values: np.ndarray, emax: int) -> np.ndarray:
+    """OCP MX v1.0 from its definition, in float64: per block of 32 along ``axis`` the scale
+    2^(floor(log2(amax)) - emax) and each element x / scale rounded to the nearest element value (ties to even
+    code: the fp8 formats' rint), saturating at the largest; the result scale * element."""
+    xm = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    k = xm.shape[-1]
+    pad = (-k) % 32
+    xp = np.concatenate([xm, np.zeros(xm.shape[:-1] + (pad,))], axis=-1)
+    blocks = xp.reshape(xp.shape[:-1] + (-1, 32))
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - emax, -127)
+    scale = 2.0 ** np.clip(e, -127, 127)
+    q = np.clip(blocks / scale, fmt_values[0], fmt_values[-1])
+    i = np.clip(np.searchsorted(fmt_values, q), 1, len(fmt_values) - 1)
+    lo, hi = fmt_values[i - 1], fmt_values[i]
+    dl, dh = q - lo, hi - q
+    lo_even = (i - 1) % 2 == 0      # ml_dtypes' value table lists codes in order: an even index has an even code
+    out = np.where((dh < dl) | ((dh == dl) & ~lo_even), hi, lo) * scale
+    out = out.reshape(xp.shape)[..., :k]
+    return np.moveaxis(out, -1, axis)
+
+
+def test_cube_mx_what_if_quantizes_matmul_operands_along_k(tmp_path):
+    import ml_dtypes
+    import tensorflow as tf
+
+    v = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    vals = np.unique(v[np.isfinite(v)])
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((4, 40)) * np.exp(rng.standard_normal((4, 40)) * 2)).astype(np.float32)
+    w = rng.standard_normal((40, 6)).astype(np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 40], tf.float32)])
+    def f(x):
+        return tf.matmul(x, tf.constant(w))
+
+    dev = ae.Device(precision_mode_v2="origin", soc="Ascend950", allow_hf32="none", cube_mx="float8_e4m3fn")
+    dev.replay(f, {"x": a}, str(tmp_path / "d"), progress=False)
+    dump = load_dump(str(tmp_path / "d"))
+    casts = [op for op in dump.ops if "_to_mx" in op["name"]]
+    assert len(casts) == 2 and all(op["compute_dtype"] == "mx_float8_e4m3fn" for op in casts)
+    by_src = {op["inputs"][0]: np.asarray(dump.tensor(op["name"]), np.float64) for op in casts}
+    qa = next(t for r, t in by_src.items() if t.shape == a.shape)
+    qw = next(t for r, t in by_src.items() if t.shape == w.shape)
+    np.testing.assert_array_equal(qa, _mx_oracle(a, 1, vals, 8))       # K = axis 1 of x, axis 0 of w
+    np.testing.assert_array_equal(qw, _mx_oracle(w, 0, vals, 8))
+    mm = next(op for op in dump.ops if op["compute_dtype"] == "mx_float8_e4m3fn" and op["tf_type"] != "Cast")
+    np.testing.assert_allclose(np.asarray(dump.tensor(mm["name"]), np.float64), qa @ qw, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AscendEmuError, match="MX block scaling"):
+        ae.Device(soc="Ascend910B", cube_mx="float8_e4m3fn")
+    with pytest.raises(AscendEmuError, match="MX element format"):
+        ae.Device(soc="Ascend950", cube_mx="hifloat8")
