@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 
 from ..errors import AscendEmuError
 from .multicore import MultiCoreModel
-from .policy import BLOCK_SUMS, CONV_K_ORDERS, HF32_ROUNDINGS, IMPL_MODES, NORMALIZE, OP_MODELS, REDUCE_ACCUMULATE
+from .policy import (BLOCK_SUMS, CONV_K_ORDERS, HF32_ROUNDINGS, HIF8_CAST_ROUNDINGS, IMPL_MODES, NORMALIZE, OP_MODELS,
+                     REDUCE_ACCUMULATE)
 
 #: the op families a parameter acts on (``fit`` reruns only the dumped ops of its family)
-CUBE, CONV, HF32, VECTOR, MULTICORE = "cube", "conv", "hf32", "vector", "multicore"
+CUBE, CONV, HF32, HIF8, VECTOR, MULTICORE = "cube", "conv", "hf32", "hif8", "vector", "multicore"
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ ASSUMED = (
             "Conv2D (and fused Conv2D) whose input channels are not a multiple of 16", "3", "cube"),
     Assumed("hf32_rounding", ("hf32_rounding",), HF32_ROUNDINGS, "rint", HF32,
             "the HF32 casts of float32 cube operands (where allow_hf32 covers the op)", "13", "cube"),
+    Assumed("hif8_rounding", ("hif8_rounding",), HIF8_CAST_ROUNDINGS, "round", HIF8,
+            "the Casts to HiFloat8 of cube operands under cube_hif8 / mixed_hif8 (Ascend950)", "13", "cube"),
     Assumed("impl_mode", ("impl_mode",), IMPL_MODES, "high_precision", VECTOR,
             "the vector unit's transcendental ops (Exp, Log, Tanh, Gelu, Rsqrt, LayerNorm's rstd, ...)", "2",
             "vector"),

@@ -103,6 +103,9 @@ def _score(out, ref) -> tuple:
     """(elements identical bit for bit, elements, largest absolute error elsewhere)."""
     out, ref = np.asarray(out), np.asarray(ref)
     n = int(ref.size)
+    if (out.dtype != ref.dtype and out.dtype.kind in "fV" and ref.dtype == np.float32 and out.dtype.itemsize == 2
+            and out.shape == ref.shape):
+        out = out.astype(np.float32)    # a HiFloat8 operand travels as float16; the dump widens it to float32
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return 0, n, math.inf
     if n == 0:
@@ -360,6 +363,8 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
             _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
                         "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
                         "no HF32 cast in the dump (no float32 cube operand)"),
+            _asm.HIF8: (None if any(o.get("compute_dtype") == "hifloat8" and o.get("tf_type") == "Cast"
+                                    for o in dm.ops) else "no HiFloat8 cast in the dump (cube_hif8 / mixed_hif8 off)"),
             _asm.VECTOR: None if have["vector"] else "no vector op in the dump",
             _asm.MULTICORE: (None if have["multicore"] and pol.deterministic_level == 0 else
                              "the run is deterministic: the split does not reach the bits"

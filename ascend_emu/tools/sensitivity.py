@@ -30,18 +30,22 @@ from dataclasses import dataclass, field
 from ..errors import AscendEmuError
 from ..analysis.robustness import ORDER, robust_line, sidecar
 from ..numerics import assumptions as _asm
+from ..npu.precision import HIF8_MODES
 
 CONCLUSIONS = ORDER[:4]
 
 
-def variants(policy, names=None) -> list:
+def variants(policy, names=None, hif8: bool = False) -> list:
     """[(label, {parameter: value}, the parameters it varies)]: the default, each other value of each
     parameter one at a time, then the two corners. Parameters that cannot act on this device (HF32 off;
-    multi-core splits of a deterministic run) are left out."""
+    HiFloat8 casts outside cube_hif8 / mixed_hif8 (``hif8``); multi-core splits of a deterministic run) are left
+    out."""
     cur = _asm.current(policy)
     skip = set()
     if not policy.allow_hf32:
         skip.add("hf32_rounding")
+    if not hif8:
+        skip.add("hif8_rounding")
     if policy.deterministic_level != 0:
         skip.add("multicore_reduce_min_chunk")
     ps = [a for a in _asm.ASSUMED if (names is None or a.name in names) and a.name not in skip]
@@ -200,7 +204,7 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
             path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
             ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes)
             remember(graph, ctx)
-            vs = variants(device.numerics, params)
+            vs = variants(device.numerics, params, device.precision.mode in HIF8_MODES)
             tasks = [ReplayTask(label, variant(device, p), os.path.join(work, f"variant-{i}"))
                      for i, (label, p, _) in enumerate(vs)]
             runs = sweep.run(ctx, tasks)
@@ -308,7 +312,7 @@ def _sensitivity_train(model, data, steps, train, device, params, seed, json_pat
         raise AscendEmuError(f"steps must be a positive integer, got {steps!r}")
     if not (isinstance(loss_tol, (int, float)) and loss_tol >= 0):
         raise AscendEmuError(f"loss_tol must be a number >= 0, got {loss_tol!r}")
-    vs = variants(device.numerics, params)
+    vs = variants(device.numerics, params, device.precision.mode in HIF8_MODES)
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="sensitivity") as sweep:
         rows = run_training(sweep, device, model, data, steps, seed, {k: v for k, v in train.items() if v is not None},
                             vs, variant)

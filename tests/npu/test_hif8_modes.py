@@ -323,3 +323,14 @@ def test_cube_mx_what_if_quantizes_matmul_operands_along_k(tmp_path):
         ae.Device(soc="Ascend910B", cube_mx="float8_e4m3fn")
     with pytest.raises(AscendEmuError, match="MX element format"):
         ae.Device(soc="Ascend950", cube_mx="hifloat8")
+
+
+def test_fit_decides_the_hif8_rounding_of_a_dump(cnn, tmp_path):
+    """A cube_hif8 dump made with the hybrid rounding fits back to it (the HiFloat8 casts tell the two apart), and a
+    replay with the fitted value reproduces the casts bit for bit."""
+    m, x = cnn
+    dev_kw = dict(precision_mode_v2="cube_hif8", soc="Ascend950")
+    _replay(m, x, "cube_hif8", tmp_path / "d", hif8_rounding="hybrid")
+    res = ae.fit(str(tmp_path / "d"), m, device_kwargs=dev_kw, progress=False, params=["hif8_rounding"])
+    p = res.parameters["hif8_rounding"]
+    assert p["verdict"] == "decided" and p["value"] == "hybrid" and res.best["hif8_rounding"] == "hybrid"
