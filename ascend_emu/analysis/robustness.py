@@ -13,6 +13,28 @@ import os
 ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status", "loss_curve", "skipped_steps")
 
 
+#: the largest sidecar read (a real one is a few KB per variant)
+MAX_SIDECAR_BYTES = 16 << 20
+
+
+def _well_formed(data) -> bool:
+    """The shape ``robust_line`` reads: conclusions {name: {robust: bool, moved_by: [{parameters: [str]}]}},
+    variants a list."""
+    if not isinstance(data, dict) or not isinstance(data.get("conclusions"), dict):
+        return False
+    if not isinstance(data.get("variants", []), list):
+        return False
+    for v in data["conclusions"].values():
+        if not isinstance(v, dict) or not isinstance(v.get("robust", False), bool):
+            return False
+        moved = v.get("moved_by", [])
+        if not isinstance(moved, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("parameters", []), list)
+                and all(isinstance(p, str) for p in m.get("parameters", [])) for m in moved):
+            return False
+    return True
+
+
 def sidecar(dump) -> str:
     """Where the sensitivity of ``dump``'s conclusions is kept: ``<dump>.sensitivity.json`` beside it."""
     return os.path.normpath(os.fspath(getattr(dump, "path", dump))) + ".sensitivity.json"
@@ -22,14 +44,17 @@ def read_sidecar(dump) -> dict | None:
     """The sensitivity JSON written for ``dump`` (a path or a loaded Dump), or None when there is none, it is
     unreadable, or it was made from other inputs than the dump's."""
     path = sidecar(dump)
-    if not os.path.isfile(path):
+    # a file beside the dump is as hostile as the dump: never through a link, never a huge one, checked in shape
+    if os.path.islink(path) or not os.path.isfile(path):
         return None
     try:
+        if os.path.getsize(path) > MAX_SIDECAR_BYTES:
+            return None
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("conclusions"), dict):
+    if not _well_formed(data):
         return None
     sha = getattr(dump, "inputs_sha256", None)
     if sha is None and not hasattr(dump, "manifest"):

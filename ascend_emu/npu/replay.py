@@ -240,8 +240,9 @@ class _Run:
         """The record of the Cast op inserted in front of tensor ``ref``."""
         node, idx = ref.rsplit(":", 1)
         if dtype.startswith("mx:"):
-            fmt = dtype.split(":")[1]
-            short = "mx" + fmt.replace("float", "fp").replace("_", "")
+            fmt, axis = dtype.split(":")[1:]
+            # the K axis is part of the name: one weight meets forward (K = 0) and backward (K = 1) matmuls
+            short = "mx" + fmt.replace("float", "fp").replace("_", "") + f"_k{axis.replace('-', 'm')}"
         else:
             short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32",
                      "hifloat8": "hif8"}[dtype]

@@ -33,6 +33,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..numerics import assumptions as _asm
+from ..analysis.dump.format import CODED_FORMATS
+from ..npu.precision import HIF8_MODES
 
 #: the groups fitted jointly, in the order they are fitted
 GROUPS = ("cube", "vector", "multicore")
@@ -99,12 +101,12 @@ def _is_conv(node) -> bool:
     return "Conv" in str(node.attrs.get("base", node.op))
 
 
-def _score(out, ref) -> tuple:
-    """(elements identical bit for bit, elements, largest absolute error elsewhere)."""
+def _score(out, ref, coded: bool = False) -> tuple:
+    """(elements identical bit for bit, elements, largest absolute error elsewhere); ``coded``: the dump holds the
+    tensor as codes of a format it widens to float32 (hifloat8)."""
     out, ref = np.asarray(out), np.asarray(ref)
     n = int(ref.size)
-    if (out.dtype != ref.dtype and out.dtype.kind in "fV" and ref.dtype == np.float32 and out.dtype.itemsize == 2
-            and out.shape == ref.shape):
+    if coded and out.dtype == np.float16 and ref.dtype == np.float32 and out.shape == ref.shape:
         out = out.astype(np.float32)    # a HiFloat8 operand travels as float16; the dump widens it to float32
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return 0, n, math.inf
@@ -184,7 +186,8 @@ def rerun_ops(job: FitJob) -> dict:
             if rec.inserted and rec.name not in scores and rec.name in dm and dm.has_tensor(rec.name, 0):
                 got = run.cast_outputs.get(rec.name + ":0")
                 if got is not None:
-                    scores[rec.name] = (*_score(got, tensor(rec.name + ":0")), "Cast", False)
+                    coded = dm.op(rec.name)["outputs"][0]["dtype"] in CODED_FORMATS
+                    scores[rec.name] = (*_score(got, tensor(rec.name + ":0"), coded), "Cast", False)
         for i, o in enumerate(outs):
             ref = tensor(f"{node.name}:{i}")
             if ref is None or not is_float(ref):
@@ -363,8 +366,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
             _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
                         "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
                         "no HF32 cast in the dump (no float32 cube operand)"),
-            _asm.HIF8: (None if any(o.get("compute_dtype") == "hifloat8" and o.get("tf_type") == "Cast"
-                                    for o in dm.ops) else "no HiFloat8 cast in the dump (cube_hif8 / mixed_hif8 off)"),
+            _asm.HIF8: ("the device is not in cube_hif8 / mixed_hif8" if device.precision.mode not in HIF8_MODES else
+                        None if any(o.get("compute_dtype") == "hifloat8" and o.get("tf_type") == "Cast"
+                                    for o in dm.ops) else "no HiFloat8 cast in the dump"),
             _asm.VECTOR: None if have["vector"] else "no vector op in the dump",
             _asm.MULTICORE: (None if have["multicore"] and pol.deterministic_level == 0 else
                              "the run is deterministic: the split does not reach the bits"
@@ -440,7 +444,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     notes = []
     left = [o["name"] for o in dm.ops if o.get("engine") not in ("HOST", "AICPU") and o["name"] not in final
             and o.get("tf_type") not in ("Placeholder",) and any(out.get("file") for out in o.get("outputs", []))
-            and any(str(out.get("dtype")) in ("float16", "bfloat16", "float32") for out in o.get("outputs", []))]
+            and any(str(out.get("dtype")) in ("float16", "bfloat16", "float32", "hifloat8") for out in o.get("outputs", []))]
     if left:
         notes.append(f"not rerun: {len(left)} dumped op(s) with float tensors ({', '.join(left[:3])}"
                      f"{' ...' if len(left) > 3 else ''}): inside a control-flow body, without their input "

@@ -334,3 +334,47 @@ def test_fit_decides_the_hif8_rounding_of_a_dump(cnn, tmp_path):
     res = ae.fit(str(tmp_path / "d"), m, device_kwargs=dev_kw, progress=False, params=["hif8_rounding"])
     p = res.parameters["hif8_rounding"]
     assert p["verdict"] == "decided" and p["value"] == "hybrid" and res.best["hif8_rounding"] == "hybrid"
+
+
+def test_an_overflowing_hif8_operand_keeps_its_inf_in_the_dump(tmp_path):
+    """Under inf_nan (the 950's default) a value past HiFloat8's range becomes Inf in the cast, and the dump's
+    codes keep it (they are written in inf_nan, whatever the device's mode: they only store values)."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 32], tf.float32)])
+    def f(x):
+        return tf.matmul(x, tf.ones([32, 3]))
+
+    x = np.ones((2, 32), np.float32)
+    x[0, 0] = 60000.0
+    ae.Device(precision_mode_v2="cube_hif8", soc="Ascend950").replay(f, {"x": x}, str(tmp_path / "d"), progress=False)
+    dump = load_dump(str(tmp_path / "d"))
+    cast = next(op for op in dump.ops if op["name"].endswith("_to_hif8") and op["outputs"][0]["shape"] == [2, 32])
+    v = dump.tensor(cast["name"])
+    assert cast["outputs"][0]["inf"] == 1 and np.isposinf(v[0, 0]) and cast["status"]
+
+
+def test_cube_mx_training_step_with_a_dump(tmp_path):
+    """A weight meets a forward and a backward matmul with different K axes: two MX casts, two names."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(3)])
+    m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    data = {"x": rng.normal(size=(32, 64)).astype(np.float32), "y": rng.integers(0, 3, 32).astype(np.int64)}
+    dev = ae.Device(precision_mode_v2="origin", soc="Ascend950", cube_mx="float8_e4m3fn")
+    res = dev.train(m, data, batch_size=32, steps=1, progress=False, dump_dir=str(tmp_path / "t"), dump_steps=[0])
+    assert np.isfinite(res.steps[0]["loss"])
+    dump = load_dump(str(tmp_path / "t" / "step-0"))
+    names = [op["name"] for op in dump.ops if "_to_mxfp8e4m3fn_k" in op["name"]]
+    assert len(names) == len(set(names)) and {n[-2:] for n in names} >= {"k0", "k1"}
+
+
+def test_fit_leaves_hif8_rounding_alone_outside_the_hif8_modes(cnn, tmp_path):
+    m, x = cnn
+    _replay(m, x, "cube_hif8", tmp_path / "d")
+    res = ae.fit(str(tmp_path / "d"), m, device_kwargs=dict(soc="Ascend950"), progress=False,
+                 params=["hif8_rounding"])
+    assert res.parameters["hif8_rounding"]["verdict"] != "contradicted"
+    assert "not in cube_hif8" in res.parameters["hif8_rounding"]["why"]

@@ -155,3 +155,21 @@ def test_parameters_reach_the_ops():
         p = res.parameters[name]
         assert p["ops_changed"] > 0 and 0 < p["max_op_cosine_shift"] < 1e-6 and p["moves"] == [], (name, p)
     assert all(c["robust"] for c in res.conclusions.values())
+
+
+@pytest.mark.parametrize("text", ['{"conclusions": {"first_divergent": 1}}', '{"conclusions": {}, "variants": 3}',
+                                  '{"conclusions": {"x": {"robust": true, "moved_by": [{"parameters": [1]}]}}}',
+                                  '[1, 2]', '{"conclusions": ' * 5000])
+def test_a_malformed_or_linked_sidecar_is_ignored(text, tmp_path):
+    from ascend_emu.analysis.robustness import read_sidecar, sidecar
+
+    d = tmp_path / "d"
+    d.mkdir()
+    with open(sidecar(str(d)), "w") as f:
+        f.write(text)
+    assert read_sidecar(str(d)) is None
+    os.remove(sidecar(str(d)))
+    good = tmp_path / "elsewhere.json"
+    good.write_text('{"conclusions": {"first_divergent": {"robust": true}}, "variants": []}')
+    os.symlink(good, sidecar(str(d)))
+    assert read_sidecar(str(d)) is None

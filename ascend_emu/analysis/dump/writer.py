@@ -282,12 +282,18 @@ class DumpWriter:
 
     def _coded(self, t: Coded, stem, i: int, status: int) -> dict:
         """The manifest entry of output ``i`` held as codes of a coded format (its file, if ``stem``)."""
-        from ...numerics.lowfloat import encode
+        from ...numerics.lowfloat import decode, encode
 
         vals = np.asarray(t.values)
         fname = None
         if stem is not None:
-            codes, _ = encode(vals, t.fmt)     # exact: the values are the format's own
+            # exact: the values are the format's own, Inf and NaN included (kept as they are under inf_nan)
+            codes, _ = encode(vals, t.fmt, overflow_mode="inf_nan")
+            back = decode(codes, t.fmt).reshape(vals.shape)
+            v32 = vals.astype(np.float32)
+            if not np.array_equal(back, v32, equal_nan=True) or not np.array_equal(np.signbit(back), np.signbit(v32)):
+                raise AscendEmuError(f"output {i} of an op holds values that are not {t.fmt} values; it cannot be "
+                                     f"stored as {t.fmt} codes")
             fname = f"{stem}.{i}.npy"
             self._write_tensor(fname, np.ascontiguousarray(codes.reshape(vals.shape)))
         st = tensor_stats(vals)
