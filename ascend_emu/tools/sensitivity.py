@@ -188,7 +188,14 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     if dump is not None:
         from ..analysis.dump import load_dump
 
-        load_dump(dump)     # a missing or broken dump fails before the slow part
+        made = load_dump(dump).config     # a missing or broken dump fails before the slow part
+        mine = device.config()
+        differ = [k for k in ("canonical_mode", "soc", "overflow_mode", "allow_hf32", "cube_mx", "cce_ftz",
+                              "subnormals") if k in made and k in mine and made[k] != mine[k]]
+        if differ:
+            raise AscendEmuError(f"{dump} was made with {', '.join(f'{k}={made[k]}' for k in differ)}, not this "
+                                 f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: give sensitivity the dump's "
+                                 "options (its conclusions are about that configuration)")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")
     work = os.fspath(keep_dumps) if keep_dumps is not None else tempfile.mkdtemp(prefix="ascend-emu-sensitivity-")

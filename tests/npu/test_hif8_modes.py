@@ -378,3 +378,16 @@ def test_fit_leaves_hif8_rounding_alone_outside_the_hif8_modes(cnn, tmp_path):
                  params=["hif8_rounding"])
     assert res.parameters["hif8_rounding"]["verdict"] != "contradicted"
     assert "not in cube_hif8" in res.parameters["hif8_rounding"]["why"]
+
+
+def test_export_msprobe_of_a_hif8_dump_writes_float32(cnn, tmp_path):
+    from ascend_emu.analysis.msprobe import export_msprobe
+
+    m, x = cnn
+    _, dump = _replay(m, x, "cube_hif8", tmp_path / "d")
+    export_msprobe(str(tmp_path / "d"), str(tmp_path / "ms"), tensor_format="npy")
+    import json
+
+    data = json.load(open(tmp_path / "ms" / "step0" / "rank0" / "dump.json"))["data"]
+    dts = {leaf["dtype"] for v in data.values() for leaf in v.get("output", []) if isinstance(leaf, dict)}
+    assert "torch.float32" in dts and not any("hif" in d for d in dts)

@@ -173,3 +173,14 @@ def test_a_malformed_or_linked_sidecar_is_ignored(text, tmp_path):
     good.write_text('{"conclusions": {"first_divergent": {"robust": true}}, "variants": []}')
     os.symlink(good, sidecar(str(d)))
     assert read_sidecar(str(d)) is None
+
+
+def test_sensitivity_refuses_a_dump_of_another_configuration(demo):
+    from ascend_emu.errors import AscendEmuError
+    from ascend_emu.frontend.models import demo_model
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.sensitivity import sensitivity
+
+    _, d = demo
+    with pytest.raises(AscendEmuError, match="was made with canonical_mode=allow_mix_precision_fp16"):
+        sensitivity(demo_model(), None, device=Device("force_fp16"), dump=str(d / "npu"), progress=False)

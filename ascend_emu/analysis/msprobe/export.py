@@ -8,13 +8,19 @@ import stat
 from ...errors import AscendEmuError
 from ...fileio import atomic_write_text, check_output_dir, make_output_dir
 from ...graph import split_tensor_name
-from ..dump import LOCK, json_safe, load_dump
+from ..dump import CODED_FORMATS, LOCK, json_safe, load_dump
 from ..dump.writer import _lock_dir, _unlock_dir
 from .format import (DATA_DIR, SIDECAR, SIDECAR_FORMAT, TENSOR_FORMATS, dump_key, _import_torch, _link_or_copy,
                      msprobe_names, msprobe_stats, torch_dtype, _write_tensor)
 
 _OWN_FILES = ("dump.json", "stack.json", "construct.json", SIDECAR)
 
+
+
+def _spelled(dtype: str) -> str:
+    """The dtype an output is exported as: a format the dump stores as codes (hifloat8) as the float32 values
+    the reader widens it to (msprobe has no spelling for it)."""
+    return "float32" if dtype in CODED_FORMATS else dtype
 
 def _prepare_rank_dir(path: str, out: str, overwrite: bool) -> int:
     """Create (or, with ``overwrite``, clear) rank directory ``path`` of msprobe dump root ``out`` and lock
@@ -92,7 +98,7 @@ def export_msprobe(dump, out, *, step: int = 0, rank: int = 0, tensor_format: st
     for op in d.ops:   # every dtype must have a spelling before anything is written
         for o in op["outputs"]:
             try:
-                torch_dtype(o["dtype"])
+                torch_dtype(_spelled(o["dtype"]))
             except AscendEmuError as e:
                 raise AscendEmuError(f"op {op['name']!r}: {e}") from None
     if tensor_format == "pt":
@@ -112,7 +118,7 @@ def export_msprobe(dump, out, *, step: int = 0, rank: int = 0, tensor_format: st
             key = dump_key(names[op["name"]])
             outs = []
             for o in op["outputs"]:
-                leaf = {"type": "torch.Tensor", "dtype": torch_dtype(o["dtype"]), "shape": list(o["shape"]),
+                leaf = {"type": "torch.Tensor", "dtype": torch_dtype(_spelled(o["dtype"])), "shape": list(o["shape"]),
                         **msprobe_stats(o, d, op["name"]), "requires_grad": False}
                 if o["file"] is not None:
                     fname = f"{key}.output.{o['index']}{ext}"
