@@ -189,13 +189,15 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     """
     from .inputs import make_inputs
     from .loader import load_graph
-    from .tf import import_tf
-
     if dump_dir is not None:
         check_dump_dir(dump_dir, overwrite)   # refuse before spending time on the run
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+    if graph.onnx is not None:
+        from .onnx_reference import onnx_reference
+        return onnx_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+                              progress=progress)
     if stats_only and dump_dir is not None and not _has_loops(graph):
         # (loops and branches run call by call, which streaming by segments cannot do: their
         # statistics are written from the full run)
@@ -203,6 +205,8 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     t0 = time.perf_counter()
     tensors, ran = _run_all(graph, feeds)
     seconds_run = time.perf_counter() - t0
+
+    from .tf import import_tf
 
     tally = _Tally()
     records = [(node, *tally.add(node, outs), outs) for node, outs in ran]
@@ -313,11 +317,11 @@ def _config(tf_version: str) -> dict:
             "dtype": "original (float32 for float32 models)", "grappler": "off"}
 
 
-def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress):
+def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress, config=None):
     from ..analysis.dump import DumpWriter
     from .inputs import inputs_sha256
 
-    config = _config(summary["tensorflow"])
+    config = config or _config(summary["tensorflow"])
     model = graph.dump_model()
     bar = None
     if progress:

@@ -487,14 +487,16 @@ class _Run:
                                                      "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
-        from .aicpu import run_tf_node
-
+        if "onnx_node" in node.meta:
+            from .aicpu_onnx import run_onnx_node as run_node
+        else:
+            from .aicpu import run_tf_node as run_node
         orig = []
         for a, ref in zip(args, node.inputs):
             if is_float(a) and dtype_name(a.dtype) in ("float16", "bfloat16"):
                 a = self._cast(tensor_name(ref), a, "float32")
             orig.append(a)
-        outs = tuple(run_tf_node(node, orig))
+        outs = tuple(run_node(node, orig))
         status = 0
         max_abs = 0.0
         for o in outs:
