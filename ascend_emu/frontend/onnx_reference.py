@@ -9,14 +9,10 @@ NPU-only rows in compare). Engines: ``HOST`` for Const and Placeholder, ``ORT`` 
 """
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
 
-from ..analysis.dump import check_dump_dir
 from ..errors import AscendEmuError
-from ..graph.core import Graph, tensor_name
+from ..graph.core import Graph
 from .onnx_node import _line, session_options
 
 
@@ -53,21 +49,12 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
     return values
 
 
-def onnx_reference(graph: Graph, feeds: dict, dump_dir=None, *, overwrite=False, stats_only=False, select=None,
-                   progress=True):
-    """The onnxruntime float32 run of an ONNX graph, as a :class:`.reference.ReferenceResult` (and dump)."""
-    import onnxruntime as ort
-
-    from .reference import ReferenceResult, _Tally, _write_dump
-
-    if dump_dir is not None:
-        check_dump_dir(dump_dir, overwrite)
-    t0 = time.perf_counter()
+def onnx_records(graph: Graph, feeds: dict) -> tuple[list, dict]:
+    """``(node, outputs)`` for every graph node that stands for an ONNX node, input or initializer, in graph
+    order, and the tensors by graph name (``"node:i"``), from one onnxruntime run."""
     values = run_onnx_model(graph, feeds)
-    seconds_run = time.perf_counter() - t0
     src = graph.onnx
-    tally = _Tally()
-    records, tensors = [], {}
+    ran, tensors = [], {}
     for node in graph.nodes:
         names = src.nodes.get(node.name)
         if names is None:
@@ -75,21 +62,14 @@ def onnx_reference(graph: Graph, feeds: dict, dump_dir=None, *, overwrite=False,
         outs = [values[o] if o in values else np.zeros(0, np.float32) for o in names]
         for i, v in enumerate(outs):
             tensors[f"{node.name}:{i}"] = v
-        engine, dtype = tally.add(node, outs)
-        records.append((node, "HOST" if node.op in ("Const", "Placeholder") else "ORT", dtype, outs))
-    for engine_counts in list(tally.counts):
-        if engine_counts == "TF":
-            tally.counts["ORT"] = tally.counts.pop("TF")
-    summary = tally.summary(graph, "", ops=len(records))
-    summary.pop("tensorflow", None)
-    summary["onnxruntime"] = ort.__version__
-    if dump_dir is not None:
-        _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite, stats_only=stats_only,
-                    select=select, progress=progress, config=config(ort.__version__))
-    summary = dict(summary, seconds=round(time.perf_counter() - t0, 3), seconds_run=round(seconds_run, 3))
-    outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
-    return ReferenceResult(graph, feeds, outputs, tensors,
-                           dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
+        ran.append((node, outs))
+    return ran, tensors
+
+
+def version() -> str:
+    import onnxruntime as ort
+
+    return ort.__version__
 
 
 def config(version: str) -> dict:
