@@ -355,9 +355,11 @@ def _pool(b, n):
         if pads == same:
             padding = "SAME"    # TensorFlow's SAME: the count of a window leaves the padding out
         elif n.op == "MaxPool" or int(n.a("count_include_pad", 0)):
-            fill = -np.inf if n.op == "MaxPool" else 0.0
-            x = b.emit(f"{n.name}/pad", "PadV2", [x, b.const(np.asarray([[0, 0], pads[0:2], pads[2:4], [0, 0]], np.int64), f"{n.name}/pads"),
-                                                  b.const(fill, f"{n.name}/pad_value", t)], {"T": t})
+            # max pooling never selects the padding: -inf, held in float16 so that no cast to fp16 overflows
+            fill = b.const(-np.inf, f"{n.name}/pad_value", "float16") if n.op == "MaxPool" else \
+                b.const(0.0, f"{n.name}/pad_value", t)
+            x = b.emit(f"{n.name}/pad", "PadV2", [x, b.const(np.asarray([[0, 0], pads[0:2], pads[2:4], [0, 0]], np.int64),
+                                                                 f"{n.name}/pads"), fill], {"T": t})
             padding = "VALID"
         else:
             raise Fallback("AveragePool padding that excludes the pad from the count and is not TF's SAME")

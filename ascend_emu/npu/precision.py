@@ -166,11 +166,36 @@ class Decision:
         return {"dtype": self.dtype, "cube_out": self.cube_out, "list": self.list, "reason": self.reason}
 
 
+def load_keep_dtype(spec) -> tuple[frozenset, frozenset]:
+    """ATC's ``--keep_dtype`` file: one node name a line, or ``OpType::<type>`` for every op of a type; blank
+    lines and ``#`` comments skipped. ``spec`` is a path, an iterable of such lines, or None."""
+    if spec is None:
+        return frozenset(), frozenset()
+    if isinstance(spec, (str, os.PathLike)):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise AscendEmuError(f"cannot read the --keep-dtype file {str(spec)!r}: {e}") from None
+    else:
+        lines = list(spec)
+    names, types = set(), set()
+    for line in lines:
+        line = str(line).strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("OpType::"):
+            types.add(line[len("OpType::"):].strip())
+        else:
+            names.add(line)
+    return frozenset(names), frozenset(types)
+
+
 class PrecisionPolicy:
     """Decides each op's compute dtype under a precision mode and mix lists."""
 
     def __init__(self, precision_mode: str = "force_fp16", modify_mixlist=None, *, option: str = "precision_mode",
-                 precision_mode_v2: str | None = None):
+                 precision_mode_v2: str | None = None, keep_dtype=None):
         self.mode = canonical_mode(precision_mode)
         self.requested_mode = precision_mode
         #: which option set the mode (precision_mode, precision_mode_v2 or default) and the v2 value
@@ -180,6 +205,18 @@ class PrecisionPolicy:
         if modify_mixlist is not None:
             self.lists = self.lists.modify(modify_mixlist)
         self.reduced = "bfloat16" if self.mode in ("allow_mix_precision_bf16", "allow_fp32_to_bf16") else "float16"
+        #: ATC's --keep_dtype: node names (and ``OpType::<type>`` op types) kept in their original dtype
+        self.keep_names, self.keep_types = load_keep_dtype(keep_dtype)
+
+    def keeps(self, name: str, ascend_op: str, fusion: dict | None = None) -> bool:
+        """Whether ATC's --keep_dtype list names op ``name`` (or an op a fusion folded into it) or its type."""
+        if name in self.keep_names or ascend_op in self.keep_types:
+            return True
+        return bool(fusion) and any(r in self.keep_names for r in fusion.get("replaces", ()))
+
+    def keep_decision(self, kind: str, orig: str) -> Decision:
+        return Decision(orig, orig if kind == "cube" else None, None,
+                        "keep_dtype: ATC's --keep_dtype file keeps the op in its original dtype")
 
     def decide(self, kind: str, ascend_op: str, orig: str, producer_dtypes: list[str]) -> Decision:
         """Compute dtype for an op of ``kind`` (cube/vector/move) with original dtype ``orig``.
@@ -219,4 +256,6 @@ class PrecisionPolicy:
     def to_dict(self) -> dict:
         return {"precision_mode": self.requested_mode, "canonical_mode": self.mode, "reduced_dtype": self.reduced,
                 "precision_mode_v2": self.mode_v2, "precision_mode_option": self.option,
-                "mixlist_source": self.lists.source}
+                "mixlist_source": self.lists.source,
+                **({"keep_dtype": sorted(self.keep_names) + [f"OpType::{t}" for t in sorted(self.keep_types)]}
+                   if self.keep_names or self.keep_types else {})}

@@ -318,6 +318,10 @@ class _Run:
             dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
             made = self.decisions[key] = (dec, dec.to_dict())
         dec = made[0]
+        precision = self.dev.precision
+        if (precision.keep_names or precision.keep_types) and precision.keeps(node.name, ascend_op, fusion):
+            dec = precision.keep_decision(opdef.kind, orig)
+            made = (dec, dec.to_dict())
         casts = []      # (input index, the dtype it is cast to)
         if node.op != "Cast":   # an explicit TF Cast converts its input as it comes
             for i in float_idx:
