@@ -93,7 +93,10 @@ class Builder:
         return v
 
     def shape(self, onnx_name: str) -> list | None:
-        return self.shapes.get(onnx_name)
+        s = self.shapes.get(onnx_name)
+        if s is None and self.value(onnx_name) is not None:
+            return list(np.shape(self.values[onnx_name]))
+        return s
 
     def rank(self, onnx_name: str) -> int:
         s = self.shapes.get(onnx_name)

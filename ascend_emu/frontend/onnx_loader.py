@@ -178,6 +178,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
         b.tensors[vi.name] = f"{ph}:0"
         src.nodes[ph] = [vi.name]
         specs.append(InputSpec(ph, dtype, shapes.get(vi.name), key=vi.name))
+    inits_named = set()
     for t in m.graph.initializer:
         try:
             v = numpy_helper.to_array(t)
@@ -188,6 +189,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
         b.tensors[t.name] = f"{cname}:0"
         b.values[t.name] = v
         src.nodes[cname] = [t.name]
+        inits_named.add(cname)
     for pos, nd in enumerate(m.graph.node):
         _convert(b, nd, pos, opset, src)
     outputs = []
@@ -196,7 +198,9 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
             raise AscendEmuError(f"ONNX output {vi.name!r} is computed by no node")
         outputs.append(b.tensors[vi.name])
     src.tensors = dict(b.tensors)
-    nodes = _prune(b.nodes, outputs)
+    # an ONNX node stays even when nothing reads its own result (a chain of NHWC ops skips its NCHW transpose):
+    # it is an op of the reference's dump
+    nodes = _prune(b.nodes, outputs + [f"{k}:0" for k, v in src.nodes.items() if k not in inits_named])
     keep = {n.name for n in nodes}
     src.nodes = {k: v for k, v in src.nodes.items() if k in keep}
     return Graph(nodes=nodes, inputs=specs, outputs=outputs, name=str(name),
