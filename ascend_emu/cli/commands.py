@@ -319,6 +319,9 @@ def cmd_socs(a):
 def cmd_rules(a):
     from ..npu.fusion import RULES
 
+    from ..npu.fusion.onnx_forms import ONNX_FORMS
+
     for r in RULES.values():
         print(f"{r.name} ({r.kind})\n  pattern:  {r.pattern}\n  numerics: {r.numerics}")
+        print(f"  onnx:     {ONNX_FORMS.get(r.name, 'not checked on ONNX models')}")
     return 0

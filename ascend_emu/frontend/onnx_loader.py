@@ -47,6 +47,8 @@ class OnnxSource:
     tensors: dict = field(default_factory=dict)
     #: graph node name -> the ONNX node's output tensor names (ONNX nodes, graph inputs, initializers)
     nodes: dict = field(default_factory=dict)
+    #: ONNX nodes the graph leaves out (a transpose back to NCHW nothing reads), by name: the reference dumps them
+    extra: dict = field(default_factory=dict)
 
 
 def is_onnx(model) -> bool:
@@ -198,11 +200,14 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
             raise AscendEmuError(f"ONNX output {vi.name!r} is computed by no node")
         outputs.append(b.tensors[vi.name])
     src.tensors = dict(b.tensors)
-    # an ONNX node stays even when nothing reads its own result (a chain of NHWC ops skips its NCHW transpose):
-    # it is an op of the reference's dump
-    nodes = _prune(b.nodes, outputs + [f"{k}:0" for k, v in src.nodes.items() if k not in inits_named])
+    # an ONNX node stays even when nothing reads its result, except the transpose back to NCHW that a chain of
+    # NHWC ops skips: it would be a second reader of the NHWC result, and the fusion passes (Conv+BatchNorm)
+    # fold only a sole reader. The reference still dumps it (a bench-only row in compare).
+    roots = [f"{k}:0" for k in src.nodes if k not in inits_named and f"{k}:0" not in b.nhwc]
+    nodes = _prune(b.nodes, outputs + roots)
     keep = {n.name for n in nodes}
-    src.nodes = {k: v for k, v in src.nodes.items() if k in keep}
+    src.extra = {n.name: n for n in b.nodes if n.name in src.nodes and n.name not in keep and n.name not in inits_named}
+    src.nodes = {k: v for k, v in src.nodes.items() if k in keep or k in src.extra}
     return Graph(nodes=nodes, inputs=specs, outputs=outputs, name=str(name),
                  fingerprint=hashlib.sha256(raw).hexdigest(), output_names=[vi.name for vi in m.graph.output],
                  onnx=src)

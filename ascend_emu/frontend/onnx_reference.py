@@ -55,7 +55,7 @@ def onnx_records(graph: Graph, feeds: dict) -> tuple[list, dict]:
     values = run_onnx_model(graph, feeds)
     src = graph.onnx
     ran, tensors = [], {}
-    for node in graph.nodes:
+    for node in [*graph.nodes, *src.extra.values()]:
         names = src.nodes.get(node.name)
         if names is None:
             continue        # a node of the emulator's own (a layout transpose, a helper constant)
