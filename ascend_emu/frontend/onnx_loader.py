@@ -102,6 +102,12 @@ def _check(m, name: str) -> None:
         onnx.checker.check_model(m)
     except Exception as e:
         raise AscendEmuError(f"ONNX model {name!r} is malformed: {_line(e)}") from None
+    # (a proto2 string field that is not UTF-8 comes back as bytes, which the checker lets through)
+    g = m.graph
+    texts = [*(v.name for v in (*g.input, *g.output, *g.initializer, *g.value_info)),
+             *(t for nd in g.node for t in (nd.name, nd.op_type, nd.domain, *nd.input, *nd.output))]
+    if not all(isinstance(t, str) for t in texts):
+        raise AscendEmuError(f"ONNX model {name!r} is malformed: a name that is not UTF-8 text")
 
 
 def _dims(vi) -> list | None:
@@ -249,6 +255,10 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
         try:
             outs = fn(b, n)
         except Fallback:
+            outs = None
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError, AttributeError):
+            # attributes or constants the converter cannot read (out of range, of another type): the node runs
+            # as itself on the AI CPU, where onnxruntime says what is wrong with it
             outs = None
     if outs is None:
         _fallback(b, n, nd)

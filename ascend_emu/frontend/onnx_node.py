@@ -28,7 +28,7 @@ def session_options():
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4     # errors reach the user as one line of ours, not as its log
     return so
 
 
