@@ -156,3 +156,41 @@ def resize_einsum(opset: int = 18) -> onnx.ModelProto:
     g.n("LogSoftmax", [w], ["y"], "log_softmax", axis=-1)
     return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 20, 5])], opset)
+
+
+def array_ops(opset: int) -> onnx.ModelProto:
+    """Data movement across the opset changes: Split (attribute split < 13, input from 13, num_outputs from
+    18), Squeeze/Unsqueeze (axes attribute < 13, input from 13), ReduceSum (axes input from 13), ReduceMax
+    (from 18), Slice with a negative step, Reshape's 0 and -1, Flatten, Concat, Pad (constant), Transpose."""
+    g = _G(4)
+    x = g.n("Transpose", ["x"], ["t"], "transpose", perm=[0, 2, 1])              # (2, 5, 6)
+    if opset < 13:
+        a, b2 = g.n("Split", [x], ["sa", "sb"], "split", axis=2, split=[2, 4]), "sb"
+        u = g.n("Unsqueeze", [a], ["u"], "unsqueeze", axes=[1])
+        r = g.n("ReduceSum", [b2], ["rs"], "reduce_sum", axes=[2], keepdims=1)
+        r2 = g.n("ReduceMax", [u], ["rm"], "reduce_max", axes=[1], keepdims=0)
+    else:
+        if opset >= 18:
+            a, b2 = g.n("Split", [x], ["sa", "sb"], "split", axis=2, num_outputs=2), "sb"
+        else:
+            a, b2 = g.n("Split", [x, g.c("sp", [3, 3])], ["sa", "sb"], "split", axis=2), "sb"
+        u = g.n("Unsqueeze", [a, g.c("ax1", [1])], ["u"], "unsqueeze")
+        r = g.n("ReduceSum", [b2, g.c("ax2", [2])], ["rs"], "reduce_sum", keepdims=1)
+        if opset >= 18:
+            r2 = g.n("ReduceMax", [u, g.c("ax1b", [1])], ["rm"], "reduce_max", keepdims=0)
+        else:
+            r2 = g.n("ReduceMax", [u], ["rm"], "reduce_max", axes=[1], keepdims=0)
+    s = g.n("Slice", [r2, g.c("st", [-1]), g.c("en", [-100]), g.c("axs", [1]), g.c("stp", [-2])], ["sl"], "slice")
+    s = g.n("Reshape", [s, g.c("shp", [0, -1])], ["rsh"], "reshape")
+    c = g.n("Concat", [s, g.n("Flatten", [r], ["fl"], "flatten", axis=1)], ["cat"], "concat", axis=1)
+    if opset < 11:
+        p = g.n("Pad", [c], ["pd"], "pad", pads=[0, 1, 0, 2], value=0.5)
+    else:
+        p = g.n("Pad", [c, g.c("pads", [0, 1, 0, 2]), g.c("pv", 0.5, np.float32)], ["pd"], "pad")
+    q = g.n("Squeeze", [g.n("Unsqueeze", [p, *([] if opset < 13 else [g.c("ax0", [0])])], ["pu"], "unsq0",
+                              **({"axes": [0]} if opset < 13 else {}))],
+            ["y"], "squeeze", **({"axes": [0]} if opset < 13 else {}))
+    if opset >= 13:
+        g.nodes[-1].input.append(g.c("ax0s", [0]))
+    return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "W"])], opset)
