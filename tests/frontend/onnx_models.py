@@ -194,3 +194,25 @@ def array_ops(opset: int) -> onnx.ModelProto:
         g.nodes[-1].input.append(g.c("ax0s", [0]))
     return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "W"])], opset)
+
+
+def activations(opset: int = 20) -> onnx.ModelProto:
+    """The activations with attributes: Gelu (opset 20, both forms), HardSigmoid, HardSwish, LeakyRelu, Clip
+    with one bound, Elu, Max/Min of three, Pow, Reciprocal, Sqrt of Abs, integer Div."""
+    g = _G(6)
+    x = "x"
+    a = g.n("Gelu", [x], ["ge"], "gelu_exact")
+    b = g.n("Gelu", [x], ["gt"], "gelu_tanh", approximate="tanh")
+    c = g.n("HardSigmoid", [x], ["hs"], "hard_sigmoid", alpha=0.25, beta=0.4)
+    d = g.n("Clip", [x, g.c("lo", -0.5, np.float32)], ["cl"], "clip_low")
+    e = g.n("Elu", [x], ["el"], "elu")
+    m = g.n("Max", [a, b, c], ["mx"], "max3")
+    n = g.n("Min", [d, e, m], ["mn"], "min3")
+    p = g.n("Pow", [g.n("Sqrt", [g.n("Abs", [n], ["ab"], "abs")], ["sq"], "sqrt"), g.c("three", 3.0, np.float32)],
+            ["pw"], "pow")
+    r = g.n("Reciprocal", [g.n("Add", [p, g.c("one", 1.0, np.float32)], ["p1"], "add1")], ["rc"], "reciprocal")
+    k = g.n("Div", [g.c("seven", [7, -7, 9], np.int64), g.c("two", [2, 2, -4], np.int64)], ["kd"], "int_div")
+    k = g.n("Cast", [k], ["kf"], "int_cast", to=TensorProto.FLOAT)
+    g.n("Mul", [r, g.n("ReduceSum", [k], ["ks"], "ksum", keepdims=0)], ["y"], "scale")
+    return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7])], opset)

@@ -114,6 +114,17 @@ def test_data_movement_across_opsets_matches_onnxruntime(tmp_path, opset):
     np.testing.assert_allclose(res.outputs["squeeze:0"], ref.outputs["squeeze:0"], rtol=1e-6, atol=1e-6)
 
 
+def test_activations_match_onnxruntime(tmp_path):
+    path = _save(tmp_path, M.activations())
+    ref, res, c = _replay_and_compare(tmp_path, path, None, **FP32)
+    cos = _matched(c)
+    assert {"gelu_exact:0", "gelu_tanh:0", "int_div:0", "scale:0"} <= set(cos)
+    assert min(cos.values()) >= 0.99999, cos
+    # ONNX's Div truncates integers: 7/2, -7/2, 9/-4 = 3, -3, -2
+    np.testing.assert_array_equal(res.tensor("int_div:0"), [3, -3, -2])
+    assert not [r.name for r in res.records if r.engine == "AICPU"]
+
+
 def test_opset_13_cnn_loads_as_opset_17():
     ops = lambda g: [(n.name, n.op, n.inputs) for n in g.nodes]  # noqa: E731
     assert ops(load_onnx(M.resnet_cnn(opset=13), input_shapes=CNN_SHAPES)) == \
