@@ -57,7 +57,10 @@ def _build(node: Node, arrays):
             nd.output[i] = f"aicpu_output_{i}"
             outs.append((i, nd.output[i]))
     graph = helper.make_graph([nd], "aicpu", inputs, [onnx.ValueInfoProto(name=o) for _, o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))])
+    imports = [helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))]
+    if nd.domain not in ("", "ai.onnx"):    # a contrib op (com.microsoft, ...): its domain's version 1
+        imports.append(helper.make_opsetid(nd.domain, 1))
+    model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = min(model.ir_version, 10)
     try:
         sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])

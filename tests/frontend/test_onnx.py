@@ -254,3 +254,19 @@ def test_fusion_passes_on_onnx_forms(capsys):
     assert ONNX_FORMS["LayerNormFusionPass"].startswith("TF graphs only")
     assert main(["rules"]) == 0
     assert "onnx:     TF graphs only" in capsys.readouterr().out
+
+
+def test_contrib_op_runs_on_the_ai_cpu():
+    """An op of another domain (onnxruntime's com.microsoft FastGelu) has no mapping: the AI CPU runs it."""
+    from onnx import TensorProto, helper
+
+    n = helper.make_node("FastGelu", ["x"], ["y"], name="fast_gelu", domain="com.microsoft")
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    res = Device(soc="Ascend310P3").replay(m, progress=False)
+    rec = res.record("fast_gelu")
+    assert (rec.engine, rec.tf_type, rec.compute_dtype) == ("AICPU", "OnnxFastGelu", "float32")
+    ref = reference(m, res.inputs, None, progress=False)
+    np.testing.assert_allclose(res.outputs["fast_gelu:0"], ref.outputs["fast_gelu:0"], rtol=1e-6)
