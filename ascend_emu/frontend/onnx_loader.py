@@ -171,6 +171,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
         if vi.type.HasField("tensor_type"):
             shapes[vi.name] = _dims(vi)
             types[vi.name] = ONNX_DTYPES.get(vi.type.tensor_type.elem_type)
+    _check_sizes(shapes, types, name)
     b = Builder(shapes, types, opset)
     src = OnnxSource(model=raw, opset=opset)
     b.reserved = {nd.name.replace(":", "_") for nd in m.graph.node if nd.name}
@@ -217,6 +218,28 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     return Graph(nodes=nodes, inputs=specs, outputs=outputs, name=str(name),
                  fingerprint=hashlib.sha256(raw).hexdigest(), output_names=[vi.name for vi in m.graph.output],
                  onnx=src)
+
+
+def _check_sizes(shapes: dict, types: dict, model: str) -> None:
+    """Refuse a model whose inferred tensors would not fit in memory (a corrupt shape, a pad of billions),
+    before anything allocates them."""
+    try:        # (the physical memory, as frontend.inputs reads it for random inputs; that module imports the loader)
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 1 << 50
+    limit = memory // 4     # (several tensors of a model live at once)
+    for tname, dims in shapes.items():
+        if not dims or None in dims or any(d < 0 for d in dims):
+            continue
+        size = 1
+        for d in dims:
+            size *= d
+        size *= {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+                 "int8": 1, "uint8": 1, "bool": 1}.get(types.get(tname), 4)
+        if size > limit:
+            raise AscendEmuError(f"ONNX model {model!r}: tensor {tname!r} of shape {tuple(dims)} needs "
+                                 f"{size / 2 ** 30:.3g} GiB, more than a quarter of this machine's memory; check the "
+                                 f"model (or --shape)")
 
 
 def _attrs(nd) -> dict:

@@ -238,6 +238,12 @@ def test_errors_are_one_line(tmp_path, capsys):
     m.graph.node[3].input[0] = "nowhere"
     bad = _save(tmp_path, m, "bad.onnx")
     assert "malformed" in _cli_error(["replay", str(bad)], capsys)
+    # a corrupt pad of billions: refused when the model loads, before anything allocates it
+    m = M.resize_einsum()
+    pads = next(t for t in m.graph.initializer if t.name == "pads")
+    pads.CopyFrom(onnx.numpy_helper.from_array(np.asarray([0, 0, 1, 1, 0, 0, 1, 3 << 40], np.int64), "pads"))
+    huge = _save(tmp_path, m, "huge.onnx")
+    assert "GiB" in _cli_error(["replay", str(huge)], capsys)
 
 
 def test_fusion_passes_on_onnx_forms(capsys):
