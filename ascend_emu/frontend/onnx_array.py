@@ -45,11 +45,20 @@ def _reshape(b, n):
 @converter("Flatten")
 def _flatten(b, n):
     axis = int(n.a("axis", 1))
-    lead = 1
+    shape = [1, -1]
     if axis != 0:
-        s = b.static_shape(n.inputs[0])
-        lead = int(np.prod(s[:axis + len(s) if axis < 0 else axis]))
-    return _one(b, n, "Reshape", [b.ref(n.inputs[0]), b.ints([lead, -1], f"{n.name}/shape")], T=False)
+        s = b.shape(n.inputs[0])
+        if s is None:
+            raise Fallback("Flatten of unknown rank")
+        axis = axis + len(s) if axis < 0 else axis
+        lead, tail = s[:axis], s[axis:]
+        if None not in lead:
+            shape = [int(np.prod(lead)), -1]
+        elif None not in tail and tail:
+            shape = [-1, int(np.prod(tail))]      # a dynamic batch: the trailing dims are static
+        else:
+            raise Fallback("Flatten with unknown dims on both sides of its axis")
+    return _one(b, n, "Reshape", [b.ref(n.inputs[0]), b.ints(shape, f"{n.name}/shape")], T=False)
 
 
 @converter("Transpose")

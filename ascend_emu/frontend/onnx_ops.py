@@ -345,7 +345,9 @@ def _pool(b, n):
     t = b.dtype(n.inputs[0]) or "float32"
     x = b.to_nhwc(b.ref(n.inputs[0]), 4, n.name)
     if padding == "EXPLICIT":
-        _, _, H, W = b.static_shape(n.inputs[0])
+        H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
+        if H is None or W is None:
+            raise Fallback("MaxPool/AveragePool pads on an unknown height or width")
         pads = explicit[2:6]
         same = []
         for size, kk, ss in ((H, k[0], s[0]), (W, k[1], s[1])):

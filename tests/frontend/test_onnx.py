@@ -276,3 +276,12 @@ def test_contrib_op_runs_on_the_ai_cpu():
     assert (rec.engine, rec.tf_type, rec.compute_dtype) == ("AICPU", "OnnxFastGelu", "float32")
     ref = reference(m, res.inputs, None, progress=False)
     np.testing.assert_allclose(res.outputs["fast_gelu:0"], ref.outputs["fast_gelu:0"], rtol=1e-6)
+
+
+def test_dynamic_batch_without_shape_stays_on_the_ai_core():
+    """The batch dim left dynamic (no --shape): padding and Flatten need only the static dims."""
+    g = load_onnx(M.resnet_cnn())
+    assert not [n.name for n in g.nodes if n.op.startswith("Onnx")]
+    res = Device(**FP32).replay(g, progress=False)
+    ref = reference(g, res.inputs, None, progress=False)
+    np.testing.assert_allclose(res.outputs["softmax:0"], ref.outputs["softmax:0"], rtol=1e-5, atol=1e-6)
