@@ -35,11 +35,36 @@ def _constant(b, n):
 
 @converter("Reshape")
 def _reshape(b, n):
+    if b.value(n.inputs[1]) is None:
+        return _reshape_runtime(b, n)
     shape = [int(d) for d in np.asarray(b.need(n.inputs[1], "Reshape's shape")).reshape(-1)]
     if 0 in shape and not int(n.a("allowzero", 0)):
-        src = b.static_shape(n.inputs[0]) if any(d == 0 for d in shape) else []
+        src = b.shape(n.inputs[0]) or []
+        if any(d == 0 and (i >= len(src) or src[i] is None) for i, d in enumerate(shape)):
+            return _reshape_runtime(b, n)      # a 0 copying a dim known only when the model runs
         shape = [src[i] if d == 0 else d for i, d in enumerate(shape)]
     return _one(b, n, "Reshape", [b.ref(n.inputs[0]), b.ints(shape, f"{n.name}/shape")], T=False)
+
+
+def _reshape_runtime(b, n):
+    """Reshape to a shape computed when the model runs (PyTorch's Shape/Gather/Concat of a dynamic batch):
+    ONNX's 0 ("copy the input's dim") becomes, with integer ops, the input's dim at that index:
+    SelectV2(shape == 0, Shape(x)[:len(shape)], shape) (the input's shape padded with ones: a 0 past the
+    input's rank, which ONNX forbids, yields 1)."""
+    x, shp = b.ref(n.inputs[0]), b.ref(n.inputs[1])
+    length = (b.shape(n.inputs[1]) or [None])[0]
+    if int(n.a("allowzero", 0)):
+        return _one(b, n, "Reshape", [x, shp], T=False)
+    if length is None:
+        raise Fallback("Reshape to a shape of unknown length")
+    sx = b.emit(f"{n.name}/input_shape", "Shape", [x], {"out_type": "int64"})
+    padded = b.emit(f"{n.name}/padded_shape", "ConcatV2", [sx, b.ints([1] * length, f"{n.name}/ones"),
+                                                          b.const(np.int32(0), f"{n.name}/axis0")])
+    head = b.emit(f"{n.name}/head", "StridedSlice", [padded, b.ints([0], f"{n.name}/begin"),
+                                                     b.ints([length], f"{n.name}/end"), b.ints([1], f"{n.name}/step")])
+    zero = b.emit(f"{n.name}/is_zero", "Equal", [shp, b.ints([0], f"{n.name}/zero")])
+    shape = b.emit(f"{n.name}/shape", "SelectV2", [zero, head, shp])
+    return _one(b, n, "Reshape", [x, shape], T=False)
 
 
 @converter("Flatten")

@@ -285,3 +285,15 @@ def test_dynamic_batch_without_shape_stays_on_the_ai_core():
     res = Device(**FP32).replay(g, progress=False)
     ref = reference(g, res.inputs, None, progress=False)
     np.testing.assert_allclose(res.outputs["softmax:0"], ref.outputs["softmax:0"], rtol=1e-5, atol=1e-6)
+
+
+def test_runtime_reshape_of_a_dynamic_batch(tmp_path):
+    """Without --shape, BERT's reshapes take a shape computed at run time (Shape, Gather, Concat): still the
+    AI Core's Reshape, ONNX's 0 resolved with integer ops; the block matches onnxruntime."""
+    g = load_onnx(M.bert_block())
+    assert not [n.name for n in g.nodes if n.op.startswith("Onnx")]
+    assert {n.name: n.op for n in g.nodes}["q_reshape"] == "Reshape"
+    res = Device(**FP32).replay(g, bert_inputs(), progress=False)
+    ref = reference(g, res.inputs, None, progress=False)
+    for t in g.outputs:
+        np.testing.assert_allclose(res.outputs[t], ref.outputs[t], rtol=1e-3, atol=5e-4)
