@@ -25,8 +25,13 @@ class UnsupportedOpError(AscendEmuError):
 
     def __init__(self, op_types, supported=()):
         self.op_types = sorted(set(op_types))
+        # an ONNX model's unmapped node has op type Onnx<OpType> and runs through onnxruntime instead
+        onnx = [t for t in self.op_types if t.startswith("Onnx")]
+        runtime = "TensorFlow" if not onnx else "onnxruntime" if len(onnx) == len(self.op_types) else \
+            "TensorFlow / onnxruntime"
         msg = ("unsupported op type(s): " + ", ".join(self.op_types)
-               + "; drop --no-aicpu-fallback to run them through TensorFlow as the NPU's AI CPU would")
+               + (" (ONNX " + ", ".join(t[4:] for t in onnx) + ": no mapping onto the AI Core's ops)" if onnx else "")
+               + f"; drop --no-aicpu-fallback to run them through {runtime} as the NPU's AI CPU would")
         super().__init__(msg)
 
 

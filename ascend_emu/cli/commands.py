@@ -24,7 +24,8 @@ def cmd_reference(a):
     res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
                     overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)
     s = res.summary
-    print(f"reference: {s['ops']} ops in TensorFlow {s.get('tensorflow', '')} float32 on the CPU")
+    runtime = f"onnxruntime {s['onnxruntime']}" if "onnxruntime" in s else f"TensorFlow {s.get('tensorflow', '')}"
+    print(f"reference: {s['ops']} ops in {runtime} float32 on the CPU")
     for engine, per in s["per_engine_dtype"].items():
         print(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
     print(f"ops with inf/nan outputs: {s['nonfinite_ops']}"
@@ -329,8 +330,11 @@ def cmd_socs(a):
 def cmd_rules(a):
     from ..npu.fusion import RULES
 
+    from ..npu.fusion.onnx_forms import ONNX_FORMS
+
     for r in RULES.values():
         print(f"{r.name} ({r.kind})\n  pattern:  {r.pattern}\n  numerics: {r.numerics}")
+        print(f"  onnx:     {ONNX_FORMS.get(r.name, 'not checked on ONNX models')}")
     return 0
 
 

@@ -46,6 +46,9 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
                    help="default: the SoC's (Ascend910, Ascend310P3 saturation; the others inf_nan)")
     p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
+    p.add_argument("--keep-dtype", metavar="FILE",
+                   help="ATC's --keep_dtype file: node names (one a line; OpType::<type> for a type) kept in their "
+                        "original dtype (float32) under any precision mode")
     p.add_argument("--soc", default="Ascend910", choices=tuple(SOCS) + tuple(SOC_ALIASES),
                    help="the emulated SoC (default Ascend910; `ascend-emu socs` lists what each has)")
     p.add_argument("--allow-hf32", default=None, metavar="conv|matmul|conv,matmul|none",
@@ -133,7 +136,8 @@ def _device_options(a, cm, fusion) -> dict:
                 multicore=_multicore(a, MultiCoreModel),
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
-                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out, cube_mx=a.cube_mx)
+                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out, cube_mx=a.cube_mx,
+                keep_dtype=getattr(a, "keep_dtype", None))
 
 
 def _multicore(a, cls):

@@ -57,6 +57,10 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict | None = None) -> Graph:
     """:func:`ascend_emu.frontend.loader.load_graph`, served from the cache for a model object seen before
     whose variables hold the same values (module docstring)."""
+    from .onnx_loader import is_onnx
+
+    if is_onnx(model):      # an ONNX model has no variables (and needs no TensorFlow): loaded afresh
+        return load_graph(model, signature=signature, input_shapes=input_shapes)
     variables = _variables(model)
     if variables is None:
         return load_graph(model, signature=signature, input_shapes=input_shapes)

@@ -142,6 +142,13 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
     """
     if isinstance(model, Graph):
         return model
+    from .onnx_loader import is_onnx
+    if is_onnx(model):
+        if signature is not None:
+            raise AscendEmuError(f"--signature {signature!r} applies to SavedModel directories only; drop it "
+                                 "for an ONNX model")
+        from .onnx_loader import load_onnx
+        return load_onnx(model, input_shapes=input_shapes)
     src = _source(model, signature)
     struct_names = None
     if src.func is not None:

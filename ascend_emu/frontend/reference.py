@@ -189,13 +189,14 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     """
     from .inputs import make_inputs
     from .loader import load_graph
-    from .tf import import_tf
-
     if dump_dir is not None:
         check_dump_dir(dump_dir, overwrite)   # refuse before spending time on the run
     graph = model if isinstance(model, Graph) else load_graph(model, signature=signature,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+    if graph.onnx is not None:
+        return _onnx_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+                               progress=progress)
     if stats_only and dump_dir is not None and not _has_loops(graph):
         # (loops and branches run call by call, which streaming by segments cannot do: their
         # statistics are written from the full run)
@@ -204,6 +205,8 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     tensors, ran = _run_all(graph, feeds)
     seconds_run = time.perf_counter() - t0
 
+    from .tf import import_tf
+
     tally = _Tally()
     records = [(node, *tally.add(node, outs), outs) for node, outs in ran]
     summary = tally.summary(graph, import_tf().__version__, ops=len(records))
@@ -211,6 +214,26 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     if dump_dir is not None:
         _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite,
                     stats_only=stats_only, select=select, progress=progress)
+    summary = dict(summary, seconds=round(time.perf_counter() - t0, 3), seconds_run=round(seconds_run, 3))
+    outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
+    return ReferenceResult(graph, feeds, outputs, tensors,
+                           dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
+
+
+def _onnx_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress) -> ReferenceResult:
+    """An ONNX model's reference: onnxruntime float32 on the CPU (:mod:`.onnx_reference`), engine ``ORT``."""
+    from .onnx_reference import config, onnx_records, version
+
+    t0 = time.perf_counter()
+    ran, tensors = onnx_records(graph, feeds)
+    seconds_run = time.perf_counter() - t0
+    tally = _Tally(engine="ORT")
+    records = [(node, *tally.add(node, outs), outs) for node, outs in ran]
+    summary = tally.summary(graph, None, ops=len(records))
+    summary["onnxruntime"] = version()
+    if dump_dir is not None:
+        _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite, stats_only=stats_only,
+                    select=select, progress=progress, config=config(summary["onnxruntime"]))
     summary = dict(summary, seconds=round(time.perf_counter() - t0, 3), seconds_run=round(seconds_run, 3))
     outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
     return ReferenceResult(graph, feeds, outputs, tensors,
@@ -279,12 +302,13 @@ def _reference_streaming(graph, feeds, dump_dir, *, overwrite, select, progress)
 class _Tally:
     """Ops per engine and dtype, and the ops with inf/nan outputs, as the reference runs them."""
 
-    def __init__(self):
+    def __init__(self, engine: str = "TF"):
         self.counts: dict = {}
         self.nonfinite: list = []
+        self.engine = engine
 
     def add(self, node, outs) -> tuple[str, str]:
-        engine = "HOST" if node.op in HOST_OPS else "TF"
+        engine = "HOST" if node.op in HOST_OPS else self.engine
         dtype = outs[0].dtype.name if outs else ""
         per = self.counts.setdefault(engine, {})
         per[dtype or "-"] = per.get(dtype or "-", 0) + 1
@@ -293,10 +317,13 @@ class _Tally:
         return engine, dtype
 
     def summary(self, graph, tf_version: str, ops: int | None = None) -> dict:
-        return {"ops": len(graph.nodes) if ops is None else ops, "per_engine_dtype": self.counts,
-                "nonfinite_ops": len(self.nonfinite),
-                "first_nonfinite": self.nonfinite[0] if self.nonfinite else None,
-                "outputs": list(graph.outputs), "tensorflow": tf_version}
+        out = {"ops": len(graph.nodes) if ops is None else ops, "per_engine_dtype": self.counts,
+               "nonfinite_ops": len(self.nonfinite),
+               "first_nonfinite": self.nonfinite[0] if self.nonfinite else None,
+               "outputs": list(graph.outputs)}
+        if tf_version is not None:
+            out["tensorflow"] = tf_version
+        return out
 
 
 def _add_op(w, node, engine: str, dtype: str, outs) -> None:
@@ -313,11 +340,11 @@ def _config(tf_version: str) -> dict:
             "dtype": "original (float32 for float32 models)", "grappler": "off"}
 
 
-def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress):
+def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress, config=None):
     from ..analysis.dump import DumpWriter
     from .inputs import inputs_sha256
 
-    config = _config(summary["tensorflow"])
+    config = config or _config(summary["tensorflow"])
     model = graph.dump_model()
     bar = None
     if progress:

@@ -17,11 +17,11 @@ from .tf import _quiet_stderr, first_line, import_keras, import_tf
 
 
 SUFFIXES = {".keras": "Keras v3 file", ".pb": "frozen GraphDef (binary)",
-            ".pbtxt": "frozen GraphDef (text)"}
+            ".pbtxt": "frozen GraphDef (text)", ".onnx": "ONNX model"}
 
 
 SUPPORTED = ("a Keras model, a .keras file, a SavedModel directory, a frozen GraphDef (.pb/.pbtxt), "
-             "a tf.function with input_signature or a ConcreteFunction")
+             "an ONNX model (.onnx), a tf.function with input_signature or a ConcreteFunction")
 
 
 @dataclass

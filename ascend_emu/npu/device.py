@@ -90,6 +90,9 @@ class Device:
         (a row of :data:`ascend_emu.numerics.policy.SOCS`: ``ascend-emu socs``) sets the defaults of
         ``overflow_mode``, ``op_model`` and ``allow_hf32`` and refuses the precision modes it cannot run; the
         device is deterministic unless ``deterministic=False`` or ``deterministic_level=0`` is given.
+    keep_dtype : path or list of str, optional
+        ATC's ``--keep_dtype`` file (node names, ``OpType::<type>`` lines): those ops keep their original
+        dtype (float32) whatever the precision mode.
     allow_hf32, hf32_rounding
         Which cube op families (``"conv"``, ``"matmul"``, ``"conv,matmul"``, ``"none"``; default the SoC's:
         conv on Ascend910B, Ascend910_93, Ascend950) round float32 operands to HF32, and how (NUMERICS.md
@@ -116,7 +119,7 @@ class Device:
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
                  multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint",
                  cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit",
-                 cube_mx: str | None = None):
+                 cube_mx: str | None = None, keep_dtype=None):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
@@ -126,7 +129,7 @@ class Device:
                                        cube_mx=cube_mx)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
         self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2,
-                                         hif8_cube_out=hif8_cube_out)
+                                         hif8_cube_out=hif8_cube_out, keep_dtype=keep_dtype)
         self.aicpu_fallback = bool(aicpu_fallback)
         self.fusion = FusionConfig.load(fusion_switch)
         self._fusion_cache: dict = {}

@@ -177,11 +177,37 @@ class Decision:
         return {"dtype": self.dtype, "cube_out": self.cube_out, "list": self.list, "reason": self.reason}
 
 
+def load_keep_dtype(spec) -> tuple[frozenset, frozenset]:
+    """ATC's ``--keep_dtype`` file: one node name a line, or ``OpType::<type>`` for every op of a type; blank
+    lines and ``#`` comments skipped. ``spec`` is a path, an iterable of such lines, or None."""
+    if spec is None:
+        return frozenset(), frozenset()
+    if isinstance(spec, (str, os.PathLike)):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise AscendEmuError(f"cannot read the --keep-dtype file {str(spec)!r}: {e}") from None
+    else:
+        lines = list(spec)
+    names, types = set(), set()
+    for line in lines:
+        line = str(line).strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("OpType::"):
+            types.add(line[len("OpType::"):].strip())
+        else:
+            names.add(line)
+    return frozenset(names), frozenset(types)
+
+
 class PrecisionPolicy:
     """Decides each op's compute dtype under a precision mode and mix lists."""
 
     def __init__(self, precision_mode: str = "force_fp16", modify_mixlist=None, *, option: str = "precision_mode",
-                 precision_mode_v2: str | None = None, hif8_cube_out: str = "16bit"):
+                 precision_mode_v2: str | None = None, hif8_cube_out: str = "16bit",
+                 keep_dtype=None):
         self.mode = canonical_mode(precision_mode)
         self.requested_mode = precision_mode
         #: which option set the mode (precision_mode, precision_mode_v2 or default) and the v2 value
@@ -194,6 +220,8 @@ class PrecisionPolicy:
         if hif8_cube_out not in HIF8_CUBE_OUTS:
             raise AscendEmuError(f"unknown hif8_cube_out {hif8_cube_out!r}; choose one of: {', '.join(HIF8_CUBE_OUTS)}")
         self.hif8_cube_out = hif8_cube_out
+        #: ATC's --keep_dtype: node names (and ``OpType::<type>`` op types) kept in their original dtype
+        self.keep_names, self.keep_types = load_keep_dtype(keep_dtype)
 
     def _hif8(self, orig: str, lst, why: str) -> Decision:
         """A cube op with HiFloat8 operands; its output in hif8_cube_out (16bit: bf16 for a bf16 op, else fp16)."""
@@ -222,6 +250,16 @@ class PrecisionPolicy:
         if low:
             return Decision(low[0], low[0] if cube else None, "gray", f"gray list: an input comes from a {low[0]} producer")
         return Decision(orig, orig if cube else None, "gray", "gray list: its producers run in the original dtype")
+
+    def keeps(self, name: str, ascend_op: str, fusion: dict | None = None) -> bool:
+        """Whether ATC's --keep_dtype list names op ``name`` (or an op a fusion folded into it) or its type."""
+        if name in self.keep_names or ascend_op in self.keep_types:
+            return True
+        return bool(fusion) and any(r in self.keep_names for r in fusion.get("replaces", ()))
+
+    def keep_decision(self, kind: str, orig: str) -> Decision:
+        return Decision(orig, orig if kind == "cube" else None, None,
+                        "keep_dtype: ATC's --keep_dtype file keeps the op in its original dtype")
 
     def decide(self, kind: str, ascend_op: str, orig: str, producer_dtypes: list[str]) -> Decision:
         """Compute dtype for an op of ``kind`` (cube/vector/move) with original dtype ``orig``.
@@ -264,4 +302,6 @@ class PrecisionPolicy:
         return {"precision_mode": self.requested_mode, "canonical_mode": self.mode, "reduced_dtype": self.reduced,
                 "precision_mode_v2": self.mode_v2, "precision_mode_option": self.option,
                 **({"hif8_cube_out": self.hif8_cube_out} if self.mode in HIF8_MODES else {}),
-                "mixlist_source": self.lists.source}
+                "mixlist_source": self.lists.source,
+                **({"keep_dtype": sorted(self.keep_names) + [f"OpType::{t}" for t in sorted(self.keep_types)]}
+                   if self.keep_names or self.keep_types else {})}

@@ -353,6 +353,10 @@ class _Run:
             dec = self.dev.precision.decide(opdef.kind, ascend_op, orig, list(producers))
             made = self.decisions[key] = (dec, dec.to_dict())
         dec = made[0]
+        precision = self.dev.precision
+        if (precision.keep_names or precision.keep_types) and precision.keeps(node.name, ascend_op, fusion):
+            dec = precision.keep_decision(opdef.kind, orig)
+            made = (dec, dec.to_dict())
         casts = []      # (input index, the dtype it is cast to)
         if node.op != "Cast":   # an explicit TF Cast converts its input as it comes
             for i in float_idx:
@@ -536,14 +540,16 @@ class _Run:
                                                      "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
-        from .aicpu import run_tf_node
-
+        if "onnx_node" in node.meta:
+            from .aicpu_onnx import run_onnx_node as run_node
+        else:
+            from .aicpu import run_tf_node as run_node
         orig = []
         for a, ref in zip(args, node.inputs):
             if is_float(a) and dtype_name(a.dtype) in ("float16", "bfloat16"):
                 a = self._cast(tensor_name(ref), a, "float32")
             orig.append(a)
-        outs = tuple(run_tf_node(node, orig))
+        outs = tuple(run_node(node, orig))
         status = 0
         max_abs = 0.0
         for o in outs:

@@ -32,6 +32,13 @@ LAYERS = {
 SIBLINGS = [("numerics", "graph"), ("ops", "analysis")]
 #: the only places TensorFlow (or Keras) may be imported
 TF_ALLOWED = ("ascend_emu.frontend", "ascend_emu.npu.aicpu")
+#: the only places onnx / onnxruntime may be imported: the frontend and the ONNX models' AI CPU
+ONNX_ALLOWED = ("ascend_emu.frontend", "ascend_emu.npu.aicpu_onnx")
+
+
+def _allowed(mod: str, allowed: tuple) -> bool:
+    """``mod`` is one of ``allowed`` or inside one (a package); a prefix of a name is not enough."""
+    return any(mod == a or mod.startswith(a + ".") for a in allowed)
 
 
 def _modules():
@@ -135,12 +142,25 @@ def test_no_import_cycles():
 def test_tensorflow_only_in_frontend_and_aicpu():
     bad = []
     for mod in MODULES:
-        if mod.startswith(TF_ALLOWED):
+        if _allowed(mod, TF_ALLOWED):
             continue
         for imp, line in _imports(mod):
             if imp.split(".")[0] in ("tensorflow", "keras", "tf_keras"):
                 bad.append(f"{mod}:{line} imports {imp}")
     assert not bad, "TensorFlow outside frontend/ and npu/aicpu: " + "; ".join(bad)
+
+
+def test_onnx_only_in_frontend_and_aicpu_onnx():
+    bad = []
+    for mod in MODULES:
+        if _allowed(mod, ONNX_ALLOWED):
+            continue
+        for imp, line in _imports(mod):
+            if imp.split(".")[0] in ("onnx", "onnxruntime", "onnxscript"):
+                bad.append(f"{mod}:{line} imports {imp}")
+    assert not bad, "onnx/onnxruntime outside frontend/ and npu/aicpu_onnx: " + "; ".join(bad)
+    # the rule itself: a sibling module named like an allowed one is not allowed
+    assert not _allowed("ascend_emu.npu.aicpu_onnx", TF_ALLOWED) and _allowed("ascend_emu.frontend.x", ONNX_ALLOWED)
 
 
 def test_kernels_import_no_policy():

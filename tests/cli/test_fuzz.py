@@ -300,3 +300,31 @@ def test_fuzz_device_configs(cases):
         cm = {k: rng.choice([0, 1, 16, -3, "x", None, 2.5, 10 ** 9, "tree", "rne", "hwc"])
               for k in ("block_size", "block_sum", "extra_bits", "normalize", "conv_k_order") if rng.random() < 0.3}
         expect_clean(lambda: CubeModel(**cm), f"cube model case {case}: {cm!r}")
+
+
+def test_fuzz_onnx_models(tmp_path, cases):
+    """Truncations and byte flips of a small valid ONNX model: loaded and replayed, or the one-line error."""
+    import sys
+
+    from ascend_emu import Device
+    from ascend_emu.frontend.onnx_loader import load_onnx
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
+    import onnx_models
+
+    data = onnx_models.resize_einsum().SerializeToString()
+    rng = random.Random(31)
+    p = tmp_path / "f.onnx"
+    for case in range(cases // 8):
+        b = bytearray(data)
+        if case % 2:
+            b = b[:rng.randint(0, len(b) - 1)]
+        else:
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        p.write_bytes(bytes(b))
+
+        def run():
+            Device(soc="Ascend910B", precision_mode="must_keep_origin_dtype").replay(load_onnx(p), progress=False)
+
+        expect_clean(run, f"onnx case {case}")

@@ -212,8 +212,12 @@ def test_malformed_pb_and_pbtxt(tmp_path):
     (tmp_path / "empty.pbtxt").write_text("")
     with pytest.raises(AscendEmuError, match=r"holds no GraphDef nodes"):
         load_graph(tmp_path / "empty.pbtxt")
+    (tmp_path / "m.tflite").write_bytes(b"x")
+    with pytest.raises(AscendEmuError, match=r"cannot tell the format of .*m.tflite.*\.keras .*\.pb .*\.pbtxt.*\.onnx"):
+        load_graph(tmp_path / "m.tflite")
+    # (.onnx files are ONNX models now: a bad one is named as such)
     (tmp_path / "m.onnx").write_bytes(b"x")
-    with pytest.raises(AscendEmuError, match=r"cannot tell the format of .*m.onnx.*\.keras .*\.pb .*\.pbtxt"):
+    with pytest.raises(AscendEmuError, match=r"is not a valid ONNX model"):
         load_graph(tmp_path / "m.onnx")
 
 

@@ -1,0 +1,256 @@
+"""ONNX's data-movement ops onto the registry (shapes, slicing, gathering), with ONNX's semantics:
+Reshape's 0 (copy the input's dim) and -1, Flatten, Slice's starts/ends/axes/steps inputs, the opset 13
+move of Split/Squeeze/Unsqueeze's axes from attributes to inputs (and Split's ``num_outputs`` of opset
+18), Expand's two-way broadcast, Pad's ``pads`` input, Resize in nearest mode by whole factors.
+
+Values the registry op needs as constants (a shape, axes, begins) must be known when the model loads
+(an initializer, a ``Constant``, or arithmetic on static shapes that :mod:`.onnx_loader` folds);
+otherwise the node runs on the AI CPU (:class:`.onnx_build.Fallback`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .onnx_build import Fallback
+from .onnx_ops import _one, converter
+
+_INT_MAX = 2 ** 62
+
+
+def _axes(b, n, attr_until: int, input_index: int):
+    """An op's axes: the attribute before opset ``attr_until``, the input from it; None if absent."""
+    if n.opset < attr_until:
+        v = n.a("axes")
+        return None if v is None else [int(a) for a in v]
+    if not n.inp(input_index):
+        return None
+    return [int(a) for a in np.asarray(b.need(n.inp(input_index), "the axes")).reshape(-1)]
+
+
+@converter("Constant")
+def _constant(b, n):
+    v = b.values[n.outputs[0]]
+    return [b.emit(n.name, "Const", [], {"value": v, "dtype": v.dtype.name}, exact=True)]
+
+
+@converter("Reshape")
+def _reshape(b, n):
+    if b.value(n.inputs[1]) is None:
+        return _reshape_runtime(b, n)
+    shape = [int(d) for d in np.asarray(b.need(n.inputs[1], "Reshape's shape")).reshape(-1)]
+    if 0 in shape and not int(n.a("allowzero", 0)):
+        src = b.shape(n.inputs[0]) or []
+        if any(d == 0 and (i >= len(src) or src[i] is None) for i, d in enumerate(shape)):
+            return _reshape_runtime(b, n)      # a 0 copying a dim known only when the model runs
+        shape = [src[i] if d == 0 else d for i, d in enumerate(shape)]
+    return _one(b, n, "Reshape", [b.ref(n.inputs[0]), b.ints(shape, f"{n.name}/shape")], T=False)
+
+
+def _reshape_runtime(b, n):
+    """Reshape to a shape computed when the model runs (PyTorch's Shape/Gather/Concat of a dynamic batch):
+    ONNX's 0 ("copy the input's dim") becomes, with integer ops, the input's dim at that index:
+    SelectV2(shape == 0, Shape(x)[:len(shape)], shape) (the input's shape padded with ones: a 0 past the
+    input's rank, which ONNX forbids, yields 1)."""
+    x, shp = b.ref(n.inputs[0]), b.ref(n.inputs[1])
+    length = (b.shape(n.inputs[1]) or [None])[0]
+    if int(n.a("allowzero", 0)):
+        return _one(b, n, "Reshape", [x, shp], T=False)
+    if length is None:
+        raise Fallback("Reshape to a shape of unknown length")
+    sx = b.emit(f"{n.name}/input_shape", "Shape", [x], {"out_type": "int64"})
+    padded = b.emit(f"{n.name}/padded_shape", "ConcatV2", [sx, b.ints([1] * length, f"{n.name}/ones"),
+                                                          b.const(np.int32(0), f"{n.name}/axis0")])
+    head = b.emit(f"{n.name}/head", "StridedSlice", [padded, b.ints([0], f"{n.name}/begin"),
+                                                     b.ints([length], f"{n.name}/end"), b.ints([1], f"{n.name}/step")])
+    zero = b.emit(f"{n.name}/is_zero", "Equal", [shp, b.ints([0], f"{n.name}/zero")])
+    shape = b.emit(f"{n.name}/shape", "SelectV2", [zero, head, shp])
+    return _one(b, n, "Reshape", [x, shape], T=False)
+
+
+@converter("Flatten")
+def _flatten(b, n):
+    axis = int(n.a("axis", 1))
+    shape = [1, -1]
+    if axis != 0:
+        s = b.shape(n.inputs[0])
+        if s is None:
+            raise Fallback("Flatten of unknown rank")
+        axis = axis + len(s) if axis < 0 else axis
+        lead, tail = s[:axis], s[axis:]
+        if None not in lead:
+            shape = [int(np.prod(lead)), -1]
+        elif None not in tail and tail:
+            shape = [-1, int(np.prod(tail))]      # a dynamic batch: the trailing dims are static
+        else:
+            raise Fallback("Flatten with unknown dims on both sides of its axis")
+    return _one(b, n, "Reshape", [b.ref(n.inputs[0]), b.ints(shape, f"{n.name}/shape")], T=False)
+
+
+@converter("Transpose")
+def _transpose(b, n):
+    perm = n.a("perm")
+    if perm is None:
+        perm = list(range(b.rank(n.inputs[0])))[::-1]
+    return _one(b, n, "Transpose", [b.ref(n.inputs[0]), b.ints(perm, f"{n.name}/perm")], T=False)
+
+
+@converter("Concat")
+def _concat(b, n):
+    refs = [b.ref(i) for i in n.inputs if i]
+    r = b.rank(n.inputs[0])
+    axis = int(n.a("axis")) % r
+    return _one(b, n, "ConcatV2", refs + [b.const(np.int32(axis), f"{n.name}/axis")], T=False)
+
+
+@converter("Split")
+def _split(b, n):
+    r = b.rank(n.inputs[0])
+    axis = int(n.a("axis", 0)) % r
+    count = len(n.outputs)
+    sizes = n.a("split") if n.opset < 13 else (
+        None if not n.inp(1) else [int(v) for v in np.asarray(b.need(n.inp(1), "Split's sizes")).reshape(-1)])
+    if sizes is None:
+        dim = b.static_shape(n.inputs[0])[axis]
+        if n.opset >= 18 and n.a("num_outputs") is not None:
+            count = int(n.a("num_outputs"))
+        per = -(-dim // count)      # the last chunk is smaller when the dim does not divide
+        sizes = [per] * (count - 1) + [dim - per * (count - 1)]
+    return _one(b, n, "SplitV", [b.ref(n.inputs[0]), b.ints(sizes, f"{n.name}/sizes"),
+                                 b.const(np.int32(axis), f"{n.name}/axis")], {"num_split": len(sizes)},
+                num_outputs=len(sizes), T=False)
+
+
+@converter("Slice")
+def _slice(b, n):
+    if n.opset < 10:
+        starts, ends, axes, steps = n.a("starts"), n.a("ends"), n.a("axes"), None
+    else:
+        starts = b.need(n.inputs[1], "Slice's starts")
+        ends = b.need(n.inputs[2], "Slice's ends")
+        axes = b.need(n.inp(3), "Slice's axes") if n.inp(3) else None
+        steps = b.need(n.inp(4), "Slice's steps") if n.inp(4) else None
+    r = b.rank(n.inputs[0])
+    starts = [int(v) for v in np.asarray(starts).reshape(-1)]
+    ends = [int(v) for v in np.asarray(ends).reshape(-1)]
+    axes = list(range(len(starts))) if axes is None else [int(a) % r for a in np.asarray(axes).reshape(-1)]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in np.asarray(steps).reshape(-1)]
+    begin, end, stride = [0] * r, [0] * r, [1] * r
+    mask = (1 << r) - 1
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        # numpy's slice clamps as ONNX does; an end past either side means "to the border"
+        begin[a] = max(min(s, _INT_MAX), -_INT_MAX)
+        end[a] = max(min(e, _INT_MAX), -_INT_MAX)
+        stride[a] = st
+        mask &= ~(1 << a)
+    ends_mask = mask
+    for a, e, st in zip(axes, ends, steps):
+        if st < 0 and e <= -_INT_MAX:
+            ends_mask |= 1 << a        # to the start, which no (negative) index names
+    return _one(b, n, "StridedSlice", [b.ref(n.inputs[0]), b.ints(begin, f"{n.name}/begin"),
+                                       b.ints(end, f"{n.name}/end"), b.ints(stride, f"{n.name}/strides")],
+                {"begin_mask": mask, "end_mask": ends_mask}, T=False)
+
+
+@converter("Gather")
+def _gather(b, n):
+    r = b.rank(n.inputs[0])
+    axis = int(n.a("axis", 0)) % r
+    return _one(b, n, "GatherV2", [b.ref(n.inputs[0]), b.ref(n.inputs[1]),
+                                   b.const(np.int32(axis), f"{n.name}/axis")], T=False)
+
+
+@converter("Unsqueeze")
+def _unsqueeze(b, n):
+    axes = _axes(b, n, 13, 1)
+    if axes is None:
+        raise Fallback("Unsqueeze without axes")
+    out_rank = b.rank(n.inputs[0]) + len(axes)
+    axes = sorted(a % out_rank for a in axes)
+    x = b.ref(n.inputs[0])
+    for k, a in enumerate(axes[:-1]):
+        x = b.emit(f"{n.name}/ExpandDims_{k}", "ExpandDims", [x, b.const(np.int32(a), f"{n.name}/dim_{k}")])
+    return _one(b, n, "ExpandDims", [x, b.const(np.int32(axes[-1]), f"{n.name}/dim")], T=False)
+
+
+@converter("Squeeze")
+def _squeeze(b, n):
+    axes = _axes(b, n, 13, 1)
+    attrs = {}
+    if axes:
+        r = b.rank(n.inputs[0])
+        attrs["squeeze_dims"] = sorted(a % r for a in axes)
+    return _one(b, n, "Squeeze", [b.ref(n.inputs[0])], attrs, T=False)
+
+
+@converter("Shape")
+def _shape(b, n):
+    if n.a("start") not in (None, 0) or n.a("end") is not None:
+        raise Fallback("Shape with start/end")
+    return _one(b, n, "Shape", [b.ref(n.inputs[0])], {"out_type": "int64"}, T=False)
+
+
+@converter("Expand")
+def _expand(b, n):
+    shape = [int(d) for d in np.asarray(b.need(n.inputs[1], "Expand's shape")).reshape(-1)]
+    src = b.static_shape(n.inputs[0])
+    out = list(np.broadcast_shapes(tuple(src), tuple(shape)))
+    return _one(b, n, "BroadcastTo", [b.ref(n.inputs[0]), b.ints(out, f"{n.name}/shape")], T=False)
+
+
+@converter("Pad")
+def _pad(b, n):
+    mode = n.a("mode", "constant")
+    r = b.rank(n.inputs[0])
+    pads = n.a("pads") if n.opset < 11 else [int(v) for v in np.asarray(b.need(n.inputs[1], "Pad's pads")).reshape(-1)]
+    axes = _axes(b, n, 18, 3) if n.opset >= 18 else None
+    axes = list(range(r)) if axes is None else [a % r for a in axes]
+    k = len(axes)
+    paddings = [[0, 0] for _ in range(r)]
+    for i, a in enumerate(axes):
+        paddings[a] = [int(pads[i]), int(pads[i + k])]
+    if any(p < 0 for pp in paddings for p in pp):
+        raise Fallback("negative pads")
+    x = b.ref(n.inputs[0])
+    pref = b.const(np.asarray(paddings, np.int64), f"{n.name}/paddings")
+    if mode == "reflect":
+        return _one(b, n, "MirrorPad", [x, pref], {"mode": "REFLECT"})
+    if mode != "constant":
+        raise Fallback(f"Pad mode {mode}")
+    if n.opset < 11:
+        value = float(n.a("value", 0.0))
+    else:
+        value = 0 if not n.inp(2) else np.asarray(b.need(n.inp(2), "Pad's value")).reshape(())
+    return _one(b, n, "PadV2", [x, pref, b.const(value, f"{n.name}/value", b.dtype(n.inputs[0]))])
+
+
+@converter("Resize", "Upsample")
+def _resize(b, n):
+    """Nearest-neighbour upsampling of the last two dims by whole factors, which every coordinate mode and
+    nearest rounding of ONNX maps to ``out[i] = in[i // s]``: Reshape, BroadcastTo, Reshape (exact data
+    movement). Other modes run on the AI CPU."""
+    if n.a("mode", "nearest") != "nearest":
+        raise Fallback(f"Resize mode {n.a('mode')}")
+    if n.a("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        raise Fallback("Resize tf_crop_and_resize")
+    src = b.static_shape(n.inputs[0])
+    if n.op == "Upsample" or n.opset < 11:
+        scales = n.a("scales") if n.opset < 9 else b.need(n.inputs[1], "the scales")
+        sizes = None
+    else:
+        scales = b.value(n.inp(2)) if n.inp(2) else None
+        sizes = b.value(n.inp(3)) if n.inp(3) else None
+        if (scales is None or np.size(scales) == 0) and sizes is None:
+            raise Fallback("Resize scales/sizes not known when the model loads")
+    if sizes is not None and np.size(sizes):
+        out = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        factors = [o // s if s and o % s == 0 else None for o, s in zip(out, src)]
+    else:
+        sc = [float(v) for v in np.asarray(scales).reshape(-1)]
+        factors = [int(f) if f == int(f) and f >= 1 else None for f in sc]
+    if len(factors) != len(src) or None in factors or any(f != 1 for f in factors[:-2]) or n.a("axes"):
+        raise Fallback("Resize by factors that are not whole numbers on the last two dims")
+    *lead, H, W = src
+    fh, fw = factors[-2:]
+    x = b.emit(f"{n.name}/split", "Reshape", [b.ref(n.inputs[0]), b.ints([*lead, H, 1, W, 1], f"{n.name}/shape6")])
+    x = b.emit(f"{n.name}/repeat", "BroadcastTo", [x, b.ints([*lead, H, fh, W, fw], f"{n.name}/shape_rep")])
+    return _one(b, n, "Reshape", [x, b.ints([*lead, H * fh, W * fw], f"{n.name}/shape_out")], T=False)

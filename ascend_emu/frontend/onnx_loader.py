@@ -1,0 +1,360 @@
+"""Load an ONNX model (the input of Ascend's ATC) as a plain :class:`~ascend_emu.graph.Graph`.
+
+The sibling of :mod:`.loader` for ``.onnx`` files (opsets 7 and up; ATC takes 11 to 18, exporters write
+13 to 21): the file is parsed (its external data files read from beside it), checked with
+``onnx.checker``, given the input shapes of ``--shape`` for its dynamic dims, and run through ONNX's
+shape inference. Every ONNX node then becomes registry ops (:mod:`.onnx_ops`, :mod:`.onnx_array`), the
+last of which carries the node's own name, so the dump's op names are the ONNX node names and its
+outputs ``name:index`` (a node without a name is ``<OpType>_<position>``). A node the registry cannot
+express runs as itself on the emulated AI CPU (op type ``Onnx<OpType>``, onnxruntime in float32,
+:mod:`.onnx_node`). Graph inputs become ``Placeholder`` nodes, initializers and ``Constant`` nodes ``Const``
+nodes, under their ONNX names; nodes that feed no output are dropped.
+
+Values known when the model loads (initializers, constants, the shapes inference makes static, integer
+arithmetic on them) are folded with ONNX's reference evaluator, so the shape arithmetic PyTorch exports
+(Shape, Gather, Concat, Reshape) resolves; the nodes stay in the graph (and the dump) all the same.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from ..graph.core import Graph, InputSpec, Node
+from .onnx_build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .onnx_ops import CONVERTERS, Onnx
+from . import onnx_array  # noqa: F401  (registers the data-movement converters)
+from .shapes import check_shape_fits, shape_items
+
+#: largest input (elements) a load-time fold evaluates
+FOLD_LIMIT = 1 << 16
+#: ops folded when their inputs are known, whatever their dtype (they compute nothing in float)
+_FOLD_ANY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Identity", "Unsqueeze", "Squeeze",
+                       "Concat", "Gather", "Slice", "Reshape", "Cast", "Range"})
+
+
+@dataclass
+class OnnxSource:
+    """What the reference and the AI CPU need of the ONNX model a graph came from."""
+
+    model: bytes                    # the model, external data included
+    opset: int
+    #: ONNX tensor name -> graph tensor ("node:index")
+    tensors: dict = field(default_factory=dict)
+    #: graph node name -> the ONNX node's output tensor names (ONNX nodes, graph inputs, initializers)
+    nodes: dict = field(default_factory=dict)
+    #: ONNX nodes the graph leaves out (a transpose back to NCHW nothing reads), by name: the reference dumps them
+    extra: dict = field(default_factory=dict)
+
+
+def is_onnx(model) -> bool:
+    if isinstance(model, (str, os.PathLike)):
+        return str(model).lower().endswith(".onnx")
+    return type(model).__name__ == "ModelProto"
+
+
+def _read(model):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not isinstance(model, (str, os.PathLike)):
+        return model.__deepcopy__() if hasattr(model, "__deepcopy__") else model, "model"
+    path = Path(model)
+    if not path.is_file():
+        raise AscendEmuError(f"model path {str(path)!r} does not exist or is not a file")
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError) as e:
+        raise AscendEmuError(f"{str(path)!r} is not a valid ONNX model ({_line(e)}); export it again") from None
+    try:
+        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+        if any(uses_external_data(t) for t in m.graph.initializer):
+            load_external_data_for_model(m, str(path.parent))
+    except Exception as e:
+        raise AscendEmuError(f"cannot read the external data of {str(path)!r}: {_line(e)}; keep the data "
+                             f"files beside the model") from None
+    return m, path.stem
+
+
+def _line(e) -> str:
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:300]
+
+
+def _opset(m) -> int:
+    for o in m.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    raise AscendEmuError("the ONNX model imports no version of the default opset (ai.onnx)")
+
+
+def _check(m, name: str) -> None:
+    import onnx
+
+    if not m.graph.node:
+        raise AscendEmuError(f"ONNX model {name!r} has no nodes; is it a model file?")
+    try:
+        onnx.checker.check_model(m)
+    except Exception as e:
+        raise AscendEmuError(f"ONNX model {name!r} is malformed: {_line(e)}") from None
+    # (a proto2 string field that is not UTF-8 comes back as bytes, which the checker lets through)
+    g = m.graph
+    texts = [*(v.name for v in (*g.input, *g.output, *g.initializer, *g.value_info)),
+             *(t for nd in g.node for t in (nd.name, nd.op_type, nd.domain, *nd.input, *nd.output))]
+    if not all(isinstance(t, str) for t in texts):
+        raise AscendEmuError(f"ONNX model {name!r} is malformed: a name that is not UTF-8 text")
+
+
+def _dims(vi) -> list | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else None for d in t.shape.dim]
+
+
+def _apply_shapes(m, initializers: set, input_shapes) -> None:
+    if not input_shapes:
+        return
+    inputs = {vi.name: vi for vi in m.graph.input if vi.name not in initializers}
+    for key, shape in shape_items(input_shapes):
+        vi = inputs.get(key)
+        if vi is None:
+            raise AscendEmuError(f"--shape names unknown input {key!r}; the model's inputs are: " + ", ".join(inputs))
+        dims = _dims(vi)
+        spec = InputSpec(key, ONNX_DTYPES.get(vi.type.tensor_type.elem_type, "float32"), dims)
+        shape = [None if d is None or int(d) < 0 else int(d) for d in shape]
+        check_shape_fits(spec, shape)
+        tshape = vi.type.tensor_type.shape
+        del tshape.dim[:]
+        for i, d in enumerate(shape):
+            d = d if d is not None else (dims[i] if dims else None)
+            dim = tshape.dim.add()
+            if d is not None:
+                dim.dim_value = d
+            else:
+                dim.dim_param = f"{key}_{i}"
+
+
+def _infer(m):
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:       # inference is a help: the converters fall back where a shape stays unknown
+        return m
+
+
+def load_onnx(model, *, input_shapes=None) -> Graph:
+    """Load an ONNX model (a ``.onnx`` path or an ``onnx.ModelProto``) as a :class:`Graph`.
+
+    ``input_shapes``: input name -> shape (``--shape``), fixing the dims the model leaves dynamic.
+    Raises :class:`AscendEmuError` (one line) for a missing, truncated or malformed file, an unknown
+    ``--shape`` input, or a model without the default opset.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    m, name = _read(model)
+    _check(m, name)
+    opset = _opset(m)
+    raw = m.SerializeToString()
+    inits = {t.name: t for t in m.graph.initializer}
+    _apply_shapes(m, set(inits), input_shapes)
+    inferred = _infer(m)
+    shapes, types = {}, {}
+    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        if vi.type.HasField("tensor_type"):
+            shapes[vi.name] = _dims(vi)
+            types[vi.name] = ONNX_DTYPES.get(vi.type.tensor_type.elem_type)
+    _check_sizes(shapes, types, name)
+    b = Builder(shapes, types, opset)
+    src = OnnxSource(model=raw, opset=opset)
+    b.reserved = {nd.name.replace(":", "_") for nd in m.graph.node if nd.name}
+    specs = []
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        ph = b.unique(vi.name)
+        dtype = ONNX_DTYPES.get(vi.type.tensor_type.elem_type)
+        if dtype is None:
+            raise AscendEmuError(f"ONNX input {vi.name!r} is not a tensor of a supported element type")
+        b.emit(ph, "Placeholder", [], {"dtype": dtype, "shape": shapes.get(vi.name)}, exact=True)
+        b.tensors[vi.name] = f"{ph}:0"
+        src.nodes[ph] = [vi.name]
+        specs.append(InputSpec(ph, dtype, shapes.get(vi.name), key=vi.name))
+    inits_named = set()
+    for t in m.graph.initializer:
+        try:
+            v = numpy_helper.to_array(t)
+        except Exception as e:
+            raise AscendEmuError(f"ONNX initializer {t.name!r} cannot be read: {_line(e)}") from None
+        cname = b.unique(t.name)
+        b.emit(cname, "Const", [], {"value": v, "dtype": v.dtype.name}, exact=True)
+        b.tensors[t.name] = f"{cname}:0"
+        b.values[t.name] = v
+        src.nodes[cname] = [t.name]
+        inits_named.add(cname)
+    for pos, nd in enumerate(m.graph.node):
+        _convert(b, nd, pos, opset, src)
+    outputs = []
+    for vi in m.graph.output:
+        if vi.name not in b.tensors:
+            raise AscendEmuError(f"ONNX output {vi.name!r} is computed by no node")
+        outputs.append(b.tensors[vi.name])
+    src.tensors = dict(b.tensors)
+    # an ONNX node stays even when nothing reads its result, except the transpose back to NCHW that a chain of
+    # NHWC ops skips: it would be a second reader of the NHWC result, and the fusion passes (Conv+BatchNorm)
+    # fold only a sole reader. The reference still dumps it (a bench-only row in compare).
+    roots = [f"{k}:0" for k in src.nodes if k not in inits_named and f"{k}:0" not in b.nhwc]
+    nodes = _prune(b.nodes, outputs + roots)
+    keep = {n.name for n in nodes}
+    src.extra = {n.name: n for n in b.nodes if n.name in src.nodes and n.name not in keep and n.name not in inits_named}
+    src.nodes = {k: v for k, v in src.nodes.items() if k in keep or k in src.extra}
+    return Graph(nodes=nodes, inputs=specs, outputs=outputs, name=str(name),
+                 fingerprint=hashlib.sha256(raw).hexdigest(), output_names=[vi.name for vi in m.graph.output],
+                 onnx=src)
+
+
+def _check_sizes(shapes: dict, types: dict, model: str) -> None:
+    """Refuse a model whose inferred tensors would not fit in memory (a corrupt shape, a pad of billions),
+    before anything allocates them."""
+    try:        # (the physical memory, as frontend.inputs reads it for random inputs; that module imports the loader)
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 1 << 50
+    limit = memory // 4     # (several tensors of a model live at once)
+    for tname, dims in shapes.items():
+        if not dims or None in dims or any(d < 0 for d in dims):
+            continue
+        size = 1
+        for d in dims:
+            size *= d
+        size *= {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+                 "int8": 1, "uint8": 1, "bool": 1}.get(types.get(tname), 4)
+        if size > limit:
+            raise AscendEmuError(f"ONNX model {model!r}: tensor {tname!r} of shape {tuple(dims)} needs "
+                                 f"{size / 2 ** 30:.3g} GiB, more than a quarter of this machine's memory; check the "
+                                 f"model (or --shape)")
+
+
+def _attrs(nd) -> dict:
+    from onnx import helper
+
+    out = {}
+    for a in nd.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
+    from onnx import numpy_helper
+
+    for i in nd.input:
+        if i and i not in b.tensors:
+            raise AscendEmuError(f"ONNX node {nd.name or nd.op_type!r} reads {i!r}, which nothing before it makes")
+    name = b.unique(nd.name or f"{nd.op_type}_{pos}", node=bool(nd.name))
+    n = Onnx(name, nd.op_type, list(nd.input), list(nd.output), _attrs(nd), opset)
+    if nd.op_type == "Constant":
+        a = nd.attribute[0] if nd.attribute else None
+        if a is None or a.name not in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+            raise AscendEmuError(f"ONNX Constant {name!r} has no value ascend-emu reads (value, value_float(s), "
+                                 f"value_int(s))")
+        v = numpy_helper.to_array(a.t) if a.name == "value" else np.asarray(
+            n.attrs[a.name], np.float32 if "float" in a.name else np.int64)
+        b.values[nd.output[0]] = v
+    fn = CONVERTERS.get(nd.op_type) if nd.domain in ("", "ai.onnx") else None
+    outs = None
+    if fn is not None:
+        try:
+            outs = fn(b, n)
+        except Fallback:
+            outs = None
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError, AttributeError):
+            # attributes or constants the converter cannot read (out of range, of another type): the node runs
+            # as itself on the AI CPU, where onnxruntime says what is wrong with it
+            outs = None
+    if outs is None:
+        _fallback(b, n, nd)
+    else:
+        for o, ref in zip(nd.output, outs):
+            if o:
+                b.tensors[o] = ref
+        last = b.nodes[-1]
+        if (last.name == name and len(nd.output) == last.num_outputs
+                and all(nd.input) and last.inputs == [b.tensors[i] for i in nd.input]):
+            # run as itself on the AI CPU if the registry op refuses these inputs
+            last.meta["onnx_node"] = _bare(nd, name)
+            last.meta["onnx_opset"] = b.opset
+    src.nodes[name] = list(nd.output)
+    _fold(b, n, nd)
+
+
+def _bare(nd, name) -> bytes:
+    import onnx
+
+    c = onnx.NodeProto()
+    c.CopyFrom(nd)
+    c.name = name
+    return c.SerializeToString()
+
+
+def _fallback(b: Builder, n: Onnx, nd) -> None:
+    present = [i for i in nd.input if i]
+    b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present], {}, max(len(nd.output), 1),
+           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset}, exact=True)
+    for k, o in enumerate(nd.output):
+        if o:
+            b.tensors[o] = f"{n.name}:{k}"
+
+
+def _fold(b: Builder, n: Onnx, nd) -> None:
+    """Record the node's outputs as known values when they follow from known values (shape arithmetic)."""
+    if n.op == "Shape" and not n.a("start") and n.a("end") is None:
+        s = b.shapes.get(n.inputs[0])
+        v = b.value(n.inputs[0])
+        if v is not None:
+            s = list(np.shape(v))
+        if s is not None and None not in s:
+            b.values[nd.output[0]] = np.asarray(s, np.int64)
+        return
+    if n.op == "Constant" or not all(b.value(i) is not None for i in nd.input if i):
+        return
+    if any(np.size(b.value(i)) > FOLD_LIMIT for i in nd.input if i):
+        return
+    if n.op not in _FOLD_ANY and any(b.dtype(o) in FLOATS or b.dtype(o) is None for o in nd.output if o):
+        return
+    if any(b.dtype(i) in FLOATS for i in nd.input if i) and n.op not in ("Shape", "Size", "Cast"):
+        return
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        got = ReferenceEvaluator(nd).run(None, {i: b.value(i) for i in nd.input if i})
+    except Exception:
+        return
+    for o, v in zip(nd.output, got):
+        if o:
+            b.values[o] = np.asarray(v)
+
+
+def _prune(nodes: list[Node], outputs: list[str]) -> list[Node]:
+    """The nodes that feed an output (placeholders always), in their order."""
+    by_name = {n.name: n for n in nodes}
+    live = set()
+    todo = [o.rpartition(":")[0] for o in outputs]
+    while todo:
+        name = todo.pop()
+        if name in live or name not in by_name:
+            continue
+        live.add(name)
+        todo.extend(r.rpartition(":")[0] for r in by_name[name].inputs)
+    return [n for n in nodes if n.name in live or n.op == "Placeholder"]

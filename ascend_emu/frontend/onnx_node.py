@@ -1,0 +1,99 @@
+"""Run one ONNX node through onnxruntime: the emulated AI CPU of ONNX models.
+
+A node the registry cannot express (or whose registry op refuses its inputs) runs as itself: its NodeProto
+alone in a one-node model whose inputs have the fed arrays' dtypes and shapes, run by onnxruntime on the
+CPU with graph optimizations off. The replay hands it float32 (it widens fp16 inputs first), as Ascend's AI
+CPU runs such ops in their original dtype. Each (node, input dtypes and shapes) builds its session once.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import AscendEmuError
+from ..graph.core import Node
+from .onnx_build import ONNX_DTYPES
+
+#: how many per-node sessions to keep
+CACHE_SIZE = 256
+_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+_TO_ONNX = {v: k for k, v in ONNX_DTYPES.items()}
+
+
+def session_options():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4     # errors reach the user as one line of ours, not as its log
+    return so
+
+
+def _build(node: Node, arrays):
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    nd = onnx.NodeProto.FromString(node.meta["onnx_node"])
+    feeds, k = [], 0
+    inputs = []
+    for i, name in enumerate(nd.input):
+        if not name:
+            continue
+        a = arrays[k]
+        k += 1
+        feed = f"aicpu_input_{i}"
+        nd.input[i] = feed
+        if a.dtype.name not in _TO_ONNX:
+            raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
+        inputs.append(helper.make_tensor_value_info(feed, _TO_ONNX[a.dtype.name], list(a.shape)))
+        feeds.append(feed)
+    outs = []
+    for i, name in enumerate(nd.output):
+        if name:
+            nd.output[i] = f"aicpu_output_{i}"
+            outs.append((i, nd.output[i]))
+    graph = helper.make_graph([nd], "aicpu", inputs, [onnx.ValueInfoProto(name=o) for _, o in outs])
+    imports = [helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))]
+    if nd.domain not in ("", "ai.onnx"):    # a contrib op (com.microsoft, ...): its domain's version 1
+        imports.append(helper.make_opsetid(nd.domain, 1))
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = min(model.ir_version, 10)
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise AscendEmuError(f"onnxruntime cannot build op {node.name} ({nd.op_type}): {_line(e)}") from None
+    return sess, feeds, outs
+
+
+def _line(e) -> str:
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:300]
+
+
+def run_onnx_node(node: Node, input_arrays) -> list[np.ndarray]:
+    """Execute ONNX node ``node`` (``meta["onnx_node"]``) in onnxruntime on ``input_arrays`` (one per present
+    input, in order); returns ``node.num_outputs`` arrays (an output the node leaves unnamed: empty)."""
+    if "onnx_node" not in node.meta:
+        raise AscendEmuError(f"node {node.name!r} ({node.op}) carries no ONNX node to run on the AI CPU")
+    arrays = [np.asarray(a) for a in input_arrays]
+    key = (node.name, node.meta["onnx_node"], tuple((a.dtype.str, a.shape) for a in arrays))
+    hit = _cache.get(key)
+    if hit is None:
+        hit = _cache[key] = _build(node, arrays)
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    else:
+        _cache.move_to_end(key)
+    sess, feeds, outs = hit
+    try:
+        got = sess.run([o for _, o in outs], dict(zip(feeds, arrays)))
+    except Exception as e:
+        raise AscendEmuError(f"onnxruntime failed on op {node.name} ({node.op}): {_line(e)}") from None
+    result = [np.zeros(0, np.float32)] * node.num_outputs
+    for (i, _), v in zip(outs, got):
+        result[i] = np.asarray(v)
+    return result

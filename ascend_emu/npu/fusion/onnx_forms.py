@@ -1,0 +1,25 @@
+"""Which fusion passes match the graphs ONNX models load into (``ascend-emu rules`` prints it).
+
+The ONNX frontend (:mod:`ascend_emu.frontend.onnx_loader`) maps ONNX nodes onto the registry's TF op types,
+so a pass matches an ONNX model wherever the mapping produces its pattern; ``tests/frontend/test_onnx.py``
+checks the ones said to match on models built in the test.
+"""
+from __future__ import annotations
+
+#: rule name -> how it meets an ONNX model
+ONNX_FORMS = {
+    "SpaceToBatchConv2dBatchToSpacePass": "TF graphs only: an ONNX dilated Conv carries its dilations and loads as "
+                                          "one Conv2D",
+    "BiasaddConvFusionPass": "matches: Conv with a bias input loads as Conv2D -> BiasAdd",
+    "ConvBatchnormFusionPass": "matches: Conv (+bias) -> BatchNormalization loads as Conv2D [-> BiasAdd] -> "
+                               "FusedBatchNormV3 on the NHWC tensor",
+    "MatMulBiasAddFusionPass": "matches: MatMul -> Add of a constant vector, and Gemm with a 1-D C (MatMul -> BiasAdd)",
+    "LayerNormFusionPass": "TF graphs only for the decomposed form (ONNX's ReduceMean, Sub, Pow, ReduceMean, Add, "
+                           "Sqrt, Div is not matched: its ops run one by one); LayerNormalization (opset 17) "
+                           "loads directly as the fused LayerNorm op",
+    "GeluFusionPass": "matches the Erf form (Div by sqrt 2, Erf, Add 1, Mul, Mul 0.5); ONNX Gelu (opset 20) loads "
+                      "directly as the fused Gelu op",
+    "SoftmaxGradFusionPass": "TF training graphs only (ONNX models are inference graphs)",
+    "TbeEltwiseFusionPass": "matches: the elementwise ops load as their TF types",
+    "AutomaticUbFusion": "matches: the elementwise ops load as their TF types",
+}

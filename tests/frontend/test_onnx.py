@@ -1,0 +1,299 @@
+"""The ONNX frontend (the ATC path): models built here with onnx.helper, replayed in fp32 mode against
+onnxruntime node by node, in ATC's default force_fp16, and through the CLI.
+
+Each model is small (seeded weights, shapes of a few hundred elements) so each test runs in seconds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from ascend_emu import Device
+from ascend_emu.analysis.compare import compare
+from ascend_emu.cli.main import main
+from ascend_emu.errors import AscendEmuError
+from ascend_emu.frontend.onnx_loader import load_onnx
+from ascend_emu.frontend.reference import reference
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import onnx_models as M  # noqa: E402
+from fp32mode import FP32, FP32_ARGS  # noqa: E402
+
+CNN_SHAPES = {"x": [2, 3, 16, 16]}
+BERT_SHAPES = {"ids": [2, 8], "mask": [2, 8]}
+
+
+def bert_inputs():
+    """Token ids of the embedding table and an attention mask of zeros and ones (the random inputs' 0..9 would
+    make the mask's -1e4 bias overflow fp16)."""
+    rng = np.random.default_rng(0)
+    return {"ids": rng.integers(0, 50, (2, 8)), "mask": (rng.random((2, 8)) < 0.8).astype(np.int64)}
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    p = tmp_path / name
+    onnx.save(model, str(p))
+    return p
+
+
+def _replay_and_compare(tmp_path, path, shapes, inputs=None, **device):
+    ref = reference(path, inputs, tmp_path / "bench", shapes=shapes, progress=False)
+    res = Device(**device).replay(path, ref.inputs, tmp_path / "npu", shapes=shapes, progress=False)
+    return ref, res, compare(tmp_path / "npu", tmp_path / "bench")
+
+
+def _matched(c):
+    """(name, cosine) of every row compared on both sides with a cosine."""
+    return {r["NPU Name"]: r["Cosine"] for r in c.rows
+            if isinstance(r.get("Cosine"), float) and r.get("Bench Name") == r.get("NPU Name")}
+
+
+def _onnx_nodes(model):
+    return {nd.name for nd in model.graph.node}
+
+
+@pytest.mark.parametrize("build,shapes,fallback", [
+    (M.resnet_cnn, CNN_SHAPES, set()),
+    (M.bert_block, BERT_SHAPES, set()),
+    (M.resize_einsum, None, {"resize_linear"}),
+], ids=["resnet_cnn", "bert_block", "resize_einsum"])
+def test_fp32_mode_matches_onnxruntime_node_by_node(tmp_path, build, shapes, fallback):
+    model = build()
+    path = _save(tmp_path, model)
+    ref, res, c = _replay_and_compare(tmp_path, path, shapes, bert_inputs() if shapes is BERT_SHAPES else None, **FP32)
+    cos = _matched(c)
+    # every ONNX node is an op of the bench dump under its own name; each is compared with the NPU's op of the
+    # same name, or was fused away on the NPU (compared where the fusion's result lands)
+    names = _onnx_nodes(model)
+    bench = {r["Bench Name"].rpartition(":")[0]: r for r in c.rows if r.get("Bench Name")}
+    assert names <= set(bench)
+    for nm in names:
+        r = bench[nm]
+        # (or the transpose back to NCHW between two NHWC ops, which the NPU graph leaves out)
+        assert r.get("NPU Name") or "fused away" in (r.get("Err_message") or "") or nm in res.graph.onnx.extra, r
+    assert len([nm for nm in names if bench[nm].get("NPU Name")]) >= 0.6 * len(names)
+    bad = {k: v for k, v in cos.items() if v < 0.99999}
+    assert not bad, bad
+    # the model's outputs agree with onnxruntime's (to 1e-3: the fused Gelu is CANN's tanh-form kernel)
+    for t in res.graph.outputs:
+        np.testing.assert_allclose(res.outputs[t], ref.outputs[t], rtol=1e-3, atol=5e-4)
+    # the nodes without a mapping ran on the AI CPU (onnxruntime), recorded as such
+    aicpu = {r.name for r in res.records if r.engine == "AICPU"}
+    assert aicpu == fallback
+
+
+def test_loader_keeps_names_and_maps_layouts():
+    g = load_onnx(M.resnet_cnn(), input_shapes=CNN_SHAPES)
+    by = {n.name: n for n in g.nodes}
+    # the ONNX node's name carries its NCHW result; the registry's NHWC conv sits between two transposes
+    assert by["dwconv"].op == "Transpose" and by["conv1/Conv2D"].op == "Conv2D"
+    # conv1's transpose back to NCHW is read by nothing (bn1 reads the NHWC result): left to the reference
+    assert "conv1" not in by and g.onnx.extra["conv1"].op == "Transpose"
+    assert by["conv1/Conv2D"].attrs["padding"] == "EXPLICIT"
+    assert by["conv1/Conv2D"].attrs["explicit_paddings"] == [0, 0, 1, 1, 1, 1, 0, 0]
+    # a chain of NHWC ops reads the NHWC tensor, not a transpose of a transpose
+    assert by["bn1/FusedBatchNormV3"].inputs[0] == "conv1/BiasAdd:0"
+    assert by["gap"].op == "Mean" and by["relu6"].op == "Relu6" and by["fc"].op == "BiasAdd"
+    assert by["fc/MatMul"].attrs["transpose_b"] is True
+    assert g.inputs[0].shape == [2, 3, 16, 16] and g.output_names == ["probs"] and g.outputs == ["softmax:0"]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 21])
+def test_data_movement_across_opsets_matches_onnxruntime(tmp_path, opset):
+    path = _save(tmp_path, M.array_ops(opset))
+    ref = reference(path, None, None, progress=False)
+    res = Device(**FP32).replay(path, ref.inputs, progress=False)
+    assert not [r.name for r in res.records if r.engine == "AICPU"]
+    # (data movement is exact; ReduceSum's float32 order may differ in the last bit)
+    assert res.outputs["squeeze:0"].shape == ref.outputs["squeeze:0"].shape == (2, 14 if opset < 13 else 17)
+    np.testing.assert_allclose(res.outputs["squeeze:0"], ref.outputs["squeeze:0"], rtol=1e-6, atol=1e-6)
+
+
+def test_activations_match_onnxruntime(tmp_path):
+    path = _save(tmp_path, M.activations())
+    ref, res, c = _replay_and_compare(tmp_path, path, None, **FP32)
+    cos = _matched(c)
+    assert {"gelu_exact:0", "gelu_tanh:0", "int_div:0", "scale:0"} <= set(cos)
+    assert min(cos.values()) >= 0.99999, cos
+    # ONNX's Div truncates integers: 7/2, -7/2, 9/-4 = 3, -3, -2
+    np.testing.assert_array_equal(res.tensor("int_div:0"), [3, -3, -2])
+    assert not [r.name for r in res.records if r.engine == "AICPU"]
+
+
+def test_opset_13_cnn_loads_as_opset_17():
+    ops = lambda g: [(n.name, n.op, n.inputs) for n in g.nodes]  # noqa: E731
+    assert ops(load_onnx(M.resnet_cnn(opset=13), input_shapes=CNN_SHAPES)) == \
+        ops(load_onnx(M.resnet_cnn(opset=17), input_shapes=CNN_SHAPES))
+
+
+def test_opset_17_and_18_forms_load_the_same(tmp_path):
+    a = load_onnx(M.bert_block(opset=17), input_shapes=BERT_SHAPES)
+    b = load_onnx(M.bert_block(opset=18), input_shapes=BERT_SHAPES)
+    ops = lambda g: [(n.name, n.op) for n in g.nodes if n.op != "Const"]  # noqa: E731
+    assert ops(a) == ops(b)
+    mean = {n.name: n for n in b.nodes}["ln1_mean"]
+    assert mean.op == "Mean" and mean.attrs["keep_dims"] is True
+
+
+def test_gemm_alpha_beta_and_reshape_zero(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "c"),
+             numpy_helper.from_array(np.asarray([0, 2, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["g"], name="gemm", transA=1, transB=1, alpha=0.5, beta=2.0),
+             helper.make_node("Reshape", ["g", "shape"], ["y"], name="reshape")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2, 2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    path = _save(tmp_path, m)
+    ref, res, c = _replay_and_compare(tmp_path, path, None, **FP32)
+    np.testing.assert_allclose(res.outputs["reshape:0"], ref.outputs["reshape:0"], rtol=1e-5, atol=1e-6)
+    assert res.outputs["reshape:0"].shape == (3, 2, 2)
+
+
+def test_ascend310p3_uses_atc_default_force_fp16(tmp_path):
+    path = _save(tmp_path, M.bert_block())
+    ref, res, c = _replay_and_compare(tmp_path, path, BERT_SHAPES, bert_inputs(), soc="Ascend310P3")
+    assert res.records and Device(soc="Ascend310P3").precision.mode == "force_fp16"
+    computed = [r for r in res.records if r.engine == "AICORE" and r.tf_type != "Cast"]
+    assert computed and all(r.compute_dtype == "float16" for r in computed if r.compute_dtype.startswith("float"))
+    cos = _matched(c)
+    # fp16 shows: LayerNorm's 1e-12 epsilon flushes to zero in fp16, the ops drift from float32 ...
+    eps = [r for r in c.rows if (r.get("NPU Name") or "").startswith("eps/ascend_cast")]
+    assert eps and eps[0]["Cosine"] == 0.0
+    assert sum(v < 0.9999999 for v in cos.values()) >= 5
+    # ... and the model's results stay close
+    assert cos["ln2:0"] > 0.9999 and cos["pooler_tanh:0"] > 0.9999
+
+
+def test_keep_dtype_file_keeps_float32(tmp_path):
+    keep = tmp_path / "keep.txt"
+    keep.write_text("# ATC keep_dtype\nln0\nOpType::SoftmaxV2\n")
+    res = Device(soc="Ascend310P3", keep_dtype=keep).replay(M.bert_block(), bert_inputs(), progress=False)
+    rec = {r.name: r for r in res.records}
+    assert rec["attn_softmax"].compute_dtype == "float32" and rec["ln0"].compute_dtype == "float32"
+    assert rec["pv"].compute_dtype == "float16"
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    path = _save(tmp_path, M.resnet_cnn())
+    shape = ["--shape", "x=2,3,16,16"]
+    assert main(["-q", "reference", str(path), *shape, "--dump", str(tmp_path / "bench")]) == 0
+    assert "onnxruntime" in capsys.readouterr().out
+    assert main(["-q", "replay", str(path), *shape, *FP32_ARGS, "--dump", str(tmp_path / "npu")]) == 0
+    assert main(["-q", "replay", str(path), *shape, "--soc", "Ascend310P3", "--dump", str(tmp_path / "fp16")]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "fp16"), str(tmp_path / "bench"), "--limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "compared" in out and "float16" in out
+    assert main(["report", str(tmp_path / "npu"), str(tmp_path / "bench"), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 1000
+
+
+def test_external_data(tmp_path):
+    m = M.resnet_cnn()
+    p = tmp_path / "ext.onnx"
+    onnx.save(m, str(p), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data",
+              size_threshold=0)
+    assert (tmp_path / "ext.data").exists()
+    g = load_onnx(p, input_shapes=CNN_SHAPES)
+    ref = reference(p, None, None, shapes=CNN_SHAPES, progress=False)
+    res = Device(**FP32).replay(g, ref.inputs, progress=False)
+    np.testing.assert_allclose(res.outputs["softmax:0"], ref.outputs["softmax:0"], rtol=1e-5, atol=1e-6)
+    (tmp_path / "ext.data").unlink()
+    with pytest.raises(AscendEmuError, match="external data"):
+        load_onnx(p)
+
+
+def _cli_error(args, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("ascend-emu: error:"), err
+    return err
+
+
+def test_errors_are_one_line(tmp_path, capsys):
+    good = _save(tmp_path, M.resize_einsum())
+    data = good.read_bytes()
+    trunc = tmp_path / "trunc.onnx"
+    trunc.write_bytes(data[:len(data) // 3])
+    assert "not a valid ONNX model" in _cli_error(["replay", str(trunc)], capsys)
+    assert "not a valid ONNX model" in _cli_error(["reference", str(trunc)], capsys)
+    # an unknown op with the fallback off, named as ONNX's
+    err = _cli_error(["replay", str(good), "--no-aicpu-fallback"], capsys)
+    assert "OnnxResize" in err and "onnxruntime" in err
+    np.save(tmp_path / "x.npy", np.zeros((1, 4, 4, 4), np.float32))
+    assert "unknown input 'nope'" in _cli_error(["replay", str(good), "--input", f"nope={tmp_path / 'x.npy'}"],
+                                                 capsys)
+    # a malformed graph: a node reads a tensor nothing makes
+    m = M.resize_einsum()
+    m.graph.node[3].input[0] = "nowhere"
+    bad = _save(tmp_path, m, "bad.onnx")
+    assert "malformed" in _cli_error(["replay", str(bad)], capsys)
+    # a corrupt pad of billions: refused when the model loads, before anything allocates it
+    m = M.resize_einsum()
+    pads = next(t for t in m.graph.initializer if t.name == "pads")
+    pads.CopyFrom(onnx.numpy_helper.from_array(np.asarray([0, 0, 1, 1, 0, 0, 1, 3 << 40], np.int64), "pads"))
+    huge = _save(tmp_path, m, "huge.onnx")
+    assert "GiB" in _cli_error(["replay", str(huge)], capsys)
+
+
+def test_fusion_passes_on_onnx_forms(capsys):
+    """What `ascend-emu rules` says of ONNX models holds on the models here."""
+    from ascend_emu.npu.fusion import RULES
+    from ascend_emu.npu.fusion.onnx_forms import ONNX_FORMS
+
+    assert set(ONNX_FORMS) == set(RULES)
+    cnn = Device(soc="Ascend910B").replay(M.resnet_cnn(), shapes=CNN_SHAPES, progress=False).summary["fusion_counts"]
+    bert = Device(soc="Ascend910B").replay(M.bert_block(), bert_inputs(), progress=False).summary["fusion_counts"]
+    for rule in ("BiasaddConvFusionPass", "ConvBatchnormFusionPass", "MatMulBiasAddFusionPass"):
+        assert ONNX_FORMS[rule].startswith("matches") and rule in {**cnn, **bert}, rule
+    assert "GeluFusionPass" in bert and "LayerNormFusionPass" not in bert
+    assert ONNX_FORMS["LayerNormFusionPass"].startswith("TF graphs only")
+    assert main(["rules"]) == 0
+    assert "onnx:     TF graphs only" in capsys.readouterr().out
+
+
+def test_contrib_op_runs_on_the_ai_cpu():
+    """An op of another domain (onnxruntime's com.microsoft FastGelu) has no mapping: the AI CPU runs it."""
+    from onnx import TensorProto, helper
+
+    n = helper.make_node("FastGelu", ["x"], ["y"], name="fast_gelu", domain="com.microsoft")
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    res = Device(soc="Ascend310P3").replay(m, progress=False)
+    rec = res.record("fast_gelu")
+    assert (rec.engine, rec.tf_type, rec.compute_dtype) == ("AICPU", "OnnxFastGelu", "float32")
+    ref = reference(m, res.inputs, None, progress=False)
+    np.testing.assert_allclose(res.outputs["fast_gelu:0"], ref.outputs["fast_gelu:0"], rtol=1e-6)
+
+
+def test_dynamic_batch_without_shape_stays_on_the_ai_core():
+    """The batch dim left dynamic (no --shape): padding and Flatten need only the static dims."""
+    g = load_onnx(M.resnet_cnn())
+    assert not [n.name for n in g.nodes if n.op.startswith("Onnx")]
+    res = Device(**FP32).replay(g, progress=False)
+    ref = reference(g, res.inputs, None, progress=False)
+    np.testing.assert_allclose(res.outputs["softmax:0"], ref.outputs["softmax:0"], rtol=1e-5, atol=1e-6)
+
+
+def test_runtime_reshape_of_a_dynamic_batch(tmp_path):
+    """Without --shape, BERT's reshapes take a shape computed at run time (Shape, Gather, Concat): still the
+    AI Core's Reshape, ONNX's 0 resolved with integer ops; the block matches onnxruntime."""
+    g = load_onnx(M.bert_block())
+    assert not [n.name for n in g.nodes if n.op.startswith("Onnx")]
+    assert {n.name: n.op for n in g.nodes}["q_reshape"] == "Reshape"
+    res = Device(**FP32).replay(g, bert_inputs(), progress=False)
+    ref = reference(g, res.inputs, None, progress=False)
+    for t in g.outputs:
+        np.testing.assert_allclose(res.outputs[t], ref.outputs[t], rtol=1e-3, atol=5e-4)
