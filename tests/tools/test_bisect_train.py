@@ -115,3 +115,15 @@ def test_changed_and_curve_shift():
 def test_training_arguments_refused(kwargs, msg):
     with pytest.raises(AscendEmuError, match=msg):
         fusion_bisect("unused.keras", progress=False, **kwargs)
+
+
+@pytest.mark.models
+def test_inference_bisect_json():
+    """The replay bisection's JSON (--json): the same fields, no loss curves; the planted layer replayed once
+    is not degraded by fusion (fusion brings it closer to float32)."""
+    res = fusion_bisect(planted_model(), device=Device("allow_mix_precision"), progress=False)
+    j = json.loads(json.dumps(res.to_json()))
+    assert not j["training"] and j["steps"] is None and j["metric"] == "cosine" and j["pass"] is None
+    assert j["trials"][0]["losses"] is None and j["verdict"] == res.verdict()
+    assert res.trial("all-on").metrics["cosine"] >= res.trial("all-off").metrics["cosine"]
+    assert not res.degraded and "does not cost accuracy" in j["verdict"]
