@@ -119,10 +119,22 @@ def cmd_import_msprobe(a):
 def cmd_bisect(a):
     from ..tools.bisect import fusion_bisect
 
+    import json
+
+    from ..fileio import atomic_write_text
+
+    train = {k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size), ("loss", a.loss),
+                                ("optimizer", a.optimizer), ("learning_rate", a.learning_rate),
+                                ("loss_scale", a.loss_scale), ("shuffle", a.shuffle or None)) if v is not None}
+    a.training_defaults = a.data is not None    # a training: the SoC's training precision mode by default
     res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
                         shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
-                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers)
+                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers,
+                        data=a.data, **train)
     print(res.format_text())
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
     return 0
 
 

@@ -22,6 +22,7 @@ EPILOG = """examples:
   ascend-emu overflow npu/
   ascend-emu report npu/ bench/ -o report.html
   ascend-emu fusion-bisect model.keras --precision-mode force_fp16
+  ascend-emu fusion-bisect model.keras --data train.npz --steps 20 --precision-mode allow_mix_precision
   ascend-emu mixlist-search model.keras --target "cosine>=0.999" --output ops_info.json
   ascend-emu train model.keras --data train.npz --steps 50 --loss-scale dynamic --reference --report train.html
   ascend-emu check model.keras --data train.npz --loss-scale dynamic --report check.html
@@ -107,10 +108,26 @@ def build_parser():
              "ascend-emu fusion-bisect model.keras --precision-mode force_fp16")
     _model_args(sp, dump=False)
     _device_args(sp, fusion=False)
-    sp.add_argument("--metric", default="cosine", choices=("cosine", "max_rel_err", "max_abs_err", "rmse"))
+    sp.add_argument("--metric", default=None, choices=("cosine", "max_rel_err", "max_abs_err", "rmse", "loss_rel_err",
+                                                       "loss_abs_err"),
+                    help="default cosine; with --data loss_rel_err (or loss_abs_err): the loss curve against float32's")
     sp.add_argument("--threshold", type=float, default=None,
                     help="how much the metric may differ between all-on and all-off before a rule is blamed")
     sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each configuration's dump under DIR")
+    sp.add_argument("--json", metavar="FILE", help="also write every configuration tried and the verdict as JSON")
+    tr = sp.add_argument_group("training (bisect over a training's loss curve: --data and --steps)")
+    tr.add_argument("--data", metavar="FILE.npz", default=None,
+                    help="training data (x and y): each configuration trains --steps steps from the same weights on "
+                         "the same batches against one float32 training")
+    tr.add_argument("--steps", type=int, default=None, help="training steps per configuration (required with --data)")
+    tr.add_argument("--batch-size", type=int, default=None, help="samples per step (default 32)")
+    tr.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
+    tr.add_argument("--optimizer", default=None, metavar="NAME", help="sgd, adam, adamw or rmsprop (default: the "
+                                                                      "compiled one)")
+    tr.add_argument("--learning-rate", type=float, default=None)
+    tr.add_argument("--loss-scale", default=None, metavar="SPEC", help="none (default), fixed:N, dynamic or "
+                                                                       "exponential:... (as train)")
+    tr.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch (--seed)")
     _sweep_args(sp)
     sp = add("mixlist-search", cmd_mixlist_search, "find the op types to black-list (CANN ops_info.json) so the "
                                                    "model meets an accuracy target under allow_mix_precision",

@@ -7,6 +7,9 @@ float32 TensorFlow reference is worse with fusion on by more than the threshold,
 delta debugging (Zeller's ddmin) over the rules that fired finds a minimal set of
 rules whose enabling alone (all others off) reproduces the loss. Only the fusion
 switch varies between replays; the device's precision mode, overflow mode etc. stay.
+
+With training data (``data``, ``steps``) every configuration trains instead, and the score is the loss
+curve's distance to the float32 training's (:mod:`.bisect_train`).
 """
 from __future__ import annotations
 
@@ -49,8 +52,16 @@ class Trial:
     metrics: dict
     fired: dict               # rule -> times it fired
     float_status: int
-    degraded: bool | None     # worse than all-off by more than the threshold (None for all-off)
+    degraded: bool | None     # worse than all-off by more than the threshold (None for all-off); training:
+    #                           its distance to the reference differs from all-off's by more than the threshold
     dump: str | None = None
+    losses: list | None = None   # a training's loss curve
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "enabled": list(self.enabled), "metrics": {k: _num(v) for k, v in
+                                                                              self.metrics.items()},
+                "fired": dict(self.fired), "float_status": self.float_status, "degraded": self.degraded,
+                "dump": self.dump, "losses": None if self.losses is None else [_num(v) for v in self.losses]}
 
 
 @dataclass
@@ -65,6 +76,22 @@ class BisectResult:
     fired: list = field(default_factory=list)
     culprits: list = field(default_factory=list)
     degraded: bool = False
+    steps: int | None = None                 # a training's steps (None: a replay)
+    reference_losses: list | None = None     # the float32 training's loss curve
+
+    @property
+    def training(self) -> bool:
+        return self.steps is not None
+
+    def to_json(self) -> dict:
+        """Every configuration tried and the verdict, as ``fusion-bisect --json`` writes it."""
+        return {"model": self.model, "metric": self.metric, "threshold": self.threshold,
+                "precision_mode": self.precision_mode, "training": self.training, "steps": self.steps,
+                "reference_losses": (None if self.reference_losses is None
+                                     else [_num(v) for v in self.reference_losses]),
+                "fired": list(self.fired), "degraded": self.degraded, "culprits": list(self.culprits),
+                "pass": self.culprits[0] if self.training and self.culprits else None,
+                "verdict": self.verdict(), "trials": [t.to_json() for t in self.trials]}
 
     def trial(self, name: str) -> Trial:
         for t in self.trials:
@@ -76,6 +103,8 @@ class BisectResult:
         on, off = self.trial("all-on"), self.trial("all-off")
         m = self.metric
         head = f"{m} with fusion on {_fmt(on.metrics[m])}, off {_fmt(off.metrics[m])}"
+        if self.training:
+            return self._train_verdict(head)
         if not self.degraded:
             return f"fusion does not cost accuracy here ({head}; threshold {self.threshold:g})"
         if not self.culprits:
@@ -86,22 +115,48 @@ class BisectResult:
                 f"Switch {'it' if len(self.culprits) == 1 else 'them'} off with a fusion switch file: "
                 + _switch_hint(self.culprits))
 
+    def _train_verdict(self, head: str) -> str:
+        span = f"over {self.steps} training step{'s' if self.steps != 1 else ''}"
+        if not self.degraded:
+            return (f"the fusion switch does not change the loss curve's distance to float32 {span} ({head}; "
+                    f"threshold {self.threshold:g})")
+        if not self.culprits:
+            return (f"fusion changes the loss curve {span} ({head}) but no subset of the passes that fired does it "
+                    "alone; the change needs passes together with all others")
+        first = self.culprits[0]
+        rest = (f" (minimal set: {', '.join(self.culprits)}; {first} alone moves the curve most)"
+                if len(self.culprits) > 1 else "")
+        return (f"fusion changes the loss curve {span} ({head}); the pass whose switch changes it most: "
+                f"{first}{rest}. Switch it off with a fusion switch file: " + _switch_hint([first]))
+
     def format_text(self) -> str:
         """A table of every configuration tried, then the verdict."""
-        cols = ["config (rules on)", *METRICS, "status", "verdict"]
+        metrics = TRAIN_COLUMNS if self.training else METRICS
+        cols = ["config (rules on)", *metrics, "status", "verdict"]
         rows = []
         for t in self.trials:
-            v = "baseline" if t.degraded is None else ("DEGRADED" if t.degraded else "ok")
-            rows.append([t.name, *(_fmt(t.metrics[m]) for m in METRICS), f"0x{t.float_status:x}", v])
+            flag = "CHANGED" if self.training else "DEGRADED"
+            v = "baseline" if t.degraded is None else (flag if t.degraded else "ok")
+            rows.append([t.name, *(_fmt(t.metrics[m]) for m in metrics), f"0x{t.float_status:x}", v])
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         line = lambda r: "  ".join(s.ljust(w) for s, w in zip(r, widths)).rstrip()  # noqa: E731
+        what = (f"the loss curve of {self.steps} training steps vs the float32 TensorFlow training's"
+                if self.training else "vs the float32 TensorFlow reference")
         out = [f"fusion-bisect {self.model}: precision_mode {self.precision_mode}, metric {self.metric} "
-               f"vs the float32 TensorFlow reference, threshold {self.threshold:g}",
+               f"{what}, threshold {self.threshold:g}",
                f"rules that fired: {', '.join(self.fired) if self.fired else 'none'}", "",
                line(cols), line(["-" * w for w in widths])]
         out += [line(r) for r in rows]
         out += ["", self.verdict()]
         return "\n".join(out)
+
+
+#: the columns of a training bisection: the distances to the reference curve, and the shift from all-off's
+TRAIN_COLUMNS = ("loss_rel_err", "loss_abs_err", "curve_shift")
+
+
+def _num(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _fmt(v: float) -> str:
@@ -158,8 +213,9 @@ def _ddmin(items: list, test, batch=None) -> list:
 
 
 def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
-                  seed: int = 0, metric: str = "cosine", threshold: float | None = None, keep_dumps=None,
-                  progress: bool = True, scheduler="none", n_workers: int | None = None) -> BisectResult:
+                  seed: int = 0, metric: str | None = None, threshold: float | None = None, keep_dumps=None,
+                  progress: bool = True, scheduler="none", n_workers: int | None = None, data=None,
+                  steps: int | None = None, **train_options) -> BisectResult:
     """Find the fusion rules responsible for a loss of accuracy, by bisection.
 
     Parameters
@@ -175,8 +231,9 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         ``{"device": Device}`` (what the CLI passes) or keyword arguments for ``Device``.
     signature, shapes, seed
         As :meth:`Device.replay`.
-    metric : {"cosine", "max_rel_err", "max_abs_err", "rmse"}
-        Accuracy of the final output(s) against the float32 TensorFlow reference.
+    metric : {"cosine", "max_rel_err", "max_abs_err", "rmse"}, optional
+        Accuracy of the final output(s) against the float32 TensorFlow reference (default cosine; a
+        training: ``loss_rel_err`` or ``loss_abs_err``, default ``loss_rel_err``).
     threshold : float, optional
         How much worse than all-off a configuration may be before it counts as
         degraded: an absolute drop for cosine (default 1e-3), a relative growth
@@ -192,6 +249,15 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         tried, and the result, are the same under every scheduler.
     n_workers : int, optional
         Workers of a local cluster (default: the cores).
+    data, steps, train_options
+        Bisect over a training instead of a replay: ``data`` (an .npz path, a dict with x and y, or a pair),
+        ``steps`` (required) and :meth:`Device.train`'s options (``batch_size``, ``loss``, ``optimizer``,
+        ``learning_rate``, ``optimizer_options``, ``loss_scale``, ``shuffle``; ``seed`` is the shuffle's).
+        Every configuration trains ``steps`` steps from the same weights on the same batches; ``metric`` is
+        ``loss_rel_err`` (default) or ``loss_abs_err`` of the loss curve against one float32 training, and a
+        configuration counts when its distance differs from all-off's either way by more than ``threshold``
+        (default 0.5) times the smaller. ``culprits`` then lists the minimal set, the pass whose switch
+        alone moves the curve most first (:mod:`.bisect_train`).
 
     Returns
     -------
@@ -206,9 +272,19 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     from ..frontend.reference import reference
     from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, raise_failures, remember
 
-    if metric not in METRICS:
+    from .bisect_train import DEFAULT_TRAIN_THRESHOLD, TRAIN_METRICS, check_training
+
+    check_training(data, steps, train_options, inputs, shapes, signature, keep_dumps)
+    if data is not None:
+        metric = "loss_rel_err" if metric is None else metric
+        if metric not in TRAIN_METRICS:
+            raise AscendEmuError(f"metric {metric!r}: a training bisection scores the loss curve; choose one of: "
+                                 f"{', '.join(TRAIN_METRICS)}")
+        threshold = DEFAULT_TRAIN_THRESHOLD if threshold is None else float(threshold)
+    elif (metric := "cosine" if metric is None else metric) not in METRICS:
         raise AscendEmuError(f"unknown metric {metric!r}; choose one of: {', '.join(METRICS)}")
-    threshold = DEFAULT_THRESHOLDS[metric] if threshold is None else float(threshold)
+    else:
+        threshold = DEFAULT_THRESHOLDS[metric] if threshold is None else float(threshold)
     if not threshold >= 0:
         raise AscendEmuError(f"threshold must be a number >= 0, got {threshold!r}")
     scheduler = check_scheduler(scheduler)
@@ -227,6 +303,22 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     def dump_dir(name):
         return None if keep_dumps is None else os.path.join(os.fspath(keep_dumps), name)
 
+    if data is not None:
+        from .bisect_train import run_training_bisect
+
+        def device_with(switch):
+            dev = copy.copy(device)
+            dev.fusion = FusionConfig.load(_switch(switch) if isinstance(switch, tuple) else switch)
+            dev._fusion_cache = {}
+            return dev
+
+        name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else str(getattr(model, "name", "model"))
+        result = BisectResult(name, metric, threshold, device.precision.requested_mode, steps=int(steps))
+        with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fusion-bisect") as sweep:
+            run_training_bisect(result, sweep, device, model, data, int(steps), seed,
+                                {k: v for k, v in train_options.items() if v is not None}, device_with, _ddmin,
+                                tuple(RULES), Trial)
+        return result
     # the cluster first: an unreachable scheduler fails before the model is even loaded
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fusion-bisect") as sweep:
         graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
