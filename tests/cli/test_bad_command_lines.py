@@ -82,6 +82,13 @@ def env(tmp_path, monkeypatch):
     (tmp_path / "msbad").mkdir()
     (tmp_path / "msbad" / "dump.json").write_text('{"task": ')
     e["msbad"] = str(tmp_path / "msbad")
+    # msprobe statistics dumps that would import as dumps no reader accepts: a huge leaf, no tensor at all
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1 << 30, 1 << 30], "Max": 1.0, "Min": 0.0,
+            "Mean": 0.5, "Norm": 1.0}
+    for name, data in (("mshuge", {"Functional.relu.0.forward": {"output": [leaf]}}), ("msempty", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "dump.json").write_text(json.dumps({"task": "statistics", "data": data}))
+        e[name] = str(tmp_path / name)
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     e["objnpy"] = str(tmp_path / "obj.npy")
     np.savez(tmp_path / "obj.npz", x=np.array([{"a": 1}], dtype=object))
@@ -222,6 +229,8 @@ CATALOGUE = [
     ("random-errors {model} --out {linkdir}", "symbolic link"),
     ("import-msprobe", None), ("import-msprobe {nodir} {tmp}/o", None), ("import-msprobe {npu} {tmp}/o", None),
     ("import-msprobe {msdeep} {tmp}/o", "nested"), ("import-msprobe {msbad} {tmp}/o", "JSON"),
+    ("import-msprobe {mshuge} {tmp}/o", "more than any tensor holds"),
+    ("import-msprobe {msempty} {tmp}/o", "nothing to import"),
     ("import-msprobe {msdeep} {tmp}/o --mapping {missing}", None),
     ("import-msprobe {msdeep} {tmp}/o --against {nodir}", None), ("import-msprobe {msdeep} {tmp}/o --kind x", None),
     ("import-msprobe {msdeep} {tmp}/o --step x", None), ("import-msprobe {msdeep} {tmp}/o --rank x", None),
