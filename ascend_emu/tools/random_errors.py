@@ -273,7 +273,16 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     check_seed(train_options.get("seed", seed))
     if isinstance(data, (str, os.PathLike)):
         load_npz(data, f"--data {os.fspath(data)}")
-    out_dir = make_output_dir(out_dir if out_dir is not None else "random-errors-output", "random-errors output")
+    target = out_dir if out_dir is not None else "random-errors-output"
+    if data is not None:
+        # every run dumps its steps: estimated from the traced step before any directory is made
+        from ..npu.training import _disk_check, training_step_bytes
+
+        kw = {k: v for k, v in train_options.items() if k != "overflow_check"}
+        dumped = len(set(dump_steps)) if dump_steps is not None else int(train_options.get("steps") or 1)
+        _disk_check(training_step_bytes(model, data, **kw) * dumped * int(runs), target,
+                    f"the dumps of {int(runs)} runs x {dumped} step(s)")
+    out_dir = make_output_dir(target, "random-errors output")
     there = sorted(n for n in os.listdir(out_dir) if n.startswith("run-"))
     if there and not overwrite:
         raise AscendEmuError(f"{out_dir} already holds the dumps of earlier runs ({', '.join(there[:3])}"

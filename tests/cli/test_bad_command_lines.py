@@ -489,3 +489,30 @@ def test_fuzz_command_lines(env):
             assert "usage:" in err + out or len([ln for ln in err.splitlines() if ": error:" in ln]) == 1, (argv, err)
     assert n > 300
     assert _outside_snapshot(env["tmp"]) == before
+
+
+def test_dumps_the_disk_will_not_hold_are_refused_before_writing(env, model_file, monkeypatch):
+    """train --dump and random-errors --data estimate their dumps from the traced step (tensor sizes x dumped
+    steps x runs): with the file system's free space (shutil.disk_usage) below it, one line, exit 2, nothing
+    written; over ANNOUNCE_BYTES the estimate is told on stderr before the run."""
+    import shutil
+
+    from ascend_emu.analysis.dump import stats
+
+    tmp = env["tmp"]
+    free = {"bytes": 100}
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 40, 0, free["bytes"]))
+    common = f"{model_file['model']} --data {model_file['train']} --loss mse --optimizer sgd --steps 2".split()
+    for argv, made in ((["train", *common, "--dump", f"{tmp}/d"], f"{tmp}/d"),
+                       (["random-errors", *common, "--out", f"{tmp}/re"], f"{tmp}/re"),
+                       (["train", *common, "--reference", "--dump", f"{tmp}/d2/sub"], f"{tmp}/d2")):
+        code, out, err = run_cli(argv)
+        assert_clean_error(argv, code, err, "nothing was written")
+        assert "file system of" in err and "dump fewer steps" in err
+        assert not os.path.exists(made), argv
+    # room enough, and every dump announced: the estimate comes first, then the run
+    free["bytes"] = 1 << 40
+    monkeypatch.setattr(stats, "ANNOUNCE_BYTES", 0)
+    code, out, err = run_cli(["train", *common, "--dump", f"{tmp}/d", "-q"])
+    assert code == 0, err
+    assert "the dump of 2 step(s) will take about" in err and os.path.isdir(f"{tmp}/d/step-1")

@@ -180,6 +180,7 @@ def test_seed_reaches_the_training_runs(tmp_path, monkeypatch):
         raise AscendEmuError("captured")
 
     monkeypatch.setattr(re_mod, "run_once", capture)
+    monkeypatch.setattr("ascend_emu.npu.training.training_step_bytes", lambda *a, **k: 0)   # (no model to trace)
     model = tmp_path / "m.keras"
     model.write_bytes(b"")
     np.savez(tmp_path / "d.npz", x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.int64))
