@@ -132,3 +132,16 @@ def test_a_fused_op_that_overflows_names_the_types_it_replaced(tmp_path):
     rep = overflow_report(tmp_path / "d")
     assert rep.first["blame"]["types"] == ["Mul", "Exp"]
     assert rep.suggestion() == {"black-list": {"to-add": ["Mul", "Exp"]}}
+
+
+def test_cli_overflow_writes_the_suggested_mixlist(tmp_path, capsys):
+    from ascend_emu.cli import main
+
+    d = cast_into_chain(tmp_path)
+    assert main(["overflow", str(d), "--ops-info", str(tmp_path / "ops_info.json")]) == 0
+    assert "black-list RealDiv" in capsys.readouterr().out
+    assert json.loads((tmp_path / "ops_info.json").read_text()) == {"black-list": {"to-add": ["RealDiv"]}}
+    # nothing abnormal: nothing written, and said so
+    clean = write(tmp_path / "clean", [("x", "Placeholder", "HOST", [], [np.ones(4, np.float16)], 0, {})])
+    assert main(["overflow", str(clean), "--ops-info", str(tmp_path / "none.json")]) == 0
+    assert "not written" in capsys.readouterr().out and not (tmp_path / "none.json").exists()

@@ -122,6 +122,9 @@ CATALOGUE = [
     # overflow
     ("overflow", None), ("overflow {nodir}", "does not exist"), ("overflow {npu} --json {nodir}/o.json", "does not exist"),
     ("overflow {npu} --json {tmp}", "directory"), ("overflow {npu} --json", None), ("overflow {file}", "does not exist"),
+    ("overflow {npu} --ops-info {nodir}/o.json", "does not exist"), ("overflow {npu} --ops-info", None),
+    ("overflow {npu} --ops-info {npu}/manifest.json", "is inside what"),
+    ("overflow {npu} --json {tmp}/x.json --ops-info {tmp}/x.json", None),
     # report
     ("report", None), ("report {npu}", None), ("report {npu} {bench} -o {nodir}/r.html", "does not exist"),
     ("report {npu} {bench} -o {tmp}", "directory"), ("report {npu} {other_model} -o r.html", "different models"),
@@ -433,7 +436,7 @@ def test_unreachable_scheduler(env, model_file, monkeypatch):
 
 OPTIONS = {
     "compare": ["--csv", "--cosine", "--limit", "--force", "--rules"],
-    "overflow": ["--json"],
+    "overflow": ["--json", "--ops-info"],
     "report": ["-o", "--output", "--force", "--rules"],
     "replay": ["--input", "--shape", "--seed", "--signature", "--dump", "--overwrite", "--stats-only", "--select",
                "--select-type", "--precision-mode", "--overflow-mode", "--modify-mixlist", "--soc",
