@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from .dump import Dump, json_safe, load_dump
+from ..data import ascend_type
 from ..graph.core import split_tensor_name
 from ..numerics.policy import FORMAT_MAX
 from ..numerics.status import decode_status
@@ -77,7 +78,8 @@ class OverflowReport:
                 continue
             if all(self._input_clean(ref) for ref in op.get("inputs", [])):
                 self.first = self._entry(op)
-                self.first["verdict"] = self._verdict(op)
+                self.first["blame"] = self._blame(op)
+                self.first["verdict"] = self._verdict(op, self.first["blame"])
                 break
         reg = dump.summary.get("float_status") if isinstance(dump.summary, dict) else None
         self.register = int(reg) if isinstance(reg, (int, float)) and not isinstance(reg, bool) else dump.status_bits
@@ -130,7 +132,68 @@ class OverflowReport:
                 return cand
         return "float32"
 
-    def _verdict(self, op: dict) -> dict:
+    def _original_types(self, op: dict, external: int | None = None) -> list[str]:
+        """The TF types of the ops a fused op replaced (its ``fusion.replaces``), in their order; with
+        ``external``, of an ``_EltwiseChain`` only the steps that read its input number ``external``."""
+        fusion = op.get("fusion") or {}
+        away = {f.get("name"): f.get("tf_type") for f in self.dump.fused_away if f.get("into") == op["name"]}
+        chain = (op.get("attrs") or {}).get("chain")
+        steps = {c.get("name"): c for c in chain if isinstance(c, dict)} if isinstance(chain, list) else {}
+        types = []
+        for name in fusion.get("replaces") or [op["name"]]:
+            step = steps.get(name)
+            if external is not None and steps and (step is None or external not in (step.get("args") or [])):
+                continue
+            t = (away.get(name) or (step or {}).get("op")
+                 or (fusion.get("tf_type") if name == op["name"] else None))
+            if t is None and name == op["name"] and not str(op.get("tf_type", "_")).startswith("_"):
+                t = op["tf_type"]
+            if t and t not in types:
+                types.append(t)
+        return types if types or external is None else self._original_types(op)
+
+    def _blame(self, op: dict) -> dict:
+        """The op type(s) to black-list in modify_mixlist for an overflowing op.
+
+        An inserted Cast (``.../ascend_cast_*``) is no op of the model: it was inserted because its
+        consumers compute in the narrow format, so they are named (the ops reading the cast's source
+        tensor in the cast's dtype). A fused op is no type of the model either: the original types it
+        replaced (``fusion.replaces``; of an ``_EltwiseChain`` the steps reading the cast tensor) are named.
+        """
+        ref = (op.get("inputs") or [None])[0]
+        inserted = op.get("tf_type") == "Cast" and "/ascend_cast_" in op["name"] and ref is not None
+        culprits = [op]
+        if inserted:
+            later = [o for o in self.dump.ops if o.get("index", 0) > op.get("index", 0) and o["name"] != op["name"]
+                     and not (o.get("tf_type") == "Cast" and "/ascend_cast_" in o["name"])
+                     and ref in (o.get("inputs") or [])]
+            same = [o for o in later if o.get("compute_dtype") == op.get("compute_dtype")]
+            culprits = same or later
+        types, why = [], []
+        for o in culprits:
+            if o.get("fusion") or str(o.get("tf_type", "")).startswith("_"):
+                ext = o["inputs"].index(ref) if inserted else None
+                orig = self._original_types(o, ext)
+                got = [ascend_type(t) for t in orig]
+                why.append(f"{o['name']} ({o.get('tf_type')}, fused from {', '.join(orig) or '?'})")
+            else:
+                got = [o.get("ascend_type") or ascend_type(str(o.get("tf_type")))]
+                why.append(f"{o['name']} ({got[0]})")
+            types += [t for t in got if t and t != "Cast" and not t.startswith("_") and t not in types]
+        if inserted and not culprits:
+            return {"types": [], "inserted_cast": True, "consumers": [],
+                    "explanation": "an inserted Cast whose consumer is not in the dump"}
+        return {"types": types, "inserted_cast": inserted, "consumers": [o["name"] for o in culprits],
+                "explanation": f"an inserted Cast, made for {'; '.join(why)}" if inserted else why[0]}
+
+    def suggestion(self) -> dict | None:
+        """CANN's ``modify_mixlist`` (``--ops-info``) for an abnormal first overflow: its op types
+        black-listed (to float32); None when there is nothing to suggest."""
+        if self.first is None or self.first["verdict"]["verdict"] != "abnormal" or not self.first["blame"]["types"]:
+            return None
+        return {"black-list": {"to-add": list(self.first["blame"]["types"])}}
+
+    def _verdict(self, op: dict, blame: dict | None = None) -> dict:
         fmt = self._format_of(op)
         fmax = FORMAT_MAX[fmt]
         seen = [v for v in (_largest(o) for o in op.get("outputs", [])) if v is not None]
@@ -157,9 +220,13 @@ class OverflowReport:
             v["verdict"] = "abnormal"
             need = (f"; its float32 result reaches {float(mabs):.6g}, {v['range_ratio']:.3g}x the {fmt} maximum "
                     f"{fmax:.6g}" if v["range_ratio"] is not None else "")
+            types = (blame or {}).get("types") or []
+            keep = (f"black-list {', '.join(types)} in modify_mixlist (--ops-info writes it)" if types
+                    else "black-list its op type in modify_mixlist")
+            whose = (f" ({blame['explanation']})" if blame and blame.get("inserted_cast")
+                     or blame and op.get("fusion") else "")
             v["explanation"] = (f"the op is finite in float32 but overflows in {fmt}: the overflow comes from the "
-                                f"reduced precision{need}; keep it in float32 (black-list it in modify_mixlist) "
-                                "or scale its inputs")
+                                f"reduced precision{need}; keep it in float32: {keep}{whose}, or scale its inputs")
         return v
 
     def _scan_values(self) -> dict:
@@ -208,7 +275,8 @@ class OverflowReport:
         return json_safe({"dump": self.dump.path, "config": self.dump.config,
                 "register": {"bits": self.register, "hex": f"0x{self.register:x}",
                              "names": decode_status(self.register), "source": self.register_source},
-                "ops": self.ops, "first": self.first, "values": self.counts, "notes": self.notes})
+                "ops": self.ops, "first": self.first, "values": self.counts, "notes": self.notes,
+                "ops_info": self.suggestion()})
 
     @staticmethod
     def format_op(entry: dict) -> str:

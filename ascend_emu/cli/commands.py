@@ -77,13 +77,20 @@ def cmd_overflow(a):
 
     from ..analysis.overflow import overflow_report
 
+    from ..fileio import atomic_write_text
+
     rep = overflow_report(a.dump)
     print(rep.format_text())
     if a.json:
-        from ..fileio import atomic_write_text
-
         atomic_write_text(a.json, json.dumps(rep.to_json(), indent=1))
         print(f"wrote {a.json}")
+    if a.ops_info:
+        sug = rep.suggestion()
+        if sug is None:
+            print(f"no abnormal first overflow with an op type to black-list: {a.ops_info} not written")
+        else:
+            atomic_write_text(a.ops_info, json.dumps(sug, indent=1) + "\n")
+            print(f"wrote {a.ops_info} (suggested modify_mixlist; try it: --modify-mixlist {a.ops_info})")
     return 0
 
 

@@ -73,6 +73,8 @@ def build_parser():
              "ascend-emu overflow npu/ --json overflow.json")
     sp.add_argument("dump")
     sp.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    sp.add_argument("--ops-info", metavar="FILE", help="write the suggested modify_mixlist (CANN ops_info.json: the "
+                    "op types of an abnormal first overflow black-listed) to FILE")
     sp = add("report", cmd_report, "write a self-contained HTML report: the op graph coloured by error, plots, tables",
              "ascend-emu report npu/ bench/ -o report.html")
     sp.add_argument("npu_dir")

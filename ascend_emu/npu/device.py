@@ -370,7 +370,8 @@ class Device:
         overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.
         dump_dir, dump_steps : a dump per listed step in ``dump_dir/step-N`` (forward, backward and update
             ops, each with its phase); with ``reference`` the float32 reference of the same step in
-            ``reference_dump_dir/step-N`` (default ``dump_dir/reference``).
+            ``reference_dump_dir/step-N`` (default ``dump_dir/reference``). Their size is estimated from the
+            traced step first: told on stderr over about 1 GB, refused (nothing written) past the free space.
         reference : also train in TensorFlow float32 from the same weights on the same batches (with
             ``ranks``, one device on the whole global batch).
         ranks : data-parallel training over this many emulated ranks (NUMERICS.md section 12): each batch

@@ -346,6 +346,10 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
                    loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,
                    overwrite=overwrite, dump_roots=(rroot,) if rroot is not None else ())
     step_graph, manager = run.step_graph, run.manager
+    if dump_dir is not None:
+        copies = len(run.dump_steps) * (2 if rroot is not None else 1)
+        _disk_check(step_dump_bytes(step_graph, int(batch_size)) * copies, dump_dir,
+                    f"the dump of {len(run.dump_steps)} step(s)" + (" and their reference" if rroot else ""))
     state = T.initial_state(run.model, run.fopt)
     ref_state = {k: v.copy() for k, v in state.items()} if reference else None
     config = {"device": device.config(), **run.config, "overflow_check": overflow_check,
@@ -457,6 +461,49 @@ def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump
         tf_reference(step_graph.graph, dump_feeds if dump_feeds is not None else feeds, dump_dir,
                      overwrite=overwrite, progress=False)
     return {"reference_loss": float(np.asarray(rout[0], np.float64)), "reference_grad_zeros": _zeros(rout[1:1 + ng])}
+
+
+def step_dump_bytes(step_graph, batch_size: int) -> int:
+    """About how many bytes the dump of one step takes: every op output of the traced step at
+    ``batch_size`` (an unknown dimension counts as the batch), at its dtype's width (4 bytes when unknown).
+    An upper estimate: ops the device fuses are not dumped and fp16 outputs take half as much (a small CNN's
+    step dumps about half of it), while the casts the device inserts and the manifest come on top."""
+    total = 0
+    for node in step_graph.graph.nodes:
+        for shape, dtype in zip(node.output_shapes or [], node.output_dtypes or []):
+            if shape is None:
+                continue
+            n = 1
+            for d in shape:
+                n *= batch_size if d is None or d < 0 else int(d)
+            try:
+                width = np.dtype(dtype).itemsize
+            except TypeError:
+                width = 4
+            total += n * width
+    return total
+
+
+def _disk_check(nbytes: int, target, what: str) -> None:
+    """Refuse (one line, nothing written) a dump the disk will not hold; announce one over about 1 GB."""
+    import sys
+
+    from ..analysis.dump import check_disk_space
+
+    line = check_disk_space(nbytes, target, what, fix="dump fewer steps (--dump-steps) or free space")
+    if line:
+        print(f"ascend-emu: {line}", file=sys.stderr, flush=True)
+
+
+def training_step_bytes(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
+                        batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
+                        shuffle: bool = False, seed: int = 0) -> int:
+    """About how many bytes the dump of one step of this training (as :func:`train` with these arguments)
+    takes (:func:`step_dump_bytes`), from the traced step, before anything runs."""
+    run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+                   optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
+                   loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=None, dump_steps=None, overwrite=False)
+    return step_dump_bytes(run.step_graph, int(batch_size))
 
 
 def first_step(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,

@@ -1,25 +1,9 @@
 """TF op type -> Ascend (CANN) op type, from the documented table ``data/optype_map.json``.
 
 Op metadata, below both the precision lists (which speak CANN's names) and the reference
-dump (which records them).
+dump (which records them). The table is read in ``ascend_emu.data`` (rank 0, so the dump analysis
+reads it too); re-exported here for the op layer.
 """
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
-
-
-def data_file(name: str) -> dict:
-    """One of the package's JSON data files (``ascend_emu/data``)."""
-    return json.loads(resources.files("ascend_emu.data").joinpath(name).read_text())
-
-
-@lru_cache(maxsize=None)
-def optype_map() -> dict:
-    return dict(data_file("optype_map.json")["map"])
-
-
-def ascend_type(tf_type: str) -> str:
-    """The Ascend (CANN) op type for a TF op type (documented mapping, else unchanged)."""
-    return optype_map().get(tf_type, tf_type)
+from ..data import ascend_type, data_file, optype_map  # noqa: F401  (re-exported)

@@ -228,7 +228,8 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     out_dir : where each run's dumps go (``out_dir/run-K``); default ``random-errors-output``.
     device_options : Device keyword arguments (``precision_mode``, ``soc``, ...); determinism is off
         unless they set ``deterministic`` / ``deterministic_level`` (then every run must agree).
-    inputs, shapes, seed, signature : replay inputs (as :meth:`Device.replay`).
+    inputs, shapes, seed, signature : replay inputs (as :meth:`Device.replay`); with ``data``, ``seed`` is the
+        training's seed (of its shuffle) unless ``train_options`` give one.
     data : training data (an .npz path, a dict with x and y, or a pair): train instead of replaying,
         with ``train_options`` (:data:`TRAIN_OPTIONS`; ``steps`` or ``epochs`` must be given).
     dump_steps : the training steps dumped and compared (default: every step); the losses of every
@@ -267,10 +268,21 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
         raise AscendEmuError("random-error detection of a training needs steps (e.g. steps=20)")
     from ..frontend.inputs import check_seed, load_npz
 
+    if data is not None:
+        train_options.setdefault("seed", seed)     # --seed of a training: its shuffle's (not ignored)
     check_seed(train_options.get("seed", seed))
     if isinstance(data, (str, os.PathLike)):
         load_npz(data, f"--data {os.fspath(data)}")
-    out_dir = make_output_dir(out_dir if out_dir is not None else "random-errors-output", "random-errors output")
+    target = out_dir if out_dir is not None else "random-errors-output"
+    if data is not None:
+        # every run dumps its steps: estimated from the traced step before any directory is made
+        from ..npu.training import _disk_check, training_step_bytes
+
+        kw = {k: v for k, v in train_options.items() if k != "overflow_check"}
+        dumped = len(set(dump_steps)) if dump_steps is not None else int(train_options.get("steps") or 1)
+        _disk_check(training_step_bytes(model, data, **kw) * dumped * int(runs), target,
+                    f"the dumps of {int(runs)} runs x {dumped} step(s)")
+    out_dir = make_output_dir(target, "random-errors output")
     there = sorted(n for n in os.listdir(out_dir) if n.startswith("run-"))
     if there and not overwrite:
         raise AscendEmuError(f"{out_dir} already holds the dumps of earlier runs ({', '.join(there[:3])}"

@@ -689,3 +689,24 @@ def test_real_msprobe_compare_agrees(tmp_path, model):
             checked += 1
         assert ours_ms[f"{keys[safe]}:{idx}"]["Result"] == t["Result"], (name, t["Err_message"])
     assert checked >= 30
+
+
+@pytest.mark.parametrize("edit,expect", [
+    (lambda dj: dj["data"]["Functional.relu.0.forward"]["output"][0].update(shape=[10 ** 12, 10 ** 12]),
+     "more than any tensor holds"),
+    (lambda dj: dj.update(data={}), "holds no tensor output"),
+    (lambda dj: dj["data"]["Functional.relu.0.forward"].update(output=[{"type": "int", "value": 3}]),
+     "holds no tensor output"),
+])
+def test_import_refuses_what_would_be_a_dump_no_reader_accepts(tmp_path, edit, expect):
+    """A statistics leaf is written by its shape alone: a shape past any tensor's bound, or a dump.json without
+    any tensor, is a one-line error at import, with nothing written (not a dump whose every read fails)."""
+    a = np.arange(6, dtype=np.float16).reshape(2, 3)
+    write_msprobe_fixture(tmp_path / "s", {"Functional.relu.0.forward": ([a], [a])}, task="statistics")
+    path = tmp_path / "s" / "step0" / "rank0" / "dump.json"
+    dj = json.loads(path.read_text())
+    edit(dj)
+    path.write_text(json.dumps(dj))
+    with pytest.raises(AscendEmuError, match=expect) as e:
+        import_msprobe(tmp_path / "s", tmp_path / "o")
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()

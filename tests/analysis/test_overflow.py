@@ -6,6 +6,7 @@ import pytest
 
 from ascend_emu.analysis.dump import DumpWriter
 from ascend_emu.analysis.overflow import FORMAT_MAX, overflow_report
+from cast_chain import cast_into_chain
 
 
 def write(path, ops, *, mode="saturation", summary=None, **kw):
@@ -103,3 +104,44 @@ def test_aicpu_nonfinite_without_status_and_clean_dump(tmp_path):
 
 def test_format_table():
     assert FORMAT_MAX["float16"] == 65504.0 and FORMAT_MAX["bfloat16"] == pytest.approx(3.3895313892515355e38)
+
+
+def test_an_inserted_cast_blames_the_fused_consumer_it_was_made_for(tmp_path):
+    rep = overflow_report(cast_into_chain(tmp_path))
+    first = rep.first
+    assert first["name"] == "x/ascend_cast_0_to_fp16" and first["verdict"]["verdict"] == "abnormal"
+    # the Cast is the replay's own op: the op type needing it is the RealDiv fused into the chain "t"
+    assert first["blame"]["types"] == ["RealDiv"] and first["blame"]["consumers"] == ["t"]
+    expl = first["verdict"]["explanation"]
+    assert "black-list RealDiv" in expl and "_EltwiseChain, fused from RealDiv" in expl
+    assert "black-list it" not in expl
+    assert rep.suggestion() == {"black-list": {"to-add": ["RealDiv"]}}
+    assert rep.to_json()["ops_info"] == rep.suggestion()
+    assert "black-list RealDiv" in rep.format_text()
+
+
+def test_a_fused_op_that_overflows_names_the_types_it_replaced(tmp_path):
+    with DumpWriter(tmp_path / "d", kind="npu", config={"overflow_mode": "saturation"},
+                    model={"name": "m", "fingerprint": "f"}, inputs_sha256="0") as w:
+        w.add_op("x", "Placeholder", "Data", "HOST", "float16", [], [np.ones(4, np.float16)], 0)
+        w.add_fused("m", "Mul", "AutomaticUbFusion", "t")
+        w.add_op("t", "_EltwiseChain", "Mul", "AICORE", "float16", ["x:0"], [np.full(4, 65504, np.float16)], 0x8,
+                 fusion={"rule": "AutomaticUbFusion", "replaces": ["m", "t"], "tf_type": "Exp"},
+                 fp32_check={"overflow": False, "max_abs": 1e5})
+        w.finish({})
+    rep = overflow_report(tmp_path / "d")
+    assert rep.first["blame"]["types"] == ["Mul", "Exp"]
+    assert rep.suggestion() == {"black-list": {"to-add": ["Mul", "Exp"]}}
+
+
+def test_cli_overflow_writes_the_suggested_mixlist(tmp_path, capsys):
+    from ascend_emu.cli import main
+
+    d = cast_into_chain(tmp_path)
+    assert main(["overflow", str(d), "--ops-info", str(tmp_path / "ops_info.json")]) == 0
+    assert "black-list RealDiv" in capsys.readouterr().out
+    assert json.loads((tmp_path / "ops_info.json").read_text()) == {"black-list": {"to-add": ["RealDiv"]}}
+    # nothing abnormal: nothing written, and said so
+    clean = write(tmp_path / "clean", [("x", "Placeholder", "HOST", [], [np.ones(4, np.float16)], 0, {})])
+    assert main(["overflow", str(clean), "--ops-info", str(tmp_path / "none.json")]) == 0
+    assert "not written" in capsys.readouterr().out and not (tmp_path / "none.json").exists()

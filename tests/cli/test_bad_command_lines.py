@@ -82,6 +82,13 @@ def env(tmp_path, monkeypatch):
     (tmp_path / "msbad").mkdir()
     (tmp_path / "msbad" / "dump.json").write_text('{"task": ')
     e["msbad"] = str(tmp_path / "msbad")
+    # msprobe statistics dumps that would import as dumps no reader accepts: a huge leaf, no tensor at all
+    leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1 << 30, 1 << 30], "Max": 1.0, "Min": 0.0,
+            "Mean": 0.5, "Norm": 1.0}
+    for name, data in (("mshuge", {"Functional.relu.0.forward": {"output": [leaf]}}), ("msempty", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "dump.json").write_text(json.dumps({"task": "statistics", "data": data}))
+        e[name] = str(tmp_path / name)
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     e["objnpy"] = str(tmp_path / "obj.npy")
     np.savez(tmp_path / "obj.npz", x=np.array([{"a": 1}], dtype=object))
@@ -115,6 +122,9 @@ CATALOGUE = [
     # overflow
     ("overflow", None), ("overflow {nodir}", "does not exist"), ("overflow {npu} --json {nodir}/o.json", "does not exist"),
     ("overflow {npu} --json {tmp}", "directory"), ("overflow {npu} --json", None), ("overflow {file}", "does not exist"),
+    ("overflow {npu} --ops-info {nodir}/o.json", "does not exist"), ("overflow {npu} --ops-info", None),
+    ("overflow {npu} --ops-info {npu}/manifest.json", "is inside what"),
+    ("overflow {npu} --json {tmp}/x.json --ops-info {tmp}/x.json", None),
     # report
     ("report", None), ("report {npu}", None), ("report {npu} {bench} -o {nodir}/r.html", "does not exist"),
     ("report {npu} {bench} -o {tmp}", "directory"), ("report {npu} {other_model} -o r.html", "different models"),
@@ -239,6 +249,8 @@ CATALOGUE = [
     ("random-errors {model} --out {linkdir}", "symbolic link"),
     ("import-msprobe", None), ("import-msprobe {nodir} {tmp}/o", None), ("import-msprobe {npu} {tmp}/o", None),
     ("import-msprobe {msdeep} {tmp}/o", "nested"), ("import-msprobe {msbad} {tmp}/o", "JSON"),
+    ("import-msprobe {mshuge} {tmp}/o", "more than any tensor holds"),
+    ("import-msprobe {msempty} {tmp}/o", "nothing to import"),
     ("import-msprobe {msdeep} {tmp}/o --mapping {missing}", None),
     ("import-msprobe {msdeep} {tmp}/o --against {nodir}", None), ("import-msprobe {msdeep} {tmp}/o --kind x", None),
     ("import-msprobe {msdeep} {tmp}/o --step x", None), ("import-msprobe {msdeep} {tmp}/o --rank x", None),
@@ -441,7 +453,7 @@ def test_unreachable_scheduler(env, model_file, monkeypatch):
 
 OPTIONS = {
     "compare": ["--csv", "--cosine", "--limit", "--force", "--rules"],
-    "overflow": ["--json"],
+    "overflow": ["--json", "--ops-info"],
     "report": ["-o", "--output", "--force", "--rules"],
     "replay": ["--input", "--shape", "--seed", "--signature", "--dump", "--overwrite", "--stats-only", "--select",
                "--select-type", "--precision-mode", "--overflow-mode", "--modify-mixlist", "--soc",
@@ -498,3 +510,30 @@ def test_fuzz_command_lines(env):
             assert "usage:" in err + out or len([ln for ln in err.splitlines() if ": error:" in ln]) == 1, (argv, err)
     assert n > 300
     assert _outside_snapshot(env["tmp"]) == before
+
+
+def test_dumps_the_disk_will_not_hold_are_refused_before_writing(env, model_file, monkeypatch):
+    """train --dump and random-errors --data estimate their dumps from the traced step (tensor sizes x dumped
+    steps x runs): with the file system's free space (shutil.disk_usage) below it, one line, exit 2, nothing
+    written; over ANNOUNCE_BYTES the estimate is told on stderr before the run."""
+    import shutil
+
+    from ascend_emu.analysis.dump import stats
+
+    tmp = env["tmp"]
+    free = {"bytes": 100}
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 40, 0, free["bytes"]))
+    common = f"{model_file['model']} --data {model_file['train']} --loss mse --optimizer sgd --steps 2".split()
+    for argv, made in ((["train", *common, "--dump", f"{tmp}/d"], f"{tmp}/d"),
+                       (["random-errors", *common, "--out", f"{tmp}/re"], f"{tmp}/re"),
+                       (["train", *common, "--reference", "--dump", f"{tmp}/d2/sub"], f"{tmp}/d2")):
+        code, out, err = run_cli(argv)
+        assert_clean_error(argv, code, err, "nothing was written")
+        assert "file system of" in err and "dump fewer steps" in err
+        assert not os.path.exists(made), argv
+    # room enough, and every dump announced: the estimate comes first, then the run
+    free["bytes"] = 1 << 40
+    monkeypatch.setattr(stats, "ANNOUNCE_BYTES", 0)
+    code, out, err = run_cli(["train", *common, "--dump", f"{tmp}/d", "-q"])
+    assert code == 0, err
+    assert "the dump of 2 step(s) will take about" in err and os.path.isdir(f"{tmp}/d/step-1")

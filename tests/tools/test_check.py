@@ -197,11 +197,16 @@ def test_cli_planted_fp16_overflow_json_report_and_ops_info(files, tmp_path, cap
     text = capsys.readouterr().out
     assert code == 1, text
     rows = {r["number"]: r for r in json.loads((out / "c.json").read_text())["rows"]}
-    assert {k for k, r in rows.items() if r["result"] == "Failed"} == {"16"}, text
+    # the planted forward overflow skips every step: item 4 says so instead of passing
+    assert {k for k, r in rows.items() if r["result"] == "Failed"} == {"4", "16"}, text
+    assert f"every step skipped: {STEPS} of {STEPS}" in rows["4"]["evidence"]
     ev = rows["16"]["evidence"]
     assert "amplify" in ev and "phase forward" in ev and "verdict abnormal" in ev
     assert rows["10"]["result"] == "Passed" and "--benchmark" in rows["10"]["evidence"]
-    assert json.loads((out / "ops_info.json").read_text()) == {"black-list": {"to-add": ["MatMulV2"]}}
+    # the first overflow is a _FusedMatMul: the op types it replaced are the ones to black-list, each named
+    assert "fused from MatMul, BiasAdd, Mul, AddV2" in ev and "black-list MatMulV2, BiasAdd, Mul, AddV2" in ev
+    assert json.loads((out / "ops_info.json").read_text()) == {"black-list": {"to-add": [
+        "MatMulV2", "BiasAdd", "Mul", "AddV2"]}}
     html = (out / "c.html").read_text()
     for sec in ("summary", "checklist", "plots", "ops-info", "config"):
         assert f'id="{sec}"' in html
@@ -302,3 +307,36 @@ def test_a_run_that_cannot_be_made_is_no_pass():
     assert not res.failed and res.errors and "Cosh" in res.errors[0]
     assert res.exit_code == 1 and "could not run: the emulated run failed" in res.format_text()
     assert res.to_json()["errors"] == res.errors
+
+
+def _fake_run(dump, steps, loss_scale="dynamic"):
+    """The emulated run items 4 and 16 read: the dump of step 0 and the step records."""
+    from types import SimpleNamespace
+
+    from ascend_emu.analysis.dump import load_dump
+    from ascend_emu.tools.check.runs import _Ctx
+
+    c = SimpleNamespace(npu_dump=load_dump(dump), npu_error=None, overflow_check="status", loss_scale=loss_scale,
+                        device=ae.Device("force_fp16"), ops_info={"black-list": {"to-add": [], "to-remove": []}},
+                        npu=SimpleNamespace(config={"loss_scale": loss_scale}, steps=steps,
+                                            skipped=np.array([s["skipped"] for s in steps])))
+    c.suggest = lambda action, t: _Ctx.suggest(c, action, t)
+    return c
+
+
+def test_item_16_blames_the_op_type_behind_an_inserted_cast_and_item_4_fails_when_every_step_is_skipped(tmp_path):
+    from ascend_emu.tools.check.precision_rows import _row_loss_scale, _row_overflow
+    from cast_chain import cast_into_chain
+
+    cast_into_chain(tmp_path)
+    steps = [{"step": k, "skipped": True, "float_status": 0x100, "loss_scale": 2.0 ** (15 - k),
+              "first_overflow": {"name": "x/ascend_cast_0_to_fp16", "phase": "forward"}} for k in range(10)]
+    c = _fake_run(tmp_path / "d", steps)
+    row = _row_overflow(c)
+    assert row.result == "Failed" and "black-list RealDiv" in row.evidence, row.evidence
+    assert c.ops_info["black-list"]["to-add"] == ["RealDiv"]          # what --ops-info writes
+    r4 = _row_loss_scale(c)
+    assert r4.result == "Failed" and "every step skipped: 10 of 10" in r4.evidence, r4.evidence
+    # one applied step: item 4 passes again
+    steps[-1] = dict(steps[-1], skipped=False, float_status=0)
+    assert _row_loss_scale(_fake_run(tmp_path / "d", steps)).result == "Passed"

@@ -166,3 +166,28 @@ def test_precision_mode_v2_reaches_the_runs(tmp_path):
     res = random_errors(m, runs=2, out_dir=tmp_path / "o",
                         device_options={"precision_mode_v2": "origin", "soc": "Ascend910B", "deterministic": True})
     assert res.first is None
+
+
+def test_seed_reaches_the_training_runs(tmp_path, monkeypatch):
+    """``random-errors --data ... --seed 7 --shuffle``: every run trains with seed 7 (its shuffle), not 0."""
+    import ascend_emu.tools.random_errors as re_mod
+
+    seen = []
+
+    def capture(task):      # (the CLI may run the command in a child process: the task goes through a file)
+        seen.append(task)
+        (tmp_path / "task.json").write_text(json.dumps({k: task[k] for k in ("seed", "shuffle") if k in task}))
+        raise AscendEmuError("captured")
+
+    monkeypatch.setattr(re_mod, "run_once", capture)
+    monkeypatch.setattr("ascend_emu.npu.training.training_step_bytes", lambda *a, **k: 0)   # (no model to trace)
+    model = tmp_path / "m.keras"
+    model.write_bytes(b"")
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.int64))
+    code = main(["random-errors", str(model), "--data", str(tmp_path / "d.npz"), "--steps", "1", "--shuffle",
+                 "--seed", "7", "--out", str(tmp_path / "o"), "-q"])
+    assert code == 2 and json.loads((tmp_path / "task.json").read_text()) == {"seed": 7, "shuffle": True}
+    seen.clear()
+    with pytest.raises(AscendEmuError, match="captured"):
+        random_errors(str(model), data=str(tmp_path / "d.npz"), steps=1, seed=5, out_dir=tmp_path / "p")
+    assert seen[0]["seed"] == 5

@@ -69,3 +69,30 @@ def fmt_bytes(n) -> str:
         if n < 1024 or unit == "GB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
+
+
+#: a dump estimated above this many bytes is announced before it is written
+ANNOUNCE_BYTES = 1 << 30
+
+
+def check_disk_space(nbytes: int, target, what: str, *, fix: str) -> str | None:
+    """Before writing about ``nbytes`` under ``target``: an error (one line) when the file system that will
+    hold ``target`` (its nearest existing ancestor's) has less free space; else the line to show when the
+    estimate passes :data:`ANNOUNCE_BYTES`, or None. ``what`` describes the estimate, ``fix`` how to write less."""
+    import shutil
+
+    from ...errors import AscendEmuError
+
+    probe = os.path.abspath(os.fspath(target))
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        free = None    # a file system that does not say: the write itself will tell
+    if free is not None and nbytes > free:
+        raise AscendEmuError(f"{what} would take about {fmt_bytes(nbytes)} but the file system of "
+                             f"{os.fspath(target)} has {fmt_bytes(free)} free; nothing was written: {fix}")
+    if nbytes > ANNOUNCE_BYTES:
+        return f"{what} will take about {fmt_bytes(nbytes)} in {os.fspath(target)}"
+    return None

@@ -310,7 +310,7 @@ class DumpWriter:
         status bits, or a list with one entry per output (the op's status is their OR).
         ``precision`` is the device's decision, ``{"list": "white"|"black"|"gray"|None, "dtype",
         "cube_out", "reason": str}`` (every key kept);
-        ``fusion`` is ``{"rule": str, "replaces": [names]}``; ``fp32_check`` is
+        ``fusion`` is ``{"rule": str, "replaces": [names], "tf_type": str}``; ``fp32_check`` is
         ``{"overflow": bool, "max_abs": float}`` from the float32 rerun of an
         overflowing op; ``phase`` (training steps) is ``forward``, ``backward`` or
         ``update``. Returns the op's manifest entry.
@@ -369,7 +369,9 @@ class DumpWriter:
                           else json_safe(float(fp32_check["max_abs"]))}
         if fusion is not None:
             fusion = {"rule": str(fusion.get("rule")), "replaces": [str(r) for r in fusion.get("replaces", [])],
-                      **({"rules": [str(r) for r in fusion["rules"]]} if fusion.get("rules") else {})}
+                      **({"rules": [str(r) for r in fusion["rules"]]} if fusion.get("rules") else {}),
+                      # the original type of the op whose name the fused op took (the others: fused_away)
+                      **({"tf_type": str(fusion["tf_type"])} if fusion.get("tf_type") else {})}
         if precision is not None:
             precision = json_safe({k: (str(v) if k == "reason" else v) for k, v in precision.items()})
         entry = {

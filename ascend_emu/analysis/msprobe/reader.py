@@ -10,6 +10,7 @@ from ...errors import AscendEmuError
 from ...fileio import parse_json, read_text
 from ..dump import Dump, DumpWriter, StatsOnly, load_dump
 from ..dump.reader import _check_manifest
+from ..schema import MAX_ELEMENTS
 from .format import (SIDECAR, SIDECAR_FORMAT, dump_key, msprobe_names, _num, numpy_dtype_name,
                      _read_tensor, stats_from_msprobe)
 
@@ -206,6 +207,12 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
         for i, leaf in enumerate(_tensor_leaves(ent.get("output", []))):
             entries.append((key, i, leaf))
             tensor_names.add(f"{key}.output.{i}")
+    if not entries:
+        # a dump of no tensor would import as a dump every reader refuses ("holds no ops"): refused here
+        raise AscendEmuError(f"{rdir}/dump.json holds no tensor output ({len(dj['data'])} entries in 'data'); "
+                             "there is nothing to import: re-dump with msprobe's tensor or statistics task")
+    for key, i, leaf in entries:     # every leaf's shape before anything is written
+        _leaf_shape(leaf, rdir, key, i)
     unknown = sorted(k for k in maps if k not in dj["data"] and k not in tensor_names)
     if unknown:
         raise AscendEmuError(f"mapping names {len(unknown)} msprobe name(s) not in {rdir}/dump.json: "
@@ -271,15 +278,29 @@ def import_msprobe(src, out, *, mapping=None, against=None, kind: str = "npu", s
     return load_dump(out)
 
 
+def _leaf_shape(leaf: dict, rdir: str, key: str, i: int) -> list:
+    """An output leaf's shape, refused in one line when no dump could hold it (the dump schema's bound:
+    a statistics leaf is written by its shape alone, and a dump that every reader refuses is no import)."""
+    shape = leaf.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                              for s in shape):
+        raise AscendEmuError(f"{rdir}/dump.json: {key}.output.{i} has a malformed shape {str(shape)[:80]!r}")
+    n = 1
+    for d in shape:
+        n *= d
+    if n > MAX_ELEMENTS:
+        raise AscendEmuError(f"{rdir}/dump.json: {key}.output.{i} has the shape {str(shape)[:80]}, {n} elements, "
+                             f"more than any tensor holds (at most {MAX_ELEMENTS}); the dump is corrupt")
+    return shape
+
+
 def _leaf_value(leaf: dict, task: str, rdir: str, key: str, i: int):
     """An output leaf as an array (tensor task, file present) or its statistics."""
     try:
         dname = numpy_dtype_name(leaf.get("dtype"))
     except AscendEmuError as e:
         raise AscendEmuError(f"{key}.output.{i}: {e}") from None
-    shape = leaf.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise AscendEmuError(f"{rdir}/dump.json: {key}.output.{i} has a malformed shape {shape!r}")
+    shape = _leaf_shape(leaf, rdir, key, i)
     fname = leaf.get("data_name")
     if task == "tensor" and isinstance(fname, str) and fname not in ("", "-1"):
         return _read_tensor(rdir, fname, dname, shape)
@@ -300,6 +321,8 @@ def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
     by_name = {v: k for k, v in keys.items()}
     ops = m.get("ops") or []
     data = dj["data"]
+    if not ops:
+        raise AscendEmuError(f"{rdir}/{SIDECAR} lists no op; there is nothing to import: re-export it")
     missing = [op["name"] for op in ops if dump_key(by_name.get(op["name"], "")) not in data]
     if missing:
         raise AscendEmuError(f"{rdir}: dump.json lacks {len(missing)} op(s) its ascend_emu.json lists "

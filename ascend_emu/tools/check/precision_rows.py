@@ -126,6 +126,11 @@ def _row_loss_scale(c: _Ctx) -> CheckRow:
                     + (" an overflow saturates to 65504 unseen" if mode == "saturation" else " an overflow gives Inf")
                     + "; use --loss-scale dynamic (NpuLossScaleOptimizer / LossScaleOptimizer)"
                     + (f"; steps with status bits set that were applied: {_names(missed)}" if missed else ""))
+    if steps and len(skipped) == len(steps):
+        # every update thrown away: the run trained nothing, whatever the scale did
+        return _row(4, item, method, FAILED, f"every step skipped: {len(skipped)} of {len(steps)} steps overflowed "
+                                             f"and were not applied ({scales}); nothing was trained (item 16 names "
+                                             "the first overflow)")
     if c.overflow_check == "isfinite" and mode == "saturation":
         return _row(4, item, method, FAILED, "overflow check isfinite under saturation mode: an overflow gives "
                                              "65504, not Inf, so the check misses it (the NPU reads the float status "
@@ -162,14 +167,25 @@ def _row_overflow(c: _Ctx) -> CheckRow:
     desc = (f"step 0: {first['name']} ({first['tf_type']}, {first.get('compute_dtype')}), phase {phase}, "
             f"status {'; '.join(first['status_names']) or 'non-finite output'}; verdict {v['verdict']}"
             + (f", float32 max |x| {_fmt(v['fp32_max_abs'])}" if v.get("fp32_max_abs") is not None else ""))
-    if phase == "backward" and c.npu.config.get("loss_scale") != "none" and scale > 1:
+    blame = first.get("blame") or {}
+    advice = ""
+    if v["verdict"] == "abnormal":
+        # the op type(s) to keep in float32: for an inserted Cast its consumer's, for a fused op the types
+        # it replaced (analysis.overflow); the suggested modify_mixlist (--ops-info) lists them
+        if blame.get("types"):
+            advice = (f"; black-list {', '.join(blame['types'])} (--ops-info)"
+                      + (f": {blame['explanation']}" if blame.get("inserted_cast") or op.get("fusion") else ""))
+    handled = phase == "backward" and c.npu.config.get("loss_scale") != "none" and scale > 1
+    if not handled or all(s["skipped"] for s in c.npu.steps):      # the row fails: suggest the list
+        for t in (rep.suggestion() or {"black-list": {"to-add": []}})["black-list"]["to-add"]:
+            c.suggest("to-add", t)
+    if handled:
         if all(s["skipped"] for s in c.npu.steps):
-            return _row(16, item, method, FAILED, desc + f" at loss scale {_fmt(scale)}, and every step overflows")
+            return _row(16, item, method, FAILED, desc + f" at loss scale {_fmt(scale)}, and every step overflows"
+                        + advice)
         return _row(16, item, method, PASSED, desc + f" at loss scale {_fmt(scale)}: the loss scale handles it "
                                                      f"({int(c.npu.skipped.sum())} step(s) skipped)" + tail)
-    if v["verdict"] == "abnormal":
-        c.suggest("to-add", op.get("ascend_type"))
-    return _row(16, item, method, FAILED, desc + tail)
+    return _row(16, item, method, FAILED, desc + advice + tail)
 
 
 def _row_divergence(c: _Ctx) -> CheckRow:
