@@ -24,7 +24,7 @@ demo: $(STAMP)
 TESTENV := NUMBA_NUM_THREADS=1
 
 test: $(STAMP)
-	$(TESTENV) $(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q -m "not zoo"
+	$(TESTENV) $(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q -m "not zoo" --durations=40
 
 # keras-hub for the zoo's BERT and GPT-2 backbones (not in `make test`: it brings ~260 MB of tensorflow-text)
 HUB_STAMP := $(VENV)/.installed-hub
