@@ -34,6 +34,18 @@ EPILOG = """examples:
 """
 
 
+
+def _sweep_training_args(tr) -> None:
+    """The training options a sweep over training runs takes (fusion-bisect and mixlist-search with --data)."""
+    tr.add_argument("--batch-size", type=int, default=None, help="samples per step (default 32)")
+    tr.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
+    tr.add_argument("--optimizer", default=None, metavar="NAME", help="sgd, adam, adamw or rmsprop (default: the "
+                                                                      "compiled one)")
+    tr.add_argument("--learning-rate", type=float, default=None)
+    tr.add_argument("--loss-scale", default=None, metavar="SPEC", help="none (default), fixed:N, dynamic or "
+                                                                       "exponential:... (as train)")
+    tr.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch (--seed)")
+
 def build_parser():
     p = argparse.ArgumentParser(prog="ascend-emu", formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Emulate Ascend NPU numerics on a CPU: replay TensorFlow graphs, "
@@ -122,14 +134,7 @@ def build_parser():
                     help="training data (x and y): each configuration trains --steps steps from the same weights on "
                          "the same batches against one float32 training")
     tr.add_argument("--steps", type=int, default=None, help="training steps per configuration (required with --data)")
-    tr.add_argument("--batch-size", type=int, default=None, help="samples per step (default 32)")
-    tr.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
-    tr.add_argument("--optimizer", default=None, metavar="NAME", help="sgd, adam, adamw or rmsprop (default: the "
-                                                                      "compiled one)")
-    tr.add_argument("--learning-rate", type=float, default=None)
-    tr.add_argument("--loss-scale", default=None, metavar="SPEC", help="none (default), fixed:N, dynamic or "
-                                                                       "exponential:... (as train)")
-    tr.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch (--seed)")
+    _sweep_training_args(tr)
     _sweep_args(sp)
     sp = add("mixlist-search", cmd_mixlist_search, "find the op types to black-list (CANN ops_info.json) so the "
                                                    "model meets an accuracy target under allow_mix_precision",
@@ -155,14 +160,7 @@ def build_parser():
                     help="training data (x and y): each candidate trains --steps steps against one float32 training; "
                          "the target is then loss_rel_err<=E or loss_abs_err<=E")
     tr.add_argument("--steps", type=int, default=None, help="training steps per candidate (required with --data)")
-    tr.add_argument("--batch-size", type=int, default=None, help="samples per step (default 32)")
-    tr.add_argument("--loss", default=None, metavar="NAME", help="Keras loss name (default: the compiled one)")
-    tr.add_argument("--optimizer", default=None, metavar="NAME", help="sgd, adam, adamw or rmsprop (default: the "
-                                                                      "compiled one)")
-    tr.add_argument("--learning-rate", type=float, default=None)
-    tr.add_argument("--loss-scale", default=None, metavar="SPEC", help="none (default), fixed:N, dynamic or "
-                                                                       "exponential:... (as train)")
-    tr.add_argument("--shuffle", action="store_true", help="a seeded permutation of the samples per epoch (--seed)")
+    _sweep_training_args(tr)
     _sweep_args(sp)
     sp = add("train", cmd_train, "train a Keras model step by step on the emulated NPU (forward, backward, "
                                  "optimizer, loss scaling), beside TensorFlow float32",

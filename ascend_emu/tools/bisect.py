@@ -270,9 +270,9 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     from ..frontend.inputs import make_inputs
     from ..frontend.loader import load_graph
     from ..frontend.reference import reference
-    from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, raise_failures, remember
+    from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, raise_failures, remember, sweep_device
 
-    from .bisect_train import DEFAULT_TRAIN_THRESHOLD, TRAIN_METRICS, check_training
+    from .bisect_train import DEFAULT_TRAIN_THRESHOLD, TRAIN_METRICS, SubsetTrials, check_training
 
     check_training(data, steps, train_options, inputs, shapes, signature, keep_dumps)
     if data is not None:
@@ -288,13 +288,7 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     if not threshold >= 0:
         raise AscendEmuError(f"threshold must be a number >= 0, got {threshold!r}")
     scheduler = check_scheduler(scheduler)
-    kw = dict(device_kwargs or {})
-    if device is None:
-        device = kw.pop("device", None)
-    if device is None:
-        device = Device(**kw)
-    elif kw:
-        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    device = sweep_device(device, device_kwargs)
     if not isinstance(device, Device):
         raise AscendEmuError("device must be an ascend_emu.Device")
     if keep_dumps is not None:
@@ -352,34 +346,21 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         result.fired = [r for r in RULES if on.fired.get(r)]
         result.degraded = on.degraded
         if on.degraded:
-            cache: dict = {tuple(result.fired): True}
-
-            def key_of(subset):
-                return tuple(r for r in result.fired if r in subset)
-
-            def batch(subsets):
-                keys = []
-                for s in subsets:
-                    k = key_of(s)
-                    if k not in cache and k not in keys:
-                        keys.append(k)
+            def run_batch(keys):
                 names = [f"only-{'+'.join(k)}" for k in keys]
                 runs = sweep.run(ctx, [task(n, _switch(k)) for n, k in zip(names, keys)])
                 raise_failures(runs)
+                out = []
                 for n, k, r in zip(names, keys, runs):
                     t = trial(n, k, r)
                     t.degraded = _worse(t.metrics[metric], off.metrics[metric], metric, threshold)
                     result.trials.append(t)
-                    cache[k] = t.degraded
+                    out.append(t)
+                return out
 
-            def test(subset) -> bool:
-                k = key_of(subset)
-                if k not in cache:
-                    batch([subset])
-                return cache[k]
-
-            culprits = _ddmin(list(result.fired), test, batch)
-            result.culprits = culprits if test(culprits) else []
+            trials = SubsetTrials(result.fired, run_batch, on)
+            culprits = _ddmin(list(result.fired), trials.test, trials.batch)
+            result.culprits = culprits if trials.test(culprits) else []
     return result
 
 

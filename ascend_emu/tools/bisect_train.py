@@ -93,6 +93,34 @@ def check_training(data, steps, train_options, inputs, shapes, signature, keep_d
         raise AscendEmuError(f"steps must be a positive integer (--steps N), got {steps!r}")
 
 
+class SubsetTrials:
+    """ddmin's test over subsets of the passes that fired: a subset is keyed by its passes in firing order and
+    tried once (``run_batch(keys)`` -> one Trial per key, its ``degraded`` set); ``first`` is the all-on trial."""
+
+    def __init__(self, fired, run_batch, first):
+        self.fired, self.run_batch = list(fired), run_batch
+        self.cache: dict = {tuple(self.fired): first}
+
+    def key(self, subset) -> tuple:
+        return tuple(r for r in self.fired if r in subset)
+
+    def batch(self, subsets) -> None:
+        keys = []
+        for s in subsets:
+            k = self.key(s)
+            if k not in self.cache and k not in keys:
+                keys.append(k)
+        if keys:
+            for k, t in zip(keys, self.run_batch(keys)):
+                self.cache[k] = t
+
+    def test(self, subset) -> bool:
+        k = self.key(subset)
+        if k not in self.cache:
+            self.batch([subset])
+        return bool(self.cache[k].degraded)
+
+
 def run_training_bisect(result, sweep, device, model, data, steps: int, seed: int, train: dict, task_switch,
                         ddmin, rules_in_order, trial_cls) -> None:
     """Fill ``result`` (a :class:`~ascend_emu.tools.bisect.BisectResult`): the float32 training once, all-off
@@ -127,40 +155,26 @@ def run_training_bisect(result, sweep, device, model, data, steps: int, seed: in
     result.degraded = on.degraded
     if not on.degraded:
         return
-    cache: dict = {tuple(result.fired): on}
-
-    def key_of(subset):
-        return tuple(r for r in result.fired if r in subset)
-
-    def batch(subsets):
-        keys = []
-        for s in subsets:
-            k = key_of(s)
-            if k not in cache and k not in keys:
-                keys.append(k)
+    def run_batch(keys):
         names = [f"only-{'+'.join(k)}" for k in keys]
-        outs = run([(n, task_switch(k)) for n, k in zip(names, keys)])
-        for n, k, r in zip(names, keys, outs):
+        out = []
+        for n, k, r in zip(names, keys, run([(n, task_switch(k)) for n, k in zip(names, keys)])):
             t = trial(n, k, r)
             t.degraded = changed(t.metrics[metric], off.metrics[metric], threshold)
             result.trials.append(t)
-            cache[k] = t
+            out.append(t)
+        return out
 
-    def test(subset) -> bool:
-        k = key_of(subset)
-        if k not in cache:
-            batch([subset])
-        return cache[k].degraded
-
-    culprits = ddmin(list(result.fired), test, batch)
-    if not test(culprits):
+    trials = SubsetTrials(result.fired, run_batch, on)
+    culprits = ddmin(list(result.fired), trials.test, trials.batch)
+    if not trials.test(culprits):
         return
     # of a minimal set, the pass whose switch alone moves the score furthest from all-off's (ddmin's
     # 1-minimality tested the singletons of a set of two; a larger set's are trained here)
-    batch([[r] for r in culprits])
+    trials.batch([[r] for r in culprits])
 
     def moved(r):
-        v = cache[(r,)].metrics[metric]
+        v = trials.cache[(r,)].metrics[metric]
         return math.inf if math.isnan(v) != math.isnan(off.metrics[metric]) else abs(v - off.metrics[metric])
 
     result.culprits = sorted(culprits, key=lambda r: (-moved(r), culprits.index(r)))

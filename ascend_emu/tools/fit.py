@@ -328,19 +328,12 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     from ..analysis.dump import load_dump
     from ..frontend.loader import load_graph
     from ..graph.core import Graph
-    from ..npu.device import Device
     from ..ops import CUBE, OPS
     from ..ops.multicore import MULTICORE_OPS
-    from .sweep import Sweep, SweepContext, check_scheduler, remember
+    from .sweep import Sweep, SweepContext, check_scheduler, remember, sweep_device
 
     scheduler = check_scheduler(scheduler)
-    kw = dict(device_kwargs or {})
-    if device is None:
-        device = kw.pop("device", None)
-    if device is None:
-        device = Device(**kw)
-    elif kw:
-        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    device = sweep_device(device, device_kwargs)
     names = list(params) if params else [a.name for a in _asm.ASSUMED]
     for n in names:
         _asm.assumed(n)

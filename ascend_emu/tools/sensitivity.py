@@ -164,20 +164,14 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     from ..frontend.loader import load_graph
     from ..frontend.reference import reference
     from ..graph.core import Graph
-    from ..npu.device import Device
     from .fit import variant
-    from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, flat_outputs, raise_failures, remember
+    from .sweep import (ReplayTask, Sweep, SweepContext, check_scheduler, flat_outputs, raise_failures, remember,
+                        sweep_device)
 
     scheduler = check_scheduler(scheduler)
     if not (isinstance(cosine_tol, (int, float)) and cosine_tol >= 0):
         raise AscendEmuError(f"cosine_tol must be a number >= 0, got {cosine_tol!r}")
-    kw = dict(device_kwargs or {})
-    if device is None:
-        device = kw.pop("device", None)
-    if device is None:
-        device = Device(**kw)
-    elif kw:
-        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    device = sweep_device(device, device_kwargs)
     for n in params or ():
         _asm.assumed(n)
     if data is not None or steps is not None or train:

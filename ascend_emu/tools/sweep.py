@@ -42,6 +42,21 @@ RETRIES = 1
 CONNECT_TIMEOUT = "10s"
 
 
+def sweep_device(device=None, device_kwargs=None):
+    """The Device a sweep's runs start from: ``device``, or one made from ``device_kwargs`` (which may hold the
+    device itself under ``"device"``); both at once is an error."""
+    from ..npu.device import Device
+
+    kw = dict(device_kwargs or {})
+    if device is None:
+        device = kw.pop("device", None)
+    if device is None:
+        return Device(**kw)
+    if kw:
+        raise AscendEmuError("pass either device= or Device keyword arguments in device_kwargs, not both")
+    return device
+
+
 def dask_available() -> bool:
     try:
         import distributed  # noqa: F401
