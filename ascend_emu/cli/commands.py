@@ -123,47 +123,47 @@ def cmd_import_msprobe(a):
     return 0
 
 
-def cmd_bisect(a):
-    from ..tools.bisect import fusion_bisect
+def _sweep_train_options(a) -> dict:
+    """The training options of a sweep over trainings (``_sweep_training_args``'s), those given."""
+    return {k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size), ("loss", a.loss),
+                              ("optimizer", a.optimizer), ("learning_rate", a.learning_rate),
+                              ("loss_scale", a.loss_scale), ("shuffle", a.shuffle or None)) if v is not None}
 
+
+def _print_result(res, json_path) -> None:
+    """A sweep's text to stdout and, with ``--json``, its JSON written atomically."""
     import json
 
     from ..fileio import atomic_write_text
 
-    train = {k: v for k, v in (("steps", a.steps), ("batch_size", a.batch_size), ("loss", a.loss),
-                                ("optimizer", a.optimizer), ("learning_rate", a.learning_rate),
-                                ("loss_scale", a.loss_scale), ("shuffle", a.shuffle or None)) if v is not None}
+    print(res.format_text())
+    if json_path:
+        atomic_write_text(json_path, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {json_path}")
+
+
+def cmd_bisect(a):
+    from ..tools.bisect import fusion_bisect
+
+    train = _sweep_train_options(a)
     a.training_defaults = a.data is not None    # a training: the SoC's training precision mode by default
     res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
                         shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
                         keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers,
                         data=a.data, **train)
-    print(res.format_text())
-    if a.json:
-        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {a.json}")
+    _print_result(res, a.json)
     return 0
 
 
 def cmd_mixlist_search(a):
-    import json
-
-    from ..fileio import atomic_write_text
     from ..tools.mixlist_search import mixlist_search
 
-    train = {k: v for k, v in (("batch_size", a.batch_size), ("loss", a.loss), ("optimizer", a.optimizer),
-                                ("learning_rate", a.learning_rate), ("loss_scale", a.loss_scale),
-                                ("shuffle", a.shuffle or None)) if v is not None}
-    if a.steps is not None:
-        train["steps"] = a.steps
+    train = _sweep_train_options(a)
     res = mixlist_search(a.model, a.input, target=a.target, device_kwargs=_device_kwargs(a), signature=a.signature,
                          shapes=_shapes(a), seed=a.seed, by=a.by, output=a.output, beam=a.beam,
                          max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet,
                          data=a.data, **train)
-    print(res.format_text())
-    if a.json:
-        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {a.json}")
+    _print_result(res, a.json)
     if not res.met:
         print(f"no {a.output} written: the target is not met", file=sys.stderr)
         return 1
@@ -358,17 +358,11 @@ def cmd_rules(a):
 
 
 def cmd_fit(a):
-    import json
-
-    from ..fileio import atomic_write_text
     from ..tools.fit import fit
 
     res = fit(a.dump, a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
               progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers, params=a.param or None)
-    print(res.format_text())
-    if a.json:
-        atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {a.json}")
+    _print_result(res, a.json)
     return 0
 
 

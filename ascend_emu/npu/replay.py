@@ -102,6 +102,10 @@ class _Prepared:
         self.precision, self.compute = precision, compute
 
 
+#: the dtypes an inserted cast converts to (besides the cube_mx ones): what ``_Run.forget`` drops of a tensor
+_CAST_DTYPES = ("float16", "bfloat16", "float32", "hfloat32", "hifloat8")
+
+
 def _signature(args) -> tuple:
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
 
@@ -131,6 +135,7 @@ class _Run:
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
+        self.mx_dtypes: set = set()
         #: id(node) -> _Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
@@ -160,8 +165,10 @@ class _Run:
                                fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
-        for key in [k for k in self.casts if k[0] == ref]:
-            self.casts.pop(key, None)
+        for dtype in _CAST_DTYPES:
+            self.casts.pop((ref, dtype), None)
+        for dtype in self.mx_dtypes:     # the cube_mx casts' dtypes met in this run (format and K axis)
+            self.casts.pop((ref, dtype), None)
 
     def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
         """Insert (once per tensor and dtype) a Cast op, dumped as an op of its own.
@@ -184,6 +191,7 @@ class _Run:
         mode, subnormals = self.dev.overflow_mode, self.dev.subnormals
         folded = ref in self.const
         rounding = None
+        made: dict = {}     # what a conversion made besides its output (a HiFloat8 cast's codes)
         if dtype == "hfloat32":     # a float32 cube operand on its way into L0A/L0B (NUMERICS.md section 13)
             from ..numerics.hf32 import to_hf32
 
@@ -195,6 +203,7 @@ class _Run:
             def convert():
                 return to_hf32(value, rounding, overflow_mode=mode, subnormals=subnormals)
         elif dtype.startswith("mx:"):   # the cube_mx what-if: a matmul operand MX-quantized along its K axis
+            self.mx_dtypes.add(dtype)
             from ..numerics.lowfloat import mx_values
 
             fmt, axis = dtype.split(":")[1], int(dtype.split(":")[2])
@@ -211,8 +220,9 @@ class _Run:
 
             def convert():
                 # every HiFloat8 value is exact in float16 (at most 4 significant bits, 2^-23 .. 2^15), so the
-                # rounded operand travels as float16 and the dump stores its codes
+                # rounded operand travels as float16 and the dump stores its codes (kept for the writer)
                 codes, st = encode(value, "hifloat8", rounding=rounding, overflow_mode=mode)
+                made["codes"] = codes
                 return decode(codes, "hifloat8").astype(np.float16).reshape(np.shape(value)), st
         else:
             def convert():
@@ -228,7 +238,7 @@ class _Run:
         out, ctx_status = (_memo.memo(value, ("cast", dtype, mode, subnormals, rounding), convert) if folded
                            else convert())
         rec = self._cast_record(ref, value, dtype, folded, ctx_status)
-        self._record(rec, [Coded(out, "hifloat8") if dtype == "hifloat8" else out])
+        self._record(rec, [Coded(out, "hifloat8", made.get("codes")) if dtype == "hifloat8" else out])
         self.casts[key] = out
         if self.keep:
             self.cast_outputs[rec.name + ":0"] = out

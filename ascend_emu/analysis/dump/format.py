@@ -38,14 +38,17 @@ CODED_FORMATS = ("hifloat8", "float4_e1m2", "float8_e8m0")
 
 class Coded:
     """An output the writer stores as codes of ``fmt`` (one of :data:`CODED_FORMATS`): ``values`` holds the
-    format's values exactly (float16 or float32)."""
+    format's values exactly (float16 or float32); ``codes``, if the maker has them, their uint8 codes (else the
+    writer encodes the values)."""
 
-    __slots__ = ("values", "fmt")
+    __slots__ = ("values", "fmt", "codes")
 
-    def __init__(self, values, fmt: str):
+    def __init__(self, values, fmt: str, codes=None):
         if fmt not in CODED_FORMATS:
             raise ValueError(f"not a coded format: {fmt!r}")
-        self.values, self.fmt = values, fmt
+        self.values, self.fmt, self.codes = values, fmt, codes
+
+
 #: largest manifest read (the manifest of a very large model is a few MB)
 MAX_MANIFEST_BYTES = 256 << 20
 

@@ -286,7 +286,9 @@ class DumpWriter:
 
         vals = np.asarray(t.values)
         fname = None
-        if stem is not None:
+        if stem is not None and t.codes is not None:
+            codes = np.asarray(t.codes)         # the maker's own codes, which its values decode
+        elif stem is not None:
             # exact: the values are the format's own, Inf and NaN included (kept as they are under inf_nan)
             codes, _ = encode(vals, t.fmt, overflow_mode="inf_nan")
             back = decode(codes, t.fmt).reshape(vals.shape)
@@ -294,6 +296,7 @@ class DumpWriter:
             if not np.array_equal(back, v32, equal_nan=True) or not np.array_equal(np.signbit(back), np.signbit(v32)):
                 raise AscendEmuError(f"output {i} of an op holds values that are not {t.fmt} values; it cannot be "
                                      f"stored as {t.fmt} codes")
+        if stem is not None:
             fname = f"{stem}.{i}.npy"
             self._write_tensor(fname, np.ascontiguousarray(codes.reshape(vals.shape)))
         st = tensor_stats(vals)
