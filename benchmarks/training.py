@@ -83,6 +83,66 @@ def _tf_steps(build, keras, data, batch, steps) -> list[float]:
     return ts
 
 
+def _keras_steps(build, keras, data, batch, steps, emulated: bool) -> tuple[list[float], float]:
+    """A user's own Keras loop, as issue 34 measures it: ``train_on_batch`` step times (after warm-up calls)
+    and one ``fit`` epoch's time per step (after a warm-up epoch), plain or inside
+    ``ae.emulate("allow_mix_precision", loss_scale="dynamic")``."""
+    import contextlib
+
+    import ascend_emu as ae
+
+    m = build(keras)
+    x, y = data
+    ctx = ae.emulate("allow_mix_precision", loss_scale="dynamic") if emulated else contextlib.nullcontext()
+    with ctx:
+        for i in range(3):
+            m.train_on_batch(x[:batch], y[:batch])
+        ts = []
+        for i in range(steps):
+            sl = slice((i * batch) % len(x), (i * batch) % len(x) + batch)
+            t = time.perf_counter()
+            m.train_on_batch(x[sl], y[sl])
+            ts.append(time.perf_counter() - t)
+        m.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        t = time.perf_counter()
+        m.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        per_step = (time.perf_counter() - t) / (len(x) // batch)
+    return ts, per_step
+
+
+def keras_rows(quick: bool = False, rounds: int = 5) -> list[dict]:
+    """Issue 34's rows: a Keras CNN and the MLP with Adam under ``ae.emulate`` against plain TensorFlow,
+    ``train_on_batch`` and ``fit`` (targets: CNN <= 2x, MLP <= 2.5x)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    batch = 32
+    rows = []
+    for name, build, shape, limit in (("CNN (2 conv + BN)", _cnn, (32, 32, 3), 2.0),
+                                      ("MLP 256-512-512-10, Adam", _mlp, (256,), 2.5)):
+        data = _data(shape, batch * 8)
+        steps = 4 if quick else 12
+        tob = {True: [], False: []}
+        fit = {True: [], False: []}
+        for r in range(1 if quick else rounds):   # alternating rounds
+            for emulated in (True, False):
+                ts, per_step = _keras_steps(build, keras, data, batch, steps, emulated)
+                tob[emulated].append(statistics.median(ts))
+                fit[emulated].append(per_step)
+        for what, runs in (("train_on_batch", tob), ("fit, per step", fit)):
+            o, b = statistics.median(runs[True]), statistics.median(runs[False])
+            r = row("training", f"{name} b{batch} under ae.emulate: {what}", o, b,
+                    f"TF float32 {what.split(',')[0]} (Keras, CPU)", "s", target=1 / limit,
+                    higher_is_better=False,
+                    note=f"median over {len(runs[True])} alternating rounds; emulated "
+                         f"{min(runs[True]) * 1e3:.1f}-{max(runs[True]) * 1e3:.1f} ms, TF "
+                         f"{min(runs[False]) * 1e3:.1f}-{max(runs[False]) * 1e3:.1f} ms; issue 34's target: "
+                         f"emulated <= {limit:g}x TF")
+            r["runs"] = {"ours": runs[True], "baseline": runs[False]}
+            rows.append(r)
+    return rows
+
+
 def run(quick: bool = False, rounds: int = 5) -> list[dict]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -104,4 +164,4 @@ def run(quick: bool = False, rounds: int = 5) -> list[dict]:
                      "issue 11's target: emulated <= 3x TF")
         r["runs"] = {"ours": ours, "baseline": base}
         rows.append(r)
-    return rows
+    return rows + keras_rows(quick, rounds)

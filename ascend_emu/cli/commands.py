@@ -252,6 +252,15 @@ def cmd_demo(a):
     return 0
 
 
+def cmd_warmup(a):
+    from ..tools.warmup import warmup
+
+    if a.jobs is not None and a.jobs < 1:
+        raise AscendEmuError(f"--jobs must be at least 1, got {a.jobs}")
+    warmup(a.jobs)
+    return 0
+
+
 def cmd_ops(a):
     from ..ops import OPS
     from ..ops.multicore import MULTICORE_OPS

@@ -11,7 +11,7 @@ from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
-from .commands import cmd_fit, cmd_sensitivity
+from .commands import cmd_fit, cmd_sensitivity, cmd_warmup
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
 EPILOG = """examples:
@@ -262,6 +262,9 @@ def build_parser():
     sp = add("demo", cmd_demo, "the whole workflow on the bundled model: reference, replay, compare, overflow, report",
              "ascend-emu demo --out demo-output")
     sp.add_argument("--out", default="demo-output", help="output directory (default demo-output)")
+    sp = add("warmup", cmd_warmup, "compile the kernels a first run needs into Numba's cache, in parallel processes "
+             "(make demo and make test run it after installing)", "ascend-emu warmup --jobs 2")
+    sp.add_argument("--jobs", "-j", type=int, default=None, help="processes at once (default: the cores, at most 2)")
     sp = add("random-errors", cmd_random_errors, "run a model N times with different run seeds (deterministic off) "
              "and find the first op where the runs differ", "ascend-emu random-errors model.keras --runs 2 "
              "--precision-mode must_keep_origin_dtype   (or --data train.npz --steps 20 --runs 4 --report re.html)")
