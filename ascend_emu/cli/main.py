@@ -271,11 +271,14 @@ def build_parser():
     sp.add_argument("--out", default="random-errors-output", metavar="DIR",
                     help="each run's dumps go to DIR/run-K (default random-errors-output)")
     sp.add_argument("--overwrite", action="store_true", help="replace the dumps of earlier runs in --out")
+    sp.add_argument("--full-dumps", action="store_true",
+                    help="dump every tensor of every run (default: statistics and a sha256 of every output, a "
+                         "replay's final outputs, and the tensors of the op where the runs part and of its inputs)")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
     sp.add_argument("--report", metavar="FILE", help="write an HTML report (every run's loss curve when training)")
     tr = sp.add_argument_group("training (give --data to train instead of replaying)")
     tr.add_argument("--data", default=None, metavar="FILE.npz", help="training data: an .npz with arrays x and y")
-    tr.add_argument("--steps", type=int, default=None, help="steps per run (every step is dumped)")
+    tr.add_argument("--steps", type=int, default=None, help="steps per run (every step is dumped and compared)")
     tr.add_argument("--batch-size", type=int, default=None)
     tr.add_argument("--loss", default=None, metavar="NAME")
     tr.add_argument("--optimizer", default=None, metavar="NAME")

@@ -196,12 +196,17 @@ def _run(c: _Ctx) -> None:
     """
     from ...analysis.dump import load_dump
     from ...frontend import training as T
+    from ...npu.training import _disk_check, step_dump_bytes
 
     xv, yv = c.xv, c.yv
     step = T.trace_train_step(c.model, c.loss_fn, c.fopt, xv[:1], yv[:1])
     step.initial = T.initial_state(c.model, c.fopt)
     step.description = {"kind": "keras", "loss": _loss_name(c.loss_fn)}
     kw = dict(batch_size=c.batch_size, steps=c.steps, shuffle=c.shuffle, seed=c.seed, progress=c.progress)
+    # step 0 is dumped up to four times (two reference runs, the emulated run and its reference): refused before
+    # any run when the file system of the work directory (--keep-dumps, or the temporary one) will not hold it
+    _disk_check(step_dump_bytes(step, c.batch_size) * 4, c.work, "the check's four dumps of step 0",
+                fix="give a smaller --batch-size, --keep-dumps on a larger file system, or free space")
     try:
         c.ref_a = _reference_run(step, xv, yv, dump_dir=os.path.join(c.work, "reference-a"), detail=True, **kw)
         c.ref_b = _reference_run(step, xv, yv, dump_dir=None, detail=False, **kw)
