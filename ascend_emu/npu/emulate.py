@@ -280,6 +280,8 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
         script brings its own, which takes precedence).
     dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]) in
         ``dump_dir/step-N``; with ``reference``, TensorFlow's of the same inputs in ``dump_dir/reference/step-N``.
+        Each is estimated from the traced step first: told on stderr over about 1 GB, refused (one line, nothing
+        written) past the free space.
     reference : also run each step in TensorFlow float32 from its own copy of the weights (starting from
         the same values, on the same batches) and record ``reference_loss``.
     overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.

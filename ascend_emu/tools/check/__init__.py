@@ -103,7 +103,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     batch_size, steps, epochs, shuffle, seed : the training run checked (``epochs`` is the planned number,
         only compared with the benchmark).
     loss_scale, overflow_check : the port's loss scaling, as :meth:`Device.train`.
-    work_dir : keep the dumps the check writes here (default: a temporary directory, removed).
+    work_dir : keep the dumps the check writes here (default: a temporary directory, removed). Their size (step
+        0 up to four times) is estimated first and refused in one line past the free space.
 
     Returns
     -------
