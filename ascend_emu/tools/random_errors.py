@@ -8,9 +8,9 @@ device with ``deterministic`` off and its own ``run_seed`` (NUMERICS.md section 
 (:func:`ascend_emu.analysis.runs.compare_runs`). By default a run's dump holds each output's statistics and the
 sha256 of its bytes (enough to compare bit for bit) and the tensors of a replay's final outputs; when the runs
 part, the two runs of the first difference run again, dumping the tensors of that op and of its inputs (at that
-step) beside the statistics. ``full_dumps`` keeps every tensor of every run instead. The result names the first op that differs (the
-step and phase too when training), whether its inputs were identical (the op is a source) or not
-(it propagates), every source with its multi-core split (:data:`ascend_emu.ops.multicore.MULTICORE_OPS`),
+step) beside the statistics. ``full_dumps`` keeps every tensor of every run instead. The result names the
+first op that differs (the step and phase too when training), whether its inputs were identical (the op is
+a source) or not (it propagates), every source with its multi-core split (:data:`ascend_emu.ops.multicore.MULTICORE_OPS`),
 how many ops differ, and the spread of the final output or loss across runs.
 
 :func:`run_once` is one run as a function of a plain task dict (model path or object, device options,
