@@ -340,6 +340,8 @@ def same_output(a, b, aop: dict, bop: dict, k: int) -> bool | None:
         return False
     if ao.get("dtype") != bo.get("dtype") or list(ao.get("shape") or []) != list(bo.get("shape") or []):
         return False
+    if isinstance(ao.get("sha256"), str) and isinstance(bo.get("sha256"), str):
+        return ao["sha256"] == bo["sha256"]     # digests of the stored bytes (random-errors' dumps): exact
     if a.has_tensor(aop["name"], k) and b.has_tensor(bop["name"], k):
         x = np.ascontiguousarray(a.tensor(aop["name"], k))
         y = np.ascontiguousarray(b.tensor(bop["name"], k))

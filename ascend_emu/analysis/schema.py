@@ -261,6 +261,7 @@ _OUTPUT_V1 = Where(Obj({
     "max": Stat(), "min": Stat(), "mean": Stat(), "l2norm": Stat(),
     "nan": Int(0), "inf": Int(0), "status": Int(0),
     "skipped": Opt(Str()),
+    "sha256": Opt(Str(max_len=64)),
 }, required=("index", "file", "dtype", "shape")), _string_not_stored)
 
 _OP_V1 = Obj({

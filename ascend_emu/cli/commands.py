@@ -308,7 +308,7 @@ def cmd_random_errors(a):
     res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
                         inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
                         data=a.data, report=a.report, scheduler=check_scheduler(a.scheduler), n_workers=a.workers,
-                        progress=not a.quiet, overwrite=a.overwrite, **train)
+                        progress=not a.quiet, overwrite=a.overwrite, full_dumps=a.full_dumps, **train)
     print(res.format_text(), flush=True)
     if a.json:
         atomic_write_text(a.json, json.dumps(res.to_json(), indent=1, sort_keys=True, default=str) + "\n")

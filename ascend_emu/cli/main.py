@@ -12,6 +12,7 @@ from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
 from .commands import cmd_fit, cmd_sensitivity, cmd_warmup
+from .memory import out_of_memory_line
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
 EPILOG = """examples:
@@ -274,11 +275,14 @@ def build_parser():
     sp.add_argument("--out", default="random-errors-output", metavar="DIR",
                     help="each run's dumps go to DIR/run-K (default random-errors-output)")
     sp.add_argument("--overwrite", action="store_true", help="replace the dumps of earlier runs in --out")
+    sp.add_argument("--full-dumps", action="store_true",
+                    help="dump every tensor of every run (default: statistics and a sha256 of every output, a "
+                         "replay's final outputs, and the tensors of the op where the runs part and of its inputs)")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
     sp.add_argument("--report", metavar="FILE", help="write an HTML report (every run's loss curve when training)")
     tr = sp.add_argument_group("training (give --data to train instead of replaying)")
     tr.add_argument("--data", default=None, metavar="FILE.npz", help="training data: an .npz with arrays x and y")
-    tr.add_argument("--steps", type=int, default=None, help="steps per run (every step is dumped)")
+    tr.add_argument("--steps", type=int, default=None, help="steps per run (every step is dumped and compared)")
     tr.add_argument("--batch-size", type=int, default=None)
     tr.add_argument("--loss", default=None, metavar="NAME")
     tr.add_argument("--optimizer", default=None, metavar="NAME")
@@ -345,22 +349,36 @@ def main(argv=None) -> int:
             check_outputs(a)    # before anything runs: no output over an input, another output or into a dump
             return a.fn(a)
         except AscendEmuError as e:
+            if out_of_memory_line(e):
+                return _out_of_memory(e)
             print(f"ascend-emu: error: {e}", file=sys.stderr)
             return 2
         except OSError as e:
+            if out_of_memory_line(e):
+                return _out_of_memory(e)
             # a file-system fault the layers below did not name (they turn the ones they expect into
             # AscendEmuError): still one line, never a traceback
             where = f": {e.filename}" if getattr(e, "filename", None) else ""
             print(f"ascend-emu: error: {e.strerror or e}{where}; check the path, its permissions and the free "
                   "space", file=sys.stderr)
             return 2
-        except MemoryError:
-            print("ascend-emu: error: out of memory; use a smaller model, batch or --shape, or --stats-only",
-                  file=sys.stderr)
-            return 2
+        except Exception as e:  # noqa: BLE001
+            # MemoryError, and what TensorFlow raises instead under a memory limit (a library that cannot be
+            # mapped, a thread without a stack): one line saying memory ran out; anything else is a bug, raised
+            if out_of_memory_line(e) is None:
+                raise
+            return _out_of_memory(e)
         except KeyboardInterrupt:
             print("ascend-emu: interrupted", file=sys.stderr)
             return 130
+
+
+def _out_of_memory(e: BaseException) -> int:
+    """Say in one line that memory ran out (:mod:`ascend_emu.cli.memory`); exit status 2."""
+    print(f"ascend-emu: error: {out_of_memory_line(e)}", file=sys.stderr)
+    # half-built TensorFlow objects fail again as they are collected at exit: not the user's concern
+    sys.unraisablehook = lambda unraisable: None
+    return 2
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from ..numerics.multicore import Launch, MultiCoreModel
 from ..numerics.policy import CubeModel, NumericsPolicy
 from ..ops.multicore import MULTICORE_OPS
 from ..analysis.dump import dump_bytes, fmt_bytes
-from ..errors import UnsupportedOpError
+from ..errors import AscendEmuError, UnsupportedOpError
 from ..graph.core import Graph, tensor_name
 from ..graph.dataflow import check_live, has_dataflow_control_flow, run_dataflow, sibling_name
 from ..graph.interpreter import interpret, schedule
@@ -212,7 +212,8 @@ class Device:
     # -- replay ------------------------------------------------------------------------------
     def replay(self, model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
                overwrite: bool = False, stats_only: bool = False, select=None, progress: bool = True,
-               keep_tensors: bool = True, phases=None, launch: int = 0) -> ReplayResult:
+               keep_tensors: bool = True, phases=None, launch: int = 0, digest: bool = False,
+               disk_check: bool = True) -> ReplayResult:
         """Run ``model`` op by op on the emulated NPU.
 
         Parameters
@@ -225,6 +226,10 @@ class Device:
         dump_dir : where to write the dump (None: no dump).
         select : None, a regular expression on op names, or a callable ``(name, tf_type) -> bool``
             choosing the ops whose tensors are saved (:func:`ascend_emu.analysis.dump.op_selector`).
+        digest : record every output's sha256 in the dump (bit-for-bit comparison without tensors).
+        disk_check : estimate the dump from the graph's output shapes first (an unknown dimension counts as
+            the inputs' batch): told on stderr over about 1 GB, refused (one line, nothing written) past the free
+            space. A training checks its whole dump once instead.
         phases : None, or callable ``op name -> str`` naming each op's phase (training steps:
             forward, backward, update), recorded in the dump.
         launch : which launch of the model this is (a training step): with determinism off, seeds the
@@ -244,12 +249,20 @@ class Device:
         fused = self._fused(graph)
         self._check_supported(fused.nodes)
         writer = None
+        if dump_dir is not None and disk_check:
+            from ..analysis.dump import graph_dump_bytes, op_selector
+            from .training import _disk_check
+
+            batch = max([int(np.shape(v)[0]) for v in feeds.values() if np.ndim(v)] or [1])
+            keep = op_selector(select) if isinstance(select, str) else select
+            _disk_check(graph_dump_bytes(fused.nodes, batch, stats_only=stats_only, select=keep), dump_dir,
+                        "the dump", fix="dump statistics only (--stats-only), fewer tensors (--select) or free space")
         if dump_dir is not None:
             from ..analysis.dump import DumpWriter
 
             writer = DumpWriter(dump_dir, kind="npu", config=self.config(),
                                 model=graph.dump_model(), inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
-                                select=select)
+                                select=select, digest=digest)
         run = _Run(self, graph, feeds, writer, keep_tensors, phases, launch)
         t0 = time.perf_counter()
         nodes = fused.nodes
@@ -349,7 +362,8 @@ class Device:
               batch_size: int = 32, steps=None, epochs=None, loss_scale=None, shuffle: bool = False,
               seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False, reference_dump_dir=None,
               overflow_check: str = "status", overwrite: bool = False, progress: bool = True, ranks: int = 1,
-              allreduce=None, allreduce_dtype=None, rank_init=None, check_rank_weights: bool = False):
+              allreduce=None, allreduce_dtype=None, rank_init=None, check_rank_weights: bool = False,
+              dump_options: dict | None = None):
         """Train a Keras model for whole steps (forward, backward, optimizer update) on the emulated NPU.
 
         Parameters
@@ -372,6 +386,8 @@ class Device:
             ops, each with its phase); with ``reference`` the float32 reference of the same step in
             ``reference_dump_dir/step-N`` (default ``dump_dir/reference``). Their size is estimated from the
             traced step first: told on stderr over about 1 GB, refused (nothing written) past the free space.
+        dump_options : what each step's dump records, as :meth:`replay` takes it: ``stats_only``, ``select``,
+            ``digest`` (random-error detection dumps statistics and digests; default every tensor).
         reference : also train in TensorFlow float32 from the same weights on the same batches (with
             ``ranks``, one device on the whole global batch).
         ranks : data-parallel training over this many emulated ranks (NUMERICS.md section 12): each batch
@@ -396,6 +412,8 @@ class Device:
 
         n, plant = check_options(ranks, allreduce, allreduce_dtype, rank_init, check_rank_weights, dump_dir)
         if n > 1:
+            if dump_options:
+                raise AscendEmuError("dump_options apply to single-rank training (ranks=1)")
             return train_data_parallel(self, model, data, ranks=n, plant=plant, allreduce=allreduce,
                                        allreduce_dtype=allreduce_dtype, check_rank_weights=check_rank_weights,
                                        overflow_check=overflow_check, reference=reference, progress=progress,
@@ -407,7 +425,7 @@ class Device:
                      optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
                      loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,
                      reference=reference, reference_dump_dir=reference_dump_dir, overflow_check=overflow_check,
-                     overwrite=overwrite, progress=progress)
+                     overwrite=overwrite, progress=progress, dump_options=dump_options)
 
     def _check_supported(self, nodes):
         missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}

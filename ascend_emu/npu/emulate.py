@@ -27,8 +27,8 @@ from ..fileio import check_output_dir
 from .device import Device
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .precision import TRAIN_PRECISION_DEFAULT
-from .training import OVERFLOW_CHECKS, TrainResult, _manager_dict, loss_scale_manager, reference_step, run_step, \
-    step_feeds
+from .training import OVERFLOW_CHECKS, TrainResult, _disk_check, _manager_dict, loss_scale_manager, reference_step, \
+    run_step, step_dump_bytes, step_feeds
 
 #: TF1 train ops whose script wraps its optimizer in NPULossScaleOptimizer: (graph id, op name) -> manager
 _TF1_MANAGERS: dict = {}
@@ -134,6 +134,10 @@ class Emulation:
         i = len(self.steps)
         ddir = rdir = dump_feeds = None
         if self.dump_dir is not None and i in self.dump_steps:
+            # this step's dump (and its reference's), estimated from the traced step: refused past the free space
+            _disk_check(step_dump_bytes(step, len(x)) * (2 if self.reference else 1), self.dump_dir,
+                        f"the dump of step {i}" + (" and its reference" if self.reference else ""),
+                        fix="dump fewer steps (dump_steps) or free space")
             ddir = check_output_dir(os.path.join(self.dump_dir, f"step-{i}"), "dump_dir", root=self.dump_dir)
             if self.reference:
                 rdir = check_output_dir(os.path.join(self.dump_dir, "reference", f"step-{i}"), "dump_dir",
@@ -276,6 +280,8 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
         script brings its own, which takes precedence).
     dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]) in
         ``dump_dir/step-N``; with ``reference``, TensorFlow's of the same inputs in ``dump_dir/reference/step-N``.
+        Each is estimated from the traced step first: told on stderr over about 1 GB, refused (one line, nothing
+        written) past the free space.
     reference : also run each step in TensorFlow float32 from its own copy of the weights (starting from
         the same values, on the same batches) and record ``reference_loss``.
     overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.

@@ -37,6 +37,8 @@ KERAS_DYNAMIC = {"init": 2.0 ** 15, "incr_every": 2000, "decr_every": 1, "incr_r
 #: the TF adapter's ExponentialUpdateLossScaleManager defaults for what ``exponential:`` leaves out
 EXPONENTIAL_DEFAULTS = {"init": 2.0 ** 15, "incr_every": 1000, "decr_every": 2, "incr_ratio": 2.0, "decr_ratio": 0.8}
 OVERFLOW_CHECKS = ("status", "isfinite")
+#: what a training's ``dump_options`` may set (:meth:`Device.replay`'s keywords)
+DUMP_OPTIONS = ("stats_only", "select", "digest")
 
 
 def loss_scale_manager(spec):
@@ -332,7 +334,7 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
           batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
           shuffle: bool = False, seed: int = 0, dump_dir=None, dump_steps=None, reference: bool = False,
           reference_dump_dir=None, overflow_check: str = "status", overwrite: bool = False,
-          progress: bool = True) -> TrainResult:
+          progress: bool = True, dump_options: dict | None = None) -> TrainResult:
     """Train ``model`` on ``device``; see :meth:`ascend_emu.npu.device.Device.train`."""
     from ..frontend import training as T
 
@@ -346,9 +348,14 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
                    loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=dump_dir, dump_steps=dump_steps,
                    overwrite=overwrite, dump_roots=(rroot,) if rroot is not None else ())
     step_graph, manager = run.step_graph, run.manager
+    dump_options = dict(dump_options or {})
+    bad = set(dump_options) - set(DUMP_OPTIONS)
+    if bad:
+        raise AscendEmuError(f"unknown dump option(s) {', '.join(sorted(bad))}; choose from: {', '.join(DUMP_OPTIONS)}")
     if dump_dir is not None:
         copies = len(run.dump_steps) * (2 if rroot is not None else 1)
-        _disk_check(step_dump_bytes(step_graph, int(batch_size)) * copies, dump_dir,
+        _disk_check(step_dump_bytes(step_graph, int(batch_size), stats_only=bool(dump_options.get("stats_only")))
+                    * copies, dump_dir,
                     f"the dump of {len(run.dump_steps)} step(s)" + (" and their reference" if rroot else ""))
     state = T.initial_state(run.model, run.fopt)
     ref_state = {k: v.copy() for k, v in state.items()} if reference else None
@@ -364,7 +371,8 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
             dump_feeds = step_feeds(step_graph, run.x[idx], run.y[idx], i, manager.get_loss_scale()
                                     if manager is not None else 1.0, dict(state)) if reference and ddir else None
             rec = run_step(device, step_graph, run.x[idx], run.y[idx], i, state, manager=manager,
-                           overflow_check=overflow_check, dump_dir=ddir, overwrite=overwrite)
+                           overflow_check=overflow_check, dump_dir=ddir, overwrite=overwrite,
+                           dump_options=dump_options)
             if ddir is not None:
                 result.dumps[i] = ddir
             if reference:
@@ -391,7 +399,7 @@ def step_feeds(step_graph, x, y, i: int, scale: float, state: dict) -> dict:
 
 
 def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, overflow_check: str = "status",
-             dump_dir=None, overwrite: bool = False) -> dict:
+             dump_dir=None, overwrite: bool = False, dump_options: dict | None = None) -> dict:
     """One training step of ``step_graph`` on ``device`` from ``state``, which it updates in place.
 
     The step replays with the manager's loss scale; the overflow decision reads the float status of the
@@ -403,7 +411,8 @@ def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, ove
     scale = manager.get_loss_scale() if manager is not None else 1.0
     feeds = step_feeds(step_graph, x, y, i, scale, state)
     res = device.replay(step_graph.graph, feeds, dump_dir, overwrite=overwrite, progress=False,
-                        keep_tensors=False, phases=step_graph.phase, launch=i)
+                        keep_tensors=False, phases=step_graph.phase, launch=i, disk_check=False,
+                        **(dump_options or {}))
     ng = step_graph.n_grads
     outs = [res.outputs[t] for t in step_graph.graph.outputs]
     grads = outs[1:1 + ng]
@@ -463,47 +472,34 @@ def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump
     return {"reference_loss": float(np.asarray(rout[0], np.float64)), "reference_grad_zeros": _zeros(rout[1:1 + ng])}
 
 
-def step_dump_bytes(step_graph, batch_size: int) -> int:
-    """About how many bytes the dump of one step takes: every op output of the traced step at
-    ``batch_size`` (an unknown dimension counts as the batch), at its dtype's width (4 bytes when unknown).
-    An upper estimate: ops the device fuses are not dumped and fp16 outputs take half as much (a small CNN's
-    step dumps about half of it), while the casts the device inserts and the manifest come on top."""
-    total = 0
-    for node in step_graph.graph.nodes:
-        for shape, dtype in zip(node.output_shapes or [], node.output_dtypes or []):
-            if shape is None:
-                continue
-            n = 1
-            for d in shape:
-                n *= batch_size if d is None or d < 0 else int(d)
-            try:
-                width = np.dtype(dtype).itemsize
-            except TypeError:
-                width = 4
-            total += n * width
-    return total
+def step_dump_bytes(step_graph, batch_size: int, *, stats_only: bool = False) -> int:
+    """About how many bytes the dump of one step takes (:func:`~ascend_emu.analysis.dump.graph_dump_bytes` of
+    the traced step at ``batch_size``; a small CNN's step dumps about half of it)."""
+    from ..analysis.dump import graph_dump_bytes
+
+    return graph_dump_bytes(step_graph.graph.nodes, batch_size, stats_only=stats_only)
 
 
-def _disk_check(nbytes: int, target, what: str) -> None:
+def _disk_check(nbytes: int, target, what: str, fix: str = "dump fewer steps (--dump-steps) or free space") -> None:
     """Refuse (one line, nothing written) a dump the disk will not hold; announce one over about 1 GB."""
     import sys
 
     from ..analysis.dump import check_disk_space
 
-    line = check_disk_space(nbytes, target, what, fix="dump fewer steps (--dump-steps) or free space")
+    line = check_disk_space(nbytes, target, what, fix=fix)
     if line:
         print(f"ascend-emu: {line}", file=sys.stderr, flush=True)
 
 
 def training_step_bytes(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
                         batch_size: int = 32, steps: int | None = None, epochs: int | None = None, loss_scale=None,
-                        shuffle: bool = False, seed: int = 0) -> int:
+                        shuffle: bool = False, seed: int = 0, stats_only: bool = False) -> int:
     """About how many bytes the dump of one step of this training (as :func:`train` with these arguments)
     takes (:func:`step_dump_bytes`), from the traced step, before anything runs."""
     run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                    optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
                    loss_scale=loss_scale, shuffle=shuffle, seed=seed, dump_dir=None, dump_steps=None, overwrite=False)
-    return step_dump_bytes(run.step_graph, int(batch_size))
+    return step_dump_bytes(run.step_graph, int(batch_size), stats_only=stats_only)
 
 
 def first_step(model, data, *, loss=None, optimizer=None, learning_rate=None, optimizer_options=None,

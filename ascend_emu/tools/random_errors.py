@@ -5,9 +5,12 @@ different outputs. ... perform training twice, collect the compute result (dump 
 operator, and compare the data to quickly locate the fishy operator". Here each run is the emulated
 device with ``deterministic`` off and its own ``run_seed`` (NUMERICS.md section 11), dumping every op
 (every step when training); the dumps of runs 2..N are compared with run 1's op by op, bit for bit
-(:func:`ascend_emu.analysis.runs.compare_runs`). The result names the first op that differs (the
-step and phase too when training), whether its inputs were identical (the op is a source) or not
-(it propagates), every source with its multi-core split (:data:`ascend_emu.ops.multicore.MULTICORE_OPS`),
+(:func:`ascend_emu.analysis.runs.compare_runs`). By default a run's dump holds each output's statistics and the
+sha256 of its bytes (enough to compare bit for bit) and the tensors of a replay's final outputs; when the runs
+part, the two runs of the first difference run again, dumping the tensors of that op and of its inputs (at that
+step) beside the statistics. ``full_dumps`` keeps every tensor of every run instead. The result names the
+first op that differs (the step and phase too when training), whether its inputs were identical (the op is
+a source) or not (it propagates), every source with its multi-core split (:data:`ascend_emu.ops.multicore.MULTICORE_OPS`),
 how many ops differ, and the spread of the final output or loss across runs.
 
 :func:`run_once` is one run as a function of a plain task dict (model path or object, device options,
@@ -16,7 +19,9 @@ elsewhere and :func:`summarize` can put their summaries together.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +53,9 @@ def run_once(task: dict) -> dict:
         ``device`` (Device keyword arguments: ``precision_mode`` and the others of
         :data:`DEVICE_OPTIONS`), and either replay options ``inputs``, ``shapes``, ``seed``,
         ``signature`` or, with ``data`` (an .npz path, a dict with x and y, or a pair), the training
-        options of :data:`TRAIN_OPTIONS`.
+        options of :data:`TRAIN_OPTIONS`; ``full`` (dump every tensor) or ``keep`` (op names: dump
+        statistics and digests, and these ops' tensors; without either, statistics and digests only, and a
+        replay's final outputs).
 
     Returns
     -------
@@ -73,6 +80,8 @@ def run_once(task: dict) -> dict:
     dev = Device(mode, run_seed=int(task["run_seed"]), **dev_kw)
     out = os.fspath(task["out"])
     summary = {"run_seed": int(task["run_seed"]), "deterministic_level": dev.deterministic_level}
+    keep = set(task.get("keep") or ())
+    dump = {} if task.get("full") else {"digest": True, "select": lambda name, tf_type: name in keep}
     if task.get("data") is not None:
         kw = {k: task[k] for k in TRAIN_OPTIONS if task.get(k) is not None}
         if not kw.get("steps") and not kw.get("epochs"):
@@ -81,13 +90,16 @@ def run_once(task: dict) -> dict:
         if dump_steps is None:
             dump_steps = list(range(kw["steps"])) if kw.get("steps") else None
         res = dev.train(task["model"], task["data"], dump_dir=out, dump_steps=dump_steps, overwrite=True,
-                        progress=False, **kw)
+                        progress=False, dump_options=dump, **kw)
         summary.update(mode="train", dumps={str(k): v for k, v in sorted(res.dumps.items())},
                        losses=[float(s["loss"]) for s in res.steps])
     else:
-        res = dev.replay(task["model"], task.get("inputs"), out, signature=task.get("signature"),
-                         shapes=task.get("shapes"), seed=int(task.get("seed", 0)), overwrite=True, progress=False,
-                         keep_tensors=False)
+        from ..frontend.graph_cache import load_graph_cached
+
+        graph = load_graph_cached(task["model"], signature=task.get("signature"), input_shapes=task.get("shapes"))
+        keep.update(t.rpartition(":")[0] for t in graph.outputs)    # the final outputs' spread is reported
+        res = dev.replay(graph, task.get("inputs"), out, shapes=task.get("shapes"), seed=int(task.get("seed", 0)),
+                         overwrite=True, progress=False, keep_tensors=False, **dump)
         summary.update(mode="replay", dumps={"0": res.dump}, outputs=list(res.graph.outputs))
     return summary
 
@@ -218,7 +230,7 @@ def summarize(summaries: list, model_name: str = "model", config: dict | None = 
 def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, device_options: dict | None = None,
                   inputs=None, shapes=None, seed: int = 0, signature=None, data=None, dump_steps=None,
                   report=None, runner=None, scheduler=None, n_workers=None, progress: bool = False,
-                  overwrite: bool = False, **train_options) -> RandomErrors:
+                  overwrite: bool = False, full_dumps: bool = False, **train_options) -> RandomErrors:
     """Run ``model`` ``runs`` times with different run seeds and find where the runs part.
 
     Parameters
@@ -242,6 +254,11 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     progress : a progress bar over the runs (with a scheduler).
     overwrite : replace the dumps of earlier runs in ``out_dir`` (without it, a ``run-K`` already there is an
         error: nothing is replaced unasked).
+    full_dumps : dump every tensor of every run (and step). By default each run dumps statistics and the
+        sha256 of every output (the comparison stays bit for bit) and a replay's final outputs; when the
+        runs part, the two runs of the first difference run again and dump the tensors of that op and its
+        inputs at that step. The estimate of the dumps' size is told on stderr (with ``progress``) before
+        any run, and refused in one line when the file system will not hold it.
 
     Returns
     -------
@@ -274,41 +291,108 @@ def random_errors(model, *, runs: int = 2, run_seed: int = 0, out_dir=None, devi
     if isinstance(data, (str, os.PathLike)):
         load_npz(data, f"--data {os.fspath(data)}")
     target = out_dir if out_dir is not None else "random-errors-output"
-    if data is not None:
-        # every run dumps its steps: estimated from the traced step before any directory is made
-        from ..npu.training import _disk_check, training_step_bytes
-
-        kw = {k: v for k, v in train_options.items() if k != "overflow_check"}
-        dumped = len(set(dump_steps)) if dump_steps is not None else int(train_options.get("steps") or 1)
-        _disk_check(training_step_bytes(model, data, **kw) * dumped * int(runs), target,
-                    f"the dumps of {int(runs)} runs x {dumped} step(s)")
+    # every run dumps its steps: estimated from the traced step (the loaded graph) before any directory is made
+    _refuse_earlier_runs(target, overwrite)    # before the estimate, which loads the model
+    _check_disk(model, data, dump_steps, train_options, inputs, shapes, seed, signature, int(runs), target,
+                bool(full_dumps), bool(progress))
     out_dir = make_output_dir(target, "random-errors output")
-    there = sorted(n for n in os.listdir(out_dir) if n.startswith("run-"))
-    if there and not overwrite:
-        raise AscendEmuError(f"{out_dir} already holds the dumps of earlier runs ({', '.join(there[:3])}"
-                             f"{', ...' if len(there) > 3 else ''}); pass --overwrite (overwrite=True) to replace "
-                             "them, or give another --out")
+    _refuse_earlier_runs(out_dir, overwrite)
     tasks = []
     for k in range(int(runs)):
-        t = {"model": model, "run_seed": int(run_seed) + k, "out": os.path.join(out_dir, f"run-{k}"), "device": dev}
+        t = {"model": model, "run_seed": int(run_seed) + k, "out": os.path.join(out_dir, f"run-{k}"), "device": dev,
+             "full": bool(full_dumps)}
         if data is not None:
             t.update(data=data, dump_steps=dump_steps, **train_options)
         else:
             t.update(inputs=inputs, shapes=shapes, seed=seed, signature=signature)
         tasks.append(t)
-    if runner is None and scheduler is not None:
-        from .sweep import Sweep
-
-        with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="random-errors") as sweep:
-            summaries = sweep.map(run_once, tasks, names=[f"run {k} (run seed {t['run_seed']})"
-                                                          for k, t in enumerate(tasks)])
-    else:
-        summaries = runner(tasks) if runner is not None else [run_once(t) for t in tasks]
     name = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name", type(model).__name__)
+    name = os.fspath(name) if isinstance(name, os.PathLike) else str(name)
     config = {"device": {k: v for k, v in dev.items() if k not in ("cube_model", "multicore")},
-              "runs": int(runs), "run_seed": int(run_seed),
+              "runs": int(runs), "run_seed": int(run_seed), "full_dumps": bool(full_dumps),
               **({"train": {k: v for k, v in train_options.items() if not callable(v)}} if data is not None else {})}
-    res = summarize(summaries, os.fspath(name) if isinstance(name, os.PathLike) else str(name), config)
+    with contextlib.ExitStack() as stack:
+        sweep = None
+        if runner is None and scheduler is not None:
+            from .sweep import Sweep
+
+            sweep = stack.enter_context(Sweep(scheduler, n_workers=n_workers, progress=progress, desc="random-errors"))
+
+        def execute(batch):
+            if runner is not None:
+                return runner(batch)
+            if sweep is not None:
+                return sweep.map(run_once, batch, names=[f"{os.path.basename(t['out'])} (run seed {t['run_seed']})"
+                                                         for t in batch])
+            return [run_once(t) for t in batch]
+
+        summaries = execute(tasks)
+        res = summarize(summaries, name, config)
+        if not full_dumps and res.first is not None:
+            _dump_where_runs_part(res, tasks, summaries, execute)
+            res = summarize(summaries, name, config)
     if report is not None:
         write_runs_report(res.to_json(), report)
     return res
+
+
+def _refuse_earlier_runs(target, overwrite: bool) -> None:
+    """Nothing is replaced unasked: a ``run-K`` already in ``target`` needs ``overwrite``."""
+    there = sorted(n for n in os.listdir(target) if n.startswith("run-")) if os.path.isdir(target) else []
+    if there and not overwrite:
+        raise AscendEmuError(f"{os.fspath(target)} already holds the dumps of earlier runs ({', '.join(there[:3])}"
+                             f"{', ...' if len(there) > 3 else ''}); pass --overwrite (overwrite=True) to replace "
+                             "them, or give another --out")
+
+
+def _dump_where_runs_part(res: RandomErrors, tasks: list, summaries: list, execute) -> None:
+    """Run the two runs of the first difference again (the same seeds: the same bytes), dumping the tensors of
+    that op and of the ops feeding it (at that step) beside the statistics, into the same dumps."""
+    from ..analysis.dump import load_dump
+
+    f = res.first
+    step = f.get("step")
+    base = summaries[0]
+    d = load_dump(base["dumps"][str(step if step is not None else 0)])
+    keep = [f["name"]] + [r.rpartition(":")[0] if ":" in r else r for r in d.op(f["name"]).get("inputs", [])]
+    by_seed = {t["run_seed"]: k for k, t in enumerate(tasks)}
+    ks = [by_seed[s] for s in f["run_seeds"]]
+    again = [{**tasks[k], "keep": keep, **({"dump_steps": [step]} if step is not None else {})} for k in ks]
+    for k, new in zip(ks, execute(again)):
+        if new.get("losses") != summaries[k].get("losses"):
+            raise AscendEmuError(f"run seed {tasks[k]['run_seed']} did not repeat its losses when run again "
+                                 "(the emulation should be reproducible for a given run seed): please report it")
+
+
+def _check_disk(model, data, dump_steps, train_options, inputs, shapes, seed, signature, runs: int, target,
+                full: bool, announce: bool) -> None:
+    """Estimate what the runs will dump (:func:`~ascend_emu.analysis.dump.graph_dump_bytes` of the traced step
+    or the loaded graph); refuse in one line, nothing written, when the file system will not hold it; tell it
+    on stderr when ``announce`` (or when it passes about 1 GB)."""
+    from ..analysis.dump import check_disk_space, fmt_bytes, graph_dump_bytes
+
+    if data is not None:
+        from ..npu.training import training_step_bytes
+
+        kw = {k: v for k, v in train_options.items() if k != "overflow_check"}
+        dumped = len(set(dump_steps)) if dump_steps is not None else int(train_options.get("steps") or 1)
+        one = training_step_bytes(model, data, stats_only=not full, **kw)
+        what = f"the dumps of {runs} runs x {dumped} step(s)"
+    else:
+        from ..frontend.graph_cache import load_graph_cached
+        from ..frontend.inputs import make_inputs
+
+        graph = load_graph_cached(model, signature=signature, input_shapes=shapes)
+        feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
+        batch = max([int(np.shape(v)[0]) for v in feeds.values() if np.ndim(v)] or [1])
+        outs = {t.rpartition(":")[0] for t in graph.outputs}
+        dumped, what = 1, f"the dumps of {runs} runs"
+        one = graph_dump_bytes(graph.nodes, batch, select=None if full else (lambda name, tf_type: name in outs))
+    total = one * dumped * runs
+    what += " (every tensor)" if full else " (statistics and digests; --full-dumps for every tensor)"
+    fix = ("give fewer --runs" + (" or --steps" if data is not None else "") + (", leave out --full-dumps" if full
+           else "") + " or free space")
+    line = check_disk_space(total, target, what, fix=fix)
+    if line or announce:
+        print(f"ascend-emu: {line or f'{what} will take about {fmt_bytes(total)} in {os.fspath(target)}'}",
+              file=sys.stderr, flush=True)

@@ -513,9 +513,10 @@ def test_fuzz_command_lines(env):
 
 
 def test_dumps_the_disk_will_not_hold_are_refused_before_writing(env, model_file, monkeypatch):
-    """train --dump and random-errors --data estimate their dumps from the traced step (tensor sizes x dumped
-    steps x runs): with the file system's free space (shutil.disk_usage) below it, one line, exit 2, nothing
-    written; over ANNOUNCE_BYTES the estimate is told on stderr before the run."""
+    """train --dump and random-errors estimate their dumps from the traced step or the loaded graph (tensor sizes
+    x dumped steps x runs), replay --dump from the graph (issue 35): with the file system's free space
+    (shutil.disk_usage) below it, one line, exit 2, nothing written; over ANNOUNCE_BYTES the estimate is told on
+    stderr before the run."""
     import shutil
 
     from ascend_emu.analysis.dump import stats
@@ -524,12 +525,16 @@ def test_dumps_the_disk_will_not_hold_are_refused_before_writing(env, model_file
     free = {"bytes": 100}
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 40, 0, free["bytes"]))
     common = f"{model_file['model']} --data {model_file['train']} --loss mse --optimizer sgd --steps 2".split()
-    for argv, made in ((["train", *common, "--dump", f"{tmp}/d"], f"{tmp}/d"),
-                       (["random-errors", *common, "--out", f"{tmp}/re"], f"{tmp}/re"),
-                       (["train", *common, "--reference", "--dump", f"{tmp}/d2/sub"], f"{tmp}/d2")):
+    for argv, made, fix in ((["train", *common, "--dump", f"{tmp}/d"], f"{tmp}/d", "dump fewer steps"),
+                            (["random-errors", *common, "--out", f"{tmp}/re"], f"{tmp}/re", "give fewer --runs"),
+                            (["random-errors", model_file["model"], "--out", f"{tmp}/re"], f"{tmp}/re",
+                             "give fewer --runs"),
+                            (["train", *common, "--reference", "--dump", f"{tmp}/d2/sub"], f"{tmp}/d2",
+                             "dump fewer steps"),
+                            (["replay", model_file["model"], "--dump", f"{tmp}/r"], f"{tmp}/r", "--stats-only")):
         code, out, err = run_cli(argv)
         assert_clean_error(argv, code, err, "nothing was written")
-        assert "file system of" in err and "dump fewer steps" in err
+        assert "file system of" in err and fix in err
         assert not os.path.exists(made), argv
     # room enough, and every dump announced: the estimate comes first, then the run
     free["bytes"] = 1 << 40

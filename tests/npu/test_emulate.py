@@ -373,6 +373,20 @@ def test_dump_dir_is_never_written_through_a_link(data, tmp_path):
     assert os.listdir(target) == []
 
 
+def test_a_dump_the_disk_will_not_hold_is_refused_before_it_is_written(data, tmp_path, monkeypatch):
+    """issue 35: emulate(dump_dir=) wrote its step dumps whatever the free space; each dumped step (and its
+    reference) is estimated from the traced step and refused in one line past the free space, nothing written."""
+    import shutil
+
+    x, y = data
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 40, 0, 100))
+    with pytest.raises(AscendEmuError, match=r"the dump of step 0 and its reference would take about .* has "
+                                             r"100 B free; nothing was written: dump fewer steps") as e:
+        with ae.emulate(**FP32, dump_dir=tmp_path / "d", reference=True):
+            _classifier("sgd").fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "d" / "step-0")
+
+
 def test_a_second_thread_is_refused_and_nothing_stays_patched():
     """issue 35: emulate() in two threads left tf.GradientTape.gradient (and the other interceptions) patched for
     the rest of the process. The interceptions are process-wide: a second thread is refused in one line, and the

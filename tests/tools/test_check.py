@@ -309,6 +309,22 @@ def test_a_run_that_cannot_be_made_is_no_pass():
     assert res.to_json()["errors"] == res.errors
 
 
+def test_dumps_the_disk_will_not_hold_are_refused_before_any_run(tmp_path, monkeypatch):
+    """issue 35: check --keep-dumps wrote its dumps whatever the free space; its four dumps of step 0 are estimated
+    from the traced step and refused in one line (exit 2 from the CLI) before any run, nothing written."""
+    import os
+    import shutil
+
+    from ascend_emu.errors import AscendEmuError
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 40, 0, 100))
+    with pytest.raises(AscendEmuError, match=r"the check's four dumps of step 0 would take about .* 100 B free; "
+                                             r"nothing was written: give a smaller --batch-size"):
+        ae.check(build(), data(), device=ae.Device("allow_mix_precision"), steps=2, batch_size=BATCH,
+                 work_dir=tmp_path / "keep")
+    assert os.listdir(tmp_path / "keep") == []
+
+
 def _fake_run(dump, steps, loss_scale="dynamic"):
     """The emulated run items 4 and 16 read: the dump of step 0 and the step records."""
     from types import SimpleNamespace

@@ -41,7 +41,8 @@ def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
     m = keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=100)
     dev = dict(FP32)
     # K = 1280 in 4 chunks: 12 distinct sums of 4 partials, so two runs may agree; three runs part
-    res = random_errors(m, runs=3, out_dir=tmp_path / "off", device_options=dev)
+    # full dumps: no second run of the parting pair (the default's is covered by the small model below)
+    res = random_errors(m, runs=3, out_dir=tmp_path / "off", device_options=dev, full_dumps=True)
     # with random weights the logits are ~1e-11: the softmax absorbs their last-bit differences
     check_parts_at_multicore_op(res, "predictions", reaches_output=False)
     det = random_errors(m, runs=2, out_dir=tmp_path / "on", device_options={**dev, "deterministic": True})
@@ -55,7 +56,7 @@ def test_transformer_replays_part_at_the_ffn_matmul_and_deterministic_dumps_are_
 
     m = transformer_encoder(ff_dim=1024)      # ffn2: K = 1024 over 3 cube cores (split-K)
     dev = dict(FP32)
-    res = random_errors(m, runs=2, out_dir=tmp_path / "off", device_options=dev)
+    res = random_errors(m, runs=2, out_dir=tmp_path / "off", device_options=dev, full_dumps=True)
     check_parts_at_multicore_op(res, "ffn2")
     assert res.differing_ops >= 2              # it propagates to the residual add and the layer norm
     det = random_errors(m, runs=3, out_dir=tmp_path / "on", device_options={**dev, "deterministic_level": 1})
@@ -191,3 +192,52 @@ def test_seed_reaches_the_training_runs(tmp_path, monkeypatch):
     with pytest.raises(AscendEmuError, match="captured"):
         random_errors(str(model), data=str(tmp_path / "d.npz"), steps=1, seed=5, out_dir=tmp_path / "p")
     assert seen[0]["seed"] == 5
+
+
+def _split_k_model(tf):
+    """Dense 1500 -> 6, whose MatMul splits K over the cube cores (runs with determinism off part there), then
+    two wider layers (what a full dump holds and the default does not)."""
+    inp = tf.keras.Input((1500,), name="inp")
+    x = tf.keras.layers.Dense(6, name="dense")(inp)
+    for k in range(2):
+        x = tf.keras.layers.Dense(256, activation="relu", name=f"wide{k}")(x)
+    m = tf.keras.Model(inp, tf.keras.layers.Dense(2, name="out")(x))
+    rng = np.random.default_rng(0)
+    for layer in m.layers[1:]:
+        scale = 1.0 if layer.name == "dense" else 0.0625
+        layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) * scale for w in layer.get_weights()])
+    return m
+
+
+def _tensor_ops(run_dir):
+    m = json.loads((run_dir / "manifest.json").read_text())
+    return m, {op["name"] for op in m["ops"] if any(o.get("file") for o in op["outputs"])}
+
+
+def test_default_dumps_hold_statistics_and_the_tensors_where_runs_part(tmp_path, capsys):
+    """issue 35: ``random-errors --steps 3 --runs 3`` wrote 2.9 GB unasked. By default a run dumps statistics and
+    a sha256 per output (still bit for bit), a replay's final outputs, and, run again, the tensors of the op where
+    the runs part and of its inputs; the estimate is told first. ``full_dumps`` keeps every tensor."""
+    from ascend_emu.frontend.tf import import_tf
+
+    m = _split_k_model(import_tf())
+    res = random_errors(m, runs=2, out_dir=tmp_path / "o", device_options=dict(FP32), progress=True)
+    err = capsys.readouterr().err
+    assert "the dumps of 2 runs (statistics and digests; --full-dumps for every tensor) will take about" in err
+    f = res.first
+    assert f["source"] and f["metrics"].get("Cosine") is not None, f    # its metrics read the kept tensors
+    for k in (0, 1):
+        man, kept = _tensor_ops(tmp_path / "o" / f"run-{k}")
+        assert all(isinstance(o.get("sha256"), str) for op in man["ops"] for o in op["outputs"]
+                   if o["dtype"] not in ("string", "variant"))
+        op = next(o for o in man["ops"] if o["name"] == f["name"])
+        want = {f["name"], *(r.rpartition(":")[0] for r in op["inputs"])}
+        assert want <= kept and not any(n.startswith("wide") for n in kept), (kept, want)
+    full = random_errors(m, runs=2, out_dir=tmp_path / "full", device_options=dict(FP32), full_dumps=True)
+    assert (full.first["name"], full.differing_ops) == (f["name"], res.differing_ops)
+    assert full.output_spread == res.output_spread
+    man, kept = _tensor_ops(tmp_path / "full" / "run-0")
+    assert len(kept) == len([op for op in man["ops"] if op["outputs"]])
+    from ascend_emu.analysis.dump import dump_bytes
+
+    assert dump_bytes(tmp_path / "o") * 3 < dump_bytes(tmp_path / "full")

@@ -39,6 +39,7 @@ from __future__ import annotations
 from .format import CODED_FORMATS, Coded  # noqa: F401
 from .format import (CHUNK, FORMAT, KINDS, LOCK, MANIFEST, MARKER, MAX_MANIFEST_BYTES, VARIANT,  # noqa: F401
                      VERSION, _dtype_from_name, json_safe)
-from .stats import ANNOUNCE_BYTES, check_disk_space, dump_bytes, fmt_bytes, tensor_stats  # noqa: F401
+from .stats import (ANNOUNCE_BYTES, STATS_OUTPUT_BYTES, check_disk_space, dump_bytes, fmt_bytes,  # noqa: F401
+                    graph_dump_bytes, tensor_stats)
 from .writer import DumpWriter, StatsOnly, check_dump_dir, op_selector  # noqa: F401
 from .reader import Dump, load_dump  # noqa: F401

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -182,6 +183,11 @@ def _unlock_dir(p: str, fd: int, remove: bool = True) -> None:
     os.close(fd)
 
 
+def _sha256(stored: np.ndarray) -> str:
+    """The sha256 of a tensor's bytes as its ``.npy`` file stores them (C order, no header)."""
+    return hashlib.sha256(np.ascontiguousarray(stored).view(np.uint8).reshape(-1).data).hexdigest()
+
+
 class DumpWriter:
     """Write a dump directory op by op.
 
@@ -206,6 +212,9 @@ class DumpWriter:
         ``select(name, tf_type) -> bool``: which ops get ``.npy`` files (the others
         get statistics only); a string is a regular expression on op names
         (:func:`op_selector`). ``None`` selects every op.
+    digest : bool
+        Record each output's ``sha256`` (of the bytes its ``.npy`` file holds or would hold), so two
+        dumps compare bit for bit without their tensors (random-error detection's statistics dumps).
 
     Use as a context manager, or call :meth:`finish` yourself. Leaving the ``with``
     block normally finishes the dump (with an empty summary if :meth:`finish` was not
@@ -214,7 +223,7 @@ class DumpWriter:
 
     def __init__(self, path, *, kind: str, config: dict, model: dict, inputs_sha256: str,
                  overwrite: bool = False, stats_only: bool = False,
-                 select: Callable[[str, str], bool] | None = None):
+                 select: Callable[[str, str], bool] | None = None, digest: bool = False):
         if kind not in KINDS:
             raise AscendEmuError(f"unknown dump kind {kind!r}; choose one of: {', '.join(KINDS)}")
         self.path = os.fspath(path)
@@ -223,6 +232,7 @@ class DumpWriter:
         self.model = json_safe(dict(model or {}))
         self.inputs_sha256 = str(inputs_sha256)
         self.stats_only = bool(stats_only)
+        self.digest = bool(digest)
         self.select = op_selector(select) if isinstance(select, str) else select
         self._ops: list[dict] = []
         self._fused: list[dict] = []
@@ -286,9 +296,10 @@ class DumpWriter:
 
         vals = np.asarray(t.values)
         fname = None
-        if stem is not None and t.codes is not None:
+        want = stem is not None or self.digest
+        if want and t.codes is not None:
             codes = np.asarray(t.codes)         # the maker's own codes, which its values decode
-        elif stem is not None:
+        elif want:
             # exact: the values are the format's own, Inf and NaN included (kept as they are under inf_nan)
             codes, _ = encode(vals, t.fmt, overflow_mode="inf_nan")
             back = decode(codes, t.fmt).reshape(vals.shape)
@@ -300,8 +311,11 @@ class DumpWriter:
             fname = f"{stem}.{i}.npy"
             self._write_tensor(fname, np.ascontiguousarray(codes.reshape(vals.shape)))
         st = tensor_stats(vals)
-        return {"index": i, "file": fname, "dtype": t.fmt, "shape": [int(d) for d in vals.shape],
-                **{k: json_safe(st[k]) for k in _STAT_FIELDS}, "nan": st["nan"], "inf": st["inf"], "status": status}
+        entry = {"index": i, "file": fname, "dtype": t.fmt, "shape": [int(d) for d in vals.shape],
+                 **{k: json_safe(st[k]) for k in _STAT_FIELDS}, "nan": st["nan"], "inf": st["inf"], "status": status}
+        if self.digest:
+            entry["sha256"] = _sha256(codes.reshape(vals.shape))
+        return entry
 
     def add_op(self, name: str, tf_type: str, ascend_type: str, engine: str, compute_dtype, inputs,
                outputs, status=0, *, attrs: dict | None = None, precision: dict | None = None,
@@ -365,7 +379,7 @@ class DumpWriter:
             st = tensor_stats(arr)
             outs.append({"index": i, "file": fname, "dtype": dname, "shape": [int(d) for d in arr.shape],
                          **{k: json_safe(st[k]) for k in _STAT_FIELDS}, "nan": st["nan"], "inf": st["inf"],
-                         "status": out_status[i]})
+                         "status": out_status[i], **({"sha256": _sha256(stored)} if self.digest else {})})
         if fp32_check is not None:
             fp32_check = {"overflow": bool(fp32_check.get("overflow")),
                           "max_abs": None if fp32_check.get("max_abs") is None

@@ -103,7 +103,8 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
     batch_size, steps, epochs, shuffle, seed : the training run checked (``epochs`` is the planned number,
         only compared with the benchmark).
     loss_scale, overflow_check : the port's loss scaling, as :meth:`Device.train`.
-    work_dir : keep the dumps the check writes here (default: a temporary directory, removed).
+    work_dir : keep the dumps the check writes here (default: a temporary directory, removed). Their size (step
+        0 up to four times) is estimated first and refused in one line past the free space.
 
     Returns
     -------
@@ -196,12 +197,17 @@ def _run(c: _Ctx) -> None:
     """
     from ...analysis.dump import load_dump
     from ...frontend import training as T
+    from ...npu.training import _disk_check, step_dump_bytes
 
     xv, yv = c.xv, c.yv
     step = T.trace_train_step(c.model, c.loss_fn, c.fopt, xv[:1], yv[:1])
     step.initial = T.initial_state(c.model, c.fopt)
     step.description = {"kind": "keras", "loss": _loss_name(c.loss_fn)}
     kw = dict(batch_size=c.batch_size, steps=c.steps, shuffle=c.shuffle, seed=c.seed, progress=c.progress)
+    # step 0 is dumped up to four times (two reference runs, the emulated run and its reference): refused before
+    # any run when the file system of the work directory (--keep-dumps, or the temporary one) will not hold it
+    _disk_check(step_dump_bytes(step, c.batch_size) * 4, c.work, "the check's four dumps of step 0",
+                fix="give a smaller --batch-size, --keep-dumps on a larger file system, or free space")
     try:
         c.ref_a = _reference_run(step, xv, yv, dump_dir=os.path.join(c.work, "reference-a"), detail=True, **kw)
         c.ref_b = _reference_run(step, xv, yv, dump_dir=None, detail=False, **kw)
