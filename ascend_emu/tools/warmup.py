@@ -1,94 +1,265 @@
-"""Compile the kernels a first run needs into Numba's on-disk cache, in parallel processes (``ascend-emu warmup``).
+"""Compile the kernels ahead of a first run, in parallel processes, into Numba's cache (``ascend-emu warmup``).
 
 Every kernel is ``@njit(cache=True)``: compiled on its first call with a new type signature, then loaded from
-the cache (next to the kernel's source, or ``NUMBA_CACHE_DIR``). On a fresh install the first replay pays the
-compilation: most of a first ``ascend-emu demo``'s time (benchmarks/RESULTS.md). Compilation is single-threaded,
-so this runs the demo's two workloads, an inference replay with its dump and comparison and a short training
-run with its dump, in separate processes at once: on two cores the kernels are compiled in about the time of
-the larger part. ``make demo`` and ``make test`` run it once after installing the package.
+the on-disk cache (next to the kernel's source, or ``NUMBA_CACHE_DIR``). On a fresh install the first runs pay
+the compilation: most of a first ``ascend-emu demo`` (benchmarks/RESULTS.md, session 11), and in ``make test``
+every pytest worker compiles what it needs, the same kernels on each worker at about the same time.
 
-The parts compute on the bundled demo models with their seeded weights in a temporary directory that is removed
-afterwards; they write nothing else. A part that fails is reported with its last line of output.
+``ascend_emu/data/kernel_signatures.json`` lists the type signatures the test suite and the demo compile (made by
+``python -m ascend_emu.tools.warmup --record`` from a cache those runs filled). The warm-up compiles each of them
+once: the list split by kernel module over ``jobs`` processes, balanced by the size of the compiled code. No
+model is built and no TensorFlow is imported. A signature that no longer fits its kernel (the kernel changed
+since the list was made) is skipped and counted; it is compiled on first use, as without the warm-up.
 """
 from __future__ import annotations
 
+import glob
+import importlib
+import json
 import os
+import pickle
+import pkgutil
+import re
 import subprocess
 import sys
-import tempfile
 import time
 
 from ..errors import AscendEmuError
 
-PARTS = ("replay", "train")
+MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                        "kernel_signatures.json")
+FORMAT = 1
+_MAX_MANIFEST_BYTES = 8 << 20
+#: what a signature's text may contain: numba type constructors, names, numbers, quotes and punctuation
+_SIG_TEXT = re.compile(r"^[A-Za-z0-9_ ,()'=.\[\]-]*$")
 
 
-def _part_replay(tmp: str) -> None:
-    from .demo import run_demo
+# ------------------------------------------------------------------------------------------- the kernels
 
-    with open(os.devnull, "w") as devnull:
-        run_demo(os.path.join(tmp, "demo"), progress=False, stream=devnull, train=False)
+def _kernel_modules() -> list:
+    import ascend_emu.kernels as pkg
 
-
-def _part_train(tmp: str) -> None:
-    from ..frontend.models import train_demo_data, train_demo_model
-    from ..npu.device import Device
-
-    Device("allow_mix_precision", soc="Ascend910").train(
-        train_demo_model(), train_demo_data(), batch_size=32, steps=2, loss_scale="dynamic",
-        dump_dir=os.path.join(tmp, "train"), dump_steps=[0], overwrite=True, progress=False)
+    mods = [pkg]
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        mods.append(importlib.import_module(info.name))
+    return mods
 
 
-def run_part(name: str) -> None:
-    """One part, in this process."""
-    fn = {"replay": _part_replay, "train": _part_train}.get(name)
-    if fn is None:
-        raise AscendEmuError(f"unknown warm-up part {name!r}; choose one of: {', '.join(PARTS)}")
-    with tempfile.TemporaryDirectory(prefix="ascend-emu-warmup-") as tmp:
-        fn(tmp)
+def dispatchers() -> dict:
+    """Every Numba dispatcher the kernel modules hold (module globals, and dicts, lists and tuples of them),
+    keyed by ``(module, qualname, closure hash)``, the key Numba's cache index tells them apart by."""
+    from numba.core.dispatcher import Dispatcher
+
+    found: dict = {}
+
+    def walk(obj, module, depth):
+        if isinstance(obj, Dispatcher):
+            key = _key(obj, module)
+            if key is not None:
+                found.setdefault(key, obj)
+        elif depth < 2 and isinstance(obj, dict):
+            for v in list(obj.values()):
+                walk(v, module, depth + 1)
+        elif depth < 2 and isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v, module, depth + 1)
+
+    for mod in _kernel_modules():
+        for v in list(vars(mod).values()):
+            walk(v, mod.__name__, 0)
+    return found
 
 
-def warmup(jobs: int | None = None, stream=None) -> dict:
-    """Run every part, ``jobs`` at a time (default: the cores, at most the number of parts), each in its own
-    process; returns ``{part: seconds}`` and the total as ``"total"``."""
+def _hashes(disp) -> tuple[str, str] | None:
+    """(bytecode hash, closure hash) as Numba's cache index computes them; None where this Numba differs."""
+    try:
+        cache = disp._cache
+        return tuple(cache._index_key(None, disp.targetctx.codegen())[2])
+    except Exception:
+        return None
+
+
+def _key(disp, module: str):
+    h = _hashes(disp)
+    if h is None or disp.py_func.__module__ != module:
+        return None
+    return (module, disp.py_func.__qualname__, h[1])
+
+
+# ------------------------------------------------------------------------------------------- signatures
+
+def _types_namespace() -> dict:
+    from numba.core import types
+
+    ns = {k: v for k, v in vars(types).items() if not k.startswith("_")}
+    ns.update({"bool": types.boolean, "omitted": lambda default: types.Omitted(default), "none": types.none, "True": True,
+               "False": False, "None": None})
+    return ns
+
+
+def parse_signature(text: str, ns: dict | None = None) -> tuple:
+    """A signature from its ``repr``: numba type constructors only (checked character by character first)."""
+    if not isinstance(text, str) or len(text) > 4000 or not _SIG_TEXT.match(text) or "__" in text:
+        raise ValueError("not a signature")
+    sig = eval(text, {"__builtins__": {}}, ns or _types_namespace())   # noqa: S307 - the names are numba's types
+    if not isinstance(sig, tuple):
+        raise ValueError("not a signature")
+    return sig
+
+
+def record(cache_dirs=None, path: str = MANIFEST, stream=None) -> int:
+    """Write the manifest from the signatures in Numba's cache index files (``*.nbi``) of the kernels: every
+    signature some run compiled with the kernels as they are now. Returns the number of entries."""
+    import numba
+
     stream = stream or sys.stdout
-    jobs = max(1, min(len(PARTS), jobs or os.cpu_count() or 1))
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    t0 = time.perf_counter()
-    pending = list(PARTS)
-    running: dict[str, tuple[subprocess.Popen, float]] = {}
-    took: dict[str, float] = {}
-    print(f"compiling the kernels into Numba's cache ({len(PARTS)} parts, {jobs} at a time; once per install)",
-          file=stream, flush=True)
-    while pending or running:
-        while pending and len(running) < jobs:
-            name = pending.pop(0)
-            proc = subprocess.Popen([sys.executable, "-m", "ascend_emu.tools.warmup", name], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            running[name] = (proc, time.perf_counter())
-        for name, (proc, start) in list(running.items()):
-            if proc.poll() is None:
+    import ascend_emu.kernels as pkg
+
+    if cache_dirs is None:
+        cache_dirs = sorted({os.path.join(root, "__pycache__") for p in pkg.__path__
+                             for root, _, _ in os.walk(p) if "__pycache__" not in root})
+    by_hash = {}
+    for (module, qualname, cvars), disp in dispatchers().items():
+        h = _hashes(disp)
+        by_hash[h] = (module, qualname, cvars)
+    ns = _types_namespace()
+    entries, skipped = {}, 0
+    for d in cache_dirs:
+        for nbi in sorted(glob.glob(os.path.join(d, "*.nbi"))):
+            with open(nbi, "rb") as f:
+                version = pickle.load(f)      # our own cache files, written by this Numba
+                data = f.read()
+            if version != numba.__version__:
                 continue
-            err = proc.stderr.read() if proc.stderr else ""
-            proc.stderr and proc.stderr.close()
-            del running[name]
-            if proc.returncode != 0:
-                for other, _ in running.values():
-                    other.kill()
-                lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-                raise AscendEmuError(f"warm-up part {name!r} failed (exit {proc.returncode}): "
-                                     f"{lines[-1] if lines else 'no output'}; run `python -m "
-                                     f"ascend_emu.tools.warmup {name}` to see it whole")
-            took[name] = time.perf_counter() - start
-            print(f"  {name}: {took[name]:.1f} s", file=stream, flush=True)
-        time.sleep(0.05)
-    took["total"] = time.perf_counter() - t0
-    print(f"kernels compiled and cached in {took['total']:.1f} s", file=stream, flush=True)
-    return took
+            _, overloads = pickle.loads(data)
+            for key, fname in overloads.items():
+                sig, _, hashes = key
+                owner = by_hash.get(tuple(hashes))
+                text = repr(tuple(sig))
+                try:
+                    ok = owner is not None and parse_signature(text, ns) == tuple(sig)
+                except Exception:
+                    ok = False
+                if not ok:
+                    skipped += 1
+                    continue
+                size = os.path.getsize(os.path.join(d, fname)) if os.path.exists(os.path.join(d, fname)) else 0
+                module, qualname, cvars = owner
+                entries[(module, qualname, cvars, text)] = size
+    rows = [{"module": m, "qualname": q, "closure": c, "signature": s, "bytes": b}
+            for (m, q, c, s), b in sorted(entries.items())]
+    doc = {"format": FORMAT, "numba": numba.__version__, "entries": rows}
+    from ..fileio import atomic_write_text
+
+    atomic_write_text(path, json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    print(f"{path}: {len(rows)} signatures of {len({(r['module'], r['qualname']) for r in rows})} kernels "
+          f"({skipped} cache entries of older code or other types left out)", file=stream)
+    return len(rows)
+
+
+def load_manifest(path: str = MANIFEST) -> list[dict]:
+    """The manifest's entries, validated (it is a file: read as hostile)."""
+    try:
+        if os.path.getsize(path) > _MAX_MANIFEST_BYTES:
+            raise AscendEmuError(f"{path}: larger than {_MAX_MANIFEST_BYTES} bytes; not a signature list")
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise AscendEmuError(f"{path} not found; make it with `python -m ascend_emu.tools.warmup --record`") from None
+    except (OSError, ValueError) as e:
+        raise AscendEmuError(f"{path}: not a signature list ({e}); make it again with --record") from None
+    rows = doc.get("entries") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("module", "qualname", "closure",
+                                                                             "signature"))
+            and isinstance(r.get("bytes"), int) and r["module"].startswith("ascend_emu.kernels") for r in rows):
+        raise AscendEmuError(f"{path}: not a signature list of format {FORMAT}; make it again with --record")
+    return rows
+
+
+def shares(rows: list[dict], jobs: int) -> list[list[dict]]:
+    """The entries split into ``jobs`` lists, whole kernel modules each (a kernel and the helpers it compiles
+    inside it are in one module: one process compiles them once), balanced by compiled size, largest first."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r["module"], []).append(r)
+    out = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for mod in sorted(groups, key=lambda m: (-sum(r["bytes"] for r in groups[m]), m)):
+        i = load.index(min(load))
+        out[i].extend(groups[mod])
+        load[i] += sum(r["bytes"] for r in groups[mod])
+    return out
+
+
+def compile_share(index: int, jobs: int, path: str = MANIFEST) -> tuple[int, int]:
+    """Compile share ``index`` of ``jobs`` in this process; returns (compiled or loaded, skipped)."""
+    rows = shares(load_manifest(path), jobs)[index]
+    found = dispatchers()
+    ns = _types_namespace()
+    done = skipped = 0
+    for r in rows:
+        disp = found.get((r["module"], r["qualname"], r["closure"]))
+        try:
+            if disp is None:
+                raise LookupError(r["qualname"])
+            disp.compile(parse_signature(r["signature"], ns))
+            done += 1
+        except Exception:   # a kernel changed since the list was made: compiled on first use instead
+            skipped += 1
+    return done, skipped
+
+
+def warmup(jobs: int | None = None, stream=None, path: str = MANIFEST) -> dict:
+    """Compile the manifest's signatures in ``jobs`` processes at once (default: the cores); returns the
+    seconds and the counts."""
+    stream = stream or sys.stdout
+    rows = load_manifest(path)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, 16))
+    t0 = time.perf_counter()
+    print(f"compiling {len(rows)} kernel signatures into Numba's cache in {jobs} process(es) "
+          "(once per install; later runs load them)", file=stream, flush=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "ascend_emu.tools.warmup", "--share", f"{i}/{jobs}",
+                               "--manifest", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(jobs)]
+    done = skipped = 0
+    failed = []
+    for i, p in enumerate(procs):
+        out, err = p.communicate()
+        if p.returncode != 0:
+            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+            failed.append(f"process {i}: {lines[-1] if lines else 'exit ' + str(p.returncode)}")
+            continue
+        d, s = (int(v) for v in out.split()[-2:])
+        done += d
+        skipped += s
+    took = time.perf_counter() - t0
+    if failed:
+        raise AscendEmuError(f"warm-up failed ({'; '.join(failed)}); the kernels compile on first use instead")
+    print(f"{done} compiled or loaded, {skipped} skipped (changed kernels), in {took:.1f} s", file=stream,
+          flush=True)
+    return {"seconds": took, "compiled": done, "skipped": skipped, "jobs": jobs}
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m ascend_emu.tools.warmup", description=__doc__.splitlines()[0])
+    p.add_argument("--record", action="store_true", help="write the manifest from this checkout's Numba cache")
+    p.add_argument("--share", help="I/N: compile share I of N here (what each warm-up process runs)")
+    p.add_argument("--manifest", default=MANIFEST)
+    p.add_argument("--jobs", type=int, default=None)
+    a = p.parse_args(argv)
+    if a.record:
+        record(path=a.manifest)
+    elif a.share:
+        i, n = (int(v) for v in a.share.split("/"))
+        done, skipped = compile_share(i, n, a.manifest)
+        print(done, skipped)
+    else:
+        warmup(a.jobs, path=a.manifest)
+    return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python -m ascend_emu.tools.warmup {{{','.join(PARTS)}}}")
-    run_part(sys.argv[1])
+    sys.exit(main())
