@@ -318,10 +318,91 @@ def _narrow_kernel(src64, mt, bias, expbits):
     return span
 
 
-_f32_to_f16_span = _narrow_kernel(False, F16_MT, F16_BIAS, F16_EB)
 _f64_to_f16_span, _f64_to_bf16_span, _f64_to_f32_span = (
     _narrow_kernel(True, *fmt) for fmt in ((F16_MT, F16_BIAS, F16_EB), (BF16_MT, BF16_BIAS, BF16_EB),
                                            (F32_MT, F32_BIAS, F32_EB)))
+
+
+def _f32_to_f16_kernel(rounding):
+    """The span kernel out[i] = fp16(float32 bits src[i]) for one rounding mode (a compile-time constant)."""
+    # f32bits_narrow with the mode folded in (a compile-time constant, as the bf16 spans have it) on uint32
+    # values: every quantity fits (a 24-bit significand, a shift of at most 25, an exponent offset below
+    # 2**18), and every constant is a uint32 so that nothing widens to int64 needlessly. 2^24 values take
+    # 49 ms against the generic span's 75 (one core).
+    @njit(cache=True)
+    def span(src, out, overflow, subnormal):
+        zero, one = np.uint32(0), np.uint32(1)
+        inf = np.uint32(0x7C00)
+        ebias = np.uint32(113)   # float32's biased exponent of fp16's smallest normal binade, 2**-14
+        sat = np.uint32(overflow == SATURATION)
+        keep = np.uint32(subnormal != FLUSH)
+        acc = np.uint32(0)
+        for i in range(src.size):
+            u = np.uint32(src[i])
+            sign = u >> np.uint32(31)
+            mag = u & np.uint32(0x7FFFFFFF)
+            E = mag >> np.uint32(23)
+            m = (mag & np.uint32(0x7FFFFF)) | (np.uint32(E != zero) << np.uint32(23))
+            e = max(E, one)
+            # down to fp16's quantum: 13 bits for normal results, more below 2**-14, at most 25 (q = 0, r < half)
+            s = min(np.uint32(13) + ((ebias - e) if e < ebias else zero), np.uint32(25))
+            q = m >> s
+            r = m & ((one << s) - one)
+            half = one << (s - one)
+            nz = np.uint32(r != zero)
+            if rounding == RINT:
+                inc = np.uint32(r > half) | (np.uint32(r == half) & q & one)
+                away = one
+            elif rounding == ROUND:
+                inc = np.uint32(r >= half)
+                away = one
+            elif rounding == FLOOR:
+                inc = sign & nz
+                away = sign
+            elif rounding == CEIL:
+                inc = (one - sign) & nz
+                away = one - sign
+            elif rounding == TRUNC:
+                inc = zero
+                away = zero
+            else:  # ODD
+                inc = nz & (one - (q & one))
+                away = zero
+            # q carries the implicit bit for normal results, so a mantissa carry bumps the exponent
+            o = (((e - ebias) if e > ebias else zero) << np.uint32(10)) + q + inc
+            special = np.uint32(E == np.uint32(0xFF))
+            over = np.uint32(o >= inf) & (one - special)
+            # IEEE 754 overflow goes to Inf when rounding away from zero, else to the largest finite
+            o = (inf - (sat | (one - away))) if over else o
+            o = o if (keep | np.uint32(o >= np.uint32(0x400))) else zero
+            # Inf / NaN inputs: IEEE (quiet NaN) in inf_nan; +-max and +0 in saturation
+            nan = np.uint32(mag > np.uint32(0x7F800000))
+            o = ((inf - sat) | (((one - sat) & nan) << np.uint32(9))) if special else o
+            res = (sign << np.uint32(15)) | o
+            out[i] = np.uint16(zero if (nan & sat) else res)
+            acc |= (over * np.uint32(ST_CONVERSION_OVERFLOW)) | (special * np.uint32(ST_FP_OVERFLOW))
+        return np.int64(acc)
+    return span
+
+
+_f16_rint, _f16_round, _f16_floor, _f16_ceil, _f16_trunc, _f16_odd = (
+    _f32_to_f16_kernel(r) for r in (RINT, ROUND, FLOOR, CEIL, TRUNC, ODD))
+
+
+@njit(cache=True)
+def _f32_to_f16_span(src, out, rounding, overflow, subnormal):
+    """out[i] = fp16(float32 bits src[i]); returns the OR of the statuses (f32bits_narrow's bits and status)."""
+    if rounding == RINT:
+        return _f16_rint(src, out, overflow, subnormal)
+    if rounding == ROUND:
+        return _f16_round(src, out, overflow, subnormal)
+    if rounding == FLOOR:
+        return _f16_floor(src, out, overflow, subnormal)
+    if rounding == CEIL:
+        return _f16_ceil(src, out, overflow, subnormal)
+    if rounding == TRUNC:
+        return _f16_trunc(src, out, overflow, subnormal)
+    return _f16_odd(src, out, overflow, subnormal)
 
 
 def _f32_to_bf16_kernel(rounding):

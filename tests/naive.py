@@ -18,6 +18,7 @@ from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
+from numba import njit
 
 ROUNDINGS = ("rint", "round", "floor", "ceil", "trunc", "odd")
 FORMATS = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -155,6 +156,96 @@ def cast_bits(x, fmt, rounding="rint", overflow_mode="inf_nan", subnormals="keep
     if (nan | infs).any():
         status |= 0x20
     return out.reshape(x.shape), status
+
+
+# ------------------------------------------------------------------ the float32 sweeps' oracle, compiled
+#
+# The same bracketing as ``bracket``/``choose``/``finish``, by float64 arithmetic on the value instead of
+# numpy's casts, so that the 2^32 sweeps spend their time in the kernels: a float32 magnitude (exact in float64)
+# divided by the quantum of its binade (a power of two: exact) is k + f with k an integer and 0 <= f < 1; the
+# representable neighbours are k and k + 1 quanta, and f against 1/2 places the value between them. The pattern
+# of k quanta in binade 2**E (E >= emin, k <= 2**(mt+1)) is (E - emin) * 2**mt + k by the format's definition
+# (a subnormal is E = emin with k < 2**mt; k = 2**(mt+1) is the next binade's first value; Inf's pattern is
+# 2**(emax+1)'s). ``test_compiled_oracle_is_the_numpy_oracle`` ties the two oracles together.
+
+#: (mantissa bits, emin, emax) of the 16-bit formats
+GEOMETRY = {"float16": (10, -14, 15), "bfloat16": (7, -126, 127)}
+EXACT, BELOW_HALF, HALF, ABOVE_HALF = range(4)
+
+
+@njit(cache=True)
+def bracket32(mags, mt, emin, emax, lo, hi, where):
+    """For finite float32 magnitude patterns ``mags``: ``lo``/``hi`` the patterns of the representable
+    magnitudes (``mt`` mantissa bits, exponents ``emin`` .. ``emax``) around each value (equal when exact),
+    ``where`` the value's place between them (EXACT, BELOW_HALF, HALF, ABOVE_HALF); 2**(emax+1) and above
+    bracket as Inf's pattern on both sides."""
+    vals = mags.view(np.float32)
+    quanta = 2 ** mt
+    top = math.ldexp(1.0, emax + 1)
+    inf = (emax + 2 - emin) * quanta
+    E, start, end, scale = emin, 0.0, 0.0, 1.0      # binade 2**E holds [start, end); scale: 1 / its quantum
+    for i in range(mags.size):
+        a = np.float64(vals[i])
+        if a >= top:
+            lo[i] = hi[i] = inf
+            where[i] = EXACT
+            continue
+        if not (start <= a < end):                  # a new binade (runs of values share one)
+            # 2**E <= a < 2**(E+1); emin below 2**emin and for 0 (whose frexp exponent is 0)
+            E = max(math.frexp(a)[1] - 1, emin) if a > 0 else emin
+            start = 0.0 if E == emin else math.ldexp(1.0, E)
+            end = math.ldexp(1.0, E + 1)
+            scale = math.ldexp(1.0, mt - E)
+        n = a * scale                               # a in quanta: exact
+        k = math.floor(n)
+        f = n - k
+        lo[i] = (E - emin) * quanta + np.int64(k)
+        hi[i] = lo[i] + (1 if f > 0 else 0)
+        where[i] = EXACT if f == 0 else (BELOW_HALF if f < 0.5 else (HALF if f == 0.5 else ABOVE_HALF))
+
+
+@njit(cache=True)
+def choose32(lo, hi, where, rounding, negative, mag):
+    """mag[i] = ``choose``'s pick between the bracketed lo[i] and hi[i] for ``rounding`` (an index of
+    ROUNDINGS) and the sign ``negative``."""
+    # one comparison per element, so the loop vectorises: hi when ``where`` reaches ``up_from``, or on a tie
+    # with an odd lo (rint), or whenever lo is even (odd; hi is lo when exact)
+    r = rounding
+    one = np.uint32(1)
+    up_from = np.uint32(3 if r == 0 else 2 if r == 1 else 1 if (r == 2 and negative) or (r == 3 and not negative)
+                        else 4)
+    tie_odd = np.uint32(r == 0)
+    to_odd = np.uint32(r == 5)
+    for i in range(np.uintp(0), np.uintp(mag.size)):   # unsigned: no wraparound test, so it vectorises
+        w = np.uint32(where[i])
+        lw = np.uint32(lo[i])
+        odd = lw & one
+        up = np.uint32(w >= up_from) | (tie_odd & np.uint32(w == 2) & odd) | (to_odd & (one - odd))
+        mag[i] = lw + up * (np.uint32(hi[i]) - lw)
+
+
+@njit(cache=True)
+def check32(mag, got, rounding, negative, saturate, flush, mt, inf):
+    """Compare ``got`` (16-bit patterns a kernel gave, with the sign ``negative``) with ``finish`` of the
+    chosen magnitudes ``mag``. Returns (whether any differs, whether any value overflowed)."""
+    r = rounding
+    # IEEE overflow goes to Inf when the rounding is away from zero, else to the largest finite value
+    to_inf = r <= 1 or (r == 3 and not negative) or (r == 2 and negative)
+    big = np.uint32(inf - 1 if (saturate or not to_inf) else inf)
+    sign = np.uint32(0x8000 if negative else 0)
+    least = np.uint32(2 ** mt if flush else 0)     # results below it are flushed to zero
+    inf = np.uint32(inf)
+    zero = np.uint32(0)
+    diff = zero
+    over = zero
+    for i in range(np.uintp(0), np.uintp(got.size)):   # unsigned: no wraparound test, so it vectorises
+        m = np.uint32(mag[i])
+        o = m == inf
+        over |= np.uint32(o)
+        m = big if o else m
+        m = m if m >= least else zero
+        diff |= np.uint32(got[i]) ^ (m | sign)
+    return diff != 0, over != 0
 
 
 def is_nan_bits(b, fmt):

@@ -15,18 +15,20 @@ import naive
 from ascend_emu import AscendEmuError
 from ascend_emu.numerics import policy as config
 from ascend_emu.kernels import cast as kc
+from ascend_emu.kernels import cube as kcube
+from ascend_emu.kernels.cube import epilogue as kepi
 from ascend_emu.numerics import cast
 
 ROUNDINGS = naive.ROUNDINGS
 FMTS = ("float16", "bfloat16")
-CONFIGS = [(r, ov, "keep") for r in ROUNDINGS for ov in ("inf_nan", "saturation")] + [
-    (r, "inf_nan", "flush") for r in ROUNDINGS]
+MODES = (("inf_nan", "keep"), ("saturation", "keep"), ("inf_nan", "flush"))   # (overflow, subnormals)
+CONFIGS = [(r, ov, sub) for ov, sub in MODES for r in ROUNDINGS]
 
 RC, OC, SC = config.ROUNDING_MODES, config.OVERFLOW_MODES, config.SUBNORMAL_MODES
 
-N_CHUNKS = 32                 # 2**31 magnitudes, each chunk also runs their negatives
-CHUNK = 2 ** 31 // N_CHUNKS
-SLICE = 2 ** 24
+# chunks of the 2**31 magnitudes (each also runs their negatives): 5-6 s each on one core
+N_CHUNKS = {"float16": 64, "bfloat16": 32}
+SLICE = 2 ** 18                # small enough for the kernels' and the oracle's arrays to stay in cache
 
 
 def _assert_bits(got, want, fmt, what, x=None):
@@ -38,58 +40,166 @@ def _assert_bits(got, want, fmt, what, x=None):
                              f"got {np.asarray(got).view(np.uint16).ravel()[i]} want {np.asarray(want).ravel()[i]}")
 
 
-def _check_slice(mags, fmt, out):
-    """Every config, both signs, for one slice of float32 magnitude patterns.
+@njit   # not cached: Numba's cache would keep the kernel's code as it was when this was first compiled
+def _fixpipe(src, out, stat, bf16):
+    """out[i], stat[i] = the cube's Fixpipe conversion (rint, inf_nan, keep) of float32 bits src[i]."""
+    vals = src.view(np.float32)
+    for i in range(src.size):
+        out[i], stat[i] = kcube.to16(vals[i], bf16, 0, 0)
 
-    Calls the array kernel directly into a reused buffer (the ``cast`` wrapper is
-    covered by the other tests) so the sweep's time goes into the comparison.
-    """
+
+@njit(cache=True)
+def _statuses_are_overflows(out, stat, inf):
+    """Whether stat[i] is 0x100 exactly where out[i] is +-Inf (the pattern ``inf`` with either sign)."""
+    for i in range(out.size):
+        if stat[i] != (0x100 if (out[i] & 0x7FFF) == inf else 0):
+            return False
+    return True
+
+
+def _epilogue(src, out, fmt, ov):
+    """The fused cube ops' one-pass epilogue with an empty chain: its own rounding of float32 bits src."""
+    n = src.size
+    res = out
+    if n % 16:   # it takes (rows, 16) blocks: zeros (rounded to +0, no status) fill the last row
+        src = np.concatenate([src, np.zeros(16 - n % 16, np.uint32)])
+        res = np.empty(src.size, np.uint16)
+    kind = kepi.OUT_F16 if fmt == "float16" else kepi.OUT_BF16
+    st = kepi.epilogue(src.view(np.float32), False, src.size // 16, 16, 128, np.zeros((0, 5), np.int64),
+                       np.zeros((1, 2048), np.float32), (np.zeros(1, np.float32),), (np.zeros(1, np.uint16),),
+                       np.zeros(1, np.int64), res, np.zeros(1, np.float32), kind, OC[ov], kepi.HW_HALF, 0x100)
+    out[:n] = res[:n]
+    return st
+
+
+def _kernels(fmt, rounding, ov, sub):
+    """(name, run) of every kernel rounding float32 to ``fmt`` in this mode; run(src, out, stat) returns the
+    OR of the statuses, or None when it wrote one per element into stat."""
     bf16 = fmt == "bfloat16"
-    finite = mags < 0x7F800000
-    if not finite.all():  # the slice holding Inf and the NaNs: the general oracle handles them
-        for negative in (False, True):
-            x = (mags | np.uint32(0x80000000) if negative else mags).view(np.float32)
-            for rounding, ov, sub in CONFIGS:
-                got, st = cast(x, fmt, rounding, ov, sub)
-                want, wst = naive.cast_bits(x, fmt, rounding, ov, sub)
-                _assert_bits(got, want, fmt, f"{fmt} {rounding} {ov} {sub}", x)
-                assert st == wst, (fmt, rounding, ov, sub, hex(st), hex(wst))
-        return
-    lo, hi, rne, tie = naive.bracket(mags.view(np.float32), fmt)
+    ks = [("cast", lambda u, o, s: kc.cast_f32_to_16(u, o, bf16, RC[rounding], OC[ov], SC[sub]))]
+    if rounding == "rint" and not bf16 and kc.HW_HALF:  # the hardware path cast() takes
+        ks.append(("cast hw", lambda u, o, s: kc.cast_f32_to_f16_rint_hw(u, o, OC[ov], SC[sub])))
+    if rounding == "rint" and sub == "keep":
+        ks.append(("epilogue", lambda u, o, s: _epilogue(u, o, fmt, ov)))
+        if ov == "inf_nan":
+            ks.append(("fixpipe", lambda u, o, s: _fixpipe(u, o, s, bf16)))
+    return ks
+
+
+def _check_slice(mags, fmt, out):
+    """Every config, both signs, for float32 magnitude patterns: every kernel of ``_kernels`` against the oracle.
+
+    Finite magnitudes go through the compiled oracle (naive.bracket32, choose32, check32), Inf and NaN through the
+    general one; the kernels are called directly into reused buffers (the ``cast`` wrapper is covered by
+    the other tests and by the Inf/NaN patterns) so the sweep's time goes into the comparison.
+    """
+    special = mags[mags >= 0x7F800000]
+    if special.size:
+        _check_specials(special, fmt)
+        mags = mags[mags < 0x7F800000]
+        out = out[:mags.size]
+    mt, emin, emax = naive.GEOMETRY[fmt]
+    inf = (emax + 2 - emin) << mt
+    n = mags.size
+    lo, hi, where = np.empty(n, np.uint16), np.empty(n, np.uint16), np.empty(n, np.uint8)
+    naive.bracket32(mags, mt, emin, emax, lo, hi, where)
+    stat, mag = np.empty(n, np.int32), np.empty(n, np.uint16)
     for negative in (False, True):
         u = mags | np.uint32(0x80000000) if negative else mags
+        for rounding in ROUNDINGS:
+            naive.choose32(lo, hi, where, ROUNDINGS.index(rounding), negative, mag)
+            for ov, sub in MODES:
+                for name, kernel in _kernels(fmt, rounding, ov, sub):
+                    st = kernel(u, out, stat)
+                    bad, over = naive.check32(mag, out, ROUNDINGS.index(rounding), negative, ov == "saturation",
+                                              sub == "flush", mt, inf)
+                    what = f"{fmt} {rounding} {ov} {sub} negative={negative} {name}"
+                    if bad:
+                        pick = naive.choose(rounding, negative, *naive.bracket(mags.view(np.float32), fmt))
+                        want, _ = naive.finish(pick, rounding, negative, fmt, ov, sub)
+                        _assert_bits(out, want, fmt, what, u.view(np.float32))
+                        raise AssertionError(f"{what}: the compiled oracle differs, the numpy one does not")
+                    if st is None:  # one status per element: 0x100 exactly where the value overflowed (to Inf)
+                        assert _statuses_are_overflows(out, stat, inf), what
+                    else:
+                        assert st == (0x100 if over else 0), (what, hex(st))
+
+
+def _check_specials(mags, fmt):
+    """Inf and NaN magnitudes, both signs, every config: cast() against the general oracle, and the Fixpipe
+    conversion bit for bit as the cast kernel (status 0x20 on each); the epilogue declines them (the caller's
+    path then runs the cast)."""
+    bf16 = fmt == "bfloat16"
+    out, ref, stat = (np.empty(mags.size, t) for t in (np.uint16, np.uint16, np.int32))
+    for negative in (False, True):
+        x = (mags | np.uint32(0x80000000) if negative else mags).view(np.float32)
         for rounding, ov, sub in CONFIGS:
-            mag = naive.choose(rounding, negative, lo, hi, rne, tie)
-            want, over = naive.finish(mag, rounding, negative, fmt, ov, sub)
-            kernels = [lambda: kc.cast_f32_to_16(u, out, bf16, RC[rounding], OC[ov], SC[sub])]
-            if rounding == "rint" and not bf16 and kc.HW_HALF:  # the hardware path cast() takes
-                kernels.append(lambda: kc.cast_f32_to_f16_rint_hw(u, out, OC[ov], SC[sub]))
-            for k, kernel in enumerate(kernels):
-                st = kernel()
-                if not np.array_equal(out, want):
-                    _assert_bits(out, want, fmt, f"{fmt} {rounding} {ov} {sub} negative={negative} kernel {k}",
-                                 u.view(np.float32))
-                assert st == (0x100 if over else 0), (fmt, rounding, ov, sub, negative, k, hex(st))
+            got, st = cast(x, fmt, rounding, ov, sub)
+            want, wst = naive.cast_bits(x, fmt, rounding, ov, sub)
+            _assert_bits(got, want, fmt, f"{fmt} {rounding} {ov} {sub}", x)
+            assert st == wst, (fmt, rounding, ov, sub, hex(st), hex(wst))
+        _fixpipe(x.view(np.uint32), out, stat, bf16)
+        kc.cast_f32_to_16(x.view(np.uint32), ref, bf16, RC["rint"], OC["inf_nan"], SC["keep"])
+        assert np.array_equal(out, ref) and (stat == 0x20).all(), (fmt, negative)
 
 
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("chunk", range(N_CHUNKS))
-@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("fmt, chunk", [(fmt, c) for fmt in FMTS for c in range(N_CHUNKS[fmt])],
+                         ids=[f"{fmt}-{c}" for fmt in FMTS for c in range(N_CHUNKS[fmt])])
 def test_f32_to_16_every_pattern(fmt, chunk):
+    """Every float32 pattern through every kernel that rounds float32 to fp16 / bf16 (``_kernels``: the cast
+    in each mode, its hardware rint path, the cube's Fixpipe conversion and the fused epilogue's rounding)."""
+    size = 2 ** 31 // N_CHUNKS[fmt]
     out = np.empty(SLICE, dtype=np.uint16)
-    for start in range(chunk * CHUNK, (chunk + 1) * CHUNK, SLICE):
+    for start in range(chunk * size, (chunk + 1) * size, SLICE):
         _check_slice(np.arange(start, start + SLICE, dtype=np.uint32), fmt, out)
 
 
-def test_f32_to_16_slice_sampler():
-    """A quick stand-in for the exhaustive sweep: dense windows around every binade edge."""
+def _windows():
+    """Dense windows of float32 magnitude patterns around every third binade edge and below Inf."""
     edges = []
     for e in range(0, 256, 3):
         base = e << 23
         edges.append(np.arange(max(base - 2048, 0), min(base + 2048, 0x7FFFFFFF), dtype=np.uint32))
-    mags = np.unique(np.concatenate(edges + [np.arange(0x7F7FF000, 0x7F800000, dtype=np.uint32)]))
+    return np.unique(np.concatenate(edges + [np.arange(0x7F7FF000, 0x7F800000, dtype=np.uint32)]))
+
+
+def test_f32_to_16_slice_sampler():
+    """A quick stand-in for the exhaustive sweep: dense windows around every binade edge."""
+    mags = _windows()
     for fmt in FMTS:
         _check_slice(mags, fmt, np.empty(mags.size, dtype=np.uint16))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_compiled_oracle_is_the_numpy_oracle(fmt):
+    """The sweep's compiled oracle (naive.bracket32, choose32, check32) decides as the numpy one (bracket, choose,
+    finish) on dense windows and on every value and midpoint of the format that float32 holds; check32 finds a
+    one-bit change."""
+    t = naive.TABLES[fmt]
+    inf = naive._PARAMS[fmt][0]
+    mids = t["mid32"][:inf][t["mid32"][:inf].astype(np.float64) == t["mid64"][:inf]]
+    mags = np.unique(np.concatenate([_windows(), t["val32"][:inf].view(np.uint32), mids.view(np.uint32)]))
+    mags = mags[mags < 0x7F800000]
+    mt, emin, emax = naive.GEOMETRY[fmt]
+    lo, hi, where = np.empty(mags.size, np.uint16), np.empty(mags.size, np.uint16), np.empty(mags.size, np.uint8)
+    naive.bracket32(mags, mt, emin, emax, lo, hi, where)
+    L, H, rne, tie = naive.bracket(mags.view(np.float32), fmt)
+    assert np.array_equal(lo, L) and np.array_equal(hi, H) and np.array_equal(where == naive.HALF, tie)
+    assert (where == naive.HALF).sum() == mids.size and (where == naive.EXACT).sum() >= inf
+    mag = np.empty(mags.size, np.uint16)
+    for negative in (False, True):
+        for r, rounding in enumerate(ROUNDINGS):
+            naive.choose32(lo, hi, where, r, negative, mag)
+            assert np.array_equal(mag, naive.choose(rounding, negative, L, H, rne, tie)), (rounding, negative)
+            for ov, sub in MODES:
+                want, over = naive.finish(mag, rounding, negative, fmt, ov, sub)
+                args = (r, negative, ov == "saturation", sub == "flush", mt, inf)
+                assert naive.check32(mag, want, *args) == (False, over), (rounding, negative, ov, sub)
+                for i in (0, mags.size // 2, mags.size - 1):
+                    bent = want.copy()
+                    bent[i] ^= 1
+                    assert naive.check32(mag, bent, *args)[0], (rounding, negative, ov, sub, i)
 
 
 @pytest.mark.parametrize("fmt", FMTS)

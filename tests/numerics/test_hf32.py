@@ -19,7 +19,7 @@ RC, OC, SC = config.ROUNDING_MODES, config.OVERFLOW_MODES, config.SUBNORMAL_MODE
 HF32_MAX = (2.0 - 2.0 ** -10) * 2.0 ** 127
 N_CHUNKS = 16                    # over the 2**31 magnitudes; each chunk also runs their negatives
 CHUNK = 2 ** 31 // N_CHUNKS
-SLICE = 2 ** 22
+SLICE = 2 ** 17                  # the kernel's twelve outputs of a slice stay in cache
 
 
 @njit(cache=True)
@@ -29,6 +29,16 @@ def grid(v: float):
     _, e = math.frexp(v)                             # v = m 2^e with 0.5 <= m < 1: v's binade is 2^(e-1)
     q = math.ldexp(1.0, max(e - 1, -126) - 10)
     return v / q, q                                  # exact: a power-of-two scaling
+
+
+@njit(cache=True)
+def binade(v: float):
+    """[start, end): the values ``grid`` gives v's quantum (v's binade; all below 2^-125 for the subnormals'
+    shared one)."""
+    _, e = math.frexp(v)
+    if e - 1 <= -126:
+        return 0.0, math.ldexp(1.0, -125)
+    return math.ldexp(1.0, e - 1), math.ldexp(1.0, e)
 
 
 @njit(cache=True)
@@ -56,9 +66,16 @@ def mismatches(mags, got):
     want = np.empty(1, dtype=np.float32)
     wbits = want.view(np.uint32)
     over = np.zeros(3, dtype=np.bool_)
+    start, end, q = 0.0, 0.0, 1.0                    # grid's quantum q is that of every value in [start, end)
     for i in range(mags.size):
         v = np.float64(vals[i])
-        n, q = grid(v) if v != 0.0 else (0.0, 1.0)
+        if start <= v < end:                         # runs of values share a binade: grid's division alone
+            n = v / q
+        elif v != 0.0:
+            n, q = grid(v)
+            start, end = binade(v)
+        else:
+            n, q = 0.0, 1.0
         for r in range(3):
             x = oracle(n, q, r)
             for s in range(2):
