@@ -94,13 +94,27 @@ def _finish(r, overflow, flush):
 
 
 @njit(cache=True, error_model="numpy")
+def _flush_in(a):
+    """Input flush: a subnormal float32 becomes a zero of its sign."""
+    return a * np.float32(0.0) if abs(a) < _F32_TINY else a
+
+
+@njit(cache=True, error_model="numpy")
 def _exp_span_flush(x, out, overflow):
-    """exp_span under subnormal flushing (inputs and results): element by element."""
+    """exp_span under subnormal flushing (inputs and results): exp_span's two passes on the flushed inputs,
+    then a pass for the overflow mode and the output flush (each pass a loop LLVM vectorises)."""
+    unsure = np.int64(0)
+    for i in range(out.size):
+        r, sure = exp_fast(_flush_in(x[i]))
+        out[i] = r if sure else _NAN32
+        unsure += np.int64(not sure)
+    if unsure:
+        for i in range(out.size):
+            if out[i] != out[i]:
+                out[i] = np.float32(math.exp(np.float64(_flush_in(x[i]))))
     bad = np.int64(0)
     for i in range(out.size):
-        a = x[i]
-        a = a * np.float32(0.0) if abs(a) < _F32_TINY else a
-        f, b = _finish(exp_f32_64(a), overflow, True)
+        f, b = _finish(out[i], overflow, True)
         out[i] = f
         bad |= np.int64(b)
     return bad

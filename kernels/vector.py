@@ -194,6 +194,22 @@ _add16, _sub16, _mul16, _div16 = (_arith16_kernel(op) for op in (ADD, SUB, MUL, 
 
 
 @njit(cache=True, error_model="numpy")
+def _sqdiff16(x, y, out, bf16, overflow, subnormal):
+    """out[i] = round16(d * d), d = round16(x[i] - y[i]): TBE's vsub then vmul, each rounded (the _sub16 and
+    _mul16 steps composed); returns the OR of statuses."""
+    mt, bias, eb = fmt16(bf16)
+    acc = np.int64(0)
+    for i in range(out.size):
+        d, s1 = round16_f32(bits16_to_f32(x[i], bf16, subnormal) - bits16_to_f32(y[i], bf16, subnormal), mt, bias,
+                            eb, overflow, subnormal)
+        t = bits16_to_f32(np.uint16(d), bf16, subnormal)
+        r, s2 = round16_f32(t * t, mt, bias, eb, overflow, subnormal)
+        out[i] = np.uint16(r)
+        acc |= s1 | s2
+    return acc
+
+
+@njit(cache=True, error_model="numpy")
 def _arith16_span(op, x, y, out, bf16, overflow, subnormal):
     """out[i] = round16(x[i] op y[i]) for op in + - * / (float32 evaluation); returns the OR of statuses."""
     if op == ADD:
@@ -309,18 +325,14 @@ def _binary16_span(op, x, y, out, bf16, overflow, subnormal, use64):
     """out[i] = round16(x[i] op y[i]) for any binary op; returns the OR of statuses."""
     if op <= REALDIV:
         return _arith16_span(op, x, y, out, bf16, overflow, subnormal)
+    if op == SQUARED_DIFFERENCE:    # a loop of its own, which LLVM vectorises
+        return _sqdiff16(x, y, out, bf16, overflow, subnormal)
     mt, bias, eb = fmt16(bf16)
     acc = np.int64(0)
     for i in range(out.size):
         a = bits16_to_f32(x[i], bf16, subnormal)
         c = bits16_to_f32(y[i], bf16, subnormal)
-        if op == SQUARED_DIFFERENCE:
-            # two vector instructions, as TBE composes it: vsub, then vmul, each rounded
-            d, s1 = round16_f32(a - c, mt, bias, eb, overflow, subnormal)
-            t = bits16_to_f32(d, bf16, subnormal)
-            b, s = round16_f32(t * t, mt, bias, eb, overflow, subnormal)
-            s |= s1
-        elif op == POW and use64:
+        if op == POW and use64:
             v = eval_binary64(op, np.float64(a), np.float64(c))
             b, s = round16_f64(v, mt, bias, eb, overflow, subnormal)
         else:

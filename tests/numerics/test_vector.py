@@ -1,9 +1,7 @@
 """Vector unit and reductions against the float64 models in tests/naive.py, bit for bit.
 
-The exhaustive tests run every pair of fp16 operands (2**32) through add and mul
-against "compute in float64, round once" (numpy's float64 -> float16 cast, which is
-correctly rounded; a sum or product of two fp16 values is exact in float64), in both
-overflow modes. Every fp16 and every bf16 input goes through every unary op.
+Every fp16 and every bf16 input goes through every unary op; every pair of fp16 operands
+(2**32) goes through add, mul and SquaredDifference in test_fp16_pairs.py.
 """
 from __future__ import annotations
 
@@ -41,81 +39,6 @@ def _rand_bits(rng, n, fmt):
     raw = rng.integers(0, 65536, n, dtype=np.uint16)
     tame = (rng.standard_normal(n) * 4).astype(naive.FORMATS[fmt]).view(np.uint16)
     return np.where(rng.random(n) < 0.5, raw, tame).astype(np.uint16)
-
-
-# ------------------------------------------------------------------ exhaustive: every fp16 pair
-
-N_PAIR_CHUNKS = 32
-A_PER_SLICE = 256
-
-
-def _pair_slices(chunk):
-    """Chunk ``chunk`` of all fp16 pairs, a slice at a time: ``(start, av, a, b, out)`` with ``a`` the
-    patterns ``av`` (from ``start``) each repeated 65,536 times, ``b`` every pattern as often, ``out`` a
-    buffer of their size (reused)."""
-    b = np.tile(ALL16, A_PER_SLICE)
-    out = np.empty(b.size, dtype=np.uint16)
-    per_chunk = 65536 // N_PAIR_CHUNKS
-    for start in range(chunk * per_chunk, (chunk + 1) * per_chunk, A_PER_SLICE):
-        av = np.arange(start, start + A_PER_SLICE, dtype=np.uint16)
-        yield start, av, np.repeat(av, 65536), b, out
-
-
-@pytest.mark.exhaustive
-@pytest.mark.parametrize("chunk", range(N_PAIR_CHUNKS))
-@pytest.mark.parametrize("op", ["add", "mul"])
-def test_fp16_every_pair(op, chunk):
-    """Kernel driven directly into reused buffers (the wrapper is covered below)."""
-    code, ufunc = {"add": (kv.ADD, np.add), "mul": (kv.MUL, np.multiply)}[op]
-    val = naive.TABLES["float16"]["val64"]
-    for start, av, a, b, out in _pair_slices(chunk):
-        with np.errstate(all="ignore"):
-            want = ufunc(val[av][:, None], val[None, :]).astype(np.float16).view(np.uint16).ravel()
-        nonfinite = bool(((want & 0x7FFF) >= 0x7C00).any())
-        sat = naive.saturate_bits(want, "float16")
-        for overflow, expect in ((0, want), (1, sat)):
-            kernels = [lambda: kv.binary16(code, a, b, out, False, overflow, 0, True)]
-            if HW_HALF:  # the hardware-conversion path vector() takes on this host
-                kernels.append(lambda: kv.arith_f16_hw(code, a, b, out, overflow, 0))
-            for k, kernel in enumerate(kernels):
-                st = kernel()
-                if not np.array_equal(out, expect):
-                    _assert_bits(out, expect, "float16", f"{op} overflow={overflow} kernel {k} a={start}..")
-                assert bool(st) == nonfinite
-
-
-@pytest.mark.exhaustive
-@pytest.mark.parametrize("chunk", range(N_PAIR_CHUNKS))
-def test_fp16_squared_difference_every_pair(chunk):
-    """fp16(d * d) with d = fp16(a - b) (saturated first in saturation mode), against float64 rounded twice."""
-    val = naive.TABLES["float16"]["val64"]
-    with np.errstate(all="ignore"):
-        val32 = val.astype(np.float32)      # every fp16 value, exactly
-    for start, av, a, b, out in _pair_slices(chunk):
-        with np.errstate(all="ignore"):
-            d = (val[av][:, None] - val[None, :]).astype(np.float16).view(np.uint16).ravel()
-            # d * d of an fp16 d is exact in float32 (at most 22 significant bits, 2^-48 .. 2^32), so rounding
-            # it to fp16 from float32 is the one rounding float64 would give
-            sq_d = np.square(val32[d]).astype(np.float16).view(np.uint16)
-        for overflow in (0, 1):
-            dd = naive.saturate_bits(d, "float16") if overflow else d
-            sq = sq_d
-            if overflow:    # saturation changes only the d that are Inf: square those again
-                moved = dd != d
-                sq = sq_d.copy()
-                with np.errstate(all="ignore"):
-                    sq[moved] = np.square(val32[dd[moved]]).astype(np.float16).view(np.uint16)
-            expect = naive.saturate_bits(sq, "float16") if overflow else sq
-            nonfinite = bool(((d & 0x7FFF) >= 0x7C00).any() or ((sq & 0x7FFF) >= 0x7C00).any())
-            kernels = [lambda: kv.binary16(kv.SQUARED_DIFFERENCE, a, b, out, False, overflow, 0, True)]
-            if HW_HALF:  # the hardware-conversion path vector() takes on this host
-                kernels.append(lambda: kv.arith_f16_hw(kv.SQUARED_DIFFERENCE, a, b, out, overflow, 0))
-            for k, kernel in enumerate(kernels):
-                st = kernel()
-                if not np.array_equal(out, expect):
-                    _assert_bits(out, expect, "float16", f"squared_difference overflow={overflow} kernel {k} "
-                                 f"a={start}..")
-                assert bool(st) == nonfinite
 
 
 @pytest.mark.skipif(not HW_HALF, reason="no hardware fp16 conversions on this host")
