@@ -23,7 +23,15 @@ demo: $(STAMP)
 # oversubscribed machine wait on each other (measured: 27% faster on the training and fusion tests)
 TESTENV := NUMBA_NUM_THREADS=1
 
-test: $(STAMP)
+# the kernels' type signatures (ascend_emu/data/kernel_signatures.json) compiled into Numba's cache once, split
+# over the cores: otherwise every pytest worker compiles the same kernels at the start (ascend_emu/tools/warmup.py).
+# A failure only costs time: the kernels then compile on first use.
+WARM := $(VENV)/.warmed
+$(WARM): $(STAMP) $(wildcard kernels/*.py kernels/cube/*.py) ascend_emu/data/kernel_signatures.json
+	$(PY) -m ascend_emu.tools.warmup --jobs $(JOBS) || echo "kernel warm-up failed: the kernels compile on first use"
+	touch $(WARM)
+
+test: $(WARM)
 	$(TESTENV) $(PY) -m pytest -n $(JOBS) -p no:cacheprovider -q -m "not zoo" --durations=40
 
 # keras-hub for the zoo's BERT and GPT-2 backbones (not in `make test`: it brings ~260 MB of tensorflow-text)

@@ -19,7 +19,6 @@ import json
 import os
 import pickle
 import pkgutil
-import re
 import subprocess
 import sys
 import time
@@ -30,8 +29,6 @@ MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
                         "kernel_signatures.json")
 FORMAT = 1
 _MAX_MANIFEST_BYTES = 8 << 20
-#: what a signature's text may contain: numba type constructors, names, numbers, quotes and punctuation
-_SIG_TEXT = re.compile(r"^[A-Za-z0-9_ ,()'=.\[\]-]*$")
 
 
 # ------------------------------------------------------------------------------------------- the kernels
@@ -98,13 +95,29 @@ def _types_namespace() -> dict:
 
 
 def parse_signature(text: str, ns: dict | None = None) -> tuple:
-    """A signature from its ``repr``: numba type constructors only (checked character by character first)."""
-    if not isinstance(text, str) or len(text) > 4000 or not _SIG_TEXT.match(text) or "__" in text:
+    """A signature from its ``repr``: a tuple of numba type constructors, names and constants only (the syntax
+    tree is checked node by node before anything is evaluated)."""
+    import ast
+
+    ns = ns or _types_namespace()
+    if not isinstance(text, str) or len(text) > 4000:
         raise ValueError("not a signature")
-    sig = eval(text, {"__builtins__": {}}, ns or _types_namespace())   # noqa: S307 - the names are numba's types
-    if not isinstance(sig, tuple):
-        raise ValueError("not a signature")
-    return sig
+    tree = ast.parse(text, mode="eval")
+    if not isinstance(tree.body, ast.Tuple):
+        raise ValueError("not a signature: a tuple of types")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id not in ns:
+                raise NameError(f"{node.id!r} is not a numba type")
+        elif isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                raise ValueError("not a signature: calls of type names only")
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, (int, str, bool, type(None))):
+                raise ValueError("not a signature: a constant of another kind")
+        elif not isinstance(node, (ast.Expression, ast.Tuple, ast.keyword, ast.Load)):
+            raise ValueError(f"not a signature: {type(node).__name__}")
+    return eval(compile(tree, "<signature>", "eval"), {"__builtins__": {}}, ns)   # noqa: S307 - checked above
 
 
 def record(cache_dirs=None, path: str = MANIFEST, stream=None) -> int:
