@@ -69,9 +69,8 @@ def _emulated_steps(build, keras, data, batch, steps) -> list[float]:
     return [b - a for a, b in zip(starts, starts[1:])]
 
 
-def _tf_steps(build, keras, data, batch, steps) -> list[float]:
-    m = build(keras)
-    x, y = data
+def _tob_times(m, x, y, batch, steps) -> list[float]:
+    """``train_on_batch`` step times of ``m`` after three warm-up calls, the batches taken in turn."""
     for i in range(3):
         m.train_on_batch(x[:batch], y[:batch])
     ts = []
@@ -81,6 +80,11 @@ def _tf_steps(build, keras, data, batch, steps) -> list[float]:
         m.train_on_batch(x[sl], y[sl])
         ts.append(time.perf_counter() - t)
     return ts
+
+
+def _tf_steps(build, keras, data, batch, steps) -> list[float]:
+    x, y = data
+    return _tob_times(build(keras), x, y, batch, steps)
 
 
 def _keras_steps(build, keras, data, batch, steps, emulated: bool) -> tuple[list[float], float]:
@@ -95,14 +99,7 @@ def _keras_steps(build, keras, data, batch, steps, emulated: bool) -> tuple[list
     x, y = data
     ctx = ae.emulate("allow_mix_precision", loss_scale="dynamic") if emulated else contextlib.nullcontext()
     with ctx:
-        for i in range(3):
-            m.train_on_batch(x[:batch], y[:batch])
-        ts = []
-        for i in range(steps):
-            sl = slice((i * batch) % len(x), (i * batch) % len(x) + batch)
-            t = time.perf_counter()
-            m.train_on_batch(x[sl], y[sl])
-            ts.append(time.perf_counter() - t)
+        ts = _tob_times(m, x, y, batch, steps)
         m.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
         t = time.perf_counter()
         m.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
