@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import pkgutil
+import re
 import subprocess
 import sys
 import time
@@ -263,14 +264,22 @@ def main(argv=None) -> int:
     p.add_argument("--manifest", default=MANIFEST)
     p.add_argument("--jobs", type=int, default=None)
     a = p.parse_args(argv)
-    if a.record:
-        record(path=a.manifest)
-    elif a.share:
-        i, n = (int(v) for v in a.share.split("/"))
-        done, skipped = compile_share(i, n, a.manifest)
-        print(done, skipped)
-    else:
-        warmup(a.jobs, path=a.manifest)
+    try:
+        if a.record:
+            record(path=a.manifest)
+        elif a.share:
+            m = re.fullmatch(r"(\d{1,3})/(\d{1,3})", a.share)
+            if not m or not int(m[1]) < int(m[2]):
+                raise AscendEmuError(f"--share takes I/N with 0 <= I < N, got {a.share!r}")
+            done, skipped = compile_share(int(m[1]), int(m[2]), a.manifest)
+            print(done, skipped)
+        else:
+            if a.jobs is not None and a.jobs < 1:
+                raise AscendEmuError(f"--jobs must be at least 1, got {a.jobs}")
+            warmup(a.jobs, path=a.manifest)
+    except AscendEmuError as e:
+        print(f"python -m ascend_emu.tools.warmup: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

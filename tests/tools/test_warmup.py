@@ -110,3 +110,13 @@ def test_jobs_below_one_is_refused(capsys):
     assert main(["warmup", "--jobs", "0"]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["ascend-emu: error: --jobs must be at least 1, got 0"]
+
+
+@pytest.mark.parametrize("argv,msg", [(["--share", "5/2"], "--share takes I/N with 0 <= I < N"),
+                                      (["--share", "x"], "--share takes I/N"),
+                                      (["--jobs", "0"], "--jobs must be at least 1"),
+                                      (["--manifest", "/nonexistent/sigs.json"], "not found; make it with")])
+def test_the_module_entry_point_says_one_line(argv, msg, capsys):
+    assert wu.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m ascend_emu.tools.warmup: error: ") and msg in err[0]
