@@ -228,8 +228,10 @@ def warmup(jobs: int | None = None, stream=None, path: str = MANIFEST) -> dict:
     """Compile the manifest's signatures in ``jobs`` processes at once (default: the cores); returns the
     seconds and the counts."""
     stream = stream or sys.stdout
+    if jobs is not None and jobs < 1:
+        raise AscendEmuError(f"--jobs must be at least 1, got {jobs}")
     rows = load_manifest(path)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, 16))
+    jobs = min(jobs or os.cpu_count() or 1, 16)
     t0 = time.perf_counter()
     print(f"compiling {len(rows)} kernel signatures into Numba's cache in {jobs} process(es) "
           "(once per install; later runs load them)", file=stream, flush=True)
@@ -274,8 +276,6 @@ def main(argv=None) -> int:
             done, skipped = compile_share(int(m[1]), int(m[2]), a.manifest)
             print(done, skipped)
         else:
-            if a.jobs is not None and a.jobs < 1:
-                raise AscendEmuError(f"--jobs must be at least 1, got {a.jobs}")
             warmup(a.jobs, path=a.manifest)
     except AscendEmuError as e:
         print(f"python -m ascend_emu.tools.warmup: error: {e}", file=sys.stderr)
