@@ -16,7 +16,14 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test,dask]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# the demo's own kernel signatures (ascend_emu/data/demo_signatures.json) compiled first, split over the cores:
+# a first demo is mostly Numba compiling (ascend_emu/tools/warmup.py). A failure only costs time.
+DEMO_WARM := $(VENV)/.warmed-demo
+$(DEMO_WARM): $(STAMP) $(wildcard kernels/*.py kernels/cube/*.py) ascend_emu/data/demo_signatures.json
+	$(PY) -m ascend_emu.tools.warmup --demo --jobs $(JOBS) || echo "kernel warm-up failed: the kernels compile on first use"
+	touch $(DEMO_WARM)
+
+demo: $(DEMO_WARM)
 	$(VENV)/bin/ascend-emu demo
 
 # one Numba thread per pytest worker: JOBS workers already fill the cores, and parallel kernels on an

@@ -253,9 +253,9 @@ def cmd_demo(a):
 
 
 def cmd_warmup(a):
-    from ..tools.warmup import warmup
+    from ..tools.warmup import DEMO_MANIFEST, MANIFEST, warmup
 
-    warmup(a.jobs)
+    warmup(a.jobs, path=DEMO_MANIFEST if a.demo else MANIFEST)
     return 0
 
 

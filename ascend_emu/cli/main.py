@@ -264,8 +264,9 @@ def build_parser():
              "ascend-emu demo --out demo-output")
     sp.add_argument("--out", default="demo-output", help="output directory (default demo-output)")
     sp = add("warmup", cmd_warmup, "compile the kernels a first run needs into Numba's cache, in parallel processes "
-             "(make demo and make test run it after installing)", "ascend-emu warmup --jobs 2")
-    sp.add_argument("--jobs", "-j", type=int, default=None, help="processes at once (default: the cores, at most 2)")
+             "(make test runs it after installing, make demo with --demo)", "ascend-emu warmup --jobs 2")
+    sp.add_argument("--jobs", "-j", type=int, default=None, help="processes at once (default: the cores, at most 16)")
+    sp.add_argument("--demo", action="store_true", help="only the kernels `ascend-emu demo` compiles")
     sp = add("random-errors", cmd_random_errors, "run a model N times with different run seeds (deterministic off) "
              "and find the first op where the runs differ", "ascend-emu random-errors model.keras --runs 2 "
              "--precision-mode must_keep_origin_dtype   (or --data train.npz --steps 20 --runs 4 --report re.html)")

@@ -6,8 +6,10 @@ the compilation: most of a first ``ascend-emu demo`` (benchmarks/RESULTS.md, ses
 every pytest worker compiles what it needs, the same kernels on each worker at about the same time.
 
 ``ascend_emu/data/kernel_signatures.json`` lists the type signatures the test suite and the demo compile (made by
-``python -m ascend_emu.tools.warmup --record`` from a cache those runs filled). The warm-up compiles each of them
-once: the list split by kernel module over ``jobs`` processes, balanced by the size of the compiled code. No
+``python -m ascend_emu.tools.warmup --record`` from a cache those runs filled); ``demo_signatures.json`` those of
+``ascend-emu demo`` alone (``--record-demo`` runs the demo with an empty cache of its own and lists what it
+compiled), which ``make demo`` compiles first (``--demo``). The warm-up compiles each of them
+once: whole kernel modules handed out to ``jobs`` processes, each module to the next free one. No
 model is built and no TensorFlow is imported. A signature that no longer fits its kernel (the kernel changed
 since the list was made) is skipped and counted; it is compiled on first use, as without the warm-up.
 """
@@ -22,12 +24,14 @@ import pkgutil
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 from ..errors import AscendEmuError
 
 MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                         "kernel_signatures.json")
+DEMO_MANIFEST = os.path.join(os.path.dirname(MANIFEST), "demo_signatures.json")
 FORMAT = 1
 _MAX_MANIFEST_BYTES = 8 << 20
 
@@ -171,6 +175,21 @@ def record(cache_dirs=None, path: str = MANIFEST, stream=None) -> int:
     return len(rows)
 
 
+def record_demo(path: str = DEMO_MANIFEST, stream=None) -> int:
+    """Write the demo's manifest: ``ascend-emu demo`` run in a fresh process with an empty Numba cache of its own
+    (a temporary directory, removed after), then :func:`record` of that cache. Returns the number of entries."""
+    with tempfile.TemporaryDirectory(prefix="ae-demo-sigs-") as tmp:
+        cache = os.path.join(tmp, "cache")
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2")
+        r = subprocess.run([sys.executable, "-m", "ascend_emu.cli", "demo", "--out", os.path.join(tmp, "out")],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+            raise AscendEmuError(f"the demo failed, nothing recorded ({lines[-1] if lines else 'exit ' + str(r.returncode)})")
+        dirs = sorted({os.path.dirname(f) for f in glob.glob(os.path.join(cache, "**", "*.nbi"), recursive=True)})
+        return record(dirs, path, stream)
+
+
 def load_manifest(path: str = MANIFEST) -> list[dict]:
     """The manifest's entries, validated (it is a file: read as hostile)."""
     try:
@@ -186,33 +205,27 @@ def load_manifest(path: str = MANIFEST) -> list[dict]:
     if not isinstance(rows, list) or not all(
             isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("module", "qualname", "closure",
                                                                              "signature"))
-            and isinstance(r.get("bytes"), int) and r["module"].startswith("ascend_emu.kernels") for r in rows):
+            and isinstance(r.get("bytes"), int) and re.fullmatch(r"ascend_emu\.kernels(\.\w+)*", r["module"])
+            for r in rows):
         raise AscendEmuError(f"{path}: not a signature list of format {FORMAT}; make it again with --record")
     return rows
 
 
-def shares(rows: list[dict], jobs: int) -> list[list[dict]]:
-    """The entries split into ``jobs`` lists, whole kernel modules each (a kernel and the helpers it compiles
-    inside it are in one module: one process compiles them once), balanced by compiled size, largest first."""
-    groups: dict = {}
+def modules_by_size(rows: list[dict]) -> list[str]:
+    """The manifest's kernel modules, largest compiled code first: the order the warm-up hands them out (a kernel
+    and the helpers it compiles inside it are in one module: one process compiles a module whole, once)."""
+    size: dict = {}
     for r in rows:
-        groups.setdefault(r["module"], []).append(r)
-    out = [[] for _ in range(jobs)]
-    load = [0] * jobs
-    for mod in sorted(groups, key=lambda m: (-sum(r["bytes"] for r in groups[m]), m)):
-        i = load.index(min(load))
-        out[i].extend(groups[mod])
-        load[i] += sum(r["bytes"] for r in groups[mod])
-    return out
+        size[r["module"]] = size.get(r["module"], 0) + r["bytes"]
+    return sorted(size, key=lambda m: (-size[m], m))
 
 
-def compile_share(index: int, jobs: int, path: str = MANIFEST) -> tuple[int, int]:
-    """Compile share ``index`` of ``jobs`` in this process; returns (compiled or loaded, skipped)."""
-    rows = shares(load_manifest(path), jobs)[index]
-    found = dispatchers()
-    ns = _types_namespace()
+def compile_module(module: str, rows: list[dict], found: dict, ns: dict) -> tuple[int, int]:
+    """Compile the entries of ``module`` in this process; returns (compiled or loaded, skipped)."""
     done = skipped = 0
     for r in rows:
+        if r["module"] != module:
+            continue
         disp = found.get((r["module"], r["qualname"], r["closure"]))
         try:
             if disp is None:
@@ -224,34 +237,85 @@ def compile_share(index: int, jobs: int, path: str = MANIFEST) -> tuple[int, int
     return done, skipped
 
 
+def serve(path: str = MANIFEST, requests=None, replies=None) -> None:
+    """One warm-up process: for each module named on a line of ``requests`` (stdin), compile its entries and
+    answer ``compiled skipped`` on a line of ``replies`` (stdout)."""
+    requests = requests or sys.stdin
+    replies = replies or sys.stdout
+    rows = load_manifest(path)
+    known = set(modules_by_size(rows))
+    found = dispatchers()
+    ns = _types_namespace()
+    for line in requests:
+        module = line.strip()
+        d, s = compile_module(module, rows, found, ns) if module in known else (0, 0)
+        print(d, s, file=replies, flush=True)
+
+
 def warmup(jobs: int | None = None, stream=None, path: str = MANIFEST) -> dict:
     """Compile the manifest's signatures in ``jobs`` processes at once (default: the cores); returns the
-    seconds and the counts."""
+    seconds and the counts. Whole modules are handed out one at a time, largest first, each to the next
+    process that is free (compile times differ too much from the code sizes for a split made up front: a
+    split of the demo's list by size measured 149 s, its larger share's time)."""
+    import threading
+
     stream = stream or sys.stdout
     if jobs is not None and jobs < 1:
         raise AscendEmuError(f"--jobs must be at least 1, got {jobs}")
     rows = load_manifest(path)
-    jobs = min(jobs or os.cpu_count() or 1, 16)
+    todo = modules_by_size(rows)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, 16, len(todo)))
     t0 = time.perf_counter()
     print(f"compiling {len(rows)} kernel signatures into Numba's cache in {jobs} process(es) "
           "(once per install; later runs load them)", file=stream, flush=True)
-    procs = [subprocess.Popen([sys.executable, "-m", "ascend_emu.tools.warmup", "--share", f"{i}/{jobs}",
-                               "--manifest", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(jobs)]
-    done = skipped = 0
+    lock = threading.Lock()
+    totals = [0, 0]
     failed = []
-    for i, p in enumerate(procs):
-        out, err = p.communicate()
-        if p.returncode != 0:
-            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-            failed.append(f"process {i}: {lines[-1] if lines else 'exit ' + str(p.returncode)}")
-            continue
-        d, s = (int(v) for v in out.split()[-2:])
-        done += d
-        skipped += s
+    with tempfile.TemporaryDirectory(prefix="ae-warmup-") as tmp:
+        errs = [open(os.path.join(tmp, f"{i}.err"), "w+", encoding="utf-8") for i in range(jobs)]
+        procs = [subprocess.Popen([sys.executable, "-m", "ascend_emu.tools.warmup", "--serve", "--manifest", path],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errs[i], text=True)
+                 for i in range(jobs)]
+
+        def drive(p):
+            try:
+                while True:
+                    with lock:
+                        if not todo:
+                            return
+                        module = todo.pop(0)
+                    p.stdin.write(module + "\n")
+                    p.stdin.flush()
+                    reply = p.stdout.readline().split()
+                    if len(reply) != 2:
+                        return          # the process died: its stderr says why, below
+                    with lock:
+                        totals[0] += int(reply[0])
+                        totals[1] += int(reply[1])
+            except (OSError, ValueError):
+                return
+            finally:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+
+        threads = [threading.Thread(target=drive, args=(p,), daemon=True) for p in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, p in enumerate(procs):
+            p.wait()
+            if p.returncode != 0:
+                errs[i].seek(0)
+                lines = [ln for ln in errs[i].read().strip().splitlines() if ln.strip()]
+                failed.append(f"process {i}: {lines[-1] if lines else 'exit ' + str(p.returncode)}")
+            errs[i].close()
     took = time.perf_counter() - t0
     if failed:
         raise AscendEmuError(f"warm-up failed ({'; '.join(failed)}); the kernels compile on first use instead")
+    done, skipped = totals
     print(f"{done} compiled or loaded, {skipped} skipped (changed kernels), in {took:.1f} s", file=stream,
           flush=True)
     return {"seconds": took, "compiled": done, "skipped": skipped, "jobs": jobs}
@@ -262,21 +326,25 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m ascend_emu.tools.warmup", description=__doc__.splitlines()[0])
     p.add_argument("--record", action="store_true", help="write the manifest from this checkout's Numba cache")
-    p.add_argument("--share", help="I/N: compile share I of N here (what each warm-up process runs)")
-    p.add_argument("--manifest", default=MANIFEST)
+    p.add_argument("--record-demo", action="store_true",
+                   help="run the demo with an empty cache of its own and write the demo's manifest from it")
+    p.add_argument("--demo", action="store_true", help="compile the demo's signatures only (what make demo runs)")
+    p.add_argument("--serve", action="store_true",
+                   help="compile the modules named on stdin's lines, one reply line each (what each warm-up process runs)")
+    p.add_argument("--manifest", default=None, help="the signature list (default: the test suite's, or the "
+                   "demo's with --demo / --record-demo)")
     p.add_argument("--jobs", type=int, default=None)
     a = p.parse_args(argv)
+    manifest = a.manifest or (DEMO_MANIFEST if a.demo or a.record_demo else MANIFEST)
     try:
         if a.record:
-            record(path=a.manifest)
-        elif a.share:
-            m = re.fullmatch(r"(\d{1,3})/(\d{1,3})", a.share)
-            if not m or not int(m[1]) < int(m[2]):
-                raise AscendEmuError(f"--share takes I/N with 0 <= I < N, got {a.share!r}")
-            done, skipped = compile_share(int(m[1]), int(m[2]), a.manifest)
-            print(done, skipped)
+            record(path=manifest)
+        elif a.record_demo:
+            record_demo(path=manifest)
+        elif a.serve:
+            serve(manifest)
         else:
-            warmup(a.jobs, path=a.manifest)
+            warmup(a.jobs, path=manifest)
     except AscendEmuError as e:
         print(f"python -m ascend_emu.tools.warmup: error: {e}", file=sys.stderr)
         return 2

@@ -42,6 +42,8 @@ def test_signatures_parse_back_to_numba_types():
      '"bytes": 1}]}', "not a signature list of format 1"),
     ('{"format": 2, "entries": []}', "not a signature list of format 1"),
     ('{"format": 1, "entries": [{"module": "ascend_emu.kernels.cast"}]}', "not a signature list of format 1"),
+    ('{"format": 1, "entries": [{"module": "ascend_emu.kernels.x\\nos", "qualname": "q", "closure": "", '
+     '"signature": "()", "bytes": 1}]}', "not a signature list of format 1"),
 ])
 def test_malformed_manifests_are_one_line(tmp_path, content, msg):
     p = tmp_path / "sigs.json"
@@ -51,11 +53,12 @@ def test_malformed_manifests_are_one_line(tmp_path, content, msg):
         wu.load_manifest(str(p))
 
 
-def test_the_shipped_manifest_fits_the_kernels():
+@pytest.mark.parametrize("path,least", [(wu.MANIFEST, 300), (wu.DEMO_MANIFEST, 100)])
+def test_the_shipped_manifests_fit_the_kernels(path, least):
     """Every entry parses and nearly all name a kernel as it is now (a kernel changed since the manifest was made
-    loses its entries until ``--record`` runs again: they compile on first use)."""
-    rows = wu.load_manifest()
-    assert len(rows) > 100
+    loses its entries until ``--record`` / ``--record-demo`` runs again: they compile on first use)."""
+    rows = wu.load_manifest(path)
+    assert len(rows) >= least
     found = wu.dispatchers()
     ns = wu._types_namespace()
     for r in rows:
@@ -64,36 +67,49 @@ def test_the_shipped_manifest_fits_the_kernels():
     assert resolved >= 0.8 * len(rows), (resolved, len(rows))
 
 
-def test_shares_split_whole_modules_and_cover_every_entry():
+def test_modules_are_handed_out_largest_first_and_each_served_whole(tmp_path, monkeypatch):
     rows = wu.load_manifest()
-    parts = wu.shares(rows, 3)
-    assert sorted(map(json.dumps, (r for p in parts for r in p))) == sorted(map(json.dumps, rows))
-    owner = {}
-    for i, p in enumerate(parts):
-        for r in p:
-            assert owner.setdefault(r["module"], i) == i
-    sizes = [sum(r["bytes"] for r in p) for p in parts]
-    biggest_module = max(sum(r["bytes"] for r in rows if r["module"] == m) for m in owner)
-    assert max(sizes) - min(sizes) <= biggest_module
+    mods = wu.modules_by_size(rows)
+    assert sorted(mods) == sorted({r["module"] for r in rows})
+    size = [sum(r["bytes"] for r in rows if r["module"] == m) for m in mods]
+    assert size == sorted(size, reverse=True)
+    # a serving process answers one line per request; a module not in the list compiles nothing
+    small = [{"module": "ascend_emu.kernels.cube.blocked", "qualname": "_bit_length", "closure": "",
+              "signature": "(int64,)", "bytes": 1}, {"module": "ascend_emu.kernels.cube.blocked",
+              "qualname": "_no_such_kernel", "closure": "", "signature": "(int64,)", "bytes": 1}]
+    small[0]["closure"] = next(k[2] for k in wu.dispatchers() if k[:2] == (small[0]["module"], small[0]["qualname"]))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({"format": 1, "entries": small}))
+    out = io.StringIO()
+    wu.serve(str(path), requests=io.StringIO("ascend_emu.kernels.cube.blocked\nascend_emu.kernels.nothing\n"),
+             replies=out)
+    assert out.getvalue().splitlines() == ["1 1", "0 0"]
 
 
 def test_warmup_compiles_into_the_cache_and_record_reads_it_back(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
-    manifest = tmp_path / "one.json"
-    row = {"module": "ascend_emu.kernels.cube.blocked", "qualname": "_bit_length", "closure": "", "signature":
-           "(int64,)", "bytes": 1}
-    row["closure"] = next(k[2] for k in wu.dispatchers() if k[:2] == (row["module"], row["qualname"]))
-    manifest.write_text(json.dumps({"format": 1, "entries": [row]}))
+    manifest = tmp_path / "two.json"
+    rows = [{"module": "ascend_emu.kernels.cube.blocked", "qualname": "_bit_length", "closure": "", "signature":
+             "(int64,)", "bytes": 1},
+            {"module": "ascend_emu.kernels.cast", "qualname": "bf16_bits_to_f32", "closure": "", "signature":
+             "(uint16,)", "bytes": 2}]
+    for row in rows:
+        row["closure"] = next(k[2] for k in wu.dispatchers() if k[:2] == (row["module"], row["qualname"]))
+    manifest.write_text(json.dumps({"format": 1, "entries": rows}))
     out = io.StringIO()
-    res = wu.warmup(jobs=2, stream=out, path=str(manifest))
-    assert (res["compiled"], res["skipped"], res["jobs"]) == (1, 0, 2)
-    assert "compiling 1 kernel signatures" in out.getvalue()
-    nbi = glob.glob(os.path.join(str(cache), "**", "blocked._bit_length-*.nbi"), recursive=True)
-    assert len(nbi) == 1
+    res = wu.warmup(jobs=3, stream=out, path=str(manifest))
+    assert (res["compiled"], res["skipped"], res["jobs"]) == (2, 0, 2)   # no more processes than modules
+    assert "compiling 2 kernel signatures into Numba's cache in 2 process(es)" in out.getvalue()
+    nbi = [glob.glob(os.path.join(str(cache), "**", f"{name}-*.nbi"), recursive=True)
+           for name in ("blocked._bit_length", "cast.bf16_bits_to_f32")]
+    assert [len(n) for n in nbi] == [1, 1]
     again = tmp_path / "again.json"
-    assert wu.record([os.path.dirname(nbi[0])], str(again), stream=io.StringIO()) == 1
-    assert wu.load_manifest(str(again))[0] == {**row, "bytes": wu.load_manifest(str(again))[0]["bytes"]}
+    assert wu.record([os.path.dirname(n[0]) for n in nbi], str(again), stream=io.StringIO()) == 2
+    back = wu.load_manifest(str(again))
+    assert sorted((r["module"], r["qualname"], r["closure"], r["signature"]) for r in back) == sorted(
+        (r["module"], r["qualname"], r["closure"], r["signature"]) for r in rows)
 
 
 def test_a_signature_that_no_longer_fits_is_skipped(tmp_path, monkeypatch):
@@ -106,15 +122,39 @@ def test_a_signature_that_no_longer_fits_is_skipped(tmp_path, monkeypatch):
     assert (res["compiled"], res["skipped"]) == (0, 1)
 
 
+def test_demo_flag_picks_the_demo_manifest(monkeypatch):
+    seen = []
+    monkeypatch.setattr(wu, "warmup", lambda jobs=None, stream=None, path=wu.MANIFEST: seen.append((jobs, path)))
+    assert main(["warmup", "--demo", "-j", "1"]) == 0
+    assert main(["warmup"]) == 0
+    assert wu.main(["--demo", "--jobs", "2"]) == 0
+    assert seen == [(1, wu.DEMO_MANIFEST), (None, wu.MANIFEST), (2, wu.DEMO_MANIFEST)]
+
+
+def test_record_demo_of_a_failing_demo_writes_nothing(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    class Failed:
+        returncode = 2
+        stderr = "Traceback ...\nascend-emu: error: no space left on device\n"
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: Failed())
+    out = tmp_path / "demo.json"
+    assert wu.main(["--record-demo", "--manifest", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m ascend_emu.tools.warmup: error: the demo failed, nothing recorded "
+                   "(ascend-emu: error: no space left on device)"]
+    assert not out.exists()
+
+
 def test_jobs_below_one_is_refused(capsys):
     assert main(["warmup", "--jobs", "0"]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["ascend-emu: error: --jobs must be at least 1, got 0"]
 
 
-@pytest.mark.parametrize("argv,msg", [(["--share", "5/2"], "--share takes I/N with 0 <= I < N"),
-                                      (["--share", "x"], "--share takes I/N"),
-                                      (["--jobs", "0"], "--jobs must be at least 1"),
+@pytest.mark.parametrize("argv,msg", [(["--jobs", "0"], "--jobs must be at least 1"),
+                                      (["--serve", "--manifest", "/nonexistent/sigs.json"], "not found; make it with"),
                                       (["--manifest", "/nonexistent/sigs.json"], "not found; make it with")])
 def test_the_module_entry_point_says_one_line(argv, msg, capsys):
     assert wu.main(argv) == 2
