@@ -122,7 +122,23 @@ def pad(x, paddings, constant_values=None, *, ctx, mode="CONSTANT"):
     if mode.upper() == "SYMMETRIC":
         return np.pad(x, p, mode="symmetric")
     cv = 0 if constant_values is None else np.asarray(constant_values).reshape(()).astype(x.dtype)
-    return np.pad(x, p, mode="constant", constant_values=cv)
+    x = np.asarray(x)
+    if len(p) != x.ndim or any(len(q) != 2 or q[0] < 0 or q[1] < 0 for q in p) or x.size < (1 << 16):
+        return np.pad(x, p, mode="constant", constant_values=cv)   # small, or numpy's own error for bad paddings
+    # a large tensor (a ZeroPadding2D before a strided convolution): the copy into a reused buffer
+    # (kernels/alloc.py: no fresh pages to fault in), then only the borders written
+    from ..kernels import alloc
+
+    shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, p))
+    out = alloc.empty(shape, x.dtype)
+    out[tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape, p))] = x
+    for k, (lo, hi) in enumerate(p):
+        before = (slice(None),) * k
+        if lo:
+            out[before + (slice(0, lo),)] = cv
+        if hi:
+            out[before + (slice(shape[k] - hi, shape[k]),)] = cv
+    return out
 
 
 @register("ReverseV2", kind=MOVE)

@@ -414,3 +414,30 @@ def test_widen_every_16bit_pattern_is_numpys():
         got = widen(OpContext(dtype="float32"), x)
         assert got.shape == want.shape
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype,paddings,value", [
+    (np.float16, [[0, 0], [0, 1], [0, 1], [0, 0]], None),       # MobileNetV2's ZeroPadding2D before a stride-2 conv
+    (np.float32, [[1, 2], [3, 0], [0, 0], [2, 2]], 1.5),
+    (np.int32, [[0, 0], [2, 2], [1, 1], [0, 3]], -7),
+    (np.float16, [[0, 0], [0, 0], [0, 0], [0, 0]], None)])
+def test_pad_of_a_large_tensor_matches_tensorflow(dtype, paddings, value):
+    """Large tensors take the copy into a reused buffer with only the borders written: the same as TF's Pad and
+    numpy's pad, bit for bit, also when the buffer held other values before."""
+    import tensorflow as tf
+
+    from ascend_emu.kernels import alloc
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 30, 31, 40)) * 50).astype(dtype)
+    assert x.size >= 1 << 16
+    p = np.array(paddings, np.int32)
+    shape = tuple(int(n + a + b) for n, (a, b) in zip(x.shape, paddings))
+    alloc.empty(shape, dtype)[...] = 99    # a buffer the pad may reuse, full of another value
+    attrs = {} if value is None else {"constant_values": np.array(value, dtype)}
+    ours = run_op("Pad" if value is None else "PadV2", x, p, *attrs.values())[0]
+    ref = (tf.raw_ops.Pad(input=x, paddings=p) if value is None else
+           tf.raw_ops.PadV2(input=x, paddings=p, constant_values=attrs["constant_values"])).numpy()
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    assert np.array_equal(ours.view(np.uint8), ref.view(np.uint8))
+    assert np.array_equal(ours, np.pad(x, paddings, constant_values=0 if value is None else value))
