@@ -454,6 +454,28 @@ def test_depthwise_matches_oracle(case):
         assert st == rst
 
 
+@pytest.mark.parametrize("k", [3, 5])
+def test_depthwise_partial_block_keeps_the_signed_zero_rule(k):
+    """A 3x3 (or 5x5) filter's last block holds 9 taps and 7 +0 padding products: the kernel sums only the 9
+    (kernels/cube/conv.py _dw_tree9), which must give the 16-leaf tree's bits, where -0 + +0 is +0. All-(-0)
+    products with a -0 bias give +0 through the tree (a plain sum of the nine would give -0)."""
+    x = np.full((1, 6, 7, 4), -0.0, np.float16)
+    w = np.abs(fp16_values(np.random.default_rng(7), (k, k, 4, 1), "wide"))
+    bias = np.full(4, -0.0, np.float32)
+    for kw in (dict(out_dtype="float32", bias=bias), dict(bias=bias)):
+        ours, st = cube.depthwise_conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), **kw)
+        ref, rst = naive.conv2d(x, w, (1, 1), "VALID", (1, 1), depthwise=True, **kw)
+        assert_same_bits(ours, ref, f"depthwise {k}x{k} signed zeros {kw}")
+        assert not np.signbit(np.asarray(ours, np.float32)).any() and st == rst
+    rng = np.random.default_rng(8)
+    x = fp16_values(rng, (2, 9, 8, 5), "normal")
+    x[..., ::2] = -x[..., ::2] * 0     # a mix of -0 and +0 inputs beside ordinary ones
+    w = fp16_values(rng, (k, k, 5, 1), "wide")
+    ours, _ = cube.depthwise_conv2d(x, w, strides=(1, 1), padding="SAME", dilations=(1, 1), out_dtype="float32")
+    ref, _ = naive.conv2d(x, w, (1, 1), "SAME", (1, 1), depthwise=True, out_dtype="float32")
+    assert_same_bits(ours, ref, f"depthwise {k}x{k} mixed zeros")
+
+
 C1HWC0 = CubeModel(conv_k_order="c1hwc0")
 
 
