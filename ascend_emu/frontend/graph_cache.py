@@ -42,16 +42,32 @@ def _variables(model) -> list | None:
     return None
 
 
+#: elements compared at a time by _same (its temporary boolean array stays this small)
+_CHUNK = 1 << 18
+
+
 def _value(v) -> np.ndarray:
+    """A copy of v's value, kept in the cache entry."""
     return np.array(v.numpy() if hasattr(v, "numpy") else v, copy=True)
 
 
+def _current(v) -> np.ndarray:
+    """v's value to compare with a kept copy, not copied again (TensorFlow's read already is a fresh tensor)."""
+    return np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bit for bit (a NaN weight equals itself)."""
+    """Bit for bit (a NaN weight equals itself, -0 differs from +0): the bytes compared as the widest unsigned
+    integers that tile them, a chunk at a time, stopping at the first difference. Measured on ResNet50's 102 MB
+    of weights: this comparison 23 ms; the whole check 114-122 ms, against 147-173 ms with a copied read and
+    one uint8 comparison; the rest is TensorFlow's reading of the variables."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
-                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))
+    a = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    b = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+    word = next(w for w in (np.uint64, np.uint32, np.uint16, np.uint8) if a.size % np.dtype(w).itemsize == 0)
+    a, b = a.view(word), b.view(word)
+    return all(np.array_equal(a[i:i + _CHUNK], b[i:i + _CHUNK]) for i in range(0, a.size, _CHUNK))
 
 
 def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict | None = None) -> Graph:
@@ -71,7 +87,7 @@ def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict
     key = (signature, repr(sorted(shape_items(input_shapes))))
     ids = [id(v) for v in variables]
     entry = entries.get(key)
-    if entry is not None and entry[1] == ids and all(_same(_value(v), old) for v, old in zip(variables, entry[2])):
+    if entry is not None and entry[1] == ids and all(_same(_current(v), old) for v, old in zip(variables, entry[2])):
         return entry[0]
     values = [_value(v) for v in variables]     # before loading: a value changed meanwhile reloads next time
     graph = load_graph(model, signature=signature, input_shapes=input_shapes)

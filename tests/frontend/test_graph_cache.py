@@ -109,3 +109,19 @@ def test_shapes_given_as_cli_strings(loads):
     for _ in range(2):
         dev.replay(model, {"x": np.ones((1, 4, 3), np.float32)}, shapes=["x=1,4,3"], progress=False)
     assert len(loads) == 1
+
+
+def test_same_compares_bits_chunk_by_chunk():
+    from ascend_emu.frontend import graph_cache as gc
+
+    a = np.arange(3 * gc._CHUNK + 5, dtype=np.float32)
+    b = a.copy()
+    assert gc._same(a, b)
+    b[-1] = np.nextafter(b[-1], np.float32(np.inf))      # a difference in the last, partial chunk
+    assert not gc._same(a, b)
+    z = np.zeros(7, np.float16)
+    assert gc._same(z, z.copy()) and not gc._same(z, -z)   # -0 is another value to the frozen graph
+    n = np.full(5, np.nan, np.float32)
+    assert gc._same(n, n.copy())                           # a NaN weight equals itself
+    assert not gc._same(a[:4], a[:4].astype(np.float64)) and not gc._same(a[:4], a[:4].reshape(2, 2))
+    assert gc._same(np.zeros(0, np.float32), np.zeros(0, np.float32))
