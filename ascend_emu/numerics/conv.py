@@ -151,7 +151,7 @@ def _pixels_as_rows(pol: _Policy, w: np.ndarray) -> bool:
     which NaN a NaN meeting another NaN gives depends on the orientation (the vector code's operand
     order), so a NaN operand (the filter's, checked here, or the input's, counted by im2col) keeps
     the pixels as columns."""
-    return pol.fast and w.shape[3] % (2 * _k.LANES) == 0 and not np.isnan(np.asarray(w, dtype=np.float32)).any()
+    return pol.fast and w.shape[3] % (2 * _k.LANES) == 0 and not _filter_nan(w)
 
 
 def conv2d(x, w, strides=(1, 1), padding="VALID", dilations=(1, 1), bias=None, operand_dtype="float16",
@@ -202,7 +202,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     # the pixels-as-columns product read from planar x in place (matmul_tree16_tab): 16 consecutive output
     # pixels of a row are 16 consecutive floats of a plane at stride 1. Only without NaN operands: which of
     # two NaNs meeting in a sum comes out depends on the compiled code's operand order
-    planar = (_IMPLICIT and transposed and pol.fast and sw == 1 and OW % 16 == 0 and not _any_nan(w)
+    planar = (_IMPLICIT and transposed and pol.fast and sw == 1 and OW % 16 == 0 and not _filter_nan(w)
               and not _any_nan(x))
     if planar:
         xp, sx = _planar_operands(x, pol, pads, Cp + 1)   # channels C.. Cp: +0, the K padding's plane
@@ -247,7 +247,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         tiles = _tiles()
     else:
         cols_buf = _alloc.empty(rows * kp, np.float32)
-    if _IMPLICIT and not transposed and pol.fast and not bits16 and _runs16(koff) and not _any_nan(w):
+    if _IMPLICIT and not transposed and pol.fast and not bits16 and _runs16(koff) and not _filter_nan(w):
         # an implicit GEMM: every K block is 16 consecutive floats of xp (one tap's 16 channels), so the
         # micro-kernel reads each pixel's patch where it lies, with no im2col matrix. Only without NaN
         # operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order.
@@ -319,6 +319,12 @@ def _planar_operands(x: np.ndarray, pol: _Policy, pads, channels: int):
     xv, st = _operand_values(x, pol)
     _k.planar_padded(xv, out, pads[0][0], pads[1][0])
     return out, st
+
+
+def _filter_nan(w: np.ndarray) -> bool:
+    """_any_nan of a filter, once per frozen constant (numerics/memo.py: a replay's weights; ResNet50's 53
+    filters took 74 ms a replay as a float32 copy tested with isnan)."""
+    return _memo.memo(w, ("any nan",), lambda: _any_nan(w))
 
 
 def _any_nan(a: np.ndarray) -> bool:

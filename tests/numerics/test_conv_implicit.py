@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.numerics import conv as nconv
+from ascend_emu.numerics import memo
 from ascend_emu.numerics import conv_grad as ngrad
 from ascend_emu.numerics.cube_core import Epilogue
 from ascend_emu.numerics.policy import CubeModel, bfloat16
@@ -116,6 +117,10 @@ def test_conv2d_implicit_gemm_with_nan_operands(where, monkeypatch):
         w = _values(rng, ws, "hostile", 0.3, nan=where in ("w", "both")).astype(np.float16)
         for ov in ("inf_nan", "saturation"):
             _forward(monkeypatch, x, w, dict(geo, out_dtype="float32", overflow_mode=ov))
+            # a frozen filter (a replay's constant): its NaN test is memoized (numerics.conv._filter_nan), twice
+            wf = memo.freeze(w.copy())
+            for _ in range(2):
+                _forward(monkeypatch, x, wf, dict(geo, out_dtype="float32", overflow_mode=ov))
     assert ran.n == 0
 
 
