@@ -8,7 +8,11 @@ constants and stay together here.
 """
 from __future__ import annotations
 
+import platform
+
+import numba
 import numpy as np
+from llvmlite import binding as _llvm
 from llvmlite import ir
 from numba import get_thread_id, literally, njit, prange, types
 from numba.extending import intrinsic
@@ -22,14 +26,15 @@ from .. import alloc
 # would); W is a compile-time constant of the micro-kernel, so the 16 row offsets are immediates. The micro-kernel (_tree16_2x2_*) is written as explicit LLVM vector
 # code: for 2 rows of A and 32 columns of B it loads each B vector once for both rows and each
 # broadcast A value once for both column halves (LLVM's loop vectoriser would not register-block
-# this: its runtime alias checks between the tile and the slab fail the check budget). MC and NC
+# this: its runtime alias checks between the tile and the slab fail the check budget); on an
+# AVX2-only host it is emitted in 8-lane vectors one row at a time instead (VEC, _IR.row_8). MC and NC
 # were chosen by measurement on the 2-core Zen 5 it was tuned on (benchmarks/RESULTS.md): MC 128
 # keeps a column tile's B stream from L3 down to M/128 passes; the slab (33 KiB) stays in the 48
 # KiB L1 while the row pairs pass over it.
 MC = 128
 NC = 512
 SLABS = (48, 80, 144, 272, 528)  # 32 * 2**k + 16 floats per slab row; the last is NC + 16
-LANES = 16  # floats per vector in the micro-kernel (one AVX-512 register; LLVM splits it elsewhere)
+LANES = 16  # floats per vector of the tile layout (one AVX-512 register; the emitted width is VEC)
 _ALIGN = 64
 # floats of accumulator tile per thread: MC/2 row pairs x NC/32 column groups x 4 vectors
 TILE = (MC // 2) * (NC // (2 * LANES)) * 4 * LANES
@@ -43,6 +48,24 @@ def tree16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
             + (((a8 * b8 + a9 * b9) + (a10 * b10 + a11 * b11)) + ((a12 * b12 + a13 * b13) + (a14 * b14 + a15 * b15))))
 
 
+def _narrow_vectors() -> bool:
+    """Whether the micro-kernel is emitted as 8-lane sub-blocks (:data:`VEC`): on an x86 host without
+    AVX-512F, decided once at import from LLVM's host CPU features."""
+    # a 16-lane vector is two ymm registers on AVX2: the 2x2 block's 32 B vectors and 32 broadcasts
+    # spilled ~230 times per call; as 8-lane sub-blocks of one row x 32 columns with the tree summed
+    # as a binary counter over the K pairs it needs at most 14 of the 16 ymm registers. A portable
+    # build (NUMBA_CPU_NAME set) keeps the 16-lane code: correct on every target, as is this one.
+    if numba.config.CPU_NAME not in (None, "host") or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    f = _llvm.get_host_cpu_features()
+    return bool(f.get("avx2", False)) and not f.get("avx512f", False)
+
+
+#: floats per vector of the emitted micro-kernel: LANES (AVX-512 and others), 8 on an AVX2-only x86 host.
+#: The tile layout, slabs and tables are LANES-based either way; the same adds in the same order per element.
+VEC = 8 if _narrow_vectors() else LANES
+
+
 class _IR:
     """The LLVM pieces both 2x2 micro-kernels are written with (one builder's types, the vector fma, loads)."""
 
@@ -50,14 +73,14 @@ class _IR:
         self.b = builder
         f32 = ir.FloatType()
         self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
-        self.vec = ir.VectorType(f32, LANES)
+        self.vec = ir.VectorType(f32, VEC)
         self.vptr, self.fptr = self.vec.as_pointer(), f32.as_pointer()
-        fma = builder.module.globals.get(f"llvm.fma.v{LANES}f32")
+        fma = builder.module.globals.get(f"llvm.fma.v{VEC}f32")
         if fma is None:
-            fma = ir.Function(builder.module, ir.FunctionType(self.vec, [self.vec] * 3), f"llvm.fma.v{LANES}f32")
+            fma = ir.Function(builder.module, ir.FunctionType(self.vec, [self.vec] * 3), f"llvm.fma.v{VEC}f32")
         self.fma = fma
         self.undef = ir.Constant(self.vec, ir.Undefined)
-        self.splat = ir.Constant(ir.VectorType(self.i32, LANES), [0] * LANES)
+        self.splat = ir.Constant(ir.VectorType(self.i32, VEC), [0] * VEC)
 
     def ptr(self, addr):
         return self.b.inttoptr(addr, self.fptr)
@@ -65,32 +88,67 @@ class _IR:
     def at(self, p, off):
         return self.b.gep(p, [ir.Constant(self.i64, off)])
 
+    def load(self, p, off):
+        return self.b.load(self.b.bitcast(self.at(p, off), self.vptr), align=4)
+
     def broadcast(self, p, l):
         v = self.b.insert_element(self.undef, self.b.load(self.at(p, l), align=4), ir.Constant(self.i32, 0))
         return self.b.shuffle_vector(v, self.undef, self.splat)
+
+    def pair(self, a0, b0, a1, b1, fused):
+        """One first-level node fl(a0 b0 + a1 b1): fma(a0, b0, fl(a1 b1)) when ``fused`` (exact products)."""
+        bd = self.b
+        if fused:
+            return bd.call(self.fma, [a0, b0, bd.fmul(a1, b1)])
+        return bd.fadd(bd.fmul(a0, b0), bd.fmul(a1, b1))
 
     def tree(self, a, b, fused):
         """tree16 of 16 vectors a and b; the first level fl(a0 b0 + a1 b1) in one rounding when the products
         are exact (``fused``: fma(a0, b0, fl(a1 b1))), else two."""
         bd = self.b
-        if fused:
-            level = [bd.call(self.fma, [a[2 * m], b[2 * m], bd.fmul(a[2 * m + 1], b[2 * m + 1])]) for m in range(8)]
-        else:
-            level = [bd.fadd(bd.fmul(a[2 * m], b[2 * m]), bd.fmul(a[2 * m + 1], b[2 * m + 1])) for m in range(8)]
+        level = [self.pair(a[2 * m], b[2 * m], a[2 * m + 1], b[2 * m + 1], fused) for m in range(8)]
         while len(level) > 1:
             level = [bd.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
         return level[0]
 
-    def block_2x2(self, cp, rows, half, fused):
-        """C[16s : 16s+16] += tree16(rows[r], half(h)) for s = 2h + r: both rows' broadcast A values and each
-        column half's 16 B vectors (``half(h)`` emits their loads) loaded once."""
+    def block_2x2(self, cp, xp, yp, brow, fused):
+        """C[16s : 16s+16] += tree16(row r of A, column half h of B) for s = 2h + r, r, h in {0, 1}; A's rows
+        at xp and yp, row l of B's column half h at ``brow(l, h)`` (a float pointer). With VEC = LANES:
+        both rows' broadcast A values and each half's 16 B vectors loaded once; with VEC = 8: :meth:`row_8`."""
+        if VEC != LANES:
+            for r, p in enumerate((xp, yp)):
+                self.row_8(cp, r, p, brow, fused)
+            return
         bd = self.b
+        rows = [[self.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
         for h in range(2):
-            b = half(h)
+            b = [bd.load(bd.bitcast(brow(l, h), self.vptr), align=4) for l in range(16)]
             for r in range(2):
                 slot = bd.bitcast(self.at(cp, LANES * (2 * h + r)), self.vptr)
                 acc = bd.load(slot, align=4)
                 bd.store(bd.fadd(acc, self.tree(rows[r], b, fused)), slot, align=4)
+
+    def row_8(self, cp, r, p, brow, fused):
+        """Row r of block_2x2 (A's row at p) in 8-lane vectors: its 4 column chunks K pair by K pair, each tree
+        summed as a binary counter (the same nodes with their operands in the same order as :meth:`tree`), so
+        at most 3 partial sums per chunk are live; each B vector is loaded where it is used (a memory operand)."""
+        # measured on the Zen 3 (AVX2) host, one thread, in cache: ~1.5x the 16-lane block; 2 rows x 16
+        # columns sharing B vectors (fewer loads) or 2 rows x 8 columns spill more and measured no faster
+        bd = self.b
+        parts = [(h, VEC * j) for h in range(2) for j in range(LANES // VEC)]
+        stacks = [[] for _ in parts]   # per chunk: (level, partial sum), levels strictly decreasing
+        for m in range(8):
+            a0, a1 = self.broadcast(p, 2 * m), self.broadcast(p, 2 * m + 1)
+            for c, (h, o) in enumerate(parts):
+                v = self.pair(a0, self.load(brow(2 * m, h), o), a1, self.load(brow(2 * m + 1, h), o), fused)
+                level, st = 0, stacks[c]
+                while st and st[-1][0] == level:
+                    v = bd.fadd(st.pop()[1], v)
+                    level += 1
+                st.append((level, v))
+        for c, (h, o) in enumerate(parts):
+            ptr = bd.bitcast(self.at(cp, LANES * (2 * h + r) + o), self.vptr)
+            bd.store(bd.fadd(bd.load(ptr, align=4), stacks[c].pop()[1]), ptr, align=4)
 
 
 def _tree16_2x2_codegen(fused, width):
@@ -99,9 +157,7 @@ def _tree16_2x2_codegen(fused, width):
     def codegen(context, builder, signature, args):
         m = _IR(builder)
         cp, bp, xp, yp = (m.ptr(v) for v in args[:4])
-        rows = [[m.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
-        m.block_2x2(cp, rows, lambda h: [builder.load(builder.bitcast(m.at(bp, width * l + LANES * h), m.vptr),
-                                                      align=4) for l in range(16)], fused)
+        m.block_2x2(cp, xp, yp, lambda l, h: m.at(bp, width * l + LANES * h), fused)
         return context.get_dummy_value()
     return codegen
 
@@ -313,11 +369,9 @@ def _tree16_2x2_tab_codegen(fused):
         cp, xp, yp = (m.ptr(v) for v in (c_addr, x_addr, y_addr))
         tp = builder.inttoptr(tab_addr, m.i64.as_pointer())
         offs = [builder.load(m.at(tp, l), align=8) for l in range(16)]
-        rows = [[m.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
         two = ir.Constant(m.i64, 2)
-        m.block_2x2(cp, rows, lambda h: [builder.load(builder.inttoptr(
-            builder.add((b0_addr, b1_addr)[h], builder.shl(offs[l], two)), m.vptr), align=4) for l in range(16)],
-            fused)
+        m.block_2x2(cp, xp, yp, lambda l, h: builder.inttoptr(builder.add((b0_addr, b1_addr)[h],
+                                                                          builder.shl(offs[l], two)), m.fptr), fused)
         return context.get_dummy_value()
     return codegen
 
