@@ -155,6 +155,8 @@ def test_jobs_below_one_is_refused(capsys):
 
 @pytest.mark.parametrize("argv,msg", [(["--jobs", "0"], "--jobs must be at least 1"),
                                       (["--serve", "--manifest", "/nonexistent/sigs.json"], "not found; make it with"),
+                                      (["--record-demo", "--manifest", "/nonexistent/dir/d.json"],
+                                       "its directory does not exist; nothing recorded"),
                                       (["--manifest", "/nonexistent/sigs.json"], "not found; make it with")])
 def test_the_module_entry_point_says_one_line(argv, msg, capsys):
     assert wu.main(argv) == 2
