@@ -46,14 +46,14 @@ def _variables(model) -> list | None:
 _CHUNK = 1 << 18
 
 
-def _value(v) -> np.ndarray:
-    """A copy of v's value, kept in the cache entry."""
-    return np.array(v.numpy() if hasattr(v, "numpy") else v, copy=True)
-
-
 def _current(v) -> np.ndarray:
     """v's value to compare with a kept copy, not copied again (TensorFlow's read already is a fresh tensor)."""
     return np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+
+
+def _value(v) -> np.ndarray:
+    """A copy of v's value, kept in the cache entry."""
+    return np.array(_current(v), copy=True)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
