@@ -47,8 +47,8 @@ _API = {
     "ExponentialUpdateLossScaleManager": "ascend_emu.npu.loss_scale",
     "AscendEmuError": "ascend_emu.errors",
     # graphs
-    "load_graph": "ascend_emu.frontend.loader",
-    "reference": "ascend_emu.frontend.reference",
+    "load_graph": "ascend_emu.frontend.tf.loader",
+    "reference": "ascend_emu.frontend.tf.reference",
     "Device": "ascend_emu.npu.device",
     # dumps and analysis
     "load_dump": "ascend_emu.analysis.dump",
@@ -72,14 +72,14 @@ _API = {
     "SweepContext": "ascend_emu.tools.sweep",
     "reference_train": "ascend_emu.npu.training",
     "first_step": "ascend_emu.npu.training",
-    "train_step_from_tf_function": "ascend_emu.frontend.stateful",
-    "train_step_from_tf1_graph": "ascend_emu.frontend.tf1_step",
+    "train_step_from_tf_function": "ascend_emu.frontend.tf.stateful",
+    "train_step_from_tf1_graph": "ascend_emu.frontend.tf.tf1_step",
     "write_train_report": "ascend_emu.analysis.train_report",
     # the user's own script
     "emulate": "ascend_emu.npu.emulate",
     "Emulation": "ascend_emu.npu.emulate",
     "SkippedStepsWarning": "ascend_emu.npu.emulate",
-    "NpuLossScaleOptimizer": "ascend_emu.frontend.keras_hooks",
+    "NpuLossScaleOptimizer": "ascend_emu.frontend.tf.keras_hooks",
 }
 #: submodules offered as attributes of the package (``ascend_emu.tf1.wrap(sess)``)
 _SUBMODULES = {"tf1": "ascend_emu.npu.tf1"}

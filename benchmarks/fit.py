@@ -18,8 +18,8 @@ from .common import row
 
 
 def measure(quick: bool = False) -> dict:
-    from ascend_emu.frontend import models
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf import models
+    from ascend_emu.frontend.tf.loader import load_graph
     from ascend_emu.npu.device import Device
     from ascend_emu.tools.fit import fit
 

@@ -143,8 +143,8 @@ def _kernel_table(prof: cProfile.Profile, runs: int, top: int = 20) -> list[str]
 
 def _replay_job(args):
     from ascend_emu import Device
-    from ascend_emu.frontend import models
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf import models
+    from ascend_emu.frontend.tf.loader import load_graph
 
     if args.target == "transformer":
         model = models.transformer_encoder(seq_len=args.seq, d_model=args.d_model, num_heads=args.heads,

@@ -40,7 +40,7 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="ascend-emu-refmem-")
     try:
         model = os.path.join(work, "resnet50.keras")
-        from ascend_emu.frontend.models import resnet50
+        from ascend_emu.frontend.tf.models import resnet50
         resnet50((224, 224, 3)).save(model)
         print(f"{'batch':>5}  {'mode':<11} {'peak RSS':>10} {'time':>7}")
         for batch in a.batch:

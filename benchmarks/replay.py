@@ -16,8 +16,8 @@ import json, os, resource, sys, time, shutil
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 which, batch, size, dump = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 import numpy as np
-from ascend_emu.frontend.models import resnet50
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf.models import resnet50
+from ascend_emu.frontend.tf.loader import load_graph
 from ascend_emu import Device, reference
 model = resnet50(input_shape=(size, size, 3))
 graph = load_graph(model)

@@ -8,7 +8,7 @@ what TensorFlow's first call does for it: tracing, grappler); TensorFlow's is on
 ``tf.function(model).get_concrete_function(spec)`` on a tensor, its result converted to numpy. Each row
 reports the median of the rounds and their spread (min-max) in its note. A second row per model replays the
 Keras model object itself (``dev.replay(model, ...)``), which the device loads once and then takes from its
-graph cache (``ascend_emu.frontend.graph_cache``).
+graph cache (``ascend_emu.frontend.tf.graph_cache``).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 which, batch, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 import numpy as np
 import tensorflow as tf
-from ascend_emu.frontend import models
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf import models
+from ascend_emu.frontend.tf.loader import load_graph
 from ascend_emu import Device
 if which == "transformer":
     model = models.transformer_encoder(seq_len=128, d_model=256, num_heads=4, ff_dim=1024)

@@ -25,9 +25,9 @@ TASK_OVERHEAD = 1e-3
 
 
 def _setup(quick: bool):
-    from ascend_emu.frontend import models
-    from ascend_emu.frontend.loader import load_graph
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf import models
+    from ascend_emu.frontend.tf.loader import load_graph
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.npu.device import Device
     from ascend_emu.npu.precision import PrecisionPolicy
     from ascend_emu.tools.sweep import ReplayTask, SweepContext, flat_outputs

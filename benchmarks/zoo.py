@@ -22,7 +22,7 @@ HEADER = ("| model | input | graph ops | replayed ops (AI Core / AI CPU / host) 
 
 
 def cases() -> list[tuple[str, callable]]:
-    from ascend_emu.frontend import models
+    from ascend_emu.frontend.tf import models
 
     out = [(name, lambda n=name: models.application(n, fresh=True)) for name in models.applications()]
     out += [(f"{layer} classifier", lambda k=layer: models.rnn_classifier(k, fresh=True)) for layer in ("LSTM", "GRU")]
@@ -34,7 +34,7 @@ def cases() -> list[tuple[str, callable]]:
 
 def row(name: str, build) -> str:
     from ascend_emu import Device, reference
-    from ascend_emu.frontend.loader import first_line, load_graph
+    from ascend_emu.frontend.tf.loader import first_line, load_graph
 
     size = "-"
     try:

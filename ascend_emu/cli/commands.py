@@ -19,7 +19,7 @@ def cmd_replay(a):
 
 
 def cmd_reference(a):
-    from ..frontend.reference import reference
+    from ..frontend.tf.reference import reference
 
     res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
                     overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)

@@ -202,7 +202,7 @@ def _optimizer_options(a) -> dict:
 
 def _tf1_train_step(a):
     """The TrainStep of a TF1 MetaGraph named on the command line (its variables from --checkpoint)."""
-    from ..frontend.tf1_step import train_step_from_tf1_graph
+    from ..frontend.tf.tf1_step import train_step_from_tf1_graph
 
     missing = [f for f, v in (("--checkpoint", a.checkpoint), ("--loss-tensor", a.loss_tensor),
                               ("--train-op", a.train_op)) if v is None]

@@ -1,5 +1,7 @@
-"""The TensorFlow front end: models (Keras, SavedModel, GraphDef, tf.function) loaded into plain
-graphs, their inputs, the TensorFlow float32 reference run, and the bundled seeded models.
+"""The front ends: one subpackage per framework, each loading its models into the same plain graphs and
+running its own float32 reference; nothing below this layer learns which framework a graph came from.
 
-With :mod:`ascend_emu.npu.aicpu`, the only code that imports TensorFlow.
+- :mod:`.tf`: TensorFlow (Keras, SavedModel, GraphDef, tf.function, TF1 sessions);
+- :mod:`.onnx`: ONNX (the ATC path), onnxruntime as reference;
+- :mod:`.shapes`, :mod:`.inputs`: what every front end shares (input shapes, the inputs of a run).
 """

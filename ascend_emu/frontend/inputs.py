@@ -231,7 +231,7 @@ def make_inputs(graph: Graph, inputs=None, *, seed: int = 0, shapes=None) -> dic
     Parameters
     ----------
     graph : Graph
-        From :func:`ascend_emu.frontend.loader.load_graph` (anything else is loaded with it).
+        From :func:`ascend_emu.frontend.tf.loader.load_graph` (anything else is loaded with it).
     inputs : None, dict, numpy.ndarray, list
         ``None`` (or empty): seeded random inputs (module docstring). A dict input name ->
         array (placeholder name or signature key). One array for a one-input
@@ -256,7 +256,7 @@ def make_inputs(graph: Graph, inputs=None, *, seed: int = 0, shapes=None) -> dic
         the signature, unknown dimensions without a shape.
     """
     if not isinstance(graph, Graph):
-        from .loader import load_graph
+        from .tf.loader import load_graph
         graph = load_graph(graph)
     check_seed(seed)
     resolve = _resolver(graph)

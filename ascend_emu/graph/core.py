@@ -122,7 +122,7 @@ class Graph:
     #: a training step's placeholders that hold the run's state (variables, optimizer slots, the loss
     #: scale), as opposed to its batch and step number; recorded in its dumps
     state_inputs: list = field(default_factory=list)
-    #: the ONNX model the graph was loaded from (``frontend.onnx_loader.OnnxSource``: the model, its tensor
+    #: the ONNX model the graph was loaded from (``frontend.onnx.loader.OnnxSource``: the model, its tensor
     #: and node names), for the onnxruntime reference and AI CPU; None for TensorFlow models
     onnx: Any = None
 

@@ -66,7 +66,7 @@ class _Split:
 
 
 def split_step(step) -> _Split:
-    """Cut ``step`` (a :class:`~ascend_emu.frontend.training.TrainStep`) before its update."""
+    """Cut ``step`` (a :class:`~ascend_emu.frontend.tf.training.TrainStep`) before its update."""
     g = step.graph
     ng = step.n_grads
     by_name = {n.name: n for n in g.nodes}
@@ -166,7 +166,7 @@ def check_options(ranks, allreduce, allreduce_dtype, rank_init, check_rank_weigh
 
 def rank_states(run, base: dict, ranks: int, plant: dict) -> list[dict]:
     """Each rank's initial state: a copy of ``base``, or the planted initialisation of ``rank_init``."""
-    from ..frontend import training as T
+    from ..frontend.tf import training as T
 
     states = []
     for r in range(ranks):
@@ -209,7 +209,7 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
                         dump_steps=None, **prepare):
     """Data-parallel training of :meth:`ascend_emu.npu.device.Device.train` with ``ranks`` > 1 (the options
     checked by :func:`check_options`; ``prepare`` the arguments of :func:`ascend_emu.npu.training._prepare`)."""
-    from ..frontend import training as T
+    from ..frontend.tf import training as T
     from .training import (OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, reference_step, step_applied,
                            step_feeds, step_record, step_status)
 

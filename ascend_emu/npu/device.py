@@ -221,7 +221,7 @@ class Device:
         model : Keras model, path (.keras, SavedModel dir, .pb/.pbtxt), tf.function,
             ConcreteFunction or :class:`ascend_emu.graph.Graph`. A model object or function replayed before is
             not traced and frozen again while its variables hold the same values
-            (:mod:`ascend_emu.frontend.graph_cache`).
+            (:mod:`ascend_emu.frontend.tf.graph_cache`).
         inputs : None (seeded random), dict name -> array, or CLI strings ``name=file.npy`` / ``file.npz``.
         dump_dir : where to write the dump (None: no dump).
         select : None, a regular expression on op names, or a callable ``(name, tf_type) -> bool``
@@ -239,7 +239,7 @@ class Device:
         -------
         ReplayResult
         """
-        from ..frontend.graph_cache import load_graph_cached
+        from ..frontend.tf.graph_cache import load_graph_cached
         from ..frontend.inputs import inputs_sha256, make_inputs
 
         # a Keras model or tf.function seen before, with the same variable values: its loaded graph again

@@ -3,7 +3,7 @@
 Inside the context, Keras 3 ``fit`` / ``train_on_batch`` / ``evaluate`` / ``predict``, a ``tf.function``
 training step called in the user's loop, and ``tf.compat.v1.Session.run`` of a train op run each
 step on an emulated :class:`~ascend_emu.npu.device.Device` (the interceptions are in
-:mod:`ascend_emu.frontend.hooks`; which calls are taken and why is said there). Each training step
+:mod:`ascend_emu.frontend.tf.hooks`; which calls are taken and why is said there). Each training step
 is the engine of ``ascend-emu train`` (:func:`ascend_emu.npu.training.run_step`): the step's graph
 replayed with the variables as state, the loss scaling and the NPU's overflow check, so the run
 record (``run.steps``) has the fields of ``train --json``.
@@ -239,7 +239,7 @@ class Emulation:
 
     # -- context manager and decorator ---------------------------------------------------------
     def __enter__(self) -> "Emulation":
-        from ..frontend.hooks import Hooks
+        from ..frontend.tf.hooks import Hooks
 
         if self._hooks is not None:
             raise AscendEmuError("this emulate(...) context is already active; nest a new emulate(...) instead")
@@ -249,7 +249,7 @@ class Emulation:
         return self
 
     def __exit__(self, *exc) -> None:
-        from ..frontend.keras_hooks import reset_keras_functions
+        from ..frontend.tf.keras_hooks import reset_keras_functions
 
         hooks, self._hooks = self._hooks, None
         hooks.uninstall()

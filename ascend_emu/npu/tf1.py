@@ -20,7 +20,7 @@ def wrap(session, precision_mode=None, **options):
     Takes :func:`ascend_emu.emulate`'s options. The wrapper runs everything else as the session does;
     ``wrapped.emulation`` holds the run record (``.steps``, ``.write_report(path)``).
     """
-    from ..frontend.hooks import SessionSteps, SessionWrapper
+    from ..frontend.tf.hooks import SessionSteps, SessionWrapper
 
     if not hasattr(session, "run") or not hasattr(session, "graph"):
         raise AscendEmuError(f"ascend_emu.tf1.wrap needs a tf.compat.v1.Session, not {type(session).__name__}")

@@ -1,6 +1,6 @@
 """Training on the emulated NPU: whole steps (forward, backward, loss scaling, optimizer update).
 
-Each step replays the traced step graph (:mod:`ascend_emu.frontend.training`) on the device with
+Each step replays the traced step graph (:mod:`ascend_emu.frontend.tf.training`) on the device with
 the current state as inputs: every op on the emulated units with the precision lists deciding its
 dtype, the fusion passes, the overflow model. The device keeps the state (float32 master weights,
 BatchNorm statistics, optimizer slots) between steps in its own dtype.
@@ -170,7 +170,7 @@ def batch_order(n: int, batch_size: int, steps: int, *, shuffle: bool, seed: int
 # --------------------------------------------------------------------------- the loop
 
 def _load_model(model):
-    from ..frontend.tf import first_line, import_keras
+    from ..frontend.tf.tf import first_line, import_keras
 
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
@@ -178,7 +178,7 @@ def _load_model(model):
             raise AscendEmuError(f"model {path}: no such file; give a .keras file")
         if not path.endswith(".keras"):
             raise AscendEmuError(f"model {path}: training needs a Keras model (.keras file)")
-        from ..frontend.sources import check_keras_archive
+        from ..frontend.tf.sources import check_keras_archive
 
         check_keras_archive(path)
         keras = import_keras()
@@ -214,7 +214,7 @@ class _Run:
 def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, batch_size, steps, epochs,
              loss_scale, shuffle, seed, dump_dir, dump_steps, overwrite, dump_roots=()) -> _Run:
     """Check every argument (before anything runs), load the model and data, trace the step."""
-    from ..frontend import training as T
+    from ..frontend.tf import training as T
 
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise AscendEmuError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -286,8 +286,8 @@ def _prepare(model, data, *, loss, optimizer, learning_rate, optimizer_options, 
 
 def _prepare_step(step, x, y, *, loss, optimizer, learning_rate, optimizer_options, batch_size, steps, shuffle,
                   seed, dump_steps, manager) -> _Run:
-    """A ready :class:`~ascend_emu.frontend.training.TrainStep` (a stateful step converted by
-    :mod:`ascend_emu.frontend.stateful`): it carries its loss, update and initial state."""
+    """A ready :class:`~ascend_emu.frontend.tf.training.TrainStep` (a stateful step converted by
+    :mod:`ascend_emu.frontend.tf.stateful`): it carries its loss, update and initial state."""
     given = [k for k, v in (("loss", loss), ("optimizer", optimizer), ("learning_rate", learning_rate),
                             ("optimizer_options", optimizer_options)) if v]
     if given:
@@ -336,7 +336,7 @@ def train(device, model, data, *, loss=None, optimizer=None, learning_rate=None,
           reference_dump_dir=None, overflow_check: str = "status", overwrite: bool = False,
           progress: bool = True, dump_options: dict | None = None) -> TrainResult:
     """Train ``model`` on ``device``; see :meth:`ascend_emu.npu.device.Device.train`."""
-    from ..frontend import training as T
+    from ..frontend.tf import training as T
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
@@ -459,8 +459,8 @@ def reference_step(step_graph, x, y, i: int, state: dict, *, dump_dir=None, dump
     """TensorFlow float32's own run of the same step (unscaled) from ``state``, which it updates in place;
     returns ``reference_loss`` and ``reference_grad_zeros``. With ``dump_dir``, the reference dump of the
     step's graph is written there from ``dump_feeds`` (default: this run's own inputs)."""
-    from ..frontend import training as T
-    from ..frontend.reference import reference as tf_reference
+    from ..frontend.tf import training as T
+    from ..frontend.tf.reference import reference as tf_reference
 
     feeds = step_feeds(step_graph, x, y, i, 1.0, state)
     ng = step_graph.n_grads
@@ -508,7 +508,7 @@ def first_step(model, data, *, loss=None, optimizer=None, learning_rate=None, op
     """The traced step and step 0's feeds (its batch, the initial weights and optimizer state, the initial
     loss scale) of the training :meth:`Device.train` runs with the same arguments: what an op-by-op
     comparison of step 0 replays (the emulated device) and runs in float32 (the reference)."""
-    from ..frontend import training as T
+    from ..frontend.tf import training as T
 
     run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                    optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,
@@ -530,11 +530,11 @@ def reference_train(model, data, *, loss=None, optimizer=None, learning_rate=Non
     and recorded, but a float32 step runs unscaled, as Keras does without a LossScaleOptimizer). Dumps
     (``dump_dir/step-N``) are reference dumps of the listed steps, each from this run's own weights.
     ``on_step(i, step, feeds, outputs)``, if given, sees every step: the traced
-    :class:`~ascend_emu.frontend.training.TrainStep`, the step's feeds (placeholder -> array) and its outputs
+    :class:`~ascend_emu.frontend.tf.training.TrainStep`, the step's feeds (placeholder -> array) and its outputs
     ``[loss, gradients..., new state...]`` (what ``ascend-emu check`` reads gradient norms from).
     """
-    from ..frontend import training as T
-    from ..frontend.reference import reference as tf_reference
+    from ..frontend.tf import training as T
+    from ..frontend.tf.reference import reference as tf_reference
 
     run = _prepare(model, data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                    optimizer_options=optimizer_options, batch_size=batch_size, steps=steps, epochs=epochs,

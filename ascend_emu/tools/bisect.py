@@ -221,7 +221,7 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     Parameters
     ----------
     model : Keras model, path, tf.function, ConcreteFunction or Graph
-        Anything :func:`ascend_emu.frontend.loader.load_graph` accepts.
+        Anything :func:`ascend_emu.frontend.tf.loader.load_graph` accepts.
     inputs : None, dict or CLI strings
         As :meth:`ascend_emu.npu.device.Device.replay` (None: seeded random inputs).
     device : Device, optional
@@ -268,8 +268,8 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     from ..npu.fusion import FusionConfig
     from ..graph.core import Graph
     from ..frontend.inputs import make_inputs
-    from ..frontend.loader import load_graph
-    from ..frontend.reference import reference
+    from ..frontend.tf.loader import load_graph
+    from ..frontend.tf.reference import reference
     from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, raise_failures, remember, sweep_device
 
     from .bisect_train import DEFAULT_TRAIN_THRESHOLD, TRAIN_METRICS, SubsetTrials, check_training

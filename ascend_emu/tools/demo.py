@@ -1,10 +1,10 @@
 """The whole workflow on the bundled default model, in one call (``ascend-emu demo``).
 
-Builds :func:`ascend_emu.frontend.models.demo_model` (seeded random weights, nothing
+Builds :func:`ascend_emu.frontend.tf.models.demo_model` (seeded random weights, nothing
 downloaded), runs the TensorFlow float32 reference and an ``allow_mix_precision``
 replay, compares them, analyses overflow, writes the HTML report, and prints the
 worst ops, the first divergent op and where the report is. Then (``train=True``) it trains
-:func:`ascend_emu.frontend.models.train_demo_model` for 24 steps under a dynamic loss scale beside
+:func:`ascend_emu.frontend.tf.models.train_demo_model` for 24 steps under a dynamic loss scale beside
 TensorFlow float32: the planted backward overflow skips a step and halves the scale, and the
 training report shows the loss curves and the loss scale.
 """
@@ -25,8 +25,8 @@ def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: 
     from ..analysis.compare import compare
     from ..analysis.overflow import overflow_report
     from ..analysis.report import write_report
-    from ..frontend.models import demo_model
-    from ..frontend.reference import reference
+    from ..frontend.tf.models import demo_model
+    from ..frontend.tf.reference import reference
     from ..npu.device import Device
 
     stream = stream or sys.stdout
@@ -69,7 +69,7 @@ def run_demo(out_dir: str = "demo-output", *, overwrite: bool = True, progress: 
 
     from ..analysis.train_report import write_train_report
     from ..fileio import atomic_write_text
-    from ..frontend.models import train_demo_data, train_demo_model
+    from ..frontend.tf.models import train_demo_data, train_demo_model
 
     tdir = os.path.join(out_dir, "train")
     say(f"[6/6] training: 24 steps of a small CNN on the emulated {soc}, {precision_mode}, dynamic loss scale, "

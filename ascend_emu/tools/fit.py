@@ -326,7 +326,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     :class:`FitResult`.
     """
     from ..analysis.dump import load_dump
-    from ..frontend.loader import load_graph
+    from ..frontend.tf.loader import load_graph
     from ..graph.core import Graph
     from ..ops import CUBE, OPS
     from ..ops.multicore import MULTICORE_OPS

@@ -44,7 +44,7 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     Parameters
     ----------
     model : Keras model, path, tf.function, ConcreteFunction or Graph
-        Anything :func:`ascend_emu.frontend.loader.load_graph` accepts.
+        Anything :func:`ascend_emu.frontend.tf.loader.load_graph` accepts.
     inputs, signature, shapes, seed
         As :meth:`ascend_emu.npu.device.Device.replay`.
     target : str or Target
@@ -81,8 +81,8 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     MixlistResult
     """
     from ..frontend.inputs import make_inputs
-    from ..frontend.loader import load_graph
-    from ..frontend.reference import reference
+    from ..frontend.tf.loader import load_graph
+    from ..frontend.tf.reference import reference
     from ..graph.core import Graph
     from ..npu.device import Device
     from ..npu.precision import PrecisionPolicy

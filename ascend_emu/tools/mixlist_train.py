@@ -64,7 +64,7 @@ class _RefTensors:
 
 def _train_search(model, data, steps, train_options, seed, target, device, mode, base, device_with, output, beam,
                   max_steps, scheduler, n_workers, progress) -> MixlistResult:
-    from ..frontend.reference import reference
+    from ..frontend.tf.reference import reference
     from ..npu.training import first_step, reference_train
     from .sweep import Sweep
 

@@ -94,7 +94,7 @@ def run_once(task: dict) -> dict:
         summary.update(mode="train", dumps={str(k): v for k, v in sorted(res.dumps.items())},
                        losses=[float(s["loss"]) for s in res.steps])
     else:
-        from ..frontend.graph_cache import load_graph_cached
+        from ..frontend.tf.graph_cache import load_graph_cached
 
         graph = load_graph_cached(task["model"], signature=task.get("signature"), input_shapes=task.get("shapes"))
         keep.update(t.rpartition(":")[0] for t in graph.outputs)    # the final outputs' spread is reported
@@ -379,7 +379,7 @@ def _check_disk(model, data, dump_steps, train_options, inputs, shapes, seed, si
         one = training_step_bytes(model, data, stats_only=not full, **kw)
         what = f"the dumps of {runs} runs x {dumped} step(s)"
     else:
-        from ..frontend.graph_cache import load_graph_cached
+        from ..frontend.tf.graph_cache import load_graph_cached
         from ..frontend.inputs import make_inputs
 
         graph = load_graph_cached(model, signature=signature, input_shapes=shapes)

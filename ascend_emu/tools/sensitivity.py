@@ -161,8 +161,8 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     """
     from ..fileio import atomic_write_text, make_output_dir
     from ..frontend.inputs import inputs_sha256, make_inputs
-    from ..frontend.loader import load_graph
-    from ..frontend.reference import reference
+    from ..frontend.tf.loader import load_graph
+    from ..frontend.tf.reference import reference
     from ..graph.core import Graph
     from .fit import variant
     from .sweep import (ReplayTask, Sweep, SweepContext, check_scheduler, flat_outputs, raise_failures, remember,

@@ -170,7 +170,7 @@ def _load_key(ctx: SweepContext):
 
 
 def _graph_of(ctx: SweepContext):
-    from ..frontend.loader import load_graph
+    from ..frontend.tf.loader import load_graph
     from ..graph.core import Graph
 
     if isinstance(ctx.model, Graph):

@@ -259,7 +259,7 @@ def replay(tmp_path_factory):
     import tensorflow as tf
 
     from ascend_emu import Device, reference
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
 
     tmp = tmp_path_factory.mktemp("replay")
     tf.keras.utils.set_random_seed(3)
@@ -648,8 +648,8 @@ def _msprobe_missing():
 @pytest.mark.parametrize("model", ["demo", "transformer"])
 def test_real_msprobe_compare_agrees(tmp_path, model):
     from ascend_emu import Device, reference
-    from ascend_emu.frontend import models
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf import models
+    from ascend_emu.frontend.tf.loader import load_graph
 
     g = load_graph(models.demo_model() if model == "demo" else models.transformer_encoder())
     ref = reference(g, None, tmp_path / "bench", progress=False)

@@ -388,7 +388,7 @@ CATALOGUE = [
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     tf = import_tf()
     d = tmp_path_factory.mktemp("model")

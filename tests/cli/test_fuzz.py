@@ -307,7 +307,7 @@ def test_fuzz_onnx_models(tmp_path, cases):
     import sys
 
     from ascend_emu import Device
-    from ascend_emu.frontend.onnx_loader import load_onnx
+    from ascend_emu.frontend.onnx.loader import load_onnx
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
     import onnx_models

@@ -8,8 +8,8 @@ import pytest
 
 from ascend_emu import Device, compare, overflow_report, reference, write_report
 from ascend_emu.cli import main
-from ascend_emu.frontend.loader import load_graph
-from ascend_emu.frontend import models
+from ascend_emu.frontend.tf.loader import load_graph
+from ascend_emu.frontend.tf import models
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ascend_emu import Device
-from ascend_emu.frontend import graph_cache
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf import graph_cache
+from ascend_emu.frontend.tf.loader import load_graph
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_shapes_given_as_cli_strings(loads):
 
 
 def test_same_compares_bits_chunk_by_chunk():
-    from ascend_emu.frontend import graph_cache as gc
+    from ascend_emu.frontend.tf import graph_cache as gc
 
     a = np.arange(3 * gc._CHUNK + 5, dtype=np.float32)
     b = a.copy()

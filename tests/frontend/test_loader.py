@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from ascend_emu.frontend import models
+from ascend_emu.frontend.tf import models
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.graph import Graph, split_tensor_name
 from ascend_emu.frontend.inputs import inputs_sha256, make_inputs
-from ascend_emu.frontend.loader import import_tf, load_graph
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()
@@ -128,7 +128,7 @@ def test_identity_chains_of_constants_collapse_and_calls_inline(tmp_path):
         assert not op_types(g) & {"PartitionedCall", "StatefulPartitionedCall", "NoOp"}
         assert {"Relu", "Mul", "AddV2", "Cumsum"} <= op_types(g)
         x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
-        from ascend_emu.frontend.reference import reference
+        from ascend_emu.frontend.tf.reference import reference
         r = reference(g, {"inp": x}, progress=False)
         got = dict(zip(g.output_names or ["y", "z"], r.output_list))
         np.testing.assert_array_equal(got["y"], np.maximum(x, 0) * 2 + 1)
@@ -277,7 +277,7 @@ def _check_formats(model, tmp_path, expect_ops=None):
     x = make_inputs(graphs["keras"], seed=3)
     x = next(iter(x.values()))
     want = np.asarray(model(x, training=False))
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     # same freezing route, same graph: the .pb/.pbtxt files and the tf.function agree to the bit
     assert graphs["pb"].fingerprint == graphs["pbtxt"].fingerprint == graphs["tf_function"].fingerprint \
         == graphs["concrete_function"].fingerprint
@@ -315,7 +315,7 @@ def test_every_format_real_models(tmp_path, name, expect):
 
 @pytest.mark.models
 def test_fingerprint_is_stable_across_processes():
-    code = ("from ascend_emu import models; from ascend_emu.frontend.loader import load_graph; "
+    code = ("from ascend_emu import models; from ascend_emu.frontend.tf.loader import load_graph; "
             "print(load_graph(models.mobilenet_v2()).fingerprint)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -415,7 +415,7 @@ def test_inputs_sha256_covers_dtype_shape_and_name():
 
 def test_multi_input_keras_models_map_names():
     import keras
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     a = keras.Input((3,), name="zeta")
     b = keras.Input((3,), name="alpha")
     m = keras.Model({"zeta": a, "alpha": b},
@@ -448,7 +448,7 @@ def test_low_precision_inputs():
     assert x["h"].dtype == np.float16 and x["b"].dtype.name == "bfloat16"
     rng = np.random.default_rng(2)
     np.testing.assert_array_equal(x["h"], rng.standard_normal((2, 3)).astype(np.float16))
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     r = reference(g, x, progress=False)
     np.testing.assert_array_equal(r.output_list[0], x["h"].astype(np.float32) + x["b"].astype(np.float32))
 
@@ -462,7 +462,7 @@ def test_nested_calls_inline_at_any_depth_and_shapes_are_recorded():
     """Calls inside calls, three deep, the innermost an XLA function (``_noinline``, as Keras 3's
     grouped convolution): the graph's own inliner leaves it, ours inlines it."""
     from ascend_emu import Device, reference
-    from ascend_emu.frontend.loader import CALL_OPS, _freeze
+    from ascend_emu.frontend.tf.loader import CALL_OPS, _freeze
 
     @tf.function(jit_compile=True)
     def leaf(x):
@@ -506,7 +506,7 @@ def test_text_graph_def_strings_decode_as_protobuf_decodes_them(tmp_path):
     """The .pbtxt reader decodes tensor_content strings itself (protobuf's Python tokenizer took 77 s for
     ResNet50's weights); every byte, and every escape it leaves to protobuf, gives protobuf's own message."""
     from google.protobuf import text_format
-    from ascend_emu.frontend.sources import _parse_text_graph_def
+    from ascend_emu.frontend.tf.sources import _parse_text_graph_def
 
     gd = tf.compat.v1.GraphDef()
     every_byte = np.arange(256, dtype=np.uint8).tobytes() + b'\\"\\\\\\?x'

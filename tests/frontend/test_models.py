@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ascend_emu.frontend import models
-from ascend_emu.frontend.loader import import_tf, load_graph
-from ascend_emu.frontend.reference import reference
+from ascend_emu.frontend.tf import models
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
+from ascend_emu.frontend.tf.reference import reference
 
 tf = import_tf()
 import keras  # noqa: E402

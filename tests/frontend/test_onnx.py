@@ -16,8 +16,8 @@ from ascend_emu import Device
 from ascend_emu.analysis.compare import compare
 from ascend_emu.cli.main import main
 from ascend_emu.errors import AscendEmuError
-from ascend_emu.frontend.onnx_loader import load_onnx
-from ascend_emu.frontend.reference import reference
+from ascend_emu.frontend.onnx.loader import load_onnx
+from ascend_emu.frontend.tf.reference import reference
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))

@@ -6,13 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from ascend_emu.frontend import models
+from ascend_emu.frontend.tf import models
 from ascend_emu.npu.aicpu import _cache, run_tf_node
 from ascend_emu.analysis.dump import load_dump
 from ascend_emu.errors import AscendEmuError, DumpError
 from ascend_emu.graph import tensor_name
-from ascend_emu.frontend.loader import import_tf, load_graph
-from ascend_emu.frontend.reference import reference
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
+from ascend_emu.frontend.tf.reference import reference
 
 tf = import_tf()
 

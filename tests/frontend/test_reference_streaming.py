@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from ascend_emu.frontend import reference as ref_mod
-from ascend_emu.frontend.models import demo_model
-from ascend_emu.frontend.reference import reference
+from ascend_emu.frontend.tf import reference as ref_mod
+from ascend_emu.frontend.tf.models import demo_model
+from ascend_emu.frontend.tf.reference import reference
 
 
 def _ops(path):

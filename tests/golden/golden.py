@@ -61,7 +61,7 @@ def case_digests(case: str) -> dict:
     import numpy as np
 
     import ascend_emu as ae
-    from ascend_emu.frontend import models
+    from ascend_emu.frontend.tf import models
 
     builder, bkw, dkw = CASES[case]
     model = getattr(models, builder)(**bkw)

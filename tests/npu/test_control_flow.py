@@ -2,14 +2,14 @@
 iteration runs on the emulated units and is recorded under ``<while>/body/<k>/...``.
 
 TensorFlow's reference runs each cond, body and branch call in TensorFlow under the same names
-(ascend_emu.frontend.loops), so the comparison lines every iteration's ops up with the emulated ones.
+(ascend_emu.frontend.tf.loops), so the comparison lines every iteration's ops up with the emulated ones.
 """
 import numpy as np
 import pytest
 
 from ascend_emu import Device, compare, reference
-from ascend_emu.frontend import models
-from ascend_emu.frontend.loader import import_tf, load_graph
+from ascend_emu.frontend.tf import models
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()

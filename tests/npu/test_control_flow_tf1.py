@@ -7,8 +7,8 @@ import pytest
 
 from ascend_emu import Device, compare, reference
 from ascend_emu.errors import AscendEmuError
-from ascend_emu.frontend import models
-from ascend_emu.frontend.loader import import_tf, load_graph
+from ascend_emu.frontend.tf import models
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 tf = import_tf()

@@ -14,8 +14,8 @@ import pytest
 from ascend_emu import Device, load_dump, reference
 from ascend_emu.errors import AscendEmuError, DumpError, UnsupportedOpError
 from ascend_emu.graph import Graph, InputSpec, Node
-from ascend_emu.frontend.loader import load_graph
-from ascend_emu.frontend import models
+from ascend_emu.frontend.tf.loader import load_graph
+from ascend_emu.frontend.tf import models
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 MODELS = {

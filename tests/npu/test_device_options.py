@@ -111,7 +111,7 @@ def test_int_to_fp16_cast_sets_conversion_status():
 
 
 def test_result_paths_that_are_directories_or_missing(tmp_path, capsys):
-    from ascend_emu.frontend.models import planted_overflow_model
+    from ascend_emu.frontend.tf.models import planted_overflow_model
 
     g = planted_overflow_model()
     ref = reference(g, None, tmp_path / "bench", progress=False)
@@ -156,7 +156,7 @@ def test_conv_k_order_reaches_the_cube_and_the_cli(tmp_path):
     """--cube-conv-k-order reaches the replayed Conv2D (float32 cube path) and the dump's config."""
     from ascend_emu import CubeModel, conv2d
     from ascend_emu.analysis.dump import load_dump
-    from ascend_emu.frontend.models import _keras
+    from ascend_emu.frontend.tf.models import _keras
 
     keras = _keras(7)
     inp = keras.Input((6, 6, 20), batch_size=2, name="x")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ascend_emu import Device, reference
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf.loader import load_graph
 
 #: must_keep_origin_dtype on a SoC whose cube takes float32, HF32 off (the brief's fp32 mode)
 FP32 = {"precision_mode": "must_keep_origin_dtype", "soc": "Ascend910B", "allow_hf32": "none"}

@@ -116,14 +116,14 @@ def test_device_takes_the_switch():
 # --------------------------------------------------------------------------- small graphs
 
 def _tf():
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
     return import_tf()
 
 
 def graph_of(fn, *shapes):
     """Frozen Graph of a tf.function over float32 inputs of ``shapes``."""
     tf = _tf()
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
     f = tf.function(fn, input_signature=[tf.TensorSpec(s, tf.float32) for s in shapes])
     return load_graph(f)
 
@@ -285,7 +285,7 @@ def test_layer_norm_patterns():
         inp = keras.Input((6, 16))
         layer = keras.layers.LayerNormalization(epsilon=1e-4, **kwargs)
         m = keras.Model(inp, layer(inp))
-        from ascend_emu.frontend.loader import load_graph
+        from ascend_emu.frontend.tf.loader import load_graph
         g = load_graph(m)
         f = fused(g)
         assert f.counts == {"LayerNormFusionPass": 1}, kwargs
@@ -345,7 +345,7 @@ def test_fused_tanh_gelu_keeps_its_tail_for_negative_inputs():
 def test_sourced_gelu_is_the_tanh_form_in_float32_too():
     """After GeluFusionPass an exact (erf) gelu runs CANN's tanh-form kernel: in float32 mode the replay
     differs from TF by the approximation (|gelu_tanh - gelu_erf| < 5e-4), not by float32 rounding."""
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.npu.device import Device
 
     g = graph_of(gelu_erfc, (64, 64))
@@ -669,7 +669,7 @@ def test_small_fused_ops_match_oracle(case, mode, op_model):
 @pytest.mark.parametrize("case", CASES)
 def test_small_fused_ops_float32_match_tensorflow(case):
     from ascend_emu.npu.device import Device
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
 
     fn, shapes = small_cases()[case]
     g = graph_of(fn, *shapes)
@@ -739,8 +739,8 @@ MODEL_NAMES = ("resnet50", "mobilenet_v2", "transformer_encoder")
 @pytest.fixture(scope="module")
 def model_graph():
     """name -> (keras model, Graph), each built and loaded once per module (32x32 images)."""
-    from ascend_emu.frontend import models
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf import models
+    from ascend_emu.frontend.tf.loader import load_graph
 
     builders = {"resnet50": lambda: models.resnet50((32, 32, 3)),
                 "mobilenet_v2": lambda: models.mobilenet_v2((32, 32, 3)),
@@ -912,7 +912,7 @@ def test_switching_a_rule_off_removes_it_from_the_dump(model_graph, tmp_path, na
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_float32_mode_fused_ops_match_tensorflow(model_graph, name):
     from ascend_emu.npu.device import Device
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
 
     _, g = model_graph(name)
     dev = Device(**fp32(op_model="exact"))

@@ -178,7 +178,7 @@ def test_casts_dump_hifloat8_codes_and_the_cube_uses_their_values(cnn, mode, rou
 
 def test_compare_shows_the_hif8_accuracy(cnn, tmp_path):
     from ascend_emu.analysis.compare import compare as compare_dumps
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
 
     m, x = cnn
     reference(m, x, str(tmp_path / "bench"), progress=False)
@@ -199,8 +199,8 @@ def test_compare_shows_the_hif8_accuracy(cnn, tmp_path):
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):
     """The zoo's CNN (MobileNetV2, 32x32) and Transformer encoder, each with its float32 reference dump."""
-    from ascend_emu.frontend.models import mobilenet_v2, transformer_encoder
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.models import mobilenet_v2, transformer_encoder
+    from ascend_emu.frontend.tf.reference import reference
 
     root = tmp_path_factory.mktemp("zoo")
     out = {}

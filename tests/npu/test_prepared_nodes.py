@@ -80,7 +80,7 @@ def test_a_replaced_precision_policy_or_fusion_config_fuses_afresh():
     chain), and a replaced fusion config (the chain switched off) likewise."""
     import keras
 
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
     from ascend_emu.npu.fusion import FusionConfig
 
     keras.utils.set_random_seed(0)

@@ -20,7 +20,7 @@ FIVE = ("Ascend910", "Ascend910B", "Ascend910_93", "Ascend310P3", "Ascend950")
 
 @pytest.fixture(scope="module")
 def demo_model():
-    from ascend_emu.frontend import models
+    from ascend_emu.frontend.tf import models
 
     return models.demo_model()
 

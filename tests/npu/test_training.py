@@ -24,8 +24,8 @@ keras = pytest.importorskip("keras")
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.cli.main import main  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
-from ascend_emu.frontend.models import train_demo_data, train_demo_model  # noqa: E402
-from ascend_emu.frontend.training import FunctionalOptimizer  # noqa: E402
+from ascend_emu.frontend.tf.models import train_demo_data, train_demo_model  # noqa: E402
+from ascend_emu.frontend.tf.training import FunctionalOptimizer  # noqa: E402
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 STEP_FIELDS = {"step", "loss", "reference_loss", "loss_scale", "skipped", "float_status", "first_overflow"}
@@ -310,7 +310,7 @@ def test_api_bad_arguments():
 def test_loss_names_from_logits(name, cls):
     """The documented --loss NAME_from_logits (issue 35: it raised a TypeError, keras.losses.get giving a
     function whose type was called): the loss class with from_logits, and the plain name without."""
-    from ascend_emu.frontend.optimizers import resolve_loss
+    from ascend_emu.frontend.tf.optimizers import resolve_loss
 
     loss = resolve_loss(None, name + "_from_logits")
     assert type(loss) is getattr(keras.losses, cls) and loss.get_config()["from_logits"] is True

@@ -14,7 +14,7 @@ import pytest
 keras = pytest.importorskip("keras")
 
 import ascend_emu as ae  # noqa: E402
-from ascend_emu.frontend import models  # noqa: E402
+from ascend_emu.frontend.tf import models  # noqa: E402
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 pytestmark = pytest.mark.models

@@ -1,6 +1,6 @@
 """Stateful training steps on the emulated NPU: a tf.function step and a TF1 graph with a train op.
 
-Each is converted into the stateless TrainStep (ascend_emu.frontend.stateful), trained for 20 steps by
+Each is converted into the stateless TrainStep (ascend_emu.frontend.tf.stateful), trained for 20 steps by
 Device.train and held against TensorFlow's own training of the original step (the tf.function called
 20 times, the TF1 train op run 20 times in the user's session) on the same batches.
 
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from ascend_emu import AscendEmuError, Device, reference_train
-from ascend_emu.frontend.stateful import train_step_from_tf_function
-from ascend_emu.frontend.tf1_step import train_step_from_tf1_graph
-from ascend_emu.frontend.tf import import_keras, import_tf
+from ascend_emu.frontend.tf.stateful import train_step_from_tf_function
+from ascend_emu.frontend.tf.tf1_step import train_step_from_tf1_graph
+from ascend_emu.frontend.tf.tf import import_keras, import_tf
 from steps import gradient_tape_step  # tests/ is on the path (pyproject's pythonpath)
 from fp32mode import FP32, FP32_ARGS, fp32  # noqa: F401  (the tests' fp32 mode)
 
@@ -321,8 +321,8 @@ def test_update_chain_equals_apply_kernel(op):
     own Apply* kernel (ascend_emu.ops.apply_ops) bit for bit, and TensorFlow's kernel (0 ulp measured here;
     2 allowed for a CPU where TensorFlow's Eigen code contracts a multiply-add)."""
     tf = import_tf()
-    from ascend_emu.frontend.functionalize import VariableSpec, functionalize
-    from ascend_emu.frontend.loader import graph_from_graph_def
+    from ascend_emu.frontend.tf.functionalize import VariableSpec, functionalize
+    from ascend_emu.frontend.tf.loader import graph_from_graph_def
     from ascend_emu.ops import apply_ops as grad_ops
 
     kind, _, nesterov = op.partition("-")

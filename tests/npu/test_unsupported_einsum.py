@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.errors import UnsupportedOpError
-from ascend_emu.frontend.loader import import_tf, load_graph
+from ascend_emu.frontend.tf.loader import import_tf, load_graph
 from ascend_emu.npu.device import Device
 
 

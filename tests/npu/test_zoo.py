@@ -17,8 +17,8 @@ import pytest
 
 from ascend_emu import Device, reference
 from ascend_emu.errors import AscendEmuError
-from ascend_emu.frontend import models
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf import models
+from ascend_emu.frontend.tf.loader import load_graph
 from ascend_emu.ops import CUBE, OPS
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 

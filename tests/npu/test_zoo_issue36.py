@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ascend_emu import Device, reference
-from ascend_emu.frontend.loader import load_graph
+from ascend_emu.frontend.tf.loader import load_graph
 from ascend_emu.ops.coverage import AICPU_MET
 
 from fp32mode import FP32

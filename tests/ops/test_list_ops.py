@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.errors import AscendEmuError
-from ascend_emu.frontend.tf import import_tf
+from ascend_emu.frontend.tf.tf import import_tf
 from ascend_emu.ops import run_op
 from ascend_emu.ops.list_ops import TensorList
 

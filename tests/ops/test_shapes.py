@@ -3,7 +3,7 @@ that produce 0-d and 1-d results (where a rank is easily lost), and grouped conv
 import numpy as np
 import pytest
 
-from ascend_emu.frontend.tf import import_tf
+from ascend_emu.frontend.tf.tf import import_tf
 from ascend_emu.ops import OpContext, run_op
 
 tf = import_tf()

@@ -21,7 +21,7 @@ def planted_model(seed=0):
     batch-norm output (~1000) are fine in fp16, but ConvBatchnormFusionPass folds the scale into
     the weights first, 2e4..4e5, mostly > 65504: the folded fp16 filter overflows.
     """
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
     import_tf()
     import keras
 
@@ -47,7 +47,7 @@ def planted_model(seed=0):
 
 @pytest.fixture(scope="module")
 def planted():
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
 
     m = planted_model()
     g = load_graph(m)
@@ -119,7 +119,7 @@ def test_bisect_names_conv_batchnorm(planted, soc, metric, tmp_path):
 
 
 def _graph_outputs(model) -> set:
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
 
     return set(load_graph(model).outputs)
 

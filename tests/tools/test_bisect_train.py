@@ -19,7 +19,7 @@ M = 4000.0
 
 def planted_model(seed=0):
     """Dense(64, relu) whose pre-activations are M + O(1) with a bias of exactly -M (fp16-exact), then Dense(1)."""
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     import_tf()
     import keras

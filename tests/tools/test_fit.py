@@ -18,7 +18,7 @@ BASE = dict(precision_mode="must_keep_origin_dtype", soc="Ascend910B", allow_hf3
 def small_model():
     """Conv2D (3 input channels: the K order matters) -> tanh -> mean -> Dense -> LayerNorm -> Dense softmax:
     float32 cube ops through HF32 (their fp32 outputs show the accumulation), LayerNorm's rstd (impl_mode)."""
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
     import_tf()
     import keras
 
@@ -35,7 +35,7 @@ def small_model():
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
     from ascend_emu.npu.device import Device
     from ascend_emu.tools.fit import variant
 

@@ -30,7 +30,7 @@ def planted_model(seed=0):
       so Square under-estimates the variance (the variance itself, ~4e4, fits fp16).
     Every other op is fine in fp16 (fp16 rounding alone keeps 1 - cosine below 1e-6).
     """
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     import_tf()
     import keras
@@ -64,7 +64,7 @@ def planted_model(seed=0):
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
 
     d = tmp_path_factory.mktemp("planted")
     g = load_graph(planted_model())
@@ -100,7 +100,7 @@ def serial_result(planted):
 
 
 def _cosine(device, planted):
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.tools.sweep import output_metrics
     from ascend_emu.tools.sweep import flat_outputs
 
@@ -170,7 +170,7 @@ def test_cli_on_a_cluster_by_address(serial_result, planted, cluster, tmp_path, 
 
 def test_fusion_bisect_same_result_serial_local_and_address(cluster):
     """fusion-bisect in this process, on its own LocalCluster (scheduler local) and on a cluster by address."""
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
     from ascend_emu.tools.bisect import fusion_bisect
     from tools.test_bisect import planted_model as bisect_model
 
@@ -199,7 +199,7 @@ class Flaky:
 
 @pytest.mark.parametrize("where", ["none", "cluster"])
 def test_failed_task_is_retried_once_then_reported(planted, cluster, tmp_path, where):
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.tools.sweep import flat_outputs
 
     g = planted["graph"]
@@ -230,7 +230,7 @@ def _interrupt(res, ctx):
 
 def test_ctrl_c_leaves_no_half_written_dump(planted, tmp_path):
     """Ctrl-C during a task (here: in its analysis, after the dump is written to its staging directory)."""
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.tools.sweep import flat_outputs
 
     g = planted["graph"]

@@ -22,7 +22,7 @@ def planted_model(seed=0):
     """Dense(2048) with outputs near 40, then sum over the 2048 / 2048 - 40: the sum (8.2e4) saturates fp16
     (65504 on Ascend910), so the emulated loss is ~81 where float32's is ~1. Nothing else loses more than
     fp16 rounding."""
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     import_tf()
     import keras
@@ -105,7 +105,7 @@ def test_cli_on_a_keras_file(tmp_path, capsys):
     """The command line end to end on a compiled .keras file: a tight loss target that plain
     allow_mix_precision misses (fp16 rounding of the matmuls' operands) is met by black-listing MatMulV2."""
     from ascend_emu.cli import main
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     import_tf()
     import keras

@@ -35,7 +35,7 @@ def check_parts_at_multicore_op(res, op_hint, reaches_output=True):
 
 @pytest.mark.models
 def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
-    from ascend_emu.frontend.models import _keras
+    from ascend_emu.frontend.tf.models import _keras
 
     keras = _keras(0)
     m = keras.applications.MobileNetV2(alpha=0.35, weights=None, input_shape=(32, 32, 3), classes=100)
@@ -52,7 +52,7 @@ def test_mobilenet_v2_replays_part_at_the_split_k_classifier(tmp_path):
 
 @pytest.mark.models
 def test_transformer_replays_part_at_the_ffn_matmul_and_deterministic_dumps_are_identical(tmp_path):
-    from ascend_emu.frontend.models import transformer_encoder
+    from ascend_emu.frontend.tf.models import transformer_encoder
 
     m = transformer_encoder(ff_dim=1024)      # ffn2: K = 1024 over 3 cube cores (split-K)
     dev = dict(FP32)
@@ -67,7 +67,7 @@ def test_transformer_replays_part_at_the_ffn_matmul_and_deterministic_dumps_are_
 
 @pytest.mark.models
 def test_training_with_an_embedding_parts_at_a_named_step_and_op(tmp_path):
-    from ascend_emu.frontend.models import embedding_classifier, embedding_data
+    from ascend_emu.frontend.tf.models import embedding_classifier, embedding_data
 
     m, data = embedding_classifier(), embedding_data()
     kw = dict(data=data, steps=20, batch_size=16, device_options=dict(FP32))
@@ -89,7 +89,7 @@ def test_training_with_an_embedding_parts_at_a_named_step_and_op(tmp_path):
 
 
 def test_cli_random_errors_names_the_op_and_compare_says_where_runs_part(tmp_path, monkeypatch, capsys):
-    from ascend_emu.frontend.loader import import_tf
+    from ascend_emu.frontend.tf.loader import import_tf
 
     tf = import_tf()
     monkeypatch.chdir(tmp_path)
@@ -159,7 +159,7 @@ def test_earlier_runs_are_not_replaced_unasked(tmp_path):
 def test_precision_mode_v2_reaches_the_runs(tmp_path):
     """The runs took precision_mode force_fp16 beside a precision_mode_v2 and refused the pair (the README's
     `random-errors --precision-mode-v2 origin` always failed)."""
-    from ascend_emu.frontend.tf import import_tf
+    from ascend_emu.frontend.tf.tf import import_tf
 
     tf = import_tf()
     inp = tf.keras.Input((64,), name="inp")
@@ -218,7 +218,7 @@ def test_default_dumps_hold_statistics_and_the_tensors_where_runs_part(tmp_path,
     """issue 35: ``random-errors --steps 3 --runs 3`` wrote 2.9 GB unasked. By default a run dumps statistics and
     a sha256 per output (still bit for bit), a replay's final outputs, and, run again, the tensors of the op where
     the runs part and of its inputs; the estimate is told first. ``full_dumps`` keeps every tensor."""
-    from ascend_emu.frontend.tf import import_tf
+    from ascend_emu.frontend.tf.tf import import_tf
 
     m = _split_k_model(import_tf())
     res = random_errors(m, runs=2, out_dir=tmp_path / "o", device_options=dict(FP32), progress=True)

@@ -10,8 +10,8 @@ from ascend_emu.numerics import assumptions as asm
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from ascend_emu.frontend.models import demo_model
-    from ascend_emu.frontend.reference import reference
+    from ascend_emu.frontend.tf.models import demo_model
+    from ascend_emu.frontend.tf.reference import reference
     from ascend_emu.npu.device import Device
     from ascend_emu.tools.sensitivity import sensitivity
 
@@ -140,7 +140,7 @@ def test_parameters_reach_the_ops():
     under their values), while no conclusion moves."""
     import numpy as np
 
-    from ascend_emu.frontend.loader import load_graph
+    from ascend_emu.frontend.tf.loader import load_graph
     from ascend_emu.npu.device import Device
     from ascend_emu.tools.sensitivity import sensitivity
     from test_fit import BASE, small_model
@@ -177,7 +177,7 @@ def test_a_malformed_or_linked_sidecar_is_ignored(text, tmp_path):
 
 def test_sensitivity_refuses_a_dump_of_another_configuration(demo):
     from ascend_emu.errors import AscendEmuError
-    from ascend_emu.frontend.models import demo_model
+    from ascend_emu.frontend.tf.models import demo_model
     from ascend_emu.npu.device import Device
     from ascend_emu.tools.sensitivity import sensitivity
 

@@ -1,6 +1,6 @@
 """Which fusion passes match the graphs ONNX models load into (``ascend-emu rules`` prints it).
 
-The ONNX frontend (:mod:`ascend_emu.frontend.onnx_loader`) maps ONNX nodes onto the registry's TF op types,
+The ONNX frontend (:mod:`ascend_emu.frontend.onnx.loader`) maps ONNX nodes onto the registry's TF op types,
 so a pass matches an ONNX model wherever the mapping produces its pattern; ``tests/frontend/test_onnx.py``
 checks the ones said to match on models built in the test.
 """

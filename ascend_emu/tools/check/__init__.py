@@ -48,7 +48,7 @@ def check_benchmark_config(cfg: dict) -> None:
     pass by saying nothing, so each key must be one a run states, with a value of its type."""
     import difflib
 
-    from ...frontend.optimizers import OPTIMIZERS
+    from ...frontend.tf.optimizers import OPTIMIZERS
 
     settings = {k for _, keys in OPTIMIZERS.values() for k in keys}
     numbers = settings - {"nesterov", "amsgrad", "centered"}
@@ -114,7 +114,7 @@ def check(model, data, *, device=None, benchmark=None, benchmark_config=None, lo
         reasons) and ``exit_code``.
     """
     from ...fileio import make_output_dir, read_json
-    from ...frontend import training as T
+    from ...frontend.tf import training as T
     from ...frontend.inputs import check_seed
     from ...npu.device import Device
     from ...npu.training import _load_model, loss_scale_manager
@@ -196,7 +196,7 @@ def _run(c: _Ctx) -> None:
     be traced is bad input); each run starts from the model's weights and fresh optimizer slots.
     """
     from ...analysis.dump import load_dump
-    from ...frontend import training as T
+    from ...frontend.tf import training as T
     from ...npu.training import _disk_check, step_dump_bytes
 
     xv, yv = c.xv, c.yv

@@ -155,8 +155,8 @@ def _row_order(c: _Ctx) -> CheckRow:
 # --------------------------------------------------------------------------- item 1: constant predictions
 
 def _run_inference_twice(c: _Ctx) -> None:
-    from ...frontend.loader import load_graph
-    from ...frontend.reference import reference
+    from ...frontend.tf.loader import load_graph
+    from ...frontend.tf.reference import reference
 
     try:
         graph = load_graph(c.model)

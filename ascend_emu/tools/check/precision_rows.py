@@ -191,7 +191,7 @@ def _row_overflow(c: _Ctx) -> CheckRow:
 def _row_divergence(c: _Ctx) -> CheckRow:
     from ...analysis.compare import compare
     from ...analysis.metrics import ERROR, PASS, WARNING, Thresholds, accuracy_reached
-    from ...frontend.training import UNSCALE_PREFIX
+    from ...frontend.tf.training import UNSCALE_PREFIX
 
     item = "fp16 error within the msprobe threshold"
     t = Thresholds()

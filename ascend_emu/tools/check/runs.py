@@ -88,7 +88,7 @@ def _digest(arrays) -> str:
 
 
 def _reference_run(step, x, y, *, batch_size, steps, shuffle, seed, dump_dir, detail, progress) -> _RefRun:
-    from ...frontend import training as T
+    from ...frontend.tf import training as T
     from ...npu.training import reference_train
 
     run = _RefRun()

@@ -247,7 +247,7 @@ def _loss_name(loss_fn) -> str:
 
 def _benchmark_settings(benchmark, benchmark_config) -> tuple[dict, str]:
     """(settings, source) of the benchmark: its model's compiled optimizer and loss, or the config's keys."""
-    from ...frontend import training as T
+    from ...frontend.tf import training as T
     from ...npu.training import _load_model
 
     if benchmark_config is not None:

@@ -3,7 +3,7 @@
 The model (as loaded, external data included) gets every node output as a graph output, and onnxruntime
 runs it once on the CPU with graph optimizations off (so every node runs, none fused or folded away).
 The dump has one op per graph node that stands for an ONNX node, input or initializer
-(:class:`.onnx_loader.OnnxSource`), under the graph's names and output indices: the emulator's dump of
+(:class:`.loader.OnnxSource`), under the graph's names and output indices: the emulator's dump of
 the same graph aligns op for op (the emulator's own helper nodes, such as the layout transposes, are
 NPU-only rows in compare). Engines: ``HOST`` for Const and Placeholder, ``ORT`` for the rest.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import Graph
-from .onnx_node import _line, session_options
+from ...errors import AscendEmuError
+from ...graph.core import Graph
+from .node import _line, session_options
 
 
 def run_onnx_model(graph: Graph, feeds: dict) -> dict:

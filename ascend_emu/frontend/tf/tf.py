@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 
 
 # --------------------------------------------------------------------------- TensorFlow import

@@ -1,4 +1,4 @@
-"""Model sources: what :func:`~ascend_emu.frontend.loader.load_graph` accepts, each turned into a
+"""Model sources: what :func:`~ascend_emu.frontend.tf.loader.load_graph` accepts, each turned into a
 ConcreteFunction to freeze (or a frozen GraphDef) with its input and output names.
 
 A Keras model or ``.keras`` file, a SavedModel directory (one signature), a frozen GraphDef
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 from .tf import _quiet_stderr, first_line, import_keras, import_tf
 
 

@@ -1,9 +1,9 @@
-"""``tf.compat.v1`` training graphs as the stateless :class:`~ascend_emu.frontend.training.TrainStep`.
+"""``tf.compat.v1`` training graphs as the stateless :class:`~ascend_emu.frontend.tf.training.TrainStep`.
 
 A TF1 graph with variables (``VariableV2`` or resource), a loss tensor and a train op
 (``tf.compat.v1.train.GradientDescentOptimizer(...).minimize(loss)``, ``MomentumOptimizer``, ...),
 Python-built or imported from a MetaGraph, goes through the same rewrite as a ``tf.function`` step
-(:mod:`ascend_emu.frontend.stateful` gives the rules and builds the step; NUMERICS.md section 10). This
+(:mod:`ascend_emu.frontend.tf.stateful` gives the rules and builds the step; NUMERICS.md section 10). This
 module finds the graph's parts, reads the variables' starting values (checkpoint, session or the
 graph's initializers) and runs TensorFlow's own step of the graph as the reference.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import split_tensor_name, tensor_name
+from ...errors import AscendEmuError
+from ...graph.core import split_tensor_name, tensor_name
 from .functionalize import VARIABLE_OPS, VariableSpec, functionalize, needed_nodes
 from .stateful import _free, _make_step
 from .tf import first_line, import_tf

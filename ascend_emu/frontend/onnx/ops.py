@@ -1,11 +1,11 @@
 """ONNX ops onto the op registry, with ONNX's semantics.
 
-One converter per ONNX op type: ``fn(b, n)`` with the :class:`.onnx_build.Builder` ``b`` and the
+One converter per ONNX op type: ``fn(b, n)`` with the :class:`.build.Builder` ``b`` and the
 node ``n`` (:class:`Onnx`: its unique graph name, its ONNX inputs and outputs, decoded attributes,
 the model's opset); it emits registry nodes (the last of them named ``n.name``, so the dump's op
 is the ONNX node) and returns the graph tensors of the node's outputs. A converter that cannot
 express a node (a layout or attribute the registry's op does not take, a shape not known when the
-model loads) raises :class:`.onnx_build.Fallback`: the node then runs as itself on the emulated
+model loads) raises :class:`.build.Fallback`: the node then runs as itself on the emulated
 AI CPU (onnxruntime, float32).
 
 Layouts: Conv, ConvTranspose, BatchNormalization, MaxPool and AveragePool take NCHW in ONNX and
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onnx_build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .build import FLOATS, ONNX_DTYPES, Builder, Fallback
 
 
 @dataclass

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import split_tensor_name
+from ...errors import AscendEmuError
+from ...graph.core import split_tensor_name
 from .optimizers import (APPLY_OPS, LOSSES, OPTIMIZERS, FunctionalOptimizer, resolve_loss,  # noqa: F401
                          resolve_optimizer)
 from .tf import first_line, import_keras, import_tf
@@ -60,7 +60,7 @@ class TrainStep:
     them), new state (same order as state)]``.
 
     Each node's phase is in its ``meta["phase"]`` (:func:`assign_phases` for a Keras model's step,
-    from the graph's structure for a stateful step, :mod:`ascend_emu.frontend.stateful`, which also
+    from the graph's structure for a stateful step, :mod:`ascend_emu.frontend.tf.stateful`, which also
     carries its state at the start of training in ``initial``).
     """
 

@@ -11,9 +11,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import Node
-from .onnx_build import ONNX_DTYPES
+from ...errors import AscendEmuError
+from ...graph.core import Node
+from .build import ONNX_DTYPES
 
 #: how many per-node sessions to keep
 CACHE_SIZE = 256

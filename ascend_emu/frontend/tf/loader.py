@@ -1,6 +1,6 @@
 """Load a TensorFlow model as a plain :class:`~ascend_emu.graph.Graph`.
 
-The only module (with :mod:`ascend_emu.npu.aicpu` and :mod:`ascend_emu.frontend.reference`)
+The only module (with :mod:`ascend_emu.npu.aicpu` and :mod:`ascend_emu.frontend.tf.reference`)
 that knows TensorFlow and protobufs. Every supported source becomes a
 ConcreteFunction, which is frozen (variables to constants, function calls
 inlined by Grappler's function optimizer, control flow left functional), then
@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import hashlib
 
-from ..errors import AscendEmuError
-from ..graph.core import Graph, InputSpec, Node
-from .shapes import check_shape_fits, shape_items
+from ...errors import AscendEmuError
+from ...graph.core import Graph, InputSpec, Node
+from ..shapes import check_shape_fits, shape_items
 from .tf import (_quiet_stderr, count_outputs, dtype_name, first_line, import_keras, import_tf,  # noqa: F401
                  lookup_op_def, node_attrs)
 from .sources import SUFFIXES, SUPPORTED, _source  # noqa: F401
@@ -142,12 +142,12 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
     """
     if isinstance(model, Graph):
         return model
-    from .onnx_loader import is_onnx
+    from ..onnx.loader import is_onnx
     if is_onnx(model):
         if signature is not None:
             raise AscendEmuError(f"--signature {signature!r} applies to SavedModel directories only; drop it "
                                  "for an ONNX model")
-        from .onnx_loader import load_onnx
+        from ..onnx.loader import load_onnx
         return load_onnx(model, input_shapes=input_shapes)
     src = _source(model, signature)
     struct_names = None

@@ -3,11 +3,11 @@
 The sibling of :mod:`.loader` for ``.onnx`` files (opsets 7 and up; ATC takes 11 to 18, exporters write
 13 to 21): the file is parsed (its external data files read from beside it), checked with
 ``onnx.checker``, given the input shapes of ``--shape`` for its dynamic dims, and run through ONNX's
-shape inference. Every ONNX node then becomes registry ops (:mod:`.onnx_ops`, :mod:`.onnx_array`), the
+shape inference. Every ONNX node then becomes registry ops (:mod:`.ops`, :mod:`.array`), the
 last of which carries the node's own name, so the dump's op names are the ONNX node names and its
 outputs ``name:index`` (a node without a name is ``<OpType>_<position>``). A node the registry cannot
 express runs as itself on the emulated AI CPU (op type ``Onnx<OpType>``, onnxruntime in float32,
-:mod:`.onnx_node`). Graph inputs become ``Placeholder`` nodes, initializers and ``Constant`` nodes ``Const``
+:mod:`.node`). Graph inputs become ``Placeholder`` nodes, initializers and ``Constant`` nodes ``Const``
 nodes, under their ONNX names; nodes that feed no output are dropped.
 
 Values known when the model loads (initializers, constants, the shapes inference makes static, integer
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import Graph, InputSpec, Node
-from .onnx_build import FLOATS, ONNX_DTYPES, Builder, Fallback
-from .onnx_ops import CONVERTERS, Onnx
-from . import onnx_array  # noqa: F401  (registers the data-movement converters)
-from .shapes import check_shape_fits, shape_items
+from ...errors import AscendEmuError
+from ...graph.core import Graph, InputSpec, Node
+from .build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .ops import CONVERTERS, Onnx
+from . import array  # noqa: F401  (registers the data-movement converters)
+from ..shapes import check_shape_fits, shape_items
 
 #: largest input (elements) a load-time fold evaluates
 FOLD_LIMIT = 1 << 16

@@ -1,4 +1,4 @@
-"""What every interception of :mod:`ascend_emu.frontend.hooks` shares: the pass-through switch (the
+"""What every interception of :mod:`ascend_emu.frontend.tf.hooks` shares: the pass-through switch (the
 emulator's own TensorFlow calls and nested calls run unhooked) and the check of a step's arrays."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 from .tf import import_tf
 
 _local = threading.local()

@@ -1,4 +1,4 @@
-"""Stateful training steps as the stateless :class:`~ascend_emu.frontend.training.TrainStep`.
+"""Stateful training steps as the stateless :class:`~ascend_emu.frontend.tf.training.TrainStep`.
 
 Two kinds of user code train by mutating variables rather than returning new values:
 
@@ -7,14 +7,14 @@ Two kinds of user code train by mutating variables rather than returning new val
   optimizer, ``v.assign_sub(lr * g)``, ...): :func:`train_step_from_tf_function`;
 - a ``tf.compat.v1`` graph with variables (``VariableV2`` or resource), a loss tensor and a train op
   (``tf.compat.v1.train.GradientDescentOptimizer(...).minimize(loss)``, ``MomentumOptimizer``, ...),
-  Python-built or imported from a MetaGraph: :func:`~ascend_emu.frontend.tf1_step.train_step_from_tf1_graph`
-  (:mod:`ascend_emu.frontend.tf1_step`, on the helpers here).
+  Python-built or imported from a MetaGraph: :func:`~ascend_emu.frontend.tf.tf1_step.train_step_from_tf1_graph`
+  (:mod:`ascend_emu.frontend.tf.tf1_step`, on the helpers here).
 
 Both become the contract the training loop replays (:mod:`ascend_emu.npu.training`)::
 
     (x, y, loss_scale, iteration, state...) -> (loss, gradients..., new state...)
 
-by one rewrite of the step's GraphDef (:func:`~ascend_emu.frontend.functionalize.functionalize`): every variable becomes a state
+by one rewrite of the step's GraphDef (:func:`~ascend_emu.frontend.tf.functionalize.functionalize`): every variable becomes a state
 placeholder holding its value at the start of the step; a read (``ReadVariableOp``, the ``Identity``
 that reads a TF1 ref variable, any op consuming a ref as a value, ``ResourceGather`` as ``GatherV2``)
 becomes the variable's value at that point; a write (``Assign``/``AssignVariableOp``, ``AssignAdd``/``AssignSub`` and their resource
@@ -50,8 +50,8 @@ import contextlib
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import split_tensor_name, tensor_name
+from ...errors import AscendEmuError
+from ...graph.core import split_tensor_name, tensor_name
 from .functionalize import Functional, VariableSpec, functionalize
 from .tf import first_line, import_keras, import_tf, traced_error
 from .training import UNSCALE_PREFIX, TrainStep

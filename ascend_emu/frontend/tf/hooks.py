@@ -8,7 +8,7 @@ part is in :mod:`.keras_hooks`, what all three share in :mod:`.intercept`):
 - **Keras 3** (``fit``, ``train_on_batch``, ``evaluate``, ``test_on_batch``, ``predict``): the TF
   trainer's ``make_train_function`` / ``make_test_function`` / ``make_predict_function`` install
   functions that take the batches from Keras' iterator themselves. A training batch runs the model's
-  own ``train_step`` made stateless (:func:`~ascend_emu.frontend.stateful.train_step_from_tf_function`,
+  own ``train_step`` made stateless (:func:`~ascend_emu.frontend.tf.stateful.train_step_from_tf_function`,
   so a custom ``train_step``, the compiled loss, regularisers, metrics, the optimizer's learning-rate
   schedule and the dropout seed all come with it): every variable it touches (weights, optimizer
   slots and iteration count, metric totals, seed state) is device state, read from the Keras
@@ -26,7 +26,7 @@ part is in :mod:`.keras_hooks`, what all three share in :mod:`.intercept`):
   for the ``with`` line.
 - **``tf.compat.v1.Session.run``** with a train op among the fetches (an op that writes variables
   and depends on ``tf.gradients``) and a ``feed_dict`` of two placeholders:
-  :func:`~ascend_emu.frontend.tf1_step.train_step_from_tf1_graph` on the session's graph, the
+  :func:`~ascend_emu.frontend.tf.tf1_step.train_step_from_tf1_graph` on the session's graph, the
   variables read from the session before the step and loaded into it after. The fetched loss is the
   emulated one; every other fetch (summaries, metrics) is TensorFlow's float32 value from the same
   weights and batch, before the update. Any other ``run`` goes to TensorFlow unchanged.
@@ -42,7 +42,7 @@ import threading
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 from .intercept import _bypassed, passthrough  # noqa: F401  (passthrough: part of this module's API)
 from .keras_hooks import (KerasSteps, NpuLossScaleOptimizer, keras_loss_scale_optimizer,  # noqa: F401
                           reset_keras_functions)

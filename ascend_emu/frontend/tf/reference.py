@@ -1,6 +1,6 @@
 """The benchmark: run the loaded graph in TensorFlow on the CPU and dump every op.
 
-The cleaned GraphDef of :func:`ascend_emu.frontend.loader.load_graph` is imported into a
+The cleaned GraphDef of :func:`ascend_emu.frontend.tf.loader.load_graph` is imported into a
 ``tf.compat.v1`` Session with Grappler switched off, so TensorFlow executes
 exactly the nodes the emulator replays, one kernel per node, in the model's own
 dtypes (float32 for float32 models). Every output of every node is fetched in
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analysis.dump import check_dump_dir
-from ..errors import AscendEmuError
-from ..graph.core import Graph, split_tensor_name, tensor_name
+from ...analysis.dump import check_dump_dir
+from ...errors import AscendEmuError
+from ...graph.core import Graph, split_tensor_name, tensor_name
 
 #: op types recorded with engine HOST (no computation)
 HOST_OPS = frozenset({"Const", "Placeholder"})
@@ -114,7 +114,7 @@ def run_graph_streaming(graph: Graph, feeds: dict, on_node, segment: int = SEGME
     segments; a tensor is dropped once its last consumer has run (the model's outputs
     are kept), so memory stays at a segment plus the tensors still in flight.
     """
-    from ..graph.interpreter import last_uses
+    from ...graph.interpreter import last_uses
     from .tf import first_line
 
     nodes = graph.nodes
@@ -164,7 +164,7 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     Parameters
     ----------
     model : Keras model, path, tf.function, ConcreteFunction or Graph
-        Anything :func:`ascend_emu.frontend.loader.load_graph` accepts.
+        Anything :func:`ascend_emu.frontend.tf.loader.load_graph` accepts.
     inputs : None, dict, array, list
         As :func:`ascend_emu.frontend.inputs.make_inputs`: ``None`` for seeded random inputs.
     dump_dir : str or os.PathLike, optional
@@ -187,7 +187,7 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
     -------
     ReferenceResult
     """
-    from .inputs import make_inputs
+    from ..inputs import make_inputs
     from .loader import load_graph
     if dump_dir is not None:
         check_dump_dir(dump_dir, overwrite)   # refuse before spending time on the run
@@ -222,7 +222,7 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
 
 def _onnx_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress) -> ReferenceResult:
     """An ONNX model's reference: onnxruntime float32 on the CPU (:mod:`.onnx_reference`), engine ``ORT``."""
-    from .onnx_reference import config, onnx_records, version
+    from ..onnx.reference import config, onnx_records, version
 
     t0 = time.perf_counter()
     ran, tensors = onnx_records(graph, feeds)
@@ -241,15 +241,15 @@ def _onnx_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, pr
 
 
 def _has_loops(graph: Graph) -> bool:
-    from ..graph.control_flow import CONTROL_FLOW
-    from ..graph.dataflow import has_dataflow_control_flow
+    from ...graph.control_flow import CONTROL_FLOW
+    from ...graph.dataflow import has_dataflow_control_flow
     return has_dataflow_control_flow(graph.nodes) or any(n.op in CONTROL_FLOW for n in graph.nodes)
 
 
 def _run_all(graph: Graph, feeds: dict) -> tuple[dict, list]:
     """Every tensor of the run by name, and ``(node, outputs)`` per op in execution order, loops and
     branches included: each iteration's ops under the names the emulated device gives them (:mod:`.loops`)."""
-    from ..graph.dataflow import has_dataflow_control_flow
+    from ...graph.dataflow import has_dataflow_control_flow
     from .loops import expand_control_flow, run_tf1_graph, variant_placeholder
 
     if has_dataflow_control_flow(graph.nodes):
@@ -267,8 +267,8 @@ def _run_all(graph: Graph, feeds: dict) -> tuple[dict, list]:
 
 def _reference_streaming(graph, feeds, dump_dir, *, overwrite, select, progress) -> ReferenceResult:
     """The stats-only reference: statistics written op by op while the graph runs in segments."""
-    from ..analysis.dump import DumpWriter
-    from .inputs import inputs_sha256
+    from ...analysis.dump import DumpWriter
+    from ..inputs import inputs_sha256
     from .tf import import_tf
 
     tf = import_tf()
@@ -328,7 +328,7 @@ class _Tally:
 
 def _add_op(w, node, engine: str, dtype: str, outs) -> None:
     """One reference op in the dump (its phase too, for a training step's graph)."""
-    from ..ops.ascend_types import ascend_type
+    from ...ops.ascend_types import ascend_type
 
     atype = "Data" if node.op == "Placeholder" else ascend_type(node.op)
     w.add_op(node.name, node.op, atype, engine, dtype or None, [tensor_name(r) for r in node.inputs], outs, 0,
@@ -341,8 +341,8 @@ def _config(tf_version: str) -> dict:
 
 
 def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_only, select, progress, config=None):
-    from ..analysis.dump import DumpWriter
-    from .inputs import inputs_sha256
+    from ...analysis.dump import DumpWriter
+    from ..inputs import inputs_sha256
 
     config = config or _config(summary["tensorflow"])
     model = graph.dump_model()

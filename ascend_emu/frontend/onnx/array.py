@@ -5,14 +5,14 @@ move of Split/Squeeze/Unsqueeze's axes from attributes to inputs (and Split's ``
 
 Values the registry op needs as constants (a shape, axes, begins) must be known when the model loads
 (an initializer, a ``Constant``, or arithmetic on static shapes that :mod:`.onnx_loader` folds);
-otherwise the node runs on the AI CPU (:class:`.onnx_build.Fallback`).
+otherwise the node runs on the AI CPU (:class:`.build.Fallback`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .onnx_build import Fallback
-from .onnx_ops import _one, converter
+from .build import Fallback
+from .ops import _one, converter
 
 _INT_MAX = 2 ** 62
 

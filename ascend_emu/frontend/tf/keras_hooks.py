@@ -1,4 +1,4 @@
-"""The Keras 3 side of :mod:`ascend_emu.frontend.hooks`: ``fit``, ``train_on_batch``, ``evaluate``,
+"""The Keras 3 side of :mod:`ascend_emu.frontend.tf.hooks`: ``fit``, ``train_on_batch``, ``evaluate``,
 ``test_on_batch`` and ``predict`` routed to the runner (see the hooks' docstring for what is taken and how),
 and the TF2 adapter's ``NpuLossScaleOptimizer`` name for Keras' LossScaleOptimizer."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 from .intercept import _numpy, passthrough
 from .stateful import assign_variables, read_variables, train_step_from_tf_function
 from .tf import first_line, import_keras, import_tf

@@ -153,7 +153,7 @@ def hub_backbone(name: str, seq_len: int = 8, seed: int = 0, *, fresh: bool = Fa
     ids (BERT) zeros. Outputs: the backbone's (BERT: ``pooled_output`` and ``sequence_output``; GPT-2
     the sequence output). Needs keras-hub (``pip install -e '.[hub]'``).
     """
-    from ..errors import AscendEmuError
+    from ...errors import AscendEmuError
 
     if name not in HUB_BACKBONES:
         raise AscendEmuError(f"unknown keras_hub backbone {name!r}; the zoo has {', '.join(HUB_BACKBONES)}")
@@ -405,7 +405,7 @@ FORMATS = ("keras", "keras_file", "saved_model", "pb", "pbtxt", "tf_function", "
 
 
 def save_all_formats(model, directory) -> dict:
-    """Save a Keras model in every format :func:`ascend_emu.frontend.loader.load_graph` reads.
+    """Save a Keras model in every format :func:`ascend_emu.frontend.tf.loader.load_graph` reads.
 
     Returns a dict format -> what to pass to ``load_graph``: ``"keras"`` the
     model itself; ``"keras_file"`` ``directory/model.keras`` (``model.save``);

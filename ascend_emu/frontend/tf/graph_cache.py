@@ -16,9 +16,9 @@ import weakref
 
 import numpy as np
 
-from ..graph.core import Graph
+from ...graph.core import Graph
 from .loader import load_graph
-from .shapes import shape_items
+from ..shapes import shape_items
 from .sources import _is_keras_model
 from .tf import import_tf
 
@@ -71,9 +71,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict | None = None) -> Graph:
-    """:func:`ascend_emu.frontend.loader.load_graph`, served from the cache for a model object seen before
+    """:func:`ascend_emu.frontend.tf.loader.load_graph`, served from the cache for a model object seen before
     whose variables hold the same values (module docstring)."""
-    from .onnx_loader import is_onnx
+    from ..onnx.loader import is_onnx
 
     if is_onnx(model):      # an ONNX model has no variables (and needs no TensorFlow): loaded afresh
         return load_graph(model, signature=signature, input_shapes=input_shapes)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import heapq
 import re
 
-from ..errors import AscendEmuError
-from ..graph.core import split_tensor_name, tensor_name
-from ..graph.dataflow import DATAFLOW_OPS, NEXT_ITERATION
+from ...errors import AscendEmuError
+from ...graph.core import split_tensor_name, tensor_name
+from ...graph.dataflow import DATAFLOW_OPS, NEXT_ITERATION
 from .tf import count_outputs, first_line, import_tf, lookup_op_def, node_attrs
 from .sources import _func_name
 

@@ -1,6 +1,6 @@
 """The loss and the optimizer of a training step: Keras losses by name, and :class:`FunctionalOptimizer`,
 Keras 3's SGD, Adam, AdamW and RMSprop ``update_step`` written as tensor ops (the traced step of
-:mod:`ascend_emu.frontend.training` calls it; ``tests/frontend/test_training.py`` holds it against Keras'
+:mod:`ascend_emu.frontend.tf.training` calls it; ``tests/frontend/test_training.py`` holds it against Keras'
 own ``apply`` bit for bit)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ...errors import AscendEmuError
 from .tf import first_line, import_keras, import_tf
 
 

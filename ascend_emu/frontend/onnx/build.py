@@ -1,6 +1,6 @@
 """The plain graph an ONNX model becomes: node emission, names, constants, layouts.
 
-:class:`Builder` holds what the converters of :mod:`.onnx_ops` need while they turn ONNX nodes
+:class:`Builder` holds what the converters of :mod:`.ops` need while they turn ONNX nodes
 into registry ops: the map from ONNX tensor names to graph tensors (``"node:index"``), the values
 known when the model loads (initializers, ``Constant`` nodes, shapes ONNX's shape inference fixes,
 integer arithmetic on them), the static shapes and element types from that inference, and the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.core import Node
+from ...graph.core import Node
 
 #: ONNX TensorProto element type -> numpy dtype name
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",

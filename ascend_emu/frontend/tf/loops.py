@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.control_flow import CONTROL_FLOW
-from ..graph.core import Graph, Node, tensor_name
+from ...errors import AscendEmuError
+from ...graph.control_flow import CONTROL_FLOW
+from ...graph.core import Graph, Node, tensor_name
 from .tf import first_line, import_tf, session_config
 
 def variant_placeholder() -> np.ndarray:
@@ -178,7 +178,7 @@ def expand_control_flow(graph: Graph, tensors: dict, feeds: dict, records: list)
 
 def run_tf1_graph(graph: Graph, feeds: dict) -> tuple[dict, list]:
     """Run a graph with TF1 control flow op by op in TensorFlow; (tensors, records in execution order)."""
-    from ..graph.dataflow import check_live, run_dataflow
+    from ...graph.dataflow import check_live, run_dataflow
     from .tfnode import run_tf_node
 
     records: list = []

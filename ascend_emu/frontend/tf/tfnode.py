@@ -16,8 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import Node
+from ...errors import AscendEmuError
+from ...graph.core import Node
 from .tf import first_line, import_tf, session_config  # noqa: F401
 
 #: how many per-node Sessions to keep

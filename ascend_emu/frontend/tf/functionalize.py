@@ -2,7 +2,7 @@
 
 :func:`functionalize` turns every variable of one step into a state placeholder and every write into
 tensor ops computing the new value (built by :mod:`.write_ops`), in the order the graph itself gives (the rules are in
-:mod:`ascend_emu.frontend.stateful`, which builds the training steps on it, and NUMERICS.md section 10).
+:mod:`ascend_emu.frontend.tf.stateful`, which builds the training steps on it, and NUMERICS.md section 10).
 Nothing here runs TensorFlow: it reads and writes GraphDef protobufs.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..graph.core import split_tensor_name, tensor_name
+from ...errors import AscendEmuError
+from ...graph.core import split_tensor_name, tensor_name
 from .graphdef import stable_topological_order
 from .tf import import_tf, lookup_op_def
 from .write_ops import WRITE_OPS, Emitter, update_chain
@@ -211,7 +211,7 @@ def _tf1_gradients(step: _Step, refers: dict, name: str) -> tuple[list, str, dic
 def functionalize(gd, variables: list, fetches: list, *, targets=(), captures=None, extra_inputs=(),
                   loss_scale: str | None = None, name: str = "step") -> Functional:
     """Rewrite ``gd`` (a GraphDef of one stateful step) into a pure one (see
-    :mod:`ascend_emu.frontend.stateful` for the rules).
+    :mod:`ascend_emu.frontend.tf.stateful` for the rules).
 
     Parameters
     ----------
