@@ -11,9 +11,13 @@ JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# torch, pinned first to a CPU build (PyPI's default torch wheel on Linux is a multi-GB CUDA build; the
+# emulator runs torch on the CPU only); then the package with the extras the test suite uses
+TORCH  ?= torch==2.13.0
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dask]'
+	$(PY) -m pip install -q '$(TORCH)'
+	$(PY) -m pip install -q -e '.[test,dask,torch,msprobe]'
 	touch $(STAMP)
 
 # the demo's own kernel signatures (ascend_emu/data/demo_signatures.json) compiled first, split over the cores:
