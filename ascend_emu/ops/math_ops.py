@@ -209,3 +209,12 @@ def _bool_reduce(name, tf_type, fn):
 
 _bool_reduce("reduce_all", "All", np.all)
 _bool_reduce("reduce_any", "Any", np.any)
+
+
+@register("IsFinite", kind=VECTOR)
+def is_finite(x, *, ctx):
+    """TF's IsFinite: true where x is neither Inf nor NaN, of the value as the op receives it (so of its fp16 cast
+    when the device hands it fp16: 65520 and above are Inf there). CANN runs it on the AI Core (hicann/ops-math
+    ``math/is_finite/op_host/is_finite_def.cpp``: AICore config ascend910b, ascend910_93; TBE
+    ``ops/built-in/tbe/impl/dynamic/is_finite.py``); a classification of the bits, exact."""
+    return np.isfinite(np.asarray(x, np.float32) if is_float(x) else x)

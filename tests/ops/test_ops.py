@@ -173,6 +173,7 @@ CASES = {
     "Any": ({"input": np.array([[False, False, True], [False, False, False]]), "axis": i32(0, 1)}, {}, {}),
     "ArgMax": ({"input": f(3, 9).round(0), "dimension": np.int32(1)}, {}, {}),     # rounded: ties (first index)
     "ArgMin": ({"input": f(4, 3).round(0), "dimension": np.int32(0)}, {}, {}),
+    "IsFinite": ({"x": np.float32([1.0, np.inf, -np.inf, np.nan, -0.0, 65504.0, 3.0e38, 1e-40])}, {}, {}),
 }
 
 # ops whose results are exact (no arithmetic rounding): must match TF bit for bit in both dtypes
@@ -183,7 +184,7 @@ EXACT = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape
          "LessEqual", "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "Maximum", "Minimum",
          "Neg", "Abs", "Relu", "Relu6", "MaxPool", "Max", "Min", "SelectV2", "Select",
          "TopKV2", "TensorScatterUpdate", "ResizeNearestNeighbor", "MaxPool3D",
-         "OneHot", "MatrixBandPart", "All", "Any", "ArgMax", "ArgMin"}
+         "OneHot", "MatrixBandPart", "All", "Any", "ArgMax", "ArgMin", "IsFinite"}
 
 
 def _tf_ref(op, inputs, attrs, opts):
