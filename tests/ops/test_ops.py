@@ -372,6 +372,31 @@ def test_sourced_softmax_layernorm_batchnorm(model, dtype):
     assert not np.array_equal(run_op("FusedBatchNormV3", x, g, b, mean, var, ctx=exact, epsilon=1e-3)[0], y)
 
 
+def test_fused_layer_norm_bf16_output_rounds_as_its_kernel():
+    """The fused LayerNorm's bf16 output: the float32 steps (tests/naive.py) cast once, ties away from zero under
+    the Ascend C model (LayerNormV4's CAST_ROUND, ASCEND-FACTS 13.4 item 2), to nearest even under the TBE models
+    (``cast_to``); bit for bit on 2^17 outputs, of which some float32 results lie exactly halfway between two
+    bf16 values, where the two roundings differ."""
+    import ml_dtypes
+    import naive
+
+    rng = np.random.default_rng(42)
+    x = (rng.standard_normal((2048, 64)) * 3).astype(ml_dtypes.bfloat16)
+    g = (rng.standard_normal(64) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    ties = 0
+    for model, rounding in (("ascendc", "round"), ("tbe_v220", "rint")):
+        (y,) = run_op("_LayerNorm", x, g, b, ctx=OpContext(dtype="bfloat16", op_model=model), epsilon=1e-5, axis=[-1])
+        y32 = naive.layer_norm_steps(x, g, b, 1e-5, (1,), model)
+        want, _ = naive.cast_bits(y32, "bfloat16", rounding)
+        np.testing.assert_array_equal(y.view(np.uint16), want)
+        half = (y32.view(np.uint32) & 0xFFFF) == 0x8000
+        ties = max(ties, int(half.sum()))
+        if rounding == "round":
+            assert not np.array_equal(want[half], naive.cast_bits(y32, "bfloat16", "rint")[0][half])
+    assert ties > 0
+
+
 def test_softmax_row_max_of_16bit_input_is_numpys():
     """Softmax takes a 16-bit row's maximum from the input's float32 widening (fast) instead of numpy's
     software fp16 max: same output bits and status, NaN payloads (propagated under inf_nan), infinities and
