@@ -479,3 +479,41 @@ def test_pad_of_a_large_tensor_matches_tensorflow(dtype, paddings, value):
     assert ours.dtype == ref.dtype and ours.shape == ref.shape
     assert np.array_equal(ours.view(np.uint8), ref.view(np.uint8))
     assert np.array_equal(ours, np.pad(x, paddings, constant_values=0 if value is None else value))
+
+
+def test_llm_selection_ops_in_every_dtype():
+    """Issue 42's selection ops are exact in fp16, bf16 and float32 (their float32 cases against tf.raw_ops are
+    in CASES): OneHot (two axes, indices out of range) and MatrixBandPart (causal, sliding window, upper, full)
+    bit for bit against element-by-element loops of TF's definitions; ArgMax / ArgMin take the first index among
+    equal values (-0.0 equals +0.0), as TensorFlow's kernel and the ops-math golden (np.argmax) do, and the first
+    NaN wins (the golden's rule; TensorFlow's CPU kernel skips NaN)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    idx = np.array([[0, 3, -1], [2, 7, 1]], np.int32)
+    for dt in (np.float16, ml_dtypes.bfloat16, np.float32):
+        ctx = OpContext(dtype=dt)
+        on, off = np.asarray(1.5, dt), np.asarray(-0.25, dt)
+        for axis in (-1, 0):
+            (got,) = run_op("OneHot", idx, np.int32(4), on, off, ctx=ctx, axis=axis)
+            want = np.full((2, 3, 4), off, dt)
+            for i in range(2):
+                for j in range(3):
+                    if 0 <= idx[i, j] < 4:
+                        want[i, j, idx[i, j]] = on
+            want = want if axis == -1 else np.ascontiguousarray(np.moveaxis(want, -1, 0))
+            assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dt, axis)
+        x = rng.standard_normal((2, 6, 5)).astype(dt)
+        for lo, up in ((-1, 0), (2, 0), (0, -1), (-1, -1), (0, 0)):
+            (got,) = run_op("MatrixBandPart", x, np.int64(lo), np.int64(up), ctx=ctx)
+            want = np.zeros_like(x)
+            for m in range(6):
+                for n in range(5):
+                    if (lo < 0 or m - n <= lo) and (up < 0 or n - m <= up):
+                        want[:, m, n] = x[:, m, n]
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dt, lo, up)
+        v = np.array([[1.0, 3.0, 3.0, -2.0], [-0.0, 0.0, -1.0, -1.0], [2.0, np.nan, 5.0, np.nan]]).astype(dt)
+        np.testing.assert_array_equal(run_op("ArgMax", v, np.int32(1), ctx=ctx)[0], [1, 0, 1])
+        (amin,) = run_op("ArgMin", v, np.int32(1), ctx=ctx, output_type="int32")
+        assert amin.dtype == np.int32
+        np.testing.assert_array_equal(amin, [3, 2, 1])
