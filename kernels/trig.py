@@ -2,7 +2,8 @@
 "Sourced kernels: Sin and Cos").
 
 Sources (the TBE operator implementations the Ascend910 / Ascend910B run; hicann/ops-math has only the
-Ascend950's kernel, math/sin/op_kernel/arch35/sin_dag.h):
+Ascend950's kernels, math/sin/op_kernel/arch35/sin_dag.h and math/cos/op_kernel/arch35/cos_dag.h, whose
+``Simt::Sin`` / ``Simt::Cos`` are unpublished: SIN_F64 / COS_F64 model them):
 
 - Sin: canndev ``ops/built-in/tbe/impl/dynamic/sin.py`` (``sin_compute``, ``_sin``), read in the public mirror
   dengguojie/vue-element-admin. An fp16 input is cast to float32 (``has_improve_precision``: the SoC has a

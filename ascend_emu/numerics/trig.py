@@ -3,9 +3,9 @@ Sin and Cos"; the kernels and their sources: ``kernels/trig.py``).
 
 ``op_model`` picks the kernel: ``tbe_v100`` / ``tbe_v220`` the TBE kernels the Ascend910 / Ascend910B run
 (range reduction by a rounded multiple of pi or 2 pi, a Taylor polynomial, every step a float32 operation);
-``ascendc`` the Ascend950's Ascend C kernel (hicann/ops-math math/sin/op_kernel/arch35/sin_dag.h: CAST_NONE to
-float32, ``Simt::Sin``, CAST_RINT back; the SIMT function's algorithm is not published, so it is modelled as
-the correctly rounded float32 sin); ``exact`` the float64 sin/cos rounded once to the compute dtype.
+``ascendc`` the Ascend950's Ascend C kernels (hicann/ops-math math/sin/op_kernel/arch35/sin_dag.h,
+math/cos/op_kernel/arch35/cos_dag.h: CAST_NONE to float32, ``Simt::Sin`` / ``Simt::Cos``, CAST_RINT back; the
+SIMT functions' algorithms are not published, so they are modelled as the correctly rounded float32 sin / cos); ``exact`` the float64 sin/cos rounded once to the compute dtype.
 A 16-bit input's 65,536 results are computed once per variant and gathered (``trig16_table``).
 """
 from __future__ import annotations
