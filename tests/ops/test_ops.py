@@ -517,3 +517,13 @@ def test_llm_selection_ops_in_every_dtype():
         (amin,) = run_op("ArgMin", v, np.int32(1), ctx=ctx, output_type="int32")
         assert amin.dtype == np.int32
         np.testing.assert_array_equal(amin, [3, 2, 1])
+
+
+def test_is_finite_every_16bit_input():
+    """IsFinite on all 65,536 fp16 and bf16 patterns: false exactly where the exponent field is all ones."""
+    import ml_dtypes
+
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    for dt, exp_mask in ((np.float16, 0x7C00), (ml_dtypes.bfloat16, 0x7F80)):
+        (got,) = run_op("IsFinite", bits.view(dt), ctx=OpContext(dtype=dt))
+        np.testing.assert_array_equal(got, (bits & exp_mask) != exp_mask)
