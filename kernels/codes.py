@@ -70,3 +70,8 @@ LOW_IEEE = ((0, 0, 0, -1, -1), (3, 7, 0x7E, -1, 0x7F), (2, 15, 0x7B, 0x7C, 0x7F)
             (2, 1, 0x7, -1, -1), (0, 127, 0xFE, -1, 0xFF))
 # HiFloat8 special codes (asc-devkit kernel_type_conversion_utils.h): +-Inf, +-max (2^15), NaN
 HIF8_INF, HIF8_MAX_CODE, HIF8_NAN = 0x6F, 0x6E, 0x80
+
+# Sin / Cos (kernels/trig.py; NUMERICS.md section 2, "Sourced kernels"): the TBE kernels step by step
+# (Ascend910 / Ascend910B), or the float64 sin/cos rounded once to float32 (the exact model, and the
+# Ascend C kernel's Simt::Sin / Simt::Cos, whose algorithm is not published)
+SIN_TBE, COS_TBE, SIN_F64, COS_F64 = range(4)

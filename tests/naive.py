@@ -490,9 +490,44 @@ def steps32(op, x, overflow_mode="inf_nan", impl_mode="high_precision", tiny=2.0
             m = np.where(a >= _F32(9.010913848876953125), one, m)
             m = np.where(np.signbit(x), -m, m).astype(_F32)
             y = np.where(a >= _F32(0.6), m, o).astype(_F32)
+        elif op in ("sin_tbe", "cos_tbe"):          # canndev tbe/impl/dynamic/sin.py, cos.py
+            y = _trig_tbe(op == "sin_tbe", x, s)
         else:
             raise ValueError(op)
     return y, s.bad
+
+
+def _to_int32(v, ceil=False):
+    """vconv float32 -> int32 (rint, or ceil), as float64 integers: saturating, NaN -> 0 (assumed)."""
+    v = np.asarray(v, np.float64)
+    r = np.ceil(v) if ceil else np.rint(v)
+    return np.where(np.isnan(r), 0.0, np.clip(r, -2.0 ** 31, 2.0 ** 31 - 1))
+
+
+def _trig_tbe(sin, x, s):
+    """TBE Sin / Cos on float32 x, the steps of sin_compute / cos_compute; ``s`` rounds (and saturates)."""
+    pi = 3.14159265358979
+    if sin:   # k = round(x / pi), x' = x - k pi in [-pi/2, pi/2], Taylor to x^11, sign by k's parity
+        k = _to_int32(s(x * _F32(1 / pi))).astype(_F32)
+        r = s(x - s(k * _F32(pi)))
+        p = s(r * r)
+        t = s(s(p * _F32(-1.0 / 6.0)) * r)
+        y = s(r + t)
+        for i in (5, 7, 9, 11):
+            t = s(s(p * t) * _F32(-1.0 / (i * (i - 1))))
+            y = s(y + t)
+        c2 = (2 * _to_int32(k * _F32(0.5), ceil=True)).astype(_F32)
+        odd = _F32(1) - s(c2 - k)
+        return s(y * (odd + (odd - _F32(1))))
+    k = _to_int32(s(x * _F32(1 / (2 * pi)))).astype(_F32)   # cos: x' = x - k 2pi in [-pi, pi], Taylor to x^14
+    r = s(x - s(k * _F32(2 * pi)))
+    p = s(r * r)
+    t = s(p * _F32(-0.5))
+    y = s(_F32(1) + t)
+    for i in (4, 6, 8, 10, 12, 14):
+        t = s(s(p * t) * _F32(-1.0 / (i * (i - 1))))
+        y = s(y + t)
+    return y
 
 
 def steps16(op, fmt, bits, overflow_mode="inf_nan", impl_mode="high_precision"):

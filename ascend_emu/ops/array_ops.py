@@ -237,3 +237,31 @@ def cast_op(x, *, ctx, DstT="float32", Truncate=False):
         with np.errstate(invalid="ignore"):
             return np.trunc(x.astype(np.float64)).astype(dst)
     return x.astype(dst)
+
+
+@register("OneHot", kind=MOVE)
+def one_hot(indices, depth, on_value, off_value, *, ctx, axis=-1):
+    """TF's OneHot: ``on_value`` where the index equals the position along the new ``axis``, else ``off_value``;
+    an index outside [0, depth) gives a row of ``off_value``. The values are copied, so the result is exact in
+    any dtype (hicann/ops-math ``math/one_hot``: its golden, ``tests/assets/golden.py``, is TensorFlow's
+    one_hot itself)."""
+    idx = np.asarray(indices).astype(np.int64)
+    d = int(np.asarray(depth).reshape(-1)[0])
+    on, off = np.asarray(on_value).reshape(()), np.asarray(off_value).reshape(())
+    ax = int(axis)
+    ax = idx.ndim if ax == -1 else ax
+    hit = np.expand_dims(idx, ax) == np.arange(max(d, 0)).reshape([-1] + [1] * (idx.ndim - ax))
+    return contiguous(np.where(hit, on, off).astype(np.result_type(on, off)))
+
+
+@register("MatrixBandPart", kind=MOVE)
+def matrix_band_part(x, num_lower, num_upper, *, ctx):
+    """TF's MatrixBandPart: entry (m, n) of each innermost matrix kept where (num_lower < 0 or m - n <= num_lower)
+    and (num_upper < 0 or n - m <= num_upper), else zero (the causal and sliding-window masks). A selection:
+    exact in any dtype."""
+    x = np.asarray(x)
+    lo, up = int(np.asarray(num_lower).reshape(-1)[0]), int(np.asarray(num_upper).reshape(-1)[0])
+    m = np.arange(x.shape[-2])[:, None]
+    n = np.arange(x.shape[-1])[None, :]
+    keep = ((lo < 0) | (m - n <= lo)) & ((up < 0) | (n - m <= up))
+    return contiguous(np.where(keep, x, np.zeros((), x.dtype)))

@@ -17,7 +17,9 @@ from .registry import CUBE, HOST, MOVE, OPS, VECTOR
 #: op types the model zoo and the issue-36 models meet that have no AI Core kernel here: they run through the AI
 #: CPU fallback (TensorFlow, original dtype). Keras's dilated Conv1D / Conv2D lowering; a Conv2D between them is
 #: folded into one dilated convolution by SpaceToBatchConv2dBatchToSpacePass (tests/npu/test_dilated_conv.py).
-AICPU_MET = ("SpaceToBatchND", "BatchToSpaceND")
+#: The one-input Where (the positions of true values: a data-dependent output shape) of the zoo's LLM blocks
+#: (tests/npu/test_zoo_llm.py): no AI Core kernel in hicann/ops-math or among canndev's TBE kernels.
+AICPU_MET = ("SpaceToBatchND", "BatchToSpaceND", "Where")
 
 BEGIN, END = "<!-- op-coverage:begin -->", "<!-- op-coverage:end -->"
 _ENGINE = {CUBE: "AI Core (cube)", VECTOR: "AI Core (vector)", MOVE: "AI Core (data movement)", HOST: "host"}

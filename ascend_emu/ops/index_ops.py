@@ -257,3 +257,29 @@ def resize_nearest_neighbor_grad(grads, size, *, ctx, align_corners=False, half_
     with np.errstate(all="ignore"):
         np.add.at(acc, (slice(None), pos), g.reshape(n, oh * ow, c))
     return finish(ctx, acc.reshape(n, h, w, c))
+
+
+# ------------------------------------------------------------------------------------------- ArgMax / ArgMin
+
+def _arg(x, dimension, output_type, largest):
+    """The index of the largest (smallest) entry along ``dimension``: the first one among equal values (TBE
+    arg_max_v2.py keeps the running index unless ``vcmpv_lt`` finds the new value strictly larger; the ops-math
+    golden is np.argmax / np.argmin); a NaN counts as the extreme one (the golden's np.argmax: the first NaN).
+    The values are compared as they are, so the result is exact in any dtype."""
+    x = np.asarray(x)
+    ax = _scalar(dimension) % max(x.ndim, 1)
+    if is_float(x):
+        x = np.asarray(x, np.float64)   # exact for every float dtype (numpy has no ordering of bfloat16's NaN)
+    return (np.argmax if largest else np.argmin)(x, axis=ax).astype(np.dtype(output_type))
+
+
+@register("ArgMax", kind=VECTOR)
+def arg_max(x, dimension, *, ctx, output_type="int64"):
+    """TF's ArgMax as CANN's ArgMaxV2 computes it (:func:`_arg`)."""
+    return _arg(x, dimension, output_type, True)
+
+
+@register("ArgMin", kind=VECTOR)
+def arg_min(x, dimension, *, ctx, output_type="int64"):
+    """TF's ArgMin as CANN's ArgMin computes it (:func:`_arg`)."""
+    return _arg(x, dimension, output_type, False)

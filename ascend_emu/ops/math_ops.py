@@ -81,6 +81,31 @@ def softplus(x, *, ctx):
     return vec(ctx, "softplus", x, impl_mode="high_precision")
 
 
+def _trig(op, x, ctx):
+    from ..numerics.trig import trig
+
+    y, st = trig(op, x, dtype=ctx.dtype_name, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                 op_model=ctx.op_model)
+    ctx.record(st)
+    return y
+
+
+@register("Sin", kind=VECTOR)
+def sin(x, *, ctx):
+    """sin(x) as the TBE kernel computes it (canndev ``ops/built-in/tbe/impl/dynamic/sin.py``: 16-bit input cast
+    to float32, k = round(x/pi), x - k pi, the Taylor series to x^11, the sign of k's parity, CAST_RINT back;
+    NUMERICS.md section 2, "Sourced kernels: Sin and Cos"); the Ascend950's kernel (hicann/ops-math
+    ``math/sin/op_kernel/arch35/sin_dag.h``) under ``op_model="ascendc"``."""
+    return _trig("sin", x, ctx)
+
+
+@register("Cos", kind=VECTOR)
+def cos(x, *, ctx):
+    """cos(x) as the TBE kernel computes it (canndev ``ops/built-in/tbe/impl/dynamic/cos.py``: float32,
+    k = round(x/(2 pi)), x - k 2pi, the Taylor series to x^14, CAST_RINT back; NUMERICS.md section 2)."""
+    return _trig("cos", x, ctx)
+
+
 @register("LeakyRelu", kind=VECTOR, eltwise="leaky_relu")
 def leaky_relu(x, *, ctx, alpha=0.2):
     return vec(ctx, "leaky_relu", x, alpha=float(alpha))
@@ -170,3 +195,26 @@ def _reduce(name, tf_type):
 
 for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
     _reduce(_name, _t)
+
+
+def _bool_reduce(name, tf_type, fn):
+    @register(tf_type, kind=VECTOR)
+    def op(x, axis, *, ctx, keep_dims=False):
+        """TF's All / Any: a logical reduction of booleans (CANN's ReduceAll / ReduceAny, hicann/ops-math
+        math/reduce_all, math/reduce_any): exact."""
+        axes = tuple(a % max(np.ndim(x), 1) for a in as_int_list(axis))
+        return np.asarray(fn(np.asarray(x, bool), axis=axes, keepdims=bool(keep_dims)))
+    op.__name__ = name
+
+
+_bool_reduce("reduce_all", "All", np.all)
+_bool_reduce("reduce_any", "Any", np.any)
+
+
+@register("IsFinite", kind=VECTOR)
+def is_finite(x, *, ctx):
+    """TF's IsFinite: true where x is neither Inf nor NaN, of the value as the op receives it (so of its fp16 cast
+    when the device hands it fp16: 65520 and above are Inf there). CANN runs it on the AI Core (hicann/ops-math
+    ``math/is_finite/op_host/is_finite_def.cpp``: AICore config ascend910b, ascend910_93; TBE
+    ``ops/built-in/tbe/impl/dynamic/is_finite.py``); a classification of the bits, exact."""
+    return np.isfinite(np.asarray(x, np.float32) if is_float(x) else x)

@@ -162,6 +162,18 @@ CASES = {
                   {}),
     "AvgPool3D": ({"input": f(2, 4, 5, 5, 3)}, {"ksize": [1, 2, 3, 3, 1], "strides": [1, 2, 2, 2, 1], "padding": "SAME"},
                   {}),
+    # issue 42 (the ops of LLM blocks). Sin over several periods (its range reduction); Cos within [-2, 2]: its TBE
+    # Taylor series to x^14 is off by up to 4e-6 near |x'| = pi (NUMERICS.md section 2), beyond this test's rtol
+    "Sin": ({"x": f(3, 4, lo=-8.0, hi=8.0)}, {}, {}),
+    "Cos": ({"x": f(3, 4)}, {}, {}),
+    "OneHot": ({"indices": i32(0, 2, 5, -1, 1, 3).reshape(2, 3), "depth": np.int32(4), "on_value": np.float32(1.5),
+                "off_value": np.float32(-0.25)}, {"axis": 1}, {}),
+    "MatrixBandPart": ({"input": f(2, 5, 6), "num_lower": np.int64(2), "num_upper": np.int64(0)}, {}, {}),
+    "All": ({"input": np.array([[True, False, True], [True, True, True]]), "axis": i32(1)}, {"keep_dims": True}, {}),
+    "Any": ({"input": np.array([[False, False, True], [False, False, False]]), "axis": i32(0, 1)}, {}, {}),
+    "ArgMax": ({"input": f(3, 9).round(0), "dimension": np.int32(1)}, {}, {}),     # rounded: ties (first index)
+    "ArgMin": ({"input": f(4, 3).round(0), "dimension": np.int32(0)}, {}, {}),
+    "IsFinite": ({"x": np.float32([1.0, np.inf, -np.inf, np.nan, -0.0, 65504.0, 6.0e4, 1e-40])}, {}, {}),
 }
 
 # ops whose results are exact (no arithmetic rounding): must match TF bit for bit in both dtypes
@@ -171,7 +183,8 @@ EXACT = {"Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape
          "Rank", "Fill", "ZerosLike", "OnesLike", "Range", "Cast", "FloorDiv", "Equal", "NotEqual", "Less",
          "LessEqual", "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "Maximum", "Minimum",
          "Neg", "Abs", "Relu", "Relu6", "MaxPool", "Max", "Min", "SelectV2", "Select",
-         "TopKV2", "TensorScatterUpdate", "ResizeNearestNeighbor", "MaxPool3D"}
+         "TopKV2", "TensorScatterUpdate", "ResizeNearestNeighbor", "MaxPool3D",
+         "OneHot", "MatrixBandPart", "All", "Any", "ArgMax", "ArgMin", "IsFinite"}
 
 
 def _tf_ref(op, inputs, attrs, opts):
@@ -359,6 +372,31 @@ def test_sourced_softmax_layernorm_batchnorm(model, dtype):
     assert not np.array_equal(run_op("FusedBatchNormV3", x, g, b, mean, var, ctx=exact, epsilon=1e-3)[0], y)
 
 
+def test_fused_layer_norm_bf16_output_rounds_as_its_kernel():
+    """The fused LayerNorm's bf16 output: the float32 steps (tests/naive.py) cast once, ties away from zero under
+    the Ascend C model (LayerNormV4's CAST_ROUND, ASCEND-FACTS 13.4 item 2), to nearest even under the TBE models
+    (``cast_to``); bit for bit on 2^17 outputs, of which some float32 results lie exactly halfway between two
+    bf16 values, where the two roundings differ."""
+    import ml_dtypes
+    import naive
+
+    rng = np.random.default_rng(42)
+    x = (rng.standard_normal((2048, 64)) * 3).astype(ml_dtypes.bfloat16)
+    g = (rng.standard_normal(64) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    ties = 0
+    for model, rounding in (("ascendc", "round"), ("tbe_v220", "rint")):
+        (y,) = run_op("_LayerNorm", x, g, b, ctx=OpContext(dtype="bfloat16", op_model=model), epsilon=1e-5, axis=[-1])
+        y32 = naive.layer_norm_steps(x, g, b, 1e-5, (1,), model)
+        want, _ = naive.cast_bits(y32, "bfloat16", rounding)
+        np.testing.assert_array_equal(y.view(np.uint16), want)
+        half = (y32.view(np.uint32) & 0xFFFF) == 0x8000
+        ties = max(ties, int(half.sum()))
+        if rounding == "round":
+            assert not np.array_equal(want[half], naive.cast_bits(y32, "bfloat16", "rint")[0][half])
+    assert ties > 0
+
+
 def test_softmax_row_max_of_16bit_input_is_numpys():
     """Softmax takes a 16-bit row's maximum from the input's float32 widening (fast) instead of numpy's
     software fp16 max: same output bits and status, NaN payloads (propagated under inf_nan), infinities and
@@ -441,3 +479,51 @@ def test_pad_of_a_large_tensor_matches_tensorflow(dtype, paddings, value):
     assert ours.dtype == ref.dtype and ours.shape == ref.shape
     assert np.array_equal(ours.view(np.uint8), ref.view(np.uint8))
     assert np.array_equal(ours, np.pad(x, paddings, constant_values=0 if value is None else value))
+
+
+def test_llm_selection_ops_in_every_dtype():
+    """Issue 42's selection ops are exact in fp16, bf16 and float32 (their float32 cases against tf.raw_ops are
+    in CASES): OneHot (two axes, indices out of range) and MatrixBandPart (causal, sliding window, upper, full)
+    bit for bit against element-by-element loops of TF's definitions; ArgMax / ArgMin take the first index among
+    equal values (-0.0 equals +0.0), as TensorFlow's kernel and the ops-math golden (np.argmax) do, and the first
+    NaN wins (the golden's rule; TensorFlow's CPU kernel skips NaN)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    idx = np.array([[0, 3, -1], [2, 7, 1]], np.int32)
+    for dt in (np.float16, ml_dtypes.bfloat16, np.float32):
+        ctx = OpContext(dtype=dt)
+        on, off = np.asarray(1.5, dt), np.asarray(-0.25, dt)
+        for axis in (-1, 0):
+            (got,) = run_op("OneHot", idx, np.int32(4), on, off, ctx=ctx, axis=axis)
+            want = np.full((2, 3, 4), off, dt)
+            for i in range(2):
+                for j in range(3):
+                    if 0 <= idx[i, j] < 4:
+                        want[i, j, idx[i, j]] = on
+            want = want if axis == -1 else np.ascontiguousarray(np.moveaxis(want, -1, 0))
+            assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dt, axis)
+        x = rng.standard_normal((2, 6, 5)).astype(dt)
+        for lo, up in ((-1, 0), (2, 0), (0, -1), (-1, -1), (0, 0)):
+            (got,) = run_op("MatrixBandPart", x, np.int64(lo), np.int64(up), ctx=ctx)
+            want = np.zeros_like(x)
+            for m in range(6):
+                for n in range(5):
+                    if (lo < 0 or m - n <= lo) and (up < 0 or n - m <= up):
+                        want[:, m, n] = x[:, m, n]
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dt, lo, up)
+        v = np.array([[1.0, 3.0, 3.0, -2.0], [-0.0, 0.0, -1.0, -1.0], [2.0, np.nan, 5.0, np.nan]]).astype(dt)
+        np.testing.assert_array_equal(run_op("ArgMax", v, np.int32(1), ctx=ctx)[0], [1, 0, 1])
+        (amin,) = run_op("ArgMin", v, np.int32(1), ctx=ctx, output_type="int32")
+        assert amin.dtype == np.int32
+        np.testing.assert_array_equal(amin, [3, 2, 1])
+
+
+def test_is_finite_every_16bit_input():
+    """IsFinite on all 65,536 fp16 and bf16 patterns: false exactly where the exponent field is all ones."""
+    import ml_dtypes
+
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    for dt, exp_mask in ((np.float16, 0x7C00), (ml_dtypes.bfloat16, 0x7F80)):
+        (got,) = run_op("IsFinite", bits.view(dt), ctx=OpContext(dtype=dt))
+        np.testing.assert_array_equal(got, (bits & exp_mask) != exp_mask)
