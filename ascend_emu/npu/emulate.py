@@ -39,6 +39,22 @@ def register_tf1_loss_scale(graph, op_name: str, manager) -> None:
     _TF1_MANAGERS[(id(graph), op_name)] = manager
 
 
+class _EveryStep:
+    """``dump_steps="all"``: every step number is in it."""
+
+    def __contains__(self, step) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "'all'"
+
+
+_EVERY_STEP = _EveryStep()
+
+
 class SkippedStepsWarning(UserWarning):
     """Training steps of an emulated script were skipped (an overflow): Keras' running loss leaves them out
     (0.0000 when all are), so :class:`Emulation` says it while the script runs and at its end."""
@@ -86,10 +102,11 @@ class Emulation:
         self.overwrite = bool(overwrite)
         self.dump_dir = None if dump_dir is None else os.fspath(dump_dir)
         try:
-            self.dump_steps = sorted(set(int(s) for s in (dump_steps or ())))
+            # "all": every step (the TF adapter's dump with no dump_step)
+            self.dump_steps = _EVERY_STEP if dump_steps == "all" else sorted(set(int(s) for s in (dump_steps or ())))
         except (TypeError, ValueError):
             raise AscendEmuError(f"dump steps must be step numbers, got {dump_steps!r}") from None
-        if any(s < 0 for s in self.dump_steps):
+        if self.dump_steps is not _EVERY_STEP and any(s < 0 for s in self.dump_steps):
             raise AscendEmuError(f"dump steps must be >= 0, got {dump_steps!r}")
         if self.dump_steps and self.dump_dir is None:
             raise AscendEmuError("dump_steps needs dump_dir")
@@ -278,7 +295,7 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
     loss_scale : None, ``"fixed:N"``, ``"dynamic"``, ``"exponential:..."`` or a manager: loss scaling for
         steps whose script has none (a Keras LossScaleOptimizer or an NPULossScaleOptimizer in the
         script brings its own, which takes precedence).
-    dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]) in
+    dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]; ``"all"``: every step) in
         ``dump_dir/step-N``; with ``reference``, TensorFlow's of the same inputs in ``dump_dir/reference/step-N``.
         Each is estimated from the traced step first: told on stderr over about 1 GB, refused (one line, nothing
         written) past the free space.
