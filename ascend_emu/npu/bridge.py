@@ -121,9 +121,7 @@ class ScriptRun:
         self.sat_mode = mode
         self.options.append({"name": "sat_mode", "value": mode, "from": source, "status": "honoured",
                              "note": f"the device's overflow_mode {SAT_MODES[mode]}"})
-        if self.segments and not self.segments[-1]["emulation"].steps:
-            seg = self.segments[-1]
-            self.configure(seg["parameter_map"], seg["from"])
+        self._rebuild()
 
     def keep_dtype(self, names, source: str) -> None:
         """Op names created under ``keep_dtype_scope``: kept in their original dtype by the sessions after it."""
@@ -133,6 +131,13 @@ class ScriptRun:
         self.keep_dtype_names.extend(new)
         self.options.append({"name": "keep_dtype_scope", "value": new, "from": source, "status": "honoured",
                              "note": "the device's keep_dtype (these ops keep float32 under any precision mode)"})
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """A setting that applies to the sessions after it also applies to the current one before it trains."""
+        if self.segments and not self.segments[-1]["emulation"].steps:
+            seg = self.segments.pop()
+            self.configure(seg["parameter_map"], seg["from"])
 
     def note(self, what: str, source: str) -> None:
         """A call that changes nothing on the emulated device, recorded once."""

@@ -45,7 +45,9 @@ y = rng.normal(size=(64, 2)).astype("float32")
 xp = tf.compat.v1.placeholder(tf.float32, (None, 8), name="x")
 yp = tf.compat.v1.placeholder(tf.float32, (None, 2), name="y")
 w = tf.compat.v1.get_variable("w", (8, 2), initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
-loss = tf.reduce_mean(tf.square(tf.matmul(xp, w) - yp))
+with npu_scope.keep_dtype_scope():
+    h = tf.matmul(xp, w, name="kept")
+loss = tf.reduce_mean(tf.square(h - yp))
 # 2**17 times the loss's gradient is beyond float16's 65504: the planted overflow
 manager = ExponentialUpdateLossScaleManager(init_loss_scale=2 ** 17, incr_every_n_steps=1000)
 opt = NPULossScaleOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01), manager)
@@ -184,15 +186,18 @@ def test_tf1_session_script_with_npu_optimizer_config_and_loss_scale_manager(tmp
     assert seg["config"]["overflow_check"] == "status"           # the 910 saturates: the float status decides
     opts = _options(rec)
     assert opts["precision_mode"]["value"] == "allow_mix_precision" and opts["precision_mode"]["status"] == "honoured"
-    assert "NpuOptimizer parameter_map at train_npu.py:" in opts["precision_mode"]["from"]
+    assert opts["precision_mode"]["from"] == "tf.compat.v1.Session(config=...) NpuOptimizer parameter_map at train_npu.py:46"
     assert opts["modify_mixlist"]["status"] == "honoured" and opts["auto_tune_mode"]["status"] == "noted"
     assert seg["config"]["device"]["precision_mode"] == "allow_mix_precision"
     assert "modified by" in seg["config"]["device"]["mixlist_source"]
     assert sorted(seg["dumps"]) == ["0", "2"]
     dump = load_dump(seg["dumps"]["0"])
     assert dump.config["precision_mode"] == "allow_mix_precision"
-    dtypes = {o["tf_type"]: o["compute_dtype"] for o in dump.ops if o["tf_type"] in ("Square", "MatMul")}
-    assert dtypes == {"Square": "float32", "MatMul": "float16"}     # Square black-listed by the script's mixlist
+    dtypes = {o["name"]: o["compute_dtype"] for o in dump.ops if o["tf_type"] in ("Square", "MatMul")}
+    # Square black-listed by the script's mixlist, the forward MatMul kept by its keep_dtype_scope
+    assert dtypes == {"Square": "float32", "kept": "float32", "gradients/kept_grad/MatMul_1": "float16"}
+    assert opts["keep_dtype_scope"]["from"] == "keep_dtype_scope at train_npu.py:21"
+    assert "kept" in opts["keep_dtype_scope"]["value"]
 
 
 @pytest.mark.models

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import sysconfig
 
 from ....errors import AscendEmuError
 from ..intercept import _bypassed
@@ -18,6 +19,8 @@ from .options import PRECISION_MODE_LIST, PRECISION_MODE_V2_LIST, AdapterOptionE
 from .runtime import runtime
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+#: frames of these are never the script's line: ascend_emu itself, the standard library (contextlib, runpy)
+_NOT_SCRIPT = (_ROOT, sysconfig.get_paths()["stdlib"])
 
 
 def where() -> str:
@@ -25,7 +28,7 @@ def where() -> str:
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if not (name.startswith(_ROOT) or "site-packages" in name or name.startswith("<")):
+        if not (name.startswith(_NOT_SCRIPT) or "site-packages" in name or name.startswith("<")):
             return f"{os.path.basename(name)}:{f.f_lineno}"
         f = f.f_back
     return "the script"
