@@ -207,10 +207,13 @@ class ScriptRun:
                 "overflow_dumps": {str(k): v for k, v in sorted(self.overflow_dumps.items())}}
 
     def format_text(self) -> str:
-        """A few lines: each segment's device, where its options came from, its steps and skipped steps."""
+        """A few lines: the options and calls that change nothing here; each segment's device, where its options
+        came from, its steps and skipped steps; the dumps."""
+        lines = [f"noted: {o['name']} ({o['from']}): changes nothing here: {o['note']}" for o in self.options
+                 if o["status"] == "noted"]
+        lines += [f"noted: {n['call']} ({n['from']})" for n in self.notes]
         if not self.segments:
-            return "ascend-emu run: the script trained nothing on the emulated NPU"
-        lines = []
+            return "\n".join(lines + ["ascend-emu run: the script trained nothing on the emulated NPU"])
         for s in self.segments:
             em = s["emulation"]
             d = em.device.config()

@@ -188,6 +188,8 @@ def test_tf1_session_script_with_npu_optimizer_config_and_loss_scale_manager(tmp
     assert opts["precision_mode"]["value"] == "allow_mix_precision" and opts["precision_mode"]["status"] == "honoured"
     assert opts["precision_mode"]["from"] == "tf.compat.v1.Session(config=...) NpuOptimizer parameter_map at train_npu.py:46"
     assert opts["modify_mixlist"]["status"] == "honoured" and opts["auto_tune_mode"]["status"] == "noted"
+    assert "noted: auto_tune_mode (tf.compat.v1.Session(config=...) NpuOptimizer parameter_map at train_npu.py:46): " \
+           "changes nothing here: a legacy name" in proc.stdout
     assert seg["config"]["device"]["precision_mode"] == "allow_mix_precision"
     assert "modified by" in seg["config"]["device"]["mixlist_source"]
     assert sorted(seg["dumps"]) == ["0", "2"]
@@ -360,3 +362,63 @@ def test_parameter_map_checks():
         read_parameter_map({"precision_mode_v2": "origin", "modify_mixlist": "x.json"})
     # unknown keys pass, as the adapter ignores them; a mixlist under a mixed v2 mode is fine
     assert read_parameter_map({"precision_mode_v2": "mixed_float16", "modify_mixlist": "x", "my_key": 1})
+
+
+IMPORTS_SCRIPT = """
+import json
+import npu_bridge.npu_init as init_module
+from npu_bridge.npu_init import *
+from npu_bridge.estimator import npu_ops
+from npu_bridge.estimator.npu_unary_ops import npu_unary_ops
+from npu_bridge.estimator.npu.npu_config import NPURunConfig, DumpConfig
+from npu_bridge.estimator.npu.npu_loss_scale_optimizer import NPULossScaleOptimizer
+from npu_bridge.estimator.npu.npu_loss_scale_manager import FixedLossScaleManager, ExponentialUpdateLossScaleManager
+from npu_bridge.estimator.npu.npu_optimizer import NPUDistributedOptimizer, NPUOptimizer
+from npu_bridge.estimator.npu.npu_callbacks import NPUBroadcastGlobalVariablesCallback
+from npu_bridge.estimator.npu import npu_scope, util, npu_plugin
+from npu_bridge.hccl import hccl_ops
+import npu_device as npu
+from npu_device.compat.v1.npu_init import RewriterConfig as RC2, npu_config_proto as ncp2
+from npu_device.train.optimizer import NpuLossScaleOptimizer
+from npu_device import distribute
+import tensorflow as tf
+
+names = [n for n in ("tf", "os", "session", "backend", "config_pb2", "rewriter_config_pb2", "RewriterConfig",
+                     "NPURunConfig", "DumpConfig", "NPUEstimator", "NPULossScaleOptimizer", "FixedLossScaleManager",
+                     "ExponentialUpdateLossScaleManager", "NPUDistributedOptimizer", "npu_distributed_optimizer_wrapper",
+                     "NPUOptimizer", "npu_ops", "npu_scope", "util", "npu_plugin", "npu_unary_ops", "hccl_ops",
+                     "npu_config_proto", "set_keras_session_npu_config", "init_resource", "shutdown_resource",
+                     "close_session", "get_npu_rank_size", "create_group", "get_rank_size") if n not in globals()]
+cfg = npu_config_proto()
+m = FixedLossScaleManager(loss_scale=1024)
+e = ExponentialUpdateLossScaleManager(init_loss_scale=2 ** 15, incr_every_n_steps=1000)
+x = tf.constant([1.0, -2.0])
+print(json.dumps({
+    "missing": names, "same_rc": RC2 is RewriterConfig,
+    "entry": [o.name for o in cfg.graph_options.rewrite_options.custom_optimizers],
+    "remapping_off": cfg.graph_options.rewrite_options.remapping == RewriterConfig.OFF,
+    "managers": [m.get_loss_scale(), e.get_loss_scale(), e.decr_every_n_nan_or_inf, e.decr_ratio, e.incr_ratio],
+    "hccl": hccl_ops.allreduce(x, "sum") is x, "ranks": [get_npu_rank_size(), get_rank_size()],
+    "iteration": util.set_iteration_per_loop(None, "op", 10),
+    "gelu": [float(v) for v in npu_unary_ops.gelu(x).numpy()],
+    "wrapper": npu_distributed_optimizer_wrapper("sgd").__class__.__name__,
+    "tf2_all_reduce": distribute.all_reduce(x) is x,
+}))
+"""
+
+
+def test_the_adapters_modules_and_names_import(tmp_path, capsys):
+    """Every submodule the issue lists imports; the star import of npu_init brings what the adapter's does
+    (RewriterConfig, tf, the helpers); npu_device.compat.v1 is npu_bridge."""
+    code, out, _ = _main_run(tmp_path, capsys, IMPORTS_SCRIPT)
+    assert code == 0
+    got = json.loads(out.splitlines()[0])
+    assert got["missing"] == [] and got["same_rc"] and got["entry"] == ["NpuOptimizer"] and got["remapping_off"]
+    assert got["managers"] == [1024.0, 32768.0, 2, 0.8, 2]
+    assert got["hccl"] and got["tf2_all_reduce"] and got["ranks"] == [1, 1] and got["iteration"] == "op"
+    # the Gelu op's host kernel: the tanh form
+    t = np.array([1.0, -2.0])
+    tanh_gelu = 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+    np.testing.assert_allclose(got["gelu"], tanh_gelu, rtol=0, atol=1e-6)    # float32
+    assert got["wrapper"] == "SGD"
+    assert "set_iteration_per_loop(10): one emulated step per sess.run" in out
