@@ -338,6 +338,8 @@ def build_parser():
                     help="the emulated SoC (default Ascend910); the script's options set everything else")
     sp.add_argument("--json", metavar="FILE", help="write the run's record: every option taken from the script and "
                                                    "where it was set, each step, the dumps")
+    sp.add_argument("--msprobe", action="store_true",
+                    help="also write each dump the script asks for in msprobe's layout (dump_path/msprobe/stepN/rank0)")
     sp.add_argument("script", help="the Python script, run as __main__")
     sp.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")

@@ -72,6 +72,7 @@ class ScriptRun:
         self.options: list = []         # every option the script set: name, value, from, status, note
         self.notes: list = []           # calls that change nothing here (init_resource, hccl, ...), once each
         self.overflow_dumps: dict = {}  # step -> {"dump", "report", "first"}
+        self.msprobe_dumps: dict = {}   # step -> its dump in msprobe's layout (--msprobe)
         self.sat_mode = None
         self.keep_dtype_names: list = []
         self._sat_from = None
@@ -195,16 +196,30 @@ class ScriptRun:
         for seg in self.segments:
             seg["emulation"].end()
 
+    def export_msprobe(self) -> dict:
+        """Each dump of the run also in msprobe's layout, ``dump_path/msprobe/step{N}/rank0`` (the steps keep their
+        numbers); ``{step: directory}``, also in the record as ``msprobe_dumps``."""
+        from ..analysis.msprobe import export_msprobe
+
+        for seg in self.segments:
+            em = seg["emulation"]
+            for k, path in sorted(em.dumps.items()):
+                self.msprobe_dumps[k] = export_msprobe(path, os.path.join(em.dump_dir, "msprobe"), step=k,
+                                                       overwrite=True)
+        return self.msprobe_dumps
+
     # -- the record ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        """``{"script", "argv", "soc", "options", "notes", "segments", "overflow_dumps"}``; each segment has
+        """``{"script", "argv", "soc", "options", "notes", "segments", "overflow_dumps", "msprobe_dumps"}``; each
+        segment has
         ``from`` (where its options were set), ``parameter_map`` and the emulation's record (``config``,
         ``steps``, ``dumps``)."""
         return {"script": self.script, "argv": self.argv, "soc": self.soc, "options": self.options,
                 "notes": self.notes,
                 "segments": [{"from": s["from"], "parameter_map": s["parameter_map"], **s["emulation"].to_json()}
                              for s in self.segments],
-                "overflow_dumps": {str(k): v for k, v in sorted(self.overflow_dumps.items())}}
+                "overflow_dumps": {str(k): v for k, v in sorted(self.overflow_dumps.items())},
+                "msprobe_dumps": {str(k): v for k, v in sorted(self.msprobe_dumps.items())}}
 
     def format_text(self) -> str:
         """A few lines: the options and calls that change nothing here; each segment's device, where its options
@@ -230,6 +245,8 @@ class ScriptRun:
             f = v["first"]
             lines.append(f"overflow dump of step {k}: {v['dump']}; first overflow: "
                          + (f"{f['name']} ({f['tf_type']})" if f else "not found") + f"; analysis {v['report']}")
+        for k, v in sorted(self.msprobe_dumps.items()):
+            lines.append(f"msprobe dump of step {k}: {v}")
         return "\n".join(lines)
 
 

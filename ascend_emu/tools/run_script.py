@@ -32,8 +32,9 @@ class ScriptExit(Exception):
         self.code, self.run = code, run
 
 
-def run_script(script, args=(), *, soc: str = "Ascend910") -> ScriptRun:
+def run_script(script, args=(), *, soc: str = "Ascend910", msprobe: bool = False) -> ScriptRun:
     """Run ``script`` (a path) with ``sys.argv = [script, *args]`` on the emulated NPU; the run's record.
+    With ``msprobe``, every dump the script asked for is also written in msprobe's layout (``dump_path/msprobe``).
 
     Raises :class:`AscendEmuError` for what the emulator or the adapter refuses (a bad option value: the
     adapter's message), :class:`ScriptFailed` when the script raises anything else and :class:`ScriptExit`
@@ -77,6 +78,8 @@ def run_script(script, args=(), *, soc: str = "Ascend910") -> ScriptRun:
             if name.split(".")[0] in ("npu_bridge", "npu_device"):
                 del sys.modules[name]
     run.end()
+    if msprobe:
+        run.export_msprobe()
     return run
 
 

@@ -136,14 +136,14 @@ print("SCALE", float(opt.dynamic_scale.numpy()))
 """
 
 
-def _run(tmp_path, source: str, *args, soc=None):
+def _run(tmp_path, source: str, *args, soc=None, flags=()):
     """``ascend-emu run`` of ``source`` in a fresh process: (process, record or None)."""
     script = tmp_path / "train_npu.py"
     script.write_text(source)
     record = tmp_path / "run.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     cmd = [sys.executable, "-m", "ascend_emu.cli", "run", "--json", str(record)]
-    cmd += ["--soc", soc] if soc else []
+    cmd += (["--soc", soc] if soc else []) + list(flags)
     proc = subprocess.run(cmd + [str(script), *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=600)
     return proc, (json.loads(record.read_text()) if record.exists() else None)
@@ -246,7 +246,8 @@ def test_tf2_keras_script_with_npu_device_and_npu_loss_scale_optimizer(tmp_path)
     on the Ascend910B (INF/NaN mode) the overflow check is Keras' own (the gradients' finiteness)."""
     (tmp_path / "mixlist.json").write_text(MIXLIST)
     (tmp_path / "dump").mkdir()
-    proc, rec = _run(tmp_path, TF2_KERAS_SCRIPT, tmp_path / "mixlist.json", tmp_path / "dump", soc="Ascend910B")
+    proc, rec = _run(tmp_path, TF2_KERAS_SCRIPT, tmp_path / "mixlist.json", tmp_path / "dump", soc="Ascend910B",
+                     flags=["--msprobe"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     seg, = rec["segments"]
     assert [s["loss_scale"] for s in seg["steps"]] == [1024.0, 1024.0, 2048.0, 2048.0]
@@ -258,6 +259,12 @@ def test_tf2_keras_script_with_npu_device_and_npu_loss_scale_optimizer(tmp_path)
     assert opts["auto_tune_mode"]["status"] == "noted" and opts["enable_dump"]["status"] == "honoured"
     dump = load_dump(seg["dumps"]["0"])
     assert {o["compute_dtype"] for o in dump.ops if o["tf_type"] == "MatMul"} == {"float32"}
+    # --msprobe: the same dump in msprobe's layout, which import_msprobe reads back op for op
+    from ascend_emu.analysis.msprobe import import_msprobe
+
+    assert rec["msprobe_dumps"]["0"] == str(tmp_path / "dump" / "msprobe" / "step0" / "rank0")
+    back = import_msprobe(rec["msprobe_dumps"]["0"], tmp_path / "back")
+    assert [o["name"] for o in back.ops] == [o["name"] for o in dump.ops]
 
 
 # --------------------------------------------------------------------------- in this process
