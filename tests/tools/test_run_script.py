@@ -231,7 +231,8 @@ def test_tf1_keras_script_with_set_keras_session_npu_config(tmp_path):
     opts = _options(rec)
     assert opts["precision_mode"]["value"] == "allow_mix_precision"
     assert opts["modify_mixlist"]["value"] == str(tmp_path / "mixlist.json")
-    assert "train_npu.py:18" in opts["precision_mode"]["from"]    # the set_keras_session_npu_config line
+    assert opts["precision_mode"]["from"] == ("set_keras_session_npu_config(config=...) NpuOptimizer parameter_map "
+                                              "at train_npu.py:18")
     assert seg["config"]["device"]["precision_mode"] == "allow_mix_precision"
     assert list(seg["dumps"]) == ["1"]
     dump = load_dump(seg["dumps"]["1"])
@@ -429,3 +430,17 @@ def test_the_adapters_modules_and_names_import(tmp_path, capsys):
     np.testing.assert_allclose(got["gelu"], tanh_gelu, rtol=0, atol=1e-6)    # float32
     assert got["wrapper"] == "SGD"
     assert "set_iteration_per_loop(10): one emulated step per sess.run" in out
+
+
+def test_bad_run_command_lines(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"ascend-emu: error: run: no script '{tmp_path / 'missing.py'}'; give the path "
+                                        "of the Python script to run"]
+    with pytest.raises(SystemExit) as e:
+        main(["run"])
+    assert e.value.code == 2 and "usage:" in capsys.readouterr().err
+    (tmp_path / "s.py").write_text("print('ran')\n")
+    assert main(["run", "--json", str(tmp_path / "no" / "dir" / "r.json"), str(tmp_path / "s.py")]) == 2
+    out, err = capsys.readouterr()
+    assert "ran" not in out and len(err.strip().splitlines()) == 1    # refused before the script runs

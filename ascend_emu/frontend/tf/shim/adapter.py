@@ -87,6 +87,18 @@ def npu_config_proto(config_proto=None):
 
 
 _patched: dict = {}
+_made_by: list = []         # the adapter helper making a session right now (set_keras_session_npu_config, ...)
+
+
+def npu_session(helper: str, config):
+    """A ``tf.compat.v1.Session`` of ``npu_config_proto(config)`` made by the adapter's ``helper``, so the record
+    names the helper the script called."""
+    tf = import_tf()
+    _made_by.append(helper)
+    try:
+        return tf.compat.v1.Session(config=npu_config_proto(config))
+    finally:
+        _made_by.pop()
 
 
 def patch_sessions() -> None:
@@ -104,10 +116,10 @@ def patch_sessions() -> None:
                 return _original(self, target, graph, config)
             _original(self, target, graph, config)
             params = parameter_map(config)
+            maker = _made_by[-1] if _made_by else f"tf.compat.v1.{_name}"
+            what = "NpuOptimizer parameter_map" if params is not None else "without NpuOptimizer"
             try:
-                runtime().configure(params or {}, f"tf.compat.v1.{_name}(config=...) "
-                                    f"{'NpuOptimizer parameter_map' if params is not None else 'without NpuOptimizer'}"
-                                    f" at {where()}")
+                runtime().configure(params or {}, f"{maker}(config=...) {what} at {where()}")
             except Exception:
                 self.close()
                 raise

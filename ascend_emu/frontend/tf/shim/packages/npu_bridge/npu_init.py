@@ -74,7 +74,7 @@ class NpuEmptyHook(tf.compat.v1.train.SessionRunHook):
 def set_keras_session_npu_config(config=None):
     """The Keras session of the adapter: a Session with ``npu_config_proto(config)``; its options set the emulated
     device of the Keras training that follows (Keras 3 has no TF1 session to install it into)."""
-    return tf.compat.v1.Session(config=npu_config_proto(config))
+    return _adapter.npu_session("set_keras_session_npu_config", config)
 
 
 def npu_clear_session(config=None):
@@ -83,8 +83,7 @@ def npu_clear_session(config=None):
 
 def init_resource(config=None):
     """``(session, shutdown op)``: an NPU session of ``config``."""
-    sess = tf.compat.v1.Session(config=npu_config_proto(config))
-    return sess, npu_ops.shutdown_system()
+    return _adapter.npu_session("init_resource", config), npu_ops.shutdown_system()
 
 
 def shutdown_resource(sess, npu_shutdown):
