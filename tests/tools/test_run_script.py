@@ -444,3 +444,71 @@ def test_bad_run_command_lines(tmp_path, capsys):
     assert main(["run", "--json", str(tmp_path / "no" / "dir" / "r.json"), str(tmp_path / "s.py")]) == 2
     out, err = capsys.readouterr()
     assert "ran" not in out and len(err.strip().splitlines()) == 1    # refused before the script runs
+
+
+TF1_IN_GRAPH_SCRIPT = """
+import json
+import numpy as np
+import tensorflow as tf
+from npu_bridge.npu_init import *
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(16, 8)).astype("float32")
+y = rng.normal(size=(16, 2)).astype("float32")
+g = tf.Graph()
+with g.as_default():
+    xp = tf.compat.v1.placeholder(tf.float32, (None, 8), name="x")
+    yp = tf.compat.v1.placeholder(tf.float32, (None, 2), name="y")
+    w = tf.compat.v1.get_variable("w", (8, 2), initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+    same = npu_ops.dropout(xp, 1.0) is xp
+    loss = tf.reduce_mean(tf.square(tf.matmul(xp, w) - yp))
+    opt = NPUOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01), FixedLossScaleManager(loss_scale=2 ** 20),
+                       is_loss_scale=True)
+    train = opt.minimize(loss)
+    status = npu_unary_ops.npu_get_float_status_v2()
+    config = tf.compat.v1.ConfigProto()
+    custom_op = config.graph_options.rewrite_options.custom_optimizers.add()
+    custom_op.name = "NpuOptimizer"
+    custom_op.parameter_map["precision_mode"].s = b"allow_mix_precision"
+    custom_op.parameter_map["op_select_implmode"].s = b"high_performance"
+    custom_op.parameter_map["deterministic"].i = 1
+    custom_op.parameter_map["fusion_switch_file"].s = b"FUSION"
+    sess = tf.compat.v1.Session(graph=g, config=config)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    before = sess.run(status)
+    w0 = sess.run(w)
+    sess.run([train, loss], feed_dict={xp: x, yp: y})
+    after = sess.run(status)
+    print(json.dumps({"same": same, "before": before.tolist(), "after": after.tolist(),
+                      "unchanged": bool((sess.run(w) == w0).all())}))
+    sess.close()
+"""
+
+
+def test_npu_optimizer_with_a_fixed_manager_and_the_float_status_op(tmp_path, capsys):
+    """NPUOptimizer(is_loss_scale=True) with FixedLossScaleManager: the planted overflow skips the step at a scale
+    that stays; npu_get_float_status_v2 reads the status the step left; the session's implmode and determinism
+    are the device's."""
+    from ascend_emu.numerics.status import decode_status
+
+    from ascend_emu.npu.emulate import SkippedStepsWarning
+    from ascend_emu.npu.fusion.config import FusionConfig
+
+    fusion = tmp_path / "fusion_switch.cfg"
+    fusion.write_text('{"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}')
+    script = tmp_path / "train_npu.py"
+    script.write_text(TF1_IN_GRAPH_SCRIPT.replace("FUSION", str(fusion)))
+    with pytest.warns(SkippedStepsWarning, match=r"1 of 1 steps skipped, scale 2\^20 -> 2\^20"):
+        code = main(["run", "--json", str(tmp_path / "r.json"), str(script)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    got = json.loads(out.splitlines()[0])
+    rec = json.loads((tmp_path / "r.json").read_text())
+    step, = rec["segments"][0]["steps"]
+    assert step["skipped"] and step["loss_scale"] == 2.0 ** 20 and got["unchanged"] and got["same"]
+    assert rec["segments"][0]["config"]["loss_scale"]["kind"] == "fixed"
+    assert got["before"] == [0] * 8 and got["after"] == [step["float_status"]] + [0] * 7
+    assert decode_status(got["after"][0])
+    device = rec["segments"][0]["config"]["device"]
+    assert device["impl_mode"] == "high_performance" and device["deterministic"] is True
+    assert device["fusion_switch"] == FusionConfig.load(str(fusion)).to_dict() != FusionConfig.load(None).to_dict()
