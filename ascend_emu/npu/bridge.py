@@ -92,10 +92,11 @@ class ScriptRun:
             if entry not in self.options:
                 self.options.append(entry)
         cur = self.segments[-1] if self.segments else None
-        if cur is not None and cur["parameter_map"] == params and cur["sat_mode"] == self.sat_mode:
-            return
+        settings = (self.sat_mode, tuple(self.keep_dtype_names))
+        if cur is not None and cur["parameter_map"] == params and cur["settings"] == settings:
+            return      # the same device: its steps go on (a second session of the same config)
         emulation = self._emulation(params)
-        seg = {"from": source, "parameter_map": dict(params), "sat_mode": self.sat_mode, "emulation": emulation}
+        seg = {"from": source, "parameter_map": dict(params), "settings": settings, "emulation": emulation}
         if cur is not None and not cur["emulation"].steps:
             self.segments[-1] = seg
         else:

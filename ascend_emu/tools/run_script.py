@@ -53,9 +53,9 @@ def run_script(script, args=(), *, soc: str = "Ascend910", msprobe: bool = False
     run = ScriptRun(script, args, soc=SOC_ALIASES.get(soc, soc))
     saved_argv, saved_path = sys.argv, list(sys.path)
     saved_modules = set(sys.modules)
-    runtime.install(run)
     hooks = Hooks(run)
-    hooks.install()
+    hooks.install()         # may refuse (another thread's emulation): then nothing is installed
+    runtime.install(run)
     sys.argv = [script, *map(str, args)]
     sys.path[:0] = [SHIM_DIR, os.path.dirname(os.path.abspath(script))]
     try:

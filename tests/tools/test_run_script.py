@@ -512,3 +512,27 @@ def test_npu_optimizer_with_a_fixed_manager_and_the_float_status_op(tmp_path, ca
     device = rec["segments"][0]["config"]["device"]
     assert device["impl_mode"] == "high_performance" and device["deterministic"] is True
     assert device["fusion_switch"] == FusionConfig.load(str(fusion)).to_dict() != FusionConfig.load(None).to_dict()
+
+
+def test_script_run_segments_and_settings(tmp_path):
+    """A session configured before any step replaces the one before it; set_device_sat_mode and keep_dtype_scope
+    made before the first step apply to the current session; options are recorded with where they were set."""
+    from ascend_emu.errors import AscendEmuError
+    from ascend_emu.npu.bridge import ScriptRun
+
+    run = ScriptRun(str(tmp_path / "s.py"), soc="Ascend910")
+    run.configure({"precision_mode": "force_fp16"}, "a")
+    run.configure({"precision_mode": "allow_mix_precision", "use_off_line": True}, "b")
+    seg, = run.segments
+    assert seg["from"] == "b" and seg["emulation"].device.config()["precision_mode"] == "allow_mix_precision"
+    assert seg["emulation"].overflow_check == "status"
+    run.set_sat_mode(1, "c")
+    seg, = run.segments
+    assert seg["emulation"].device.overflow_mode == "inf_nan" and seg["emulation"].overflow_check == "isfinite"
+    run.keep_dtype(["dense/MatMul"], "d")
+    assert run.segments[0]["emulation"].device.precision.keep_names == frozenset({"dense/MatMul"})
+    assert [(o["name"], o["status"], o["from"]) for o in run.options] == [
+        ("precision_mode", "honoured", "a"), ("precision_mode", "honoured", "b"), ("use_off_line", "noted", "b"),
+        ("sat_mode", "honoured", "c"), ("keep_dtype_scope", "honoured", "d")]
+    with pytest.raises(AscendEmuError, match="^e: set_device_sat_mode: mode must be 0"):
+        run.set_sat_mode(2, "e")
