@@ -406,7 +406,7 @@ def cmd_run(a):
 
     status, run = 0, None
     try:
-        run = run_script(a.script, a.args, soc=a.soc, msprobe=a.msprobe)
+        run = run_script(a.script, a.args, soc=a.soc, msprobe=a.msprobe, ranks=a.ranks)
     except ScriptFailed as e:
         # the script's own error: its traceback from its own frames on, and Python's exit status
         run, tb = e.run, e.exc.__traceback__

@@ -338,6 +338,9 @@ def build_parser():
                     help="the emulated SoC (default Ascend910); the script's options set everything else")
     sp.add_argument("--json", metavar="FILE", help="write the run's record: every option taken from the script and "
                                                    "where it was set, each step, the dumps")
+    sp.add_argument("--ranks", type=int, default=1, metavar="N",
+                    help="each training step over N emulated data-parallel ranks: the script's batch in N shards, "
+                         "the gradients all-reduced as HCCL does (default 1; the script's rank helpers say 1)")
     sp.add_argument("--msprobe", action="store_true",
                     help="also write each dump the script asks for in msprobe's layout (dump_path/msprobe/stepN/rank0)")
     sp.add_argument("script", help="the Python script, run as __main__")

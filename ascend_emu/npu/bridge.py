@@ -64,10 +64,13 @@ class ScriptRun:
     ExponentialUpdateLossScaleManager = ExponentialUpdateLossScaleManager
     NPULossScaleOptimizer = NPULossScaleOptimizer
 
-    def __init__(self, script: str, argv=(), *, soc: str = "Ascend910"):
+    def __init__(self, script: str, argv=(), *, soc: str = "Ascend910", ranks: int = 1):
         self.script = os.path.abspath(script)
         self.argv = list(argv)
         self.soc = soc
+        #: each step over this many emulated data-parallel ranks (the script's batch split among them); the
+        #: script's own rank helpers still say one rank: it is one process
+        self.ranks = ranks
         self.segments: list = []        # [{"from", "parameter_map", "emulation"}], the current one last
         self.options: list = []         # every option the script set: name, value, from, status, note
         self.notes: list = []           # calls that change nothing here (init_resource, hccl, ...), once each
@@ -108,7 +111,7 @@ class ScriptRun:
             dump_dir, steps = params["dump_path"], dump_steps(params.get("dump_step"))
         elif params.get("enable_dump_debug"):
             dump_dir, steps = params["dump_path"], "all"
-        emulation = Emulation(dump_dir=dump_dir, dump_steps=steps, overwrite=True,
+        emulation = Emulation(dump_dir=dump_dir, dump_steps=steps, overwrite=True, ranks=self.ranks,
                               **device_options(params, self.soc, self.sat_mode, self.keep_dtype_names))
         # the adapter's check: the float status under saturation, the parent optimizer's isfinite under INF/NaN
         emulation.overflow_check = "status" if emulation.device.overflow_mode == "saturation" else "isfinite"
@@ -215,7 +218,8 @@ class ScriptRun:
         segment has
         ``from`` (where its options were set), ``parameter_map`` and the emulation's record (``config``,
         ``steps``, ``dumps``)."""
-        return {"script": self.script, "argv": self.argv, "soc": self.soc, "options": self.options,
+        return {"script": self.script, "argv": self.argv, "soc": self.soc, "ranks": self.ranks,
+                "options": self.options,
                 "notes": self.notes,
                 "segments": [{"from": s["from"], "parameter_map": s["parameter_map"], **s["emulation"].to_json()}
                              for s in self.segments],
@@ -236,7 +240,8 @@ class ScriptRun:
             mode = d.get("precision_mode")
             scale = em.config["loss_scale"]
             skipped = em.skipped_steps()
-            lines.append(f"ascend-emu run: {len(em.steps)} step(s) on the emulated {d['soc']}, precision_mode "
+            ranks = f" x{em.ranks} ranks ({em.allreduce} all-reduce)" if em.ranks > 1 else ""
+            lines.append(f"ascend-emu run: {len(em.steps)} step(s) on the emulated {d['soc']}{ranks}, precision_mode "
                          f"{mode}, overflow {d['overflow_mode']}, loss scale "
                          f"{scale if isinstance(scale, str) else scale.get('kind')}"
                          f"{f', {skipped} skipped' if skipped else ''} (options: {s['from']})")

@@ -32,9 +32,10 @@ class ScriptExit(Exception):
         self.code, self.run = code, run
 
 
-def run_script(script, args=(), *, soc: str = "Ascend910", msprobe: bool = False) -> ScriptRun:
+def run_script(script, args=(), *, soc: str = "Ascend910", msprobe: bool = False, ranks: int = 1) -> ScriptRun:
     """Run ``script`` (a path) with ``sys.argv = [script, *args]`` on the emulated NPU; the run's record.
-    With ``msprobe``, every dump the script asked for is also written in msprobe's layout (``dump_path/msprobe``).
+    With ``msprobe``, every dump the script asked for is also written in msprobe's layout (``dump_path/msprobe``);
+    with ``ranks`` > 1 each training step runs over that many emulated data-parallel ranks.
 
     Raises :class:`AscendEmuError` for what the emulator or the adapter refuses (a bad option value: the
     adapter's message), :class:`ScriptFailed` when the script raises anything else and :class:`ScriptExit`
@@ -50,7 +51,9 @@ def run_script(script, args=(), *, soc: str = "Ascend910", msprobe: bool = False
         raise AscendEmuError(f"run: no script {script!r}; give the path of the Python script to run")
     if soc not in SOCS and soc not in SOC_ALIASES:
         raise AscendEmuError(f"run: unknown SoC {soc!r}; `ascend-emu socs` lists them")
-    run = ScriptRun(script, args, soc=SOC_ALIASES.get(soc, soc))
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1024:
+        raise AscendEmuError(f"run: ranks must be a whole number from 1 to 1024, got {ranks!r}")
+    run = ScriptRun(script, args, soc=SOC_ALIASES.get(soc, soc), ranks=ranks)
     saved_argv, saved_path = sys.argv, list(sys.path)
     saved_modules = set(sys.modules)
     hooks = Hooks(run)

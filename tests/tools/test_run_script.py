@@ -537,3 +537,52 @@ def test_script_run_segments_and_settings(tmp_path):
         ("sat_mode", "honoured", "c"), ("keep_dtype_scope", "honoured", "d")]
     with pytest.raises(AscendEmuError, match="^e: set_device_sat_mode: mode must be 0"):
         run.set_sat_mode(2, "e")
+
+
+RANKS_SCRIPT = """
+import json
+import numpy as np
+import tensorflow as tf
+from npu_bridge.npu_init import *
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(32, 8)).astype("float32")
+y = rng.normal(size=(32, 2)).astype("float32")
+g = tf.Graph()
+with g.as_default():
+    xp = tf.compat.v1.placeholder(tf.float32, (None, 8), name="x")
+    yp = tf.compat.v1.placeholder(tf.float32, (None, 2), name="y")
+    w = tf.compat.v1.get_variable("w", (8, 2), initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+    loss = tf.reduce_mean(tf.square(tf.matmul(xp, w) - yp))
+    train = npu_distributed_optimizer_wrapper(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    config = tf.compat.v1.ConfigProto()
+    custom_op = config.graph_options.rewrite_options.custom_optimizers.add()
+    custom_op.name = "NpuOptimizer"
+    custom_op.parameter_map["precision_mode"].s = b"must_keep_origin_dtype"
+    sess = tf.compat.v1.Session(graph=g, config=config)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    losses = [float(sess.run([train, loss], feed_dict={xp: x[16 * i:][:16], yp: y[16 * i:][:16]})[1]) for i in range(2)]
+    print(json.dumps({"losses": losses, "w": sess.run(w).tolist(), "ranks": get_rank_size()}))
+"""
+
+
+def test_ranks_split_each_step_over_emulated_data_parallel_ranks(tmp_path, capsys):
+    """--ranks 2: each batch in two shards, the gradients all-reduced; with float32 operands
+    (must_keep_origin_dtype) the mean of the shards' mean-square gradients is the batch's, so the run follows one
+    device on the whole batch to float32 rounding."""
+    script = tmp_path / "train_npu.py"
+    script.write_text(RANKS_SCRIPT)
+    got = {}
+    for ranks in (1, 2):
+        assert main(["run", "--ranks", str(ranks), "--json", str(tmp_path / f"r{ranks}.json"), str(script)]) == 0
+        out = capsys.readouterr().out
+        got[ranks] = json.loads(out.splitlines()[0]), json.loads((tmp_path / f"r{ranks}.json").read_text())
+    (one, _), (two, rec) = got[1], got[2]
+    steps = rec["segments"][0]["steps"]
+    assert rec["ranks"] == 2 and rec["segments"][0]["config"]["data_parallel"]["ranks"] == 2
+    assert all(len(s["rank_losses"]) == 2 and s["loss"] == np.mean(s["rank_losses"]) for s in steps)
+    assert two["ranks"] == 1          # the script's own rank helpers: one process
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-6)
+    np.testing.assert_allclose(two["w"], one["w"], rtol=0, atol=1e-6)
+    assert main(["run", "--ranks", "0", str(script)]) == 2
+    assert "ranks must be a whole number from 1 to 1024" in capsys.readouterr().err
