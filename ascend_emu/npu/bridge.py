@@ -23,6 +23,7 @@ from ..errors import AscendEmuError
 from ..frontend.tf.shim.options import dump_steps, option_status, read_parameter_map
 from .emulate import Emulation
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
+from .precision import load_customize_dtypes
 from .tf1 import NPULossScaleOptimizer
 
 #: op_select_implmode -> the device's impl_mode (the *_for_all forms differ only in which ops they reach)
@@ -111,12 +112,26 @@ class ScriptRun:
             dump_dir, steps = params["dump_path"], dump_steps(params.get("dump_step"))
         elif params.get("enable_dump_debug"):
             dump_dir, steps = params["dump_path"], "all"
+        keep = list(self.keep_dtype_names) + self._customize_dtypes(params)
         emulation = Emulation(dump_dir=dump_dir, dump_steps=steps, overwrite=True, ranks=self.ranks,
-                              **device_options(params, self.soc, self.sat_mode, self.keep_dtype_names))
+                              **device_options(params, self.soc, self.sat_mode, keep))
         # the adapter's check: the float status under saturation, the parent optimizer's isfinite under INF/NaN
         emulation.overflow_check = "status" if emulation.device.overflow_mode == "saturation" else "isfinite"
         emulation.dump_debug = bool(params.get("enable_dump_debug"))
         return emulation
+
+    def _customize_dtypes(self, params: dict) -> list:
+        """customize_dtypes entries that keep an op or op type in float32 (the device's keep_dtype); the adapter
+        ignores the file under origin / must_keep_origin_dtype. Entries asking for 16-bit dtypes are said."""
+        path = params.get("customize_dtypes")
+        mode = params.get("precision_mode_v2", params.get("precision_mode"))
+        if path is None or mode in ("origin", "must_keep_origin_dtype"):
+            return []
+        keep, other = load_customize_dtypes(path)
+        for line in other:
+            self.note(f"customize_dtypes {line!r}: a 16-bit dtype is not emulated; the op keeps the precision "
+                      "mode's dtypes", path)
+        return keep
 
     def set_sat_mode(self, mode, source: str) -> None:
         """npu_plugin.set_device_sat_mode(mode): 0 saturation, 1 INF/NaN (applies to the sessions after it)."""

@@ -20,6 +20,7 @@ pytest.importorskip("tensorflow")
 
 from ascend_emu.analysis.dump import load_dump  # noqa: E402
 from ascend_emu.cli.main import main  # noqa: E402
+from ascend_emu.errors import AscendEmuError  # noqa: E402
 
 MIXLIST = '{"black-list": {"to-add": ["MatMul"]}}'
 #: the TF1 script's: Square kept in float32, off the path of the planted overflow (the loss gradient's Cast)
@@ -586,3 +587,27 @@ def test_ranks_split_each_step_over_emulated_data_parallel_ranks(tmp_path, capsy
     np.testing.assert_allclose(two["w"], one["w"], rtol=0, atol=1e-6)
     assert main(["run", "--ranks", "0", str(script)]) == 2
     assert "ranks must be a whole number from 1 to 1024" in capsys.readouterr().err
+
+
+def test_customize_dtypes_keeps_float32_entries_and_says_the_others(tmp_path):
+    from ascend_emu.npu.bridge import ScriptRun
+    from ascend_emu.npu.precision import load_customize_dtypes
+
+    cfg = tmp_path / "customize.cfg"
+    cfg.write_text("# CANN's two forms\n"
+                   "dense/MatMul::InputDtype:float32,float32,OutputDtype:float32\n"
+                   "OpType::Square:InputDtype:float32,OutputDtype:float32\n"
+                   "conv1::InputDtype:float16,float16,int8,OutputDtype:float16\n")
+    keep, other = load_customize_dtypes(cfg)
+    assert keep == ["dense/MatMul", "OpType::Square"]
+    assert other == ["conv1::InputDtype:float16,float16,int8,OutputDtype:float16"]
+    run = ScriptRun(str(tmp_path / "s.py"))
+    run.configure({"precision_mode": "allow_mix_precision", "customize_dtypes": str(cfg)}, "a")
+    policy = run.segments[0]["emulation"].device.precision
+    assert policy.keep_names == {"dense/MatMul"} and policy.keep_types == {"Square"}
+    assert [n["call"].startswith("customize_dtypes 'conv1::") for n in run.notes] == [True]
+    run.configure({"precision_mode": "must_keep_origin_dtype", "customize_dtypes": str(cfg)}, "b")
+    assert not run.segments[0]["emulation"].device.precision.keep_names     # ignored in origin, as the adapter
+    (tmp_path / "bad.cfg").write_text("MatMul float32\n")
+    with pytest.raises(AscendEmuError, match="is not OpName::InputDtype"):
+        run.configure({"precision_mode": "allow_mix_precision", "customize_dtypes": str(tmp_path / "bad.cfg")}, "c")

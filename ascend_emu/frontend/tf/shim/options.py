@@ -36,6 +36,8 @@ HONOURED = {
     "dump_step": "the steps dumped ('0|5|10-20'; default every step)",
     "enable_dump_debug": "the dump and overflow analysis of each step whose float status was set, in "
                          "dump_path/step-N",
+    "customize_dtypes": "entries keeping an op (type) in float32: the device's keep_dtype; 16-bit entries are said "
+                        "and not emulated; ignored under origin / must_keep_origin_dtype, as by the adapter",
 }
 #: keys accepted and recorded that change nothing on a CPU: key -> why
 NOTED = {
@@ -43,7 +45,6 @@ NOTED = {
     "dump_debug_mode": "checked; the emulated overflow dump covers AI Core and atomic overflow alike",
     "dump_data": "the emulated dump always holds the tensors and their statistics",
     "dump_layer": "every op is dumped",
-    "customize_dtypes": "not emulated: ops keep the precision mode's dtypes",
     "op_precision_mode": "not emulated: ops keep the precision mode's implementation",
     "optypelist_for_implmode": "not emulated: op_select_implmode applies to every op",
     "iterations_per_loop": "each step is emulated and recorded on its own",
