@@ -394,3 +394,36 @@ def cmd_sensitivity(a):
 
         print(f"wrote {sidecar(a.dump)} (compare and report of {a.dump} show which conclusions are robust)")
     return 0
+
+
+def cmd_run(a):
+    import json
+    import traceback
+
+    from ..fileio import atomic_write_text
+    from ..analysis.dump import json_safe
+    from ..tools.run_script import ScriptExit, ScriptFailed, run_script
+
+    status, run = 0, None
+    try:
+        run = run_script(a.script, a.args, soc=a.soc, msprobe=a.msprobe, ranks=a.ranks)
+    except ScriptFailed as e:
+        # the script's own error: its traceback from its own frames on, and Python's exit status
+        run, tb = e.run, e.exc.__traceback__
+        script = os.path.abspath(a.script)
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+        traceback.print_exception(type(e.exc), e.exc, tb or e.exc.__traceback__, file=sys.stderr)
+        status = 1
+    except ScriptExit as e:
+        run = e.run
+        if isinstance(e.code, int):
+            status = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    print(run.format_text(), flush=True)
+    if a.json:
+        atomic_write_text(a.json, json.dumps(json_safe(run.to_json()), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.json}")
+    return status

@@ -11,7 +11,7 @@ from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
-from .commands import cmd_fit, cmd_sensitivity, cmd_warmup
+from .commands import cmd_fit, cmd_run, cmd_sensitivity, cmd_warmup
 from .memory import out_of_memory_line
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
@@ -32,6 +32,7 @@ EPILOG = """examples:
   ascend-emu socs                                   # the SoCs: Ascend910, 910B, 910_93, 310P3, 950
   ascend-emu fit hw/ model.keras --json fit.json     # which assumed parameters reproduce a dump
   ascend-emu sensitivity model.keras --dump npu/     # which conclusions hold under every assumption
+  ascend-emu run train_npu.py --epochs 2            # a script ported to Ascend (npu_bridge / npu_device), unchanged
 """
 
 
@@ -328,6 +329,22 @@ def build_parser():
     tr.add_argument("--learning-rate", type=float, default=None)
     tr.add_argument("--loss-scale", default=None, metavar="SPEC")
     _sweep_args(sp)
+    sp = add("run", cmd_run, "run a script ported to Ascend (npu_bridge / npu_device) unchanged on the emulated NPU, "
+                             "with the NPU options it sets itself",
+             "ascend-emu run --json run.json train_npu.py --epochs 2")
+    from ..numerics.policy import SOC_ALIASES, SOCS
+
+    sp.add_argument("--soc", default="Ascend910", choices=tuple(SOCS) + tuple(SOC_ALIASES),
+                    help="the emulated SoC (default Ascend910); the script's options set everything else")
+    sp.add_argument("--json", metavar="FILE", help="write the run's record: every option taken from the script and "
+                                                   "where it was set, each step, the dumps")
+    sp.add_argument("--ranks", type=int, default=1, metavar="N",
+                    help="each training step over N emulated data-parallel ranks: the script's batch in N shards, "
+                         "the gradients all-reduced as HCCL does (default 1; the script's rank helpers say 1)")
+    sp.add_argument("--msprobe", action="store_true",
+                    help="also write each dump the script asks for in msprobe's layout (dump_path/msprobe/stepN/rank0)")
+    sp.add_argument("script", help="the Python script, run as __main__")
+    sp.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     add("ops", cmd_ops, "list the op types with an emulated kernel", "ascend-emu ops")
     add("rules", cmd_rules, "list the fusion rules and their numerics", "ascend-emu rules")
     sp = add("socs", cmd_socs, "list the emulated SoCs: cube operand types, bf16, overflow modes, cores, kernels, HF32",

@@ -210,8 +210,7 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
     """Data-parallel training of :meth:`ascend_emu.npu.device.Device.train` with ``ranks`` > 1 (the options
     checked by :func:`check_options`; ``prepare`` the arguments of :func:`ascend_emu.npu.training._prepare`)."""
     from ..frontend.tf import training as T
-    from .training import (OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, reference_step, step_applied,
-                           step_feeds, step_record, step_status)
+    from .training import OVERFLOW_CHECKS, TrainResult, _prepare, _progress, _tick, reference_step
 
     if overflow_check not in OVERFLOW_CHECKS:
         raise AscendEmuError(f"unknown overflow_check {overflow_check!r}; choose one of: {', '.join(OVERFLOW_CHECKS)}")
@@ -231,7 +230,6 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
     states = rank_states(run, base, ranks, plant)
     ref_state = {k: v.copy() for k, v in states[0].items()} if reference else None
     keys = [k for k, _, _ in sg.state]
-    ng = sg.n_grads
     info = {"ranks": ranks, "allreduce": algorithm, "allreduce_dtype": dtype, "shard": len(run.order[0]) // ranks,
             "hccl_deterministic": deterministic, "planted": sorted(plant),
             "initial_differences": compare_ranks(states) if check_rank_weights else None}
@@ -245,35 +243,9 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
     fb_specs = {s.name for s in split.fb.inputs}
     try:
         for i, idx in enumerate(run.order):
-            scale = manager.get_loss_scale() if manager is not None else 1.0
-            shards = np.split(np.asarray(idx), ranks)
-            losses, grads, bounds, rank_feeds, bits, first = [], [], [], [], 0, None
-            for r, sidx in enumerate(shards):
-                rank_feeds.append(step_feeds(sg, run.x[sidx], run.y[sidx], i, scale, states[r]))
-                feeds = {k: v for k, v in rank_feeds[r].items() if k in fb_specs}
-                # each rank's multi-core ops draw their own orders (with determinism off)
-                res = device.replay(split.fb, feeds, None, progress=False, keep_tensors=False, phases=sg.phase,
-                                    launch=i * ranks + r)
-                outs = {t: res.outputs[t] for t in split.fb.outputs}
-                losses.append(float(np.asarray(outs[tensor_name(sg.graph.outputs[0])], np.float64)))
-                grads.append([outs[tensor_name(t)] for t in sg.graph.outputs[1:1 + ng]])
-                bounds.append(outs)
-                rank_bits, rank_first = step_status(res.records, sg.phase, rank=r)
-                bits |= rank_bits
-                first = first if first is not None else rank_first
-            reduced, ar_bits, _ = allreduce_mean(grads, algorithm=algorithm, deterministic=deterministic,
-                                                 run_seed=device.run_seed, launch=i, dtype=dtype,
-                                                 overflow_mode=device.overflow_mode)
-            if ar_bits and first is None:
-                first = {"name": f"HcomAllReduce ({algorithm})", "tf_type": "HcomAllReduce", "phase": "backward",
-                         "rank": None}
-            bits |= ar_bits
-            applied = step_applied(manager, overflow_check, bits, reduced)
-            if applied:
-                for r in range(ranks):
-                    _update_rank(device, split, sg, states[r], rank_feeds[r], bounds[r], reduced, launch=i * ranks + r)
-            rec = step_record(i, float(np.mean(losses)), scale, applied, bits, first, reduced)
-            rec["rank_losses"] = losses
+            rec = data_parallel_step(device, split, states, run.x[idx], run.y[idx], i, manager=manager,
+                                     overflow_check=overflow_check, algorithm=algorithm, dtype=dtype,
+                                     fb_specs=fb_specs)
             if reference:
                 rec.update(reference_step(sg, run.x[idx], run.y[idx], i, ref_state))
             result.steps.append(rec)
@@ -286,6 +258,51 @@ def train_data_parallel(device, model, data, *, ranks: int, plant: dict, allredu
                                                                      if k.startswith("non_trainable/")])
     result.rank_states = states
     return result
+
+
+def data_parallel_step(device, split: _Split, states: list, x, y, i: int, *, manager, overflow_check: str,
+                       algorithm: str, dtype: str, fb_specs=None) -> dict:
+    """One data-parallel training step: the batch ``(x, y)`` in ``len(states)`` contiguous shards, each rank's
+    forward and backward from its own state, the gradients' all-reduce, the overflow decision (the OR of every
+    rank's status and the all-reduce's), and on an applied step each rank's update of its state in place.
+    Returns the step's record (``train --json``'s fields and ``rank_losses``)."""
+    from .training import step_applied, step_feeds, step_record, step_status
+
+    sg = split.step
+    ranks = len(states)
+    ng = sg.n_grads
+    fb_specs = {s.name for s in split.fb.inputs} if fb_specs is None else fb_specs
+    deterministic = device.deterministic_level > 0
+    scale = manager.get_loss_scale() if manager is not None else 1.0
+    xs, ys = np.split(np.asarray(x), ranks), np.split(np.asarray(y), ranks)
+    losses, grads, bounds, rank_feeds, bits, first = [], [], [], [], 0, None
+    for r in range(ranks):
+        rank_feeds.append(step_feeds(sg, xs[r], ys[r], i, scale, states[r]))
+        feeds = {k: v for k, v in rank_feeds[r].items() if k in fb_specs}
+        # each rank's multi-core ops draw their own orders (with determinism off)
+        res = device.replay(split.fb, feeds, None, progress=False, keep_tensors=False, phases=sg.phase,
+                            launch=i * ranks + r)
+        outs = {t: res.outputs[t] for t in split.fb.outputs}
+        losses.append(float(np.asarray(outs[tensor_name(sg.graph.outputs[0])], np.float64)))
+        grads.append([outs[tensor_name(t)] for t in sg.graph.outputs[1:1 + ng]])
+        bounds.append(outs)
+        rank_bits, rank_first = step_status(res.records, sg.phase, rank=r)
+        bits |= rank_bits
+        first = first if first is not None else rank_first
+    reduced, ar_bits, _ = allreduce_mean(grads, algorithm=algorithm, deterministic=deterministic,
+                                         run_seed=device.run_seed, launch=i, dtype=dtype,
+                                         overflow_mode=device.overflow_mode)
+    if ar_bits and first is None:
+        first = {"name": f"HcomAllReduce ({algorithm})", "tf_type": "HcomAllReduce", "phase": "backward",
+                 "rank": None}
+    bits |= ar_bits
+    applied = step_applied(manager, overflow_check, bits, reduced)
+    if applied:
+        for r in range(ranks):
+            _update_rank(device, split, sg, states[r], rank_feeds[r], bounds[r], reduced, launch=i * ranks + r)
+    rec = step_record(i, float(np.mean(losses)), scale, applied, bits, first, reduced)
+    rec["rank_losses"] = losses
+    return rec
 
 
 def _update_rank(device, split: _Split, sg, state: dict, all_feeds: dict, fb_outs: dict, reduced: list, *,

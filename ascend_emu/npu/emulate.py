@@ -24,6 +24,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..fileio import check_output_dir
+from ..numerics.allreduce import default_algorithm, resolve_algorithm
+from .data_parallel import check_options, data_parallel_step, split_step
 from .device import Device
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .precision import TRAIN_PRECISION_DEFAULT
@@ -37,6 +39,22 @@ _TF1_MANAGERS: dict = {}
 def register_tf1_loss_scale(graph, op_name: str, manager) -> None:
     """Record that train op ``op_name`` of ``graph`` is loss-scaled by ``manager`` (NPULossScaleOptimizer)."""
     _TF1_MANAGERS[(id(graph), op_name)] = manager
+
+
+class _EveryStep:
+    """``dump_steps="all"``: every step number is in it."""
+
+    def __contains__(self, step) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "'all'"
+
+
+_EVERY_STEP = _EveryStep()
 
 
 class SkippedStepsWarning(UserWarning):
@@ -68,7 +86,7 @@ class Emulation:
 
     def __init__(self, precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=None,
                  reference: bool = False, overflow_check: str = "status", overwrite: bool = False,
-                 **device_options):
+                 ranks: int = 1, allreduce=None, allreduce_dtype=None, **device_options):
         soc = device_options.get("soc", "Ascend910")
         if precision_mode is None and device_options.get("precision_mode_v2") is None:
             precision_mode = TRAIN_PRECISION_DEFAULT.get(soc, "must_keep_origin_dtype")
@@ -86,10 +104,11 @@ class Emulation:
         self.overwrite = bool(overwrite)
         self.dump_dir = None if dump_dir is None else os.fspath(dump_dir)
         try:
-            self.dump_steps = sorted(set(int(s) for s in (dump_steps or ())))
+            # "all": every step (the TF adapter's dump with no dump_step)
+            self.dump_steps = _EVERY_STEP if dump_steps == "all" else sorted(set(int(s) for s in (dump_steps or ())))
         except (TypeError, ValueError):
             raise AscendEmuError(f"dump steps must be step numbers, got {dump_steps!r}") from None
-        if any(s < 0 for s in self.dump_steps):
+        if self.dump_steps is not _EVERY_STEP and any(s < 0 for s in self.dump_steps):
             raise AscendEmuError(f"dump steps must be >= 0, got {dump_steps!r}")
         if self.dump_steps and self.dump_dir is None:
             raise AscendEmuError("dump_steps needs dump_dir")
@@ -97,6 +116,9 @@ class Emulation:
             self.dump_steps = [0]
         if self.dump_dir is not None:
             check_output_dir(self.dump_dir, "dump_dir")   # before the script runs; each step's again below
+        self.ranks, _ = check_options(ranks, allreduce, allreduce_dtype, None, False, self.dump_dir)
+        self.allreduce = resolve_algorithm(allreduce) if allreduce is not None else default_algorithm(self.device.soc)
+        self.allreduce_dtype = allreduce_dtype or "float32"
         self.steps: list = []
         self.dumps: dict = {}
         self.reference_dumps: dict = {}
@@ -144,8 +166,11 @@ class Emulation:
                                         root=self.dump_dir)
                 dump_feeds = step_feeds(step, x, y, i, manager.get_loss_scale() if manager is not None else 1.0,
                                         dict(state))
-        rec = run_step(self.device, step, x, y, i, state, manager=manager, overflow_check=self.overflow_check,
-                       dump_dir=ddir, overwrite=self.overwrite)
+        if self.ranks > 1:
+            rec = self._train_ranks(step, x, y, i, state, entry, manager)
+        else:
+            rec = run_step(self.device, step, x, y, i, state, manager=manager, overflow_check=self.overflow_check,
+                           dump_dir=ddir, overwrite=self.overwrite)
         if ddir is not None:
             self.dumps[i] = ddir
         if self.reference:
@@ -158,6 +183,25 @@ class Emulation:
         self._last_key = key
         if rec["skipped"] and self.skipped_steps() % self.skipped_warning_every == 0:
             self._warn_skipped(" so far")
+        return rec
+
+    def _train_ranks(self, step, x, y, i: int, state: dict, entry: dict, manager) -> dict:
+        """One step over ``ranks`` emulated ranks (:func:`~ascend_emu.npu.data_parallel.data_parallel_step`): rank 0
+        starts from the script's variables, the others from their own state (a copy of rank 0's at the first
+        step); rank 0's new state goes back to the script."""
+        if len(x) % self.ranks:
+            raise AscendEmuError(f"emulate: a batch of {len(x)} samples does not split evenly over {self.ranks} "
+                                 "ranks; make the batch size a multiple of the ranks (drop_remainder=True)")
+        if "split" not in entry:
+            entry["split"] = split_step(step)
+            entry["states"] = [None] + [{k: np.array(v, copy=True) for k, v in state.items()}
+                                        for _ in range(self.ranks - 1)]
+        states = entry["states"]
+        states[0] = {k: np.array(v, copy=True) for k, v in state.items()}
+        rec = data_parallel_step(self.device, entry["split"], states, x, y, i, manager=manager,
+                                 overflow_check=self.overflow_check, algorithm=self.allreduce,
+                                 dtype=self.allreduce_dtype)
+        state.update(states[0])
         return rec
 
     def skipped_steps(self) -> int:
@@ -217,9 +261,14 @@ class Emulation:
         if scaling == "none" and script:
             # the script's own scaling (an NPULossScaleOptimizer, a Keras LossScaleOptimizer) is the run's
             scaling = dict(_manager_dict(script[0]), source="the script's loss-scale optimizer")
-        return {"device": self.device.config(), "steps": len(self.steps), "overflow_check": self.overflow_check,
-                "reference": self.reference, "loss_scale": scaling,
-                "functions": managers, "model": {"name": ", ".join(sorted(managers)) or "script"}}
+        out = {"device": self.device.config(), "steps": len(self.steps), "overflow_check": self.overflow_check,
+               "reference": self.reference, "loss_scale": scaling,
+               "functions": managers, "model": {"name": ", ".join(sorted(managers)) or "script"}}
+        if self.ranks > 1:
+            out["data_parallel"] = {"ranks": self.ranks, "allreduce": self.allreduce,
+                                    "allreduce_dtype": self.allreduce_dtype,
+                                    "hccl_deterministic": self.device.deterministic_level > 0}
+        return out
 
     def to_json(self) -> dict:
         """``{"config", "steps", "dumps", "reference_dumps"}``, as ``train --json`` writes."""
@@ -267,7 +316,8 @@ class Emulation:
 
 
 def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=None, reference: bool = False,
-            overflow_check: str = "status", overwrite: bool = False, **device_options) -> Emulation:
+            overflow_check: str = "status", overwrite: bool = False, ranks: int = 1, allreduce=None,
+            allreduce_dtype=None, **device_options) -> Emulation:
     """Run the training in a user's own script on the emulated NPU: a context manager and a decorator.
 
     Parameters
@@ -278,13 +328,16 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
     loss_scale : None, ``"fixed:N"``, ``"dynamic"``, ``"exponential:..."`` or a manager: loss scaling for
         steps whose script has none (a Keras LossScaleOptimizer or an NPULossScaleOptimizer in the
         script brings its own, which takes precedence).
-    dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]) in
+    dump_dir, dump_steps : a dump of each listed step (global step numbers, default [0]; ``"all"``: every step) in
         ``dump_dir/step-N``; with ``reference``, TensorFlow's of the same inputs in ``dump_dir/reference/step-N``.
         Each is estimated from the traced step first: told on stderr over about 1 GB, refused (one line, nothing
         written) past the free space.
     reference : also run each step in TensorFlow float32 from its own copy of the weights (starting from
         the same values, on the same batches) and record ``reference_loss``.
     overflow_check : ``"status"`` (the float status register, as the NPU) or ``"isfinite"``.
+    ranks, allreduce, allreduce_dtype : each step over ``ranks`` emulated data-parallel ranks (the batch in
+        contiguous shards, the gradients all-reduced by ``allreduce``, HCCL's algorithm for the SoC by default,
+        in ``allreduce_dtype``: NUMERICS.md section 12); no dumps with ranks > 1.
     **device_options : :class:`~ascend_emu.npu.device.Device`'s (soc, precision_mode_v2, allow_hf32,
         overflow_mode, modify_mixlist, ...).
 
@@ -294,7 +347,8 @@ def emulate(precision_mode=None, *, loss_scale=None, dump_dir=None, dump_steps=N
         ``with emulate(...) as run:`` ... ``run.steps``, ``run.write_report(path)``, ``run.result()``.
     """
     return Emulation(precision_mode, loss_scale=loss_scale, dump_dir=dump_dir, dump_steps=dump_steps,
-                     reference=reference, overflow_check=overflow_check, overwrite=overwrite, **device_options)
+                     reference=reference, overflow_check=overflow_check, overwrite=overwrite, ranks=ranks,
+                     allreduce=allreduce, allreduce_dtype=allreduce_dtype, **device_options)
 
 
 __all__ = ["emulate", "Emulation", "SkippedStepsWarning", "register_tf1_loss_scale",

@@ -202,6 +202,45 @@ def load_keep_dtype(spec) -> tuple[frozenset, frozenset]:
     return frozenset(names), frozenset(types)
 
 
+#: customize_dtypes spellings of float32; an entry whose float dtypes are all float32 keeps a float32 op float32
+_FP32_NAMES = ("float32", "float", "fp32", "dt_float")
+_FLOAT_NAMES = _FP32_NAMES + ("float16", "fp16", "half", "dt_float16", "bfloat16", "bf16", "dt_bf16")
+
+
+def load_customize_dtypes(path) -> tuple[list, list]:
+    """CANN's ``customize_dtypes`` file (the TF adapter's session option, ATC's ``--customize_dtypes``): lines
+    ``OpName::InputDtype:..,OutputDtype:..`` or ``OpType::TypeName:InputDtype:..,OutputDtype:..`` (ASCEND-FACTS
+    section 14.2). Returns (keep_dtype lines, other lines): an entry whose float dtypes are all float32 is ATC's
+    keep_dtype of that op or type (a float32 op kept float32); an entry asking for float16 or bfloat16 has no
+    equivalent here and is returned apart, to be said."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise AscendEmuError(f"cannot read the customize_dtypes file {str(path)!r}: {e}") from None
+    keep, other = [], []
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, sep, rest = line.partition("::")
+        if not sep or "InputDtype:" not in rest and "OutputDtype:" not in rest:
+            raise AscendEmuError(f"customize_dtypes {str(path)!r}: {line!r} is not OpName::InputDtype:..,"
+                                 "OutputDtype:.. nor OpType::TypeName:InputDtype:..,OutputDtype:..")
+        if head == "OpType":
+            target, _, rest = rest.partition(":")
+            target = f"OpType::{target.strip()}"
+        else:
+            target = head.strip()
+        listed = rest.replace("InputDtype:", ",").replace("OutputDtype:", ",").split(",")
+        floats = [d.strip().lower() for d in listed if d.strip().lower() in _FLOAT_NAMES]
+        if floats and all(d in _FP32_NAMES for d in floats):
+            keep.append(target)
+        else:
+            other.append(line)
+    return keep, other
+
+
 class PrecisionPolicy:
     """Decides each op's compute dtype under a precision mode and mix lists."""
 

@@ -1,0 +1,1 @@
+"""npu_bridge.hccl (stand-in): collectives of one rank."""

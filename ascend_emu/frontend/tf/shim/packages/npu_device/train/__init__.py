@@ -1,0 +1,2 @@
+"""npu_device.train (stand-in)."""
+from npu_device.train import optimizer  # noqa: F401
