@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
-from .nn_ops import _channels, _cube_kw, _hw, _nhwc, _padding, _record
+from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _hw, _nhwc, _padding, _record
 from .registry import CUBE, HOST, MOVE, VECTOR, register
 
 # SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
@@ -74,7 +74,7 @@ def _padded_input(x, filter_sizes, dy, strides, padding, dilations, explicit_pad
 
 # ------------------------------------------------------------------------------ cube: backprop convolutions
 
-@register("Conv2DBackpropInput", kind=CUBE)
+@register("Conv2DBackpropInput", kind=CUBE, source=CONV_SOURCE)
 def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                           explicit_paddings=(), data_format="NHWC"):
     """dx = VALID stride-1 convolution of the zero-inserted, padded dy with the filter rotated by
@@ -86,7 +86,7 @@ def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilation
     return _record(ctx, backprop_input(dy, w, strides, pads, dil, **_cube_kw(ctx)))
 
 
-@register("Conv2DBackpropFilter", kind=CUBE)
+@register("Conv2DBackpropFilter", kind=CUBE, source=CONV_SOURCE)
 def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                            explicit_paddings=(), data_format="NHWC"):
     """dw = im2col(x)^T @ dy as one matmul: K = N*OH*OW in (n, oh, ow) order."""
@@ -103,7 +103,7 @@ def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilati
     return _record(ctx, backprop_filter(x, dy, (kh, kw), (sh, sw), pads, (dh, dw), multicore=ctx.multicore, **kw_))
 
 
-@register("DepthwiseConv2dNativeBackpropInput", kind=CUBE)
+@register("DepthwiseConv2dNativeBackpropInput", kind=CUBE, source=CONV_SOURCE)
 def depthwise_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                              explicit_paddings=(), data_format="NHWC"):
     """dx[c] = sum over (kh, kw, m) of the zero-inserted, padded dy[c*M+m] times the rotated filter:
@@ -126,7 +126,7 @@ def depthwise_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilat
     return np.ascontiguousarray(out[:, :, 0].T).reshape(n, h, wd, c)
 
 
-@register("DepthwiseConv2dNativeBackpropFilter", kind=CUBE)
+@register("DepthwiseConv2dNativeBackpropFilter", kind=CUBE, source=CONV_SOURCE)
 def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                               explicit_paddings=(), data_format="NHWC"):
     """dw[:, :, c, :] = im2col(x[..., c])^T @ dy[..., c*M:(c+1)*M], one product per channel, K = N*OH*OW."""
