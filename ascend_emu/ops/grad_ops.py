@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import AscendEmuError
 from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
 from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _hw, _nhwc, _padding, _record
-from .registry import CUBE, HOST, MOVE, VECTOR, register
+from .registry import CUBE, HOST, MOVE, VECTOR, Source, register
 
 # SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -208,7 +208,7 @@ def selu(x, *, ctx):
     return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
 
 
-@register("Sign", kind=VECTOR)
+@register("Sign", kind=VECTOR, source=Source(exact="-1, 0 or 1 (NaN stays NaN)"))
 def sign(x, *, ctx):
     """-1, 0 or 1 (NaN stays NaN): exact in every dtype."""
     if not is_float(x):

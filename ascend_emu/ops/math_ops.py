@@ -14,6 +14,10 @@ from .registry import VECTOR, Source, register
 #: the float32 exp/log accuracy and the 16-bit second rounding of the transcendentals (NUMERICS.md section 2)
 _TRANSCENDENTAL = Source(assumed=("impl_mode",), note="the function in float64 rounded once (high_precision) or "
                                                       "float32 libm then the compute dtype (high_performance)")
+#: ops whose result needs no rounding: a selection among the inputs, a sign change, a comparison
+EXACT_SELECT = Source(exact="the result is one of its inputs (or +0, 6): a selection, no arithmetic")
+_EXACT_SIGN = Source(exact="the input with its sign bit cleared or flipped")
+_EXACT_COMPARE = Source(exact="a comparison (or logic) of values already in the compute dtype: a boolean")
 #: the ops whose CANN kernels are public, instruction by instruction (NUMERICS.md section 2, "Sourced kernels")
 SOURCED = {
     "tanh": Source(("canndev ops/built-in/tbe/impl/dynamic/tanh.py", "hicann/ops-math math/tanh/op_kernel/arch35/"
@@ -75,7 +79,9 @@ def _unary(name, tf_types):
     return op
 
 
-_SOURCE = {**dict.fromkeys(("expm1", "log", "log1p", "erf", "erfc", "softsign", "pow"), _TRANSCENDENTAL), **SOURCED}
+_SOURCE = {**dict.fromkeys(("expm1", "log", "log1p", "erf", "erfc", "softsign", "pow"), _TRANSCENDENTAL), **SOURCED,
+           **dict.fromkeys(("maximum", "minimum", "relu", "relu6"), EXACT_SELECT),
+           **dict.fromkeys(("neg", "abs"), _EXACT_SIGN)}
 
 for _name, _types in {
     "add": ("AddV2", "Add"), "sub": ("Sub",), "mul": ("Mul",), "realdiv": ("RealDiv", "Div"),
@@ -112,7 +118,7 @@ def floor_div(x, y, *, ctx):
     return np.floor_divide(x, y)
 
 
-@register("SelectV2", "Select", kind=VECTOR, eltwise="select")
+@register("SelectV2", "Select", kind=VECTOR, eltwise="select", source=EXACT_SELECT)
 def select(cond, x, y, *, ctx):
     return vec(ctx, "select", np.asarray(cond, dtype=bool), x, y)
 
@@ -150,7 +156,7 @@ _CMP = {"Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less, "LessEqual
 
 
 def _cmp(tf_type, fn):
-    @register(tf_type, kind=VECTOR)
+    @register(tf_type, kind=VECTOR, source=_EXACT_COMPARE)
     def op(x, y, *, ctx):
         # comparisons of values already in the compute dtype are exact
         return fn(np.asarray(x, dtype=np.float32) if is_float(x) else x,
@@ -162,7 +168,7 @@ for _t, _f in _CMP.items():
     _cmp(_t, _f)
 
 
-@register("LogicalNot", kind=VECTOR)
+@register("LogicalNot", kind=VECTOR, source=_EXACT_COMPARE)
 def logical_not(x, *, ctx):
     return np.logical_not(x)
 
@@ -187,11 +193,12 @@ def _reduce(name, tf_type):
     op.__name__ = name
 
 
-_REDUCE_SOURCE = dict.fromkeys(("sum", "mean"), Source(
+_REDUCE_SOURCE = dict.fromkeys(("max", "min"), EXACT_SELECT)
+_REDUCE_SOURCE.update(dict.fromkeys(("sum", "mean"), Source(
     ("canndev ops/built-in/tbe/impl/dynamic/reduce_mean_d.py, reduce_mean.py (get_calc_dtype)",
      "hicann/ops-math math/reduce_sum/op_kernel/arch35/reduce_sum_dag.h, math/reduce_mean/op_kernel/arch35/"
      "reduce_mean_dag.h"), ("reduce_accumulate", "op_model", "multicore_reduce_min_chunk"),
-    "fp16 summed in float32; the mean's 1/n before (TBE) or after (Ascend C) the sum; the summation order assumed"))
+    "fp16 summed in float32; the mean's 1/n before (TBE) or after (Ascend C) the sum; the summation order assumed")))
 
 for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
     _reduce(_name, _t)

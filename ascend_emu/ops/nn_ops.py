@@ -231,7 +231,7 @@ def _as_f32(x) -> np.ndarray:
     return cast(x, "float32")[0] if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else np.asarray(x, np.float32)
 
 
-@register("MaxPool", kind=VECTOR)
+@register("MaxPool", kind=VECTOR, source=Source(exact="the window's largest value: a selection"))
 def max_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     _nhwc(data_format)
     return finish(ctx, _max_windows(_as_f32(x), ksize, strides, padding))  # a max of representable values is exact

@@ -31,13 +31,16 @@ class Source:
 
     ``files``: the public sources it follows (``"repo path (symbol)"``: a CANN kernel, an asc-devkit page, a
     NUMERICS.md / ASCEND-FACTS.md section); ``assumed``: the registered parameters
-    (:data:`ascend_emu.numerics.assumptions.ASSUMED` names) that vary what no source fixes; ``note``: one line
-    on what is sourced and what is not. An op needs files or an assumed parameter (tested).
+    (:data:`ascend_emu.numerics.assumptions.ASSUMED` names) that vary what no source fixes; ``exact``: why the
+    result needs no rounding at all (a selection among the inputs, a comparison), which leaves no kernel
+    choice to source; ``note``: one line on what is sourced and what is not. An op needs files, an assumed
+    parameter or an exactness reason (tested).
     """
 
     files: tuple = ()
     assumed: tuple = ()
     note: str = ""
+    exact: str = ""
 
     def __post_init__(self):
         for name in ("files", "assumed"):

@@ -1,5 +1,5 @@
 """NUMERICS.md's source table, generated from the op registry: one row per op type the AI Core runs, with the
-public sources its numerics follow or the registered parameters that vary what no source fixes.
+public sources its numerics follow, the registered parameters that vary what no source fixes, or why it is exact.
 
 Each op states its source where it is registered (``@register(..., source=Source(...))``, :class:`Source` in
 ``ops/registry.py``); a data movement op (kind ``move``) copies bits and needs none. ``python -m
@@ -24,17 +24,15 @@ _KIND = {CUBE: "cube", VECTOR: "vector", MOVE: "data movement"}
 #: AI Core op types registered before sources were stated (issue 42) whose source is still to be written down;
 #: the test fails for any other op without one, and when one of these gains a source (drop it from here)
 NOT_YET_STATED = frozenset((
-    "Abs", "Add", "AddN", "AddV2", "ApplyAdam", "ApplyGradientDescent", "ApplyKerasMomentum", "ApplyMomentum",
+    "Add", "AddN", "AddV2", "ApplyAdam", "ApplyGradientDescent", "ApplyKerasMomentum", "ApplyMomentum",
     "ApplyRMSProp", "AvgPool", "AvgPool3D", "AvgPool3DGrad", "AvgPoolGrad", "BiasAdd", "BiasAddGrad", "Cumsum",
-    "Div", "DivNoNan", "_EltwiseChain", "Elu", "EluGrad", "Equal", "FloorDiv", "FloorMod", "FusedBatchNormGrad",
-    "FusedBatchNormGradV2", "FusedBatchNormGradV3", "Greater", "GreaterEqual", "Inv", "InvGrad", "LeakyRelu",
-    "LeakyReluGrad", "Less", "LessEqual", "LogicalAnd", "LogicalNot", "LogicalOr", "LogSoftmax", "Max", "Maximum",
-    "MaxPool", "MaxPool3D", "MaxPool3DGrad", "MaxPoolGrad", "Min", "Minimum", "Mul", "MulNoNan", "Neg", "NotEqual",
-    "Prod", "RealDiv", "Reciprocal", "ReciprocalGrad", "Relu", "Relu6", "Relu6Grad", "ReluGrad", "ResizeBilinear",
-    "ResizeBilinearGrad", "ResizeNearestNeighborGrad", "RsqrtGrad", "ScatterNd", "SegmentSum", "Select", "SelectV2",
-    "Selu", "SeluGrad", "SigmoidGrad", "Sign", "SoftmaxCrossEntropyWithLogits", "_SoftmaxGrad", "Softplus",
-    "SoftplusGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sqrt", "SqrtGrad", "Square", "SquaredDifference", "Sub",
-    "TanhGrad", "TensorScatterAdd", "TopKV2", "UnsortedSegmentSum",
+    "Div", "DivNoNan", "_EltwiseChain", "Elu", "EluGrad", "FloorDiv", "FloorMod", "FusedBatchNormGrad",
+    "FusedBatchNormGradV2", "FusedBatchNormGradV3", "Inv", "InvGrad", "LeakyRelu", "LeakyReluGrad", "LogSoftmax",
+    "MaxPool3DGrad", "MaxPoolGrad", "Mul", "MulNoNan", "Prod", "RealDiv", "Reciprocal", "ReciprocalGrad",
+    "Relu6Grad", "ReluGrad", "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighborGrad", "RsqrtGrad",
+    "ScatterNd", "SegmentSum", "Selu", "SeluGrad", "SigmoidGrad", "SoftmaxCrossEntropyWithLogits", "_SoftmaxGrad",
+    "Softplus", "SoftplusGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sqrt", "SqrtGrad", "Square",
+    "SquaredDifference", "Sub", "TanhGrad", "TensorScatterAdd", "TopKV2", "UnsortedSegmentSum",
 ))
 
 
@@ -46,7 +44,7 @@ def aicore_types() -> list:
 def missing() -> list:
     """The AI Core op types with neither a source nor a registered assumption (data movement needs none)."""
     return [t for t in aicore_types() if OPS[t].kind != MOVE
-            and (OPS[t].source is None or not (OPS[t].source.files or OPS[t].source.assumed))]
+            and (OPS[t].source is None or not (OPS[t].source.files or OPS[t].source.assumed or OPS[t].source.exact))]
 
 
 def unknown_parameters() -> list:
@@ -70,7 +68,7 @@ def markdown_table() -> str:
         if src is None:
             files, assumed, note = ("copies bits: no arithmetic" if d.kind == MOVE else "**not yet stated**"), "-", ""
         else:
-            files = "; ".join(src.files) or "-"
+            files = "; ".join(src.files + ((f"exact: {src.exact}",) if src.exact else ())) or "-"
             assumed = ", ".join(f"`{a}`" for a in src.assumed) or "-"
             note = src.note
         rows.append(f"| {t} | {_KIND[d.kind]} | {_cell(files)} | {assumed} | {_cell(note)} |")

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import AscendEmuError
 from ._util import as_int_list, contiguous, finish, to64
 from .nn_ops import CONV_K_SOURCE, CONV_SOURCE, _as_f32, _cube_kw, _record
-from .registry import CUBE, VECTOR, register
+from .registry import CUBE, VECTOR, Source, register
 
 
 def _dhw(v, what):
@@ -117,7 +117,7 @@ def _pool_windows(x, ksize, strides, padding, fill):
     return v[:, :out[0], :out[1], :out[2]], cnt[:, :out[0], :out[1], :out[2]]
 
 
-@register("MaxPool3D", kind=VECTOR)
+@register("MaxPool3D", kind=VECTOR, source=Source(exact="the window's largest value: a selection"))
 def max_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     """The window maximum (padding never selected): exact in any dtype."""
     _ndhwc(data_format)
