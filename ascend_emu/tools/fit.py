@@ -354,23 +354,27 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 "vector": any(OPS[n.op].kind != CUBE for n in aicore),
                 "multicore": any(n.op in MULTICORE_OPS for n in aicore)}
         pol = device.numerics
+        # the allow_hf32 families the dump shows HF32 on: a cube op fed by an inserted HF32 cast (an emulator's
+        # dump), or a float32 cube op of the family (a real NPU's dump holds no inserted casts: the op's output
+        # carries the rounding)
         hf32_in = {o.get("name", "").rsplit("/", 1)[0] for o in dm.ops if o.get("compute_dtype") == "hfloat32"}
-        hf32_fams = {device.hf32_family(n) for n in aicore if any(r.split(":")[0] in hf32_in
-                                                                  for r in n.input_names())} - {None}
+        hf32_fams = {device.hf32_family(n) for n in aicore
+                     if any(r.split(":")[0] in hf32_in for r in n.input_names())
+                     or (OPS[n.op].kind == CUBE and dm.op(n.name).get("compute_dtype") == "float32")} - {None}
 
         def hf32_family_absent(fam):
             if fam not in pol.allow_hf32:
                 return f"HF32 is off for {fam} on this device (allow_hf32={','.join(pol.allow_hf32) or 'none'})"
             if pol.hf32_rounding is not None:
                 return f"--hf32-rounding {pol.hf32_rounding} overrides every family's tie rule on this device"
-            return None if fam in hf32_fams else f"no HF32 cast of a {fam} operand in the dump"
+            return None if fam in hf32_fams else f"no HF32 {fam} operand (cast or float32 {fam} op) in the dump"
 
         absent = {
             _asm.CUBE: None if have["cube"] else "no cube op in the dump",
             _asm.CONV: None if have["conv"] else "no Conv2D in the dump",
-            _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
+            _asm.HF32: (None if hf32_fams else
                         "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
-                        "no HF32 cast in the dump (no float32 cube operand)"),
+                        "no HF32 cast and no float32 cube op of an allow_hf32 family in the dump"),
             _asm.HF32_CONV: hf32_family_absent("conv"),
             _asm.HF32_MATMUL: hf32_family_absent("matmul"),
             _asm.HIF8: ("the device is not in cube_hif8 / mixed_hif8" if device.precision.mode not in HIF8_MODES else

@@ -171,6 +171,25 @@ def _hf32_graph():
     return g, feeds
 
 
+def _drop_inserted_casts(src, dst):
+    """A copy of dump ``src`` without its inserted HF32 casts, as a real NPU's dump would be."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    with open(dst / "manifest.json") as f:
+        m = json.load(f)
+    keep = []
+    for op in m["ops"]:
+        if op["compute_dtype"] == "hfloat32":
+            for o in op["outputs"]:
+                os.remove(dst / o["file"])
+        else:
+            keep.append(dict(op, index=len(keep)))
+    m["ops"] = keep
+    with open(dst / "manifest.json", "w") as f:
+        json.dump(m, f)
+
+
 @pytest.mark.parametrize("planted", [{"hf32_bits": 10, "hf32_conv_rounding": "round", "hf32_matmul_rounding": "rint"},
                                      {"hf32_bits": 11, "hf32_conv_rounding": "trunc", "hf32_matmul_rounding": "round"}])
 def test_fit_names_the_hf32_width_and_tie_rules(planted, tmp_path):
@@ -189,6 +208,13 @@ def test_fit_names_the_hf32_width_and_tie_rules(planted, tmp_path):
     assert res.identical == 1.0
     text = res.format_text()
     assert f"--hf32-bits {planted['hf32_bits']}" in text
+    # a real NPU's dump has no inserted casts: the cube ops' float32 outputs decide the same values
+    _drop_inserted_casts(tmp_path / "d", tmp_path / "npu")
+    res = fit(str(tmp_path / "npu"), g, device=base, progress=False, params=list(planted))
+    for name, value in planted.items():
+        p = res.parameters[name]
+        assert p["verdict"] == "decided" and p["value"] == value, (name, p)
+    assert {o["type"] for o in res.ops} == {"Conv2D", "MatMul"}
     # the override leaves no family rule to fit: both undecided, with the reason
     over = fit(str(tmp_path / "d"), g, device=Device(precision_mode_v2="origin", soc="Ascend910B",
                                                      allow_hf32="conv,matmul", hf32_rounding="rint"),
