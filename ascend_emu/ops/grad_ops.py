@@ -240,7 +240,7 @@ def mul_no_nan(x, y, *, ctx):
     return p
 
 
-@register("FloorMod", kind=VECTOR)
+@register("FloorMod", kind=VECTOR, source=Source(exact="integer modulo (a float FloorMod runs on the AI CPU)"))
 def floor_mod(x, y, *, ctx):
     """Integer floor modulo (the sign of the divisor), exact; float FloorMod runs on the AI CPU."""
     if is_float(x):

@@ -111,7 +111,7 @@ def leaky_relu(x, *, ctx, alpha=0.2):
     return vec(ctx, "leaky_relu", x, alpha=float(alpha))
 
 
-@register("FloorDiv", kind=VECTOR)
+@register("FloorDiv", kind=VECTOR, source=Source(exact="integer division (a float FloorDiv runs on the AI CPU)"))
 def floor_div(x, y, *, ctx):
     if is_float(x):
         raise NotImplementedError("float FloorDiv")

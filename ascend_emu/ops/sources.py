@@ -26,13 +26,13 @@ _KIND = {CUBE: "cube", VECTOR: "vector", MOVE: "data movement"}
 NOT_YET_STATED = frozenset((
     "Add", "AddN", "AddV2", "ApplyAdam", "ApplyGradientDescent", "ApplyKerasMomentum", "ApplyMomentum",
     "ApplyRMSProp", "AvgPool", "AvgPool3D", "AvgPool3DGrad", "AvgPoolGrad", "BiasAdd", "BiasAddGrad", "Cumsum",
-    "Div", "DivNoNan", "_EltwiseChain", "Elu", "EluGrad", "FloorDiv", "FloorMod", "FusedBatchNormGrad",
-    "FusedBatchNormGradV2", "FusedBatchNormGradV3", "Inv", "InvGrad", "LeakyRelu", "LeakyReluGrad", "LogSoftmax",
-    "MaxPool3DGrad", "MaxPoolGrad", "Mul", "MulNoNan", "Prod", "RealDiv", "Reciprocal", "ReciprocalGrad",
-    "Relu6Grad", "ReluGrad", "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighborGrad", "RsqrtGrad",
-    "ScatterNd", "SegmentSum", "Selu", "SeluGrad", "SigmoidGrad", "SoftmaxCrossEntropyWithLogits", "_SoftmaxGrad",
-    "Softplus", "SoftplusGrad", "SparseSoftmaxCrossEntropyWithLogits", "Sqrt", "SqrtGrad", "Square",
-    "SquaredDifference", "Sub", "TanhGrad", "TensorScatterAdd", "TopKV2", "UnsortedSegmentSum",
+    "Div", "DivNoNan", "_EltwiseChain", "Elu", "EluGrad", "FusedBatchNormGrad", "FusedBatchNormGradV2",
+    "FusedBatchNormGradV3", "Inv", "InvGrad", "LeakyRelu", "LeakyReluGrad", "LogSoftmax", "MaxPool3DGrad",
+    "MaxPoolGrad", "Mul", "MulNoNan", "Prod", "RealDiv", "Reciprocal", "ReciprocalGrad", "Relu6Grad", "ReluGrad",
+    "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighborGrad", "RsqrtGrad", "ScatterNd", "SegmentSum",
+    "Selu", "SeluGrad", "SigmoidGrad", "SoftmaxCrossEntropyWithLogits", "_SoftmaxGrad", "Softplus", "SoftplusGrad",
+    "SparseSoftmaxCrossEntropyWithLogits", "Sqrt", "SqrtGrad", "Square", "SquaredDifference", "Sub", "TanhGrad",
+    "TensorScatterAdd", "UnsortedSegmentSum",
 ))
 
 
