@@ -266,13 +266,21 @@ def conv2d(x, w, strides, padding, dilations, bias=None, operand_dtype="float16"
     return out, sx | sw | sf
 
 
-def hf32(x) -> np.ndarray:
-    """float32 values rounded to HF32 (nearest even), from the format's definition: 11 significant bits in the
-    value's binade (quantum 2^(e - 10), the subnormal binades sharing 2^-136), float64 arithmetic, +-inf past
-    the largest HF32 value (2 - 2^-10) 2^127. Finite inputs only."""
+def hf32(x, bits: int = 11, rounding: str = "rint") -> np.ndarray:
+    """float32 values rounded to HF32 from the format's definition: ``bits`` + 1 significant bits in the value's
+    binade (quantum 2^(e - bits), the subnormal binades sharing 2^-(126 + bits)), float64 arithmetic, rounded
+    nearest even (``rint``), nearest with ties away from zero (``round``) or toward zero (``trunc``); +-inf past
+    the largest HF32 value (2 - 2^-bits) 2^127. Finite inputs only."""
     v = np.asarray(x, dtype=np.float32).astype(np.float64)
     _, e = np.frexp(v)
-    q = np.ldexp(1.0, np.maximum(e - 1, -126) - 10)
-    r = np.rint(v / q) * q
-    r[np.abs(r) > (2.0 - 2.0 ** -10) * 2.0 ** 127] *= np.inf
+    q = np.ldexp(1.0, np.maximum(e - 1, -126) - bits)
+    k = v / q
+    if rounding == "rint":
+        k = np.rint(k)
+    elif rounding == "round":
+        k = np.sign(k) * np.floor(np.abs(k) + 0.5)
+    else:
+        k = np.trunc(k)
+    r = k * q
+    r[np.abs(r) > (2.0 - 2.0 ** -bits) * 2.0 ** 127] *= np.inf
     return r.astype(np.float32)

@@ -327,7 +327,7 @@ def cmd_socs(a):
         return 0
     cols = (("soc", "SoC"), ("cube_dtypes", "cube operands"), ("vector_bf16", "vector bf16"),
             ("overflow_modes", "overflow modes (default)"), ("ai_cores", "AI cores"), ("vector_cores", "vector cores"),
-            ("op_model", "op_model"), ("allow_hf32_default", "HF32 default"),
+            ("op_model", "op_model"), ("allow_hf32_default", "HF32 default"), ("hf32_bits", "HF32 bits"),
             ("train_precision_default", "training default"))
 
     def cell(r, k):

@@ -27,7 +27,7 @@ def _model_args(p, dump=True):
 
 def _device_args(p, fusion=True, training=False):
     from ..npu.precision import PRECISION_MODES, PRECISION_MODES_V2
-    from ..numerics.policy import HF32_ROUNDINGS, SOC_ALIASES, SOCS
+    from ..numerics.policy import HF32_BITS, HF32_FAMILY_ROUNDING, HF32_ROUNDINGS, SOC_ALIASES, SOCS
 
     if training:
         p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
@@ -54,9 +54,17 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--allow-hf32", default=None, metavar="conv|matmul|conv,matmul|none",
                    help="cube ops whose float32 operands are rounded to HF32 (TF ENABLE_HF32_EXECUTION, ATC "
                         "--allow_hf32; default: the SoC's, conv on Ascend910B, Ascend910_93 and Ascend950)")
-    p.add_argument("--hf32-rounding", default="rint", choices=HF32_ROUNDINGS,
-                   help="HF32 rounding: rint (mode 0, nearest even: default), trunc or round (the two readings "
-                        "of mode 1)")
+    p.add_argument("--hf32-bits", default=None, type=int, choices=HF32_BITS,
+                   help="stored significand bits of HF32 (default: the SoC's, 11 on Ascend910B and Ascend910_93, "
+                        "10 on Ascend950 (assumed))")
+    p.add_argument("--hf32-conv-rounding", default=HF32_FAMILY_ROUNDING["conv"], choices=HF32_ROUNDINGS,
+                   help="HF32 tie rule of the convolutions (default rint: nearest even, their kernels' transMode 0)")
+    p.add_argument("--hf32-matmul-rounding", default=HF32_FAMILY_ROUNDING["matmul"], choices=HF32_ROUNDINGS,
+                   help="HF32 tie rule of MatMul / BatchMatMul / Einsum (default round: ties away from zero, "
+                        "MatMulV3's SetHF32(true, 1))")
+    p.add_argument("--hf32-rounding", default=None, choices=HF32_ROUNDINGS,
+                   help="override every family's HF32 tie rule: rint (nearest even), round (ties away) or trunc "
+                        "(toward zero)")
     p.add_argument("--cce-ftz", choices=("on", "off"), default=None,
                    help="Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div flush subnormals (the 950's --cce-ftz; default: the "
                         "SoC's, on for Ascend950 only)")
@@ -134,7 +142,8 @@ def _device_options(a, cm, fusion) -> dict:
                 deterministic_level=a.deterministic_level,
                 run_seed=a.run_seed if a.run_seed is not None else 0,
                 multicore=_multicore(a, MultiCoreModel),
-                allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding,
+                allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding, hf32_bits=a.hf32_bits,
+                hf32_conv_rounding=a.hf32_conv_rounding, hf32_matmul_rounding=a.hf32_matmul_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
                 hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out, cube_mx=a.cube_mx,
                 keep_dtype=getattr(a, "keep_dtype", None))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..numerics.multicore import Launch, MultiCoreModel
-from ..numerics.policy import CubeModel, NumericsPolicy
+from ..numerics.policy import HF32_FAMILY_ROUNDING, CubeModel, NumericsPolicy
 from ..ops.multicore import MULTICORE_OPS
 from ..analysis.dump import dump_bytes, fmt_bytes
 from ..errors import AscendEmuError, UnsupportedOpError
@@ -93,10 +93,12 @@ class Device:
     keep_dtype : path or list of str, optional
         ATC's ``--keep_dtype`` file (node names, ``OpType::<type>`` lines): those ops keep their original
         dtype (float32) whatever the precision mode.
-    allow_hf32, hf32_rounding
+    allow_hf32, hf32_bits, hf32_conv_rounding, hf32_matmul_rounding, hf32_rounding
         Which cube op families (``"conv"``, ``"matmul"``, ``"conv,matmul"``, ``"none"``; default the SoC's:
-        conv on Ascend910B, Ascend910_93, Ascend950) round float32 operands to HF32, and how (NUMERICS.md
-        section 13).
+        conv on Ascend910B, Ascend910_93, Ascend950) round float32 operands to HF32, to how many stored
+        significand bits (default the SoC's: 11 on the A2 and A3, 10 on the 950), with which tie rule per
+        family (conv ``rint``, matmul ``round``: ties away), and ``hf32_rounding``, an override of both
+        families' rule (NUMERICS.md section 13).
     cce_ftz : bool or None
         Whether Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div flush subnormals (the 950's ``--cce-ftz``; None: the
         SoC's default, on for Ascend950 only; NUMERICS.md section 13).
@@ -117,16 +119,20 @@ class Device:
                  subnormals: str = "keep", impl_mode: str = "high_precision", reduce_accumulate: str = "float32",
                  op_model: str | None = None, fusion_switch=None, aicpu_fallback: bool = True,
                  deterministic: bool | None = None, deterministic_level: int | None = None, run_seed: int = 0,
-                 multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str = "rint",
+                 multicore: MultiCoreModel | None = None, allow_hf32=None, hf32_rounding: str | None = None,
                  cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit",
-                 cube_mx: str | None = None, keep_dtype=None):
+                 cube_mx: str | None = None, keep_dtype=None, hf32_bits: int | None = None,
+                 hf32_conv_rounding: str = HF32_FAMILY_ROUNDING["conv"],
+                 hf32_matmul_rounding: str = HF32_FAMILY_ROUNDING["matmul"]):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
                                        deterministic_level=deterministic_level, run_seed=run_seed,
                                        multicore=multicore, allow_hf32=allow_hf32, hf32_rounding=hf32_rounding,
                                        cce_ftz=cce_ftz, hif8_rounding=hif8_rounding,
-                                       cube_mx=cube_mx)
+                                       cube_mx=cube_mx, hf32_bits=hf32_bits,
+                                       hf32_conv_rounding=hf32_conv_rounding,
+                                       hf32_matmul_rounding=hf32_matmul_rounding)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
         self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2,
                                          hif8_cube_out=hif8_cube_out, keep_dtype=keep_dtype)
@@ -148,6 +154,7 @@ class Device:
     run_seed = property(lambda self: self.numerics.run_seed)
     allow_hf32 = property(lambda self: self.numerics.allow_hf32)
     hf32_rounding = property(lambda self: self.numerics.hf32_rounding)
+    hf32_bits = property(lambda self: self.numerics.hf32_bits)
     cce_ftz = property(lambda self: self.numerics.cce_ftz)
     hif8_rounding = property(lambda self: self.numerics.hif8_rounding)
     cube_mx = property(lambda self: self.numerics.cube_mx)
@@ -164,7 +171,9 @@ class Device:
             "deterministic": n["deterministic"], "deterministic_level": n["deterministic_level"],
             # the run seed only matters with determinism off: deterministic runs write identical manifests
             "run_seed": n["run_seed"] if n["deterministic_level"] == 0 else None, "multicore": n["multicore"],
-            "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"], "cce_ftz": n["cce_ftz"],
+            "allow_hf32": n["allow_hf32"], "hf32_rounding": n["hf32_rounding"], "hf32_bits": n["hf32_bits"],
+            "hf32_conv_rounding": n["hf32_conv_rounding"], "hf32_matmul_rounding": n["hf32_matmul_rounding"],
+            "cce_ftz": n["cce_ftz"],
             "hif8_rounding": n["hif8_rounding"], "cube_mx": n["cube_mx"],
         }
 

@@ -17,6 +17,7 @@ from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
+from ..numerics.policy import HF32_ROUNDINGS
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
@@ -102,8 +103,9 @@ class _Prepared:
         self.precision, self.compute = precision, compute
 
 
-#: the dtypes an inserted cast converts to (besides the cube_mx ones): what ``_Run.forget`` drops of a tensor
-_CAST_DTYPES = ("float16", "bfloat16", "float32", "hfloat32", "hifloat8")
+#: the dtypes an inserted cast converts to (besides the cube_mx ones): what ``_Run.forget`` drops of a tensor; an
+#: HF32 cast's is ``hfloat32:<its tie rule>`` (the families' rules may differ: a tensor feeding both gets both)
+_CAST_DTYPES = ("float16", "bfloat16", "float32", "hifloat8") + tuple(f"hfloat32:{r}" for r in HF32_ROUNDINGS)
 
 
 def _signature(args) -> tuple:
@@ -192,16 +194,18 @@ class _Run:
         folded = ref in self.const
         rounding = None
         made: dict = {}     # what a conversion made besides its output (a HiFloat8 cast's codes)
-        if dtype == "hfloat32":     # a float32 cube operand on its way into L0A/L0B (NUMERICS.md section 13)
+        if dtype.startswith("hfloat32:"):     # a float32 cube operand on its way into L0A/L0B (NUMERICS.md section 13)
             from ..numerics.hf32 import to_hf32
 
             if dtype_name(value.dtype) != "float32":
                 # a 16-bit operand of a float32 op: HF32 of its (recorded) float32 cast, subnormals as it leaves them
                 value = self._cast(ref, value, "float32")
-            rounding = self.dev.numerics.hf32_rounding
+            rounding = dtype.split(":")[1]
+            bits = self.dev.numerics.hf32_bits
+            rounding = (rounding, bits)     # the memo key of a folded constant's cast holds both
 
             def convert():
-                return to_hf32(value, rounding, overflow_mode=mode, subnormals=subnormals)
+                return to_hf32(value, rounding[0], overflow_mode=mode, subnormals=subnormals, bits=bits)
         elif dtype.startswith("mx:"):   # the cube_mx what-if: a matmul operand MX-quantized along its K axis
             self.mx_dtypes.add(dtype)
             from ..numerics.lowfloat import mx_values
@@ -253,18 +257,23 @@ class _Run:
             fmt, axis = dtype.split(":")[1:]
             # the K axis is part of the name: one weight meets forward (K = 0) and backward (K = 1) matmuls
             short = "mx" + fmt.replace("float", "fp").replace("_", "") + f"_k{axis.replace('-', 'm')}"
+        elif dtype.startswith("hfloat32:"):
+            # one name per tensor; a second tie rule of the same tensor (it feeds a conv and a matmul) its own
+            other = any(k[0] == ref and k[1].startswith("hfloat32:") and k[1] != dtype for k in self.casts)
+            short = "hf32" + (f"_{dtype.split(':')[1]}" if other else "")
         else:
-            short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hfloat32": "hf32",
-                     "hifloat8": "hif8"}[dtype]
+            short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hifloat8": "hif8"}[dtype]
         name = f"{node}/ascend_cast_{idx}_to_{short}"
         if dtype.startswith("mx:"):
             why = (f"cube_mx what-if: MX block quantization ({dtype.split(':')[1]} elements, one E8M0 scale per 32 "
                    f"along K = axis {dtype.split(':')[2]}) before the cube's products")
             dtype = "mx_" + dtype.split(":")[1]
-        elif dtype == "hfloat32":
+        elif dtype.startswith("hfloat32:"):
             n = self.dev.numerics
-            why = (f"HF32: a float32 cube operand rounded to 11 significant bits ({n.hf32_rounding}) before the "
-                   f"cube's products (allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
+            why = (f"HF32: a float32 cube operand rounded to {n.hf32_bits} stored significand bits "
+                   f"({dtype.split(':')[1]}) before the cube's products "
+                   f"(allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
+            dtype = "hfloat32"
         elif dtype == "hifloat8":
             n = self.dev.numerics
             why = (f"HiFloat8: a cube operand rounded to HiFloat8 ({n.hif8_rounding}) under "
@@ -382,9 +391,12 @@ class _Run:
         if opdef.kind == CUBE and dec.dtype not in self.dev.numerics.chip.cube_dtypes:
             return self._cube_elsewhere(node, args, fusion, dec.dtype)
         if opdef.kind == CUBE and dec.dtype == "float32":
-            if self.dev.hf32_family(node) is not None:
-                # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in
-                casts.extend((i, "hfloat32") for i in float_idx
+            family = self.dev.hf32_family(node)
+            if family is not None:
+                # the float32 operands (not a fused op's chain operands) are rounded to HF32 on their way in,
+                # with the tie rule of the family's kernels
+                hf32 = "hfloat32:" + self.dev.numerics.hf32_rounding_of(family)
+                casts.extend((i, hf32) for i in float_idx
                              if not (i >= 2 and node.op.startswith("_Fused")) and i not in opdef.fp32_inputs)
         mx = self.dev.mx_axes(node) if opdef.kind == CUBE else None
         if mx:

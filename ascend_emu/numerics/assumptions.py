@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 
 from ..errors import AscendEmuError
 from .multicore import MultiCoreModel
-from .policy import (BLOCK_SUMS, CONV_K_ORDERS, HF32_ROUNDINGS, HIF8_CAST_ROUNDINGS, IMPL_MODES, NORMALIZE, OP_MODELS,
-                     REDUCE_ACCUMULATE)
+from .policy import (BLOCK_SUMS, CONV_K_ORDERS, HF32_BITS, HF32_FAMILY_ROUNDING, HF32_ROUNDINGS, HIF8_CAST_ROUNDINGS,
+                     IMPL_MODES, NORMALIZE, OP_MODELS, REDUCE_ACCUMULATE)
 
 #: the op families a parameter acts on (``fit`` reruns only the dumped ops of its family)
 CUBE, CONV, HF32, HIF8, VECTOR, MULTICORE = "cube", "conv", "hf32", "hif8", "vector", "multicore"
+#: the HF32 casts of one allow_hf32 family's operands
+HF32_CONV, HF32_MATMUL = "hf32_conv", "hf32_matmul"
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class Assumed:
     large); ``default``: None means the SoC's; ``family``: the ops it acts on (:data:`CUBE`, ...);
     ``group``: parameters that act together on the same ops and are fitted jointly; ``active``:
     ``(other parameter, value)`` when the parameter has an effect only under that value; ``section``:
-    where NUMERICS.md describes the behaviour.
+    where NUMERICS.md describes the behaviour; ``soc_cell``: with ``default`` None, the SoC row's field that
+    holds the default.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Assumed:
     group: str
     candidates: tuple = ()
     active: tuple = ()
+    soc_cell: str = ""
 
     @property
     def keyword(self) -> str:
@@ -70,8 +74,15 @@ ASSUMED = (
             "the cube ops", "3", "cube", active=("cube_block_sum", "aligned")),
     Assumed("cube_conv_k_order", ("cube_model", "conv_k_order"), CONV_K_ORDERS, "hwc", CONV,
             "Conv2D (and fused Conv2D) whose input channels are not a multiple of 16", "3", "cube"),
-    Assumed("hf32_rounding", ("hf32_rounding",), HF32_ROUNDINGS, "rint", HF32,
-            "the HF32 casts of float32 cube operands (where allow_hf32 covers the op)", "13", "cube"),
+    Assumed("hf32_bits", ("hf32_bits",), HF32_BITS, None, HF32,
+            "the HF32 casts of float32 cube operands (where allow_hf32 covers the op)", "13", "hf32",
+            soc_cell="hf32_bits"),
+    Assumed("hf32_conv_rounding", ("hf32_conv_rounding",), HF32_ROUNDINGS, HF32_FAMILY_ROUNDING["conv"], HF32_CONV,
+            "the HF32 casts of float32 convolution operands (allow_hf32 conv; no --hf32-rounding override)", "13",
+            "hf32"),
+    Assumed("hf32_matmul_rounding", ("hf32_matmul_rounding",), HF32_ROUNDINGS, HF32_FAMILY_ROUNDING["matmul"],
+            HF32_MATMUL, "the HF32 casts of float32 MatMul / BatchMatMul / Einsum operands (allow_hf32 matmul; no "
+            "--hf32-rounding override)", "13", "hf32"),
     Assumed("hif8_rounding", ("hif8_rounding",), HIF8_CAST_ROUNDINGS, "round", HIF8,
             "the Casts to HiFloat8 of cube operands under cube_hif8 / mixed_hif8 (Ascend950)", "13", "cube"),
     Assumed("impl_mode", ("impl_mode",), IMPL_MODES, "high_precision", VECTOR,
@@ -109,16 +120,20 @@ def current(policy) -> dict:
 
 
 def defaults(policy) -> dict:
-    """Every assumed parameter's default on ``policy``'s SoC (``op_model``: the SoC's)."""
-    return {a.name: (policy.chip.op_model if a.default is None else a.default) for a in ASSUMED}
+    """Every assumed parameter's default on ``policy``'s SoC (``op_model``, ``hf32_bits``: the SoC's)."""
+    return {a.name: (getattr(policy.chip, a.soc_cell or a.name) or None if a.default is None else a.default)
+            for a in ASSUMED}
 
 
 def with_params(policy, params: dict):
-    """``policy`` with the assumed parameters ``params`` (name -> value) set; the others kept."""
+    """``policy`` with the assumed parameters ``params`` (name -> value) set; the others kept (a value equal to
+    ``policy``'s own is kept as it is: ``hf32_bits`` None on a SoC without HF32)."""
     top: dict = {}
     sub: dict = {}
     for name, value in params.items():
         a = assumed(name)
+        if value == value_of(policy, name):
+            continue
         if value not in a.values:
             raise AscendEmuError(f"{name}: {value!r} is not one of {', '.join(map(str, a.values))}")
         if len(a.field) == 1:

@@ -121,6 +121,7 @@ class SoC:
     types of its cube (``float32`` means fp32 operands through HF32, which the 910B, 910_93 and 950 have);
     ``supports_bf16`` whether its vector unit converts float32 to bf16 (GE refuses the bf16 modes otherwise);
     ``hf32`` the op families (``conv``, ``matmul``) whose float32 operands it rounds to HF32 by default;
+    ``hf32_bits`` the stored significand bits of its HF32 (0: no HF32);
     ``assumed`` the cells no public source gives (each documented with the parameter that changes it).
     """
 
@@ -134,6 +135,7 @@ class SoC:
     product: str = ""
     cube_dtypes: tuple = ("float16", "int8")
     hf32: tuple = ()
+    hf32_bits: int = 0
     subnormals: str = "kept"
     aliases: tuple = ()
     assumed: tuple = ()
@@ -169,7 +171,7 @@ class SoC:
                 "overflow_modes": list(self.overflow_modes), "overflow_default": self.overflow_mode,
                 "ai_cores": self.ai_cores, "vector_cores": self.vector_cores or None, "op_model": self.op_model,
                 "subnormals": self.subnormals, "hf32": self.supports_hf32,
-                "allow_hf32_default": ",".join(self.hf32) or "none",
+                "allow_hf32_default": ",".join(self.hf32) or "none", "hf32_bits": self.hf32_bits or None,
                 "train_precision_default": self.train_precision_default, "allreduce": self.allreduce,
                 "cce_ftz_default": self.ftz, "assumed": list(self.assumed)}
 
@@ -178,21 +180,23 @@ _A2_CUBE = ("float16", "bfloat16", "float32", "int8")
 SOCS = {
     "Ascend910": SoC("Ascend910", "saturation", 32, False, False, "tbe_v100", product="Atlas 800 training (910, v100)"),
     "Ascend910B": SoC("Ascend910B", "inf_nan", 24, True, True, "tbe_v220", 48, product="Atlas A2 (910B, v220)",
-                      cube_dtypes=_A2_CUBE, hf32=("conv",), allreduce="mesh"),
+                      cube_dtypes=_A2_CUBE, hf32=("conv",), hf32_bits=11, allreduce="mesh"),
     # A3's core counts are in no official public file: the A2's, which third-party listings also give
     "Ascend910_93": SoC("Ascend910_93", "inf_nan", 24, True, True, "tbe_v220", 48, product="Atlas A3 (910_93, v220)",
-                        cube_dtypes=_A2_CUBE, hf32=("conv",), allreduce="mesh",
+                        cube_dtypes=_A2_CUBE, hf32=("conv",), hf32_bits=11, allreduce="mesh",
                         assumed=("ai_cores", "vector_cores", "op_model", "allreduce")),
     "Ascend310P3": SoC("Ascend310P3", "saturation", 8, False, False, "tbe_v220", 7,
                        product="Atlas 300I/V Pro inference (310P, v200)", aliases=("Ascend310P",),
                        assumed=("op_model",)),
-    # the 950's core counts are not published: the A2's; its default overflow mode is assumed inf_nan (the A2's)
+    # the 950's core counts are not published: the A2's; its default overflow mode is assumed inf_nan (the A2's);
+    # its HF32 width 10 follows the ops-nn conv goldens, which its matmul golden contradicts (11): assumed
     "Ascend950": SoC("Ascend950", "inf_nan", 24, True, True, "ascendc", 48, product="Ascend 950 (arch 3510)",
                      cube_dtypes=("float32", "float16", "bfloat16", "hifloat8", "float8_e4m3fn", "float8_e5m2", "int8"),
-                     hf32=("conv",), subnormals="no hardware subnormals: Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div "
+                     hf32=("conv",), hf32_bits=10,
+                     subnormals="no hardware subnormals: Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div "
                                                 "flush them (cce_ftz, default on)",
                      aliases=("Ascend950PR", "Ascend950DT"), allreduce="mesh", ftz=True,
-                     assumed=("ai_cores", "vector_cores", "overflow_default", "allreduce")),
+                     assumed=("ai_cores", "vector_cores", "overflow_default", "allreduce", "hf32_bits")),
 }
 #: another name of a SoC -> its row's name
 SOC_ALIASES = {a: s.name for s in SOCS.values() for a in s.aliases}
@@ -215,9 +219,14 @@ def soc(name: str) -> SoC:
 
 #: the op families HF32 applies to (``allow_hf32``), by the TF types of their cube ops
 HF32_FAMILIES = ("conv", "matmul")
-#: HF32 rounding of float32 operands: mode 0 (nearest even, the default); mode 1 is described as toward zero
-#: in one CANN page and ties away in another, so both readings are offered (NUMERICS.md section 13)
+#: HF32 rounding of float32 operands: SetHF32 transMode 0 is nearest even (rint), 1 nearest with ties away (round);
+#: trunc (toward zero) is an older page's reading of mode 1, kept as a what-if (NUMERICS.md section 13)
 HF32_ROUNDINGS = ("rint", "trunc", "round")
+#: the stored significand bits HF32 may have: 11 (Ascend910B, Ascend910_93), 10 (the Ascend950's, assumed)
+HF32_BITS = (10, 11)
+#: the tie rule of each allow_hf32 family's kernels: MatMulV3 calls SetHF32(true, 1) (ties away); the Conv3D
+#: kernel SetHF32TransMode(false) and the 950's Conv2DV2 / Conv3DV2 tilings transMode 0 (nearest even)
+HF32_FAMILY_ROUNDING = {"conv": "rint", "matmul": "round"}
 #: the vector unit's ops (numerics.vector names) whose INTRINSIC algorithm follows ``--cce-ftz`` on the
 #: Ascend950: subnormal inputs read as zero and subnormal results flush to zero (ASCEND-FACTS.md section 12)
 #: the roundings of the graph's Casts to HiFloat8 under cube_hif8 / mixed_hif8 (the 950's Cast admits these two)
@@ -394,9 +403,14 @@ class NumericsPolicy:
         The op families whose float32 cube operands are rounded to HF32 (``"conv"``, ``"matmul"``,
         ``"conv,matmul"``, ``"none"``); None takes the SoC's default (conv on Ascend910B, Ascend910_93 and
         Ascend950; none elsewhere). Resolved to a tuple here; HF32 on a SoC without it is an error.
-    hf32_rounding : {"rint", "trunc", "round"}
-        The HF32 rounding of float32 operands: ``rint`` (mode 0, nearest even: the default) or one of the two
-        readings of mode 1 (toward zero; nearest, ties away).
+    hf32_bits : {10, 11} or None
+        The stored significand bits of HF32; None takes the SoC's (11 on Ascend910B and Ascend910_93, 10 on
+        Ascend950, an assumption); None on a SoC without HF32.
+    hf32_conv_rounding, hf32_matmul_rounding : {"rint", "trunc", "round"}
+        The HF32 tie rule of each family's kernels: convolutions ``rint`` (transMode 0, nearest even), matmul
+        ``round`` (transMode 1, ties away from zero); ``trunc`` (toward zero) is a what-if.
+    hf32_rounding : {"rint", "trunc", "round"} or None
+        An override of both families' tie rules (None: each family's own).
     cce_ftz : bool or None
         Whether the vector unit's Exp, Ln, Reciprocal, Sqrt, Rsqrt and Div (:data:`FTZ_OPS`) read subnormal
         inputs as zero and flush subnormal results (the 950's ``--cce-ftz``; False: its ``*_FTZ_FALSE``
@@ -418,10 +432,13 @@ class NumericsPolicy:
     run_seed: int = 0
     multicore: MultiCoreModel = field(default_factory=MultiCoreModel)
     allow_hf32: object = None
-    hf32_rounding: str = "rint"
+    hf32_rounding: str | None = None
     cce_ftz: bool | None = None
     hif8_rounding: str = "round"
     cube_mx: str | None = None
+    hf32_bits: int | None = None
+    hf32_conv_rounding: str = HF32_FAMILY_ROUNDING["conv"]
+    hf32_matmul_rounding: str = HF32_FAMILY_ROUNDING["matmul"]
 
     def __post_init__(self):
         chip = soc(self.soc)
@@ -440,9 +457,18 @@ class NumericsPolicy:
             raise AscendEmuError(f"unknown hif8_rounding {self.hif8_rounding!r}; choose one of: "
                                  f"{', '.join(HIF8_CAST_ROUNDINGS)}")
         object.__setattr__(self, "allow_hf32", hf32_families(self.allow_hf32, chip))
-        if self.hf32_rounding not in HF32_ROUNDINGS:
-            raise AscendEmuError(f"unknown hf32_rounding {self.hf32_rounding!r}; choose one of: "
-                                 f"{', '.join(HF32_ROUNDINGS)}")
+        for name in ("hf32_rounding", "hf32_conv_rounding", "hf32_matmul_rounding"):
+            value = getattr(self, name)
+            if value not in HF32_ROUNDINGS and not (value is None and name == "hf32_rounding"):
+                raise AscendEmuError(f"unknown {name} {value!r}; choose one of: {', '.join(HF32_ROUNDINGS)}")
+        if self.hf32_bits is None:
+            object.__setattr__(self, "hf32_bits", chip.hf32_bits or None)
+        elif not chip.supports_hf32:
+            raise AscendEmuError(f"hf32_bits: {chip.name} has no HF32; drop hf32_bits or choose a SoC with it "
+                                 f"({', '.join(s.name for s in SOCS.values() if s.supports_hf32)})")
+        elif self.hf32_bits not in HF32_BITS or isinstance(self.hf32_bits, bool):
+            raise AscendEmuError(f"unknown hf32_bits {self.hf32_bits!r}; choose the stored significand bits "
+                                 f"{' or '.join(map(str, HF32_BITS))}")
         object.__setattr__(self, "deterministic_level", resolve_level(self.deterministic, self.deterministic_level))
         object.__setattr__(self, "deterministic", self.deterministic_level > 0)
         object.__setattr__(self, "run_seed", check_run_seed(self.run_seed))
@@ -472,6 +498,13 @@ class NumericsPolicy:
     def chip(self) -> SoC:
         return SOCS[self.soc]
 
+    def hf32_rounding_of(self, family: str) -> str:
+        """The HF32 tie rule of op family ``family`` (``conv``, ``matmul``): the ``hf32_rounding`` override, else
+        the family's own."""
+        if self.hf32_rounding is not None:
+            return self.hf32_rounding
+        return self.hf32_matmul_rounding if family == "matmul" else self.hf32_conv_rounding
+
     @property
     def cores(self) -> tuple[int, int]:
         """(cube cores, vector cores) a split op uses: ``multicore.aicore_num`` or the SoC's counts."""
@@ -492,5 +525,7 @@ class NumericsPolicy:
                 "deterministic": self.deterministic, "deterministic_level": self.deterministic_level,
                 "run_seed": self.run_seed, "multicore": self.multicore.to_dict(),
                 "allow_hf32": ",".join(self.allow_hf32) or "none", "hf32_rounding": self.hf32_rounding,
+                "hf32_bits": self.hf32_bits, "hf32_conv_rounding": self.hf32_conv_rounding,
+                "hf32_matmul_rounding": self.hf32_matmul_rounding,
                 "cce_ftz": self.cce_ftz, "hif8_rounding": self.hif8_rounding,
                 "cube_mx": self.cube_mx}

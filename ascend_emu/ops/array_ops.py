@@ -5,7 +5,7 @@ import numpy as np
 
 from ..numerics.policy import bfloat16
 from ._util import as_int_list, contiguous, is_float
-from .registry import HOST, MOVE, register
+from .registry import HOST, MOVE, Source, register
 
 _NP_DTYPES = {"bfloat16": bfloat16}
 
@@ -219,7 +219,9 @@ def range_(start, limit, delta, *, ctx, Tidx="int32"):
     return np.arange(np.asarray(start).item(), np.asarray(limit).item(), np.asarray(delta).item()).astype(_np_dtype(Tidx))
 
 
-@register("Cast", kind=MOVE)
+@register("Cast", kind=MOVE, source=Source(
+    ("ASCEND-FACTS.md section 3 (Ascend C Cast RoundMode: CAST_RINT nearest even)",), (),
+    "float narrowing rounds with CAST_RINT (NUMERICS.md section 1); to integers it truncates as TF does"))
 def cast_op(x, *, ctx, DstT="float32", Truncate=False):
     """TF Cast: float<->float goes through the vector unit's rint cast; to ints it truncates like TF."""
     from ..numerics.vector import cast as vcast

@@ -29,7 +29,7 @@ from ._util import finish, is_float, sum_f32, to64, to_f32, widen
 from .math_ops import vec
 from ..graph.core import dtype_name as _dtype_name
 from ..numerics.chain import chain_to_f16
-from .registry import CUBE, OPS, VECTOR, OpContext, register
+from .registry import CUBE, OPS, VECTOR, OpContext, Source, register
 
 
 def _sub(ctx: OpContext, dtype=None, cube_out=None) -> OpContext:
@@ -174,7 +174,7 @@ def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
     return _round_to(ctx, _chain(ctx, acc, inputs, chain), _dtype_name(ctx.cube_out))
 
 
-@register("_FusedConv2D", kind=CUBE)
+@register("_FusedConv2D", kind=CUBE, source=nn_ops.CONV_K_SOURCE)
 def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=(1, 1, 1, 1), padding="VALID",
                  dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC"):
     """Conv2D / DepthwiseConv2dNative with bias in L0C and an optional elementwise chain."""
@@ -188,7 +188,7 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
     return _cube(ctx, (x, w) + extra, chain, run)
 
 
-@register("_FusedMatMul", kind=CUBE)
+@register("_FusedMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)
 def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpose_a=False, transpose_b=False):
     """MatMul with bias in L0C and an optional elementwise chain."""
     bb = _bias(bias, int(b.shape[0] if transpose_b else b.shape[1]))
@@ -198,7 +198,7 @@ def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpos
     return _cube(ctx, (a, b) + extra, chain, run)
 
 
-@register("_FusedBatchMatMul", kind=CUBE)
+@register("_FusedBatchMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)
 def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain=(), adj_x=False, adj_y=False,
                        equation=None):
     """BatchMatMul(V2) or a two-operand Einsum with bias in L0C and an optional elementwise chain."""
@@ -242,7 +242,10 @@ def eltwise_chain(*xs, ctx, chain):
     return _round_to(ctx, _chain(ctx, None, xs, chain), ctx.dtype_name)
 
 
-@register("_LayerNorm", kind=VECTOR)
+@register("_LayerNorm", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/layer_norm.py (layer_norm_compute)", "hicann/ops-nn norm/layer_norm_v4/"
+     "op_kernel/layer_norm_v4_align.h"), ("op_model", "impl_mode"),
+    "float32 mean and variance scaled by fl32(1/n) before the sum; rstd by exp/log (910) or 1/sqrt; sum order assumed"))
 def layer_norm(x, *params, ctx, epsilon, axis=(-1,), has_gamma=True, has_beta=True):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta over ``axis``: CANN's kernel, or exact and rounded once."""
     ax = tuple(int(a) % np.ndim(x) for a in axis)
@@ -292,7 +295,9 @@ def gelu_f64(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     return 0.5 * x * _erfc(-x / math.sqrt(2.0)).astype(np.float64)
 
 
-@register("_Gelu", kind=VECTOR, eltwise="gelu")
+@register("_Gelu", kind=VECTOR, eltwise="gelu", source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/gelu.py (gelu_compute, gelu_compute_v2)", "hicann/ops-nn activation/gelu/"
+     "op_kernel/arch35/gelu_dag.h"), ("op_model", "impl_mode"), "the tanh form, instruction by instruction"))
 def gelu(x, *, ctx, approximate="none"):
     """CANN's Gelu kernel (the tanh form, whichever form the graph had), or under ``op_model="exact"``
     y = 0.5 x (1 + erf(x / sqrt 2)) (or the tanh approximation) exact inside, one rounding."""

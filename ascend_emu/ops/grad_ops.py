@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
-from .nn_ops import _channels, _cube_kw, _hw, _nhwc, _padding, _record
-from .registry import CUBE, HOST, MOVE, VECTOR, register
+from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _hw, _nhwc, _padding, _record
+from .registry import CUBE, HOST, MOVE, VECTOR, Source, register
 
 # SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -74,7 +74,7 @@ def _padded_input(x, filter_sizes, dy, strides, padding, dilations, explicit_pad
 
 # ------------------------------------------------------------------------------ cube: backprop convolutions
 
-@register("Conv2DBackpropInput", kind=CUBE)
+@register("Conv2DBackpropInput", kind=CUBE, source=CONV_SOURCE)
 def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                           explicit_paddings=(), data_format="NHWC"):
     """dx = VALID stride-1 convolution of the zero-inserted, padded dy with the filter rotated by
@@ -86,7 +86,7 @@ def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilation
     return _record(ctx, backprop_input(dy, w, strides, pads, dil, **_cube_kw(ctx)))
 
 
-@register("Conv2DBackpropFilter", kind=CUBE)
+@register("Conv2DBackpropFilter", kind=CUBE, source=CONV_SOURCE)
 def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                            explicit_paddings=(), data_format="NHWC"):
     """dw = im2col(x)^T @ dy as one matmul: K = N*OH*OW in (n, oh, ow) order."""
@@ -103,7 +103,7 @@ def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilati
     return _record(ctx, backprop_filter(x, dy, (kh, kw), (sh, sw), pads, (dh, dw), multicore=ctx.multicore, **kw_))
 
 
-@register("DepthwiseConv2dNativeBackpropInput", kind=CUBE)
+@register("DepthwiseConv2dNativeBackpropInput", kind=CUBE, source=CONV_SOURCE)
 def depthwise_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                              explicit_paddings=(), data_format="NHWC"):
     """dx[c] = sum over (kh, kw, m) of the zero-inserted, padded dy[c*M+m] times the rotated filter:
@@ -126,7 +126,7 @@ def depthwise_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilat
     return np.ascontiguousarray(out[:, :, 0].T).reshape(n, h, wd, c)
 
 
-@register("DepthwiseConv2dNativeBackpropFilter", kind=CUBE)
+@register("DepthwiseConv2dNativeBackpropFilter", kind=CUBE, source=CONV_SOURCE)
 def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                               explicit_paddings=(), data_format="NHWC"):
     """dw[:, :, c, :] = im2col(x[..., c])^T @ dy[..., c*M:(c+1)*M], one product per channel, K = N*OH*OW."""
@@ -208,7 +208,7 @@ def selu(x, *, ctx):
     return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
 
 
-@register("Sign", kind=VECTOR)
+@register("Sign", kind=VECTOR, source=Source(exact="-1, 0 or 1 (NaN stays NaN)"))
 def sign(x, *, ctx):
     """-1, 0 or 1 (NaN stays NaN): exact in every dtype."""
     if not is_float(x):
@@ -240,7 +240,7 @@ def mul_no_nan(x, y, *, ctx):
     return p
 
 
-@register("FloorMod", kind=VECTOR)
+@register("FloorMod", kind=VECTOR, source=Source(exact="integer modulo (a float FloorMod runs on the AI CPU)"))
 def floor_mod(x, y, *, ctx):
     """Integer floor modulo (the sign of the divisor), exact; float FloorMod runs on the AI CPU."""
     if is_float(x):

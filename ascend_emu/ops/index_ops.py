@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ._util import as_int_list, contiguous, finish, is_float, widen
-from .registry import MOVE, VECTOR, register
+from .registry import MOVE, VECTOR, Source, register
 
 
 def _scalar(x) -> int:
@@ -23,7 +23,8 @@ def _scalar(x) -> int:
 
 # ------------------------------------------------------------------------------------------- TopKV2
 
-@register("TopKV2", kind=VECTOR)
+@register("TopKV2", kind=VECTOR,
+          source=Source(exact="the k largest values are the input's own, their indices integers"))
 def top_k_v2(x, k, *, ctx, sorted=True, index_type="int32"):
     """The ``k`` largest entries of the last axis, largest first; equal values keep their index order (TF's
     rule, and a stable sort's). Values are the input's own, so exact in any dtype; NaN counts as largest (TF)."""

@@ -9,7 +9,28 @@ from __future__ import annotations
 import numpy as np
 
 from ._util import as_int_list, is_float
-from .registry import VECTOR, register
+from .registry import VECTOR, Source, register
+
+#: the float32 exp/log accuracy and the 16-bit second rounding of the transcendentals (NUMERICS.md section 2)
+_TRANSCENDENTAL = Source(assumed=("impl_mode",), note="the function in float64 rounded once (high_precision) or "
+                                                      "float32 libm then the compute dtype (high_performance)")
+#: ops whose result needs no rounding: a selection among the inputs, a sign change, a comparison
+EXACT_SELECT = Source(exact="the result is one of its inputs (or +0, 6): a selection, no arithmetic")
+_EXACT_SIGN = Source(exact="the input with its sign bit cleared or flipped")
+_EXACT_COMPARE = Source(exact="a comparison (or logic) of values already in the compute dtype: a boolean")
+#: the ops whose CANN kernels are public, instruction by instruction (NUMERICS.md section 2, "Sourced kernels")
+SOURCED = {
+    "tanh": Source(("canndev ops/built-in/tbe/impl/dynamic/tanh.py", "hicann/ops-math math/tanh/op_kernel/arch35/"
+                    "tanh_dag.h"), ("op_model", "impl_mode"), "TBE: exp(-2|x|) form; Ascend C: odd polynomial "
+                                                               "below 0.6, then 1 - 2/(exp(2|x|) + 1)"),
+    "sigmoid": Source(("canndev ops/built-in/tbe/impl/dynamic/sigmoid.py", "hicann/ops-nn activation/sigmoid/"
+                       "op_kernel/arch35/sigmoid_f16.h"), ("op_model", "impl_mode"),
+                      "TBE: fp16 steps in fp16; Ascend C: float32 steps, CAST_RINT"),
+    "exp": Source(("canndev ops/built-in/tbe/impl/dynamic/exp.py", "hicann/ops-math math/exp/op_kernel/arch35/"
+                   "exp_dag.h"), ("op_model", "impl_mode"), "fp16 -> fp32 exp -> CAST_RINT; exp accuracy assumed"),
+    "rsqrt": Source(("canndev ops/built-in/tbe/impl/dynamic/rsqrt.py", "hicann/ops-math math/rsqrt/op_kernel/"
+                     "arch35/rsqrt.h"), ("op_model",), "vsqrt then vdiv(1, .) in float32, then RINT"),
+}
 
 _INT_FUNCS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
@@ -43,7 +64,7 @@ def vec(ctx, op, *xs, impl_mode=None, **attrs):
 
 
 def _binary(name, tf_types):
-    @register(*tf_types, kind=VECTOR, eltwise=name)
+    @register(*tf_types, kind=VECTOR, eltwise=name, source=_SOURCE.get(name))
     def op(x, y, *, ctx):
         return vec(ctx, name, x, y)
     op.__name__ = name
@@ -51,12 +72,16 @@ def _binary(name, tf_types):
 
 
 def _unary(name, tf_types):
-    @register(*tf_types, kind=VECTOR, eltwise=name)
+    @register(*tf_types, kind=VECTOR, eltwise=name, source=_SOURCE.get(name))
     def op(x, *, ctx):
         return vec(ctx, name, x)
     op.__name__ = name
     return op
 
+
+_SOURCE = {**dict.fromkeys(("expm1", "log", "log1p", "erf", "erfc", "softsign", "pow"), _TRANSCENDENTAL), **SOURCED,
+           **dict.fromkeys(("maximum", "minimum", "relu", "relu6"), EXACT_SELECT),
+           **dict.fromkeys(("neg", "abs"), _EXACT_SIGN)}
 
 for _name, _types in {
     "add": ("AddV2", "Add"), "sub": ("Sub",), "mul": ("Mul",), "realdiv": ("RealDiv", "Div"),
@@ -111,14 +136,14 @@ def leaky_relu(x, *, ctx, alpha=0.2):
     return vec(ctx, "leaky_relu", x, alpha=float(alpha))
 
 
-@register("FloorDiv", kind=VECTOR)
+@register("FloorDiv", kind=VECTOR, source=Source(exact="integer division (a float FloorDiv runs on the AI CPU)"))
 def floor_div(x, y, *, ctx):
     if is_float(x):
         raise NotImplementedError("float FloorDiv")
     return np.floor_divide(x, y)
 
 
-@register("SelectV2", "Select", kind=VECTOR, eltwise="select")
+@register("SelectV2", "Select", kind=VECTOR, eltwise="select", source=EXACT_SELECT)
 def select(cond, x, y, *, ctx):
     return vec(ctx, "select", np.asarray(cond, dtype=bool), x, y)
 
@@ -156,7 +181,7 @@ _CMP = {"Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less, "LessEqual
 
 
 def _cmp(tf_type, fn):
-    @register(tf_type, kind=VECTOR)
+    @register(tf_type, kind=VECTOR, source=_EXACT_COMPARE)
     def op(x, y, *, ctx):
         # comparisons of values already in the compute dtype are exact
         return fn(np.asarray(x, dtype=np.float32) if is_float(x) else x,
@@ -168,14 +193,14 @@ for _t, _f in _CMP.items():
     _cmp(_t, _f)
 
 
-@register("LogicalNot", kind=VECTOR)
+@register("LogicalNot", kind=VECTOR, source=_EXACT_COMPARE)
 def logical_not(x, *, ctx):
     return np.logical_not(x)
 
 
 def _reduce(name, tf_type):
     # numerics.reduce widens an fp16 input itself (in its kernel, over leading axes), as the cast would
-    @register(tf_type, kind=VECTOR, reads_half=True)
+    @register(tf_type, kind=VECTOR, reads_half=True, source=_REDUCE_SOURCE.get(name))
     def op(x, axis, *, ctx, keep_dims=False):
         axes = tuple(a % max(x.ndim, 1) for a in as_int_list(axis))
         if not is_float(x):
@@ -192,6 +217,13 @@ def _reduce(name, tf_type):
         return y
     op.__name__ = name
 
+
+_REDUCE_SOURCE = dict.fromkeys(("max", "min"), EXACT_SELECT)
+_REDUCE_SOURCE.update(dict.fromkeys(("sum", "mean"), Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/reduce_mean_d.py, reduce_mean.py (get_calc_dtype)",
+     "hicann/ops-math math/reduce_sum/op_kernel/arch35/reduce_sum_dag.h, math/reduce_mean/op_kernel/arch35/"
+     "reduce_mean_dag.h"), ("reduce_accumulate", "op_model", "multicore_reduce_min_chunk"),
+    "fp16 summed in float32; the mean's 1/n before (TBE) or after (Ascend C) the sum; the summation order assumed")))
 
 for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
     _reduce(_name, _t)

@@ -8,7 +8,22 @@ import numpy as np
 from ..errors import AscendEmuError
 from . import sourced
 from ._util import as_int_list, contiguous, finish, sum_f32, to64, widen
-from .registry import CUBE, VECTOR, register
+from .registry import CUBE, VECTOR, Source, register
+
+#: the cube's sources (NUMERICS.md sections 3 and 13): Mmad with a float32 L0C; the order and rounding inside the
+#: K blocks assumed; float32 operands through HF32 with the family's transMode
+_CUBE_FILES = ("ASCEND-FACTS.md section 2 (asc-devkit Mmad: 16-bit products exact, float32 L0C)",)
+_CUBE_ASSUMED = ("cube_block_sum", "cube_extra_bits", "cube_normalize", "hf32_bits")
+MATMUL_SOURCE = Source(_CUBE_FILES + ("hicann/ops-nn matmul/mat_mul_v3/op_kernel/mat_mul_base_kernel.h, "
+                                      "matmul/batch_mat_mul_v3/op_kernel/batch_mat_mul_v3.h (SetHF32(true, 1))",),
+                       _CUBE_ASSUMED + ("hf32_matmul_rounding",),
+                       "the K-block accumulation assumed (tensor-core block-FMA models); HF32 ties away")
+CONV_SOURCE = Source(_CUBE_FILES + ("hicann/ops-nn conv/conv3d_v2/op_kernel/conv3d/conv3d_common_init_func.h "
+                                    "(SetHF32TransMode(false))",),
+                     _CUBE_ASSUMED + ("hf32_conv_rounding",), "the K-block accumulation assumed; HF32 nearest even")
+#: Conv2D and Conv3D: also the order of their K = taps x channels terms
+CONV_K_SOURCE = Source(CONV_SOURCE.files, CONV_SOURCE.assumed + ("cube_conv_k_order",),
+                       "the K-block accumulation and the K order assumed; HF32 nearest even")
 
 
 def _cube_kw(ctx, bias=None, epilogue=None):
@@ -26,7 +41,7 @@ def _record(ctx, res):
     return y
 
 
-@register("MatMul", kind=CUBE)
+@register("MatMul", kind=CUBE, source=MATMUL_SOURCE)
 def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None, epilogue=None):
     from ..numerics.cube import matmul
 
@@ -34,7 +49,7 @@ def mat_mul(a, b, *, ctx, transpose_a=False, transpose_b=False, bias=None, epilo
                                multicore=ctx.multicore, **_cube_kw(ctx, bias, epilogue)))
 
 
-@register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE)
+@register("BatchMatMulV2", "BatchMatMul", "BatchMatMulV3", kind=CUBE, source=MATMUL_SOURCE)
 def batch_mat_mul(a, b, *, ctx, adj_x=False, adj_y=False, bias=None, epilogue=None):
     from ..numerics.cube import batch_matmul
 
@@ -59,7 +74,7 @@ def _padding(padding, explicit_paddings):
     return padding
 
 
-@register("Conv2D", kind=CUBE)
+@register("Conv2D", kind=CUBE, source=CONV_K_SOURCE)
 def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
               explicit_paddings=(), data_format="NHWC", bias=None, epilogue=None):
     from ..numerics.cube import conv2d, depthwise_conv2d
@@ -88,7 +103,7 @@ def conv2d_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1,
     return np.concatenate(outs, axis=-1)
 
 
-@register("DepthwiseConv2dNative", kind=CUBE)
+@register("DepthwiseConv2dNative", kind=CUBE, source=CONV_SOURCE)
 def depthwise_op(x, w, *, ctx, strides=(1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1),
                  explicit_paddings=(), data_format="NHWC", bias=None, epilogue=None):
     from ..numerics.cube import depthwise_conv2d
@@ -121,7 +136,7 @@ def _einsum_plan(equation, ndims):
     return a, b, out, batch, free_a, free_b, contract
 
 
-@register("Einsum", kind=CUBE)
+@register("Einsum", kind=CUBE, source=MATMUL_SOURCE)
 def einsum(*xs, ctx, equation, bias=None):
     """Two-operand einsum lowered to one batch matmul: (batch, M, K) x (batch, K, N).
 
@@ -216,7 +231,7 @@ def _as_f32(x) -> np.ndarray:
     return cast(x, "float32")[0] if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else np.asarray(x, np.float32)
 
 
-@register("MaxPool", kind=VECTOR)
+@register("MaxPool", kind=VECTOR, source=Source(exact="the window's largest value: a selection"))
 def max_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     _nhwc(data_format)
     return finish(ctx, _max_windows(_as_f32(x), ksize, strides, padding))  # a max of representable values is exact
@@ -229,7 +244,10 @@ def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
 
 
-@register("Softmax", kind=VECTOR)
+@register("Softmax", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/softmax_v2.py", "hicann/ops-nn activation/softmax_v2/op_kernel/arch35/"
+     "softmax_v2_ar_full_load.h"), ("op_model", "impl_mode"),
+    "TBE: max and x - max in the input dtype, then float32 exp, sum, div; Ascend C: all float32; sum order assumed"))
 def softmax(x, *, ctx):
     """exp(x - max) / sum(exp(x - max)) over the last axis: CANN's kernel step by step, or exact (float64)."""
     if ctx.op_model != "exact":
@@ -282,7 +300,10 @@ def batch_norm_training(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, 
             bvar.astype(np.float32), np.zeros(0, np.float32))
 
 
-@register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR, fp32_inputs=(1, 2, 3, 4))
+@register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR, fp32_inputs=(1, 2, 3, 4),
+          source=Source(("canndev ops/built-in/tbe/impl/dynamic/bn_infer.py", "hicann/ops-nn norm/batch_norm/op_kernel/"
+                         "arch35/batch_norm_infer.h"), ("op_model",),
+                        "inference sourced; is_training's batch statistics are the float32 model, not sourced"))
 def fused_batch_norm(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, is_training=False, data_format="NHWC",
                      exponential_avg_factor=1.0):
     """Inference batch norm: y = (x - mean) * scale / sqrt(var + eps) + offset, CANN's kernel step by step,

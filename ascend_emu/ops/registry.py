@@ -24,6 +24,30 @@ from ..graph.core import dtype_name as _dtype_name
 CUBE, VECTOR, MOVE, HOST = "cube", "vector", "move", "host"
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where an AI Core op's numerics come from, stated where the op is registered (``@register(..., source=)``)
+    and listed in NUMERICS.md's generated source table (``ascend_emu.ops.sources``).
+
+    ``files``: the public sources it follows (``"repo path (symbol)"``: a CANN kernel, an asc-devkit page, a
+    NUMERICS.md / ASCEND-FACTS.md section); ``assumed``: the registered parameters
+    (:data:`ascend_emu.numerics.assumptions.ASSUMED` names) that vary what no source fixes; ``exact``: why the
+    result needs no rounding at all (a selection among the inputs, a comparison), which leaves no kernel
+    choice to source; ``note``: one line on what is sourced and what is not. An op needs files, an assumed
+    parameter or an exactness reason (tested).
+    """
+
+    files: tuple = ()
+    assumed: tuple = ()
+    note: str = ""
+    exact: str = ""
+
+    def __post_init__(self):
+        for name in ("files", "assumed"):
+            v = getattr(self, name)
+            object.__setattr__(self, name, (v,) if isinstance(v, str) else tuple(v))
+
+
 @dataclass
 class OpContext:
     """Compute dtype and numerics policy for one op invocation; collects its status bits.
@@ -84,6 +108,8 @@ class OpDef:
     #: that input's widening cast (it widens as it reads, or casts first itself), so the device may defer
     #: the cast it inserts in front of it
     reads_half: bool = False
+    #: where its numerics come from (:class:`Source`); None: not stated (the source table's test lists these)
+    source: Source | None = None
 
     def __call__(self, *inputs, ctx: OpContext, **attrs):
         if not self.takes_all_attrs:
@@ -95,13 +121,16 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
-def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp32_inputs=(), reads_half=False):
+def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp32_inputs=(), reads_half=False,
+             source: Source | None = None):
     """Register ``fn`` as the implementation of the TF op types ``tf_types``.
 
     ``eltwise`` names the vector unit's elementwise op (``numerics.vector.vector``) the
     implementation runs on float tensors; tests check that every such op is registered.
     ``fp32_inputs``: the input indices the device hands over in float32 even when the op computes
-    in a 16-bit dtype (they are never cast down). ``reads_half``: see :attr:`OpDef.reads_half`.
+    in a 16-bit dtype (they are never cast down). ``reads_half``: see :attr:`OpDef.reads_half`. ``source``:
+    where the op's numerics come from (:class:`Source`: files, or the assumed parameters that vary them); a data
+    movement op (``kind=MOVE``) needs none (it copies bits).
     """
 
     def deco(fn):
@@ -109,7 +138,10 @@ def register(*tf_types: str, kind: str = VECTOR, eltwise: str | None = None, fp3
         params = frozenset(p.name for p in sig.parameters.values()
                            if p.kind == p.KEYWORD_ONLY and p.name != "ctx")
         var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise, frozenset(fp32_inputs), bool(reads_half))
+        if source is not None and not isinstance(source, Source):
+            raise TypeError(f"{tf_types}: source must be an ops.registry.Source")
+        opdef = OpDef(tuple(tf_types), fn, kind, params, var_kw, eltwise, frozenset(fp32_inputs), bool(reads_half),
+                      source)
         for t in tf_types:
             if t in OPS:
                 raise RuntimeError(f"op {t} registered twice")

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ._util import as_int_list, contiguous, finish, to64
-from .nn_ops import _as_f32, _cube_kw, _record
-from .registry import CUBE, VECTOR, register
+from .nn_ops import CONV_K_SOURCE, CONV_SOURCE, _as_f32, _cube_kw, _record
+from .registry import CUBE, VECTOR, Source, register
 
 
 def _dhw(v, what):
@@ -88,7 +88,7 @@ def conv3d_filter_rows(w, order: str) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(-1, co))
 
 
-@register("Conv3D", kind=CUBE)
+@register("Conv3D", kind=CUBE, source=CONV_K_SOURCE)
 def conv3d(x, w, *, ctx, strides=(1, 1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1, 1), data_format="NDHWC"):
     from ..numerics.cube import matmul
 
@@ -117,7 +117,7 @@ def _pool_windows(x, ksize, strides, padding, fill):
     return v[:, :out[0], :out[1], :out[2]], cnt[:, :out[0], :out[1], :out[2]]
 
 
-@register("MaxPool3D", kind=VECTOR)
+@register("MaxPool3D", kind=VECTOR, source=Source(exact="the window's largest value: a selection"))
 def max_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     """The window maximum (padding never selected): exact in any dtype."""
     _ndhwc(data_format)
@@ -142,7 +142,7 @@ def _geometry(strides, dilations, padding, in_shape, ksize):
     return st, dl, pads, out
 
 
-@register("Conv3DBackpropInputV2", kind=CUBE)
+@register("Conv3DBackpropInputV2", kind=CUBE, source=CONV_SOURCE)
 def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
                              data_format="NDHWC"):
     """dx as Conv2DBackpropInput's model in 3D (NUMERICS.md section 8): the stride-1 VALID convolution (dilations
@@ -177,7 +177,7 @@ def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilat
     return y.reshape(shape)
 
 
-@register("Conv3DBackpropFilterV2", kind=CUBE)
+@register("Conv3DBackpropFilterV2", kind=CUBE, source=CONV_SOURCE)
 def conv3d_backprop_filter_v2(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
                               data_format="NDHWC"):
     """dw = im2col(x)^T @ dy as one matmul, K = N*OD*OH*OW in (n, od, oh, ow) order (Conv2DBackpropFilter's

@@ -36,8 +36,9 @@ from ..numerics import assumptions as _asm
 from ..analysis.dump.format import CODED_FORMATS
 from ..npu.precision import HIF8_MODES
 
-#: the groups fitted jointly, in the order they are fitted
-GROUPS = ("cube", "vector", "multicore")
+#: the groups fitted jointly, in the order they are fitted: HF32's first, as its casts are scored alone and the
+#: cube ops' accumulation then sees the right operands
+GROUPS = ("hf32", "cube", "vector", "multicore")
 
 
 @dataclass
@@ -235,7 +236,7 @@ class FitResult:
                                       + ", ".join(o["name"] for o in bad[:5]) + (" ..." if len(bad) > 5 else "")
                                       if bad else ""))
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.best.items()
-                         if k not in ("multicore_reduce_min_chunk",))
+                         if k not in ("multicore_reduce_min_chunk",) and v is not None)
         lines.append(f"replay with it: ascend-emu replay MODEL {flags}")
         lines += self.notes
         return "\n".join(lines)
@@ -353,12 +354,29 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 "vector": any(OPS[n.op].kind != CUBE for n in aicore),
                 "multicore": any(n.op in MULTICORE_OPS for n in aicore)}
         pol = device.numerics
+        # the allow_hf32 families the dump shows HF32 on: a cube op fed by an inserted HF32 cast (an emulator's
+        # dump), or a float32 cube op of the family (a real NPU's dump holds no inserted casts: the op's output
+        # carries the rounding)
+        hf32_in = {o.get("name", "").rsplit("/", 1)[0] for o in dm.ops if o.get("compute_dtype") == "hfloat32"}
+        hf32_fams = {device.hf32_family(n) for n in aicore
+                     if any(r.split(":")[0] in hf32_in for r in n.input_names())
+                     or (OPS[n.op].kind == CUBE and dm.op(n.name).get("compute_dtype") == "float32")} - {None}
+
+        def hf32_family_absent(fam):
+            if fam not in pol.allow_hf32:
+                return f"HF32 is off for {fam} on this device (allow_hf32={','.join(pol.allow_hf32) or 'none'})"
+            if pol.hf32_rounding is not None:
+                return f"--hf32-rounding {pol.hf32_rounding} overrides every family's tie rule on this device"
+            return None if fam in hf32_fams else f"no HF32 {fam} operand (cast or float32 {fam} op) in the dump"
+
         absent = {
             _asm.CUBE: None if have["cube"] else "no cube op in the dump",
             _asm.CONV: None if have["conv"] else "no Conv2D in the dump",
-            _asm.HF32: (None if pol.allow_hf32 and any(o.get("compute_dtype") == "hfloat32" for o in dm.ops) else
+            _asm.HF32: (None if hf32_fams else
                         "HF32 is off on this device (allow_hf32=none)" if not pol.allow_hf32 else
-                        "no HF32 cast in the dump (no float32 cube operand)"),
+                        "no HF32 cast and no float32 cube op of an allow_hf32 family in the dump"),
+            _asm.HF32_CONV: hf32_family_absent("conv"),
+            _asm.HF32_MATMUL: hf32_family_absent("matmul"),
             _asm.HIF8: ("the device is not in cube_hif8 / mixed_hif8" if device.precision.mode not in HIF8_MODES else
                         None if any(o.get("compute_dtype") == "hifloat8" and o.get("tf_type") == "Cast"
                                     for o in dm.ops) else "no HiFloat8 cast in the dump"),
@@ -367,7 +385,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                              "the run is deterministic: the split does not reach the bits"
                              if pol.deterministic_level else "no multi-core op in the dump"),
         }
-        select = {"cube": "cube", "vector": "vector", "multicore": "multicore"}
+        select = {"hf32": "cube", "cube": "cube", "vector": "vector", "multicore": "multicore"}
         current = _asm.current(pol)
         results: dict = {}
         njobs = 0

@@ -35,7 +35,8 @@ from ..ops.multicore import MULTICORE_OPS
 DEVICE_OPTIONS = ("precision_mode", "overflow_mode", "modify_mixlist", "soc", "subnormals", "impl_mode",
                   "reduce_accumulate", "op_model", "fusion_switch", "aicpu_fallback", "deterministic",
                   "deterministic_level", "cube_model", "multicore", "precision_mode_v2", "allow_hf32",
-                  "hf32_rounding", "cce_ftz", "hif8_rounding", "hif8_cube_out", "cube_mx")
+                  "hf32_rounding", "hf32_bits", "hf32_conv_rounding", "hf32_matmul_rounding", "cce_ftz",
+                  "hif8_rounding", "hif8_cube_out", "cube_mx")
 #: the most runs one detection takes
 MAX_RUNS = 10_000
 #: options of a training run (Device.train's keywords)

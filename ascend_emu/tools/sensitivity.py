@@ -37,13 +37,17 @@ CONCLUSIONS = ORDER[:4]
 
 def variants(policy, names=None, hif8: bool = False) -> list:
     """[(label, {parameter: value}, the parameters it varies)]: the default, each other value of each
-    parameter one at a time, then the two corners. Parameters that cannot act on this device (HF32 off;
-    HiFloat8 casts outside cube_hif8 / mixed_hif8 (``hif8``); multi-core splits of a deterministic run) are left
-    out."""
+    parameter one at a time, then the two corners. Parameters that cannot act on this device (HF32 off; a
+    family's HF32 tie rule where the family has no HF32 or ``hf32_rounding`` overrides it; HiFloat8 casts
+    outside cube_hif8 / mixed_hif8 (``hif8``); multi-core splits of a deterministic run) are left out."""
     cur = _asm.current(policy)
     skip = set()
     if not policy.allow_hf32:
-        skip.add("hf32_rounding")
+        skip.add("hf32_bits")
+    for fam in ("conv", "matmul"):
+        # a family without HF32, or every family's rule overridden by --hf32-rounding
+        if fam not in policy.allow_hf32 or policy.hf32_rounding is not None:
+            skip.add(f"hf32_{fam}_rounding")
     if not hif8:
         skip.add("hif8_rounding")
     if policy.deterministic_level != 0:

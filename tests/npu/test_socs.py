@@ -136,10 +136,15 @@ def _graph():
     return g, feeds
 
 
+#: the 910B's HF32 tie rule per operand: the convolution's nearest even, the matmul's ties away
+_RULE = {"x": "rint", "w": "rint", "a": "round", "b": "round"}
+
+
 def _oracles(feeds, hf32_conv: bool, hf32_mm: bool):
-    r = naive_cube.hf32
-    x, w = (r(feeds["x"]), r(feeds["w"])) if hf32_conv else (feeds["x"], feeds["w"])
-    a, b = (r(feeds["a"]), r(feeds["b"])) if hf32_mm else (feeds["a"], feeds["b"])
+    def r(n):
+        return naive_cube.hf32(feeds[n], 11, _RULE[n])
+    x, w = (r("x"), r("w")) if hf32_conv else (feeds["x"], feeds["w"])
+    a, b = (r("a"), r("b")) if hf32_mm else (feeds["a"], feeds["b"])
     conv, _ = naive_cube.conv2d(x, w, (1, 1), "SAME", (1, 1), operand_dtype="float32", out_dtype="float32")
     mm, _ = naive_cube.matmul(a, b, operand_dtype="float32", out_dtype="float32")
     return conv, mm
@@ -164,17 +169,27 @@ def test_hf32_on_the_910b_in_origin(allow, conv_hf32, mm_hf32, tmp_path):
     assert set(casts) == want
     for name in casts:
         assert casts[name]["compute_dtype"] == "hfloat32" and "HF32" in casts[name]["precision"]["reason"]
-        np.testing.assert_array_equal(res.tensor(name), naive_cube.hf32(feeds[name.split("/")[0]]))
+        n = name.split("/")[0]
+        np.testing.assert_array_equal(res.tensor(name), naive_cube.hf32(feeds[n], 11, _RULE[n]))
     assert dev.config()["allow_hf32"] == (allow if allow not in (None,) else "conv")
 
 
-def test_hf32_rounding_mode_one_readings():
+def test_hf32_rounding_overrides_every_family():
     g, feeds = _graph()
     # ties (half an HF32 ulp above a grid value), where rint and round part
-    feeds["x"].reshape(-1)[:64] = 1 + (2 * np.arange(64) + 1) * 2.0 ** -11
-    outs = {r: Device("must_keep_origin_dtype", soc="Ascend910B", hf32_rounding=r).replay(g, feeds, progress=False)
-            .tensor("conv") for r in ("rint", "trunc", "round")}
-    assert not np.array_equal(outs["rint"], outs["trunc"]) and not np.array_equal(outs["rint"], outs["round"])
+    for n in ("x", "a"):
+        feeds[n].reshape(-1)[:64] = 1 + (2 * np.arange(64) + 1) * 2.0 ** -12
+    runs = {r: Device("must_keep_origin_dtype", soc="Ascend910B", allow_hf32="conv,matmul", hf32_rounding=r)
+            .replay(g, feeds, progress=False) for r in (None, "rint", "trunc", "round")}
+    outs = {r: (res.tensor("conv"), res.tensor("mm")) for r, res in runs.items()}
+    assert not np.array_equal(outs["rint"][0], outs["trunc"][0])
+    assert not np.array_equal(outs["rint"][0], outs["round"][0])
+    # without the override each family keeps its own rule: the conv's rint, the matmul's round
+    for i, rule in ((0, "rint"), (1, "round")):
+        assert np.array_equal(outs[None][i], outs[rule][i])
+    assert not np.array_equal(outs[None][1], outs["rint"][1])
+    for r in ("rint", "trunc", "round"):
+        np.testing.assert_array_equal(runs[r].tensor("a/ascend_cast_0_to_hf32"), naive_cube.hf32(feeds["a"], 11, r))
 
 
 @pytest.mark.parametrize("chip", ["Ascend910", "Ascend310P3"])

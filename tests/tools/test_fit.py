@@ -11,7 +11,8 @@ from ascend_emu.errors import AscendEmuError
 from ascend_emu.numerics import assumptions as asm
 
 PLANTED = {"cube_block_sum": "aligned", "cube_extra_bits": 2, "cube_normalize": "rne", "cube_conv_k_order": "c1hwc0",
-           "hf32_rounding": "round", "impl_mode": "high_performance"}
+           "hf32_bits": 10, "hf32_conv_rounding": "round", "hf32_matmul_rounding": "trunc",
+           "impl_mode": "high_performance"}
 BASE = dict(precision_mode="must_keep_origin_dtype", soc="Ascend910B", allow_hf32="conv,matmul")
 
 
@@ -71,7 +72,8 @@ def test_planted_values_fit_back_and_replay_bit_for_bit(setup, tmp_path):
     res = fit(str(d / "planted"), g, device=base, progress=False)
     p = res.parameters
     # what this dump can decide: every planted value that acts here
-    for name in ("cube_block_sum", "cube_extra_bits", "cube_normalize", "cube_conv_k_order", "hf32_rounding"):
+    for name in ("cube_block_sum", "cube_extra_bits", "cube_normalize", "cube_conv_k_order", "hf32_bits",
+                 "hf32_conv_rounding", "hf32_matmul_rounding"):
         assert p[name]["verdict"] == "decided", (name, p[name])
     # LayerNorm's rstd is exp(-0.5 log(v)) under high_performance on tbe_v220 and under either mode on tbe_v100:
     # (high_performance, tbe_v220) and (high_precision, tbe_v100) give the same bits, so neither is decided
@@ -139,7 +141,7 @@ def test_registry_table_in_numerics_md():
     from ascend_emu.cli.main import build_parser
     from ascend_emu.numerics.policy import NumericsPolicy
 
-    pol = NumericsPolicy()
+    pol = NumericsPolicy(soc="Ascend910B")      # a SoC with HF32: its width is a parameter there
     opts = set()
     for act in build_parser()._subparsers._group_actions[0].choices["replay"]._actions:
         opts.update(act.option_strings)
@@ -147,6 +149,77 @@ def test_registry_table_in_numerics_md():
         assert a.option in opts, a.name
         for v in a.tried():
             assert asm.value_of(asm.with_params(pol, {a.name: v}), a.name) == v
+
+
+def _hf32_graph():
+    """A Conv2D and a MatMul on float32 placeholders, with values carrying bits below both HF32 widths."""
+    from ascend_emu.graph import Graph, InputSpec, Node
+
+    spec = {"x": (2, 5, 5, 16), "w": (3, 3, 16, 4), "a": (6, 32), "b": (32, 5)}
+    ph = [Node(n, "Placeholder", [], {"dtype": "float32", "shape": list(s)}) for n, s in spec.items()]
+    conv = Node("conv", "Conv2D", ["x", "w"], {"T": "float32", "strides": [1, 1, 1, 1], "padding": "SAME",
+                                             "dilations": [1, 1, 1, 1], "data_format": "NHWC"})
+    mm = Node("mm", "MatMul", ["a", "b"], {"T": "float32", "transpose_a": False, "transpose_b": False})
+    g = Graph(ph + [conv, mm], [InputSpec(n, "float32", list(s)) for n, s in spec.items()], ["conv:0", "mm:0"],
+              name="hf32fit")
+    rng = np.random.default_rng(7)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in spec.items()}
+    # ties of both widths, where the three tie rules part
+    for n in feeds:
+        feeds[n].reshape(-1)[:32] = 1 + (2 * np.arange(32) + 1) * 2.0 ** -12
+        feeds[n].reshape(-1)[32:64] = 1 + (2 * np.arange(32) + 1) * 2.0 ** -11
+    return g, feeds
+
+
+def _drop_inserted_casts(src, dst):
+    """A copy of dump ``src`` without its inserted HF32 casts, as a real NPU's dump would be."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    with open(dst / "manifest.json") as f:
+        m = json.load(f)
+    keep = []
+    for op in m["ops"]:
+        if op["compute_dtype"] == "hfloat32":
+            for o in op["outputs"]:
+                os.remove(dst / o["file"])
+        else:
+            keep.append(dict(op, index=len(keep)))
+    m["ops"] = keep
+    with open(dst / "manifest.json", "w") as f:
+        json.dump(m, f)
+
+
+@pytest.mark.parametrize("planted", [{"hf32_bits": 10, "hf32_conv_rounding": "round", "hf32_matmul_rounding": "rint"},
+                                     {"hf32_bits": 11, "hf32_conv_rounding": "trunc", "hf32_matmul_rounding": "round"}])
+def test_fit_names_the_hf32_width_and_tie_rules(planted, tmp_path):
+    """A 910B dump made with non-default HF32 values (10 bits; the conv ties away, the matmul nearest even) fits
+    back to them from the full registry, starting from the SoC's defaults (11 bits, conv rint, matmul round)."""
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.fit import fit, variant
+
+    g, feeds = _hf32_graph()
+    base = Device(precision_mode_v2="origin", soc="Ascend910B", allow_hf32="conv,matmul")
+    variant(base, planted).replay(g, feeds, str(tmp_path / "d"), progress=False)
+    res = fit(str(tmp_path / "d"), g, device=base, progress=False)
+    for name, value in planted.items():
+        p = res.parameters[name]
+        assert p["verdict"] == "decided" and p["value"] == value, (name, p)
+    assert res.identical == 1.0
+    text = res.format_text()
+    assert f"--hf32-bits {planted['hf32_bits']}" in text
+    # a real NPU's dump has no inserted casts: the cube ops' float32 outputs decide the same values
+    _drop_inserted_casts(tmp_path / "d", tmp_path / "npu")
+    res = fit(str(tmp_path / "npu"), g, device=base, progress=False, params=list(planted))
+    for name, value in planted.items():
+        p = res.parameters[name]
+        assert p["verdict"] == "decided" and p["value"] == value, (name, p)
+    assert {o["type"] for o in res.ops} == {"Conv2D", "MatMul"}
+    # the override leaves no family rule to fit: both undecided, with the reason
+    over = fit(str(tmp_path / "d"), g, device=Device(precision_mode_v2="origin", soc="Ascend910B",
+                                                     allow_hf32="conv,matmul", hf32_rounding="rint"),
+               progress=False, params=["hf32_conv_rounding", "hf32_matmul_rounding"])
+    assert all(p["verdict"] == "undecided" and "overrides" in p["why"] for p in over.parameters.values())
 
 
 def test_with_params_refuses_unknown():

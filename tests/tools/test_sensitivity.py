@@ -34,7 +34,8 @@ def test_demo_overflow_is_robust(demo):
     labels = [v["label"] for v in res.variants]
     assert labels[0] == "default" and sum(lab.startswith("corner") for lab in labels) == 2
     # every parameter that can act on this device (HF32 off on the 910; deterministic) is varied and listed
-    assert set(res.skipped) == {"hf32_rounding", "hif8_rounding", "multicore_reduce_min_chunk"}
+    assert set(res.skipped) == {"hf32_bits", "hf32_conv_rounding", "hf32_matmul_rounding", "hif8_rounding",
+                                "multicore_reduce_min_chunk"}
     varied = {a.name for a in asm.ASSUMED} - set(res.skipped)
     assert set(res.parameters) == varied
     for name in varied:
@@ -148,10 +149,11 @@ def test_parameters_reach_the_ops():
     g = load_graph(small_model())
     x = np.random.default_rng(5).standard_normal((4, 6, 6, 3)).astype(np.float32)
     res = sensitivity(g, {"image": x}, device=Device(**BASE), progress=False,
-                      params=["cube_block_sum", "hf32_rounding", "impl_mode"])
-    assert [v["label"] for v in res.variants][:4] == ["default", "cube_block_sum=sequential",
-                                                      "cube_block_sum=aligned", "hf32_rounding=trunc"]
-    for name in ("cube_block_sum", "hf32_rounding", "impl_mode"):
+                      params=["cube_block_sum", "hf32_bits", "hf32_matmul_rounding", "impl_mode"])
+    assert [v["label"] for v in res.variants][:6] == ["default", "cube_block_sum=sequential", "cube_block_sum=aligned",
+                                                      "hf32_bits=10", "hf32_matmul_rounding=rint",
+                                                      "hf32_matmul_rounding=trunc"]
+    for name in ("cube_block_sum", "hf32_bits", "hf32_matmul_rounding", "impl_mode"):
         p = res.parameters[name]
         assert p["ops_changed"] > 0 and 0 < p["max_op_cosine_shift"] < 1e-6 and p["moves"] == [], (name, p)
     assert all(c["robust"] for c in res.conclusions.values())
