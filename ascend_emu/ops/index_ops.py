@@ -274,13 +274,18 @@ def _arg(x, dimension, output_type, largest):
     return (np.argmax if largest else np.argmin)(x, axis=ax).astype(np.dtype(output_type))
 
 
-@register("ArgMax", kind=VECTOR)
+_ARG_SOURCE = Source(("canndev ops/built-in/tbe/impl/dynamic/arg_max_v2.py",
+                      "hicann/ops-math math/arg_max_v2/tests/assets/golden.py"),
+                     exact="an index of the input's own values (first index on ties; a NaN wins, assumed for TBE)")
+
+
+@register("ArgMax", kind=VECTOR, source=_ARG_SOURCE)
 def arg_max(x, dimension, *, ctx, output_type="int64"):
     """TF's ArgMax as CANN's ArgMaxV2 computes it (:func:`_arg`)."""
     return _arg(x, dimension, output_type, True)
 
 
-@register("ArgMin", kind=VECTOR)
+@register("ArgMin", kind=VECTOR, source=_ARG_SOURCE)
 def arg_min(x, dimension, *, ctx, output_type="int64"):
     """TF's ArgMin as CANN's ArgMin computes it (:func:`_arg`)."""
     return _arg(x, dimension, output_type, False)

@@ -115,7 +115,11 @@ def _trig(op, x, ctx):
     return y
 
 
-@register("Sin", kind=VECTOR)
+@register("Sin", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/sin.py (sin_compute, _sin)",
+     "hicann/ops-math math/sin/op_kernel/arch35/sin_dag.h"), ("op_model",),
+    "TBE: float32 range reduction by round(x/pi), Taylor to x^11, RINT back; the 950's Simt::Sin unpublished "
+    "(correctly rounded float32 assumed)"))
 def sin(x, *, ctx):
     """sin(x) as the TBE kernel computes it (canndev ``ops/built-in/tbe/impl/dynamic/sin.py``: 16-bit input cast
     to float32, k = round(x/pi), x - k pi, the Taylor series to x^11, the sign of k's parity, CAST_RINT back;
@@ -124,7 +128,11 @@ def sin(x, *, ctx):
     return _trig("sin", x, ctx)
 
 
-@register("Cos", kind=VECTOR)
+@register("Cos", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/cos.py (cos_compute)",
+     "hicann/ops-math math/cos/op_kernel/arch35/cos_dag.h"), ("op_model",),
+    "TBE: float32 range reduction by round(x/2pi), Taylor to x^14, RINT back; the 950's Simt::Cos unpublished "
+    "(correctly rounded float32 assumed)"))
 def cos(x, *, ctx):
     """cos(x) as the TBE kernel computes it (canndev ``ops/built-in/tbe/impl/dynamic/cos.py``: float32,
     k = round(x/(2 pi)), x - k 2pi, the Taylor series to x^14, CAST_RINT back; NUMERICS.md section 2)."""
@@ -230,7 +238,8 @@ for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "pro
 
 
 def _bool_reduce(name, tf_type, fn):
-    @register(tf_type, kind=VECTOR)
+    @register(tf_type, kind=VECTOR, source=Source(("hicann/ops-math math/reduce_all, math/reduce_any",),
+                                                  exact="a logical reduction of booleans"))
     def op(x, axis, *, ctx, keep_dims=False):
         """TF's All / Any: a logical reduction of booleans (CANN's ReduceAll / ReduceAny, hicann/ops-math
         math/reduce_all, math/reduce_any): exact."""
@@ -243,7 +252,8 @@ _bool_reduce("reduce_all", "All", np.all)
 _bool_reduce("reduce_any", "Any", np.any)
 
 
-@register("IsFinite", kind=VECTOR)
+@register("IsFinite", kind=VECTOR, source=Source(("hicann/ops-math math/is_finite/op_host/is_finite_def.cpp",),
+                                                 exact="a classification of the input's bits"))
 def is_finite(x, *, ctx):
     """TF's IsFinite: true where x is neither Inf nor NaN, of the value as the op receives it (so of its fp16 cast
     when the device hands it fp16: 65520 and above are Inf there). CANN runs it on the AI Core (hicann/ops-math
