@@ -43,7 +43,9 @@ KEEP_DTYPE, ALLOW_FP32_DOWN_PRECISION, USE_FP16, USE_HF32, USE_FP32_ADD = 0, 1, 
 _CMT_NAMES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32", 4: "USE_FP32_ADD"}
 #: GetCubeMathType's 2-bit code (allowHf32 << 1) | IsAllowFP32ToFP16() -> cubeMathType ([PT] CalcuOpUtil.cpp)
 _CMT_FROM_CODE = {0b00: KEEP_DTYPE, 0b01: USE_FP16, 0b10: USE_HF32, 0b11: ALLOW_FP32_DOWN_PRECISION}
-_STATUS_NONFINITE = 0x20   # the AI CPU's verdict on an output holding Inf/NaN (as the replay's AI CPU ops)
+_STATUS_NONFINITE = 0x20
+#: bytes a dump leaves free on its file system: past them the rest of the step is dumped as statistics
+DUMP_MARGIN = 1 << 30   # the AI CPU's verdict on an output holding Inf/NaN (as the replay's AI CPU ops)
 
 
 def cube_math_type(options: NpuOptions, family: str) -> int:
@@ -256,6 +258,9 @@ class TorchRun:
         self._names = WeakIdKeyDictionary()      # tensor -> the dump name of the op output it is
         self._shadow = WeakIdKeyDictionary()     # tensor -> its float32 reference twin (reference=True)
         self._writers = None
+        self._budget = None
+        self._dump_bytes = 0
+        self._budget_said = False
         self._step_info: dict = {}
         self._modes = None
         self._t0 = None
@@ -297,6 +302,9 @@ class TorchRun:
         self._counts[short] = n + 1
         name = f"Aten.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}"
         k = _Launcher(self, name)
+        # the reference twins of the inputs as they are before the call (an in-place op changes them)
+        k.twins = self._twins((args, kwargs)) if self._writers is not None and self._writers[1] is not None \
+            else None
         low = _aten.lookup(func)
         engine, reason = "AICORE", ""
         out = None
@@ -467,37 +475,85 @@ class TorchRun:
             rec.inputs = inputs
             precision = {"list": None, "dtype": compute, "reason": reason or f"{engine}: {', '.join(k.types)}",
                          "aten": str(func), "torch_dtypes": rec.dtypes, "cube_math_type": k.cmt}
-            arrays = [to_numpy(t) if t.dtype != torch.bool else to_numpy(t) for t in outs]
-            w[0].add_op(name, k.types[0] if k.types else str(func), ascend_type(k.types[0]).lstrip("_") if k.types else "",
+            arrays = self._dumped([to_numpy(t) for t in outs])
+            main = _primary(k.types) or str(func)
+            fp32_check = self._fp32_check(func, args, engine) if status else None
+            w[0].add_op(name, main, ascend_type(main).lstrip("_") if k.types else "",
                         engine, compute or None, [i if ":" in i else i + ":0" for i in inputs], arrays, status,
-                        precision=precision, phase=phase)
-            if w[1] is not None:
-                ref = self._reference(func, args, out, phase)
+                        precision=precision, phase=phase, fp32_check=fp32_check)
+            if w[1] is not None and getattr(k, "twins", None) is not None:
+                ref = self._reference(func, k.twins, args, out)
                 if ref is not None:
-                    w[1].add_op(name, k.types[0] if k.types else str(func), "", "REFERENCE", "float32",
+                    w[1].add_op(name, main, "", "REFERENCE", "float32",
                                 [i if ":" in i else i + ":0" for i in inputs], ref, 0, phase=phase)
         for i, t in enumerate(outs):
             self._names[t] = f"{name}:{i}"
 
-    def _reference(self, func, args, out, phase):
-        """This call again in plain torch float32 on the reference twins of its inputs (the same inputs and
-        weights at the step's start): the reference run, op by op, under the same names."""
+    def _fp32_check(self, func, args, engine) -> dict | None:
+        """msprobe's verdict input for an overflowing call: the same call in torch float32 on its inputs widened
+        (an in-place call has changed its input: none)."""
+        schema = func._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            return None
+        try:
+            with no_dispatch(), torch.no_grad():
+                outs = func(*_map(lambda t: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t, args))
+        except Exception:
+            return None
+        finite, max_abs = True, 0.0
+        for t in _flat(outs):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.numel():
+                with no_dispatch():
+                    fin = torch.isfinite(t)
+                    finite &= bool(fin.all())
+                    if bool(fin.any()):
+                        max_abs = max(max_abs, float(t[fin].abs().max()))
+        return {"overflow": not finite if engine != "AICPU" else True, "max_abs": max_abs}
+
+    def _dumped(self, arrays: list) -> list:
+        """The outputs as the dump stores them: the tensors while they fit the step's budget (the free space at
+        the step's start less a margin), then their statistics only, said once on stderr."""
+        n = sum(a.nbytes for a in arrays)
+        if self.stats_only or self._budget is None or self._dump_bytes + n <= self._budget:
+            self._dump_bytes += n
+            return arrays
+        if not self._budget_said:
+            import sys
+
+            print(f"ascend-emu: the dump of step {self.step} outgrows the free space "
+                  f"({self._budget / 1e9:.1f} GB usable): the ops from here on are dumped as statistics only",
+                  file=sys.stderr)
+            self._budget_said = True
+        from ..analysis.dump import StatsOnly
+        from ..analysis.dump.stats import tensor_stats
+
+        out = []
+        for a in arrays:
+            st = tensor_stats(a) if a.dtype.kind in "fiub" or a.dtype.name == "bfloat16" else {}
+            out.append(StatsOnly(a.dtype.name, tuple(a.shape), st.get("max"), st.get("min"), st.get("mean"),
+                                 st.get("l2norm"), int(st.get("nan", 0)), int(st.get("inf", 0))))
+        return out
+
+    def _twins(self, args):
+        """The float32 reference twins of ``args``: a tensor's twin from the reference run so far, else (an input,
+        a weight at the step's start) its own value, 16-bit floats widened."""
         def twin(t):
-            if not isinstance(t, torch.Tensor):
-                return t
             s = self._shadow.get(t)
             if s is None:
                 with no_dispatch():
                     s = t.detach().float() if t.dtype in (torch.float16, torch.bfloat16) else t.detach().clone()
             return s
-        kwargs = {}
-        a = _map(twin, args)
+        return _map(twin, args)
+
+    def _reference(self, func, twins, args, out):
+        """This call again in plain torch float32 on the reference twins ``(a, kwargs)`` of its inputs ``args``: the
+        reference run, op by op, under the same names (autocast's casts keep float32 there)."""
+        a, kwargs = twins
+        if str(func.overloadpacket) == "aten._to_copy" and kwargs.get("dtype") in (torch.float16, torch.bfloat16):
+            kwargs = dict(kwargs, dtype=torch.float32)
         with no_dispatch(), torch.no_grad():
             try:
-                if str(func.overloadpacket) in ("aten._to_copy",) or str(func) in ("aten.copy_.default",):
-                    r = a[1] if str(func) == "aten.copy_.default" else a[0].clone()
-                else:
-                    r = func(*a, **kwargs) if not str(func).startswith("aten._amp") else None
+                r = func(*a, **kwargs)
             except Exception:      # an op the float32 twins cannot take (a dtype it checks): no reference row
                 return None
         if r is None:
@@ -533,6 +589,13 @@ class TorchRun:
             r.__enter__()
             self.reference_dumps[self.step] = rpath
         w.__enter__()
+        import shutil
+
+        free = shutil.disk_usage(path).free
+        # the reference's tensors share the space; 1 GB stays free for everything else
+        self._budget = max(0, (free - DUMP_MARGIN) // (2 if self.reference else 1))
+        self._dump_bytes = 0
+        self._budget_said = False
         self.dumps[self.step] = path
         self._writers = (w, r)
         self._shadow = WeakIdKeyDictionary()
@@ -622,6 +685,11 @@ class TorchRun:
                     if self._step_info:
                         self.steps.append(info)
                 self._close_step(exc[1])
+
+
+def _primary(types) -> str | None:
+    """The op a record is named by: its cube or vector op, not the casts and HF32 roundings in front of it."""
+    return next((t for t in types if t not in ("Cast", "HF32")), types[0] if types else None)
 
 
 def _foreach(k, low, inplace, args, kwargs):
