@@ -12,7 +12,7 @@ the host. Each call is one record (``run.records``) named as msprobe names it, `
 ``.backward`` inside autograd's backward), and, for the dumped steps, one op of an ascend-emu dump.
 
 GradScaler's aten ops (``_amp_foreach_non_finite_check_and_unscale_``, ``_amp_update_scale_``) follow
-torch_npu's rule per SoC (13.2); NUMERICS.md section 15 states every rule with its source.
+torch_npu's rule per SoC (13.2); NUMERICS.md section 16 states every rule with its source.
 """
 from __future__ import annotations
 

@@ -306,7 +306,7 @@ def gelu(x, *, ctx, approximate="none"):
 
 #: FlashAttentionScore's key/value block along S2: the online softmax rescales its running max and sum once per
 #: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption
-#: (NUMERICS.md section 15)
+#: (NUMERICS.md section 16)
 FA_KV_BLOCK = 128
 
 

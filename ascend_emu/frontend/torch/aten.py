@@ -9,7 +9,7 @@ runs registry ops through ``k`` (the kernel launcher the run gives: ``k.op(tf_ty
 An aten op in neither runs on the AI CPU (torch, in float32), or is refused. A lowering that meets a case its
 registry op does not cover raises :class:`Fallback` and the call goes to the AI CPU too.
 
-The numerics behind each choice are in NUMERICS.md section 15 (the torch path; ASCEND-FACTS.md section 13).
+The numerics behind each choice are in NUMERICS.md section 16 (the torch path; ASCEND-FACTS.md section 13).
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def pow_tensor(k, x, e):
 @aten("aten.silu")
 def silu(k, x):
     # aclnnSilu as x * sigmoid(x): the vector unit's Sigmoid and Mul in the input dtype (an assumption:
-    # NUMERICS.md section 15)
+    # NUMERICS.md section 16)
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
     a = to_numpy(x)
@@ -534,7 +534,7 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
 
 # -- the optimizers' compound elementwise ops (aclnnAddcmul, aclnnAddcdiv, aclnnLerp) --------------------------
 # Each runs as the vector unit's ops in the tensors' dtype, one rounding per step (an assumption: the aclnn
-# kernels' internal order is not in a public source; NUMERICS.md section 15).
+# kernels' internal order is not in a public source; NUMERICS.md section 16).
 def _scaled(k, y, value, dt):
     if value == 1:
         return y
