@@ -31,6 +31,7 @@ from ..frontend.torch import aten as _aten
 from ..frontend.torch.autocast import AutocastMode
 from ..frontend.torch.convert import dtype_name, from_numpy, to_numpy
 from ..frontend.torch.intercept import DispatchMode
+from ..frontend.torch.npu_ops import npu_rms_norm, npu_rotary_mul, npu_swiglu  # noqa: F401  (ae.torch.npu_*)
 from ..frontend.torch.options import DEFAULT_SOURCE, NpuOptions, activate
 from ..numerics.policy import SOCS, soc_name
 from ..numerics.status import FloatStatus, decode_status
@@ -295,12 +296,13 @@ class TorchRun:
     # -- one aten call ------------------------------------------------------------------------------------------
     def __call__(self, func, args, kwargs, phase: str):
         packet = str(func.overloadpacket)
-        short = packet[5:] if packet.startswith("aten.") else packet
+        short = packet.split(".", 1)[1] if "." in packet else packet
+        prefix = "Aten" if packet.startswith("aten.") else "NPU"     # msprobe's prefixes (13.6)
         if packet == _AMP_UNSCALE:
             return self._amp_unscale(func, args, kwargs, phase)
         if packet == _AMP_UPDATE:
             return self._amp_update(func, args, kwargs, phase)
-        if not packet.startswith("aten."):
+        if not packet.startswith(("aten.", "ascend_emu.")):
             return func(*args, **kwargs)
         low = _LOWERINGS.get(func, _MISSING)
         if low is _MISSING:
@@ -309,7 +311,7 @@ class TorchRun:
             return self._host_call(func, args, kwargs, phase, short)
         n = self._counts.get(short, 0)
         self._counts[short] = n + 1
-        name = f"Aten.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}"
+        name = f"{prefix}.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}"
         k = _Launcher(self, name)
         # the reference twins of the inputs as they are before the call (an in-place op changes them)
         k.twins = self._twins((args, kwargs)) if self._writers is not None and self._writers[1] is not None \

@@ -572,3 +572,29 @@ def lerp(k, x, end, weight):
     (d,) = k.op("Mul", d, _arg(weight, dt))
     (y,) = k.op("AddV2", _arg(x, dt), d)
     return _out(y)
+
+
+# -- torch_npu's fused kernels (frontend/torch/npu_ops.py; ASCEND-FACTS 13.4, 13.5) ------------------------------
+@aten("ascend_emu.npu_rms_norm")
+def npu_rms_norm(k, x, gamma, epsilon=1e-6):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    y, rstd = k.op("_RmsNorm", to_numpy(x), to_numpy(gamma), epsilon=float(epsilon))
+    return _out(y), _out(rstd)
+
+
+@aten("ascend_emu.npu_swiglu")
+def npu_swiglu(k, x, dim=-1):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    (y,) = k.op("_SwiGlu", to_numpy(x), dim=int(dim))
+    return _out(y)
+
+
+@aten("ascend_emu.npu_rotary_mul")
+def npu_rotary_mul(k, x, cos, sin):
+    """aclnnRotaryPositionEmbedding: cos and sin cast to x's dtype first (13.5, RotaryMulKernelNpuOpApi.cpp)."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    (y,) = k.op("_RotaryMul", to_numpy(x), _arg(cos, x.dtype), _arg(sin, x.dtype))
+    return _out(y)
