@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-from torch.utils._mode_utils import no_dispatch
+
+from ..frontend import torch as _front  # noqa: F401  (first: without torch, the one-line error of the extra)
+import torch  # noqa: E402
+from torch.utils._mode_utils import no_dispatch  # noqa: E402
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import AscendEmuError
@@ -509,7 +511,7 @@ class TorchRun:
         """The outputs as the dump stores them: the tensors while they fit the step's budget (the free space at
         the step's start less a margin), then their statistics only, said once on stderr."""
         n = sum(a.nbytes for a in arrays)
-        if self.stats_only or self._budget is None or self._dump_bytes + n <= self._budget:
+        if self.stats_only or self._budget is None or (not self._budget_said and self._dump_bytes + n <= self._budget):
             self._dump_bytes += n
             return arrays
         if not self._budget_said:
