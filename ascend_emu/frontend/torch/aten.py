@@ -40,8 +40,12 @@ def aten(*names):
 
 
 def lookup(func):
-    """The lowering of aten overload ``func`` (an ``OpOverload``), or None."""
-    return ATEN.get(str(func)) or ATEN.get(str(func.overloadpacket))
+    """The lowering of aten overload ``func`` (an ``OpOverload``), or None. A lowering keyed by the packet takes
+    the functional overloads; the ``out=`` ones (another signature) have none."""
+    low = ATEN.get(str(func))
+    if low is None and "out" not in func._overloadname:
+        low = ATEN.get(str(func.overloadpacket))
+    return low
 
 
 #: aten ops that only make, view, copy or move tensors (exact, no arithmetic): torch runs them as the host
