@@ -204,3 +204,18 @@ def test_out_overloads_views_and_inplace_on_views():
     want[1:3] += 1.0
     assert torch.equal(y, want)
     assert torch.allclose(z, a.t() @ a, rtol=1e-5, atol=1e-5)
+
+
+def test_activation_and_pool_backward_on_the_ai_core():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, 8, 8, generator=g, requires_grad=True)
+    w = torch.randn(2, 3, 4, 4, generator=g)
+    with ae.torch.emulate() as run:
+        ((F.max_pool2d(x, 2) * w).sum() + (torch.sigmoid(x) + torch.tanh(x)).sum()).backward()
+    x2 = x.detach().clone().requires_grad_()
+    ((F.max_pool2d(x2, 2) * w).sum() + (torch.sigmoid(x2) + torch.tanh(x2)).sum()).backward()
+    assert float((x.grad - x2.grad).abs().max()) < 1e-6
+    back = {r.aten: r for r in run.records if r.phase == "backward"}
+    assert back["aten.max_pool2d_with_indices_backward.default"].op_types == ["MaxPool", "MaxPoolGrad"]
+    assert back["aten.sigmoid_backward.default"].engine == "AICORE"
+    assert back["aten.tanh_backward.default"].op_types == ["TanhGrad"]
