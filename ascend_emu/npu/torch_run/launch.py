@@ -137,10 +137,13 @@ class Launcher:
         if dtype not in ("float16", "bfloat16", "float32"):
             raise _aten.Fallback(f"{dtype} has no AI Core kernel")
         cube_out = None
+        if dtype == "bfloat16" and not run.chip.supports_bf16:
+            # torch_npu has no bfloat16 below the 910B1 (ASCEND-FACTS 13.2, NpuVariables.cpp IsBF16Supported)
+            raise AscendEmuError(f"{self.name}: bfloat16 is not supported on {run.chip.name} (torch_npu allows it "
+                                 f"from the Ascend910B on); use float16 or float32, or an A2/A3 SoC")
         if opdef.kind == CUBE:
             if dtype not in run.chip.cube_dtypes and dtype != "float32":
-                raise AscendEmuError(f"{self.name}: {run.chip.name}'s cube has no {dtype} (torch_npu supports "
-                                     f"bfloat16 from the Ascend910B on); use float16 or an A2/A3 SoC")
+                raise AscendEmuError(f"{self.name}: {run.chip.name}'s cube has no {dtype}; use float16")
             if dtype == "float32":
                 cmt = cube_math_type(self.options, family or "matmul")
                 self.cmt = _CMT_NAMES[cmt]
