@@ -9,7 +9,7 @@ F = torch.nn.functional
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.analysis.dump import load_dump  # noqa: E402
 
-from models import cnn_batch, small_cnn  # noqa: E402
+from torch_models import cnn_batch, small_cnn  # noqa: E402
 
 
 def test_cnn_dump_and_reference_compare(tmp_path):
