@@ -80,6 +80,7 @@ class TorchRun:
         self._counts: dict = {}
         self._stash: dict = {}
         self._names = WeakIdKeyDictionary()      # tensor -> the dump name of the op output it is
+        self._inputs_seen = 0
         self._shadow = WeakIdKeyDictionary()     # tensor -> its float32 reference twin (reference=True)
         self._writers = None
         self._budget = None
@@ -242,7 +243,7 @@ class TorchRun:
         if self.keep_records:
             self.records.append(rec)
         if w is not None:
-            inputs = [self._names.get(t, "input") for t in ins]
+            inputs = [self._input_name(t) for t in ins]
             rec.inputs = inputs
             precision = {"list": None, "dtype": compute, "reason": reason or f"{engine}: {', '.join(k.types)}",
                          "aten": str(func), "torch_dtypes": rec.dtypes, "cube_math_type": k.cmt}
@@ -259,6 +260,15 @@ class TorchRun:
                                 [i if ":" in i else i + ":0" for i in inputs], ref, 0, phase=phase)
             for i, t in enumerate(outs):
                 self._names[t] = f"{name}:{i}"
+
+    def _input_name(self, t) -> str:
+        """The dump name of tensor ``t``: the output of the call that made it in this step, or (a batch, a weight,
+        a state the step starts from) ``Input.<n>:0``, numbered as the step meets them."""
+        name = self._names.get(t)
+        if name is None:
+            name = self._names[t] = f"Input.{self._inputs_seen}:0"
+            self._inputs_seen += 1
+        return name
 
     def _fp32_check(self, func, args, engine) -> dict | None:
         """msprobe's verdict input for an overflowing call: the same call in torch float32 on its inputs widened
@@ -370,6 +380,9 @@ class TorchRun:
         self.dumps[self.step] = path
         self._writers = (w, r)
         self._shadow = WeakIdKeyDictionary()
+        # names are the step's own: a weight an earlier step updated is an input of this one
+        self._names = WeakIdKeyDictionary()
+        self._inputs_seen = 0
 
     def _close_step(self, exc=None) -> None:
         w, self._writers = self._writers, None
