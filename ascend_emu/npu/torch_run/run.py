@@ -438,6 +438,24 @@ class TorchRun:
                 "options": self.options.as_dict(), "dumps": dict(self.dumps),
                 "reference_dumps": dict(self.reference_dumps)}
 
+    def format_summary(self) -> str:
+        """The run in a few lines, as a command line prints it: calls per engine and dtype, steps and skipped steps,
+        the first overflowing call, the float status register, the dumps."""
+        sm = self.summary()
+        lines = [f"aten calls: {sm['aten_calls']} on {self.options.soc} "
+                 f"(ACL_PRECISION_MODE {self.options.effective_precision_mode})"]
+        for engine, per in sm["per_engine_dtype"].items():
+            lines.append(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
+        lines.append(f"steps: {sm['steps']} (skipped: {sm['skipped_steps']})")
+        f = sm["first_overflow"]
+        lines.append("first overflow: " + (f"{f['name']} ({f['aten']}), {f['phase']}, step {f['step']}" if f
+                                           else "none"))
+        lines.append(f"float status register: 0x{sm['float_status']:x}")
+        for step, path in sorted(sm["dumps"].items()):
+            ref = sm["reference_dumps"].get(step)
+            lines.append(f"dump of step {step}: {path}" + (f" (reference: {ref})" if ref else ""))
+        return "\n".join(lines)
+
     # -- context manager ----------------------------------------------------------------------------------------------
     def __enter__(self) -> "TorchRun":
         if self._modes is not None:
