@@ -1,0 +1,97 @@
+"""Dumps of an emulated torch run in ascend-emu's format: compare, overflow and report read them unchanged."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import ascend_emu as ae  # noqa: E402
+from ascend_emu.analysis.dump import load_dump  # noqa: E402
+
+from torch_models import cnn_batch, small_cnn  # noqa: E402
+
+
+def test_cnn_dump_and_reference_compare(tmp_path):
+    x, y = cnn_batch()
+    m = small_cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with ae.torch.emulate(dump=tmp_path / "d", dump_steps=[1], reference=True) as run:
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            opt.step()
+    assert sorted(run.dumps) == [1] and os.path.isdir(tmp_path / "d" / "step-1")
+    d, r = load_dump(run.dumps[1]), load_dump(run.reference_dumps[1])
+    names = [op["name"] for op in d.ops]
+    assert names == [op["name"] for op in r.ops] and names == [rec.name for rec in run.records if rec.step == 1]
+    conv = next(op for op in d.ops if op["name"] == "Aten.convolution.0.forward")
+    assert conv["tf_type"] == "Conv2D" and conv["engine"] == "AICORE" and conv["phase"] == "forward"
+    assert conv["precision"]["cube_math_type"] == "USE_HF32" and conv["precision"]["torch_dtypes"]["inputs"][0] == \
+        "float32"
+    assert conv["inputs"][0] == "Input.0:0"                     # the batch: no op of the step made it
+    assert all(i.startswith(("Input.", "Aten.")) for op in d.ops for i in op["inputs"])
+    assert d.op("Aten.relu.0.forward")["inputs"] == ["Aten.native_batch_norm.0.forward:0"]
+    assert {op["phase"] for op in d.ops} == {"forward", "backward", "update"}
+    c = ae.compare(run.dumps[1], run.reference_dumps[1])
+    # HF32 convolution operands move the values a little; the first op whose output fails the rule while its
+    # inputs pass is named (a max pool whose argmax moved with them)
+    first = c.first_divergent()
+    assert first is not None and first.name.startswith("Aten.")
+    rows = {row["NPU Name"]: row for row in c.rows}
+    assert rows["Aten.convolution.0.forward:0"]["Cosine"] > 0.9999
+    assert rows["Aten.addmm.0.forward:0"]["Result"] == "pass"
+    html = ae.write_report(run.dumps[1], run.reference_dumps[1], tmp_path / "report.html")
+    assert os.path.getsize(html) > 1000
+
+
+def test_amp_overflow_dump_names_the_backward_op(tmp_path):
+    x, y = cnn_batch()
+    m = small_cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu")
+    with ae.torch.emulate(dump=tmp_path / "d") as run:
+        opt.zero_grad()
+        with run.autocast():
+            out = m(x)
+            out.register_hook(lambda g: g * 1e4)
+            loss = F.cross_entropy(out, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert run.steps[0]["skipped"]
+    rep = ae.overflow_report(run.dumps[0])
+    assert rep.first is not None and rep.first["name"] == run.steps[0]["first_overflow"]["name"]
+    assert rep.first["name"].startswith("Aten.mul.") and rep.first["name"].endswith(".backward")
+
+
+def test_dump_past_the_free_space_keeps_statistics(tmp_path, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    from ascend_emu.npu import torch_run
+
+    usage = namedtuple("usage", "total used free")
+    # 300 kB usable after the margin: the first calls' tensors fit, the rest become statistics
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 40, 0, torch_run.DUMP_MARGIN + 300_000))
+    x, y = cnn_batch()
+    m = small_cnn()
+    with ae.torch.emulate(dump=tmp_path / "d") as run:
+        F.cross_entropy(m(x), y).backward()
+    d = load_dump(run.dumps[0])
+    files = [o["file"] for op in d.ops for o in op["outputs"]]
+    assert files[0] is not None and files[-1] is None and all(o.get("max") is not None or o["shape"] == [0]
+                                                              for op in d.ops for o in op["outputs"]
+                                                              if o["dtype"].startswith("float"))
+    assert "statistics only" in capsys.readouterr().err
+
+
+def test_missing_torch_is_one_line():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import ascend_emu as ae\n"
+            "try:\n    ae.torch.emulate\nexcept ae.AscendEmuError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "PyTorch is not installed; install the torch extra: pip install 'ascend-emu[torch]'"
