@@ -315,7 +315,12 @@ def gelu(x, *, ctx, approximate="none"):
 FA_KV_BLOCK = 128
 
 
-@register("_FlashAttentionScore", kind=CUBE)
+@register("_FlashAttentionScore", kind=CUBE, source=Source(
+    ("hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_s1s2_bn2gs1.h",
+     "hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_common.h"),
+    ("cube_block_sum", "cube_extra_bits", "cube_normalize"),
+    "BMM1 in float32, scale after it, online softmax in float32, P rounded CAST_ROUND, O divided at the end "
+    "(ASCEND-FACTS 13.5); the key block of 128 is assumed without a parameter (NUMERICS section 16)"))
 def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, kv_block=FA_KV_BLOCK):
     """FlashAttentionScore (ASCEND-FACTS.md 13.5, [TF] flash_attention_score kernels), BNSD layout:
     S = Q K^T on the cube with float32 output; S * scale in float32 (after the product); masked positions
@@ -389,7 +394,10 @@ def _half_interval_sum(x: np.ndarray) -> np.ndarray:
     return s[..., 0]
 
 
-@register("_RmsNorm", kind=VECTOR)
+@register("_RmsNorm", kind=VECTOR, source=Source(
+    ("hicann/ops-nn norm/rms_norm/op_kernel/rms_norm.h (Compute, ComputeMulGammaCast)",
+     "hicann/ops-nn norm/rms_norm/op_kernel/reduce_common.h (ReduceSumHalfInterval)"),
+    note="float32 throughout, half-interval sum, one cast out (RINT for bf16, NONE for fp16)"))
 def rms_norm(x, gamma, *, ctx, epsilon=1e-6):
     """aclnnRmsNorm (ASCEND-FACTS.md 13.4 item 1): x in float32, sum of x^2 by ReduceSumHalfInterval, rstd =
     1 / sqrt(sum * (1/N) + eps) as a float32 scalar, y = x * rstd * gamma in float32, one rounding (RINT) to the
@@ -404,7 +412,9 @@ def rms_norm(x, gamma, *, ctx, epsilon=1e-6):
     return finish(ctx, np.asarray(y, np.float32)), rstd
 
 
-@register("_SwiGlu", kind=VECTOR)
+@register("_SwiGlu", kind=VECTOR, source=Source(
+    ("hicann/ops-nn activation/swi_glu/op_kernel/swi_glu_bf16.hpp", "hicann/ops-nn activation/swi_glu/op_kernel/swi_glu.cpp"),
+    note="both halves in float32, a/(1+exp(-a))*b, one RINT cast"))
 def swiglu(x, *, ctx, dim=-1):
     """aclnnSwiGlu (13.4 item 3): the two halves of ``x`` along ``dim`` in float32, a / (1 + exp(-a)) * b in
     float32 (the vector unit's float32 Exp), one RINT rounding."""
@@ -419,7 +429,10 @@ def swiglu(x, *, ctx, dim=-1):
     return finish(ctx, np.asarray(y, np.float32))
 
 
-@register("_RotaryMul", kind=VECTOR)
+@register("_RotaryMul", kind=VECTOR, source=Source(
+    ("hicann/ops-transformer posembedding/rotary_position_embedding/op_kernel/rotate_half_bf16.h",
+     "hicann/ops-transformer posembedding/rotary_position_embedding/op_kernel/rotate_half_base.h"),
+    note="x, cos, sin in float32, x*cos + rotate(x)*sin, one RINT cast"))
 def rotary_mul(x, cos, sin, *, ctx):
     """aclnnRotaryPositionEmbedding, rotate-half (13.5 npu_rotary_mul): x, cos, sin in float32, the first half of
     sin negated, y = x * cos + rotate(x) * sin in float32 (rotate(x) = [x2, x1]), one RINT rounding."""

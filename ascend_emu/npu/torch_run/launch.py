@@ -165,9 +165,11 @@ class Launcher:
                 if how == "hfloat32":
                     from ...numerics.hf32 import to_hf32
 
+                    pol = run.device.numerics
+                    family = "conv" if tf_type.startswith(("Conv", "Depthwise")) else "matmul"
                     for i in idx:
-                        arrays[i], st = to_hf32(arrays[i], run.device.hf32_rounding, overflow_mode=run.device.
-                                                overflow_mode, subnormals=run.device.subnormals)
+                        arrays[i], st = to_hf32(arrays[i], pol.hf32_rounding_of(family), overflow_mode=run.device.
+                                                overflow_mode, subnormals=run.device.subnormals, bits=pol.hf32_bits)
                         self.status |= int(st)
                     self.types.append("HF32")
                 elif how == "float16":
