@@ -107,7 +107,7 @@ def cmd_export_msprobe(a):
     from ..analysis.msprobe import export_msprobe
 
     root = export_msprobe(a.dump, a.out, step=a.step, rank=a.rank, tensor_format=a.tensor_format,
-                          overwrite=a.overwrite)
+                          framework=a.framework, overwrite=a.overwrite)
     print(f"msprobe dump: {root} (compare with: msprobe compare -tp {os.path.dirname(root)} -gp <other step dir>)")
     return 0
 

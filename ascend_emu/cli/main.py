@@ -97,13 +97,18 @@ def build_parser():
     sp.add_argument("--force", action="store_true",
                     help="report even if the dumps are of different models or inputs (the report says so)")
     sp = add("export-msprobe", cmd_export_msprobe, "write a dump in msprobe's dump layout (step/rank/dump.json)",
-             "ascend-emu export-msprobe npu/ msprobe-npu/ --step 0 --rank 0")
+             "ascend-emu export-msprobe npu/ msprobe-npu/ --step 0 --rank 0 [--framework pytorch]")
     sp.add_argument("dump", help="an ascend-emu dump directory")
     sp.add_argument("out", help="the msprobe dump root (OUT/step{N}/rank{R}/ is written)")
     sp.add_argument("--step", type=int, default=0, help="step number of the directory (default 0)")
     sp.add_argument("--rank", type=int, default=0, help="rank number of the directory (default 0)")
-    sp.add_argument("--tensor-format", choices=("npy", "pt"), default="npy",
-                    help="tensor files: .npy (default) or .pt (read by msprobe's PyTorch compare; needs torch)")
+    sp.add_argument("--tensor-format", choices=("npy", "pt"), default=None,
+                    help="tensor files: .npy (the graph layout's default) or .pt (read by msprobe's PyTorch "
+                         "compare; needs torch)")
+    sp.add_argument("--framework", choices=("graph", "pytorch"), default="graph",
+                    help="graph (default): every op one Functional.<name>.0.forward key; pytorch: msprobe's "
+                         "PyTorch dump of a torch script (.pt files, Aten.* keys of a torch run kept, "
+                         ".backward entries with input/output)")
     sp.add_argument("--overwrite", action="store_true", help="replace an msprobe dump already there")
     sp = add("import-msprobe", cmd_import_msprobe, "read an msprobe dump (e.g. from a real NPU) as an ascend-emu dump",
              "ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml")
