@@ -34,6 +34,9 @@ SIBLINGS = [("numerics", "graph"), ("ops", "analysis")]
 TF_ALLOWED = ("ascend_emu.frontend", "ascend_emu.npu.aicpu")
 #: the only places onnx / onnxruntime may be imported: the frontend and the ONNX models' AI CPU
 ONNX_ALLOWED = ("ascend_emu.frontend", "ascend_emu.npu.aicpu_onnx")
+#: the only places torch may be imported: its front end, the eager run on the device, and msprobe's .pt files
+#: (read and written lazily, inside the functions that need them)
+TORCH_ALLOWED = ("ascend_emu.frontend.torch", "ascend_emu.npu.torch_run", "ascend_emu.analysis.msprobe.format")
 
 
 def _allowed(mod: str, allowed: tuple) -> bool:
@@ -161,6 +164,25 @@ def test_onnx_only_in_frontend_and_aicpu_onnx():
     assert not bad, "onnx/onnxruntime outside frontend/ and npu/aicpu_onnx: " + "; ".join(bad)
     # the rule itself: a sibling module named like an allowed one is not allowed
     assert not _allowed("ascend_emu.npu.aicpu_onnx", TF_ALLOWED) and _allowed("ascend_emu.frontend.x", ONNX_ALLOWED)
+
+
+def test_torch_only_in_its_front_end_and_run():
+    bad = []
+    for mod in MODULES:
+        if _allowed(mod, TORCH_ALLOWED):
+            continue
+        for imp, line in _imports(mod):
+            if imp.split(".")[0] in ("torch", "torch_npu", "torchvision"):
+                bad.append(f"{mod}:{line} imports {imp}")
+    assert not bad, "torch outside frontend/torch and npu/torch_run: " + "; ".join(bad)
+
+
+def test_import_ascend_emu_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import ascend_emu, sys; ascend_emu.__all__; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
 def test_kernels_import_no_policy():
