@@ -82,7 +82,9 @@ _API = {
     "NpuLossScaleOptimizer": "ascend_emu.frontend.tf.keras_hooks",
 }
 #: submodules offered as attributes of the package (``ascend_emu.tf1.wrap(sess)``)
-_SUBMODULES = {"tf1": "ascend_emu.npu.tf1"}
+_SUBMODULES = {"tf1": "ascend_emu.npu.tf1",
+               # PyTorch eager scripts (ae.torch.emulate); torch is imported only when this is used
+               "torch": "ascend_emu.npu.torch_run"}
 
 __all__ = sorted(_API) + sorted(_SUBMODULES) + ["__version__"]
 

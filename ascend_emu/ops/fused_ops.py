@@ -302,3 +302,64 @@ def gelu(x, *, ctx, approximate="none"):
         return vec(ctx, "gelu", x)
     with np.errstate(all="ignore"):
         return finish(ctx, gelu_f64(x, approximate))
+
+
+#: FlashAttentionScore's key/value block along S2: the online softmax rescales its running max and sum once per
+#: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption
+#: (NUMERICS.md section 15)
+FA_KV_BLOCK = 128
+
+
+@register("_FlashAttentionScore", kind=CUBE)
+def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, kv_block=FA_KV_BLOCK):
+    """FlashAttentionScore (ASCEND-FACTS.md 13.5, [TF] flash_attention_score kernels), BNSD layout:
+    S = Q K^T on the cube with float32 output; S * scale in float32 (after the product); masked positions
+    (``mask`` True = dropped, npu_fusion_attention's convention) set to -FLT_MAX; per S2 block of ``kv_block``
+    an online softmax in float32 (running max m, sum l, the block's P = exp(S - m) unnormalised); P cast to the
+    input dtype with CAST_ROUND (ties away); O += P V on the cube (float32 accumulation, the running O rescaled
+    by exp(m_old - m_new)); finally O / l in float32, cast to the input dtype with CAST_ROUND.
+
+    Returns (O, logsumexp m + ln l in float32, shape q.shape[:-1]) - the second output torch's backward reads.
+    """
+    from ..numerics.cube import batch_matmul
+    from ..numerics.vector import cast, vector
+
+    dt = ctx.dtype_name
+    f32 = dict(dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, op_model=ctx.op_model)
+    cube = dict(operand_dtype=dt, out_dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                model=ctx.cube_model)
+    s2 = k.shape[-2]
+    lead = q.shape[:-1]
+    m = np.full(lead + (1,), -np.inf, np.float32)
+    l_sum = np.zeros(lead + (1,), np.float32)
+    o = np.zeros(lead + (v.shape[-1],), np.float32)
+    neg = np.float32(-np.finfo(np.float32).max)
+    status = 0
+    with np.errstate(all="ignore"):
+        for j in range(0, s2, int(kv_block)):
+            kb, vb = k[..., j:j + kv_block, :], v[..., j:j + kv_block, :]
+            s, st = batch_matmul(q, kb, adj_y=True, **cube)
+            status |= st
+            s = (s * np.float32(scale_value)).astype(np.float32)
+            if has_mask:
+                s = np.where(np.asarray(mask[0])[..., j:j + kv_block], neg, s).astype(np.float32)
+            m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+            p, st = vector("exp", (s - m_new).astype(np.float32), **f32)
+            status |= st
+            alpha, st = vector("exp", (m - m_new).astype(np.float32), **f32)
+            status |= st
+            l_sum = (l_sum * alpha + p.sum(axis=-1, keepdims=True, dtype=np.float32)).astype(np.float32)
+            if dt != "float32":
+                p, st = cast(p, dt, rounding="round", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
+                status |= st
+            pv, st = batch_matmul(p, vb, **cube)
+            status |= st
+            o = (o * alpha + pv).astype(np.float32)
+            m = m_new
+        out = (o / l_sum).astype(np.float32)
+        lse = (m + np.log(l_sum)).astype(np.float32)[..., 0]
+    if dt != "float32":
+        out, st = cast(out, dt, rounding="round", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
+        status |= st
+    ctx.record(status)
+    return out, lse

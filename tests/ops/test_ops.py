@@ -212,6 +212,8 @@ def test_every_registered_op_has_a_case():
     # (and the training graphs' fused ops in tests/npu/test_fusion_training.py)
     npu = pathlib.Path(__file__).parents[1] / "npu"
     fusion_tests = (npu / "test_fusion.py").read_text() + (npu / "test_fusion_training.py").read_text()
+    # the aclnn kernels of the torch path that no graph fusion makes have their oracle beside this file
+    fusion_tests += (pathlib.Path(__file__).parent / "test_flash_attention.py").read_text()
     untested = sorted(t for t in OPS if t.startswith("_") and f'"{t}"' not in fusion_tests)
     assert not untested, f"fused ops without an oracle in tests/npu/test_fusion(_training).py: {untested}"
 

@@ -1,0 +1,574 @@
+"""The one table from aten ops onto the registry's ops: how torch_npu's eager kernels run on the emulated units.
+
+Each entry of :data:`ATEN` (keyed by the aten overload packet, ``aten.addmm``, or by one overload,
+``aten.add.Tensor``) is a function ``fn(k, *args, **kwargs)`` taking the aten call's own arguments and returning
+what the aten op returns; it converts the tensors to arrays (NCHW to the registry's NHWC where an op wants it),
+runs registry ops through ``k`` (the kernel launcher the run gives: ``k.op(tf_type, *arrays, family=..,
+**attrs)`` decides the compute dtype and the cube math type, and records what ran) and converts back.
+:data:`HOST` lists the aten ops that only move data or make tensors: torch runs them itself, on the host.
+An aten op in neither runs on the AI CPU (torch, in float32), or is refused. A lowering that meets a case its
+registry op does not cover raises :class:`Fallback` and the call goes to the AI CPU too.
+
+The numerics behind each choice are in NUMERICS.md section 15 (the torch path; ASCEND-FACTS.md section 13).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .convert import EMULATED, from_numpy, to_numpy
+
+ATEN: dict = {}
+
+
+class Fallback(Exception):
+    """This call is outside what the lowering emulates: run it on the AI CPU (the message says why)."""
+
+
+class Host(Exception):
+    """This call only moves or converts data exactly (a device move, an integer conversion): the host runs it."""
+
+
+def aten(*names):
+    def deco(fn):
+        for n in names:
+            ATEN[n] = fn
+        return fn
+    return deco
+
+
+def lookup(func):
+    """The lowering of aten overload ``func`` (an ``OpOverload``), or None."""
+    return ATEN.get(str(func)) or ATEN.get(str(func.overloadpacket))
+
+
+#: aten ops that only make, view, copy or move tensors (exact, no arithmetic): torch runs them as the host
+#: does; ``_to_copy`` / ``copy_`` between float dtypes are casts and have lowerings instead
+HOST = frozenset(f"aten.{n}" for n in (
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "slice",
+    "select", "split", "split_with_sizes", "chunk", "unbind", "narrow", "as_strided", "alias", "detach", "clone",
+    "contiguous", "cat", "stack", "flatten", "unflatten", "repeat", "expand_as", "view_as", "lift_fresh",
+    "lift_fresh_copy", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "fill_", "zero_",
+    "arange", "scalar_tensor", "_local_scalar_dense", "set_", "resize_", "index_select", "gather", "index",
+    "masked_fill", "masked_fill_", "where", "flip", "roll", "tril", "triu", "diagonal", "_reshape_alias",
+    "is_same_size", "equal", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
+    "randn", "rand", "randint", "normal_", "uniform_", "bernoulli_", "random_", "randperm", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type", "copy_",
+    "_to_copy", "to", "split_with_sizes_copy", "t_copy", "unsqueeze_copy", "view_copy", "squeeze_copy",
+    "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding"))
+
+
+def _np(t):
+    return to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t)
+
+
+def _float(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+
+
+def _emulated(*ts) -> bool:
+    """Whether the float tensors among ``ts`` have a dtype the AI Core computes in (no float64, no complex)."""
+    fl = [t for t in ts if isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)]
+    return bool(fl) and all(t.dtype in EMULATED for t in fl)
+
+
+def _arg(x, dtype: torch.dtype) -> np.ndarray:
+    """An operand of an op computing in ``dtype``: a tensor of another float dtype converted as torch's type
+    promotion does (a widening, exact: promotion never narrows a tensor), a Python number or wrapped number
+    rounded to ``dtype``."""
+    if isinstance(x, torch.Tensor):
+        if x.dtype != dtype:
+            x = x.to(dtype)
+        return to_numpy(x)
+    return to_numpy(torch.tensor(x, dtype=dtype))
+
+
+def _out(y, dtype=None):
+    return from_numpy(y, dtype)
+
+
+# -- elementwise ---------------------------------------------------------------------------------------
+_BINARY = {"add": "AddV2", "sub": "Sub", "mul": "Mul", "div": "RealDiv", "maximum": "Maximum",
+           "minimum": "Minimum"}
+_UNARY = {"neg": "Neg", "abs": "Abs", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "reciprocal": "Reciprocal", "exp": "Exp",
+          "log": "Log", "tanh": "Tanh", "sigmoid": "Sigmoid", "relu": "Relu", "erf": "Erf", "log1p": "Log1p",
+          "expm1": "Expm1", "square": "Square"}
+
+
+def _binary(k, tf_type, a, b, alpha=1):
+    dt = torch.result_type(a, b)
+    if not dt.is_floating_point and not dt.is_complex:
+        k.note(f"{dt} arithmetic is exact: computed by torch")
+        k.exact()
+    if dt not in EMULATED:
+        raise Fallback(f"{dt} arithmetic")
+    x, y = _arg(a, dt), _arg(b, dt)
+    if alpha != 1:
+        # torch_npu: add/sub with alpha != 1 is Mul(other, alpha in the tensor's dtype) then Add (ASCEND-FACTS
+        # 13.4 item 4): two roundings
+        (y,) = k.op("Mul", y, _arg(alpha, dt))
+    (z,) = k.op(tf_type, x, y)
+    return _out(z)
+
+
+def _make_binary(name, tf_type):
+    def fn(k, a, b, alpha=1, **kw):
+        if kw.get("rounding_mode") is not None:
+            raise Fallback(f"div rounding_mode={kw['rounding_mode']}")
+        return _binary(k, tf_type, a, b, alpha)
+    aten(f"aten.{name}.Tensor", f"aten.{name}.Scalar", f"aten.{name}.default", f"aten.{name}.Tensor_mode")(fn)
+
+
+for _n, _t in _BINARY.items():
+    _make_binary(_n, _t)
+
+
+@aten("aten.rsub.Tensor", "aten.rsub.Scalar")
+def rsub(k, a, b, alpha=1):
+    return _binary(k, "Sub", b, a, 1) if alpha == 1 else _binary(k, "AddV2", b, _binary(k, "Mul", a, -1), alpha)
+
+
+def _unary(k, tf_type, x):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    (y,) = k.op(tf_type, to_numpy(x))
+    return _out(y)
+
+
+def _make_unary(name, tf_type):
+    aten(f"aten.{name}.default", f"aten.{name}")(lambda k, x: _unary(k, tf_type, x))
+
+
+for _n, _t in _UNARY.items():
+    _make_unary(_n, _t)
+
+
+@aten("aten.pow.Tensor_Scalar")
+def pow_scalar(k, x, e):
+    if e == 2:
+        return _unary(k, "Square", x)
+    if e == 0.5:
+        return _unary(k, "Sqrt", x)
+    if e == 1:
+        return x.clone()
+    return _binary(k, "Pow", x, e)
+
+
+@aten("aten.pow.Tensor_Tensor")
+def pow_tensor(k, x, e):
+    return _binary(k, "Pow", x, e)
+
+
+@aten("aten.silu")
+def silu(k, x):
+    # aclnnSilu as x * sigmoid(x): the vector unit's Sigmoid and Mul in the input dtype (an assumption:
+    # NUMERICS.md section 15)
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    a = to_numpy(x)
+    (s,) = k.op("Sigmoid", a)
+    (y,) = k.op("Mul", a, s)
+    return _out(y)
+
+
+@aten("aten.gelu")
+def gelu(k, x, approximate="none"):
+    """torch_npu's aclnnGelu is the tanh approximation whatever ``approximate`` says; the erf form only with
+    the compatible-implementation switch (ASCEND-FACTS 13.8 item 5), computed exactly and rounded once."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    if k.options.compatible_impl:
+        k.note(f"compatible impl: approximate={approximate!r} as asked")
+        (y,) = k.op("_Gelu", to_numpy(x), approximate=approximate, op_model="exact")
+    else:
+        k.note(f"aclnnGelu: the tanh approximation (approximate={approximate!r} is not read)")
+        (y,) = k.op("_Gelu", to_numpy(x), approximate="tanh")
+    return _out(y)
+
+
+@aten("aten.threshold_backward")
+def threshold_backward(k, dy, x, threshold):
+    if threshold != 0 or not _emulated(dy, x):
+        raise Fallback("threshold != 0")
+    dt = torch.result_type(dy, x)
+    (g,) = k.op("ReluGrad", _arg(dy, dt), _arg(x, dt))
+    return _out(g)
+
+
+# -- casts ------------------------------------------------------------------------------------------------
+def _cast_to(k, x, dtype):
+    if not (x.dtype in EMULATED and dtype in EMULATED) or x.dtype == dtype:
+        return None
+    return _out(k.cast(to_numpy(x), str(dtype).replace("torch.", "")))
+
+
+@aten("aten._to_copy")
+def to_copy(k, x, dtype=None, **kw):
+    if dtype is not None and x.dtype.is_floating_point and dtype.is_floating_point:
+        y = _cast_to(k, x, dtype)
+        if y is not None:
+            return y
+    raise Host
+
+
+@aten("aten.copy_")
+def copy_(k, dst, src, non_blocking=False):
+    if src.dtype != dst.dtype and src.dtype.is_floating_point and dst.dtype.is_floating_point:
+        y = _cast_to(k, src, dst.dtype)
+        if y is not None:
+            k.host_copy(dst, y)
+            return dst
+    raise Host
+
+
+# -- reductions -------------------------------------------------------------------------------------------
+def _reduce(k, tf_type, x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None and dtype != x.dtype:
+        raise Fallback(f"reduction with dtype={dtype}")
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    axes = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and not len(dim)) else \
+        ([dim] if isinstance(dim, int) else list(dim))
+    (y,) = k.op(tf_type, to_numpy(x), np.asarray(axes, np.int32), keep_dims=bool(keepdim))
+    return _out(y)
+
+
+@aten("aten.sum.dim_IntList")
+def sum_dim(k, x, dim, keepdim=False, dtype=None):
+    return _reduce(k, "Sum", x, dim, keepdim, dtype)
+
+
+@aten("aten.sum.default")
+def sum_all(k, x, dtype=None):
+    return _reduce(k, "Sum", x, None, False, dtype)
+
+
+@aten("aten.mean.dim")
+def mean_dim(k, x, dim, keepdim=False, dtype=None):
+    return _reduce(k, "Mean", x, dim, keepdim, dtype)
+
+
+@aten("aten.mean.default")
+def mean_all(k, x, dtype=None):
+    return _reduce(k, "Mean", x, None, False, dtype)
+
+
+@aten("aten.amax")
+def amax(k, x, dim=(), keepdim=False):
+    return _reduce(k, "Max", x, dim, keepdim)
+
+
+@aten("aten.amin")
+def amin(k, x, dim=(), keepdim=False):
+    return _reduce(k, "Min", x, dim, keepdim)
+
+
+# -- softmax ------------------------------------------------------------------------------------------------
+def _last(x, dim):
+    """(array with ``dim`` moved last, the permutation back) for the registry's last-axis ops."""
+    a = to_numpy(x)
+    dim = dim % max(x.dim(), 1)
+    if dim == x.dim() - 1 or x.dim() == 0:
+        return a, None
+    return np.ascontiguousarray(np.moveaxis(a, dim, -1)), dim
+
+
+def _back(y, dim):
+    return y if dim is None else np.ascontiguousarray(np.moveaxis(y, -1, dim))
+
+
+@aten("aten._softmax")
+def softmax(k, x, dim, half_to_float):
+    """aclnnSoftmax computes in its input dtype; ``half_to_float`` only casts the result (ASCEND-FACTS 13.4
+    item 5)."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    a, d = _last(x, dim)
+    (y,) = k.op("Softmax", a)
+    y = _back(y, d)
+    return _out(k.cast(y, "float32")) if half_to_float else _out(y)
+
+
+@aten("aten._log_softmax")
+def log_softmax(k, x, dim, half_to_float):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    a, d = _last(x, dim)
+    (y,) = k.op("LogSoftmax", a)
+    y = _back(y, d)
+    return _out(k.cast(y, "float32")) if half_to_float else _out(y)
+
+
+@aten("aten._softmax_backward_data")
+def softmax_backward(k, dy, y, dim, input_dtype):
+    if not _emulated(dy, y) or dy.dtype != y.dtype:
+        raise Fallback("mixed dtypes")
+    g, d = _last(dy, dim)
+    yy, _ = _last(y, dim)
+    (dx,) = k.op("_SoftmaxGrad", yy, g)
+    dx = _out(_back(dx, d))
+    return dx if dx.dtype == input_dtype else _out(k.cast(to_numpy(dx), str(input_dtype)[6:]))
+
+
+# -- cube: matmul family ---------------------------------------------------------------------------------
+def _cube_dtype(*ts):
+    """The compute dtype of a cube op: its operands' dtype; mixed 16-bit and float32 operands are promoted to
+    float32 (ASCEND-FACTS 13.3, matmul_util.cpp SetMmSupportDType)."""
+    if not _emulated(*ts):
+        raise Fallback("float64 operands")
+    dts = {t.dtype for t in ts if isinstance(t, torch.Tensor)}
+    return dts.pop() if len(dts) == 1 else torch.float32
+
+
+@aten("aten.mm")
+def mm(k, a, b):
+    dt = _cube_dtype(a, b)
+    (y,) = k.op("MatMul", _arg(a, dt), _arg(b, dt), family="matmul")
+    return _out(y, dt)
+
+
+@aten("aten.bmm")
+def bmm(k, a, b):
+    dt = _cube_dtype(a, b)
+    (y,) = k.op("BatchMatMulV2", _arg(a, dt), _arg(b, dt), family="matmul")
+    return _out(y, dt)
+
+
+@aten("aten.addmm")
+def addmm(k, bias, a, b, beta=1, alpha=1):
+    """aclnnAddmm: a 1-D bias (or one row) is fused into the matmul (added to the float32 accumulator); any other
+    bias, beta or alpha goes through mm, Muls and Add (ASCEND-FACTS 13.3, aclnn_addmm.cpp)."""
+    dt = _cube_dtype(bias, a, b)
+    x, w = _arg(a, dt), _arg(b, dt)
+    if beta == 1 and alpha == 1 and (bias.dim() == 1 or (bias.dim() == 2 and bias.shape[0] == 1)):
+        (y,) = k.op("MatMul", x, w, family="matmul", bias=_arg(bias.reshape(-1), dt))
+        return _out(y, dt)
+    (y,) = k.op("MatMul", x, w, family="matmul")
+    y = _arg(_out(y), dt)       # the cube's output (fp16 under USE_FP16) back in the call's dtype
+    if alpha != 1:
+        (y,) = k.op("Mul", y, _arg(alpha, dt))
+    c = _arg(bias, dt)
+    if beta != 1:
+        (c,) = k.op("Mul", c, _arg(beta, dt))
+    (y,) = k.op("AddV2", y, c)
+    return _out(y)
+
+
+@aten("aten.baddbmm")
+def baddbmm(k, c, a, b, beta=1, alpha=1):
+    dt = _cube_dtype(c, a, b)
+    (y,) = k.op("BatchMatMulV2", _arg(a, dt), _arg(b, dt), family="matmul")
+    y = _arg(_out(y), dt)
+    if alpha != 1:
+        (y,) = k.op("Mul", y, _arg(alpha, dt))
+    if beta == 0:
+        return _out(y, dt)
+    cc = _arg(c, dt)
+    if beta != 1:
+        (cc,) = k.op("Mul", cc, _arg(beta, dt))
+    (y,) = k.op("AddV2", y, cc)
+    return _out(y)
+
+
+# -- cube: convolution (NCHW / OIHW in torch, NHWC / HWIO in the registry) ---------------------------------
+def _nhwc(t):
+    return np.ascontiguousarray(np.transpose(to_numpy(t), (0, 2, 3, 1)))
+
+
+def _nchw(a, dtype=None):
+    return from_numpy(np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2))), dtype)
+
+
+def _conv_attrs(stride, padding, dilation):
+    s, p, d = list(stride), list(padding), list(dilation)
+    return dict(strides=[1, s[0], s[1], 1], padding="EXPLICIT",
+                explicit_paddings=[0, 0, p[0], p[0], p[1], p[1], 0, 0], dilations=[1, d[0], d[1], 1])
+
+
+def _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding):
+    if transposed or x.dim() != 4 or w.dim() != 4 or isinstance(padding, str):
+        raise Fallback("only 2-D, not transposed convolutions run on the emulated cube")
+    if len(stride) != 2 or len(padding) != 2 or len(dilation) != 2:
+        raise Fallback("convolution geometry")
+
+
+@aten("aten.convolution")
+def convolution(k, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """aclnnConvolution (cubeMathType from ``conv.allow_hf32`` alone, ASCEND-FACTS 13.1): the registry's Conv2D
+    on NHWC; the bias goes into the float32 accumulator (aclnnConvolution converts it to FLOAT, 13.3)."""
+    _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
+    dt = _cube_dtype(x, w)
+    b = None if bias is None else to_numpy(bias.detach().to(torch.float32))
+    (y,) = k.op("Conv2D", np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
+                np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0))), family="conv", bias=b,
+                **_conv_attrs(stride, padding, dilation))
+    return _nchw(y, dt)
+
+
+@aten("aten.convolution_backward")
+def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                         output_mask):
+    _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
+    if groups != 1:
+        raise Fallback("grouped convolution backward")
+    dt = _cube_dtype(dy, x, w)
+    attrs = _conv_attrs(stride, padding, dilation)
+    g = np.ascontiguousarray(np.transpose(_arg(dy, dt), (0, 2, 3, 1)))
+    dx = dw = db = None
+    if output_mask[0]:
+        (r,) = k.op("Conv2DBackpropInput", np.asarray([x.shape[0], x.shape[2], x.shape[3], x.shape[1]], np.int32),
+                    np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0))), g, family="conv", **attrs)
+        dx = _nchw(r, dt)
+    if output_mask[1]:
+        (r,) = k.op("Conv2DBackpropFilter", np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
+                    np.asarray([w.shape[2], w.shape[3], w.shape[1], w.shape[0]], np.int32), g, family="conv",
+                    **attrs)
+        dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
+    if output_mask[2]:
+        (r,) = k.op("BiasAddGrad", g)
+        db = _out(r, dt)
+    return dx, dw, db
+
+
+# -- normalisation and pooling ---------------------------------------------------------------------------------
+@aten("aten.native_batch_norm", "aten._native_batch_norm_legit_no_training")
+def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=False, momentum=0.1, eps=1e-5):
+    """BNTrainingReduce + BNTrainingUpdate (training) or BNInfer on NHWC, float32 statistics; the running
+    statistics are blended with ``momentum`` and the unbiased batch variance, as torch does."""
+    if x.dim() != 4 or not _emulated(x):
+        raise Fallback("batch norm of a non-4-D or float64 input")
+    c = x.shape[1]
+    scale = to_numpy(weight.float()) if weight is not None else np.ones(c, np.float32)
+    offset = to_numpy(bias.float()) if bias is not None else np.zeros(c, np.float32)
+    rm = to_numpy(running_mean.float()) if running_mean is not None else np.zeros(c, np.float32)
+    rv = to_numpy(running_var.float()) if running_var is not None else np.ones(c, np.float32)
+    outs = k.op("FusedBatchNormV3", _nhwc(x), scale, offset, rm, rv, epsilon=float(eps),
+                is_training=bool(training), exponential_avg_factor=float(momentum))
+    y = _nchw(outs[0])
+    if training:
+        bmean, bvar = outs[3], outs[4]
+        if running_mean is not None:
+            k.host_copy(running_mean, from_numpy(outs[1]))
+            k.host_copy(running_var, from_numpy(outs[2]))
+        with np.errstate(all="ignore"):
+            invstd = (np.float32(1.0) / np.sqrt(bvar + np.float32(eps))).astype(np.float32)
+        save_mean, save_invstd = from_numpy(bmean), from_numpy(invstd)
+        k.stash[id(save_invstd)] = (save_invstd, bvar)   # the backward reads the variance, not 1/sqrt(var+eps)
+        return y, save_mean, save_invstd
+    return y, torch.empty(0), torch.empty(0)
+
+
+@aten("aten.native_batch_norm_backward")
+def native_batch_norm_backward(k, dy, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask):
+    """BNTrainingUpdateGrad + BNTrainingReduceGrad on NHWC (the registry's FusedBatchNormGradV3)."""
+    if x.dim() != 4 or not _emulated(dy, x) or not train:
+        raise Fallback("batch norm backward outside training on 4-D inputs")
+    saved = k.stash.get(id(save_invstd))
+    if saved is None or saved[0] is not save_invstd:
+        raise Fallback("the forward's batch variance is not known")
+    c = x.shape[1]
+    scale = to_numpy(weight.float()) if weight is not None else np.ones(c, np.float32)
+    dt = torch.result_type(dy, x)
+    dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.ascontiguousarray(np.transpose(_arg(dy, dt),
+                                     (0, 2, 3, 1))), np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
+                                     scale, to_numpy(save_mean), saved[1], epsilon=float(eps), is_training=True)
+    return (_nchw(dx) if output_mask[0] else None,
+            from_numpy(dscale).to(weight.dtype) if output_mask[1] and weight is not None else None,
+            from_numpy(doffset).to(weight.dtype) if output_mask[2] and weight is not None else None)
+
+
+@aten("aten.native_layer_norm")
+def native_layer_norm(k, x, shape, weight, bias, eps):
+    """aclnnLayerNorm: float32 statistics, one rounding of y (the registry's _LayerNorm, CANN's kernel)."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    n = len(shape)
+    axes = tuple(range(x.dim() - n, x.dim()))
+    params = [to_numpy(p.to(x.dtype)) for p in (weight, bias) if p is not None]
+    (y,) = k.op("_LayerNorm", to_numpy(x), *params, epsilon=float(eps), axis=axes, has_gamma=weight is not None,
+                has_beta=bias is not None)
+    # the saved statistics (float32, for the backward, which runs on the AI CPU)
+    x64 = to_numpy(x.detach().double())
+    mean = x64.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x64 - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
+    return _out(y), from_numpy(mean.astype(np.float32)), from_numpy(rstd.astype(np.float32))
+
+
+@aten("aten.max_pool2d_with_indices")
+def max_pool2d_with_indices(k, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """MaxPoolWithArgmax: a window's maximum is one of its values, so exact in any dtype; the values and indices
+    are torch's own (recorded as the AI Core's vector op)."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    k.note("a maximum is exact: values and argmax indices as torch computes them")
+    return k.exact()
+
+
+# -- attention (Ascend910B: FlashAttentionScore; ASCEND-FACTS 13.5) ---------------------------------------------
+@aten("aten._scaled_dot_product_flash_attention_for_cpu")
+def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p or q.dim() != 4 or not _emulated(q, key, v) or not k.fa_available():
+        raise Fallback("FlashAttentionScore covers 4-D BNSD inputs without dropout on the 910B")
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        raise Fallback("a float attention mask")
+    d = q.shape[-1]
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    sq, skv = q.shape[-2], key.shape[-2]
+    mask = None
+    if is_causal:
+        # SDPA's causal mask keeps j <= i; FlashAttentionScore's atten_mask marks the dropped positions
+        mask = np.triu(np.ones((sq, skv), bool), 1)
+    elif attn_mask is not None:
+        mask = ~to_numpy(attn_mask)
+    dt = _cube_dtype(q, key, v)
+    o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
+                  *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
+                  family="matmul", scale_value=s, has_mask=mask is not None)
+    # the CPU kernel's second output is the logsumexp (B, N, S) its backward reads
+    return _out(o), from_numpy(lse.astype(np.float32)).to(torch.float32)
+
+
+# -- the optimizers' compound elementwise ops (aclnnAddcmul, aclnnAddcdiv, aclnnLerp) --------------------------
+# Each runs as the vector unit's ops in the tensors' dtype, one rounding per step (an assumption: the aclnn
+# kernels' internal order is not in a public source; NUMERICS.md section 15).
+def _scaled(k, y, value, dt):
+    if value == 1:
+        return y
+    (y,) = k.op("Mul", y, _arg(value, dt))
+    return y
+
+
+@aten("aten.addcmul.default")
+def addcmul(k, x, t1, t2, value=1):
+    dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
+    if dt not in EMULATED:
+        raise Fallback(f"{dt} arithmetic")
+    (p,) = k.op("Mul", _arg(t1, dt), _arg(t2, dt))
+    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, p, value, dt))
+    return _out(y)
+
+
+@aten("aten.addcdiv.default")
+def addcdiv(k, x, t1, t2, value=1):
+    dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
+    if dt not in EMULATED:
+        raise Fallback(f"{dt} arithmetic")
+    (q,) = k.op("RealDiv", _arg(t1, dt), _arg(t2, dt))
+    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, q, value, dt))
+    return _out(y)
+
+
+@aten("aten.lerp.Scalar", "aten.lerp.Tensor")
+def lerp(k, x, end, weight):
+    """x + weight * (end - x)."""
+    dt = torch.result_type(x, end)
+    if dt not in EMULATED:
+        raise Fallback(f"{dt} arithmetic")
+    (d,) = k.op("Sub", _arg(end, dt), _arg(x, dt))
+    (d,) = k.op("Mul", d, _arg(weight, dt))
+    (y,) = k.op("AddV2", _arg(x, dt), d)
+    return _out(y)

@@ -1,0 +1,64 @@
+"""Dumps of an emulated torch run in ascend-emu's format: compare, overflow and report read them unchanged."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import ascend_emu as ae  # noqa: E402
+from ascend_emu.analysis.dump import load_dump  # noqa: E402
+
+from models import cnn_batch, small_cnn  # noqa: E402
+
+
+def test_cnn_dump_and_reference_compare(tmp_path):
+    x, y = cnn_batch()
+    m = small_cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with ae.torch.emulate(dump=tmp_path / "d", dump_steps=[1], reference=True) as run:
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            opt.step()
+    assert sorted(run.dumps) == [1] and os.path.isdir(tmp_path / "d" / "step-1")
+    d, r = load_dump(run.dumps[1]), load_dump(run.reference_dumps[1])
+    names = [op["name"] for op in d.ops]
+    assert names == [op["name"] for op in r.ops] and names == [rec.name for rec in run.records if rec.step == 1]
+    conv = next(op for op in d.ops if op["name"] == "Aten.convolution.0.forward")
+    assert conv["tf_type"] == "Conv2D" and conv["engine"] == "AICORE" and conv["phase"] == "forward"
+    assert conv["precision"]["cube_math_type"] == "USE_HF32" and conv["precision"]["torch_dtypes"]["inputs"][0] == \
+        "float32"
+    assert conv["inputs"][0] == "input:0"                       # the batch: no op made it
+    assert d.op("Aten.relu.0.forward")["inputs"] == ["Aten.native_batch_norm.0.forward:0"]
+    assert {op["phase"] for op in d.ops} == {"forward", "backward", "update"}
+    c = ae.compare(run.dumps[1], run.reference_dumps[1])
+    # HF32 convolution operands move the values a little; the first op whose output fails the rule while its
+    # inputs pass is named (a max pool whose argmax moved with them)
+    first = c.first_divergent()
+    assert first is not None and first.name.startswith("Aten.")
+    rows = {row["NPU Name"]: row for row in c.rows}
+    assert rows["Aten.convolution.0.forward:0"]["Cosine"] > 0.9999
+    assert rows["Aten.addmm.0.forward:0"]["Result"] == "pass"
+    html = ae.write_report(run.dumps[1], run.reference_dumps[1], tmp_path / "report.html")
+    assert os.path.getsize(html) > 1000
+
+
+def test_amp_overflow_dump_names_the_backward_op(tmp_path):
+    x, y = cnn_batch()
+    m = small_cnn()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu")
+    with ae.torch.emulate(dump=tmp_path / "d") as run:
+        opt.zero_grad()
+        with run.autocast():
+            out = m(x)
+            out.register_hook(lambda g: g * 1e4)
+            loss = F.cross_entropy(out, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert run.steps[0]["skipped"]
+    rep = ae.overflow_report(run.dumps[0])
+    assert rep.first is not None and rep.first["name"] == run.steps[0]["first_overflow"]["name"]
+    assert rep.first["name"].startswith("Aten.mul.") and rep.first["name"].endswith(".backward")
