@@ -310,6 +310,10 @@ class GradScaler(torch.amp.GradScaler):
         self._static_unscaled.clear()
 
 
+def _seed_cpu_generator(seed) -> None:
+    torch.default_generator.manual_seed(int(seed))
+
+
 def _module(name: str, doc: str, **attrs) -> types.ModuleType:
     m = types.ModuleType(name, doc)
     for k, v in attrs.items():
@@ -328,8 +332,9 @@ npu = _module(
     get_device_name=lambda device=None: _soc_name(), is_bf16_supported=_is_bf16_supported,
     get_amp_supported_dtype=_amp_supported_dtypes, get_autocast_dtype=_get_autocast_dtype,
     is_autocast_enabled=lambda: bool(current() and current().autocast_enabled),
-    manual_seed=torch.manual_seed, manual_seed_all=torch.manual_seed, seed=torch.seed, seed_all=torch.seed,
-    initial_seed=torch.initial_seed, empty_cache=lambda: None, memory_allocated=lambda device=None: 0,
+    # the npu's generator is the CPU's (the tensors are CPU tensors); torch.manual_seed calls manual_seed_all of
+    # the PrivateUse1 module, so these must not call torch.manual_seed back
+    manual_seed=_seed_cpu_generator, manual_seed_all=_seed_cpu_generator, initial_seed=torch.initial_seed, empty_cache=lambda: None, memory_allocated=lambda device=None: 0,
     max_memory_allocated=lambda device=None: 0, reset_peak_memory_stats=lambda device=None: None,
     _is_in_bad_fork=lambda: False,
     matmul=_Switch("matmul", {"allow_hf32": "allow_hf32_matmul", "cube_math_type": "cube_math_type"}),

@@ -1,0 +1,121 @@
+"""``ascend-emu torch-run``: a script written for torch_npu runs unchanged on the emulated NPU, the options it sets
+are the ones the run records (with the torch_npu spelling that set each), failures are the script's or one line."""
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ascend_emu.cli import main  # noqa: E402
+from ascend_emu.errors import AscendEmuError  # noqa: E402
+from ascend_emu.tools.torch_script import torch_run  # noqa: E402
+
+TRAIN = textwrap.dedent('''
+    import sys
+    import torch
+    import torch_npu
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    torch.npu.set_device(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).npu()
+    model = model.to("npu")
+    torch.npu.conv.allow_hf32 = False
+    torch_npu.npu.set_option({"ACL_PRECISION_MODE": "allow_fp32_to_fp16"})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("npu")
+    x = torch.randn(8, 1, 8, 8).to("npu")
+    y = torch.randint(0, 3, (8,), device="npu")
+    losses = []
+    for step in range(3):
+        opt.zero_grad()
+        with torch.autocast("npu"):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        torch.npu.synchronize()
+        losses.append(loss.item())
+    assert __name__ == "__main__"
+    print("losses", len(losses), all(l == l for l in losses), sys.argv[1:])
+''')
+
+
+def script(tmp_path, text, name="train.py"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def run_cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_torch_npu_script_runs_unchanged_and_its_options_are_recorded(tmp_path, capsys):
+    rec = torch_run(script(tmp_path, TRAIN), ["--epochs", "1"], soc="Ascend910B")
+    assert "losses 3 True ['--epochs', '1']" in capsys.readouterr().out
+    assert rec["exit_status"] == 0 and rec["error"] is None and len(rec["steps"]) == 3
+    src = rec["options"]["sources"]
+    assert rec["options"]["allow_hf32_conv"] is False and src["allow_hf32_conv"] == "torch.npu.conv.allow_hf32"
+    assert rec["options"]["precision_mode"] == "allow_fp32_to_fp16"
+    assert src["precision_mode"] == "torch_npu.npu.set_option(ACL_PRECISION_MODE)"
+    assert src["allow_hf32_matmul"] == "default" and rec["options"]["autocast_enabled"] is False   # region over
+    assert {"call": "torch.npu.set_device", "args": {"device": 0}} in rec["torch_npu_calls"]
+    assert rec["aten_calls"] > 30 and "float16" in rec["per_engine_dtype"].get("AICORE", {})   # autocast ran
+    assert not rec["skipped_steps"]
+
+
+def test_cli_record_steps_and_dump(tmp_path):
+    s = script(tmp_path, TRAIN)
+    code, out, err = run_cli(["torch-run", "--steps", "2", "--dump", str(tmp_path / "d"), "--json",
+                              str(tmp_path / "r.json"), str(s), "--lr", "0.1"])
+    assert code == 0, err
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["stopped_after_steps"] == 2 and len(rec["steps"]) == 2 and rec["argv"] == ["--lr", "0.1"]
+    assert "conv allow_hf32 False" in out and "(set by torch.npu.conv.allow_hf32)" in out
+    assert "stopped after 2 step(s)" in out and "dump of step 0" in out
+    from ascend_emu.analysis.dump import load_dump
+
+    d = load_dump(rec["dumps"]["0"])
+    assert any(op["name"].startswith("Aten.") and op["name"].endswith(".backward") for op in d.ops)
+
+
+def test_script_failing_on_its_own_keeps_its_traceback_and_status(tmp_path):
+    bad = script(tmp_path, "import torch_npu\n\ndef f():\n    raise RuntimeError('boom in the script')\n\nf()\n",
+                 "bad.py")
+    code, out, err = run_cli(["torch-run", str(bad)])
+    assert code == 1 and "Traceback (most recent call last)" in err and "RuntimeError: boom in the script" in err
+    assert 'bad.py", line 4, in f' in err and "runpy" not in err and "ascend_emu" not in err
+    assert run_cli(["torch-run", str(script(tmp_path, "import sys\nsys.exit(3)\n", "exit3.py"))])[0] == 3
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("import torch_npu\ntorch_npu.npu.set_option({'ACL_PRECISION_MODE': 'allow_mix_precision'})\n",
+     "value of ACL_PRECISION_MODE should be in allow_fp32_to_fp16, must_keep_origin_dtype"),
+    ("import torch, torch_npu\nwith torch_npu.npu.amp.autocast(dtype=torch.bfloat16):\n    pass\n",
+     "bf16 autocast is not supported on Ascend910"),
+    ("import torch, torch_npu\ntorch.npu.set_device(3)\n", "npu:3 does not exist"),
+])
+def test_refusals_are_one_line(tmp_path, text, expect):
+    code, out, err = run_cli(["torch-run", "--soc", "Ascend910", str(script(tmp_path, text, "s.py"))])
+    assert code == 2 and err.startswith("ascend-emu: error: ") and err.count("\n") == 1 and expect in err
+
+
+def test_missing_script_and_missing_torch(tmp_path):
+    code, out, err = run_cli(["torch-run", str(tmp_path / "nope.py")])
+    assert code == 2 and "does not exist" in err and err.count("\n") == 1
+    with pytest.raises(AscendEmuError, match="steps must be a positive number"):
+        torch_run(script(tmp_path, "pass\n", "p.py"), steps=0)
+    s = script(tmp_path, "import torch_npu\n", "p2.py")
+    res = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None\n"
+                          "from ascend_emu.cli import main; sys.exit(main(['torch-run', sys.argv[1]]))", str(s)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "PyTorch is not installed" in res.stderr
