@@ -638,12 +638,7 @@ def test_cli_export_import(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the real msprobe
 
-def _msprobe_missing():
-    missing = [m for m in ("msprobe", "torch", "pandas") if importlib.util.find_spec(m) is None]
-    if missing and os.environ.get("ASCEND_EMU_REQUIRE_MSPROBE"):   # make test installs them: a skip would hide it
-        pytest.fail(f"ASCEND_EMU_REQUIRE_MSPROBE is set but {', '.join(missing)} is not installed", pytrace=False)
-    return (f"needs {' and '.join(missing)} (pip install mindstudio-probe torch) to run the real msprobe compare"
-            if missing else None)
+from msprobe_real import msprobe_missing as _msprobe_missing  # noqa: E402
 
 
 @pytest.mark.models

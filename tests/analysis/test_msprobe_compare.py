@@ -4,36 +4,13 @@ layout: an emulated dump against a float32 one, msprobe's CSV checked row by row
 Skipped, with the reason, only where mindstudio-probe or torch is not installed and ASCEND_EMU_REQUIRE_MSPROBE is unset
 (`make test` sets it: there a missing msprobe fails the run).
 """
-import csv
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from ascend_emu.analysis.compare import ERROR, compare
 from ascend_emu.analysis.msprobe import SIDECAR, export_msprobe
-
-
-def _msprobe_missing():
-    missing = [m for m in ("msprobe", "torch", "pandas") if importlib.util.find_spec(m) is None]
-    if missing and os.environ.get("ASCEND_EMU_REQUIRE_MSPROBE"):   # make test installs them: a skip would hide it
-        pytest.fail(f"ASCEND_EMU_REQUIRE_MSPROBE is set but {', '.join(missing)} is not installed", pytrace=False)
-    return (f"needs {' and '.join(missing)} (pip install mindstudio-probe torch) to run the real msprobe compare"
-            if missing else None)
-
-
-def run_msprobe_compare(npu_root, bench_root, out) -> list:
-    """``msprobe compare -tp NPU/step0 -gp BENCH/step0 -o OUT`` in a subprocess; its CSV rows."""
-    res = subprocess.run([sys.executable, "-c", "import sys; from msprobe.msprobe import main; sys.exit(main())",
-                          "compare", "-tp", str(npu_root / "step0"), "-gp", str(bench_root / "step0"),
-                          "-o", str(out)], capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    [csv_file] = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".csv")]
-    with open(csv_file, newline="") as f:
-        return list(csv.DictReader(f))
+from msprobe_real import msprobe_missing, run_msprobe_compare
 
 
 def output_rows(rows, npu_root) -> list:
@@ -50,7 +27,7 @@ def output_rows(rows, npu_root) -> list:
 
 
 @pytest.mark.models
-@pytest.mark.skipif(_msprobe_missing() is not None, reason=_msprobe_missing() or "")
+@pytest.mark.skipif(msprobe_missing() is not None, reason=msprobe_missing() or "")
 def test_real_msprobe_compare_of_pytorch_layout(tmp_path):
     """The demo model on the emulated 910 (allow_mix_precision, saturation) against TF float32, both exported in
     msprobe's PyTorch layout: msprobe reads both, its metrics and Result column agree with ours row for row, its
@@ -65,8 +42,9 @@ def test_real_msprobe_compare_of_pytorch_layout(tmp_path):
     Device("allow_mix_precision", soc="Ascend910").replay(g, ref.inputs, tmp_path / "npu", progress=False)
     for side in ("npu", "bench"):
         export_msprobe(tmp_path / side, tmp_path / f"ms_{side}", framework="pytorch")
-    rows = output_rows(run_msprobe_compare(tmp_path / "ms_npu", tmp_path / "ms_bench", tmp_path / "out"),
-                       tmp_path / "ms_npu")
+    [rows] = run_msprobe_compare(tmp_path / "ms_npu" / "step0", tmp_path / "ms_bench" / "step0",
+                                 tmp_path / "out").values()
+    rows = output_rows(rows, tmp_path / "ms_npu")
     assert len(rows) >= 15
     cmp = compare(tmp_path / "npu", tmp_path / "bench", rules="msprobe")
     ours = {r["NPU Name"]: r for r in cmp.rows if r["NPU Name"]}
