@@ -12,7 +12,7 @@ the host. Each call is one record (``run.records``) named as msprobe names it, `
 ``.backward`` inside autograd's backward), and, for the dumped steps, one op of an ascend-emu dump.
 
 GradScaler's aten ops (``_amp_foreach_non_finite_check_and_unscale_``, ``_amp_update_scale_``) follow
-torch_npu's rule per SoC (13.2); NUMERICS.md section 15 states every rule with its source.
+torch_npu's rule per SoC (13.2); NUMERICS.md section 16 states every rule with its source.
 """
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-from torch.utils._mode_utils import no_dispatch
+
+from ..frontend import torch as _front  # noqa: F401  (first: without torch, the one-line error of the extra)
+import torch  # noqa: E402
+from torch.utils._mode_utils import no_dispatch  # noqa: E402
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import AscendEmuError
@@ -31,6 +33,7 @@ from ..frontend.torch import aten as _aten
 from ..frontend.torch.autocast import AutocastMode
 from ..frontend.torch.convert import dtype_name, from_numpy, to_numpy
 from ..frontend.torch.intercept import DispatchMode
+from ..frontend.torch.npu_ops import npu_rms_norm, npu_rotary_mul, npu_swiglu  # noqa: F401  (ae.torch.npu_*)
 from ..frontend.torch.options import DEFAULT_SOURCE, NpuOptions, activate
 from ..numerics.policy import SOCS, soc_name
 from ..numerics.status import FloatStatus, decode_status
@@ -194,6 +197,10 @@ class _Launcher:
             raise _aten.Fallback(str(e)) from None
         self.status |= int(ctx.status)
         self.types.append(tf_type)
+        # an output that is (a view of) an input would alias the script's tensor once wrapped: copied
+        ins = [a for a in arrays if isinstance(a, np.ndarray) and a.size]
+        outs = tuple(np.array(o) if isinstance(o, np.ndarray) and any(np.may_share_memory(o, a) for a in ins)
+                     else o for o in outs)
         if self.compute is None or opdef.kind == CUBE:
             self.compute = dtype
         return outs
@@ -291,26 +298,29 @@ class TorchRun:
     # -- one aten call ------------------------------------------------------------------------------------------
     def __call__(self, func, args, kwargs, phase: str):
         packet = str(func.overloadpacket)
-        short = packet[5:] if packet.startswith("aten.") else packet
+        short = packet.split(".", 1)[1] if "." in packet else packet
+        prefix = "Aten" if packet.startswith("aten.") else "NPU"     # msprobe's prefixes (13.6)
         if packet == _AMP_UNSCALE:
             return self._amp_unscale(func, args, kwargs, phase)
         if packet == _AMP_UPDATE:
             return self._amp_update(func, args, kwargs, phase)
-        if not packet.startswith("aten."):
+        if not packet.startswith(("aten.", "ascend_emu.")):
             return func(*args, **kwargs)
+        low = _LOWERINGS.get(func, _MISSING)
+        if low is _MISSING:
+            low = _LOWERINGS[func] = _aten.lookup(func) or _composite(func)
+        if low is None and packet in _aten.HOST:
+            return self._host_call(func, args, kwargs, phase, short)
         n = self._counts.get(short, 0)
         self._counts[short] = n + 1
-        name = f"Aten.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}"
+        name = f"{prefix}.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}"
         k = _Launcher(self, name)
         # the reference twins of the inputs as they are before the call (an in-place op changes them)
         k.twins = self._twins((args, kwargs)) if self._writers is not None and self._writers[1] is not None \
             else None
-        low = _aten.lookup(func)
         engine, reason = "AICORE", ""
         out = None
         try:
-            if low is None:
-                low = self._composite(func)
             if low is None:
                 raise _aten.Host if packet in _aten.HOST else _aten.Fallback("no emulated kernel")
             out = low(k, *args, **kwargs)
@@ -333,31 +343,16 @@ class TorchRun:
         self._record(k, func, phase, engine, reason, args, out)
         return out
 
-    def _composite(self, func):
-        """In-place and foreach forms of a lowered op: the op itself, its result copied into the target."""
-        name = func.overloadpacket.__name__
-        if name.startswith("_foreach_"):
-            base = name[len("_foreach_"):]
-            inplace = base.endswith("_")
-            base = base.rstrip("_")
-            lows = [l for l in (_aten.ATEN.get(f"aten.{base}.{o}") for o in ("Tensor", "Scalar", "default"))
-                    if l is not None] + [_aten.ATEN.get(f"aten.{base}")]
-            lows = [l for l in lows if l is not None]
-            if not lows:
-                return None
-            return lambda k, *a, **kw: _foreach(k, lows[0], inplace, a, kw)
-        if name.endswith("_") and not name.startswith("_"):
-            low = _aten.ATEN.get(f"aten.{name[:-1]}.{func._overloadname}") or _aten.ATEN.get(f"aten.{name[:-1]}")
-            if low is None:
-                return None
-
-            def inplace(k, target, *a, **kw):
-                y = low(k, target, *a, **kw)
-                k.host_copy(target, y)
-                return target
-            return inplace
-        return None
-
+    def _host_call(self, func, args, kwargs, phase, short):
+        """A data-movement op: torch runs it; recorded (and dumped) as the host's."""
+        n = self._counts.get(short, 0)
+        self._counts[short] = n + 1
+        k = _Launcher(self, f"Aten.{short}.{n}.{'backward' if phase == 'backward' else 'forward'}")
+        if self._writers is not None and self._writers[1] is not None:
+            k.twins = self._twins((args, kwargs))
+        out = func(*args, **kwargs)        # (the dispatch mode is off while its handler runs)
+        self._record(k, func, phase, "HOST", "", args, out)
+        return out
     def _host(self, func, args, kwargs):
         with no_dispatch():
             return func(*args, **kwargs)
@@ -455,21 +450,23 @@ class TorchRun:
 
     def _record(self, k: _Launcher, func, phase, engine, reason, args, out, name=None):
         name = name or k.name
-        ins = [t for t in _flat(args) if isinstance(t, torch.Tensor)]
-        outs = [t for t in _flat(out) if isinstance(t, torch.Tensor)]
         status = int(k.status)
         if engine != "HOST":
             self.float_status.record(status)
-        compute = k.compute or (dtype_name(outs[0].dtype) if outs else "")
-        rec = AtenRecord(name, str(func), phase, self.step, engine, list(k.types), compute,
-                         {"inputs": [dtype_name(t.dtype) for t in ins], "outputs": [dtype_name(t.dtype) for t in outs]},
-                         status, reason, k.cmt)
         if status and "first_overflow" not in self._step_info:
             self._step_info["first_overflow"] = {"name": name, "aten": str(func), "phase": phase,
                                                  "op_types": list(k.types)}
+        w = self._writers
+        if not self.keep_records and w is None:
+            return          # (a benchmark's run: nothing kept per call)
+        ins = [t for t in _flat(args) if isinstance(t, torch.Tensor)]
+        outs = [t for t in _flat(out) if isinstance(t, torch.Tensor)]
+        compute = k.compute or (_DTYPE_NAMES[outs[0].dtype] if outs else "")
+        rec = AtenRecord(name, str(func), phase, self.step, engine, list(k.types), compute,
+                         {"inputs": [_DTYPE_NAMES[t.dtype] for t in ins],
+                          "outputs": [_DTYPE_NAMES[t.dtype] for t in outs]}, status, reason, k.cmt)
         if self.keep_records:
             self.records.append(rec)
-        w = self._writers
         if w is not None:
             inputs = [self._names.get(t, "input") for t in ins]
             rec.inputs = inputs
@@ -486,8 +483,8 @@ class TorchRun:
                 if ref is not None:
                     w[1].add_op(name, main, "", "REFERENCE", "float32",
                                 [i if ":" in i else i + ":0" for i in inputs], ref, 0, phase=phase)
-        for i, t in enumerate(outs):
-            self._names[t] = f"{name}:{i}"
+            for i, t in enumerate(outs):
+                self._names[t] = f"{name}:{i}"
 
     def _fp32_check(self, func, args, engine) -> dict | None:
         """msprobe's verdict input for an overflowing call: the same call in torch float32 on its inputs widened
@@ -514,7 +511,7 @@ class TorchRun:
         """The outputs as the dump stores them: the tensors while they fit the step's budget (the free space at
         the step's start less a margin), then their statistics only, said once on stderr."""
         n = sum(a.nbytes for a in arrays)
-        if self.stats_only or self._budget is None or self._dump_bytes + n <= self._budget:
+        if self.stats_only or self._budget is None or (not self._budget_said and self._dump_bytes + n <= self._budget):
             self._dump_bytes += n
             return arrays
         if not self._budget_said:
@@ -685,6 +682,44 @@ class TorchRun:
                     if self._step_info:
                         self.steps.append(info)
                 self._close_step(exc[1])
+
+
+class _DtypeNames(dict):
+    def __missing__(self, dtype):
+        self[dtype] = name = dtype_name(dtype)
+        return name
+
+
+_DTYPE_NAMES = _DtypeNames()
+#: aten overload -> its lowering (None: none), worked out once per overload
+_LOWERINGS: dict = {}
+_MISSING = object()
+
+
+def _composite(func):
+    """In-place and foreach forms of a lowered op: the op itself, its result copied into the target."""
+    name = func.overloadpacket.__name__
+    if name.startswith("_foreach_"):
+        base = name[len("_foreach_"):]
+        inplace = base.endswith("_")
+        base = base.rstrip("_")
+        lows = [l for l in (_aten.ATEN.get(f"aten.{base}.{o}") for o in ("Tensor", "Scalar", "default"))
+                if l is not None] + [_aten.ATEN.get(f"aten.{base}")]
+        lows = [l for l in lows if l is not None]
+        if not lows:
+            return None
+        return lambda k, *a, **kw: _foreach(k, lows[0], inplace, a, kw)
+    if name.endswith("_") and not name.startswith("_"):
+        low = _aten.ATEN.get(f"aten.{name[:-1]}.{func._overloadname}") or _aten.ATEN.get(f"aten.{name[:-1]}")
+        if low is None:
+            return None
+
+        def inplace(k, target, *a, **kw):
+            y = low(k, target, *a, **kw)
+            k.host_copy(target, y)
+            return target
+        return inplace
+    return None
 
 
 def _primary(types) -> str | None:

@@ -306,7 +306,7 @@ def gelu(x, *, ctx, approximate="none"):
 
 #: FlashAttentionScore's key/value block along S2: the online softmax rescales its running max and sum once per
 #: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption
-#: (NUMERICS.md section 15)
+#: (NUMERICS.md section 16)
 FA_KV_BLOCK = 128
 
 
@@ -363,3 +363,65 @@ def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, 
         status |= st
     ctx.record(status)
     return out, lse
+
+
+# ---------------------------------------------------------------- torch_npu's fused aclnn kernels (13.4, 13.5)
+def _half_interval_sum(x: np.ndarray) -> np.ndarray:
+    """ReduceSumHalfInterval over the last axis in float32 ([NN] norm/rms_norm/op_kernel/reduce_common.h): the
+    tail past the largest power of two is folded onto the head, the halves are added down to 64 elements, then
+    WholeReduceSum (its order inside 64 is not public: pairwise halving, an assumption, NUMERICS.md section 16)."""
+    x = np.asarray(x, np.float32)
+    n = x.shape[-1]
+    if n == 0:
+        return np.zeros(x.shape[:-1], np.float32)
+    p = 1 << (n.bit_length() - 1)
+    s = np.array(x[..., :p], np.float32)
+    if p < n:
+        s[..., :n - p] += x[..., p:]
+    while s.shape[-1] > 1:
+        h = s.shape[-1] // 2
+        s = s[..., :h] + s[..., h:]
+    return s[..., 0]
+
+
+@register("_RmsNorm", kind=VECTOR)
+def rms_norm(x, gamma, *, ctx, epsilon=1e-6):
+    """aclnnRmsNorm (ASCEND-FACTS.md 13.4 item 1): x in float32, sum of x^2 by ReduceSumHalfInterval, rstd =
+    1 / sqrt(sum * (1/N) + eps) as a float32 scalar, y = x * rstd * gamma in float32, one rounding (RINT) to the
+    compute dtype; rstd (float32, the last axis kept as 1) is the second output."""
+    xw = widen(ctx, x)
+    g = to_f32(gamma)
+    n = xw.shape[-1]
+    with np.errstate(all="ignore"):
+        ss = _half_interval_sum(xw * xw)[..., None]
+        rstd = (np.float32(1.0) / np.sqrt(ss * np.float32(1.0 / n) + np.float32(epsilon))).astype(np.float32)
+        y = (xw * rstd) * g
+    return finish(ctx, np.asarray(y, np.float32)), rstd
+
+
+@register("_SwiGlu", kind=VECTOR)
+def swiglu(x, *, ctx, dim=-1):
+    """aclnnSwiGlu (13.4 item 3): the two halves of ``x`` along ``dim`` in float32, a / (1 + exp(-a)) * b in
+    float32 (the vector unit's float32 Exp), one RINT rounding."""
+    from ..numerics.vector import vector
+
+    xw = widen(ctx, x)
+    a, b = np.split(xw, 2, axis=int(dim))
+    with np.errstate(all="ignore"):
+        e, st = vector("exp", np.negative(a), dtype="float32", overflow_mode="inf_nan", subnormals=ctx.subnormals,
+                       op_model=ctx.op_model)
+        y = a / (np.float32(1.0) + e) * b
+    return finish(ctx, np.asarray(y, np.float32))
+
+
+@register("_RotaryMul", kind=VECTOR)
+def rotary_mul(x, cos, sin, *, ctx):
+    """aclnnRotaryPositionEmbedding, rotate-half (13.5 npu_rotary_mul): x, cos, sin in float32, the first half of
+    sin negated, y = x * cos + rotate(x) * sin in float32 (rotate(x) = [x2, x1]), one RINT rounding."""
+    xw, c, s = widen(ctx, x), to_f32(cos), to_f32(sin)
+    h = xw.shape[-1] // 2
+    rot = np.concatenate([xw[..., h:], xw[..., :h]], axis=-1)
+    s = np.concatenate([-s[..., :h], s[..., h:]], axis=-1)
+    with np.errstate(all="ignore"):
+        y = xw * c + rot * s
+    return finish(ctx, np.asarray(y, np.float32))

@@ -62,3 +62,35 @@ def test_amp_overflow_dump_names_the_backward_op(tmp_path):
     rep = ae.overflow_report(run.dumps[0])
     assert rep.first is not None and rep.first["name"] == run.steps[0]["first_overflow"]["name"]
     assert rep.first["name"].startswith("Aten.mul.") and rep.first["name"].endswith(".backward")
+
+
+def test_dump_past_the_free_space_keeps_statistics(tmp_path, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    from ascend_emu.npu import torch_run
+
+    usage = namedtuple("usage", "total used free")
+    # 300 kB usable after the margin: the first calls' tensors fit, the rest become statistics
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 40, 0, torch_run.DUMP_MARGIN + 300_000))
+    x, y = cnn_batch()
+    m = small_cnn()
+    with ae.torch.emulate(dump=tmp_path / "d") as run:
+        F.cross_entropy(m(x), y).backward()
+    d = load_dump(run.dumps[0])
+    files = [o["file"] for op in d.ops for o in op["outputs"]]
+    assert files[0] is not None and files[-1] is None and all(o.get("max") is not None or o["shape"] == [0]
+                                                              for op in d.ops for o in op["outputs"]
+                                                              if o["dtype"].startswith("float"))
+    assert "statistics only" in capsys.readouterr().err
+
+
+def test_missing_torch_is_one_line():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import ascend_emu as ae\n"
+            "try:\n    ae.torch.emulate\nexcept ae.AscendEmuError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "PyTorch is not installed; install the torch extra: pip install 'ascend-emu[torch]'"

@@ -143,3 +143,28 @@ def test_bad_option_is_one_line():
         ae.torch.emulate(precision_mode="force_fp16")
     with pytest.raises(AscendEmuError, match="unknown soc"):
         ae.torch.emulate("Ascend911")
+
+
+def test_npu_fused_ops_run_as_one_kernel_each():
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 8, 64, generator=g).half().requires_grad_()
+    w = torch.randn(64, generator=g).half().requires_grad_()
+    cos, sin = torch.randn(8, 64, generator=g), torch.randn(8, 64, generator=g)
+    with ae.torch.emulate() as run:
+        y, rstd = ae.torch.npu_rms_norm(x, w, 1e-6)
+        z = ae.torch.npu_swiglu(torch.cat((y, y), -1))
+        r = ae.torch.npu_rotary_mul(z, cos, sin)
+        r.float().square().sum().backward()
+    names = [rec.name for rec in run.records if rec.name.startswith("NPU.")]
+    assert names == ["NPU.npu_rms_norm.0.forward", "NPU.npu_swiglu.0.forward", "NPU.npu_rotary_mul.0.forward"]
+    rec = next(rec for rec in run.records if rec.name == "NPU.npu_rms_norm.0.forward")
+    assert rec.op_types == ["_RmsNorm"] and rec.engine == "AICORE" and rstd.dtype == torch.float32
+    from ascend_emu.ops import OpContext, run_op
+
+    want, _ = run_op("_RmsNorm", x.detach().numpy(), w.detach().numpy(), ctx=OpContext(dtype="float16"),
+                     epsilon=1e-6)
+    assert np.array_equal(y.detach().numpy().view(np.uint16), want.view(np.uint16))
+    assert x.grad is not None and w.grad is not None and bool(torch.isfinite(x.grad.float()).all())
+    # outside a run: float32 inside, one rounding
+    y0, _ = ae.torch.npu_rms_norm(x.detach(), w.detach(), 1e-6)
+    assert float((y0.float() - y.detach().float()).abs().max()) <= 2 ** -9 * float(y0.float().abs().max())

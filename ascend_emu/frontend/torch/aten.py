@@ -9,7 +9,7 @@ runs registry ops through ``k`` (the kernel launcher the run gives: ``k.op(tf_ty
 An aten op in neither runs on the AI CPU (torch, in float32), or is refused. A lowering that meets a case its
 registry op does not cover raises :class:`Fallback` and the call goes to the AI CPU too.
 
-The numerics behind each choice are in NUMERICS.md section 15 (the torch path; ASCEND-FACTS.md section 13).
+The numerics behind each choice are in NUMERICS.md section 16 (the torch path; ASCEND-FACTS.md section 13).
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def pow_tensor(k, x, e):
 @aten("aten.silu")
 def silu(k, x):
     # aclnnSilu as x * sigmoid(x): the vector unit's Sigmoid and Mul in the input dtype (an assumption:
-    # NUMERICS.md section 15)
+    # NUMERICS.md section 16)
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
     a = to_numpy(x)
@@ -534,7 +534,7 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
 
 # -- the optimizers' compound elementwise ops (aclnnAddcmul, aclnnAddcdiv, aclnnLerp) --------------------------
 # Each runs as the vector unit's ops in the tensors' dtype, one rounding per step (an assumption: the aclnn
-# kernels' internal order is not in a public source; NUMERICS.md section 15).
+# kernels' internal order is not in a public source; NUMERICS.md section 16).
 def _scaled(k, y, value, dt):
     if value == 1:
         return y
@@ -571,4 +571,30 @@ def lerp(k, x, end, weight):
     (d,) = k.op("Sub", _arg(end, dt), _arg(x, dt))
     (d,) = k.op("Mul", d, _arg(weight, dt))
     (y,) = k.op("AddV2", _arg(x, dt), d)
+    return _out(y)
+
+
+# -- torch_npu's fused kernels (frontend/torch/npu_ops.py; ASCEND-FACTS 13.4, 13.5) ------------------------------
+@aten("ascend_emu.npu_rms_norm")
+def npu_rms_norm(k, x, gamma, epsilon=1e-6):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    y, rstd = k.op("_RmsNorm", to_numpy(x), to_numpy(gamma), epsilon=float(epsilon))
+    return _out(y), _out(rstd)
+
+
+@aten("ascend_emu.npu_swiglu")
+def npu_swiglu(k, x, dim=-1):
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    (y,) = k.op("_SwiGlu", to_numpy(x), dim=int(dim))
+    return _out(y)
+
+
+@aten("ascend_emu.npu_rotary_mul")
+def npu_rotary_mul(k, x, cos, sin):
+    """aclnnRotaryPositionEmbedding: cos and sin cast to x's dtype first (13.5, RotaryMulKernelNpuOpApi.cpp)."""
+    if not _emulated(x):
+        raise Fallback(f"{x.dtype} input")
+    (y,) = k.op("_RotaryMul", to_numpy(x), _arg(cos, x.dtype), _arg(sin, x.dtype))
     return _out(y)

@@ -41,8 +41,12 @@ def from_numpy(a, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new CPU tensor holding array ``a`` (bit for bit); ``dtype`` the torch dtype to convert to exactly
     (a widening, or the same dtype)."""
     a = np.asarray(a)
+    if not (a.flags.c_contiguous and a.flags.writeable) or a.dtype.byteorder == ">":
+        a = np.array(a, copy=True, order="C")
+    # the kernels' outputs are fresh arrays (the launcher copies one that shares an input's memory), so the tensor
+    # takes the array as it is; the tensor keeps it alive, which keeps the kernels' buffer pool off it
     if a.dtype == ml_dtypes.bfloat16:
-        t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(torch.bfloat16)
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     else:
-        t = torch.from_numpy(np.array(a, copy=True, order="C") if a.ndim else np.array(a))
+        t = torch.from_numpy(a)
     return t if dtype is None or t.dtype == dtype else t.to(dtype)

@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from ...errors import AscendEmuError
 from ...numerics.policy import SOCS
-from . import npu_ops
+from . import npu_attention, npu_ops  # noqa: F401  (npu_ops defines torch.ops.ascend_emu.npu_rms_norm, ...)
 from .options import current
 
 #: the directory put on sys.path: it holds the ``torch_npu`` package
@@ -414,9 +414,14 @@ def installed():
         torch.use_deterministic_algorithms = saved["use_deterministic_algorithms"]
 
 
-#: torch_npu's top-level functions (``torch_npu.npu_rms_norm`` ...)
-TOP_LEVEL = {"npu_fusion_attention": npu_ops.fusion_attention,
-             "npu_rms_norm": lambda x, gamma, epsilon=1e-6: torch.ops.npu.npu_rms_norm(x, gamma, epsilon),
-             "npu_rotary_mul": lambda x, r1, r2, rotary_mode="half": torch.ops.npu.npu_rotary_mul(x, r1, r2,
-                                                                                                   rotary_mode),
-             "npu_swiglu": lambda x, dim=-1: torch.ops.npu.npu_swiglu(x, dim)}
+def _rotary_mul(x, r1, r2, rotary_mode="half"):
+    if rotary_mode != "half":
+        raise AscendEmuError(f"torch_npu.npu_rotary_mul: rotary_mode {rotary_mode!r} is not emulated (only 'half')")
+    return torch.ops.ascend_emu.npu_rotary_mul(x, r1, r2)
+
+
+#: torch_npu's top-level functions (``torch_npu.npu_rms_norm`` ...): the emulator's kernels (``torch.ops.ascend_emu``)
+TOP_LEVEL = {"npu_fusion_attention": npu_attention.fusion_attention,
+             "npu_rms_norm": lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon),
+             "npu_rotary_mul": _rotary_mul,
+             "npu_swiglu": lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim)}
