@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 from ascend_emu.frontend.torch import npu_attention  # noqa: E402
 
@@ -96,3 +97,29 @@ def test_backward_and_refusals():
         npu_attention.fusion_attention(q, q, q, 2, "BNSD", keep_prob=0.9)
     with pytest.raises(AscendEmuError, match="input_layout 'TND' is not supported"):
         npu_attention.fusion_attention(q, q, q, 2, "TND")
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSH"])
+def test_one_flash_attention_kernel_under_emulate(layout):
+    b, n, s, d = 1, 2, 8, 16
+    q, k, v = (rand((b, n, s, d), torch.float16, i) for i in (40, 41, 42))
+    to = (lambda t: t.transpose(1, 2).reshape(b, s, n * d)) if layout == "BSH" else (lambda t: t)
+    qi = to(q).clone().requires_grad_()
+    causal = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+    with ae.torch.emulate(soc="Ascend910B") as run:
+        out, smax, ssum = npu_attention.fusion_attention(qi, to(k), to(v), n, layout, atten_mask=causal,
+                                                         scale=d ** -0.5)[:3]
+        out.float().sum().backward()
+    [rec] = [r for r in run.records if "npu_fusion_attention" in r.name]
+    assert rec.name == "NPU.npu_fusion_attention.0.forward" and rec.engine == "AICORE"
+    assert "_FlashAttentionScore" in rec.op_types
+    assert any(r.phase == "backward" for r in run.records) and torch.isfinite(qi.grad).all()
+    if layout == "BSH":
+        out = out.reshape(b, s, n, d).transpose(1, 2)
+    ref = oracle_attention(to_np(q), to_np(k), to_np(v), causal.numpy(), d ** -0.5)
+    assert np.max(np.abs(out.detach().float().numpy() - ref)) <= 4 * 2.0 ** -10
+    # softmax_max is the logsumexp and softmax_sum 1 under emulation: the same softmax
+    s32 = np.einsum("bnsd,bntd->bnst", to_np(q).astype(np.float64), to_np(k).astype(np.float64)) * d ** -0.5
+    s32 = np.where(causal.numpy(), -np.inf, s32)
+    lse = np.log(np.exp(s32 - s32.max(-1, keepdims=True)).sum(-1)) + s32.max(-1)
+    assert np.allclose(smax[..., 0].detach().numpy(), lse, atol=1e-3) and torch.equal(ssum, torch.ones_like(ssum))
