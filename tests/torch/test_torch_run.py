@@ -119,3 +119,44 @@ def test_missing_script_and_missing_torch(tmp_path):
                           "from ascend_emu.cli import main; sys.exit(main(['torch-run', sys.argv[1]]))", str(s)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "PyTorch is not installed" in res.stderr
+
+
+OVERFLOW = textwrap.dedent('''
+    import torch
+    import torch_npu
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to("npu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch_npu.npu.amp.GradScaler()
+    x, y = torch.randn(8, 16, device="npu"), torch.randint(0, 4, (8,)).npu()
+    before = [p.detach().clone() for p in model.parameters()]
+    for step in range(2):
+        opt.zero_grad()
+        with torch_npu.npu.amp.autocast():
+            out = model(x)
+            if step == 0:
+                out.register_hook(lambda g: g * 1e4)     # planted: the backward overflows fp16 at scale 2^16
+            loss = nn.functional.cross_entropy(out, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if step == 0:
+            assert all(torch.equal(a, p) for a, p in zip(before, model.parameters())), "a skipped step moved weights"
+            assert scaler.get_scale() == 2.0 ** 15, scaler.get_scale()
+    print("scale", scaler.get_scale())
+''')
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B", "Ascend910"])
+def test_planted_backward_overflow_skips_the_step(tmp_path, soc, capsys):
+    """torch_npu's own autocast and GradScaler through the shim: the emulated run's overflow rule skips step 0 (the
+    weights stay, the scale halves) and names the first overflowing aten op in the backward phase; step 1 trains."""
+    rec = torch_run(script(tmp_path, OVERFLOW), soc=soc)
+    assert rec["exit_status"] == 0, capsys.readouterr().err
+    assert "scale 32768.0" in capsys.readouterr().out
+    assert rec["skipped_steps"] == [0] and len(rec["steps"]) == 2 and not rec["steps"][1]["skipped"]
+    assert rec["first_overflow"]["phase"] == "backward" and rec["first_overflow"]["step"] == 0
+    assert rec["options"]["sources"]["autocast_enabled"] == "default"      # the regions closed
+    assert any(c["call"] == "torch_npu.npu.amp.GradScaler" for c in rec["torch_npu_calls"])
