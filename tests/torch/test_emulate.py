@@ -168,3 +168,21 @@ def test_npu_fused_ops_run_as_one_kernel_each():
     # outside a run: float32 inside, one rounding
     y0, _ = ae.torch.npu_rms_norm(x.detach(), w.detach(), 1e-6)
     assert float((y0.float() - y.detach().float()).abs().max()) <= 2 ** -9 * float(y0.float().abs().max())
+
+
+def test_use_deterministic_algorithms_off_is_the_multicore_model():
+    """torch's default use_deterministic_algorithms(False): a split-K matmul adds its cores' partial sums in an
+    order drawn from run_seed (NUMERICS.md section 11); deterministic=True: one order whatever the seed."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 8192, generator=g).half(), torch.randn(8192, 16, generator=g).half()
+    got = {}
+    for det in (False, True):
+        for seed in (1, 2):
+            with ae.torch.emulate(deterministic=det, run_seed=seed) as run:
+                got[det, seed] = a @ b
+            assert run.options.effective_deterministic_level == (1 if det else 0)
+    assert not torch.equal(got[False, 1], got[False, 2])
+    assert torch.equal(got[True, 1], got[True, 2])
+    # the orders move last bits only
+    assert float((got[False, 1].float() - got[True, 1].float()).abs().max()) <= 2 ** -6 * float(
+        got[True, 1].float().abs().max())
