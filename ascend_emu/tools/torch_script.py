@@ -31,6 +31,18 @@ def _check_script(script) -> str:
         raise AscendEmuError(f"script {path} does not exist; give the path of a Python file")
     if not os.path.isfile(path):
         raise AscendEmuError(f"script {path} is not a file; give the path of a Python file")
+    # a file Python cannot even compile is not a script that fails on its own: one line, before anything runs
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise AscendEmuError(f"script {path} is not Python source ({e.msg} at line {e.lineno}); give the path of "
+                             "a Python file") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise AscendEmuError(f"script {path} is not Python source ({str(e).splitlines()[0][:120]}); give the path "
+                             "of a Python file") from None
+    except OSError as e:
+        raise AscendEmuError(f"cannot read script {path}: {e.strerror or e}") from None
     return path
 
 

@@ -112,6 +112,14 @@ def test_refusals_are_one_line(tmp_path, text, expect):
 def test_missing_script_and_missing_torch(tmp_path):
     code, out, err = run_cli(["torch-run", str(tmp_path / "nope.py")])
     assert code == 2 and "does not exist" in err and err.count("\n") == 1
+    for name, body, expect in (("weights.pt", b"PK\x03\x04\x00\x00binary", "is not Python source"),
+                               ("broken.py", b"def f(:\n", "is not Python source (invalid syntax at line 1)")):
+        (tmp_path / name).write_bytes(body)
+        code, out, err = run_cli(["torch-run", str(tmp_path / name)])
+        assert code == 2 and expect in err and err.count("\n") == 1 and "Traceback" not in err
+    s = script(tmp_path, "pass\n", "same.py")
+    code, out, err = run_cli(["torch-run", "--json", str(s), str(s)])        # the record over the script itself
+    assert code == 2 and err.count("\n") == 1 and s.read_text() == "pass\n"
     with pytest.raises(AscendEmuError, match="steps must be a positive number"):
         torch_run(script(tmp_path, "pass\n", "p.py"), steps=0)
     s = script(tmp_path, "import torch_npu\n", "p2.py")
