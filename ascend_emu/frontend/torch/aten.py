@@ -536,8 +536,9 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
 def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mask=None, scale=1.0):
     """torch_npu.npu_fusion_attention (frontend/torch/npu_attention.py): aclnnFlashAttentionScore on the BNSD form
     of its layout (exact transposes), atten_mask as it is (True = dropped, the kernel's own convention; 13.5).
-    The registry's kernel gives the logsumexp rather than the row max and sum: softmax_max holds the logsumexp
-    and softmax_sum 1, the same softmax (exp(s - max) / sum) in other terms (NUMERICS.md section 17)."""
+    The registry's kernel gives the logsumexp, not the row max and sum the kernel also outputs: softmax_max is the
+    row max of the scaled, masked float32 scores (recomputed), softmax_sum exp(logsumexp - max) in float32
+    (NUMERICS.md section 17)."""
     from .npu_attention import _bnsd, _from_bnsd
 
     if not _emulated(query, key, value) or not k.fa_available():
@@ -553,8 +554,15 @@ def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mas
     o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(kk, dt), _arg(v, dt),
                   *(() if mask is None else (mask,)), family="matmul", scale_value=float(scale),
                   has_mask=mask is not None)
-    lse = from_numpy(lse.astype(np.float32)).to(torch.float32).unsqueeze(-1).expand(*q.shape[:3], 8).contiguous()
-    return _from_bnsd(_out(o), input_layout), lse, torch.ones_like(lse)
+    with np.errstate(all="ignore"):
+        sc = np.matmul(_arg(q, dt).astype(np.float32), np.swapaxes(_arg(kk, dt).astype(np.float32), -1, -2))
+        sc = (sc * np.float32(scale)).astype(np.float32)
+        if mask is not None:
+            sc = np.where(mask, np.float32(-np.finfo(np.float32).max), sc)
+        m = sc.max(-1).astype(np.float32)
+        total = np.exp(lse.astype(np.float64) - m).astype(np.float32)
+    row = lambda a: from_numpy(np.ascontiguousarray(np.broadcast_to(a[..., None], a.shape + (8,))))  # noqa: E731
+    return _from_bnsd(_out(o), input_layout), row(m), row(total)
 
 
 # -- the optimizers' compound elementwise ops (aclnnAddcmul, aclnnAddcdiv, aclnnLerp) --------------------------
