@@ -168,3 +168,29 @@ def test_planted_backward_overflow_skips_the_step(tmp_path, soc, capsys):
     assert rec["first_overflow"]["phase"] == "backward" and rec["first_overflow"]["step"] == 0
     assert rec["options"]["sources"]["autocast_enabled"] == "default"      # the regions closed
     assert any(c["call"] == "torch_npu.npu.amp.GradScaler" for c in rec["torch_npu_calls"])
+
+
+LLAMA_NPU = 'import math\nimport torch\nimport torch_npu\nimport torch.nn as nn\n\n\nclass Block(nn.Module):\n    """A LLaMA block written for torch_npu: its fused RMSNorm, RoPE, FlashAttention and SwiGLU."""\n\n    def __init__(self, d=64, heads=4, hidden=128):\n        super().__init__()\n        self.h, self.d = heads, d\n        self.g1, self.g2 = nn.Parameter(torch.ones(d)), nn.Parameter(torch.ones(d))\n        self.qkv = nn.Linear(d, 3 * d, bias=False)\n        self.o = nn.Linear(d, d, bias=False)\n        self.gate_up = nn.Linear(d, 2 * hidden, bias=False)\n        self.down = nn.Linear(hidden, d, bias=False)\n\n    def forward(self, x, cos, sin, mask):\n        B, T, D = x.shape\n        h = torch_npu.npu_rms_norm(x, self.g1, epsilon=1e-6)[0]\n        q, k, v = self.qkv(h).split(D, -1)\n        q, k, v = [t.view(B, T, self.h, D // self.h) for t in (q, k, v)]\n        q, k = torch_npu.npu_rotary_mul(q, cos, sin), torch_npu.npu_rotary_mul(k, cos, sin)\n        a = torch_npu.npu_fusion_attention(q.reshape(B, T, D), k.reshape(B, T, D), v.reshape(B, T, D), self.h, "BSH",\n                                           atten_mask=mask, scale=1.0 / math.sqrt(D // self.h))[0]\n        x = x + self.o(a)\n        return x + self.down(torch_npu.npu_swiglu(self.gate_up(torch_npu.npu_rms_norm(x, self.g2)[0]), dim=-1))\n\n\ntorch.manual_seed(0)\nB, T, D = 2, 16, 64\nmodel = Block().npu()\nx = torch.randn(B, T, D).npu()\nang = torch.arange(T)[:, None] * (1.0 / 10000 ** (torch.arange(0, 16, 2) / 16))[None]\ncos = torch.cat((ang.cos(), ang.cos()), -1)[None, :, None, :].npu()\nsin = torch.cat((ang.sin(), ang.sin()), -1)[None, :, None, :].npu()\nmask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1).npu()     # True = masked out (torch_npu\'s convention)\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3)\nscaler = torch.amp.GradScaler("npu")\nfor step in range(2):\n    opt.zero_grad()\n    with torch.autocast("npu", dtype=torch.bfloat16):\n        loss = model(x, cos, sin, mask).float().pow(2).mean()\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n    print("step", step, float(loss))\n'
+
+
+def test_llama_script_with_torch_npu_fused_ops(tmp_path, capsys):
+    """A LLaMA block written with torch_npu's fused ops (npu_rms_norm, npu_rotary_mul, npu_fusion_attention in BSH
+    with torch_npu's mask, npu_swiglu) under bf16 autocast and AdamW: each fused op is one AI Core kernel of the run,
+    and against the float32 reference of step 1 the fused ops' outputs pass."""
+    from ascend_emu.analysis.compare import compare
+
+    rec = torch_run(script(tmp_path, LLAMA_NPU), dump=tmp_path / "d", dump_steps=[1], reference=True)
+    assert rec["exit_status"] == 0, capsys.readouterr().err
+    assert len(rec["steps"]) == 2 and not rec["skipped_steps"]
+    rows = {r["NPU Name"]: r for r in compare(rec["dumps"][1], rec["reference_dumps"][1]).rows}
+    from ascend_emu.analysis.dump import load_dump
+
+    d = load_dump(rec["dumps"][1])
+    fused = {op["name"]: op for op in d.ops if op["name"].startswith("NPU.")}
+    assert {n.split(".")[1] for n in fused} == {"npu_rms_norm", "npu_rotary_mul", "npu_fusion_attention",
+                                                "npu_swiglu"}
+    assert all(op["engine"] == "AICORE" for op in fused.values())
+    assert fused["NPU.npu_fusion_attention.0.forward"]["tf_type"] == "_FlashAttentionScore"
+    for name, op in fused.items():
+        for o in op["outputs"]:
+            assert rows[f"{name}:{o['index']}"]["Result"] == "pass", (name, rows[f"{name}:{o['index']}"])
