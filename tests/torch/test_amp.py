@@ -97,3 +97,12 @@ def test_gelu_is_tanh_unless_compatible_impl():
     assert np.abs(y.double().numpy() - erf).max() > 1e-4                   # not the erf form asked for
     # compatible impl: the erf form, exact inside and rounded once to float32
     assert np.array_equal(ye.numpy(), erf.astype(np.float32))
+
+
+def test_bf16_tensors_refused_on_910_in_one_line():
+    x = torch.randn(4, 8).bfloat16()
+    with pytest.raises(AscendEmuError) as e:
+        with ae.torch.emulate("Ascend910"):
+            x @ x.t()
+    assert "bfloat16 is not supported on Ascend910" in str(e.value) and "Aten.mm.0.forward" in str(e.value)
+    assert "\n" not in str(e.value)

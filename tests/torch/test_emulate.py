@@ -186,3 +186,36 @@ def test_use_deterministic_algorithms_off_is_the_multicore_model():
     # the orders move last bits only
     assert float((got[False, 1].float() - got[True, 1].float()).abs().max()) <= 2 ** -6 * float(
         got[True, 1].float().abs().max())
+
+
+def test_out_overloads_views_and_inplace_on_views():
+    g = torch.Generator().manual_seed(8)
+    a, b = torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
+    out = torch.empty(8, 4)
+    x = torch.randn(6, 5, generator=g)
+    with ae.torch.emulate() as run:
+        torch.mm(a, b, out=out)                  # aten.mm.out: the AI CPU (torch), same values in float32
+        y = x.clone()
+        y[1:3].add_(1.0)                         # an in-place add on a view: the AI Core's Add, copied into it
+        z = a.t() @ a                            # a transposed operand
+    assert run.records[0].aten == "aten.mm.out" and run.records[0].engine == "AICPU"
+    assert torch.allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    want = x.clone()
+    want[1:3] += 1.0
+    assert torch.equal(y, want)
+    assert torch.allclose(z, a.t() @ a, rtol=1e-5, atol=1e-5)
+
+
+def test_activation_and_pool_backward_on_the_ai_core():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, 8, 8, generator=g, requires_grad=True)
+    w = torch.randn(2, 3, 4, 4, generator=g)
+    with ae.torch.emulate() as run:
+        ((F.max_pool2d(x, 2) * w).sum() + (torch.sigmoid(x) + torch.tanh(x)).sum()).backward()
+    x2 = x.detach().clone().requires_grad_()
+    ((F.max_pool2d(x2, 2) * w).sum() + (torch.sigmoid(x2) + torch.tanh(x2)).sum()).backward()
+    assert float((x.grad - x2.grad).abs().max()) < 1e-6
+    back = {r.aten: r for r in run.records if r.phase == "backward"}
+    assert back["aten.max_pool2d_with_indices_backward.default"].op_types == ["MaxPool", "MaxPoolGrad"]
+    assert back["aten.sigmoid_backward.default"].engine == "AICORE"
+    assert back["aten.tanh_backward.default"].op_types == ["TanhGrad"]

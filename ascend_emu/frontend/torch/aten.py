@@ -40,8 +40,12 @@ def aten(*names):
 
 
 def lookup(func):
-    """The lowering of aten overload ``func`` (an ``OpOverload``), or None."""
-    return ATEN.get(str(func)) or ATEN.get(str(func.overloadpacket))
+    """The lowering of aten overload ``func`` (an ``OpOverload``), or None. A lowering keyed by the packet takes
+    the functional overloads; the ``out=`` ones (another signature) have none."""
+    low = ATEN.get(str(func))
+    if low is None and "out" not in func._overloadname:
+        low = ATEN.get(str(func.overloadpacket))
+    return low
 
 
 #: aten ops that only make, view, copy or move tensors (exact, no arithmetic): torch runs them as the host
@@ -631,3 +635,40 @@ def npu_rotary_mul(k, x, cos, sin):
         raise Fallback(f"{x.dtype} input")
     (y,) = k.op("_RotaryMul", to_numpy(x), _arg(cos, x.dtype), _arg(sin, x.dtype))
     return _out(y)
+
+
+# -- more backward ops of autograd ----------------------------------------------------------------------------------
+@aten("aten.sigmoid_backward")
+def sigmoid_backward(k, dy, y):
+    """SigmoidGrad: (dy * (1 - y)) * y in float32, one rounding (section 8)."""
+    if not _emulated(dy, y) or dy.dtype != y.dtype:
+        raise Fallback("mixed dtypes")
+    (g,) = k.op("SigmoidGrad", to_numpy(y), to_numpy(dy))
+    return _out(g)
+
+
+@aten("aten.tanh_backward")
+def tanh_backward(k, dy, y):
+    """TanhGrad: dy * (1 - y^2) in float32, one rounding."""
+    if not _emulated(dy, y) or dy.dtype != y.dtype:
+        raise Fallback("mixed dtypes")
+    (g,) = k.op("TanhGrad", to_numpy(y), to_numpy(dy))
+    return _out(g)
+
+
+@aten("aten.max_pool2d_with_indices_backward")
+def max_pool2d_backward(k, dy, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """MaxPoolGrad on NHWC (each window's gradient to its first maximum, float32 sums rounded once; section 8) for
+    unpadded, undilated windows that tile the input without a ceil-mode edge; else the AI CPU."""
+    kh, kw = (list(kernel_size) * 2)[:2]
+    sh, sw = (list(stride or kernel_size) * 2)[:2]
+    pads, dil = (list(padding) * 2)[:2], (list(dilation) * 2)[:2]
+    h, w = x.shape[-2:]
+    if (x.dim() != 4 or any(pads) or dil != [1, 1] or (ceil_mode and ((h - kh) % sh or (w - kw) % sw))
+            or not _emulated(dy, x) or dy.dtype != x.dtype):
+        raise Fallback("a padded, dilated or ceil-mode max pool")
+    attrs = dict(ksize=[1, kh, kw, 1], strides=[1, sh, sw, 1], padding="VALID")
+    xn = _nhwc(x)
+    (y,) = k.op("MaxPool", xn, **attrs)
+    (g,) = k.op("MaxPoolGrad", xn, y, _nhwc(dy), **attrs)
+    return _nchw(g)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from ...frontend import torch as _front  # noqa: F401  (first: without torch, the one-line error of the extra)
@@ -22,6 +23,9 @@ KEEP_DTYPE, ALLOW_FP32_DOWN_PRECISION, USE_FP16, USE_HF32, USE_FP32_ADD = 0, 1, 
 _CMT_NAMES = {0: "KEEP_DTYPE", 1: "ALLOW_FP32_DOWN_PRECISION", 2: "USE_FP16", 3: "USE_HF32", 4: "USE_FP32_ADD"}
 #: GetCubeMathType's 2-bit code (allowHf32 << 1) | IsAllowFP32ToFP16() -> cubeMathType ([PT] CalcuOpUtil.cpp)
 _CMT_FROM_CODE = {0b00: KEEP_DTYPE, 0b01: USE_FP16, 0b10: USE_HF32, 0b11: ALLOW_FP32_DOWN_PRECISION}
+#: the float dtypes a launch reads its compute dtype from (float64 has no AI Core kernel)
+_FLOATS = {np.dtype(np.float16): "float16", np.dtype(ml_dtypes.bfloat16): "bfloat16",
+           np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 #: the AI CPU's verdict on an output holding Inf/NaN (as the replay's AI CPU ops)
 STATUS_NONFINITE = 0x20
 
@@ -122,16 +126,24 @@ class Launcher:
         cubeMathType says); returns its outputs."""
         opdef = OPS[tf_type]
         run = self.run
-        dtype = next((a.dtype.name for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind in "fV"
-                      and a.dtype.itemsize in (2, 4) and a.ndim), None) or \
-            next((a.dtype.name for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind in "fV"), "float32")
+        dtype = None
+        for a in arrays:        # the first float operand that is not a scalar; else the first float scalar
+            if type(a) is np.ndarray and a.dtype in _FLOATS:
+                if a.ndim:
+                    dtype = _FLOATS[a.dtype]
+                    break
+                dtype = dtype or _FLOATS[a.dtype]
+        dtype = dtype or "float32"
         if dtype not in ("float16", "bfloat16", "float32"):
             raise _aten.Fallback(f"{dtype} has no AI Core kernel")
         cube_out = None
+        if dtype == "bfloat16" and not run.chip.supports_bf16:
+            # torch_npu has no bfloat16 below the 910B1 (ASCEND-FACTS 13.2, NpuVariables.cpp IsBF16Supported)
+            raise AscendEmuError(f"{self.name}: bfloat16 is not supported on {run.chip.name} (torch_npu allows it "
+                                 f"from the Ascend910B on); use float16 or float32, or an A2/A3 SoC")
         if opdef.kind == CUBE:
             if dtype not in run.chip.cube_dtypes and dtype != "float32":
-                raise AscendEmuError(f"{self.name}: {run.chip.name}'s cube has no {dtype} (torch_npu supports "
-                                     f"bfloat16 from the Ascend910B on); use float16 or an A2/A3 SoC")
+                raise AscendEmuError(f"{self.name}: {run.chip.name}'s cube has no {dtype}; use float16")
             if dtype == "float32":
                 cmt = cube_math_type(self.options, family or "matmul")
                 self.cmt = _CMT_NAMES[cmt]
@@ -162,7 +174,7 @@ class Launcher:
                     for i in idx:
                         arrays[i] = self.cast(arrays[i], "float16")
                     dtype = "float16"
-        ctx = run.device.context(dtype, cube_out, op=self.name, tf_type=tf_type, launch=run.step)
+        ctx = run.context(dtype, cube_out, self.name, tf_type)
         if op_model is not None:
             ctx.op_model = op_model
         try:
@@ -173,9 +185,15 @@ class Launcher:
         self.status |= int(ctx.status)
         self.types.append(tf_type)
         # an output that is (a view of) an input would alias the script's tensor once wrapped: copied
-        ins = [a for a in arrays if isinstance(a, np.ndarray) and a.size]
-        outs = tuple(np.array(o) if isinstance(o, np.ndarray) and any(np.may_share_memory(o, a) for a in ins)
-                     else o for o in outs)
+        fresh = []
+        for o in outs:
+            if type(o) is np.ndarray:
+                for a in arrays:
+                    if type(a) is np.ndarray and a.size and np.may_share_memory(o, a):
+                        o = np.array(o)
+                        break
+            fresh.append(o)
+        outs = tuple(fresh)
         if self.compute is None or opdef.kind == CUBE:
             self.compute = dtype
         return outs

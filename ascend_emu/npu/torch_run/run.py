@@ -18,7 +18,9 @@ from ...frontend.torch.intercept import DispatchMode
 from ...frontend.torch.options import DEFAULT_SOURCE, NpuOptions, activate
 from ...numerics.policy import SOCS, soc_name
 from ...numerics.status import FloatStatus
+from ...ops import OpContext
 from ...ops.ascend_types import ascend_type
+from ...ops.multicore import MULTICORE_OPS
 from ..device import Device
 from .amp import AMP_UNSCALE, AMP_UPDATE, amp_unscale, amp_update
 from .launch import (DTYPE_NAMES, LOWERINGS, MISSING, STATUS_NONFINITE, AtenRecord, Exact, Launcher, composite,
@@ -57,6 +59,7 @@ class TorchRun:
             raise AscendEmuError(f"emulate: unknown option(s) {', '.join(sorted(bad))}")
         self._device_options = device_options
         self._devices: dict = {}
+        self._contexts: dict = {}
         self.dump_dir = None if dump is None else os.fspath(dump)
         try:
             self.dump_steps = sorted({int(s) for s in (dump_steps if dump_steps is not None else [0])})
@@ -99,6 +102,20 @@ class TorchRun:
                                                 allow_hf32="none" if not self.chip.supports_hf32 else None,
                                                 **self._device_options)
         return dev
+
+    def context(self, dtype: str, cube_out, name: str, tf_type: str):
+        """The OpContext of one registry op: a copy of the device's for (dtype, cube_out), or, for an op that splits
+        over cores with determinism off, its own launch (``Device.context``)."""
+        dev = self.device
+        if dev.numerics.deterministic_level == 0 and tf_type in MULTICORE_OPS:
+            return dev.context(dtype, cube_out, op=name, tf_type=tf_type, launch=self.step)
+        key = (id(dev), dtype, cube_out)
+        proto = self._contexts.get(key)
+        if proto is None:
+            proto = self._contexts[key] = dev.context(dtype, cube_out)
+        ctx = object.__new__(OpContext)
+        ctx.__dict__.update(proto.__dict__)
+        return ctx
 
     def clear_float_status(self) -> None:
         """npu_clear_float_status: what torch_npu's GradScaler.scale does first in an iteration on a SoC in
