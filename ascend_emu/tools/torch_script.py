@@ -13,10 +13,12 @@ an unsupported device index, bf16 autocast on the 910, a missing script, a missi
 """
 from __future__ import annotations
 
+import linecache
 import os
 import runpy
 import sys
 import traceback
+import warnings
 
 from ..errors import AscendEmuError
 
@@ -44,6 +46,14 @@ def _check_script(script) -> str:
     except OSError as e:
         raise AscendEmuError(f"cannot read script {path}: {e.strerror or e}") from None
     return path
+
+
+def _python_formatwarning(message, category, filename, lineno, line=None) -> str:
+    """A warning as Python prints it (``file:line: Category: message`` and the source line): the script's own
+    warnings are the script's, not ascend-emu's (the command line words its own as ``ascend-emu: warning:``)."""
+    text = f"{filename}:{lineno}: {category.__name__}: {message}\n"
+    src = (line if line is not None else linecache.getline(filename, lineno)).strip()
+    return text + (f"  {src}\n" if src else "")
 
 
 def _script_traceback(e: BaseException, path: str) -> str:
@@ -113,7 +123,8 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
     sys.argv = [path] + argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
-        with run, npu_shim.installed():
+        with run, npu_shim.installed(), warnings.catch_warnings():
+            formatwarning, warnings.formatwarning = warnings.formatwarning, _python_formatwarning
             try:
                 runpy.run_path(path, run_name="__main__")
             except _StepsDone:
@@ -128,6 +139,8 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
             except Exception as e:  # noqa: BLE001  (the script's own failure: its traceback, its status)
                 print(_script_traceback(e, path), end="", file=stderr or sys.stderr)
                 status, error = 1, f"{type(e).__name__}: {e}".splitlines()[0][:500]
+            finally:
+                warnings.formatwarning = formatwarning
             calls = npu_shim.calls()
     finally:
         sys.argv = saved_argv

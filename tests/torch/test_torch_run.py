@@ -95,6 +95,12 @@ def test_script_failing_on_its_own_keeps_its_traceback_and_status(tmp_path):
     assert code == 1 and "Traceback (most recent call last)" in err and "RuntimeError: boom in the script" in err
     assert 'bad.py", line 4, in f' in err and "runpy" not in err and "ascend_emu" not in err
     assert run_cli(["torch-run", str(script(tmp_path, "import sys\nsys.exit(3)\n", "exit3.py"))])[0] == 3
+    # the script's own warnings print as Python prints them (pytest records warnings: a process of its own)
+    w = script(tmp_path, "import warnings\nwarnings.warn('mine')\n", "w.py")
+    res = subprocess.run([sys.executable, "-m", "ascend_emu.cli", "torch-run", str(w)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and "w.py:2: UserWarning: mine" in res.stderr, res.stderr
+    assert "ascend-emu: warning: mine" not in res.stderr
 
 
 @pytest.mark.parametrize("text,expect", [
