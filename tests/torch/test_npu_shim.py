@@ -88,6 +88,10 @@ def test_switches_set_the_run_options_with_their_sources(run):
     assert run.compatible_impl and run.sources["compatible_impl"] == "torch_npu.npu.use_compatible_impl"
     with pytest.raises(AscendEmuError, match="not a torch_npu switch"):
         torch.npu.conv.allow_tf32 = True
+    torch_npu.npu.set_compile_mode(jit_compile=False)
+    torch_npu.npu.config.allow_internal_format = False
+    assert {"call": "torch_npu.npu.set_compile_mode", "args": {"jit_compile": False}} in npu_shim.calls()
+    assert {"call": "torch_npu.npu.config.allow_internal_format", "args": {"value": False}} in npu_shim.calls()
 
 
 def test_autocast_regions(run):

@@ -195,6 +195,23 @@ def set_deterministic_level(level: int):
     o.set("deterministic", bool(level), "torch_npu.npu.set_deterministic_level")
 
 
+def set_compile_mode(jit_compile=False):
+    """``torch_npu.npu.set_compile_mode``: aclop's JIT compilation. Recorded only: the emulated kernels are the
+    aclnn ones, which torch_npu runs with JIT off, its default from the 910B on (13.1 "Kernel path")."""
+    _record("torch_npu.npu.set_compile_mode", jit_compile=bool(jit_compile))
+
+
+class _Config:
+    """``torch_npu.npu.config``: ``allow_internal_format`` recorded (ND is what the emulated kernels read)."""
+
+    def __setattr__(self, name, value):
+        if name != "allow_internal_format":
+            raise AscendEmuError(f"torch_npu.npu.config.{name} is not a torch_npu switch; "
+                                 "choose allow_internal_format")
+        _record("torch_npu.npu.config.allow_internal_format", value=bool(value))
+        object.__setattr__(self, name, bool(value))
+
+
 def set_device(device):
     _record("torch.npu.set_device", device=_check_device(device, "torch.npu.set_device"))
 
@@ -340,7 +357,7 @@ npu = _module(
     matmul=_Switch("matmul", {"allow_hf32": "allow_hf32_matmul", "cube_math_type": "cube_math_type"}),
     conv=_Switch("conv", {"allow_hf32": "allow_hf32_conv"}),
     CubeMathType=CubeMathType, set_option=set_option, use_compatible_impl=use_compatible_impl,
-    set_deterministic_level=set_deterministic_level, amp=amp)
+    set_deterministic_level=set_deterministic_level, set_compile_mode=set_compile_mode, config=_Config(), amp=amp)
 
 
 # --------------------------------------------------------------------------- installing it
