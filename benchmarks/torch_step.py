@@ -1,7 +1,7 @@
 """PyTorch eager training step: one step of a script under ``ae.torch.emulate`` (every aten op on the emulated
 910B: forward, autograd's backward, the optimizer's update) against the same step in plain torch float32 on the
 CPU, same model, same batch, alternating. Two models: the small CNN (Conv2d, BatchNorm, ReLU, MaxPool, Linear;
-SGD with momentum) and the LLaMA-style block (RMSNorm, RoPE, SDPA, SwiGLU; AdamW) of tests/torch/models.py, in
+SGD with momentum) and the LLaMA-style block (RMSNorm, RoPE, SDPA, SwiGLU; AdamW) of tests/torch/torch_models.py, in
 float32 (torch_npu's defaults: HF32 convolutions, float32 matmuls) and under fp16 autocast with GradScaler.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ TARGET = 0.2    # issue 43: the emulated step within 5x of torch's
 
 def _models():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "torch"))
-    import models
+    import torch_models as models
 
     return models
 

@@ -1,5 +1,5 @@
 import os
 import sys
 
-# the test models (tests/torch/models.py) import as ``models``
+# the test models (tests/torch/torch_models.py) import as ``torch_models``
 sys.path.insert(0, os.path.dirname(__file__))

@@ -10,7 +10,7 @@ F = torch.nn.functional
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 
-from models import cnn_batch, small_cnn  # noqa: E402
+from torch_models import cnn_batch, small_cnn  # noqa: E402
 
 
 def _amp_training(soc, plant_step=1, steps=3):
@@ -55,6 +55,9 @@ def test_grad_scaler_skips_the_overflowing_step_and_names_the_op(soc):
     unscale = [r for r in run.records if r.op_types == ["ForeachNonFiniteCheckAndUnscale"]]
     assert len(unscale) == 3
     assert ("saturation" in unscale[1].reason) == (soc == "Ascend910")
+    text = run.format_summary()
+    assert "steps: 3 (skipped: 1)" in text and f"first overflow: {first['name']} (aten.mul.Tensor), backward, step 1" \
+        in text
 
 
 def test_910_saturates_and_the_status_register_decides():

@@ -9,7 +9,7 @@ F = torch.nn.functional
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.analysis.dump import load_dump  # noqa: E402
 
-from models import cnn_batch, small_cnn  # noqa: E402
+from torch_models import cnn_batch, small_cnn  # noqa: E402
 
 
 def test_cnn_dump_and_reference_compare(tmp_path):
@@ -29,7 +29,8 @@ def test_cnn_dump_and_reference_compare(tmp_path):
     assert conv["tf_type"] == "Conv2D" and conv["engine"] == "AICORE" and conv["phase"] == "forward"
     assert conv["precision"]["cube_math_type"] == "USE_HF32" and conv["precision"]["torch_dtypes"]["inputs"][0] == \
         "float32"
-    assert conv["inputs"][0] == "input:0"                       # the batch: no op made it
+    assert conv["inputs"][0] == "Input.0:0"                     # the batch: no op of the step made it
+    assert all(i.startswith(("Input.", "Aten.")) for op in d.ops for i in op["inputs"])
     assert d.op("Aten.relu.0.forward")["inputs"] == ["Aten.native_batch_norm.0.forward:0"]
     assert {op["phase"] for op in d.ops} == {"forward", "backward", "update"}
     c = ae.compare(run.dumps[1], run.reference_dumps[1])

@@ -10,7 +10,7 @@ F = torch.nn.functional
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.errors import AscendEmuError  # noqa: E402
 
-from models import LlamaBlock, cnn_batch, llama_batch, small_cnn  # noqa: E402
+from torch_models import LlamaBlock, cnn_batch, llama_batch, small_cnn  # noqa: E402
 
 
 def hf32(a: np.ndarray) -> np.ndarray:

@@ -80,6 +80,7 @@ class TorchRun:
         self._counts: dict = {}
         self._stash: dict = {}
         self._names = WeakIdKeyDictionary()      # tensor -> the dump name of the op output it is
+        self._inputs_seen = 0
         self._shadow = WeakIdKeyDictionary()     # tensor -> its float32 reference twin (reference=True)
         self._writers = None
         self._budget = None
@@ -242,7 +243,7 @@ class TorchRun:
         if self.keep_records:
             self.records.append(rec)
         if w is not None:
-            inputs = [self._names.get(t, "input") for t in ins]
+            inputs = [self._input_name(t) for t in ins]
             rec.inputs = inputs
             precision = {"list": None, "dtype": compute, "reason": reason or f"{engine}: {', '.join(k.types)}",
                          "aten": str(func), "torch_dtypes": rec.dtypes, "cube_math_type": k.cmt}
@@ -259,6 +260,15 @@ class TorchRun:
                                 [i if ":" in i else i + ":0" for i in inputs], ref, 0, phase=phase)
             for i, t in enumerate(outs):
                 self._names[t] = f"{name}:{i}"
+
+    def _input_name(self, t) -> str:
+        """The dump name of tensor ``t``: the output of the call that made it in this step, or (a batch, a weight,
+        a state the step starts from) ``Input.<n>:0``, numbered as the step meets them."""
+        name = self._names.get(t)
+        if name is None:
+            name = self._names[t] = f"Input.{self._inputs_seen}:0"
+            self._inputs_seen += 1
+        return name
 
     def _fp32_check(self, func, args, engine) -> dict | None:
         """msprobe's verdict input for an overflowing call: the same call in torch float32 on its inputs widened
@@ -370,6 +380,9 @@ class TorchRun:
         self.dumps[self.step] = path
         self._writers = (w, r)
         self._shadow = WeakIdKeyDictionary()
+        # names are the step's own: a weight an earlier step updated is an input of this one
+        self._names = WeakIdKeyDictionary()
+        self._inputs_seen = 0
 
     def _close_step(self, exc=None) -> None:
         w, self._writers = self._writers, None
@@ -424,6 +437,24 @@ class TorchRun:
                 "first_overflow": self.first_overflow, "float_status": self.float_status.get(),
                 "options": self.options.as_dict(), "dumps": dict(self.dumps),
                 "reference_dumps": dict(self.reference_dumps)}
+
+    def format_summary(self) -> str:
+        """The run in a few lines, as a command line prints it: calls per engine and dtype, steps and skipped steps,
+        the first overflowing call, the float status register, the dumps."""
+        sm = self.summary()
+        lines = [f"aten calls: {sm['aten_calls']} on {self.options.soc} "
+                 f"(ACL_PRECISION_MODE {self.options.effective_precision_mode})"]
+        for engine, per in sm["per_engine_dtype"].items():
+            lines.append(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))
+        lines.append(f"steps: {sm['steps']} (skipped: {sm['skipped_steps']})")
+        f = sm["first_overflow"]
+        lines.append("first overflow: " + (f"{f['name']} ({f['aten']}), {f['phase']}, step {f['step']}" if f
+                                           else "none"))
+        lines.append(f"float status register: 0x{sm['float_status']:x}")
+        for step, path in sorted(sm["dumps"].items()):
+            ref = sm["reference_dumps"].get(step)
+            lines.append(f"dump of step {step}: {path}" + (f" (reference: {ref})" if ref else ""))
+        return "\n".join(lines)
 
     # -- context manager ----------------------------------------------------------------------------------------------
     def __enter__(self) -> "TorchRun":
