@@ -14,7 +14,7 @@ import ascend_emu as ae  # noqa: E402
 from ascend_emu.analysis.compare import ERROR  # noqa: E402
 from ascend_emu.analysis.msprobe import export_msprobe  # noqa: E402
 
-from models import LlamaBlock, cnn_batch, llama_batch, small_cnn  # noqa: E402
+from torch_models import LlamaBlock, cnn_batch, llama_batch, small_cnn  # noqa: E402
 from msprobe_real import msprobe_missing, run_msprobe_compare  # noqa: E402
 
 
