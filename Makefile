@@ -31,8 +31,9 @@ demo: $(DEMO_WARM)
 	$(VENV)/bin/ascend-emu demo
 
 # one Numba thread per pytest worker: JOBS workers already fill the cores, and parallel kernels on an
-# oversubscribed machine wait on each other (measured: 27% faster on the training and fusion tests)
-TESTENV := NUMBA_NUM_THREADS=1
+# oversubscribed machine wait on each other (measured: 27% faster on the training and fusion tests).
+# ASCEND_EMU_REQUIRE_MSPROBE: the real `msprobe compare` tests fail, not skip, when msprobe or torch is missing
+TESTENV := NUMBA_NUM_THREADS=1 ASCEND_EMU_REQUIRE_MSPROBE=1
 
 # the kernels' type signatures (ascend_emu/data/kernel_signatures.json) compiled into Numba's cache once, split
 # over the cores: otherwise every pytest worker compiles the same kernels at the start (ascend_emu/tools/warmup.py).

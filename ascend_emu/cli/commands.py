@@ -107,7 +107,7 @@ def cmd_export_msprobe(a):
     from ..analysis.msprobe import export_msprobe
 
     root = export_msprobe(a.dump, a.out, step=a.step, rank=a.rank, tensor_format=a.tensor_format,
-                          overwrite=a.overwrite)
+                          framework=a.framework, overwrite=a.overwrite)
     print(f"msprobe dump: {root} (compare with: msprobe compare -tp {os.path.dirname(root)} -gp <other step dir>)")
     return 0
 
@@ -427,3 +427,37 @@ def cmd_run(a):
         atomic_write_text(a.json, json.dumps(json_safe(run.to_json()), indent=1, sort_keys=True) + "\n")
         print(f"wrote {a.json}")
     return status
+
+
+def cmd_torch_run(a):
+    import json
+
+    from ..analysis.dump import json_safe
+    from ..fileio import atomic_write_text
+    from ..tools.torch_script import torch_run
+
+    rec = torch_run(a.script, a.args, soc=a.soc, dump=a.dump, dump_steps=a.dump_steps, reference=a.reference,
+                    steps=a.steps, stats_only=a.stats_only, overwrite=a.overwrite,
+                    aicpu_fallback=not a.no_aicpu_fallback)
+    opts = rec["options"]
+    set_by_script = {k: v for k, v in opts["sources"].items() if v != "default"}
+    print(f"torch-run {os.path.basename(rec['script'])} on {rec['soc']}: exit status {rec['exit_status']}"
+          + (f", stopped after {rec['stopped_after_steps']} step(s) (--steps)" if rec["stopped_after_steps"] else ""))
+    print(f"  precision mode {opts['effective_precision_mode']}, matmul allow_hf32 {opts['allow_hf32_matmul']}, "
+          f"conv allow_hf32 {opts['allow_hf32_conv']}, cube_math_type {opts['cube_math_type']}, deterministic "
+          f"level {opts['effective_deterministic_level']}")
+    for k, src in sorted(set_by_script.items()):
+        print(f"  {k} = {opts.get(k)!r}  (set by {src})")
+    per = ", ".join(f"{eng} {dt}: {n}" for eng, d in sorted(rec["per_engine_dtype"].items())
+                    for dt, n in sorted(d.items()))
+    print(f"  {rec['aten_calls']} aten calls ({per or 'none'}); {len(rec['steps'])} step(s), "
+          f"{len(rec['skipped_steps'])} skipped{': ' + ', '.join(map(str, rec['skipped_steps'])) if rec['skipped_steps'] else ''}")
+    fo = rec["first_overflow"]
+    if fo:
+        print(f"  first overflow: {fo['name']} ({fo['phase']}, step {fo['step']})")
+    for step, path in sorted(rec["dumps"].items()):
+        ref = rec["reference_dumps"].get(step)
+        print(f"  dump of step {step}: {path}" + (f" (float32: {ref}; ascend-emu compare {path} {ref})" if ref else ""))
+    if a.json:
+        atomic_write_text(a.json, json.dumps(json_safe(rec), indent=1, allow_nan=False))
+    return rec["exit_status"]

@@ -11,7 +11,7 @@ from ..errors import AscendEmuError
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
-from .commands import cmd_fit, cmd_run, cmd_sensitivity, cmd_warmup
+from .commands import cmd_fit, cmd_run, cmd_sensitivity, cmd_torch_run, cmd_warmup
 from .memory import out_of_memory_line
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
 
@@ -29,6 +29,7 @@ EPILOG = """examples:
   ascend-emu check model.keras --data train.npz --loss-scale dynamic --report check.html
   ascend-emu export-msprobe npu/ msprobe-npu/          # msprobe's layout, for msprobe compare
   ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml
+  ascend-emu torch-run --dump npu/ --reference train.py --epochs 1   # a torch_npu script, unchanged
   ascend-emu socs                                   # the SoCs: Ascend910, 910B, 910_93, 310P3, 950
   ascend-emu fit hw/ model.keras --json fit.json     # which assumed parameters reproduce a dump
   ascend-emu sensitivity model.keras --dump npu/     # which conclusions hold under every assumption
@@ -98,14 +99,38 @@ def build_parser():
     sp.add_argument("--force", action="store_true",
                     help="report even if the dumps are of different models or inputs (the report says so)")
     sp = add("export-msprobe", cmd_export_msprobe, "write a dump in msprobe's dump layout (step/rank/dump.json)",
-             "ascend-emu export-msprobe npu/ msprobe-npu/ --step 0 --rank 0")
+             "ascend-emu export-msprobe npu/ msprobe-npu/ --step 0 --rank 0 [--framework pytorch]")
     sp.add_argument("dump", help="an ascend-emu dump directory")
     sp.add_argument("out", help="the msprobe dump root (OUT/step{N}/rank{R}/ is written)")
     sp.add_argument("--step", type=int, default=0, help="step number of the directory (default 0)")
     sp.add_argument("--rank", type=int, default=0, help="rank number of the directory (default 0)")
-    sp.add_argument("--tensor-format", choices=("npy", "pt"), default="npy",
-                    help="tensor files: .npy (default) or .pt (read by msprobe's PyTorch compare; needs torch)")
+    sp.add_argument("--tensor-format", choices=("npy", "pt"), default=None,
+                    help="tensor files: .npy (the graph layout's default) or .pt (read by msprobe's PyTorch "
+                         "compare; needs torch)")
+    sp.add_argument("--framework", choices=("graph", "pytorch"), default="graph",
+                    help="graph (default): every op one Functional.<name>.0.forward key; pytorch: msprobe's "
+                         "PyTorch dump of a torch script (.pt files, Aten.* keys of a torch run kept, "
+                         ".backward entries with input/output)")
     sp.add_argument("--overwrite", action="store_true", help="replace an msprobe dump already there")
+    sp = add("torch-run", cmd_torch_run, "run a PyTorch script written for torch_npu, unchanged, on the emulated NPU",
+             "ascend-emu torch-run --soc Ascend910B --dump npu/ --reference --json run.json train.py --epochs 1")
+    sp.add_argument("--soc", default="Ascend910B", help="the emulated SoC (ascend-emu socs; default Ascend910B); "
+                                                        "torch_npu's defaults follow it")
+    sp.add_argument("--dump", metavar="DIR", help="ascend-emu dumps of the dumped steps in DIR/step-N")
+    sp.add_argument("--dump-steps", type=_dump_steps, default=None, metavar="N,N,...",
+                    help="the training steps to dump (default 0)")
+    sp.add_argument("--stats-only", action="store_true", help="dump statistics only, no tensors")
+    sp.add_argument("--reference", action="store_true", help="also the same aten calls in torch float32 on the same "
+                                                             "inputs and weights, dumped in DIR/reference/step-N")
+    sp.add_argument("--steps", type=int, default=None, metavar="N",
+                    help="stop the script at the end of its N-th training step (default: run it to its end)")
+    sp.add_argument("--no-aicpu-fallback", action="store_true",
+                    help="refuse an aten op without an emulated kernel instead of running it on the AI CPU")
+    sp.add_argument("--json", metavar="FILE", help="write the run's record: the torch_npu options and where each "
+                                                   "came from, what ran where, the steps")
+    sp.add_argument("--overwrite", action="store_true", help="replace dumps already in --dump")
+    sp.add_argument("script", help="the Python script")
+    sp.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     sp = add("import-msprobe", cmd_import_msprobe, "read an msprobe dump (e.g. from a real NPU) as an ascend-emu dump",
              "ascend-emu import-msprobe hw-dump/ hw/ --against npu/ --mapping names.yaml")
     sp.add_argument("dir", help="the msprobe dump: its root, a step directory or a rank directory")

@@ -226,12 +226,13 @@ def _tf1_train_step(a):
 _OUTPUT_FILES = ("json", "report", "ops_info", "csv", "output")
 _OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",), "check": ("keep_dumps",),
                 "fusion-bisect": ("keep_dumps",), "random-errors": ("out",), "demo": ("out",),
-                "export-msprobe": ("out",), "import-msprobe": ("out",), "sensitivity": ("keep_dumps",)}
+                "export-msprobe": ("out",), "import-msprobe": ("out",), "sensitivity": ("keep_dumps",),
+                "torch-run": ("dump",)}
 #: options naming what a command reads (``dump`` is read by the commands that do not write one)
 _INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
-           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump")
+           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump", "script")
 #: positional arguments among them (named in messages as the usage names them)
-_POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR", "dir": "DIR"}
+_POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR", "dir": "DIR", "script": "SCRIPT"}
 
 
 def _paths(a, names) -> list:

@@ -2,7 +2,8 @@
 
 The layout is msprobe 26.2's (NUMERICS.md section 7, "msprobe dumps"); the fixture dumps below are
 written from that description, not by msprobe. The last test runs the real ``msprobe compare`` when
-mindstudio-probe and PyTorch are installed, and is skipped (with the reason) otherwise.
+mindstudio-probe and PyTorch are installed (`make test` installs them and sets ASCEND_EMU_REQUIRE_MSPROBE, so there it
+fails rather than skips when they are missing), and is skipped (with the reason) otherwise.
 """
 import contextlib
 import csv
@@ -637,10 +638,7 @@ def test_cli_export_import(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the real msprobe
 
-def _msprobe_missing():
-    missing = [m for m in ("msprobe", "torch", "pandas") if importlib.util.find_spec(m) is None]
-    return (f"needs {' and '.join(missing)} (pip install mindstudio-probe torch) to run the real msprobe compare"
-            if missing else None)
+from msprobe_real import msprobe_missing as _msprobe_missing  # noqa: E402
 
 
 @pytest.mark.models

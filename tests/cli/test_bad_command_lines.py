@@ -475,7 +475,9 @@ OPTIONS = {
                       "--optimizer", "--learning-rate", "--loss-scale", "--shuffle"],
     "mixlist-search": ["--input", "--shape", "--seed", "--target", "--output", "--by", "--beam", "--max-steps",
                        "--json", "--scheduler", "--workers", "--precision-mode", "--modify-mixlist"],
-    "export-msprobe": ["--step", "--rank", "--tensor-format", "--overwrite"],
+    "export-msprobe": ["--step", "--rank", "--tensor-format", "--framework", "--overwrite"],
+    "torch-run": ["--soc", "--dump", "--dump-steps", "--stats-only", "--reference", "--steps", "--no-aicpu-fallback",
+                  "--json", "--overwrite"],
     "import-msprobe": ["--mapping", "--against", "--allow-unmatched", "--kind", "--step", "--rank", "--overwrite"],
     "check": ["--data", "--benchmark", "--benchmark-config", "--steps", "--batch-size", "--epochs", "--shuffle",
               "--seed", "--loss", "--optimizer", "--learning-rate", "--loss-scale", "--overflow-check", "--json",
@@ -495,7 +497,7 @@ def test_fuzz_command_lines(env):
     for case in range(600):
         cmd = rng.choice(list(OPTIONS))
         argv = [cmd] if rng.random() < 0.97 else []
-        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "mixlist-search", "train", "check") else 0)
+        npos = {"compare": 2, "report": 2, "overflow": 1, "export-msprobe": 2, "import-msprobe": 2}.get(cmd, 1 if cmd in ("replay", "reference", "fusion-bisect", "mixlist-search", "train", "check", "torch-run") else 0)
         for _ in range(npos + rng.choice([-1, 0, 0, 0, 1])):
             argv.append(rng.choice(VALUES + ["{npu}", "{bench}", "{missing}", "{file}"]))
         for _ in range(rng.randint(0, 3)):

@@ -20,9 +20,10 @@ are computed), ``core/compare/utils.py`` (``compare_distributed_inner``: the ste
 reads; ``get_relative_err``) and ``core/compare/indicator_analysis/`` (the Result checkers,
 implemented here as :func:`apply_msprobe_rules`). NUMERICS.md section 7 states every difference.
 
-:func:`export_msprobe` writes one ascend-emu dump as such a directory (each op one
-``Functional.<name>.0.forward`` key, its outputs under ``output`` and the producer tensors it
-reads under ``input_args``); :func:`import_msprobe` reads one back into an ascend-emu dump so
+:func:`export_msprobe` writes one ascend-emu dump as such a directory (``framework="graph"``: each op
+one ``Functional.<name>.0.forward`` key, its outputs under ``output`` and the producer tensors it
+reads under ``input_args``; ``framework="pytorch"``: msprobe's PyTorch dump of a torch run, its
+``Aten.*`` keys kept, ``.backward`` entries with ``input``/``output``, ``.pt`` tensors); :func:`import_msprobe` reads one back into an ascend-emu dump so
 that ``compare``, ``overflow`` and ``report`` run on a real NPU's dump. Nothing here imports
 TensorFlow; PyTorch is imported only to read or write ``.pt`` files.
 
@@ -34,8 +35,8 @@ TensorFlow; PyTorch is imported only to read or write ``.pt`` files.
 from __future__ import annotations
 
 from ..metrics import ERROR, NA, PASS, WARNING  # noqa: F401  (the Result levels the rules decide)
-from .format import (DATA_DIR, NAME_PATTERN, PREFIX, RULES, SIDECAR, SIDECAR_FORMAT, TENSOR_FORMATS,  # noqa: F401
-                     TORCH_DTYPES, dump_key, msprobe_name, msprobe_names, msprobe_stats, numpy_dtype_name,
+from .format import (API_KEY, API_PREFIXES, DATA_DIR, FRAMEWORKS, NAME_PATTERN, PREFIX, RULES, SIDECAR,  # noqa: F401
+                     SIDECAR_FORMAT, TENSOR_FORMATS, TORCH_DTYPES, dump_key, pytorch_keys, msprobe_name, msprobe_names, msprobe_stats, numpy_dtype_name,
                      stats_from_msprobe, torch_dtype)
 from .export import export_msprobe  # noqa: F401
 from .reader import find_rank_dir, import_msprobe, read_mapping  # noqa: F401

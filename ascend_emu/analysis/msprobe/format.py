@@ -23,8 +23,17 @@ SIDECAR = "ascend_emu.json"
 SIDECAR_FORMAT = "ascend-emu-msprobe-export"
 DATA_DIR = "dump_tensor_data"
 TENSOR_FORMATS = ("npy", "pt")
+#: what an export writes: ``graph``, one ``Functional.<name>.0.forward`` key per op of a graph replay (.npy by
+#: default); ``pytorch``, msprobe's PyTorch dump of a torch script (.pt files, a torch run's API keys kept,
+#: ``.backward`` entries with ``input``/``output``)
+FRAMEWORKS = ("graph", "pytorch")
+#: msprobe's API prefixes (26.2, ``pytorch/dump/api_dump/api_register.py``, facts 13.6)
+API_PREFIXES = ("Tensor", "Torch", "Functional", "NPU", "VF", "Aten", "Distributed", "MindSpeed", "Triton")
+#: an op name that already is an msprobe API key, ``{Prefix}.{api}.{count}.forward|backward`` (a torch run's)
+API_KEY = re.compile(r"^(?:" + "|".join(API_PREFIXES) + r")\.[A-Za-z0-9_.:/-]+\.[0-9]+\.(forward|backward)$")
 RULES = ("ascend-emu", "msprobe")
 _MAX_NAME = 160   # longest exported name: key + ".output.NN.npy" stays well under 255 bytes
+_MAX_KEY = 200    # longest op name kept as a whole key (the same bound on its file names)
 
 #: numpy/ml_dtypes name -> msprobe's (torch's) dtype spelling
 TORCH_DTYPES = {
@@ -99,6 +108,36 @@ def msprobe_names(names) -> dict:
 
 def dump_key(safe_name: str, direction: str = "forward") -> str:
     return f"{PREFIX}.{safe_name}.0.{direction}"
+
+
+def pytorch_keys(ops) -> dict:
+    """``{op name: msprobe key}`` for an export in msprobe's PyTorch layout.
+
+    An op name that already is an API key (``Aten.addmm.0.forward``, ``Functional.linear.1.backward``: a torch
+    run's) is kept, so the export matches msprobe's own dump of the same script; any other op (a graph
+    replay's) becomes ``Functional.<name>.0.forward``, or ``.backward`` for an op of a training step's
+    backward phase, its name made unique as :func:`msprobe_names` does, against the kept keys too.
+    """
+    ops = list(ops)
+    out, seen = {}, set()
+    for op in ops:     # kept first (a name colliding case-insensitively with an earlier one is not kept)
+        n = op["name"]
+        if API_KEY.match(n) and len(n) <= _MAX_KEY and n.lower() not in seen:
+            out[n] = n
+            seen.add(n.lower())
+    for op in ops:
+        n = op["name"]
+        if n in out:
+            continue
+        base, k = msprobe_name(n), 1
+        direction = "backward" if op.get("phase") == "backward" else "forward"
+        key = dump_key(base, direction)
+        while key.lower() in seen:
+            k += 1
+            key = dump_key(f"{base}_{k}", direction)
+        seen.add(key.lower())
+        out[n] = key
+    return {op["name"]: out[op["name"]] for op in ops}
 
 
 # --------------------------------------------------------------------------- statistics

@@ -314,16 +314,18 @@ def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
     ``keys`` must map names to names, so an altered record is a one-line error."""
     m = side.get("manifest")
     _check_manifest(rdir, m, label=SIDECAR, fix="re-export it")
-    keys = side.get("keys")
+    # "dump_keys" (whole keys, any framework) since the PyTorch layout; "keys" (names inside Functional keys) before
+    field = "dump_keys" if "dump_keys" in side else "keys"
+    keys = side.get(field)
     if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
-        raise AscendEmuError(f"{rdir}/{SIDECAR}: 'keys' is not an object of names; the export was altered, "
+        raise AscendEmuError(f"{rdir}/{SIDECAR}: {field!r} is not an object of names; the export was altered, "
                              "re-export it")
-    by_name = {v: k for k, v in keys.items()}
+    key_of = {v: k for k, v in keys.items()} if field == "dump_keys" else {v: dump_key(k) for k, v in keys.items()}
     ops = m.get("ops") or []
     data = dj["data"]
     if not ops:
         raise AscendEmuError(f"{rdir}/{SIDECAR} lists no op; there is nothing to import: re-export it")
-    missing = [op["name"] for op in ops if dump_key(by_name.get(op["name"], "")) not in data]
+    missing = [op["name"] for op in ops if key_of.get(op["name"]) not in data]
     if missing:
         raise AscendEmuError(f"{rdir}: dump.json lacks {len(missing)} op(s) its ascend_emu.json lists "
                              f"({', '.join(missing[:5])}); the export was altered, re-export it")
@@ -340,7 +342,7 @@ def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
         for f in m.get("fused_away", []):
             w.add_fused(f["name"], f["tf_type"], f["rule"], f["into"])
         for op in ops:
-            key = dump_key(by_name[op["name"]])
+            key = key_of[op["name"]]
             leaves = _tensor_leaves(data[key].get("output", []) if isinstance(data[key], dict) else [])
             if len(leaves) != len(op["outputs"]):
                 raise AscendEmuError(f"{rdir}: {key} has {len(leaves)} outputs in dump.json, "
@@ -358,6 +360,6 @@ def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
             w.add_op(op["name"], op.get("tf_type"), op.get("ascend_type"), op.get("engine"), op.get("compute_dtype"),
                      op.get("inputs", []), outs, status,
                      attrs=op.get("attrs"), precision=op.get("precision"), fusion=op.get("fusion"),
-                     fp32_check=op.get("fp32_check"))
+                     fp32_check=op.get("fp32_check"), phase=op.get("phase"))
         w.finish(summary)
     return load_dump(out)

@@ -536,6 +536,39 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     return _out(o), from_numpy(lse.astype(np.float32)).to(torch.float32)
 
 
+@aten("ascend_emu.npu_fusion_attention")
+def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mask=None, scale=1.0):
+    """torch_npu.npu_fusion_attention (frontend/torch/npu_attention.py): aclnnFlashAttentionScore on the BNSD form
+    of its layout (exact transposes), atten_mask as it is (True = dropped, the kernel's own convention; 13.5).
+    The registry's kernel gives the logsumexp, not the row max and sum the kernel also outputs: softmax_max is the
+    row max of the scaled, masked float32 scores (recomputed), softmax_sum exp(logsumexp - max) in float32
+    (NUMERICS.md section 17)."""
+    from .npu_attention import _bnsd, _from_bnsd
+
+    if not _emulated(query, key, value) or not k.fa_available():
+        raise Fallback("FlashAttentionScore runs 16-bit and float32 inputs on the 910B and later")
+    q, kk, v = (_bnsd(t, input_layout, head_num) for t in (query, key, value))
+    if kk.shape[1] != q.shape[1]:     # grouped-query attention: the key/value heads shared (an exact copy)
+        rep = q.shape[1] // kk.shape[1]
+        kk, v = kk.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    sq, skv = q.shape[-2], kk.shape[-2]
+    mask = None if atten_mask is None else np.broadcast_to(to_numpy(atten_mask).astype(bool),
+                                                            q.shape[:-2] + (sq, skv))
+    dt = _cube_dtype(q, kk, v)
+    o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(kk, dt), _arg(v, dt),
+                  *(() if mask is None else (mask,)), family="matmul", scale_value=float(scale),
+                  has_mask=mask is not None)
+    with np.errstate(all="ignore"):
+        sc = np.matmul(_arg(q, dt).astype(np.float32), np.swapaxes(_arg(kk, dt).astype(np.float32), -1, -2))
+        sc = (sc * np.float32(scale)).astype(np.float32)
+        if mask is not None:
+            sc = np.where(mask, np.float32(-np.finfo(np.float32).max), sc)
+        m = sc.max(-1).astype(np.float32)
+        total = np.exp(lse.astype(np.float64) - m).astype(np.float32)
+    row = lambda a: from_numpy(np.ascontiguousarray(np.broadcast_to(a[..., None], a.shape + (8,))))  # noqa: E731
+    return _from_bnsd(_out(o), input_layout), row(m), row(total)
+
+
 # -- the optimizers' compound elementwise ops (aclnnAddcmul, aclnnAddcdiv, aclnnLerp) --------------------------
 # Each runs as the vector unit's ops in the tensors' dtype, one rounding per step (an assumption: the aclnn
 # kernels' internal order is not in a public source; NUMERICS.md section 16).

@@ -1,0 +1,444 @@
+"""The ``torch_npu`` a script imports under ``ascend-emu torch-run``: its API mapped onto the emulated run.
+
+:func:`installed` puts the shim directory (``shim/``, holding a ``torch_npu`` package whose modules are the
+objects built here) on ``sys.path``, so ``import torch_npu`` works only inside it; nothing of it is importable
+as ``torch_npu`` otherwise. While installed:
+
+* the ``npu`` device: torch's PrivateUse1 backend is renamed ``npu`` (``torch.device("npu:0")`` parses) and
+  a ``TorchFunctionMode`` maps every ``device=`` argument and ``Tensor.to(...)`` target of type ``npu`` to
+  the CPU; ``Tensor.npu()`` and ``Module.npu()`` return their tensor / module. Tensors stay CPU tensors: the
+  emulated device is the dispatch-level hook (``ae.torch.emulate``), not a torch backend.
+* ``torch.npu`` (= ``torch_npu.npu``): ``set_device``, ``synchronize``, ``is_available`` (True),
+  ``device_count`` (1: one emulated device per process), ``current_device``, ``matmul.allow_hf32``,
+  ``conv.allow_hf32``, ``matmul.cube_math_type``, ``set_option`` validated against torch_npu's
+  ``_option_map``, ``use_compatible_impl``, ``set_deterministic_level``, ``amp.autocast``, ``amp.GradScaler``;
+* ``torch.autocast("npu")`` / ``torch.amp.autocast("npu")`` and ``torch.use_deterministic_algorithms``.
+
+Every switch the script sets goes into the run's :class:`~.options.NpuOptions` (:func:`.options.current`) with
+the torch_npu spelling that set it as its source; options that change no emulated numerics (``ACL_AICORE_NUM``,
+``ACL_OP_SELECT_IMPL_MODE``, ...) are validated and listed in :func:`calls`, the run record's "torch_npu
+calls". Sources: ASCEND-FACTS.md 13.1 (options and defaults), 13.2 (autocast, GradScaler), 13.7 (determinism).
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+import types
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ...errors import AscendEmuError
+from ...numerics.policy import SOCS
+from . import npu_attention, npu_ops  # noqa: F401  (npu_ops defines torch.ops.ascend_emu.npu_rms_norm, ...)
+from .options import current
+
+#: the directory put on sys.path: it holds the ``torch_npu`` package
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+
+#: torch_npu's set_option check ([PT] torch_npu/npu/npu_config.py ``_option_map``): allowed values, a check, or
+#: None (any value); a key not listed passes, as in torch_npu
+_OPTION_MAP = {"ACL_PRECISION_MODE": ["allow_fp32_to_fp16", "must_keep_origin_dtype"],
+               "ACL_OP_SELECT_IMPL_MODE": ["high_performance", "high_precision"],
+               "ACL_AICORE_NUM": (lambda value: value.isdigit() and 1 <= int(value) <= 32),
+               "ACL_OPTYPELIST_FOR_IMPLMODE": None,
+               "ACL_OP_DEBUG_LEVEL": ["0", "1", "2", "3", "4"],
+               "ACL_DEBUG_DIR": None,
+               "ACL_OP_COMPILER_CACHE_MODE": ["disable", "enable", "force"],
+               "ACL_OP_COMPILER_CACHE_DIR": None}
+_OPTION_RANGE = {"ACL_AICORE_NUM": "an integer from 1 to 32"}
+
+#: what the script called that the options do not hold (set_device, GradScaler, set_option keys without numerics)
+_CALLS: list = []
+
+
+def calls() -> list:
+    """The torch_npu calls of the current installation that are not options: ``[{"call", "args"}]``."""
+    return list(_CALLS)
+
+
+def _options(what: str):
+    o = current()
+    if o is None:
+        raise AscendEmuError(f"{what} sets an option of the emulated NPU, but no emulated run is active; run the "
+                             "script with ascend-emu torch-run, or inside ascend_emu.torch.emulate(...)")
+    return o
+
+
+def _record(call: str, **args) -> None:
+    _CALLS.append({"call": call, "args": {k: (v if isinstance(v, (bool, int, float, str, type(None))) else str(v))
+                                          for k, v in args.items()}})
+
+
+# --------------------------------------------------------------------------- the npu device on CPU tensors
+
+def _is_npu(d) -> bool:
+    if isinstance(d, torch.device):
+        return d.type == "npu"
+    return isinstance(d, str) and d.split(":")[0] == "npu"
+
+
+def _cpu(d):
+    return torch.device("cpu") if _is_npu(d) else d
+
+
+class NpuDeviceMode(TorchFunctionMode):
+    """Every ``npu`` device a torch function is given becomes the CPU (``device=`` anywhere, ``Tensor.to``'s
+    positional target), so a script's ``.to("npu")`` and ``device="npu"`` run on CPU tensors."""
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if "device" in kwargs and _is_npu(kwargs["device"]):
+            kwargs = {**kwargs, "device": torch.device("cpu")}
+        if func is torch.Tensor.to and any(_is_npu(a) for a in args[1:]):
+            args = (args[0],) + tuple(_cpu(a) for a in args[1:])
+        return func(*args, **kwargs)
+
+
+def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
+    _check_device(device, "Tensor.npu")
+    return self
+
+
+def _module_npu(self, device=None):
+    _check_device(device, "Module.npu")
+    return self
+
+
+def _check_device(device, what: str) -> int:
+    """The index of ``device`` (an int, ``npu:N`` or a torch.device); only npu:0 exists (one emulated device)."""
+    if device is None:
+        return 0
+    if isinstance(device, torch.device):
+        if device.type != "npu":
+            raise AscendEmuError(f"{what}: {device} is not an npu device")
+        idx = device.index or 0
+    elif isinstance(device, str) and device.split(":")[0] == "npu":
+        idx = torch.device(device).index or 0
+    elif isinstance(device, int) and not isinstance(device, bool):
+        idx = device
+    else:
+        raise AscendEmuError(f"{what}: {device!r} is not an npu device (an index, 'npu:N' or torch.device)")
+    if idx != 0:
+        raise AscendEmuError(f"{what}: npu:{idx} does not exist; the emulated NPU is one device (npu:0) per "
+                             "process; run one rank, or set the device to 0")
+    return idx
+
+
+# --------------------------------------------------------------------------- torch.npu
+
+class CubeMathType(enum.IntEnum):
+    """torch_npu's ``_CubeMathType`` ([PT] npu_config.py; ASCEND-FACTS.md 13.1)."""
+    KEEP_DTYPE = 0
+    ALLOW_FP32_DOWN_PRECISION = 1
+    USE_FP16 = 2
+    USE_HF32 = 3
+    USE_FP32_ADD = 4
+    FORCE_GRP_ACC_FOR_FP32 = 4
+
+
+class _Switch:
+    """``torch.npu.matmul`` / ``torch.npu.conv``: attributes read from and written to the run's options."""
+
+    def __init__(self, family: str, fields: dict):
+        object.__setattr__(self, "_family", family)
+        object.__setattr__(self, "_fields", fields)   # attribute -> NpuOptions field
+
+    def __getattr__(self, name):
+        fields = object.__getattribute__(self, "_fields")
+        if name not in fields:
+            raise AttributeError(f"torch.npu.{self._family} has no attribute {name!r}")
+        return getattr(_options(f"torch.npu.{self._family}.{name}"), fields[name])
+
+    def __setattr__(self, name, value):
+        if name not in self._fields:
+            raise AscendEmuError(f"torch.npu.{self._family}.{name} is not a torch_npu switch; "
+                                 f"choose one of: {', '.join(self._fields)}")
+        _options(f"torch.npu.{self._family}.{name}").set(self._fields[name], value,
+                                                         f"torch.npu.{self._family}.{name}")
+
+
+def set_option(option):
+    """``torch_npu.npu.set_option(dict)``: each value checked as torch_npu's ``_option_map`` checks it (a bad
+    one raises ValueError, as torch_npu does); ACL_PRECISION_MODE becomes the run's precision mode."""
+    if not isinstance(option, dict):
+        raise TypeError("npu option must be a dict.")
+    checked = {}
+    for name, value in option.items():
+        v = str(value)
+        allowed = _OPTION_MAP.get(name)
+        ok = name not in _OPTION_MAP or allowed is None or (allowed(v) if callable(allowed) else v in allowed)
+        if not ok:
+            want = _OPTION_RANGE.get(name) or ", ".join(allowed)
+            raise AscendEmuError(f"torch_npu.npu.set_option: value of {name} should be in {want}, but got {value!r}")
+        checked[str(name)] = v
+    for name, v in checked.items():
+        if name == "ACL_PRECISION_MODE":
+            _options("set_option ACL_PRECISION_MODE").set("precision_mode", v, "torch_npu.npu.set_option"
+                                                                               "(ACL_PRECISION_MODE)")
+        else:
+            _record("torch_npu.npu.set_option", **{name: v})
+
+
+def use_compatible_impl(is_enable: bool):
+    """``torch_npu.npu.use_compatible_impl``: GELU honours ``approximate`` (aclnnGeluV2), ... (13.4 item 6)."""
+    _options("use_compatible_impl").set("compatible_impl", is_enable, "torch_npu.npu.use_compatible_impl")
+
+
+def set_deterministic_level(level: int):
+    """``torch_npu.npu.set_deterministic_level``: 0 off, 1 deterministic, 2 strong consistency, 3 batch-invariant
+    (13.7)."""
+    o = _options("set_deterministic_level")
+    o.set("deterministic_level", level, "torch_npu.npu.set_deterministic_level")
+    o.set("deterministic", bool(level), "torch_npu.npu.set_deterministic_level")
+
+
+def set_compile_mode(jit_compile=False):
+    """``torch_npu.npu.set_compile_mode``: aclop's JIT compilation. Recorded only: the emulated kernels are the
+    aclnn ones, which torch_npu runs with JIT off, its default from the 910B on (13.1 "Kernel path")."""
+    _record("torch_npu.npu.set_compile_mode", jit_compile=bool(jit_compile))
+
+
+class _Config:
+    """``torch_npu.npu.config``: ``allow_internal_format`` recorded (ND is what the emulated kernels read)."""
+
+    def __setattr__(self, name, value):
+        if name != "allow_internal_format":
+            raise AscendEmuError(f"torch_npu.npu.config.{name} is not a torch_npu switch; "
+                                 "choose allow_internal_format")
+        _record("torch_npu.npu.config.allow_internal_format", value=bool(value))
+        object.__setattr__(self, name, bool(value))
+
+
+def set_device(device):
+    _record("torch.npu.set_device", device=_check_device(device, "torch.npu.set_device"))
+
+
+def _soc_name():
+    o = current()
+    return o.soc if o is not None else "Ascend910B"
+
+
+def _is_bf16_supported(including_emulation: bool = True) -> bool:
+    return bool(SOCS[_soc_name()].supports_bf16)
+
+
+def _amp_supported_dtypes():
+    return [torch.float16, torch.bfloat16] if _is_bf16_supported() else [torch.float16]
+
+
+def _get_autocast_dtype():
+    o = current()
+    return o.autocast_dtype if o is not None else torch.float16
+
+
+class autocast(torch.amp.autocast_mode.autocast):
+    """``torch.autocast("npu")``, ``torch.amp.autocast("npu")``, ``torch_npu.npu.amp.autocast``: the region's
+    autocast switch and dtype become the run's (``NpuOptions.autocast_*``, restored on exit), which the
+    emulated run applies with torch_npu's op lists; any other device type is torch's own autocast."""
+
+    _source = "torch.autocast('npu')"
+
+    def __init__(self, device_type="npu", dtype=None, enabled=True, cache_enabled=None):
+        self._npu = device_type == "npu"
+        self._npu_dtype, self._npu_enabled = dtype, bool(enabled)
+        self._npu_stack = []
+        if self._npu:
+            # the run's options check the dtype (bf16 refused below the 910B1, 13.2) before torch, which would
+            # only warn and disable autocast
+            with self._region():
+                pass
+        super().__init__(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    def _region(self):
+        return _options(self._source).overridden(
+            self._source, autocast_enabled=bool(getattr(self, "_enabled", self._npu_enabled)),
+            autocast_dtype=self._npu_dtype if self._npu_dtype is not None else torch.float16)
+
+    def __enter__(self):
+        if self._npu:
+            ctx = self._region()
+            ctx.__enter__()
+            self._npu_stack.append(ctx)
+        try:
+            return super().__enter__()
+        except BaseException:
+            if self._npu:
+                self._npu_stack.pop().__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._npu and self._npu_stack:
+                self._npu_stack.pop().__exit__(*exc)
+
+
+class _NpuAmpAutocast(autocast):
+    """``torch_npu.npu.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)``."""
+
+    _source = "torch_npu.npu.amp.autocast"
+
+    def __init__(self, enabled=True, dtype=torch.float16, cache_enabled=True):
+        super().__init__("npu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+
+class GradScaler(torch.amp.GradScaler):
+    """``torch_npu.npu.amp.GradScaler``: torch's GradScaler on the ``npu`` device with torch_npu's defaults
+    (init_scale 2^16, growth 2, backoff 0.5, interval 2000; 13.2) and its ``dynamic`` switch: with
+    ``dynamic=False`` the gradients are only multiplied by 1/scale, no overflow check, the step always runs
+    and the scale stays."""
+
+    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 enabled=True, dynamic=True):
+        super().__init__("npu", init_scale=init_scale, growth_factor=growth_factor,
+                         backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
+        self._dynamic = bool(dynamic)
+        self._static_unscaled = set()
+        _record("torch_npu.npu.amp.GradScaler", init_scale=init_scale, growth_factor=growth_factor,
+                backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled, dynamic=dynamic)
+
+    def unscale_(self, optimizer):
+        if self._dynamic or not self.is_enabled():
+            return super().unscale_(optimizer)
+        if id(optimizer) in self._static_unscaled:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+        inv = 1.0 / self._init_scale
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.mul_(inv)
+        self._static_unscaled.add(id(optimizer))
+
+    def step(self, optimizer, *args, **kwargs):
+        if self._dynamic or not self.is_enabled():
+            return super().step(optimizer, *args, **kwargs)
+        if id(optimizer) not in self._static_unscaled:
+            self.unscale_(optimizer)
+        return optimizer.step(*args, **kwargs)
+
+    def update(self, new_scale=None):
+        if self._dynamic or not self.is_enabled():
+            return super().update(new_scale)
+        self._static_unscaled.clear()
+
+
+def _seed_cpu_generator(seed) -> None:
+    torch.default_generator.manual_seed(int(seed))
+
+
+def _module(name: str, doc: str, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name, doc)
+    for k, v in attrs.items():
+        setattr(m, k, v)
+    return m
+
+
+amp = _module("torch_npu.npu.amp", "torch_npu.npu.amp on the emulated NPU", autocast=_NpuAmpAutocast,
+              GradScaler=GradScaler)
+
+#: ``torch_npu.npu``, registered as ``torch.npu``
+npu = _module(
+    "torch_npu.npu", "torch_npu.npu on the emulated NPU (ascend_emu.frontend.torch.npu_shim)",
+    is_available=lambda: True, device_count=lambda: 1, current_device=lambda: 0, set_device=set_device,
+    synchronize=lambda device=None: None, is_initialized=lambda: True, init=lambda: None,
+    get_device_name=lambda device=None: _soc_name(), is_bf16_supported=_is_bf16_supported,
+    get_amp_supported_dtype=_amp_supported_dtypes, get_autocast_dtype=_get_autocast_dtype,
+    is_autocast_enabled=lambda: bool(current() and current().autocast_enabled),
+    # the npu's generator is the CPU's (the tensors are CPU tensors); torch.manual_seed calls manual_seed_all of
+    # the PrivateUse1 module, so these must not call torch.manual_seed back
+    manual_seed=_seed_cpu_generator, manual_seed_all=_seed_cpu_generator, initial_seed=torch.initial_seed, empty_cache=lambda: None, memory_allocated=lambda device=None: 0,
+    max_memory_allocated=lambda device=None: 0, reset_peak_memory_stats=lambda device=None: None,
+    _is_in_bad_fork=lambda: False,
+    matmul=_Switch("matmul", {"allow_hf32": "allow_hf32_matmul", "cube_math_type": "cube_math_type"}),
+    conv=_Switch("conv", {"allow_hf32": "allow_hf32_conv"}),
+    CubeMathType=CubeMathType, set_option=set_option, use_compatible_impl=use_compatible_impl,
+    set_deterministic_level=set_deterministic_level, set_compile_mode=set_compile_mode, config=_Config(), amp=amp)
+
+
+# --------------------------------------------------------------------------- installing it
+
+def _use_deterministic_algorithms(original):
+    def use_deterministic_algorithms(mode, *, warn_only=False):
+        original(mode, warn_only=warn_only)
+        o = current()
+        if o is not None:
+            o.set("deterministic", bool(mode), "torch.use_deterministic_algorithms")
+    use_deterministic_algorithms.__doc__ = original.__doc__
+    return use_deterministic_algorithms
+
+
+def _register_npu_device() -> None:
+    """torch's PrivateUse1 backend named ``npu`` and ``torch.npu`` registered: once per process (torch allows
+    neither to be undone); a process whose PrivateUse1 backend has another name is refused."""
+    name = torch._C._get_privateuse1_backend_name()
+    if name != "npu":
+        if name != "privateuseone":
+            raise AscendEmuError(f"torch's PrivateUse1 backend is already {name!r} in this process; the torch_npu "
+                                 "shim needs it as 'npu': run the script in a process of its own")
+        torch.utils.rename_privateuse1_backend("npu")
+    if getattr(torch, "npu", None) is not npu:
+        if hasattr(torch, "npu"):
+            raise AscendEmuError("torch.npu already exists in this process (a real torch_npu?); the shim cannot "
+                                 "replace it: run the script in a process of its own")
+        torch._register_device_module("npu", npu)
+
+
+@contextlib.contextmanager
+def installed():
+    """``import torch_npu`` and the ``npu`` device for the duration of a ``with`` block (see the module)."""
+    if "torch_npu" in sys.modules and not getattr(sys.modules["torch_npu"], "__ascend_emu_shim__", False):
+        raise AscendEmuError("a real torch_npu is already imported in this process; the shim cannot replace it")
+    _register_npu_device()
+    saved = {"Tensor.npu": getattr(torch.Tensor, "npu", None), "Module.npu": getattr(torch.nn.Module, "npu", None),
+             "autocast": torch.autocast, "amp.autocast": torch.amp.autocast,
+             "use_deterministic_algorithms": torch.use_deterministic_algorithms}
+    _CALLS.clear()
+    torch.Tensor.npu = _tensor_npu
+    torch.nn.Module.npu = _module_npu
+    torch.autocast = torch.amp.autocast = autocast
+    torch.use_deterministic_algorithms = _use_deterministic_algorithms(saved["use_deterministic_algorithms"])
+    sys.path.insert(0, SHIM_DIR)
+    env = os.environ.get("TORCH_NPU_USE_COMPATIBLE_IMPL")
+    if env is not None and current() is not None:      # torch_npu seeds the option from its environment variable
+        current().set("compatible_impl", env.strip() == "1", "TORCH_NPU_USE_COMPATIBLE_IMPL")
+    mode = NpuDeviceMode()
+    try:
+        with mode:
+            yield npu
+    finally:
+        try:
+            sys.path.remove(SHIM_DIR)
+        except ValueError:
+            pass
+        for m in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")]:
+            del sys.modules[m]
+        for attr, obj in (("npu", saved["Tensor.npu"]),):
+            if obj is None:
+                delattr(torch.Tensor, attr)
+            else:
+                setattr(torch.Tensor, attr, obj)
+        if saved["Module.npu"] is None:
+            delattr(torch.nn.Module, "npu")
+        else:
+            torch.nn.Module.npu = saved["Module.npu"]
+        torch.autocast = saved["autocast"]
+        torch.amp.autocast = saved["amp.autocast"]
+        torch.use_deterministic_algorithms = saved["use_deterministic_algorithms"]
+
+
+def _rotary_mul(x, r1, r2, rotary_mode="half"):
+    if rotary_mode != "half":
+        raise AscendEmuError(f"torch_npu.npu_rotary_mul: rotary_mode {rotary_mode!r} is not emulated (only 'half')")
+    return torch.ops.ascend_emu.npu_rotary_mul(x, r1, r2)
+
+
+#: torch_npu's top-level functions (``torch_npu.npu_rms_norm`` ...): the emulator's kernels (``torch.ops.ascend_emu``)
+TOP_LEVEL = {"npu_fusion_attention": npu_attention.fusion_attention,
+             "npu_rms_norm": lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon),
+             "npu_rotary_mul": _rotary_mul,
+             "npu_swiglu": lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim)}
