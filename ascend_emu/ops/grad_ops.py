@@ -148,8 +148,42 @@ def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dil
 
 # ------------------------------------------------------------------------------ vector: activation gradients
 
+#: the elementwise gradients' model (float32 steps in the order given, one rounding) and their TBE kernels (canndev,
+#: read in the public mirror dengguojie/vue-element-admin); a note says where a kernel's order differs
+_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
+_GRAD_MODEL = "NUMERICS.md section 8 (elementwise gradients: float32 steps, one rounding)"
+
+
+def _grad_source(kernel, note):
+    return Source((_TBE + kernel, _GRAD_MODEL), (), note)
+
+
+_GRAD_SOURCE = {
+    "Relu6Grad": _grad_source("relu6_grad.py (relu6_grad_compute)", "dy times a 0/1 mask: the rounding is exact"),
+    "EluGrad": _grad_source("elu_grad.py (elu_grad_compute: (min(y, 0) + 1) dy)", "the kernel's steps and order"),
+    "SeluGrad": _grad_source("selu_grad.py (selu_grad_compute: vcmpsel of dy (y + scale alpha), dy scale)",
+                             "the kernel's steps and order"),
+    "SigmoidGrad": Source(("hicann/ops-nn activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h",
+                           _TBE + "sigmoid_grad.py (sigmoid_grad_compute)", _GRAD_MODEL), (),
+                          "(dy (1 - y)) y as the Ascend C kernel; TBE's (y - y y) dy order is not modelled"),
+    "TanhGrad": _grad_source("tanh_grad.py (tanh_grad_compute: (1 - y y) dy)", "the kernel's steps and order"),
+    "RsqrtGrad": _grad_source("rsqrt_grad.py (rsqrt_grad_compute)", "-0.5 (dy y)(y y) (TF's order, assumed); the "
+                                                                     "kernel's ((y y) y dy) (-0.5) is not modelled"),
+    "SqrtGrad": _grad_source("sqrt_grad.py (sqrt_grad_compute: vdiv(dy, y), vmuls 0.5)",
+                             "0.5 dy / y in float32; the kernel divides in the input dtype, then halves (exact but "
+                             "for subnormal results)"),
+    "ReciprocalGrad": _grad_source("reciprocal_grad.py (reciprocal_grad_compute)",
+                                   "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
+    "InvGrad": _grad_source("inv_grad.py (inv_grad_compute)",
+                            "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
+    "SoftplusGrad": _grad_source("softplus_grad.py (softplus_grad_compute)",
+                                 "dy / (exp(-x) + 1), float32 C-library exp (TF's form, assumed); the kernel's "
+                                 "dy (e^x / (e^x + 1)) is not modelled"),
+}
+
+
 def _grad(tf_type, formula, doc):
-    @register(tf_type, kind=VECTOR)
+    @register(tf_type, kind=VECTOR, source=_GRAD_SOURCE[tf_type])
     def op(a, b, *, ctx):
         return f32_chain(ctx, formula, a, b)
     op.__name__ = tf_type
@@ -161,7 +195,8 @@ _ONE, _HALF = np.float32(1.0), np.float32(0.5)
 
 
 
-@register("ReluGrad", kind=VECTOR)
+@register("ReluGrad", kind=VECTOR, source=_grad_source(
+    "relu_grad.py (relu_grad_compute: dy times a 0/1 mask of x > 0)", "the product by 0 or 1: the rounding is exact"))
 def relu_grad(dy, x, *, ctx):
     """dx = dy * (x > 0)"""
     dy, x = np.asarray(dy), np.asarray(x)
@@ -190,19 +225,25 @@ _grad("InvGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
 _grad("SoftplusGrad", lambda dy, x: dy / (np.exp(-x) + _ONE), "dx = dy / (exp(-x) + 1)")
 
 
-@register("LeakyReluGrad", kind=VECTOR)
+@register("LeakyReluGrad", kind=VECTOR, source=_grad_source(
+    "leaky_relu_grad.py (leaky_relu_grad_compute: dy times 1, or the float32 negative_slope)",
+    "dy or dy alpha (alpha float32), one rounding"))
 def leaky_relu_grad(dy, x, *, ctx, alpha=0.2):
     """dx = x > 0 ? dy : dy * alpha (alpha as a float32 scalar)."""
     return f32_chain(ctx, lambda g, f: np.where(f > 0, g, g * np.float32(alpha)), dy, x)
 
 
-@register("Elu", kind=VECTOR)
+@register("Elu", kind=VECTOR, source=_grad_source(
+    "elu.py (elu_compute)", "x < 0: float32 expm1(x) (C library; assumed), one rounding; the kernel's "
+                            "vexp(min(x, 0)) - 1 is not modelled"))
 def elu(x, *, ctx):
     """y = x < 0 ? expm1(x) : x, in float32, one rounding."""
     return f32_chain(ctx, lambda v: np.where(v < 0, np.expm1(v), v), x)
 
 
-@register("Selu", kind=VECTOR)
+@register("Selu", kind=VECTOR, source=_grad_source(
+    "selu.py (selu_compute)", "float32 scale alpha expm1(x) or scale x (C-library expm1; assumed), one rounding; "
+                              "the kernel's vexp(min(x, 0)) - 1 is not modelled"))
 def selu(x, *, ctx):
     """y = x < 0 ? scale*alpha*expm1(x) : scale*x, in float32, one rounding."""
     return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
@@ -216,7 +257,10 @@ def sign(x, *, ctx):
     return f32_chain(ctx, np.sign, x)
 
 
-@register("DivNoNan", kind=VECTOR)
+@register("DivNoNan", kind=VECTOR, source=Source(
+    (_TBE + "div_no_nan.py (div_no_nan_compute)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
+    "one division rounded once, 0 where y == 0 (the divisor taken as 1 there: assumed, no parameter); the kernel's "
+    "mask arithmetic, x / (y + mask - 1) mask, giving -0 or NaN there, is not modelled"))
 def div_no_nan(x, y, *, ctx):
     """x / y, and 0 where y == 0: a vector division by a safe divisor, then a select."""
     from .math_ops import vec
@@ -228,7 +272,10 @@ def div_no_nan(x, y, *, ctx):
     return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
 
 
-@register("MulNoNan", kind=VECTOR)
+@register("MulNoNan", kind=VECTOR, source=Source(
+    (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
+    "one vmul rounded once; 0 where y == 0 even for an infinite or NaN x (TensorFlow's rule); the kernel's plain "
+    "vmul (NaN there) is not modelled"))
 def mul_no_nan(x, y, *, ctx):
     """x * y, and 0 where y == 0 (even for x Inf or NaN)."""
     from .math_ops import vec
