@@ -297,7 +297,10 @@ def floor_mod(x, y, *, ctx):
 
 # ------------------------------------------------------------------------------ vector: reductions
 
-@register("BiasAddGrad", kind=VECTOR, reads_half=True)
+@register("BiasAddGrad", kind=VECTOR, reads_half=True, source=Source(
+    (_TBE + "bias_add_grad.py (bias_add_grad_compute: fp16 cast to float32, reduce_sum, cast back)",
+     "NUMERICS.md section 8 (reductions)"), ("reduce_accumulate", "multicore_reduce_min_chunk"),
+    "a float32 sum, one rounding, as the kernel; the summation order assumed"))
 def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     """Sum of dy over every axis but the channel axis, accumulated as the other reductions."""
     from ..numerics.vector import reduce
@@ -311,7 +314,11 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     return y
 
 
-@register("UnsortedSegmentSum", kind=VECTOR)
+@register("UnsortedSegmentSum", kind=VECTOR, source=Source(
+    (_TBE + "unsorted_segment_sum.py (op_select_format: float inputs only; set_atomic_add)",
+     "NUMERICS.md section 8 (reductions), section 11"), (),
+    "float32 atomic adds in row order (arrival order with determinism off), one rounding; the order assumed, no "
+    "parameter"))
 def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
     """out[s] = sum of the rows with id s, accumulated in float32 in row order (atomic adds in
     arrival order), rounded once; rows with a negative id are dropped, as in TF."""

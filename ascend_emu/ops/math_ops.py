@@ -272,6 +272,12 @@ _REDUCE_SOURCE.update(dict.fromkeys(("sum", "mean"), Source(
      "reduce_mean_dag.h"), ("reduce_accumulate", "op_model", "multicore_reduce_min_chunk"),
     "fp16 summed in float32; the mean's 1/n before (TBE) or after (Ascend C) the sum; the summation order assumed")))
 
+_REDUCE_SOURCE["prod"] = Source(
+    (_TBE + "reduce_prod.py (reduce_prod_compute: tbe.reduce_prod in the input dtype)",
+     "NUMERICS.md section 2 (reductions)"), ("reduce_accumulate",),
+    "fp16 multiplied in float32 and rounded once by default; reduce_accumulate='float16' rounds every step, as the "
+    "TBE kernel's fp16 reduce_prod does; the order sequential (assumed)")
+
 for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
     _reduce(_name, _t)
 
