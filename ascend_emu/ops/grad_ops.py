@@ -451,7 +451,11 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
     return acc.reshape(shape)
 
 
-@register("MaxPoolGrad", kind=VECTOR)
+@register("MaxPoolGrad", kind=VECTOR, source=Source(
+    (_TBE + "max_pool_grad.py (vcmpv_eq of the input with the max, vsel of dy, vadd)",
+     "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
+    "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient goes to the first maximum of its window (taps in row-major order),
     accumulated in float32 output by output, rounded once."""
@@ -468,7 +472,11 @@ def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC")
     return finish(ctx, _scatter_add(x.shape, r, col, widen(ctx, dy)[:, :, :, None, :]))
 
 
-@register("AvgPoolGrad", kind=VECTOR)
+@register("AvgPoolGrad", kind=VECTOR, source=Source(
+    (_TBE + "avg_pool_grad.py (a Conv2DBackpropInput by kernel_matrix on the cube)",
+     "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy / count in float32 added in output order, one rounding (the order assumed, no parameter); the kernel's cube "
+    "transposed convolution is not modelled"))
 def avg_pool_grad(orig_input_shape, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient divided (float32) by its window's count of real pixels is added to
     every pixel of the window, in float32, output by output; rounded once."""

@@ -198,7 +198,10 @@ def _size(size):
     return h, w
 
 
-@register("ResizeBilinear", kind=VECTOR)
+@register("ResizeBilinear", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_bilinear_v2.py (inner_dtype float32)", _INDEX_MODEL), (),
+    "TF's float32 formula and coordinates, one rounding; that the kernel's float32 steps follow TF's order is "
+    "assumed (no parameter)"))
 def resize_bilinear(images, size, *, ctx, align_corners=False, half_pixel_centers=False):
     """TF's bilinear resize in float32 on the widened input: top = tl + (tr - tl) * xl, bottom likewise,
     top + (bottom - top) * yl, rounded once to the compute dtype."""
@@ -238,7 +241,10 @@ def resize_nearest_neighbor(images, size, *, ctx, align_corners=False, half_pixe
     return contiguous(x[:, iy][:, :, ix])
 
 
-@register("ResizeBilinearGrad", kind=VECTOR)
+@register("ResizeBilinearGrad", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_bilinear_v2_grad.py (float32 grads only)", _INDEX_MODEL), (),
+    "float32 weights, adds in output order, one rounding (the order assumed, no parameter); the kernel takes "
+    "float32 only, so an fp16 graph casts around it"))
 def resize_bilinear_grad(grads, original_image, *, ctx, align_corners=False, half_pixel_centers=False):
     """The gradient of :func:`resize_bilinear` with respect to its input: each output gradient spread over its
     four source pixels with the float32 weights (1 - yl)(1 - xl), ..., added in float32 in output order,
@@ -264,7 +270,9 @@ def resize_bilinear_grad(grads, original_image, *, ctx, align_corners=False, hal
     return finish(ctx, acc)
 
 
-@register("ResizeNearestNeighborGrad", kind=VECTOR)
+@register("ResizeNearestNeighborGrad", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_nearest_neighbor_v2_grad.py (float32 grads only)", _INDEX_MODEL), (),
+    "float32 adds in output order, one rounding (the order assumed, no parameter); the kernel takes float32 only"))
 def resize_nearest_neighbor_grad(grads, size, *, ctx, align_corners=False, half_pixel_centers=False):
     """The gradient of :func:`resize_nearest_neighbor`: each input pixel the float32 sum (in output order) of the
     gradients of the outputs that copied it, rounded once."""
