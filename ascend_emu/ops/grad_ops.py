@@ -350,7 +350,12 @@ def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
 # ------------------------------------------------------------------------------ batch norm gradient
 
 @register("FusedBatchNormGradV3", "FusedBatchNormGradV2", "FusedBatchNormGrad", kind=VECTOR,
-          fp32_inputs=(2, 3, 4))
+          fp32_inputs=(2, 3, 4), source=Source(
+              (_TBE + "bn_training_update_grad.py, bn_training_reduce_grad.py (their _compute: float32 steps)",
+               "hicann/ops-nn norm/bn_training_update_grad/tests/assets/golden.py, "
+               "norm/bn_training_reduce_grad/tests/assets/golden.py"), ("multicore_reduce_min_chunk",),
+              "BNTrainingUpdateGrad's float32 sums, BNTrainingReduceGrad's dx = ((dy + mult x) + addend) "
+              "(scale / sqrt(var + eps)), one rounding; the sum order assumed (split over cores: V3, determinism off)"))
 def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3, is_training=True,
                           data_format="NHWC"):
     """Batch-norm gradient as CANN splits it: BNTrainingUpdateGrad (float32 sums of dy * x_norm and
@@ -382,7 +387,11 @@ def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3
 
 # ------------------------------------------------------------------------------ losses
 
-@register("SoftmaxCrossEntropyWithLogits", kind=VECTOR)
+@register("SoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
+    (_TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
+     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
+    "float64 inside, each output rounded once (the composite rule: assumed, no parameter); the kernel's float32 max, "
+    "exp, sum, div, log steps are not modelled"))
 def softmax_cross_entropy(logits, labels, *, ctx):
     """loss = sum(labels * (logsumexp(z) - z)), backprop = softmax(z) - labels, per row; exact
     (float64) inside, each output rounded once (the composite rule of NUMERICS.md section 2)."""
@@ -395,7 +404,13 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     return finish(ctx, loss), finish(ctx, back)
 
 
-@register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR)
+@register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/sparse_softmax_cross_entropy_with_logits_fusion_pass.cc "
+     "(OneHotD + SoftmaxCrossEntropyWithLogits)",
+     _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
+     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
+    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits; float64 inside, each output rounded once (assumed, no "
+    "parameter); the kernel's float32 steps are not modelled"))
 def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     """As SoftmaxCrossEntropyWithLogits with one-hot labels given as class indices."""
     lab = np.asarray(labels).astype(np.int64)

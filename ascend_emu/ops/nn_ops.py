@@ -265,7 +265,10 @@ def softmax(x, *, ctx):
     return finish(ctx, z / z.sum(axis=-1, keepdims=True))
 
 
-@register("LogSoftmax", kind=VECTOR)
+@register("LogSoftmax", kind=VECTOR, source=Source(
+    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)", "NUMERICS.md section 2 (composite ops)"), (),
+    "float64 inside, one rounding (the composite rule: assumed, no parameter); the kernel's x - max in the input "
+    "dtype, then float32 exp, sum, log and difference, is not modelled"))
 def log_softmax(x, *, ctx):
     z = to64(x)
     z = z - z.max(axis=-1, keepdims=True)
