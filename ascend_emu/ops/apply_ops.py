@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from ._util import finish, widen
-from .registry import VECTOR, register
+from .registry import VECTOR, Source, register
+
+#: the TBE Apply*D kernels (canndev, read in the public mirror dengguojie/vue-element-admin) and the model
+_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
+_MODEL = "NUMERICS.md section 8 (optimizer updates)"
+
+
+def _source(kernel, note):
+    return Source((_TBE + kernel, _MODEL), (), note)
 
 
 def _chain_outputs(ctx, fn, *xs):
@@ -20,13 +28,16 @@ def _chain_outputs(ctx, fn, *xs):
     return tuple(finish(ctx, np.asarray(o, np.float32)) for o in outs)
 
 
-@register("ApplyGradientDescent", kind=VECTOR)
+@register("ApplyGradientDescent", kind=VECTOR, source=_source(
+    "apply_gradient_descent.py (var - delta alpha)", "the kernel's steps, float32 (black list), one rounding"))
 def apply_gradient_descent(var, alpha, delta, *, ctx):
     """var - alpha * delta."""
     return _chain_outputs(ctx, lambda v, a, d: (v - a * d,), var, alpha, delta)
 
 
-@register("ApplyMomentum", kind=VECTOR)
+@register("ApplyMomentum", kind=VECTOR, source=_source(
+    "apply_momentum_d.py (apply_momentum_compute_d: fp16 widened to float32)",
+    "the kernel's steps and order (nesterov included), float32, one rounding"))
 def apply_momentum(var, accum, lr, grad, momentum, *, ctx, use_nesterov=False):
     """accum = accum * momentum + grad; var -= lr * accum (nesterov: var -= grad * lr + accum * momentum * lr).
     Outputs (var, accum)."""
@@ -36,7 +47,9 @@ def apply_momentum(var, accum, lr, grad, momentum, *, ctx, use_nesterov=False):
     return _chain_outputs(ctx, fn, var, accum, lr, grad, momentum)
 
 
-@register("ApplyKerasMomentum", kind=VECTOR)
+@register("ApplyKerasMomentum", kind=VECTOR, source=_source(
+    "apply_keras_momentum_d.py", "the kernel's steps, float32, one rounding; nesterov's var + (a m - g lr) is TF's "
+                                 "order, the kernel's (var + a m) - g lr is not modelled"))
 def apply_keras_momentum(var, accum, lr, grad, momentum, *, ctx, use_nesterov=False):
     """accum = accum * momentum - grad * lr; var += accum (nesterov: var += accum * momentum - grad * lr).
     Outputs (var, accum). (TF has only the resource form, ResourceApplyKerasMomentum.)"""
@@ -46,7 +59,9 @@ def apply_keras_momentum(var, accum, lr, grad, momentum, *, ctx, use_nesterov=Fa
     return _chain_outputs(ctx, fn, var, accum, lr, grad, momentum)
 
 
-@register("ApplyAdam", kind=VECTOR)
+@register("ApplyAdam", kind=VECTOR, source=_source(
+    "apply_adam_d.py (m + (beta1 - 1)(m - g), lr_t, (lr_t m) / (sqrt(v) + eps))",
+    "the kernel's steps (nesterov included), float32 (black list), one rounding"))
 def apply_adam(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, *, ctx, use_nesterov=False):
     """lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t); m += (g - m) * (1 - beta1); v += (g*g - v) * (1 - beta2);
     var -= lr_t * m / (sqrt(v) + eps) (nesterov: m * beta1 + (1 - beta1) * g in place of m). Outputs (var, m, v)."""
@@ -60,7 +75,8 @@ def apply_adam(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, g
     return _chain_outputs(ctx, fn, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad)
 
 
-@register("ApplyRMSProp", kind=VECTOR)
+@register("ApplyRMSProp", kind=VECTOR, source=_source(
+    "apply_rms_prop_d.py (apply_rms_prop_d_compute)", "the kernel's steps, float32 (black list), one rounding"))
 def apply_rms_prop(var, ms, mom, lr, rho, momentum, epsilon, grad, *, ctx):
     """ms += (g*g - ms) * (1 - rho); mom = mom * momentum + lr * g / sqrt(ms + eps); var -= mom.
     Outputs (var, ms, mom)."""

@@ -233,7 +233,10 @@ def _chain_one_pass(ctx: OpContext, xs, chain):
     return chain_to_f16(xs, steps)
 
 
-@register("_EltwiseChain", kind=VECTOR)
+@register("_EltwiseChain", kind=VECTOR, source=Source(
+    ("NUMERICS.md section 6 (AutomaticUbFusion), section 2 (UB-fused chains run on float32 data: inferred)",), (),
+    "each step's op as sourced, in float32, one rounding at the end: assumed, no parameter (the fused kernel the "
+    "UB fusion builds is not public)"))
 def eltwise_chain(*xs, ctx, chain):
     """AutomaticUbFusion: the chain's steps in float32, one rounding to the compute dtype."""
     fast = _chain_one_pass(ctx, xs, chain)
@@ -268,7 +271,12 @@ def layer_norm(x, *params, ctx, epsilon, axis=(-1,), has_gamma=True, has_beta=Tr
     return finish(ctx, y)
 
 
-@register("_SoftmaxGrad", kind=VECTOR)
+@register("_SoftmaxGrad", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/softmax_grad.py (softmax_grad_compute)",
+     "NUMERICS.md section 6 (SoftmaxGradFusionPass)"), (),
+    "the kernel's high_precision path: fp16 widened, y dy, float32 sum, dy - sum, times y, one rounding; its "
+    "high_performance fp16 path (sum cast to fp16, difference and product in fp16) is not modelled; sum order "
+    "assumed"))
 def softmax_grad(y, dy, *, ctx):
     """SoftmaxGradFusionPass: (dy - sum(dy * y, -1)) * y with float32 steps (widened inputs, the product,
     the sequential float32 sum, the difference, the product), rounded once to the compute dtype."""

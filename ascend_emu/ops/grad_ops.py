@@ -148,8 +148,42 @@ def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dil
 
 # ------------------------------------------------------------------------------ vector: activation gradients
 
+#: the elementwise gradients' model (float32 steps in the order given, one rounding) and their TBE kernels (canndev,
+#: read in the public mirror dengguojie/vue-element-admin); a note says where a kernel's order differs
+_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
+_GRAD_MODEL = "NUMERICS.md section 8 (elementwise gradients: float32 steps, one rounding)"
+
+
+def _grad_source(kernel, note):
+    return Source((_TBE + kernel, _GRAD_MODEL), (), note)
+
+
+_GRAD_SOURCE = {
+    "Relu6Grad": _grad_source("relu6_grad.py (relu6_grad_compute)", "dy times a 0/1 mask: the rounding is exact"),
+    "EluGrad": _grad_source("elu_grad.py (elu_grad_compute: (min(y, 0) + 1) dy)", "the kernel's steps and order"),
+    "SeluGrad": _grad_source("selu_grad.py (selu_grad_compute: vcmpsel of dy (y + scale alpha), dy scale)",
+                             "the kernel's steps and order"),
+    "SigmoidGrad": Source(("hicann/ops-nn activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h",
+                           _TBE + "sigmoid_grad.py (sigmoid_grad_compute)", _GRAD_MODEL), (),
+                          "(dy (1 - y)) y as the Ascend C kernel; TBE's (y - y y) dy order is not modelled"),
+    "TanhGrad": _grad_source("tanh_grad.py (tanh_grad_compute: (1 - y y) dy)", "the kernel's steps and order"),
+    "RsqrtGrad": _grad_source("rsqrt_grad.py (rsqrt_grad_compute)", "-0.5 (dy y)(y y) (TF's order, assumed); the "
+                                                                     "kernel's ((y y) y dy) (-0.5) is not modelled"),
+    "SqrtGrad": _grad_source("sqrt_grad.py (sqrt_grad_compute: vdiv(dy, y), vmuls 0.5)",
+                             "0.5 dy / y in float32; the kernel divides in the input dtype, then halves (exact but "
+                             "for subnormal results)"),
+    "ReciprocalGrad": _grad_source("reciprocal_grad.py (reciprocal_grad_compute)",
+                                   "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
+    "InvGrad": _grad_source("inv_grad.py (inv_grad_compute)",
+                            "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
+    "SoftplusGrad": _grad_source("softplus_grad.py (softplus_grad_compute)",
+                                 "dy / (exp(-x) + 1), float32 C-library exp (TF's form, assumed); the kernel's "
+                                 "dy (e^x / (e^x + 1)) is not modelled"),
+}
+
+
 def _grad(tf_type, formula, doc):
-    @register(tf_type, kind=VECTOR)
+    @register(tf_type, kind=VECTOR, source=_GRAD_SOURCE[tf_type])
     def op(a, b, *, ctx):
         return f32_chain(ctx, formula, a, b)
     op.__name__ = tf_type
@@ -161,7 +195,8 @@ _ONE, _HALF = np.float32(1.0), np.float32(0.5)
 
 
 
-@register("ReluGrad", kind=VECTOR)
+@register("ReluGrad", kind=VECTOR, source=_grad_source(
+    "relu_grad.py (relu_grad_compute: dy times a 0/1 mask of x > 0)", "the product by 0 or 1: the rounding is exact"))
 def relu_grad(dy, x, *, ctx):
     """dx = dy * (x > 0)"""
     dy, x = np.asarray(dy), np.asarray(x)
@@ -190,19 +225,25 @@ _grad("InvGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
 _grad("SoftplusGrad", lambda dy, x: dy / (np.exp(-x) + _ONE), "dx = dy / (exp(-x) + 1)")
 
 
-@register("LeakyReluGrad", kind=VECTOR)
+@register("LeakyReluGrad", kind=VECTOR, source=_grad_source(
+    "leaky_relu_grad.py (leaky_relu_grad_compute: dy times 1, or the float32 negative_slope)",
+    "dy or dy alpha (alpha float32), one rounding"))
 def leaky_relu_grad(dy, x, *, ctx, alpha=0.2):
     """dx = x > 0 ? dy : dy * alpha (alpha as a float32 scalar)."""
     return f32_chain(ctx, lambda g, f: np.where(f > 0, g, g * np.float32(alpha)), dy, x)
 
 
-@register("Elu", kind=VECTOR)
+@register("Elu", kind=VECTOR, source=_grad_source(
+    "elu.py (elu_compute)", "x < 0: float32 expm1(x) (C library; assumed), one rounding; the kernel's "
+                            "vexp(min(x, 0)) - 1 is not modelled"))
 def elu(x, *, ctx):
     """y = x < 0 ? expm1(x) : x, in float32, one rounding."""
     return f32_chain(ctx, lambda v: np.where(v < 0, np.expm1(v), v), x)
 
 
-@register("Selu", kind=VECTOR)
+@register("Selu", kind=VECTOR, source=_grad_source(
+    "selu.py (selu_compute)", "float32 scale alpha expm1(x) or scale x (C-library expm1; assumed), one rounding; "
+                              "the kernel's vexp(min(x, 0)) - 1 is not modelled"))
 def selu(x, *, ctx):
     """y = x < 0 ? scale*alpha*expm1(x) : scale*x, in float32, one rounding."""
     return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
@@ -216,7 +257,10 @@ def sign(x, *, ctx):
     return f32_chain(ctx, np.sign, x)
 
 
-@register("DivNoNan", kind=VECTOR)
+@register("DivNoNan", kind=VECTOR, source=Source(
+    (_TBE + "div_no_nan.py (div_no_nan_compute)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
+    "one division rounded once, 0 where y == 0 (the divisor taken as 1 there: assumed, no parameter); the kernel's "
+    "mask arithmetic, x / (y + mask - 1) mask, giving -0 or NaN there, is not modelled"))
 def div_no_nan(x, y, *, ctx):
     """x / y, and 0 where y == 0: a vector division by a safe divisor, then a select."""
     from .math_ops import vec
@@ -228,7 +272,10 @@ def div_no_nan(x, y, *, ctx):
     return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
 
 
-@register("MulNoNan", kind=VECTOR)
+@register("MulNoNan", kind=VECTOR, source=Source(
+    (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
+    "one vmul rounded once; 0 where y == 0 even for an infinite or NaN x (TensorFlow's rule); the kernel's plain "
+    "vmul (NaN there) is not modelled"))
 def mul_no_nan(x, y, *, ctx):
     """x * y, and 0 where y == 0 (even for x Inf or NaN)."""
     from .math_ops import vec
@@ -250,7 +297,10 @@ def floor_mod(x, y, *, ctx):
 
 # ------------------------------------------------------------------------------ vector: reductions
 
-@register("BiasAddGrad", kind=VECTOR, reads_half=True)
+@register("BiasAddGrad", kind=VECTOR, reads_half=True, source=Source(
+    (_TBE + "bias_add_grad.py (bias_add_grad_compute: fp16 cast to float32, reduce_sum, cast back)",
+     "NUMERICS.md section 8 (reductions)"), ("reduce_accumulate", "multicore_reduce_min_chunk"),
+    "a float32 sum, one rounding, as the kernel; the summation order assumed"))
 def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     """Sum of dy over every axis but the channel axis, accumulated as the other reductions."""
     from ..numerics.vector import reduce
@@ -264,7 +314,11 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     return y
 
 
-@register("UnsortedSegmentSum", kind=VECTOR)
+@register("UnsortedSegmentSum", kind=VECTOR, source=Source(
+    (_TBE + "unsorted_segment_sum.py (op_select_format: float inputs only; set_atomic_add)",
+     "NUMERICS.md section 8 (reductions), section 11"), (),
+    "float32 atomic adds in row order (arrival order with determinism off), one rounding; the order assumed, no "
+    "parameter"))
 def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
     """out[s] = sum of the rows with id s, accumulated in float32 in row order (atomic adds in
     arrival order), rounded once; rows with a negative id are dropped, as in TF."""
@@ -296,7 +350,12 @@ def unsorted_segment_sum(data, segment_ids, num_segments, *, ctx):
 # ------------------------------------------------------------------------------ batch norm gradient
 
 @register("FusedBatchNormGradV3", "FusedBatchNormGradV2", "FusedBatchNormGrad", kind=VECTOR,
-          fp32_inputs=(2, 3, 4))
+          fp32_inputs=(2, 3, 4), source=Source(
+              (_TBE + "bn_training_update_grad.py, bn_training_reduce_grad.py (their _compute: float32 steps)",
+               "hicann/ops-nn norm/bn_training_update_grad/tests/assets/golden.py, "
+               "norm/bn_training_reduce_grad/tests/assets/golden.py"), ("multicore_reduce_min_chunk",),
+              "BNTrainingUpdateGrad's float32 sums, BNTrainingReduceGrad's dx = ((dy + mult x) + addend) "
+              "(scale / sqrt(var + eps)), one rounding; the sum order assumed (split over cores: V3, determinism off)"))
 def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3, is_training=True,
                           data_format="NHWC"):
     """Batch-norm gradient as CANN splits it: BNTrainingUpdateGrad (float32 sums of dy * x_norm and
@@ -328,7 +387,11 @@ def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3
 
 # ------------------------------------------------------------------------------ losses
 
-@register("SoftmaxCrossEntropyWithLogits", kind=VECTOR)
+@register("SoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
+    (_TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
+     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
+    "float64 inside, each output rounded once (the composite rule: assumed, no parameter); the kernel's float32 max, "
+    "exp, sum, div, log steps are not modelled"))
 def softmax_cross_entropy(logits, labels, *, ctx):
     """loss = sum(labels * (logsumexp(z) - z)), backprop = softmax(z) - labels, per row; exact
     (float64) inside, each output rounded once (the composite rule of NUMERICS.md section 2)."""
@@ -341,7 +404,13 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     return finish(ctx, loss), finish(ctx, back)
 
 
-@register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR)
+@register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/sparse_softmax_cross_entropy_with_logits_fusion_pass.cc "
+     "(OneHotD + SoftmaxCrossEntropyWithLogits)",
+     _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
+     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
+    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits; float64 inside, each output rounded once (assumed, no "
+    "parameter); the kernel's float32 steps are not modelled"))
 def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     """As SoftmaxCrossEntropyWithLogits with one-hot labels given as class indices."""
     lab = np.asarray(labels).astype(np.int64)
@@ -397,7 +466,11 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
     return acc.reshape(shape)
 
 
-@register("MaxPoolGrad", kind=VECTOR)
+@register("MaxPoolGrad", kind=VECTOR, source=Source(
+    (_TBE + "max_pool_grad.py (vcmpv_eq of the input with the max, vsel of dy, vadd)",
+     "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
+    "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient goes to the first maximum of its window (taps in row-major order),
     accumulated in float32 output by output, rounded once."""
@@ -414,7 +487,11 @@ def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC")
     return finish(ctx, _scatter_add(x.shape, r, col, widen(ctx, dy)[:, :, :, None, :]))
 
 
-@register("AvgPoolGrad", kind=VECTOR)
+@register("AvgPoolGrad", kind=VECTOR, source=Source(
+    (_TBE + "avg_pool_grad.py (a Conv2DBackpropInput by kernel_matrix on the cube)",
+     "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy / count in float32 added in output order, one rounding (the order assumed, no parameter); the kernel's cube "
+    "transposed convolution is not modelled"))
 def avg_pool_grad(orig_input_shape, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient divided (float32) by its window's count of real pixels is added to
     every pixel of the window, in float32, output by output; rounded once."""

@@ -17,6 +17,11 @@ from ._util import as_int_list, contiguous, finish, is_float, widen
 from .registry import MOVE, VECTOR, Source, register
 
 
+#: the TBE kernels (canndev, read in the public mirror dengguojie/vue-element-admin) and the model's section
+_TBE = "canndev ops/built-in/tbe/impl/"
+_INDEX_MODEL = "NUMERICS.md section 2 (index, scan and resize ops)"
+
+
 def _scalar(x) -> int:
     return int(np.asarray(x).reshape(-1)[0])
 
@@ -58,7 +63,11 @@ def _scan(x32, axis, exclusive, reverse):
     return np.flip(s, axis) if reverse else s
 
 
-@register("Cumsum", kind=VECTOR)
+@register("Cumsum", kind=VECTOR, source=Source(
+    ("hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
+     _TBE + "cumsum_d.py, cum_computer.py (vadd of the running sum)", _INDEX_MODEL), (),
+    "a float32 running sum in scan order, each output rounded once: the Ascend C kernel's float32, not its Sklansky "
+    "order; the 910B's TBE CumsumD adds in the input dtype (fp16 rounded each step): not modelled"))
 def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
     """Running sum along ``axis``: float32 accumulation in scan order, each output rounded once."""
     x = np.asarray(x)
@@ -74,7 +83,11 @@ def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
 
 # ------------------------------------------------------------------------------------ segment sums
 
-@register("SegmentSum", kind=VECTOR)
+@register("SegmentSum", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/segment_sum.py (float32: atomic adds; float16: unsorted_segment_sum_no_atomic.py)",
+     _INDEX_MODEL), (),
+    "float32 adds in row order, one rounding (the order assumed, no parameter); the fp16 no-atomic kernel's "
+    "accumulator was not read"))
 def segment_sum(data, segment_ids, *, ctx):
     """out[s] = the sum of the rows with (sorted) id s, in float32 in row order, rounded once; ids that no row
     has give zero rows (TF)."""
@@ -121,7 +134,10 @@ def _scatter_add(base, indices, updates, ctx):
     return finish(ctx, acc.reshape(shape))
 
 
-@register("ScatterNd", kind=VECTOR)
+@register("ScatterNd", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/scatter_nd.py (atomic adds into the output)", _INDEX_MODEL), (),
+    "float32 adds in index order, one rounding (the order assumed, no parameter); fp16 atomic adds in the output "
+    "dtype, where the kernel uses them, are not modelled"))
 def scatter_nd(indices, updates, shape, *, ctx):
     """A zero tensor of ``shape`` with ``updates`` added at ``indices`` (repeated indices add up): float32
     accumulation in index order, rounded once."""
@@ -129,7 +145,11 @@ def scatter_nd(indices, updates, shape, *, ctx):
     return _scatter_add(np.zeros(as_int_list(shape), u.dtype), indices, u, ctx)
 
 
-@register("TensorScatterAdd", kind=VECTOR)
+@register("TensorScatterAdd", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/tensor_scatter_add_fusion_pass.cc (TensorMove + "
+     "ScatterNdAdd)", _TBE + "dynamic/scatter_nd_add.py (vec_add into var)", _INDEX_MODEL), (),
+    "float32 adds in index order, one rounding (assumed, no parameter); ScatterNdAdd adds each update into var in "
+    "var's dtype (fp16 rounded per add): not modelled"))
 def tensor_scatter_add(tensor, indices, updates, *, ctx):
     return _scatter_add(np.asarray(tensor), indices, updates, ctx)
 
@@ -178,7 +198,10 @@ def _size(size):
     return h, w
 
 
-@register("ResizeBilinear", kind=VECTOR)
+@register("ResizeBilinear", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_bilinear_v2.py (inner_dtype float32)", _INDEX_MODEL), (),
+    "TF's float32 formula and coordinates, one rounding; that the kernel's float32 steps follow TF's order is "
+    "assumed (no parameter)"))
 def resize_bilinear(images, size, *, ctx, align_corners=False, half_pixel_centers=False):
     """TF's bilinear resize in float32 on the widened input: top = tl + (tr - tl) * xl, bottom likewise,
     top + (bottom - top) * yl, rounded once to the compute dtype."""
@@ -218,7 +241,10 @@ def resize_nearest_neighbor(images, size, *, ctx, align_corners=False, half_pixe
     return contiguous(x[:, iy][:, :, ix])
 
 
-@register("ResizeBilinearGrad", kind=VECTOR)
+@register("ResizeBilinearGrad", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_bilinear_v2_grad.py (float32 grads only)", _INDEX_MODEL), (),
+    "float32 weights, adds in output order, one rounding (the order assumed, no parameter); the kernel takes "
+    "float32 only, so an fp16 graph casts around it"))
 def resize_bilinear_grad(grads, original_image, *, ctx, align_corners=False, half_pixel_centers=False):
     """The gradient of :func:`resize_bilinear` with respect to its input: each output gradient spread over its
     four source pixels with the float32 weights (1 - yl)(1 - xl), ..., added in float32 in output order,
@@ -244,7 +270,9 @@ def resize_bilinear_grad(grads, original_image, *, ctx, align_corners=False, hal
     return finish(ctx, acc)
 
 
-@register("ResizeNearestNeighborGrad", kind=VECTOR)
+@register("ResizeNearestNeighborGrad", kind=VECTOR, source=Source(
+    (_TBE + "dynamic/resize_nearest_neighbor_v2_grad.py (float32 grads only)", _INDEX_MODEL), (),
+    "float32 adds in output order, one rounding (the order assumed, no parameter); the kernel takes float32 only"))
 def resize_nearest_neighbor_grad(grads, size, *, ctx, align_corners=False, half_pixel_centers=False):
     """The gradient of :func:`resize_nearest_neighbor`: each input pixel the float32 sum (in output order) of the
     gradients of the outputs that copied it, rounded once."""

@@ -32,6 +32,33 @@ SOURCED = {
                      "arch35/rsqrt.h"), ("op_model",), "vsqrt then vdiv(1, .) in float32, then RINT"),
 }
 
+#: the TBE kernels (canndev, read in the public mirror dengguojie/vue-element-admin) of the arithmetic ops: one
+#: vector instruction each, in the compute dtype or in float32 with a RINT cast back; either way the exact result
+#: rounded once (NUMERICS.md section 2: the double rounding through float32 is innocuous)
+_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
+_ONCE = "NUMERICS.md section 2 (+ - * / sqrt: the exact result rounded once)"
+ARITH = {
+    "add": Source((_TBE + "add.py (add_compute: tbe.vadd)", _ONCE), (),
+                  "one vadd in the compute dtype, rounded once (nearest even)"),
+    "sub": Source((_TBE + "sub.py (sub_compute: tbe.vsub)", _ONCE), (),
+                  "one vsub in the compute dtype, rounded once (nearest even)"),
+    "mul": Source((_TBE + "mul.py (mul_compute: tbe.vmul)", _ONCE), (),
+                  "one vmul in the compute dtype, rounded once (nearest even)"),
+    "realdiv": Source((_TBE + "real_div.py (real_div_compute), div.py (div_compute)", _ONCE), (),
+                      "fp16 widened, one float32 vdiv, cast back (RINT); Div.md's 1-ulp INTRINSIC divide not "
+                      "modelled (correctly rounded)"),
+    "square": Source((_TBE + "square.py (square_compute: tbe.vmul(x, x))", _ONCE), (),
+                     "one vmul of x by itself, rounded once"),
+    "sqrt": Source((_TBE + "sqrt.py (sqrt_compute: float32 vsqrt)", _ONCE), (),
+                   "fp16 widened, one float32 vsqrt, cast back (RINT); correctly rounded vsqrt modelled"),
+    "reciprocal": Source((_TBE + "reciprocal.py (reciprocal_compute: vdiv(1, x)), inv.py (inv_compute)", _ONCE), (),
+                         "fp16 widened, one float32 vdiv of 1 by x, cast back (RINT)"),
+    "squared_difference": Source((_TBE + "squared_difference.py (squared_difference_compute: vsub, then vmul)",
+                                  "NUMERICS.md section 2 (squared_difference)"), (),
+                                 "two instructions in the compute dtype, each rounded: the difference can "
+                                 "overflow"),
+}
+
 _INT_FUNCS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
     "neg": np.negative, "abs": np.abs, "square": np.square, "floordiv": np.floor_divide,
@@ -80,6 +107,7 @@ def _unary(name, tf_types):
 
 
 _SOURCE = {**dict.fromkeys(("expm1", "log", "log1p", "erf", "erfc", "softsign", "pow"), _TRANSCENDENTAL), **SOURCED,
+           **ARITH,
            **dict.fromkeys(("maximum", "minimum", "relu", "relu6"), EXACT_SELECT),
            **dict.fromkeys(("neg", "abs"), _EXACT_SIGN)}
 
@@ -99,7 +127,10 @@ for _name, _types in {
     _unary(_name, _types)
 
 
-@register("Softplus", kind=VECTOR, eltwise="softplus")
+@register("Softplus", kind=VECTOR, eltwise="softplus", source=Source(
+    (_TBE + "softplus.py (softplus_compute)", "NUMERICS.md section 2 (composite ops)"), (),
+    "modelled as the composite rule (float64 max(x,0) + log1p(e^-|x|), one rounding: an assumption with no "
+    "parameter); the TBE kernel's float32 vexp/vlog steps are not modelled"))
 def softplus(x, *, ctx):
     """A composite op (NUMERICS.md section 2): the vector unit's softplus, max(x, 0) + log1p(e^-|x|) in
     float64 rounded once, whatever ``impl_mode``."""
@@ -139,7 +170,10 @@ def cos(x, *, ctx):
     return _trig("cos", x, ctx)
 
 
-@register("LeakyRelu", kind=VECTOR, eltwise="leaky_relu")
+@register("LeakyRelu", kind=VECTOR, eltwise="leaky_relu", source=Source(
+    (_TBE + "leaky_relu.py (leaky_relu_compute: tbe.vlrelu(x, negative_slope))", "NUMERICS.md section 2 (leaky_relu)"),
+    (), "x times alpha rounded to the compute dtype (the scalar operand's dtype: an assumption with no parameter), "
+        "rounded once"))
 def leaky_relu(x, *, ctx, alpha=0.2):
     return vec(ctx, "leaky_relu", x, alpha=float(alpha))
 
@@ -156,14 +190,19 @@ def select(cond, x, y, *, ctx):
     return vec(ctx, "select", np.asarray(cond, dtype=bool), x, y)
 
 
-@register("BiasAdd", kind=VECTOR, eltwise="add")
+@register("BiasAdd", kind=VECTOR, eltwise="add", source=Source(
+    (_TBE + "bias_add.py (bias_add_compute: tbe.vadd of the broadcast bias)", _ONCE), (),
+    "one vadd in the compute dtype, rounded once"))
 def bias_add(x, bias, *, ctx, data_format="NHWC"):
     if data_format not in ("NHWC", "N..C"):
         raise NotImplementedError(f"BiasAdd data_format {data_format}")
     return vec(ctx, "add", x, bias)
 
 
-@register("AddN", kind=VECTOR, eltwise="add")
+@register("AddN", kind=VECTOR, eltwise="add", source=Source(
+    (_TBE + "add_n.py (add_n_fusion_compute: vadd in the input dtype)", _ONCE), (),
+    "each partial sum rounded to the compute dtype, as add_n_fusion_compute; add_n_compute (unfused, on SoCs with a "
+    "float32 vadd) widens fp16 and rounds the float32 sum once: not modelled"))
 def add_n(*xs, ctx):
     if len(xs) > 2 and ctx.dtype_name == "float16" and ctx.subnormals == "keep" and all(
             type(x) is np.ndarray and x.dtype == np.float16 and x.shape == xs[0].shape for x in xs):
@@ -232,6 +271,12 @@ _REDUCE_SOURCE.update(dict.fromkeys(("sum", "mean"), Source(
      "hicann/ops-math math/reduce_sum/op_kernel/arch35/reduce_sum_dag.h, math/reduce_mean/op_kernel/arch35/"
      "reduce_mean_dag.h"), ("reduce_accumulate", "op_model", "multicore_reduce_min_chunk"),
     "fp16 summed in float32; the mean's 1/n before (TBE) or after (Ascend C) the sum; the summation order assumed")))
+
+_REDUCE_SOURCE["prod"] = Source(
+    (_TBE + "reduce_prod.py (reduce_prod_compute: tbe.reduce_prod in the input dtype)",
+     "NUMERICS.md section 2 (reductions)"), ("reduce_accumulate",),
+    "fp16 multiplied in float32 and rounded once by default; reduce_accumulate='float16' rounds every step, as the "
+    "TBE kernel's fp16 reduce_prod does; the order sequential (assumed)")
 
 for _name, _t in {"sum": "Sum", "mean": "Mean", "max": "Max", "min": "Min", "prod": "Prod"}.items():
     _reduce(_name, _t)

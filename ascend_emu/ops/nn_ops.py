@@ -237,7 +237,15 @@ def max_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     return finish(ctx, _max_windows(_as_f32(x), ksize, strides, padding))  # a max of representable values is exact
 
 
-@register("AvgPool", kind=VECTOR)
+#: the TBE kernels (canndev, read in the public mirror dengguojie/vue-element-admin)
+_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
+
+
+@register("AvgPool", kind=VECTOR, source=Source(
+    (_TBE + "avg_pool.py (reduce_avg_rw / reduce_avg_rh: vadd of the window, mean_func: vmuls by 1/count)",
+     "NUMERICS.md section 2 (composite ops)"), (),
+    "the window's mean in float64, one rounding (the composite rule: assumed, no parameter); the kernel's adds in "
+    "the input dtype and its cube path are not modelled"))
 def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     _nhwc(data_format)
     v, cnt = _windows(to64(x), ksize, strides, padding, 0.0)
@@ -257,7 +265,10 @@ def softmax(x, *, ctx):
     return finish(ctx, z / z.sum(axis=-1, keepdims=True))
 
 
-@register("LogSoftmax", kind=VECTOR)
+@register("LogSoftmax", kind=VECTOR, source=Source(
+    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)", "NUMERICS.md section 2 (composite ops)"), (),
+    "float64 inside, one rounding (the composite rule: assumed, no parameter); the kernel's x - max in the input "
+    "dtype, then float32 exp, sum, log and difference, is not modelled"))
 def log_softmax(x, *, ctx):
     z = to64(x)
     z = z - z.max(axis=-1, keepdims=True)

@@ -5,7 +5,7 @@ Each op states its source where it is registered (``@register(..., source=Source
 ``ops/registry.py``); a data movement op (kind ``move``) copies bits and needs none. ``python -m
 ascend_emu.ops.sources`` prints the table; ``--write [NUMERICS.md]`` replaces it between the markers (a test
 checks the file holds exactly the generated table, and that every AI Core op type has a source or a registered
-assumption, but for the ones :data:`NOT_YET_STATED` lists).
+assumption).
 """
 from __future__ import annotations
 
@@ -20,20 +20,6 @@ END = "<!-- op-sources: end -->"
 NUMERICS_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            "NUMERICS.md")
 _KIND = {CUBE: "cube", VECTOR: "vector", MOVE: "data movement"}
-
-#: AI Core op types registered before sources were stated (issue 42) whose source is still to be written down;
-#: the test fails for any other op without one, and when one of these gains a source (drop it from here)
-NOT_YET_STATED = frozenset((
-    "Add", "AddN", "AddV2", "ApplyAdam", "ApplyGradientDescent", "ApplyKerasMomentum", "ApplyMomentum",
-    "ApplyRMSProp", "AvgPool", "AvgPool3D", "AvgPool3DGrad", "AvgPoolGrad", "BiasAdd", "BiasAddGrad", "Cumsum",
-    "Div", "DivNoNan", "_EltwiseChain", "Elu", "EluGrad", "FusedBatchNormGrad", "FusedBatchNormGradV2",
-    "FusedBatchNormGradV3", "Inv", "InvGrad", "LeakyRelu", "LeakyReluGrad", "LogSoftmax", "MaxPool3DGrad",
-    "MaxPoolGrad", "Mul", "MulNoNan", "Prod", "RealDiv", "Reciprocal", "ReciprocalGrad", "Relu6Grad", "ReluGrad",
-    "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighborGrad", "RsqrtGrad", "ScatterNd", "SegmentSum",
-    "Selu", "SeluGrad", "SigmoidGrad", "SoftmaxCrossEntropyWithLogits", "_SoftmaxGrad", "Softplus", "SoftplusGrad",
-    "SparseSoftmaxCrossEntropyWithLogits", "Sqrt", "SqrtGrad", "Square", "SquaredDifference", "Sub", "TanhGrad",
-    "TensorScatterAdd", "UnsortedSegmentSum",
-))
 
 
 def aicore_types() -> list:

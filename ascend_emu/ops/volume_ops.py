@@ -125,7 +125,11 @@ def max_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     return finish(ctx, contiguous(v.max(axis=(-1, -2, -3))))
 
 
-@register("AvgPool3D", kind=VECTOR)
+@register("AvgPool3D", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/avg_pool3d.py (a Conv3D on the cube, mad_dtype float32)",
+     "NUMERICS.md section 2 (3D pooling)"), (),
+    "the mean of the window's real voxels in float64, one rounding (assumed, no parameter); the kernel's cube "
+    "convolution by 1/count weights is not modelled"))
 def avg_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     """The window mean over its real voxels (SAME padding not counted), as AvgPool: computed exactly (float64)
     and rounded once to the compute dtype."""
@@ -203,7 +207,11 @@ def _windows_of(shape, ksize, strides, padding):
                        for i, s, p, k, n in zip(o, strides, pads, ksize, shape))
 
 
-@register("MaxPool3DGrad", kind=VECTOR)
+@register("MaxPool3DGrad", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/max_pool3d_grad.py (vcmpv_eq with the max, vsel of dy, float32 output)",
+     "NUMERICS.md section 2 (3D pooling)"), (),
+    "dy to every tie of the window's max (TF's CPU rule: assumed, no parameter), float32 adds, one rounding; the "
+    "kernel's vnot/vand/vor mask bookkeeping, which reads as first-tie-only, is not modelled"))
 def max_pool3d_grad(orig_input, orig_output, grad, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     """Each output gradient goes to every voxel of its window equal to the window's max (TF's CPU rule: a mask
     of ties, not one argmax), added in float32 in output order, rounded once."""
@@ -219,7 +227,11 @@ def max_pool3d_grad(orig_input, orig_output, grad, *, ctx, ksize, strides, paddi
     return finish(ctx, acc)
 
 
-@register("AvgPool3DGrad", kind=VECTOR)
+@register("AvgPool3DGrad", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/dynamic/avg_pool3d_grad.py (Conv3DBackpropInput by an fp16 mean_matrix)",
+     "NUMERICS.md section 2 (3D pooling)"), (),
+    "dy / count in float32 added in output order, one rounding (assumed, no parameter); the kernel's cube "
+    "transposed convolution is not modelled"))
 def avg_pool3d_grad(orig_input_shape, grad, *, ctx, ksize, strides, padding, data_format="NDHWC"):
     """Each output gradient divided (float32) by its window's count of real voxels and added to each of them in
     float32 in output order, rounded once (TF's CPU kernel's order)."""
