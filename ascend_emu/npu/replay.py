@@ -550,7 +550,8 @@ class _Run:
                                                      "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
-        if "onnx_node" in node.meta:
+        if "onnx_node" in node.meta or self.graph.onnx is not None:
+            # an ONNX model's AI CPU is onnxruntime, for its fallback nodes and the registry ops they map to
             from .aicpu_onnx import run_onnx_node as run_node
         else:
             from .aicpu import run_tf_node as run_node

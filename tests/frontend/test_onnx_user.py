@@ -1,0 +1,70 @@
+"""What a new user hits with real ONNX exports (issue 45, items 1-9): float32-keeping modes on SoCs whose cube
+lacks float32, --keep-dtype with ONNX names, the loader's own constants in overflow verdicts, and more.
+
+Models are built with onnx.helper (tests/frontend/onnx_models.py) and checked against onnxruntime's own float32
+run; each test runs in seconds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from ascend_emu import Device
+from ascend_emu.cli.main import main
+from ascend_emu.frontend.tf.reference import reference
+
+sys.path.insert(0, os.path.dirname(__file__))
+import onnx_models as M  # noqa: E402
+
+CNN_SHAPES = {"x": [2, 3, 16, 16]}
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    p = tmp_path / name
+    onnx.save(model, str(p))
+    return p
+
+
+def _ort(model, feeds):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("device", [
+    {"precision_mode": "must_keep_origin_dtype"},                      # the default SoC, the 910
+    {"soc": "Ascend310P3", "precision_mode_v2": "origin"},
+], ids=["910_must_keep_origin_dtype", "310P3_origin"])
+@pytest.mark.parametrize("build,shapes", [(M.resnet_cnn, CNN_SHAPES), (M.resize_einsum, None)],
+                         ids=["conv_gemm", "convtranspose_einsum"])
+def test_float32_cube_ops_of_onnx_models_run_on_onnxruntime(build, shapes, device):
+    """Item 1: a float32 cube op on a cube without float32 goes to the AI CPU, which for an ONNX model is
+    onnxruntime running the mapped op's ONNX form; the whole model then equals onnxruntime's float32 run."""
+    model = build()
+    rng = np.random.default_rng(0)
+    shape = shapes["x"] if shapes else [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = rng.standard_normal(shape).astype(np.float32)
+    res = Device(**device).replay(model, {"x": x}, shapes=shapes, progress=False)
+    cube = [r for r in res.records if r.tf_type in ("Conv2D", "MatMul", "Conv2DBackpropInput", "Einsum")]
+    assert cube and all(r.engine == "AICPU" and r.compute_dtype == "float32" for r in cube), cube
+    want = _ort(model, {"x": x})[0]
+    got = res.outputs[next(iter(res.outputs))]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_keep_dtype_conv2d_and_gemm_on_310p(tmp_path):
+    """Item 2: the README's ATC example, --keep-dtype OpType::Conv2D and a Gemm's node name on the 310P."""
+    keep = tmp_path / "keep.txt"
+    keep.write_text("OpType::Conv2D\nfc\n")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(CNN_SHAPES["x"]).astype(np.float32)
+    res = Device(soc="Ascend310P3", keep_dtype=keep).replay(M.resnet_cnn(), {"x": x}, shapes=CNN_SHAPES,
+                                                           progress=False)
+    rec = {r.name: r for r in res.records}
+    assert rec["conv1/Conv2D"].engine == "AICPU" and rec["conv1/Conv2D"].compute_dtype == "float32"
+    assert rec["fc/MatMul"].engine == "AICPU" and rec["fc/MatMul"].compute_dtype == "float32"
