@@ -196,6 +196,10 @@ class Device:
         if (opdef is None or opdef.kind != CUBE or t not in ("float32", "bfloat16")
                 or t in self.numerics.chip.cube_dtypes):
             return False
+        p = self.precision
+        if (p.keep_names or p.keep_types) and p.keeps(node.name, ascend_type(node.op), node.meta.get("fusion"),
+                                                     node.meta.get("onnx_name")):
+            return True     # --keep-dtype keeps it (the replay decides it so)
         return self.precision.decide(CUBE, ascend_type(node.op), t, []).dtype == t
 
     def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,

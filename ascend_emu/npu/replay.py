@@ -364,7 +364,8 @@ class _Run:
             made = self.decisions[key] = (dec, dec.to_dict())
         dec = made[0]
         precision = self.dev.precision
-        if (precision.keep_names or precision.keep_types) and precision.keeps(node.name, ascend_op, fusion):
+        if (precision.keep_names or precision.keep_types) and precision.keeps(
+                node.name, ascend_op, fusion, meta.get("onnx_name")):
             dec = precision.keep_decision(opdef.kind, orig)
             made = (dec, dec.to_dict())
         casts = []      # (input index, the dtype it is cast to)

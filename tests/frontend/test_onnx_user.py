@@ -68,3 +68,28 @@ def test_keep_dtype_conv2d_and_gemm_on_310p(tmp_path):
     rec = {r.name: r for r in res.records}
     assert rec["conv1/Conv2D"].engine == "AICPU" and rec["conv1/Conv2D"].compute_dtype == "float32"
     assert rec["fc/MatMul"].engine == "AICPU" and rec["fc/MatMul"].compute_dtype == "float32"
+
+
+@pytest.mark.parametrize("build,names", [
+    (M.resnet_cnn, ["conv2", "bn1", "pool1"]),
+    (M.resize_einsum, ["deconv"]),
+], ids=["conv_bn_maxpool", "convtranspose"])
+def test_keep_dtype_with_an_onnx_node_name_keeps_all_its_ops(tmp_path, build, names):
+    """Item 3: an ONNX node's name keeps every plain op the node became (its Conv2D, BiasAdd, the pad and pool,
+    the transposes), not only its transpose back to NCHW; on the 910B, whose cube has float32."""
+    keep = tmp_path / "keep.txt"
+    keep.write_text("\n".join(names) + "\n")
+    model = build()
+    shapes = CNN_SHAPES if build is M.resnet_cnn else None
+    res = Device(soc="Ascend910B", keep_dtype=keep).replay(model, shapes=shapes, progress=False)
+    base = Device(soc="Ascend910B").replay(model, shapes=shapes, progress=False)
+    part = [r for r in res.records if r.engine == "AICORE" and r.tf_type not in ("Cast", "Const")
+            and any(r.name == n or r.name.startswith(n + "/") for n in names)]
+    assert {r.tf_type for r in part} >= ({"Transpose", "MaxPool", "PadV2"} if "pool1" in names else {"Transpose"})
+    assert part and all(r.compute_dtype == "float32" for r in part), [(r.name, r.compute_dtype) for r in part]
+    # the cube op of the named node (or the fused op that took it in) computes in float32; without the list, fp16
+    cube = [r for r in res.records if r.tf_type in ("Conv2D", "Conv2DBackpropInput", "_FusedConv2D")
+            and any(n in r.name for n in names)]
+    assert cube and all(r.compute_dtype == "float32" for r in cube)
+    by_name = {r.name: r for r in base.records}
+    assert all(by_name[r.name].compute_dtype == "float16" for r in cube)

@@ -274,6 +274,7 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
         b.values[nd.output[0]] = v
     fn = CONVERTERS.get(nd.op_type) if nd.domain in ("", "ai.onnx") else None
     outs = None
+    first = len(b.nodes)
     if fn is not None:
         try:
             outs = fn(b, n)
@@ -289,6 +290,10 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
         for o, ref in zip(nd.output, outs):
             if o:
                 b.tensors[o] = ref
+        for made in b.nodes[first:]:
+            if made.op != "Const":      # (a helper constant may be shared with later nodes)
+                # the ONNX node this plain op is part of: --keep-dtype with the node's name keeps all of them
+                made.meta["onnx_name"] = name
         last = b.nodes[-1]
         if (last.name == name and len(nd.output) == last.num_outputs
                 and all(nd.input) and last.inputs == [b.tensors[i] for i in nd.input]):
