@@ -93,3 +93,39 @@ def test_keep_dtype_with_an_onnx_node_name_keeps_all_its_ops(tmp_path, build, na
     assert cube and all(r.compute_dtype == "float32" for r in cube)
     by_name = {r.name: r for r in base.records}
     assert all(by_name[r.name].compute_dtype == "float16" for r in cube)
+
+
+def _pool_gemm(scale: float):
+    """A padded MaxPool (the loader pads with a -inf constant) before a Gemm whose weights are ``scale``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = (np.abs(rng.standard_normal((10, 3 * 4 * 4))) * scale).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="/MaxPool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 0, 0]),
+             helper.make_node("Flatten", ["p"], ["f"], name="/Flatten"),
+             helper.make_node("Gemm", ["f", "w"], ["y"], name="/fc/Gemm", transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("scale,first", [(1.0, None), (2000.0, "/fc/Gemm")], ids=["no_overflow", "gemm"])
+def test_loader_pad_constant_is_not_the_first_overflow(tmp_path, capsys, scale, first):
+    """Item 4: the -inf MaxPool pad constant the loader makes is no overflow: with none, no first overflowing
+    op (not an 'unknown' verdict); with a Gemm overflowing fp16, the Gemm is named, verdict abnormal."""
+    from ascend_emu.analysis.overflow import overflow_report
+
+    x = np.abs(np.random.default_rng(8).standard_normal((1, 3, 8, 8))).astype(np.float32) + 1
+    Device().replay(_pool_gemm(scale), {"x": x}, tmp_path / "npu", progress=False)
+    ov = overflow_report(tmp_path / "npu")
+    assert (ov.first or {}).get("name") == first
+    if first:
+        assert ov.first["verdict"]["verdict"] == "abnormal"
+    capsys.readouterr()
+    main(["overflow", str(tmp_path / "npu")])
+    out = capsys.readouterr().out
+    assert "pad_value" not in out and "re-run" not in out and (first is None or first in out)
