@@ -303,11 +303,12 @@ def _detail(cmp, op, i, status, const) -> dict:
 def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: int = FOLD_TARGET) -> str:
     """The HTML of the report's ``graph`` section for comparison ``cmp`` (and overflow report ``ov``)."""
     npu = cmp.npu
-    const = constant_ops(npu)
-    ops = [op for op in npu.ops if op["name"] not in const]
-    names = {op["name"] for op in ops}
     first = cmp.first_divergent()
     first_name = first.name if first is not None else None
+    # the first divergent op is drawn (and ringed) whatever it is: a Cast of a constant too
+    const = constant_ops(npu) - {first_name}
+    ops = [op for op in npu.ops if op["name"] not in const]
+    names = {op["name"] for op in ops}
     details = {}
     for i, op in enumerate(ops):
         details[op["name"]] = _detail(cmp, op, i, op_status(cmp, op["name"]), const)
@@ -318,7 +319,7 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     svg.cast_pairs = set(cedges)
     # the path the first divergent op's error takes to the model output
     chain = first.chain if first is not None else []
-    svg.chain_pairs = set(zip(chain, chain[1:])) & set(data_edges)
+    svg.chain_pairs = set(zip(chain, chain[1:])) & set(edges)
     order = {op["name"]: k for k, op in enumerate(ops)}
     opmap = {op["name"]: op for op in ops}
     fused_by_into: dict[str, list[dict]] = {}

@@ -129,3 +129,57 @@ def test_loader_pad_constant_is_not_the_first_overflow(tmp_path, capsys, scale, 
     main(["overflow", str(tmp_path / "npu")])
     out = capsys.readouterr().out
     assert "pad_value" not in out and "re-run" not in out and (first is None or first in out)
+
+
+def _masked_attention(cancel: bool):
+    """An HF-style additive attention mask holding float32's minimum (it overflows fp16 in its inserted Cast);
+    with ``cancel``, then p + 30000 - 30000 on the softmax, whose fp16 cancellation makes an error larger than its inputs'."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    mask = np.zeros((1, 6), np.float32)
+    mask[0, 4:] = np.finfo(np.float32).min
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["s"], name="/attn/MatMul"),
+             helper.make_node("Mul", ["s", "scale"], ["ss"], name="/attn/Mul"),
+             helper.make_node("Add", ["ss", "mask"], ["sm"], name="/attn/Add"),
+             helper.make_node("Softmax", ["sm"], ["p"], name="/attn/Softmax", axis=-1),
+             helper.make_node("MatMul", ["p" if not cancel else "pc", "v"], ["y"], name="/attn/MatMul_1")]
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(mask, "mask"), numpy_helper.from_array(np.float32(0.5), "scale"),
+             numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "v")]
+    if cancel:
+        inits.append(numpy_helper.from_array(np.float32(30000.0), "big"))
+        inits.append(numpy_helper.from_array(np.asarray([2, 6], np.int64), "shape"))
+        # (the Reshape keeps the Add and the Sub two ops: fused, the chain would run in float32)
+        nodes[4:4] = [helper.make_node("Add", ["p", "big"], ["z"], name="/cancel/Add"),
+                      helper.make_node("Reshape", ["z", "shape"], ["zr"], name="/cancel/Reshape"),
+                      helper.make_node("Sub", ["zr", "big"], ["pc"], name="/cancel/Sub")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("cancel,exceeds", [(False, None), (True, "/cancel/Sub")], ids=["mask", "mask_cancel"])
+def test_first_divergent_inserted_cast_is_drawn_and_explained(tmp_path, cancel, exceeds):
+    """Item 5: the first divergent op is the mask's inserted Cast (float32 min overflows fp16). compare says its
+    error is fp16's own rounding and names the first op whose error exceeds its inputs', its chain goes on
+    through the Cast's readers (not "it is a model output"), and the report's graph draws and rings it."""
+    from ascend_emu.analysis.compare import compare
+    from ascend_emu.analysis.graph_view import graph_section
+
+    path = _save(tmp_path, _masked_attention(cancel))
+    ref = reference(path, None, tmp_path / "bench", progress=False)
+    Device().replay(path, ref.inputs, tmp_path / "npu", progress=False)
+    c = compare(tmp_path / "npu", tmp_path / "bench")
+    fd = c.first_divergent()
+    assert fd.name == "mask/ascend_cast_0_to_fp16"
+    assert fd.rounding == "float16" and fd.exceeds == exceeds
+    text = fd.format_text()
+    assert "(it is a model output)" not in text and "/attn/Add" in fd.chain and fd.chain[-1] == "/attn/MatMul_1"
+    assert "rounded to float16" in text and (exceeds or "no later op") in text
+    html = graph_section(c)
+    assert 'data-op="mask/ascend_cast_0_to_fp16"' in html
+    node = html[html.index('data-op="mask/ascend_cast_0_to_fp16"') - 200:html.index('data-op="mask/ascend_cast_0_to_fp16"') + 200]
+    assert 'data-first="true"' in node
