@@ -183,3 +183,25 @@ def test_first_divergent_inserted_cast_is_drawn_and_explained(tmp_path, cancel, 
     assert 'data-op="mask/ascend_cast_0_to_fp16"' in html
     node = html[html.index('data-op="mask/ascend_cast_0_to_fp16"') - 200:html.index('data-op="mask/ascend_cast_0_to_fp16"') + 200]
     assert 'data-first="true"' in node
+
+
+def test_small_things_a_new_onnx_user_reads(tmp_path, capsys, monkeypatch):
+    """Item 8: replay --help names .onnx; the unknown-dims error is a command line (no Python dict syntax);
+    fusion-bisect and mixlist-search on an ONNX model name onnxruntime as the float32 reference."""
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert ".onnx" in capsys.readouterr().out
+    dyn = M.resnet_cnn()
+    dyn.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    dyn_path = _save(tmp_path, dyn, "dyn.onnx")
+    assert main(["-q", "replay", str(dyn_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--shape x=1,3,N,16" in err and "{" not in err and len(err.splitlines()) == 1, err
+    small = _save(tmp_path, _pool_gemm(1.0), "small.onnx")
+    monkeypatch.chdir(tmp_path)     # (mixlist-search writes ops_info.json here)
+    assert main(["-q", "fusion-bisect", str(small), "--scheduler", "none"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "onnxruntime float32 reference" in out and "TensorFlow" not in out
+    assert main(["-q", "mixlist-search", str(small), "--scheduler", "none"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "onnxruntime float32 reference" in out and "TensorFlow" not in out
