@@ -205,3 +205,45 @@ def test_small_things_a_new_onnx_user_reads(tmp_path, capsys, monkeypatch):
     assert main(["-q", "mixlist-search", str(small), "--scheduler", "none"]) in (0, 1)
     out = capsys.readouterr().out
     assert "onnxruntime float32 reference" in out and "TensorFlow" not in out
+
+
+def _ai_core_model():
+    """Conv1d (padded, strided, with bias), Softmax over axis 1, IsNaN and ConstantOfShape feeding a Where."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array((rng.standard_normal((6, 4, 3)) * 0.4).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b1"),
+             numpy_helper.from_array(np.asarray([2, 6, 5], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], name="/conv1d/Conv", pads=[1, 2], strides=[2]),
+             helper.make_node("Softmax", ["c"], ["s"], name="/Softmax", axis=1),
+             helper.make_node("IsNaN", ["s"], ["nan"], name="/IsNaN"),
+             helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="/ConstantOfShape",
+                              value=numpy_helper.from_array(np.asarray([0.25], np.float32))),
+             helper.make_node("Where", ["nan", "zeros", "s"], ["y"], name="/Where")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_conv1d_softmax_axis_isnan_constantofshape_on_the_ai_core():
+    """Item 6: ops a real NPU runs on the AI Core are mapped (none runs as itself on the AI CPU) and equal
+    onnxruntime's float32 run in the fp32 mode; a NaN input reaches IsNaN through the conv (in inf_nan mode:
+    saturation mode zeroes the cube's NaN, as the NPU does)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from fp32mode import fp32
+
+    model = _ai_core_model()
+    x = np.random.default_rng(12).standard_normal((2, 4, 9)).astype(np.float32)
+    x[1, 2, 3] = np.nan
+    res = Device(**fp32(overflow_mode="inf_nan")).replay(model, {"x": x}, progress=False)
+    assert not [r.name for r in res.records if r.engine == "AICPU" or r.tf_type.startswith("Onnx")]
+    types = {r.name: r.tf_type for r in res.records}
+    assert "Conv2D" in str(types) and types["/IsNaN"] == "NotEqual", types
+    want = _ort(model, {"x": x})[0]
+    got = res.outputs["/Where:0"]
+    assert (got == np.float32(0.25)).any()      # the NaN reached IsNaN and the ConstantOfShape's value
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)

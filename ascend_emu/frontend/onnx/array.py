@@ -189,6 +189,18 @@ def _shape(b, n):
     return _one(b, n, "Shape", [b.ref(n.inputs[0])], {"out_type": "int64"}, T=False)
 
 
+@converter("ConstantOfShape")
+def _constant_of_shape(b, n):
+    # its shape known at load: a Fill of constants, which the graph engine folds on the host
+    shape = [int(d) for d in np.asarray(b.need(n.inputs[0], "ConstantOfShape's shape")).reshape(-1)]
+    v = n.a("value")
+    from onnx import numpy_helper
+
+    value = np.zeros(1, np.float32) if v is None else numpy_helper.to_array(v)
+    return _one(b, n, "Fill", [b.ints(shape, f"{n.name}/dims"), b.const(value.reshape(()), f"{n.name}/value")],
+                T=False)
+
+
 @converter("Expand")
 def _expand(b, n):
     shape = [int(d) for d in np.asarray(b.need(n.inputs[1], "Expand's shape")).reshape(-1)]
