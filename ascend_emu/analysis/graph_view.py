@@ -326,7 +326,14 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     for f in npu.fused_away:
         fused_by_into.setdefault(f["into"], []).append(f)
 
-    folded = fold_scopes([op["name"] for op in ops], fold_target) if len(ops) > fold_above else {}
+    folded = {}
+    if len(ops) > fold_above:
+        # the exporter's module scopes (dynamo's pkg.torch.onnx.name_scopes) where the dump records them: names
+        # such as node_Conv_292 say nothing of the module they belong to; under a scope the name is one token
+        keys = {op["name"]: (f"{op['scope']}/{op['name'].replace('/', '.').replace('_', '.')}" if op.get("scope")
+                             else op["name"]) for op in ops}
+        by_key = fold_scopes(list(keys.values()), fold_target)
+        folded = {n: by_key[k] for n, k in keys.items() if k in by_key}
     # top-level items
     items, gmembers = [], {}
     for op in ops:

@@ -266,7 +266,7 @@ class Device:
 
             writer = DumpWriter(dump_dir, kind="npu", config=self.config(),
                                 model=graph.dump_model(), inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
-                                select=select, digest=digest)
+                                select=select, digest=digest, sources=graph.sources())
         run = _Run(self, graph, feeds, writer, keep_tensors, phases, launch)
         t0 = time.perf_counter()
         nodes = fused.nodes

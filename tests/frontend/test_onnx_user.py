@@ -247,3 +247,53 @@ def test_conv1d_softmax_axis_isnan_constantofshape_on_the_ai_core():
     got = res.outputs["/Where:0"]
     assert (got == np.float32(0.25)).any()      # the NaN reached IsNaN and the ConstantOfShape's value
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+def _dynamo_like(blocks: int = 40):
+    """``blocks`` modules of 8 elementwise ops named as the dynamo exporter names them (node_Add_12, ...), each
+    node carrying its module scope in ``pkg.torch.onnx.name_scopes``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, k, x = [], 0, "x"
+    for blk in range(blocks):
+        for op in ("Add", "Mul", "Relu", "Sigmoid", "Mul", "Tanh", "Add", "Neg"):
+            ins = [x, "c"] if op in ("Add", "Mul") else [x]
+            out = f"t{k}"
+            nd = helper.make_node(op, ins, [out], name=f"node_{op}_{k}")
+            scopes = ["", f"layers.{blk}", f"layers.{blk}.act", f"{op.lower()}_{k}"]
+            nd.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=repr(scopes))
+            nodes.append(nd)
+            x, k = out, k + 1
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2, 3])],
+                          [numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_report_folds_by_the_exporters_module_scopes_and_compare_shows_onnx_types(tmp_path):
+    """Item 7: over 300 ops, the report's graph folds a dynamo export by its module scopes (layers.K), not by
+    the node_<Type>_ prefix of its names. Item 8: compare rows of ONNX Conv/MaxPool/BatchNormalization nodes show
+    their ONNX type, not the Transpose back to NCHW they end in."""
+    from ascend_emu.analysis.compare import compare
+    from ascend_emu.analysis.graph_view import graph_section
+
+    path = _save(tmp_path, _dynamo_like())
+    ref = reference(path, None, tmp_path / "bench", progress=False)
+    # (fusion off: the UB fusion would chain the elementwise ops into a few)
+    Device(fusion_switch="off").replay(path, ref.inputs, tmp_path / "npu", progress=False)
+    html = graph_section(compare(tmp_path / "npu", tmp_path / "bench"))
+    import re
+
+    scopes = set(re.findall(r'class="group-node" data-scope="([^"]*)"', html))
+    assert scopes and all(s.startswith("layers") for s in scopes), sorted(scopes)[:5]
+    assert not any("node_" in s for s in scopes)
+
+    cnn = _save(tmp_path, M.resnet_cnn(), "cnn.onnx")
+    ref = reference(cnn, None, tmp_path / "bench2", shapes=CNN_SHAPES, progress=False)
+    Device().replay(cnn, ref.inputs, tmp_path / "npu2", shapes=CNN_SHAPES, progress=False)
+    types = {r["NPU Name"] or r["Bench Name"]: r["Op Type"]
+             for r in compare(tmp_path / "npu2", tmp_path / "bench2").rows}
+    assert (types["conv1:0"], types["dwconv:0"], types["pool1:0"], types["bn2:0"]) == (
+        "Conv", "Conv", "MaxPool", "BatchNormalization"), types
