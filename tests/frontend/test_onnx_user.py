@@ -297,3 +297,33 @@ def test_report_folds_by_the_exporters_module_scopes_and_compare_shows_onnx_type
              for r in compare(tmp_path / "npu2", tmp_path / "bench2").rows}
     assert (types["conv1:0"], types["dwconv:0"], types["pool1:0"], types["bn2:0"]) == (
         "Conv", "Conv", "MaxPool", "BatchNormalization"), types
+
+
+@pytest.mark.parametrize("coords,scale,sizes", [
+    ("half_pixel", 2.0, None), ("half_pixel", 0.5, None), ("align_corners", None, [7, 5]),
+    ("asymmetric", 1.5, None)])
+def test_linear_resize_runs_resize_bilinear(coords, scale, sizes):
+    """Item 6: a bilinear Resize (torch's interpolate(mode="bilinear") exports) runs as ResizeBilinear on the AI
+    Core and equals onnxruntime in the fp32 mode, for each coordinate mode ResizeBilinear takes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from fp32mode import FP32
+
+    inits = [numpy_helper.from_array(np.asarray([1, 1, scale, scale] if scale else [], np.float32), "scales")]
+    ins = ["x", "", "scales"]
+    if sizes:
+        inits.append(numpy_helper.from_array(np.asarray([2, 3, *sizes], np.int64), "sizes"))
+        ins = ["x", "", "", "sizes"]
+    nd = helper.make_node("Resize", ins, ["y"], name="/up/Resize", mode="linear",
+                          coordinate_transformation_mode=coords)
+    g = helper.make_graph([nd], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, None, None])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    x = np.random.default_rng(13).standard_normal((2, 3, 6, 4)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    rec = {r.name: r for r in res.records}
+    assert rec["/up/Resize/ResizeBilinear"].engine == "AICORE"
+    want = _ort(m, {"x": x})[0]
+    np.testing.assert_allclose(res.outputs["/up/Resize:0"], want, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import Fallback
+from .build import TO_NCHW, TO_NHWC, Fallback
 from .ops import _one, converter
 
 _INT_MAX = 2 ** 62
@@ -240,6 +240,8 @@ def _resize(b, n):
     """Nearest-neighbour upsampling of the last two dims by whole factors, which every coordinate mode and
     nearest rounding of ONNX maps to ``out[i] = in[i // s]``: Reshape, BroadcastTo, Reshape (exact data
     movement). Other modes run on the AI CPU."""
+    if n.a("mode", "nearest") == "linear":
+        return _resize_linear(b, n)
     if n.a("mode", "nearest") != "nearest":
         raise Fallback(f"Resize mode {n.a('mode')}")
     if n.a("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
@@ -266,3 +268,40 @@ def _resize(b, n):
     x = b.emit(f"{n.name}/split", "Reshape", [b.ref(n.inputs[0]), b.ints([*lead, H, 1, W, 1], f"{n.name}/shape6")])
     x = b.emit(f"{n.name}/repeat", "BroadcastTo", [x, b.ints([*lead, H, fh, W, fw], f"{n.name}/shape_rep")])
     return _one(b, n, "Reshape", [x, b.ints([*lead, H * fh, W * fw], f"{n.name}/shape_out")], T=False)
+
+
+#: ONNX coordinate_transformation_mode -> ResizeBilinear's (align_corners, half_pixel_centers)
+_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False)}
+
+
+def _resize_linear(b, n):
+    """Bilinear Resize of an NCHW tensor's last two dims: TensorFlow's ResizeBilinear (CANN ResizeBilinearV2 on
+    the AI Core) between NHWC transposes, where the two agree: its source coordinate uses in / out, so the
+    output size must be exactly input x scale (or given as sizes); half_pixel, align_corners and asymmetric
+    coordinates; no antialias, no axes. Others run on the AI CPU."""
+    coords = _LINEAR_COORDS.get(n.a("coordinate_transformation_mode", "half_pixel"))
+    if coords is None or n.opset < 11 or int(n.a("antialias", 0)) or n.a("axes") is not None:
+        raise Fallback("linear Resize: a coordinate mode, antialias or axes ResizeBilinear does not take")
+    src = b.static_shape(n.inputs[0])
+    if len(src) != 4:
+        raise Fallback("linear Resize of a tensor not 4-D")
+    scales = b.value(n.inp(2)) if n.inp(2) else None
+    sizes = b.value(n.inp(3)) if n.inp(3) else None
+    if sizes is not None and np.size(sizes):
+        out = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    elif scales is not None and np.size(scales):
+        sc = [float(v) for v in np.asarray(scales).reshape(-1)]
+        out = [int(np.floor(s * f)) for s, f in zip(src, sc)]
+        if len(sc) != 4 or any(o != s * f for o, s, f in zip(out, src, sc)):
+            raise Fallback("linear Resize whose scale is not output / input")
+    else:
+        raise Fallback("Resize scales/sizes not known when the model loads")
+    if len(out) != 4 or out[:2] != src[:2] or min(out) < 1:
+        raise Fallback("linear Resize of the batch or channel dims")
+    align, half = coords
+    x = b.emit(f"{n.name}/to_nhwc", "Transpose", [b.ref(n.inputs[0]), b.ints(TO_NHWC[4], f"{n.name}/perm_nhwc")])
+    t = b.dtype(n.inputs[0]) or "float32"
+    y = b.emit(f"{n.name}/ResizeBilinear", "ResizeBilinear",
+               [x, b.const(np.asarray(out[2:], np.int32), f"{n.name}/size")],
+               {"align_corners": align, "half_pixel_centers": half, "T": t})
+    return _one(b, n, "Transpose", [y, b.ints(TO_NCHW[4], f"{n.name}/perm_nchw")], T=False)
