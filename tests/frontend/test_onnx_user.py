@@ -327,3 +327,27 @@ def test_linear_resize_runs_resize_bilinear(coords, scale, sizes):
     assert rec["/up/Resize/ResizeBilinear"].engine == "AICORE"
     want = _ort(m, {"x": x})[0]
     np.testing.assert_allclose(res.outputs["/up/Resize:0"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,k,s,pads", [((7, 9), 3, 2, [0, 0, 0, 0]), ((8, 8), 3, 2, [1, 1, 1, 1]),
+                                             ((6, 5), 2, 2, [0, 1, 0, 0]), ((10, 7), 3, 3, [1, 0, 1, 1]),
+                                             ((5, 5), 3, 3, [1, 1, 1, 1])])
+def test_maxpool_ceil_mode_runs_on_the_ai_core(shape, k, s, pads):
+    """Item 6: MaxPool with ceil_mode (torch's MaxPool2d(ceil_mode=True), as in SqueezeNet and GoogLeNet) is a
+    -inf pad and a VALID MaxPool on the AI Core; equal to onnxruntime, the dropped last window included."""
+    from onnx import TensorProto, helper
+
+    nd = helper.make_node("MaxPool", ["x"], ["y"], name="/pool/MaxPool", kernel_shape=[k, k], strides=[s, s],
+                          pads=pads, ceil_mode=1)
+    g = helper.make_graph([nd], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, *shape])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, None, None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = np.random.default_rng(14).standard_normal((1, 2, *shape)).astype(np.float32)
+    res = Device(soc="Ascend910B").replay(m, {"x": x}, progress=False)
+    assert {r.tf_type for r in res.records if r.engine == "AICPU"} == set()
+    want = _ort(m, {"x": x})[0]
+    got = res.outputs["/pool/MaxPool:0"]
+    assert got.shape == want.shape
+    # max pooling selects one input, so fp16's result is the input's fp16 rounding
+    np.testing.assert_array_equal(got, want.astype(np.float16).astype(got.dtype))

@@ -366,8 +366,11 @@ def _global_pool(b, n):
 
 @converter("MaxPool", "AveragePool")
 def _pool(b, n):
-    if b.rank(n.inputs[0]) != 4 or int(n.a("ceil_mode", 0)) or any(d != 1 for d in _hw(n.a("dilations"))):
-        raise Fallback(f"{n.op}: only 2-D, floor mode, no dilation")
+    ceil = bool(int(n.a("ceil_mode", 0)))
+    if b.rank(n.inputs[0]) != 4 or any(d != 1 for d in _hw(n.a("dilations"))):
+        raise Fallback(f"{n.op}: only 2-D, no dilation")
+    if ceil and (n.op != "MaxPool" or n.a("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
+        raise Fallback(f"{n.op} with ceil_mode: only MaxPool with explicit pads")
     if len([o for o in n.outputs if o]) > 1:
         raise Fallback("MaxPool's indices")
     k = _hw(n.a("kernel_shape"))
@@ -375,6 +378,21 @@ def _pool(b, n):
     padding, explicit = _pads(n)
     t = b.dtype(n.inputs[0]) or "float32"
     x = b.to_nhwc(b.ref(n.inputs[0]), 4, n.name)
+    if ceil:
+        # ceil mode: ONNX's output size ceil((size + pads - k) / s) + 1, a window that would start in the end
+        # padding dropped (as torch's ceil_mode); the extra rows/columns are more -inf padding at the end
+        H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
+        if H is None or W is None:
+            raise Fallback("MaxPool ceil_mode on an unknown height or width")
+        p = (explicit or [0] * 8)[2:6]
+        extra = []
+        for size, kk, ss, (pb, pe) in ((H, k[0], s[0], p[0:2]), (W, k[1], s[1], p[2:4])):
+            out = -(-(size + pb + pe - kk) // ss) + 1
+            if (out - 1) * ss >= size + pb:
+                out -= 1
+            extra.append(max((out - 1) * ss + kk - (size + pb + pe), 0))
+        if any(extra):
+            padding, explicit = "EXPLICIT", [0, 0, p[0], p[1] + extra[0], p[2], p[3] + extra[1], 0, 0]
     if padding == "EXPLICIT":
         H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
         if H is None or W is None:
@@ -385,7 +403,7 @@ def _pool(b, n):
             out = -(-size // ss)
             tot = max((out - 1) * ss + kk - size, 0)
             same += [tot // 2, tot - tot // 2]
-        if pads == same:
+        if pads == same and not ceil:
             padding = "SAME"    # TensorFlow's SAME: the count of a window leaves the padding out
         elif n.op == "MaxPool" or int(n.a("count_include_pad", 0)):
             # max pooling never selects the padding: -inf, held in float16 so that no cast to fp16 overflows
