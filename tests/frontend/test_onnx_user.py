@@ -133,7 +133,8 @@ def test_loader_pad_constant_is_not_the_first_overflow(tmp_path, capsys, scale, 
 
 def _masked_attention(cancel: bool):
     """An HF-style additive attention mask holding float32's minimum (it overflows fp16 in its inserted Cast);
-    with ``cancel``, then p + 30000 - 30000 on the softmax, whose fp16 cancellation makes an error larger than its inputs'."""
+    with ``cancel``, then p + 30000 - 30000 on the softmax, whose fp16 cancellation makes an error larger than
+    its inputs'."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -181,7 +182,8 @@ def test_first_divergent_inserted_cast_is_drawn_and_explained(tmp_path, cancel, 
     assert "rounded to float16" in text and (exceeds or "no later op") in text
     html = graph_section(c)
     assert 'data-op="mask/ascend_cast_0_to_fp16"' in html
-    node = html[html.index('data-op="mask/ascend_cast_0_to_fp16"') - 200:html.index('data-op="mask/ascend_cast_0_to_fp16"') + 200]
+    at = html.index('data-op="mask/ascend_cast_0_to_fp16"')
+    node = html[at - 200:at + 200]
     assert 'data-first="true"' in node
 
 
