@@ -353,3 +353,25 @@ def test_maxpool_ceil_mode_runs_on_the_ai_core(shape, k, s, pads):
     assert got.shape == want.shape
     # max pooling selects one input, so fp16's result is the input's fp16 rounding
     np.testing.assert_array_equal(got, want.astype(np.float16).astype(got.dtype))
+
+
+def test_gather_nd_runs_on_the_ai_core():
+    """Item 6: ONNX GatherND (batch_dims 0; indices given at run time, negative ones too) is GatherNd on the AI
+    Core, exact: equal to onnxruntime bit for bit in the fp32 mode."""
+    from onnx import TensorProto, helper
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from fp32mode import FP32
+
+    nd = helper.make_node("GatherND", ["x", "i"], ["y"], name="/GatherND")
+    g = helper.make_graph([nd], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+                                      helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    i = np.stack([rng.integers(-3, 3, (2, 3)), rng.integers(-4, 4, (2, 3))], -1).astype(np.int64)
+    res = Device(**FP32).replay(m, {"x": x, "i": i}, progress=False)
+    assert {r.name: (r.tf_type, r.engine) for r in res.records}["/GatherND"] == ("GatherNd", "AICORE")
+    np.testing.assert_array_equal(res.outputs["/GatherND:0"], _ort(m, {"x": x, "i": i})[0])

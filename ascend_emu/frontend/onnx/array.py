@@ -159,6 +159,13 @@ def _gather(b, n):
                                    b.const(np.int32(axis), f"{n.name}/axis")], T=False)
 
 
+@converter("GatherND")
+def _gather_nd(b, n):
+    if int(n.a("batch_dims", 0)):
+        raise Fallback("GatherND with batch_dims")
+    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), b.ref(n.inputs[1])], T=False)
+
+
 @converter("Unsqueeze")
 def _unsqueeze(b, n):
     axes = _axes(b, n, 13, 1)
