@@ -375,3 +375,27 @@ def test_gather_nd_runs_on_the_ai_core():
     res = Device(**FP32).replay(m, {"x": x, "i": i}, progress=False)
     assert {r.name: (r.tf_type, r.engine) for r in res.records}["/GatherND"] == ("GatherNd", "AICORE")
     np.testing.assert_array_equal(res.outputs["/GatherND:0"], _ort(m, {"x": x, "i": i})[0])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_runs_on_the_ai_core(axis):
+    """Item 6: ONNX GatherElements is GatherNd of its indices at ``axis`` and the positions' own coordinates,
+    on the AI Core: equal to onnxruntime bit for bit (negative indices too)."""
+    from onnx import TensorProto, helper
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from fp32mode import FP32
+
+    nd = helper.make_node("GatherElements", ["x", "i"], ["y"], name="/GatherElements", axis=axis)
+    g = helper.make_graph([nd], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+                                      helper.make_tensor_value_info("i", TensorProto.INT32, [2, 4, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    n = x.shape[axis]
+    i = rng.integers(-n, n, (2, 4, 3)).astype(np.int32)
+    res = Device(**FP32).replay(m, {"x": x, "i": i}, progress=False)
+    assert not [r.name for r in res.records if r.engine == "AICPU"]
+    np.testing.assert_array_equal(res.outputs["/GatherElements:0"], _ort(m, {"x": x, "i": i})[0])

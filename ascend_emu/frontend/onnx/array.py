@@ -166,6 +166,26 @@ def _gather_nd(b, n):
     return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), b.ref(n.inputs[1])], T=False)
 
 
+@converter("GatherElements")
+def _gather_elements(b, n):
+    """out[i0..] = data[i0.., indices[i0..] at axis, ..]: GatherNd on the full index (the position's own
+    coordinates, a constant grid, with the indices at ``axis``) assembled by ConcatV2: data movement, exact."""
+    shape = b.static_shape(n.inputs[1])
+    r = len(shape)
+    if r == 0 or r != b.rank(n.inputs[0]) or int(np.prod(shape)) * r > 1 << 22:
+        raise Fallback("GatherElements of rank 0, ranks that differ, or over 4M index entries")
+    axis = int(n.a("axis", 0)) % r
+    grid = np.indices(shape, dtype=np.int64)
+    idx = b.ref(n.inputs[1])
+    if b.dtype(n.inputs[1]) != "int64":
+        idx = b.emit(f"{n.name}/indices_int64", "Cast", [idx], {"SrcT": b.dtype(n.inputs[1]) or "int32",
+                                                                 "DstT": "int64"})
+    idx = b.emit(f"{n.name}/indices_last", "ExpandDims", [idx, b.const(np.int32(-1), f"{n.name}/last")])
+    parts = [idx if k == axis else b.const(grid[k][..., None], f"{n.name}/grid_{k}") for k in range(r)]
+    full = b.emit(f"{n.name}/index", "ConcatV2", [*parts, b.const(np.int32(-1), f"{n.name}/last")])
+    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), full], T=False)
+
+
 @converter("Unsqueeze")
 def _unsqueeze(b, n):
     axes = _axes(b, n, 13, 1)
