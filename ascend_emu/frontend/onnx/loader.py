@@ -290,13 +290,6 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
         for o, ref in zip(nd.output, outs):
             if o:
                 b.tensors[o] = ref
-        scope = _scope(nd)
-        for made in b.nodes[first:]:
-            if made.op != "Const":      # (a helper constant may be shared with later nodes)
-                # the ONNX node this plain op is part of: --keep-dtype with the node's name keeps all of them
-                made.meta["onnx_name"] = name
-                if scope:
-                    made.meta["scope"] = scope
         last = b.nodes[-1]
         if last.name == name and last.op != nd.op_type:
             last.meta["source_type"] = nd.op_type     # compare shows "Conv", not the Transpose back to NCHW
@@ -305,6 +298,13 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
             # run as itself on the AI CPU if the registry op refuses these inputs
             last.meta["onnx_node"] = _bare(nd, name)
             last.meta["onnx_opset"] = b.opset
+    scope = _scope(nd)
+    for made in b.nodes[first:]:
+        if made.op != "Const":      # (a helper constant may be shared with later nodes)
+            # the ONNX node this plain op is part of: --keep-dtype with the node's name keeps all of them
+            made.meta["onnx_name"] = name
+            if scope:
+                made.meta["scope"] = scope
     src.nodes[name] = list(nd.output)
     _fold(b, n, nd)
 
@@ -336,10 +336,8 @@ def _bare(nd, name) -> bytes:
 
 def _fallback(b: Builder, n: Onnx, nd) -> None:
     present = [i for i in nd.input if i]
-    scope = _scope(nd)
     b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present], {}, max(len(nd.output), 1),
-           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset, **({"scope": scope} if scope else {})},
-           exact=True)
+           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset}, exact=True)
     for k, o in enumerate(nd.output):
         if o:
             b.tensors[o] = f"{n.name}:{k}"
