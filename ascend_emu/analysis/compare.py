@@ -50,7 +50,7 @@ def _fill_side(row: dict, side: str, dump: Dump, op: dict, out: dict) -> None:
 
 
 def _fill_op_columns(row: dict, op: dict, out: dict | None) -> None:
-    row["Op Type"] = op.get("tf_type")
+    row["Op Type"] = op.get("source_type") or op.get("tf_type")     # an ONNX node's own type (Conv, not Transpose)
     row["Ascend Op Type"] = op.get("ascend_type")
     row["Engine"] = op.get("engine")
     row["Compute Dtype"] = op.get("compute_dtype")

@@ -35,6 +35,10 @@ COLUMNS = (MSPROBE_COLUMNS[:MSPROBE_COLUMNS.index("EucDist") + 1] + ["RelEucDist
            + MSPROBE_COLUMNS[MSPROBE_COLUMNS.index("EucDist") + 1:] + EXTRA_COLUMNS)
 #: the statistics columns (printed as inf, -inf, nan when they are)
 STAT_COLUMNS = [f"{side} {k}" for side in ("NPU", "Bench") for k in ("max", "min", "mean", "l2norm")]
+#: the name mark of a Cast the replay inserted (``compare.CAST_MARK``; compare imports this module)
+_CAST_MARK = "/ascend_cast"
+#: the largest finite value of the formats a Cast narrows to
+_FORMAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 @dataclass
@@ -158,11 +162,18 @@ class Comparison:
         return [op["name"] for op in self.npu.ops if op["name"] not in consumed]
 
     def chain_to_output(self, op_name: str) -> list[str]:
-        """Shortest path of NPU ops from ``op_name`` to a model output (both ends included)."""
+        """Shortest path of NPU ops from ``op_name`` to a model output (both ends included); ``[op_name]`` when
+        no consumer in the dump leads to one. An inserted Cast's readers list the Cast's source tensor (the dump
+        keeps the graph's edges): they are the later ops reading that tensor."""
         consumers: dict[str, list[str]] = {}
         for op in self.npu.ops:
             for ref in op.get("inputs", []):
                 consumers.setdefault(split_tensor_name(ref)[0], []).append(op["name"])
+        for cast in self.npu.ops:
+            if _inserted_cast(cast):
+                src = cast["inputs"][0]
+                consumers[cast["name"]] = [o["name"] for o in self.npu.ops if o.get("index", 0) > cast.get("index", 0)
+                                           and not _inserted_cast(o) and src in (o.get("inputs") or [])]
         finals = set(self.final_outputs())
         prev = {op_name: None}
         q = deque([op_name])
@@ -214,7 +225,75 @@ class Comparison:
                 for name in chain:
                     rs = self.rows_of(name)
                     chain_rows.append(rs[0] if rs else None)
-                return Divergence(op=op, outputs=outs, inputs=inputs, chain=chain, chain_rows=chain_rows)
+                d = Divergence(op=op, outputs=outs, inputs=inputs, chain=chain, chain_rows=chain_rows,
+                               is_output=op["name"] in self.final_outputs())
+                if op.get("tf_type") == "Cast":
+                    d.rounding = self._format_rounding(op)
+                    if d.rounding:
+                        d.exceeds = self._first_exceeding(op, by_tensor)
+                return d
+        return None
+
+    def _format_rounding(self, op: dict) -> str | None:
+        """The format (float16, bfloat16) when Cast ``op``'s output is exactly the value it casts (its bench
+        value) rounded to that format, to nearest even (out of range: inf, or the format's maximum under
+        saturation): an error that is the format's own, not the op's; else None."""
+        import numpy as np
+
+        k = next((i for i, inf in enumerate(self._info) if inf.npu_op == op["name"] and inf.output == 0), None)
+        if k is None or self._info[k].bench_op is None:
+            return None
+        fmt = self.rows[k].get("NPU Dtype")
+        if fmt not in _FORMAT_MAX:
+            return None
+        try:
+            got = np.asarray(self.npu.tensor(op["name"], 0), dtype=np.float64)
+            want = np.asarray(self.bench.tensor(self._info[k].bench_op, self._info[k].bench_output or 0),
+                              dtype=np.float32)
+        except Exception:       # statistics only, or no tensor file: nothing to tell
+            return None
+        if got.shape != want.shape:
+            return None
+        if fmt == "float16":
+            dt = np.float16
+        else:
+            import ml_dtypes
+
+            dt = ml_dtypes.bfloat16
+        with np.errstate(over="ignore", invalid="ignore"):
+            fmax = _FORMAT_MAX[fmt]
+            for cand in (want, np.clip(want, -fmax, fmax)):
+                if np.array_equal(got, cand.astype(dt).astype(np.float64), equal_nan=True):
+                    return fmt
+        return None
+
+    def _first_exceeding(self, cast: dict, by_tensor: dict) -> str | None:
+        """The first op after ``cast`` (not a Cast) with a failing output whose error exceeds its inputs': a
+        lower cosine and a larger MaxRelativeErr than every compared input's. None: no op makes the error
+        larger; the outputs carry the format's rounding only."""
+        def num(v, default):
+            return v if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else default
+
+        # an op reading through an inserted Cast lists the Cast's source: the Cast's row is (also) its input's
+        through: dict[str, list] = {}
+        for op in self.npu.ops:
+            if _inserted_cast(op):
+                through.setdefault(op["inputs"][0], []).append((op.get("index", 0), by_tensor.get(f"{op['name']}:0")))
+        for op in self.npu.ops:
+            if op.get("index", 0) <= cast.get("index", 0) or op.get("tf_type") == "Cast":
+                continue
+            outs = [r for r in self.rows_of(op["name"]) if r["Result"] == ERROR]
+            if not outs:
+                continue
+            ins = []
+            for ref in op.get("inputs", []):
+                ins.append(by_tensor.get(ref))
+                ins.extend(r for i, r in through.get(ref, ()) if i < op.get("index", 0))
+            ins = [r for r in ins if r is not None and r["Result"] != NA]
+            in_cos = min((num(r["Cosine"], 1.0) for r in ins), default=1.0)
+            in_rel = max((num(r["MaxRelativeErr"], 0.0) for r in ins), default=0.0)
+            if any(num(r["Cosine"], 1.0) < in_cos and num(r["MaxRelativeErr"], 0.0) > in_rel for r in outs):
+                return op["name"]
         return None
 
     # ------------------------------------------------------------------ output
@@ -322,6 +401,12 @@ class Divergence:
     inputs: list[dict]
     chain: list[str]
     chain_rows: list = field(default_factory=list)
+    #: whether the op is a model output (else a chain of one op reaches no output in the dump)
+    is_output: bool = False
+    #: a Cast whose output is its input rounded to this format (float16, bfloat16): the format's own error
+    rounding: str | None = None
+    #: then: the first later op whose error exceeds its inputs' (None: none does)
+    exceeds: str | None = None
 
     @property
     def name(self) -> str:
@@ -337,7 +422,7 @@ class Divergence:
                 "compute_dtype": self.op.get("compute_dtype"), "precision": self.op.get("precision"),
                 "status": self.op.get("status"), "outputs": self.outputs,
                 "inputs": [{"tensor": i["tensor"], "metrics": i["row"]} for i in self.inputs],
-                "chain": self.chain}
+                "chain": self.chain, "rounding": self.rounding, "exceeds": self.exceeds}
 
     def format_text(self) -> str:
         op = self.op
@@ -359,8 +444,25 @@ class Divergence:
                 lines.append(f"      {r['Err_message']}")
         lines.append("  feeds the output through: " + (" -> ".join(
             f"{n} (cos {_short(r['Cosine']) if r else '?'})" for n, r in zip(self.chain, self.chain_rows))
-            if len(self.chain) > 1 else "(it is a model output)"))
+            if len(self.chain) > 1 else "(it is a model output)" if self.is_output
+            else "(no consumer in the dump leads to a model output)"))
+        if self.rounding:
+            lines.append(self.rounding_note())
         return "\n".join(lines)
+
+    def rounding_note(self) -> str:
+        """For a first divergent Cast whose error is its format's rounding: one line saying so, and where the
+        error next grows ("" otherwise)."""
+        if not self.rounding:
+            return ""
+        return (f"  this Cast's output is its input rounded to {self.rounding} (the format's own rounding and range: "
+                f"where precision is lost, not an error of the op); "
+                + (f"the first op whose error exceeds its inputs' is {self.exceeds}" if self.exceeds else
+                   "no later op's error exceeds its inputs' (the outputs carry this rounding only)"))
+
+
+def _inserted_cast(op: dict) -> bool:
+    return op.get("tf_type") == "Cast" and _CAST_MARK in op["name"] and bool(op.get("inputs"))
 
 
 def _metric_line(r: dict) -> str:

@@ -303,11 +303,12 @@ def _detail(cmp, op, i, status, const) -> dict:
 def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: int = FOLD_TARGET) -> str:
     """The HTML of the report's ``graph`` section for comparison ``cmp`` (and overflow report ``ov``)."""
     npu = cmp.npu
-    const = constant_ops(npu)
-    ops = [op for op in npu.ops if op["name"] not in const]
-    names = {op["name"] for op in ops}
     first = cmp.first_divergent()
     first_name = first.name if first is not None else None
+    # the first divergent op is drawn (and ringed) whatever it is: a Cast of a constant too
+    const = constant_ops(npu) - {first_name}
+    ops = [op for op in npu.ops if op["name"] not in const]
+    names = {op["name"] for op in ops}
     details = {}
     for i, op in enumerate(ops):
         details[op["name"]] = _detail(cmp, op, i, op_status(cmp, op["name"]), const)
@@ -318,14 +319,21 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
     svg.cast_pairs = set(cedges)
     # the path the first divergent op's error takes to the model output
     chain = first.chain if first is not None else []
-    svg.chain_pairs = set(zip(chain, chain[1:])) & set(data_edges)
+    svg.chain_pairs = set(zip(chain, chain[1:])) & set(edges)
     order = {op["name"]: k for k, op in enumerate(ops)}
     opmap = {op["name"]: op for op in ops}
     fused_by_into: dict[str, list[dict]] = {}
     for f in npu.fused_away:
         fused_by_into.setdefault(f["into"], []).append(f)
 
-    folded = fold_scopes([op["name"] for op in ops], fold_target) if len(ops) > fold_above else {}
+    folded = {}
+    if len(ops) > fold_above:
+        # the exporter's module scopes (dynamo's pkg.torch.onnx.name_scopes) where the dump records them: names
+        # such as node_Conv_292 say nothing of the module they belong to; under a scope the name is one token
+        keys = {op["name"]: (f"{op['scope']}/{op['name'].replace('/', '.').replace('_', '.')}" if op.get("scope")
+                             else op["name"]) for op in ops}
+        by_key = fold_scopes(list(keys.values()), fold_target)
+        folded = {n: by_key[k] for n, k in keys.items() if k in by_key}
     # top-level items
     items, gmembers = [], {}
     for op in ops:

@@ -38,8 +38,14 @@ def _finite_stats(out: dict) -> bool:
 
 
 def _overflowing(op: dict) -> bool:
-    """Status bits set, or a non-finite value in an output (ops on the AI CPU set no status bits)."""
-    return bool(int(op.get("status", 0))) or any(not _finite_stats(o) for o in op.get("outputs", []))
+    """Status bits set, or a non-finite value in an output (ops on the AI CPU set no status bits). A constant
+    computes nothing: its -inf (the ONNX loader's MaxPool pad value, a model's mask) is the value it was
+    given, not an overflow; what reads it then has an input that is not finite, so it is not where one starts."""
+    if int(op.get("status", 0)):
+        return True
+    if op.get("tf_type") == "Const" and not op.get("inputs"):
+        return False
+    return any(not _finite_stats(o) for o in op.get("outputs", []))
 
 
 def _largest(out: dict) -> float | None:

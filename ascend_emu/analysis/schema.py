@@ -279,6 +279,8 @@ _OP_V1 = Obj({
     "fp32_check": Opt(Obj({"overflow": Bool(), "max_abs": Stat()})),
     "outputs": Where(ListOf(_OUTPUT_V1), _indexed("index")),
     "phase": Opt(Str()),
+    "scope": Opt(Str()),
+    "source_type": Opt(Str()),
 }, required=("index", "name", "outputs"), label="name")
 
 _FUSED_V1 = Obj({"name": Str(), "tf_type": Str(), "rule": Str(), "into": Str()},

@@ -76,7 +76,7 @@ def resolve_shape(spec: InputSpec, override: tuple | None = None) -> tuple[int, 
         return tuple(override)
     if spec.shape is None:
         raise AscendEmuError(f"input {spec.name!r} has unknown rank; give its shape with "
-                             f"--shape {spec.key or spec.name}=1,224,224,3 (shapes={{...}})")
+                             f"--shape {spec.key or spec.name}=1,224,224,3 (in Python: the shapes argument)")
     dims = list(spec.shape)
     if dims and dims[0] is None:
         dims[0] = DEFAULT_BATCH
@@ -84,7 +84,7 @@ def resolve_shape(spec: InputSpec, override: tuple | None = None) -> tuple[int, 
         example = ",".join("N" if d is None else str(d) for d in dims)
         raise AscendEmuError(f"input {spec.name!r} has unknown dimensions {_fmt(spec.shape)}; "
                              f"give them with --shape {spec.key or spec.name}={example} "
-                             f"(shapes={{{spec.name!r}: (...)}})")
+                             "(in Python: the shapes argument)")
     return tuple(dims)
 
 

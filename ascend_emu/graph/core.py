@@ -126,6 +126,17 @@ class Graph:
     #: and node names), for the onnxruntime reference and AI CPU; None for TensorFlow models
     onnx: Any = None
 
+    def sources(self) -> dict:
+        """Op name -> what the model's source says of the op (``scope``: the exporter's module scope;
+        ``source_type``: the ONNX op type of an op named after an ONNX node), for the dump."""
+        out = {}
+        extra = getattr(self.onnx, "extra", None) or {}      # ONNX nodes only the reference dumps
+        for n in [*self.nodes, *extra.values()]:
+            s = {k: n.meta[k] for k in ("scope", "source_type") if n.meta.get(k)}
+            if s:
+                out[n.name] = s
+        return out
+
     def dump_model(self) -> dict:
         """The ``model`` entry of this graph's dumps: name, fingerprint and (a training step) state inputs."""
         out = {"name": self.name, "fingerprint": self.fingerprint}

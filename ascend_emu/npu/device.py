@@ -205,6 +205,10 @@ class Device:
         if (opdef is None or opdef.kind != CUBE or t not in ("float32", "bfloat16")
                 or t in self.numerics.chip.cube_dtypes):
             return False
+        p = self.precision
+        if (p.keep_names or p.keep_types) and p.keeps(node.name, ascend_type(node.op), node.meta.get("fusion"),
+                                                     node.meta.get("onnx_name")):
+            return True     # --keep-dtype keeps it (the replay decides it so)
         return self.precision.decide(CUBE, ascend_type(node.op), t, []).dtype == t
 
     def context(self, dtype="float32", cube_out=None, *, op: str | None = None, tf_type: str | None = None,
@@ -271,7 +275,7 @@ class Device:
 
             writer = DumpWriter(dump_dir, kind="npu", config=self.config(),
                                 model=graph.dump_model(), inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=stats_only,
-                                select=select, digest=digest)
+                                select=select, digest=digest, sources=graph.sources())
         run = _Run(self, graph, feeds, writer, keep_tensors, phases, launch)
         t0 = time.perf_counter()
         nodes = fused.nodes

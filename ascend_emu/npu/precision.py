@@ -290,11 +290,13 @@ class PrecisionPolicy:
             return Decision(low[0], low[0] if cube else None, "gray", f"gray list: an input comes from a {low[0]} producer")
         return Decision(orig, orig if cube else None, "gray", "gray list: its producers run in the original dtype")
 
-    def keeps(self, name: str, ascend_op: str, fusion: dict | None = None) -> bool:
-        """Whether ATC's --keep_dtype list names op ``name`` (or an op a fusion folded into it) or its type."""
-        if name in self.keep_names or ascend_op in self.keep_types:
+    def keeps(self, name: str, ascend_op: str, fusion: dict | None = None, owner: str | None = None) -> bool:
+        """Whether ATC's --keep_dtype list names op ``name`` (or an op a fusion folded into it), the ONNX node
+        ``owner`` it is part of (an ONNX Conv became transposes, a Conv2D and a BiasAdd), or its type."""
+        if name in self.keep_names or ascend_op in self.keep_types or (owner and owner in self.keep_names):
             return True
-        return bool(fusion) and any(r in self.keep_names for r in fusion.get("replaces", ()))
+        return bool(fusion) and any(r in self.keep_names for r in (*fusion.get("replaces", ()),
+                                                                      *fusion.get("owners", ())))
 
     def keep_decision(self, kind: str, orig: str) -> Decision:
         return Decision(orig, orig if kind == "cube" else None, None,

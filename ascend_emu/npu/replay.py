@@ -373,7 +373,8 @@ class _Run:
             made = self.decisions[key] = (dec, dec.to_dict())
         dec = made[0]
         precision = self.dev.precision
-        if (precision.keep_names or precision.keep_types) and precision.keeps(node.name, ascend_op, fusion):
+        if (precision.keep_names or precision.keep_types) and precision.keeps(
+                node.name, ascend_op, fusion, meta.get("onnx_name")):
             dec = precision.keep_decision(opdef.kind, orig)
             made = (dec, dec.to_dict())
         casts = []      # (input index, the dtype it is cast to)
@@ -562,7 +563,8 @@ class _Run:
                                                      "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
-        if "onnx_node" in node.meta:
+        if "onnx_node" in node.meta or self.graph.onnx is not None:
+            # an ONNX model's AI CPU is onnxruntime, for its fallback nodes and the registry ops they map to
             from .aicpu_onnx import run_onnx_node as run_node
         else:
             from .aicpu import run_tf_node as run_node

@@ -163,6 +163,25 @@ def broadcast_to(x, shape, *, ctx):
     return contiguous(y)
 
 
+@register("GatherNd", kind=MOVE)
+def gather_nd(params, indices, *, ctx):
+    """TF's GatherNd (ONNX's GatherND, batch_dims 0): the last axis of ``indices`` indexes the leading axes of
+    ``params``; output shape indices.shape[:-1] + params.shape[depth:]. A negative index counts from the end, as
+    ONNX's does (TensorFlow refuses it); one out of range is an error."""
+    idx = np.asarray(indices).astype(np.int64)
+    p = np.asarray(params)
+    depth = idx.shape[-1] if idx.ndim else 0
+    if not idx.ndim or depth > p.ndim:
+        raise ValueError(f"GatherNd: indices of shape {idx.shape} for params of rank {p.ndim}")
+    if depth == 0:      # every index selects all of params
+        return contiguous(np.broadcast_to(p, idx.shape[:-1] + p.shape))
+    dims = np.asarray(p.shape[:depth], np.int64)
+    if idx.size and ((idx < -dims).any() or (idx >= dims).any()):
+        raise ValueError(f"GatherNd: an index outside params' leading dims {tuple(dims)}")
+    idx = np.where(idx < 0, idx + dims, idx)
+    return contiguous(p[tuple(np.moveaxis(idx, -1, 0))])
+
+
 @register("GatherV2", kind=MOVE)
 def gather_v2(params, indices, axis, *, ctx, batch_dims=0):
     """TF's GatherV2; with ``batch_dims`` b the leading b axes of ``params`` and ``indices`` pair up (one gather

@@ -78,6 +78,7 @@ class BisectResult:
     degraded: bool = False
     steps: int | None = None                 # a training's steps (None: a replay)
     reference_losses: list | None = None     # the float32 training's loss curve
+    reference: str = "TensorFlow"            # what computed the float32 reference (onnxruntime: an ONNX model)
 
     @property
     def training(self) -> bool:
@@ -141,7 +142,7 @@ class BisectResult:
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         line = lambda r: "  ".join(s.ljust(w) for s, w in zip(r, widths)).rstrip()  # noqa: E731
         what = (f"the loss curve of {self.steps} training steps vs the float32 TensorFlow training's"
-                if self.training else "vs the float32 TensorFlow reference")
+                if self.training else f"vs the {self.reference} float32 reference")
         out = [f"fusion-bisect {self.model}: precision_mode {self.precision_mode}, metric {self.metric} "
                f"{what}, threshold {self.threshold:g}",
                f"rules that fired: {', '.join(self.fired) if self.fired else 'none'}", "",
@@ -325,7 +326,8 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
         ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes)
         remember(graph, ctx)
-        result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode)
+        result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode,
+                              reference="onnxruntime" if graph.onnx is not None else "TensorFlow")
 
         def task(name, switch):
             dev = copy.copy(device)

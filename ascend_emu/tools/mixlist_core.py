@@ -128,6 +128,8 @@ class MixlistResult:
     scheduler: str = "none"
     #: training searches: the float32 reference training's loss per step (None: a replay search)
     reference_losses: list | None = None
+    #: what computed the float32 reference: TensorFlow, or onnxruntime for an ONNX model
+    reference: str = "TensorFlow"
 
     def ops_info(self) -> dict:
         """The CANN modify_mixlist (ops_info.json) content: the user's edits plus the found black-list types."""
@@ -152,7 +154,7 @@ class MixlistResult:
     def format_text(self) -> str:
         m = self.target.metric
         what = (f"loss of {len(self.reference_losses)} training steps against the float32 TensorFlow training"
-                if self.reference_losses is not None else "outputs against the float32 TensorFlow reference")
+                if self.reference_losses is not None else f"outputs against the {self.reference} float32 reference")
         out = [f"mixlist-search {self.model}: precision_mode {self.precision_mode}, target {self.target} on the "
                f"{what}", ""]
         if self.ranking:

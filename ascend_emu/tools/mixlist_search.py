@@ -159,7 +159,8 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
         ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes,
                            ref_tensors=tensors)
         remember(graph, ctx)
-        res = MixlistResult(graph.name, target, mode, base, scheduler=scheduler)
+        res = MixlistResult(graph.name, target, mode, base, scheduler=scheduler,
+                            reference="onnxruntime" if graph.onnx is not None else "TensorFlow")
         def run(todo) -> list:
             runs = sweep.run(ctx, [ReplayTask("+".join(t) or "baseline", device_with(t), analyze=op_analysis)
                                    for t in todo])

@@ -133,7 +133,7 @@ def bert_block(opset: int = 17, seq: int = 8, hidden: int = 16, heads: int = 2) 
 
 
 def resize_einsum(opset: int = 18) -> onnx.ModelProto:
-    """Resize (nearest x2 and a linear one, which runs on the AI CPU), Einsum, Pad, ConvTranspose, HardSwish,
+    """Resize (nearest x2 and a linear one, ResizeBilinear on the AI Core), Einsum, Pad, ConvTranspose, HardSwish,
     LeakyRelu, Split, Expand, Where, LogSoftmax, ReduceSum/Max."""
     g = _G(3)
     x = g.n("Resize", ["x", "", g.c("sc", [1, 1, 2, 2], np.float32)], ["up"], "upsample", mode="nearest")

@@ -60,7 +60,7 @@ def _onnx_nodes(model):
 @pytest.mark.parametrize("build,shapes,fallback", [
     (M.resnet_cnn, CNN_SHAPES, set()),
     (M.bert_block, BERT_SHAPES, set()),
-    (M.resize_einsum, None, {"resize_linear"}),
+    (M.resize_einsum, None, set()),
 ], ids=["resnet_cnn", "bert_block", "resize_einsum"])
 def test_fp32_mode_matches_onnxruntime_node_by_node(tmp_path, build, shapes, fallback):
     model = build()
@@ -227,8 +227,12 @@ def test_errors_are_one_line(tmp_path, capsys):
     trunc.write_bytes(data[:len(data) // 3])
     assert "not a valid ONNX model" in _cli_error(["replay", str(trunc)], capsys)
     assert "not a valid ONNX model" in _cli_error(["reference", str(trunc)], capsys)
-    # an unknown op with the fallback off, named as ONNX's
-    err = _cli_error(["replay", str(good), "--no-aicpu-fallback"], capsys)
+    # an unknown op with the fallback off, named as ONNX's (a cubic Resize: the linear one is ResizeBilinear)
+    cubic = M.resize_einsum()
+    for a in next(nd for nd in cubic.graph.node if nd.name == "resize_linear").attribute:
+        if a.name == "mode":
+            a.s = b"cubic"
+    err = _cli_error(["replay", str(_save(tmp_path, cubic, "cubic.onnx")), "--no-aicpu-fallback"], capsys)
     assert "OnnxResize" in err and "onnxruntime" in err
     np.save(tmp_path / "x.npy", np.zeros((1, 4, 4, 4), np.float32))
     assert "unknown input 'nope'" in _cli_error(["replay", str(good), "--input", f"nope={tmp_path / 'x.npy'}"],

@@ -314,3 +314,21 @@ def test_pool3d_gradients_float32_and_fp16():
     bits_equal(run_op("MaxPool3DGrad", x16, y16, g16, ctx=OpContext(dtype="float16"), **kw)[0], to16(mx))
     bits_equal(run_op("AvgPool3DGrad", np.array(x.shape, np.int32), g16, ctx=OpContext(dtype="float16"), **kw)[0],
                to16(av))
+
+
+def test_gather_nd_bit_for_bit():
+    """GatherNd (ONNX's GatherND): TensorFlow's own GatherNd on indices of depth 0..rank; a negative index counts
+    from the end (ONNX's rule), compared with TensorFlow on its positive form; out of range is an error."""
+    import tensorflow as tf
+
+    p = f(3, 4, 5)
+    for ishape in ((6, 1), (2, 3, 2), (4, 3), (2, 0)):
+        depth = ishape[-1]
+        ind = np.stack([rng.integers(0, p.shape[k], ishape[:-1]) for k in range(depth)], -1).astype(np.int64) \
+            if depth else np.zeros(ishape, np.int64)
+        bits_equal(run_op("GatherNd", p, ind)[0], tf.raw_ops.GatherNd(params=p, indices=ind).numpy())
+        if depth:
+            neg = ind - np.asarray(p.shape[:depth])
+            bits_equal(run_op("GatherNd", p, neg)[0], tf.raw_ops.GatherNd(params=p, indices=ind).numpy())
+    with pytest.raises(Exception, match="outside"):
+        run_op("GatherNd", p, np.asarray([[3]], np.int64))

@@ -53,6 +53,7 @@ CASES = {
     "Tile": ({"input": f(2, 3), "multiples": i32(2, 1)}, {}, {}),
     "BroadcastTo": ({"input": f(1, 3), "shape": i32(4, 3)}, {}, {}),
     "GatherV2": ({"params": f(5, 3), "indices": i32(4, 0, 2), "axis": np.int32(0)}, {}, {}),
+    "GatherNd": ({"params": f(5, 3), "indices": i32(4, 1, 0, 2, 2, 0).reshape(3, 2)}, {}, {}),
     "Shape": ({"input": f(2, 3, 4)}, {}, {}),
     "Size": ({"input": f(2, 3, 4)}, {}, {}),
     "Rank": ({"input": f(2, 3, 4)}, {}, {}),

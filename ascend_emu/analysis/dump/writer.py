@@ -223,7 +223,8 @@ class DumpWriter:
 
     def __init__(self, path, *, kind: str, config: dict, model: dict, inputs_sha256: str,
                  overwrite: bool = False, stats_only: bool = False,
-                 select: Callable[[str, str], bool] | None = None, digest: bool = False):
+                 select: Callable[[str, str], bool] | None = None, digest: bool = False,
+                 sources: dict | None = None):
         if kind not in KINDS:
             raise AscendEmuError(f"unknown dump kind {kind!r}; choose one of: {', '.join(KINDS)}")
         self.path = os.fspath(path)
@@ -234,6 +235,9 @@ class DumpWriter:
         self.stats_only = bool(stats_only)
         self.digest = bool(digest)
         self.select = op_selector(select) if isinstance(select, str) else select
+        #: op name -> what the model's source says of it: ``scope`` (the exporter's module scope, folded by the
+        #: report's graph) and ``source_type`` (the ONNX op type of the op named after an ONNX node)
+        self.sources = dict(sources or {})
         self._ops: list[dict] = []
         self._fused: list[dict] = []
         self._names: set[str] = set()
@@ -401,6 +405,9 @@ class DumpWriter:
         }
         if phase is not None:
             entry["phase"] = str(phase)
+        src = self.sources.get(name)
+        if src:
+            entry.update({k: str(v) for k, v in src.items() if k in ("scope", "source_type") and v})
         self._names.add(name)
         self._ops.append(entry)
         return entry

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import Fallback
+from .build import TO_NCHW, TO_NHWC, Fallback
 from .ops import _one, converter
 
 _INT_MAX = 2 ** 62
@@ -159,6 +159,33 @@ def _gather(b, n):
                                    b.const(np.int32(axis), f"{n.name}/axis")], T=False)
 
 
+@converter("GatherND")
+def _gather_nd(b, n):
+    if int(n.a("batch_dims", 0)):
+        raise Fallback("GatherND with batch_dims")
+    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), b.ref(n.inputs[1])], T=False)
+
+
+@converter("GatherElements")
+def _gather_elements(b, n):
+    """out[i0..] = data[i0.., indices[i0..] at axis, ..]: GatherNd on the full index (the position's own
+    coordinates, a constant grid, with the indices at ``axis``) assembled by ConcatV2: data movement, exact."""
+    shape = b.static_shape(n.inputs[1])
+    r = len(shape)
+    if r == 0 or r != b.rank(n.inputs[0]) or int(np.prod(shape)) * r > 1 << 22:
+        raise Fallback("GatherElements of rank 0, ranks that differ, or over 4M index entries")
+    axis = int(n.a("axis", 0)) % r
+    grid = np.indices(shape, dtype=np.int64)
+    idx = b.ref(n.inputs[1])
+    if b.dtype(n.inputs[1]) != "int64":
+        idx = b.emit(f"{n.name}/indices_int64", "Cast", [idx], {"SrcT": b.dtype(n.inputs[1]) or "int32",
+                                                                 "DstT": "int64"})
+    idx = b.emit(f"{n.name}/indices_last", "ExpandDims", [idx, b.const(np.int32(-1), f"{n.name}/last")])
+    parts = [idx if k == axis else b.const(grid[k][..., None], f"{n.name}/grid_{k}") for k in range(r)]
+    full = b.emit(f"{n.name}/index", "ConcatV2", [*parts, b.const(np.int32(-1), f"{n.name}/last")])
+    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), full], T=False)
+
+
 @converter("Unsqueeze")
 def _unsqueeze(b, n):
     axes = _axes(b, n, 13, 1)
@@ -187,6 +214,18 @@ def _shape(b, n):
     if n.a("start") not in (None, 0) or n.a("end") is not None:
         raise Fallback("Shape with start/end")
     return _one(b, n, "Shape", [b.ref(n.inputs[0])], {"out_type": "int64"}, T=False)
+
+
+@converter("ConstantOfShape")
+def _constant_of_shape(b, n):
+    # its shape known at load: a Fill of constants, which the graph engine folds on the host
+    shape = [int(d) for d in np.asarray(b.need(n.inputs[0], "ConstantOfShape's shape")).reshape(-1)]
+    v = n.a("value")
+    from onnx import numpy_helper
+
+    value = np.zeros(1, np.float32) if v is None else numpy_helper.to_array(v)
+    return _one(b, n, "Fill", [b.ints(shape, f"{n.name}/dims"), b.const(value.reshape(()), f"{n.name}/value")],
+                T=False)
 
 
 @converter("Expand")
@@ -228,6 +267,8 @@ def _resize(b, n):
     """Nearest-neighbour upsampling of the last two dims by whole factors, which every coordinate mode and
     nearest rounding of ONNX maps to ``out[i] = in[i // s]``: Reshape, BroadcastTo, Reshape (exact data
     movement). Other modes run on the AI CPU."""
+    if n.a("mode", "nearest") == "linear":
+        return _resize_linear(b, n)
     if n.a("mode", "nearest") != "nearest":
         raise Fallback(f"Resize mode {n.a('mode')}")
     if n.a("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
@@ -254,3 +295,40 @@ def _resize(b, n):
     x = b.emit(f"{n.name}/split", "Reshape", [b.ref(n.inputs[0]), b.ints([*lead, H, 1, W, 1], f"{n.name}/shape6")])
     x = b.emit(f"{n.name}/repeat", "BroadcastTo", [x, b.ints([*lead, H, fh, W, fw], f"{n.name}/shape_rep")])
     return _one(b, n, "Reshape", [x, b.ints([*lead, H * fh, W * fw], f"{n.name}/shape_out")], T=False)
+
+
+#: ONNX coordinate_transformation_mode -> ResizeBilinear's (align_corners, half_pixel_centers)
+_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False)}
+
+
+def _resize_linear(b, n):
+    """Bilinear Resize of an NCHW tensor's last two dims: TensorFlow's ResizeBilinear (CANN ResizeBilinearV2 on
+    the AI Core) between NHWC transposes, where the two agree: its source coordinate uses in / out, so the
+    output size must be exactly input x scale (or given as sizes); half_pixel, align_corners and asymmetric
+    coordinates; no antialias, no axes. Others run on the AI CPU."""
+    coords = _LINEAR_COORDS.get(n.a("coordinate_transformation_mode", "half_pixel"))
+    if coords is None or n.opset < 11 or int(n.a("antialias", 0)) or n.a("axes") is not None:
+        raise Fallback("linear Resize: a coordinate mode, antialias or axes ResizeBilinear does not take")
+    src = b.static_shape(n.inputs[0])
+    if len(src) != 4:
+        raise Fallback("linear Resize of a tensor not 4-D")
+    scales = b.value(n.inp(2)) if n.inp(2) else None
+    sizes = b.value(n.inp(3)) if n.inp(3) else None
+    if sizes is not None and np.size(sizes):
+        out = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    elif scales is not None and np.size(scales):
+        sc = [float(v) for v in np.asarray(scales).reshape(-1)]
+        out = [int(np.floor(s * f)) for s, f in zip(src, sc)]
+        if len(sc) != 4 or any(o != s * f for o, s, f in zip(out, src, sc)):
+            raise Fallback("linear Resize whose scale is not output / input")
+    else:
+        raise Fallback("Resize scales/sizes not known when the model loads")
+    if len(out) != 4 or out[:2] != src[:2] or min(out) < 1:
+        raise Fallback("linear Resize of the batch or channel dims")
+    align, half = coords
+    x = b.emit(f"{n.name}/to_nhwc", "Transpose", [b.ref(n.inputs[0]), b.ints(TO_NHWC[4], f"{n.name}/perm_nhwc")])
+    t = b.dtype(n.inputs[0]) or "float32"
+    y = b.emit(f"{n.name}/ResizeBilinear", "ResizeBilinear",
+               [x, b.const(np.asarray(out[2:], np.int32), f"{n.name}/size")],
+               {"align_corners": align, "half_pixel_centers": half, "T": t})
+    return _one(b, n, "Transpose", [y, b.ints(TO_NCHW[4], f"{n.name}/perm_nchw")], T=False)

@@ -274,6 +274,7 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
         b.values[nd.output[0]] = v
     fn = CONVERTERS.get(nd.op_type) if nd.domain in ("", "ai.onnx") else None
     outs = None
+    first = len(b.nodes)
     if fn is not None:
         try:
             outs = fn(b, n)
@@ -290,13 +291,38 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
             if o:
                 b.tensors[o] = ref
         last = b.nodes[-1]
+        if last.name == name and last.op != nd.op_type:
+            last.meta["source_type"] = nd.op_type     # compare shows "Conv", not the Transpose back to NCHW
         if (last.name == name and len(nd.output) == last.num_outputs
                 and all(nd.input) and last.inputs == [b.tensors[i] for i in nd.input]):
             # run as itself on the AI CPU if the registry op refuses these inputs
             last.meta["onnx_node"] = _bare(nd, name)
             last.meta["onnx_opset"] = b.opset
+    scope = _scope(nd)
+    for made in b.nodes[first:]:
+        if made.op != "Const":      # (a helper constant may be shared with later nodes)
+            # the ONNX node this plain op is part of: --keep-dtype with the node's name keeps all of them
+            made.meta["onnx_name"] = name
+            if scope:
+                made.meta["scope"] = scope
     src.nodes[name] = list(nd.output)
     _fold(b, n, nd)
+
+
+def _scope(nd) -> str:
+    """The module scope the dynamo exporter records on a node (``pkg.torch.onnx.name_scopes``: the cumulative
+    module paths, the node's own name last), as ``layer1/layer1.0/layer1.0.conv1``; "" without it."""
+    import ast
+
+    for p in nd.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes" and len(p.value) < 10000:
+            try:
+                scopes = ast.literal_eval(p.value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return ""
+            if isinstance(scopes, (list, tuple)):
+                return "/".join(str(s).replace("/", ".") for s in scopes[:-1] if s)
+    return ""
 
 
 def _bare(nd, name) -> bytes:

@@ -34,9 +34,10 @@ def session_options():
 
 def _build(node: Node, arrays):
     import onnx
-    import onnxruntime as ort
     from onnx import helper
 
+    if "onnx_node" not in node.meta:
+        return _build_form(node, arrays)
     nd = onnx.NodeProto.FromString(node.meta["onnx_node"])
     feeds, k = [], 0
     inputs = []
@@ -60,13 +61,38 @@ def _build(node: Node, arrays):
     imports = [helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))]
     if nd.domain not in ("", "ai.onnx"):    # a contrib op (com.microsoft, ...): its domain's version 1
         imports.append(helper.make_opsetid(nd.domain, 1))
+    return _session(node, nd.op_type, graph, imports), feeds, outs
+
+
+def _build_form(node: Node, arrays):
+    """A registry op the ONNX front end emitted (a Conv's Conv2D): its ONNX form (:mod:`.form`)."""
+    import onnx
+    from onnx import helper
+
+    from .form import onnx_form
+
+    inputs = []
+    for i, a in enumerate(arrays):
+        if a.dtype.name not in _TO_ONNX:
+            raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
+        inputs.append(helper.make_tensor_value_info(f"aicpu_input_{i}", _TO_ONNX[a.dtype.name], list(a.shape)))
+    nodes = onnx_form(node, arrays)
+    graph = helper.make_graph(nodes, "aicpu", inputs, [onnx.ValueInfoProto(name="aicpu_output_0")])
+    imports = [helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))]
+    return _session(node, node.op, graph, imports), [f"aicpu_input_{i}" for i in range(len(arrays))], \
+        [(0, "aicpu_output_0")]
+
+
+def _session(node: Node, op_type: str, graph, imports):
+    import onnxruntime as ort
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = min(model.ir_version, 10)
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise AscendEmuError(f"onnxruntime cannot build op {node.name} ({nd.op_type}): {_line(e)}") from None
-    return sess, feeds, outs
+        raise AscendEmuError(f"onnxruntime cannot build op {node.name} ({op_type}): {_line(e)}") from None
 
 
 def _line(e) -> str:
@@ -75,12 +101,12 @@ def _line(e) -> str:
 
 
 def run_onnx_node(node: Node, input_arrays) -> list[np.ndarray]:
-    """Execute ONNX node ``node`` (``meta["onnx_node"]``) in onnxruntime on ``input_arrays`` (one per present
-    input, in order); returns ``node.num_outputs`` arrays (an output the node leaves unnamed: empty)."""
-    if "onnx_node" not in node.meta:
-        raise AscendEmuError(f"node {node.name!r} ({node.op}) carries no ONNX node to run on the AI CPU")
+    """Execute ONNX node ``node`` (``meta["onnx_node"]``; else a registry op the ONNX front end emitted, as its
+    ONNX form) in onnxruntime on ``input_arrays`` (one per present input, in order); returns
+    ``node.num_outputs`` arrays (an output the node leaves unnamed: empty)."""
     arrays = [np.asarray(a) for a in input_arrays]
-    key = (node.name, node.meta["onnx_node"], tuple((a.dtype.str, a.shape) for a in arrays))
+    form = node.meta.get("onnx_node") or (node.op, repr(sorted(node.attrs.items())))
+    key = (node.name, form, tuple((a.dtype.str, a.shape) for a in arrays))
     hit = _cache.get(key)
     if hit is None:
         hit = _cache[key] = _build(node, arrays)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .build import FLOATS, ONNX_DTYPES, TO_NCHW, Builder, Fallback
 
 
 @dataclass
@@ -157,6 +157,13 @@ def _hard(b, n):
     return _one(b, n, "Mul", [x, y])
 
 
+@converter("IsNaN")
+def _isnan(b, n):
+    # x != x is true exactly for NaN: a comparison on the AI Core
+    x = b.ref(n.inputs[0])
+    return _one(b, n, "NotEqual", [x, x], T=False)
+
+
 @converter("Where")
 def _where(b, n):
     return _one(b, n, "SelectV2", [b.ref(i) for i in n.inputs], T=False)
@@ -238,19 +245,35 @@ def _pads(n, k=2):
 
 @converter("Conv")
 def _conv(b, n):
-    if b.rank(n.inputs[0]) != 4:
-        raise Fallback("Conv of rank other than 4")
+    r = b.rank(n.inputs[0])
+    if r not in (3, 4):
+        raise Fallback("Conv of rank other than 3 or 4")
     w = b.need(n.inputs[1], "Conv's weight")
-    strides, dil = _hw(n.a("strides")), _hw(n.a("dilations"))
-    padding, explicit = _pads(n)
     t = b.dtype(n.inputs[0]) or "float32"
+    if r == 3:
+        # Conv1d as TensorFlow's conv1d (Keras Conv1D) runs it: ExpandDims to a height of 1, Conv2D, Squeeze
+        if n.a("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            raise Fallback("1-D Conv with auto_pad SAME")
+        (s,), (d,) = _hw(n.a("strides"), 1), _hw(n.a("dilations"), 1)
+        p = list(n.a("pads") or [0, 0])
+        strides, dil = [1, s], [1, d]
+        padding, explicit = ("VALID", None) if not any(p) else ("EXPLICIT", [0, 0, 0, 0, p[0], p[1], 0, 0])
+        w = w[:, :, None, :]
+        x = b.emit(f"{n.name}/ExpandDims", "ExpandDims", [b.ref(n.inputs[0]), b.const(np.int32(2), f"{n.name}/dim")])
+    else:
+        strides, dil = _hw(n.a("strides")), _hw(n.a("dilations"))
+        padding, explicit = _pads(n)
+        x = b.ref(n.inputs[0])
     hwio = b.const(np.ascontiguousarray(np.transpose(w, (2, 3, 1, 0))), f"{n.name}/filter_hwio")
-    x = b.to_nhwc(b.ref(n.inputs[0]), 4, n.name)
+    x = b.to_nhwc(x, 4, n.name)
     attrs = {"strides": [1, *strides, 1], "dilations": [1, *dil, 1], "padding": padding,
              "explicit_paddings": explicit or [], "data_format": "NHWC", "T": t}
     y = b.emit(f"{n.name}/Conv2D", "Conv2D", [x, hwio], attrs)
     if n.inp(2):
         y = b.emit(f"{n.name}/BiasAdd", "BiasAdd", [y, b.ref(n.inp(2))], {"T": t, "data_format": "NHWC"})
+    if r == 3:
+        y = b.emit(f"{n.name}/to_nchw", "Transpose", [y, b.ints(TO_NCHW[4], f"{n.name}/perm_nchw")])
+        return _one(b, n, "Squeeze", [y], {"squeeze_dims": [2]}, T=False)
     return [b.to_nchw(y, 4, n.name)]
 
 
@@ -320,9 +343,17 @@ def _layer_norm(b, n):
 def _softmax(b, n):
     r = b.rank(n.inputs[0])
     axis = int(n.a("axis", -1 if n.opset >= 13 else 1)) % r
-    if axis != r - 1:
-        raise Fallback(f"{n.op} over an axis other than the last")
-    return _one(b, n, n.op, [b.ref(n.inputs[0])])
+    if axis == r - 1:
+        return _one(b, n, n.op, [b.ref(n.inputs[0])])
+    if n.opset < 13:
+        raise Fallback(f"{n.op} of opset < 13 (over the flattened axes from axis on)")
+    # over another axis as TensorFlow's softmax(axis=k) runs it: swap the axis with the last, softmax, swap back
+    perm = list(range(r))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    y = b.emit(f"{n.name}/swap_in", "Transpose", [b.ref(n.inputs[0]), b.ints(perm, f"{n.name}/perm")])
+    t = b.dtype(n.inputs[0])
+    y = b.emit(f"{n.name}/{n.op}", n.op, [y], {"T": t} if t in FLOATS else {})
+    return _one(b, n, "Transpose", [y, b.ints(perm, f"{n.name}/perm")], T=False)
 
 
 # -- pooling -------------------------------------------------------------------------------------
@@ -335,8 +366,11 @@ def _global_pool(b, n):
 
 @converter("MaxPool", "AveragePool")
 def _pool(b, n):
-    if b.rank(n.inputs[0]) != 4 or int(n.a("ceil_mode", 0)) or any(d != 1 for d in _hw(n.a("dilations"))):
-        raise Fallback(f"{n.op}: only 2-D, floor mode, no dilation")
+    ceil = bool(int(n.a("ceil_mode", 0)))
+    if b.rank(n.inputs[0]) != 4 or any(d != 1 for d in _hw(n.a("dilations"))):
+        raise Fallback(f"{n.op}: only 2-D, no dilation")
+    if ceil and (n.op != "MaxPool" or n.a("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
+        raise Fallback(f"{n.op} with ceil_mode: only MaxPool with explicit pads")
     if len([o for o in n.outputs if o]) > 1:
         raise Fallback("MaxPool's indices")
     k = _hw(n.a("kernel_shape"))
@@ -344,6 +378,21 @@ def _pool(b, n):
     padding, explicit = _pads(n)
     t = b.dtype(n.inputs[0]) or "float32"
     x = b.to_nhwc(b.ref(n.inputs[0]), 4, n.name)
+    if ceil:
+        # ceil mode: ONNX's output size ceil((size + pads - k) / s) + 1, a window that would start in the end
+        # padding dropped (as torch's ceil_mode); the extra rows/columns are more -inf padding at the end
+        H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
+        if H is None or W is None:
+            raise Fallback("MaxPool ceil_mode on an unknown height or width")
+        p = (explicit or [0] * 8)[2:6]
+        extra = []
+        for size, kk, ss, (pb, pe) in ((H, k[0], s[0], p[0:2]), (W, k[1], s[1], p[2:4])):
+            out = -(-(size + pb + pe - kk) // ss) + 1
+            if (out - 1) * ss >= size + pb:
+                out -= 1
+            extra.append(max((out - 1) * ss + kk - (size + pb + pe), 0))
+        if any(extra):
+            padding, explicit = "EXPLICIT", [0, 0, p[0], p[1] + extra[0], p[2], p[3] + extra[1], 0, 0]
     if padding == "EXPLICIT":
         H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
         if H is None or W is None:
@@ -354,7 +403,7 @@ def _pool(b, n):
             out = -(-size // ss)
             tot = max((out - 1) * ss + kk - size, 0)
             same += [tot // 2, tot - tot // 2]
-        if pads == same:
+        if pads == same and not ceil:
             padding = "SAME"    # TensorFlow's SAME: the count of a window leaves the padding out
         elif n.op == "MaxPool" or int(n.a("count_include_pad", 0)):
             # max pooling never selects the padding: -inf, held in float16 so that no cast to fp16 overflows

@@ -353,7 +353,7 @@ def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_on
     try:
         with DumpWriter(dump_dir, kind="bench", config=config, model=model,
                         inputs_sha256=inputs_sha256(feeds), overwrite=overwrite,
-                        stats_only=stats_only, select=select) as w:
+                        stats_only=stats_only, select=select, sources=graph.sources()) as w:
             for node, engine, dtype, outs in records:
                 _add_op(w, node, engine, dtype, outs)
                 if bar is not None:

@@ -226,16 +226,23 @@ class Rewriter:
         names = {n.name for n in absorbed}
         replaces: list[str] = []
         rules: list[str] = []
+        owners: list[str] = []      # the ONNX nodes the replaced ops were part of (--keep-dtype names them)
         for n in absorbed:
             f = n.meta.get("fusion")
             if f:
                 replaces.extend(f["replaces"])
                 rules.extend(r for r in f["rules"] if r not in rules)
+                owners.extend(o for o in f.get("owners", ()) if o not in owners)
             else:
                 replaces.append(n.name)
+            o = n.meta.get("onnx_name")
+            if o and o not in owners:
+                owners.append(o)
         if rule not in rules:
             rules.append(rule)
         new.meta["fusion"] = {"rule": rule, "rules": rules, "replaces": replaces, "tf_type": self.orig_type(last)}
+        if owners:
+            new.meta["fusion"]["owners"] = owners
         for entry in self.fused_away:
             if entry["into"] in names:
                 entry["into"] = new.name
