@@ -62,7 +62,9 @@ def _read(model):
     from google.protobuf.message import DecodeError
 
     if not isinstance(model, (str, os.PathLike)):
-        return model.__deepcopy__() if hasattr(model, "__deepcopy__") else model, "model"
+        m = model.__deepcopy__() if hasattr(model, "__deepcopy__") else model
+        _inline_external_data(m, None)
+        return m, "model"
     path = Path(model)
     if not path.is_file():
         raise AscendEmuError(f"model path {str(path)!r} does not exist or is not a file")
@@ -70,15 +72,56 @@ def _read(model):
         m = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as e:
         raise AscendEmuError(f"{str(path)!r} is not a valid ONNX model ({_line(e)}); export it again") from None
-    try:
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-        if any(uses_external_data(t) for t in m.graph.initializer):
-            load_external_data_for_model(m, str(path.parent))
-    except Exception as e:
-        raise AscendEmuError(f"cannot read the external data of {str(path)!r}: {_line(e)}; keep the data "
-                             f"files beside the model") from None
+    _inline_external_data(m, path)
     return m, path.stem
+
+
+def all_tensors(m):
+    """Every TensorProto of ONNX model ``m``: initializers and sparse initializers, the tensors of node
+    attributes (a ``Constant``'s value, a ``ConstantOfShape``'s), in every subgraph (Loop/If/Scan bodies)
+    and every local function, at any depth."""
+    todo = [m.graph, *m.functions]
+    while todo:
+        g = todo.pop()
+        for t in getattr(g, "initializer", ()):
+            yield t
+        for s in getattr(g, "sparse_initializer", ()):
+            yield s.values
+            yield s.indices
+        for nd in g.node:
+            for a in nd.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                    yield s.values
+                    yield s.indices
+                if a.HasField("g"):
+                    todo.append(a.g)
+                todo.extend(a.graphs)
+
+
+def _inline_external_data(m, path) -> None:
+    """Read every tensor's external data into the model, relative to the model's directory ``path.parent``
+    with onnx's checks (a relative path that stays inside that directory, a regular file, no symbolic link
+    on the way), so nothing later (``numpy_helper.to_array``, an onnxruntime session built from bytes)
+    resolves a reference against the current directory. ``path`` None (a ModelProto given in memory, which
+    has no directory): a model with external references is refused."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for t in all_tensors(m):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        if path is None:
+            raise AscendEmuError(f"ONNX tensor {t.name[:80]!r} keeps its data in an external file, and an "
+                                 "in-memory model has no directory to read it from; give the .onnx path, or "
+                                 "load the model with onnx.load (which reads its external data)")
+        try:
+            load_external_data_for_tensor(t, str(path.parent))
+        except Exception as e:
+            raise AscendEmuError(f"cannot read the external data of {str(path)!r} (tensor {t.name[:80]!r}): "
+                                 f"{_line(e)}; keep the data files beside the model") from None
 
 
 def _line(e) -> str:

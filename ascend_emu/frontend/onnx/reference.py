@@ -21,8 +21,14 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
     import onnx
     import onnxruntime as ort
 
+    from .loader import all_tensors
+
     src = graph.onnx
     m = onnx.ModelProto.FromString(src.model)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(m)):
+        # the loader inlines every tensor; onnxruntime would resolve what is left against the current directory
+        raise AscendEmuError(f"ONNX model {graph.name!r} still names external data files; load it with "
+                             "load_onnx from its .onnx path")
     have = {o.name for o in m.graph.output}
     for nd in m.graph.node:
         for o in nd.output:

@@ -1,0 +1,104 @@
+"""Hostile ONNX models (issue 45): what a shared .onnx file can make ascend-emu read, and the models it must refuse.
+
+Every model is built here with onnx.helper (a few elements each), so the file runs in seconds.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from ascend_emu import Device
+from ascend_emu.cli.main import main
+from ascend_emu.errors import AscendEmuError
+from ascend_emu.frontend.onnx.loader import load_onnx
+from ascend_emu.frontend.tf.reference import reference
+
+FP32 = dict(soc="Ascend910B", precision_mode="must_keep_origin_dtype")
+SECRET = np.arange(1, 5, dtype=np.float32)      # what a file outside the model's directory holds
+
+
+def _external(name: str, location: str, n: int = 4) -> TensorProto:
+    """A float32 tensor of ``n`` elements whose data lives in file ``location`` (external data)."""
+    t = helper.make_tensor(name, TensorProto.FLOAT, [n], np.zeros(n, np.float32).tobytes(), raw=True)
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", str(4 * n))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t
+
+
+def _model(nodes, inputs=(("x", [4]),), outputs=(("y", [4]),), opset=17, initializers=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                          initializer=list(initializers))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _constant_model(location):
+    """y = x + c, c a Constant node whose value is external data."""
+    return _model([helper.make_node("Constant", [], ["c"], name="c", value=_external("cv", location)),
+                   helper.make_node("Add", ["x", "c"], ["y"], name="add")])
+
+
+def _if_body_model(location):
+    """y = x + If(cond) then w_t else w_e, each ``w`` an initializer of its branch with external data."""
+    def branch(tag):
+        return helper.make_graph([helper.make_node("Identity", [f"w_{tag}"], [f"o_{tag}"], name=f"id_{tag}")],
+                                 f"b_{tag}", [], [helper.make_tensor_value_info(f"o_{tag}", TensorProto.FLOAT, [4])],
+                                 initializer=[_external(f"w_{tag}", location)])
+    cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+    return _model([helper.make_node("Constant", [], ["k"], name="k", value=cond),
+                   helper.make_node("If", ["k"], ["w"], name="if", then_branch=branch("t"), else_branch=branch("e")),
+                   helper.make_node("Add", ["x", "w"], ["y"], name="add")])
+
+
+@pytest.fixture
+def layout(tmp_path, monkeypatch):
+    """``tmp_path/model`` for the model, the current directory ``tmp_path/cwd`` holding ``secret.bin``."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "secret.bin").write_bytes(SECRET.tobytes())
+    monkeypatch.chdir(tmp_path / "cwd")
+    return tmp_path
+
+
+@pytest.mark.parametrize("build", [_constant_model, _if_body_model])
+def test_external_data_is_read_beside_the_model_only(layout, build, capsys):
+    """S1: the external data of a Constant node or of an initializer in an If body is never resolved against
+    the current directory; beside the model it is read, and replay and reference agree on it."""
+    p = layout / "model" / "m.onnx"
+    onnx.save(build("secret.bin"), str(p))
+    with pytest.raises(AscendEmuError, match="external data.*not regular file"):
+        load_onnx(p)
+    assert main(["reference", str(p), "--dump", str(layout / "bench")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "external data" in err
+    assert not (layout / "bench").exists()
+    # a path out of the model's directory and a link out of it are refused the same way
+    for location in ("../cwd/secret.bin", str(layout / "cwd" / "secret.bin")):
+        onnx.save(build(location), str(p))
+        with pytest.raises(AscendEmuError, match="external data"):
+            load_onnx(p)
+    os.symlink(layout / "cwd" / "secret.bin", layout / "model" / "link.bin")
+    onnx.save(build("link.bin"), str(p))
+    with pytest.raises(AscendEmuError, match="symbolic link"):
+        load_onnx(p)
+    # the data beside the model: read from there, from any current directory
+    (layout / "model" / "w.bin").write_bytes((SECRET * 10).tobytes())
+    onnx.save(build("w.bin"), str(p))
+    x = {"x": np.ones(4, np.float32)}
+    ref = reference(p, x, None, progress=False)
+    res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)
+    want = 1 + SECRET * 10
+    np.testing.assert_array_equal(next(iter(ref.outputs.values())), want)
+    np.testing.assert_array_equal(next(iter(res.outputs.values())), want)
+
+
+def test_in_memory_model_with_external_data_is_refused(layout):
+    with pytest.raises(AscendEmuError, match="in-memory model has no directory"):
+        load_onnx(_constant_model("secret.bin"))
