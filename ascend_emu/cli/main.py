@@ -314,6 +314,7 @@ def build_parser():
     sp.add_argument("--cosine-tol", type=float, default=1e-3,
                     help="the output cosine is robust when its band across variants is within this (default 1e-3)")
     sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each variant's dump under DIR")
+    sp.add_argument("--overwrite", action="store_true", help="replace the dumps of an earlier run in --keep-dumps")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
     sp.add_argument("--report", metavar="FILE", help="write the HTML report (per-op cosine bands)")
     tr = sp.add_argument_group("training (give --data and --steps to train every variant instead of replaying)")

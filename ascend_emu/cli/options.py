@@ -220,7 +220,7 @@ _OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",),
                 "export-msprobe": ("out",), "import-msprobe": ("out",), "sensitivity": ("keep_dumps",)}
 #: options naming what a command reads (``dump`` is read by the commands that do not write one)
 _INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
-           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump")
+           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump", "keep_dtype")
 #: positional arguments among them (named in messages as the usage names them)
 _POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR", "dir": "DIR"}
 
@@ -255,6 +255,10 @@ def check_outputs(a) -> None:
     written = _OUTPUT_DIRS.get(a.cmd, ())
     dirs = _paths(a, written)
     outputs = _paths(a, _OUTPUT_FILES) + dirs
+    if a.cmd == "sensitivity" and isinstance(getattr(a, "dump", None), str) and "\x00" not in a.dump:
+        from ..analysis.robustness import sidecar    # written beside the dump it reads
+
+        outputs.append(("the sidecar of --dump", check_writable(sidecar(a.dump), "the sidecar of --dump")))
     inputs = _paths(a, [n for n in _INPUTS if n not in written])
     real = os.path.realpath    # links resolved: two spellings of one file are one file
 

@@ -146,15 +146,16 @@ def _analyse(dump_dir: str, ref_dir: str, metrics: dict, status: int) -> dict:
 
 def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None, seed: int = 0,
                 params=None, dump=None, json_path=None, report=None, cosine_tol: float = 1e-3,
-                keep_dumps=None, progress: bool = True, scheduler="none", n_workers: int | None = None,
-                data=None, steps: int | None = None, loss_tol: float = 1e-3, **train) -> SensitivityResult:
+                keep_dumps=None, overwrite: bool = False, progress: bool = True, scheduler="none",
+                n_workers: int | None = None, data=None, steps: int | None = None, loss_tol: float = 1e-3,
+                **train) -> SensitivityResult:
     """Replay ``model`` under every variant of the assumed parameters and say which conclusions hold.
 
     ``device`` / ``device_kwargs``: the run's configuration (its assumed values are the default variant);
     ``params``: the parameter names to vary (default all); ``dump``: the NPU dump of this run whose
     conclusions are checked (the JSON goes beside it, ``<dump>.sensitivity.json``); ``json_path``, ``report``:
     also write the JSON / the HTML report there; ``keep_dumps``: keep each variant's dump (and the
-    reference's) under this directory. ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
+    reference's) under this directory (dumps of an earlier run there are replaced only with ``overwrite``). ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
     ``learning_rate``, ``batch_size``, ``loss_scale``, ``shuffle``): train every variant instead
     (:mod:`ascend_emu.tools.sensitivity_train`; the loss curve is robust within ``loss_tol``, relative).
     Returns a :class:`SensitivityResult`.
@@ -192,6 +193,11 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
                                  "options (its conclusions are about that configuration)")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")
+        there = sorted(n for n in os.listdir(keep_dumps) if n == "reference" or n.startswith("variant-"))
+        if there and not overwrite:
+            raise AscendEmuError(f"--keep-dumps {os.fspath(keep_dumps)} already holds the dumps of an earlier run "
+                                 f"({', '.join(there[:3])}{', ...' if len(there) > 3 else ''}); pass --overwrite "
+                                 "(overwrite=True) to replace them, or give another directory")
     work = os.fspath(keep_dumps) if keep_dumps is not None else tempfile.mkdtemp(prefix="ascend-emu-sensitivity-")
     try:
         with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="sensitivity") as sweep:

@@ -102,6 +102,10 @@ def env(tmp_path, monkeypatch):
     (tmp_path / "dref").mkdir()
     os.symlink(tmp_path / "target", tmp_path / "dref" / "reference")
     e["dref"] = str(tmp_path / "dref")
+    # the --keep-dumps of an earlier sensitivity run (issue 45, S3)
+    (tmp_path / "kept").mkdir()
+    _dump(tmp_path / "kept" / "reference", "bench")
+    e["kept"] = str(tmp_path / "kept")
     return e
 
 
@@ -380,6 +384,12 @@ CATALOGUE = [
     ("sensitivity {model} --dump {nodir}", "does not exist"), ("sensitivity {model} --cosine-tol x", None),
     ("sensitivity {model} --dump {npu} --json {npu}/s.json", "inside"),
     ("sensitivity {model} --data {train} --steps 2 --dump {npu}", "keeps no dumps"),
+    # outputs over inputs: --keep-dtype and the DUMP.sensitivity.json sidecar (issue 45, S2), kept dumps (S3)
+    ("fit {npu} {model} --keep-dtype {file} --json {file}", "is also what"),
+    ("sensitivity {model} --dump {npu} --modify-mixlist {npu}.sensitivity.json", "is also what"),
+    ("sensitivity {model} --dump {npu} --keep-dtype {npu}.sensitivity.json", "is also what"),
+    ("sensitivity {model} --dump {npu} --json {npu}.sensitivity.json", "are the same path"),
+    ("sensitivity {model} --keep-dumps {kept}", "already holds the dumps of an earlier run"),
     ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
@@ -437,6 +447,17 @@ def test_outputs_never_replace_inputs(env, model_file):
         code, out, err = run_cli(argv)
         assert_clean_error(argv, code, err)
     assert {p: open(p, "rb").read() for p in before} == before
+
+
+def test_sensitivity_keeps_earlier_dumps(env, model_file):
+    """S3 (issue 45): --keep-dumps DIR holding an earlier run's dumps is refused before anything runs, the dumps
+    as they were."""
+    manifest = os.path.join(env["kept"], "reference", "manifest.json")
+    before = open(manifest, "rb").read()
+    argv = ["sensitivity", model_file["model"], "--keep-dumps", env["kept"], "--param", "hif8_rounding"]
+    code, out, err = run_cli(argv)
+    assert_clean_error(argv, code, err, "pass --overwrite")
+    assert open(manifest, "rb").read() == before
 
 
 def test_unreachable_scheduler(env, model_file, monkeypatch):
