@@ -106,6 +106,8 @@ def env(tmp_path, monkeypatch):
     (tmp_path / "kept").mkdir()
     _dump(tmp_path / "kept" / "reference", "bench")
     e["kept"] = str(tmp_path / "kept")
+    os.symlink(tmp_path / "file.txt", tmp_path / "linkfile.txt")
+    e["linkfile"] = str(tmp_path / "linkfile.txt")
     return e
 
 
@@ -390,6 +392,10 @@ CATALOGUE = [
     ("sensitivity {model} --dump {npu} --keep-dtype {npu}.sensitivity.json", "is also what"),
     ("sensitivity {model} --dump {npu} --json {npu}.sensitivity.json", "are the same path"),
     ("sensitivity {model} --keep-dumps {kept}", "already holds the dumps of an earlier run"),
+    # the --keep-dtype file read as hostile (S4): no device, no link, no endless file
+    ("replay {model} --keep-dtype /dev/zero", "not a regular file"),
+    ("replay {model} --keep-dtype {linkfile}", "is a symbolic link"),
+    ("replay {model} --keep-dtype {tmp}/no-such-list.txt", "not found"),
     ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
