@@ -14,6 +14,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ..errors import printable
 from .dump import Dump, json_safe, load_dump
 from ..data import ascend_type
 from ..graph.core import split_tensor_name
@@ -292,7 +293,7 @@ class OverflowReport:
                 lines.append(_tensor_line(f"Input[{k}]", t))
         for k, t in enumerate(entry["outputs"]):
             lines.append(_tensor_line(f"Output[{k}]", t))
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
     def format_text(self) -> str:
         lines = [f"float status register: 0x{self.register:x}"
@@ -303,7 +304,7 @@ class OverflowReport:
             lines.append("first overflowing op: none")
         else:
             lines.append("first overflowing op (finite inputs, overflowing output):")
-            lines.append(self.format_op(self.first))
+            lines.extend(self.format_op(self.first).split("\n"))
             v = self.first["verdict"]
             lines.append(f" - verdict: {v['verdict']}: {v['explanation']}")
             lines.append(f" - largest magnitude dumped {_fmt(v['largest_dumped'])}; float32 rerun max |x| "
@@ -317,7 +318,7 @@ class OverflowReport:
             if len(later) > 50:
                 lines.append(f"  ... and {len(later) - 50} more (see --json)")
         lines.extend("note: " + n for n in self.notes)
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))
 
 
 def _tensor_line(label: str, t: dict) -> str:

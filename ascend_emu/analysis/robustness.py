@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..errors import printable
+
 #: the conclusions of a sensitivity run, in the order they are printed
 ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status", "loss_curve", "skipped_steps")
 
@@ -80,4 +82,4 @@ def robust_line(data: dict) -> str:
     if bad:
         movers = sorted({p for k in bad for m in c[k].get("moved_by", []) for p in m.get("parameters", [])})
         line += f"; moved: {', '.join(bad)} (by {', '.join(movers) or '?'})"
-    return line
+    return printable(line)    # names from a file beside the dump: one line, no terminal sequences
