@@ -102,3 +102,16 @@ def test_external_data_is_read_beside_the_model_only(layout, build, capsys):
 def test_in_memory_model_with_external_data_is_refused(layout):
     with pytest.raises(AscendEmuError, match="in-memory model has no directory"):
         load_onnx(_constant_model("secret.bin"))
+
+
+def test_negative_input_dim_is_a_dynamic_dim(tmp_path, capsys):
+    """T1 (issue 45): an input dim of -3 reached numpy's random generator (a traceback); it is a dim of no
+    size, so random inputs ask for --shape, and --shape fixes it."""
+    p = tmp_path / "neg.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], inputs=(("x", [2, -3]),),
+                     outputs=(("y", [2, -3]),)), str(p))
+    for cmd in ("replay", "reference"):
+        assert main([cmd, str(p), "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "unknown dimensions (2, ?); give them with --shape" in err[0], err
+    assert main(["replay", str(p), "-q", "--shape", "x=2,3"]) == 0

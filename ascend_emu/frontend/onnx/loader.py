@@ -157,7 +157,8 @@ def _dims(vi) -> list | None:
     t = vi.type.tensor_type
     if not t.HasField("shape"):
         return None
-    return [int(d.dim_value) if d.HasField("dim_value") else None for d in t.shape.dim]
+    # a negative dim_value (some tools write -1 for "any") is no size: unknown, as a dim_param is
+    return [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None for d in t.shape.dim]
 
 
 def _apply_shapes(m, initializers: set, input_shapes) -> None:
