@@ -115,3 +115,30 @@ def test_negative_input_dim_is_a_dynamic_dim(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "unknown dimensions (2, ?); give them with --shape" in err[0], err
     assert main(["replay", str(p), "-q", "--shape", "x=2,3"]) == 0
+
+
+def _w4_models():
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    w = onnx.numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
+    conv = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=0)], inputs=(("x", [1, 4, 8, 8]),),
+                  outputs=(("y", [1, 4, 6, 6]),), initializers=[w])
+    cplx = _model([helper.make_node("Add", ["x", "z"], ["y"], name="add")])
+    cplx.graph.input.append(helper.make_tensor_value_info("z", TensorProto.COMPLEX64, [4]))
+    z = onnx.numpy_helper.from_array(np.ones(4, np.complex64), "z")
+    cplx2 = _model([helper.make_node("Add", ["x", "z"], ["y"], name="add")], initializers=[z])
+    return {"opset 1": (_model(relu, opset=1), "imports opset 1 of ai.onnx"),
+            "opset 99": (_model(relu, opset=99), "imports opset 99 of ai.onnx"),
+            "Conv group=0": (conv, "has group 0"),
+            "float32 + complex64 input": (cplx, "rejected by onnxruntime"),
+            "float32 + complex64 initializer": (cplx2, "rejected by onnxruntime")}
+
+
+@pytest.mark.parametrize("case", list(_w4_models()))
+def test_models_onnxruntime_rejects_are_refused(tmp_path, case, capsys):
+    """W4 (issue 45): replay produced numbers for models onnxruntime (and ATC) reject."""
+    model, msg = _w4_models()[case]
+    p = tmp_path / "m.onnx"
+    onnx.save(model, str(p))
+    assert main(["replay", str(p), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert msg in err[-1] and err[-1].startswith("ascend-emu: error:"), err

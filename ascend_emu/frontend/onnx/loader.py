@@ -130,8 +130,14 @@ def _line(e) -> str:
 
 
 def _opset(m) -> int:
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
     for o in m.opset_import:
         if o.domain in ("", "ai.onnx"):
+            if not 7 <= o.version <= newest:
+                raise AscendEmuError(f"the ONNX model imports opset {o.version} of ai.onnx; ascend-emu takes opsets 7 "
+                                     f"to {newest} (ATC takes 11 to 18): export it again with one of those")
             return int(o.version)
     raise AscendEmuError("the ONNX model imports no version of the default opset (ai.onnx)")
 
@@ -151,6 +157,26 @@ def _check(m, name: str) -> None:
              *(t for nd in g.node for t in (nd.name, nd.op_type, nd.domain, *nd.input, *nd.output))]
     if not all(isinstance(t, str) for t in texts):
         raise AscendEmuError(f"ONNX model {name!r} is malformed: a name that is not UTF-8 text")
+    for nd in g.node:       # what onnxruntime accepts at load and refuses only when the node runs
+        if nd.op_type in ("Conv", "ConvTranspose") and nd.domain in ("", "ai.onnx"):
+            group = next((a.i for a in nd.attribute if a.name == "group"), 1)
+            if group < 1:
+                raise AscendEmuError(f"ONNX model {name!r} is malformed: {nd.op_type} {nd.name[:80]!r} has group "
+                                     f"{group}, which must be at least 1; export the model again")
+
+
+def _check_runtime(raw: bytes, name: str) -> None:
+    """Refuse a model onnxruntime rejects (an opset it has no kernels for, a type an op does not take): the
+    reference and the AI CPU are onnxruntime, and ATC rejects such a model too."""
+    import onnxruntime as ort
+
+    from .node import session_options
+
+    try:
+        ort.InferenceSession(raw, session_options(), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise AscendEmuError(f"ONNX model {name!r} is rejected by onnxruntime ({_line(e)}); ascend-emu runs models "
+                             "onnxruntime can load: export it again (opset 7 to the one onnxruntime supports)") from None
 
 
 def _dims(vi) -> list | None:
@@ -207,6 +233,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     _check(m, name)
     opset = _opset(m)
     raw = m.SerializeToString()
+    _check_runtime(raw, name)
     inits = {t.name: t for t in m.graph.initializer}
     _apply_shapes(m, set(inits), input_shapes)
     inferred = _infer(m)
