@@ -44,7 +44,7 @@ def sidecar(dump) -> str:
 
 def read_sidecar(dump) -> dict | None:
     """The sensitivity JSON written for ``dump`` (a path or a loaded Dump), or None when there is none, it is
-    unreadable, or it was made from other inputs than the dump's."""
+    unreadable, or it was made from another model or other inputs than the dump's."""
     path = sidecar(dump)
     # a file beside the dump is as hostile as the dump: never through a link, never a huge one, checked in shape
     if os.path.islink(path) or not os.path.isfile(path):
@@ -58,15 +58,17 @@ def read_sidecar(dump) -> dict | None:
         return None
     if not _well_formed(data):
         return None
-    sha = getattr(dump, "inputs_sha256", None)
-    if sha is None and not hasattr(dump, "manifest"):
+    if not hasattr(dump, "manifest"):
         try:
             from .dump import load_dump
 
-            sha = load_dump(dump).inputs_sha256
+            dump = load_dump(dump)
         except Exception:   # noqa: BLE001 - an unreadable dump: the caller reports it its own way
-            sha = None
-    if sha and data.get("inputs_sha256") and sha != data["inputs_sha256"]:
+            return None
+    # tied to the dump by its model and its inputs: a sidecar of another model or other inputs is not shown
+    fingerprint = dump.model.get("fingerprint") if isinstance(dump.model, dict) else None
+    if not (data.get("inputs_sha256") and data.get("inputs_sha256") == dump.inputs_sha256
+            and data.get("model_fingerprint") and data.get("model_fingerprint") == fingerprint):
         return None
     return data
 

@@ -80,9 +80,12 @@ class SensitivityResult:
     inputs_sha256: str | None = None
     skipped: list = field(default_factory=list)
     parameters: dict = field(default_factory=dict)
+    #: the model's fingerprint: with the inputs hash, what ties the result to the dump it is kept beside
+    model_fingerprint: str | None = None
 
     def to_json(self) -> dict:
-        return {"model": self.model, "inputs_sha256": self.inputs_sha256, "variants": self.variants,
+        return {"model": self.model, "model_fingerprint": self.model_fingerprint,
+                "inputs_sha256": self.inputs_sha256, "variants": self.variants,
                 "conclusions": self.conclusions, "parameters": self.parameters, "ops": self.ops,
                 "not_varied": self.skipped}
 
@@ -229,7 +232,8 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     skipped = [a.name for a in _asm.ASSUMED if (params is None or a.name in params)
                and not any(a.name in v[2] for v in vs)]
     res = SensitivityResult(graph.name, [{k: v for k, v in r.items() if k != "op_cosine"} for r in rows],
-                            conclusions, ops, inputs_sha256(feeds), skipped, _per_parameter(rows, conclusions, skipped))
+                            conclusions, ops, inputs_sha256(feeds), skipped, _per_parameter(rows, conclusions, skipped),
+                            model_fingerprint=graph.fingerprint)
     text = json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n"
     if dump is not None:
         atomic_write_text(sidecar(dump), text)

@@ -35,7 +35,7 @@ def test_compare_and_overflow_escape_names_from_the_dump(tmp_path, capsys):
     bench = _dump(tmp_path / "bench", "bench", np.array([1.0, 2.0, 3.0], np.float32))
     with open(sidecar(npu), "w") as f:
         json.dump({"conclusions": {f"first_divergent{HOSTILE}": {"robust": False, "moved_by": [
-            {"parameters": [f"p{HOSTILE}"]}]}}, "variants": [], "inputs_sha256": "s"}, f)
+            {"parameters": [f"p{HOSTILE}"]}]}}, "variants": [], "inputs_sha256": "s", "model_fingerprint": "f"}, f)
     assert main(["compare", npu, bench, "--limit", "5"]) == 0
     out = capsys.readouterr().out
     _clean(out)
