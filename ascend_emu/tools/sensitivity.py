@@ -186,14 +186,10 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     if dump is not None:
         from ..analysis.dump import load_dump
 
-        made = load_dump(dump).config     # a missing or broken dump fails before the slow part
-        mine = device.config()
-        differ = [k for k in ("canonical_mode", "soc", "overflow_mode", "allow_hf32", "cube_mx", "cce_ftz",
-                              "subnormals") if k in made and k in mine and made[k] != mine[k]]
-        if differ:
-            raise AscendEmuError(f"{dump} was made with {', '.join(f'{k}={made[k]}' for k in differ)}, not this "
-                                 f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: give sensitivity the dump's "
-                                 "options (its conclusions are about that configuration)")
+        from .fit import refuse_other_configuration
+
+        # a missing or broken dump fails before the slow part
+        refuse_other_configuration(dump, load_dump(dump).config, device, "sensitivity")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")
         there = sorted(n for n in os.listdir(keep_dumps) if n == "reference" or n.startswith("variant-"))
