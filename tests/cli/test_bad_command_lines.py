@@ -396,6 +396,11 @@ CATALOGUE = [
     ("replay {model} --keep-dtype /dev/zero", "not a regular file"),
     ("replay {model} --keep-dtype {linkfile}", "is a symbolic link"),
     ("replay {model} --keep-dtype {tmp}/no-such-list.txt", "not found"),
+    # options of a mode the run is not in (M1)
+    ("replay {model} --hif8-rounding hybrid", "in the precision modes cube_hif8, mixed_hif8 only"),
+    ("replay {model} --hif8-cube-out float32 --hif8-rounding round", "drop them"),
+    ("replay {model} --hf32-rounding trunc --soc Ascend910 --allow-hf32 none", "HF32 is on"),
+    ("fit {npu} {model} --hf32-rounding trunc --allow-hf32 none", "HF32 is on"),
     ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
@@ -453,6 +458,19 @@ def test_outputs_never_replace_inputs(env, model_file):
         code, out, err = run_cli(argv)
         assert_clean_error(argv, code, err)
     assert {p: open(p, "rb").read() for p in before} == before
+
+
+def test_keep_dtype_lines_matching_nothing_are_named(env, model_file):
+    """M1 (issue 45): a --keep-dtype line naming no op of the model (a typo) kept nothing without a word."""
+    keep = os.path.join(env["tmp"], "keep.txt")
+    with open(keep, "w") as f:
+        f.write("# ATC keep_dtype\nno_such_node\nOpType::NoSuchType\nOpType::MatMulV2\n")
+    argv = ["replay", model_file["model"], "-q", "--soc", "Ascend910B", "--keep-dtype", keep]
+    with pytest.warns(UserWarning, match="--keep-dtype line") as got:
+        code, out, err = run_cli(argv)
+    assert code == 0, err
+    lines = [str(w.message) for w in got if "--keep-dtype" in str(w.message)]
+    assert len(lines) == 1 and "'no_such_node', 'OpType::NoSuchType'" in lines[0] and "MatMulV2" not in lines[0]
 
 
 def test_sensitivity_keeps_earlier_dumps(env, model_file):
