@@ -115,7 +115,7 @@ def random_input(spec: InputSpec, shape: tuple, rng: np.random.Generator) -> np.
     if dtype.kind in "iu":
         return rng.integers(0, 10, shape).astype(dtype)
     if dtype.kind == "b":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)     # (a 0-d comparison gives a numpy scalar, not an array)
     raise AscendEmuError(f"cannot make random values for input {spec.name!r} of dtype {spec.dtype}; "
                          f"give it with --input {spec.key or spec.name}=file.npy")
 

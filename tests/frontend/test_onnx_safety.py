@@ -142,3 +142,18 @@ def test_models_onnxruntime_rejects_are_refused(tmp_path, case, capsys):
     assert main(["replay", str(p), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert msg in err[-1] and err[-1].startswith("ascend-emu: error:"), err
+
+
+def test_random_0d_bool_input_runs_in_the_reference(tmp_path):
+    """F3 (issue 45): the reference failed on its own random 0-d bool input (a numpy scalar, not an array)."""
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Not", ["b"], ["nb"], name="not"),
+                           helper.make_node("Where", ["nb", "x", "z"], ["y"], name="where")], "g",
+                          [vi("b", TensorProto.BOOL, []), vi("x", TensorProto.FLOAT, [4]),
+                           vi("z", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+    p = tmp_path / "b.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    ref = reference(p, None, None, progress=False)
+    assert isinstance(ref.inputs["b"], np.ndarray) and ref.inputs["b"].shape == () and ref.inputs["b"].dtype == bool
+    res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)
+    np.testing.assert_array_equal(next(iter(res.outputs.values())), next(iter(ref.outputs.values())))
