@@ -157,3 +157,42 @@ def test_random_0d_bool_input_runs_in_the_reference(tmp_path):
     assert isinstance(ref.inputs["b"], np.ndarray) and ref.inputs["b"].shape == () and ref.inputs["b"].dtype == bool
     res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)
     np.testing.assert_array_equal(next(iter(res.outputs.values())), next(iter(ref.outputs.values())))
+
+
+def _endless_loop_model():
+    """y = x + 1, 2^62 times: a Loop whose condition stays true (what Ctrl-C must stop)."""
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep"),
+         helper.make_node("Add", ["v_in", "one"], ["v_out"], name="inc")], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [4])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [4])],
+        initializer=[onnx.numpy_helper.from_array(np.ones(4, np.float32), "one")])
+    return _model([helper.make_node("Loop", ["M", "c", "x"], ["y"], name="loop", body=body)],
+                  initializers=[onnx.numpy_helper.from_array(np.array(1 << 62, np.int64), "M"),
+                                onnx.numpy_helper.from_array(np.array(True), "c")])
+
+
+@pytest.mark.parametrize("cmd", ["reference", "replay"])
+def test_ctrl_c_stops_an_endless_loop(tmp_path, cmd, capsys):
+    """H1 (issue 45): onnxruntime held the interpreter in an endless Loop, so Ctrl-C waited for it for ever."""
+    import _thread
+    import signal
+    import threading
+    import time
+
+    p = tmp_path / "loop.onnx"
+    onnx.save(_endless_loop_model(), str(p))
+    load_onnx(p)    # (loaded once first: the interrupt below lands in the run, not in the imports)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(2.0, _thread.interrupt_main)
+    try:
+        t0 = time.perf_counter()
+        timer.start()
+        assert main([cmd, str(p), "-q"]) == 130
+        took = time.perf_counter() - t0
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, old)
+    assert "interrupted" in capsys.readouterr().err and took < 15, took
+    assert not [t for t in threading.enumerate() if t.name == "onnxruntime"]

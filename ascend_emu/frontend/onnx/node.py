@@ -75,6 +75,39 @@ def _build(node: Node, arrays):
     return sess, feeds, outs
 
 
+def run_session(sess, names, feeds) -> list:
+    """``sess.run(names, feeds)`` that Ctrl-C stops: onnxruntime runs in a helper thread while this one waits in
+    short joins (which a signal interrupts); on KeyboardInterrupt the run is told to terminate (an endless ONNX
+    Loop ignored Ctrl-C: the signal waited for sess.run to return) and the interrupt goes on up."""
+    import threading
+
+    import onnxruntime as ort
+
+    opts = ort.RunOptions()
+    box: dict = {}
+    done = threading.Event()    # (not Thread.join: a join Ctrl-C interrupts can leave the thread "alive" for good)
+
+    def work():
+        try:
+            box["out"] = sess.run(names, feeds, opts)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["err"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="onnxruntime", daemon=True).start()
+    try:
+        while not done.wait(0.25):
+            pass
+    except KeyboardInterrupt:
+        opts.terminate = True   # onnxruntime stops between nodes (and Loop iterations)
+        done.wait(10)
+        raise
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
 def _line(e) -> str:
     s = str(e).strip().splitlines()
     return (s[0] if s else type(e).__name__)[:300]
@@ -96,7 +129,7 @@ def run_onnx_node(node: Node, input_arrays) -> list[np.ndarray]:
         _cache.move_to_end(key)
     sess, feeds, outs = hit
     try:
-        got = sess.run([o for _, o in outs], dict(zip(feeds, arrays)))
+        got = run_session(sess, [o for _, o in outs], dict(zip(feeds, arrays)))
     except Exception as e:
         raise AscendEmuError(f"onnxruntime failed on op {node.name} ({node.op}): {_line(e)}") from None
     result = [np.zeros(0, np.float32)] * node.num_outputs

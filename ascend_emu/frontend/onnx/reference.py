@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph
-from .node import _line, session_options
+from .node import _line, run_session, session_options
 
 
 def run_onnx_model(graph: Graph, feeds: dict) -> dict:
@@ -43,7 +43,7 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
     onnx_feeds = {by_key[k]: v for k, v in feeds.items()}
     names = [o.name for o in sess.get_outputs()]
     try:
-        got = sess.run(names, onnx_feeds)
+        got = run_session(sess, names, onnx_feeds)
     except Exception as e:
         raise AscendEmuError(f"onnxruntime failed to run model {graph.name!r}: {_line(e)}") from None
     values = dict(zip(names, (np.asarray(v) for v in got)))
