@@ -77,6 +77,11 @@ class OverflowReport:
         for op in dump.ops:
             if not _overflowing(op):
                 continue
+            if op.get("tf_type") == "Const" and not op.get("inputs") and not int(op.get("status", 0)):
+                # a constant holds its values, it computes nothing: an intended -inf (the MaxPool pad value the
+                # ONNX loader makes, a mask) is no overflow, and what reads it is not "finite inputs". (A graph
+                # input holding a NaN stays the first non-finite op: it says where the NaN came from.)
+                continue
             if all(self._input_clean(ref) for ref in op.get("inputs", [])):
                 self.first = self._entry(op)
                 self.first["blame"] = self._blame(op)
