@@ -196,3 +196,39 @@ def test_ctrl_c_stops_an_endless_loop(tmp_path, cmd, capsys):
         signal.signal(signal.SIGINT, old)
     assert "interrupted" in capsys.readouterr().err and took < 15, took
     assert not [t for t in threading.enumerate() if t.name == "onnxruntime"]
+
+
+def test_if_and_loop_bodies_read_outer_tensors(tmp_path):
+    """F1 (issue 45): an If branch or a Loop body that reads a tensor of the enclosing graph by name failed in
+    replay (the AI CPU ran the node alone, without that tensor); it comes along as an extra input now, and
+    replay equals onnxruntime's reference."""
+    vi = helper.make_tensor_value_info
+    F, B, I = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+
+    def branch(op, tag):       # reads the outer "h" and "w", makes nothing else of its own
+        return helper.make_graph([helper.make_node(op, ["h", "w"], [f"o_{tag}"], name=f"{op}_{tag}")], f"b_{tag}",
+                                 [], [vi(f"o_{tag}", F, [4])])
+    body = helper.make_graph(   # v += h * w, three times; the cond passes through
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep"),
+         helper.make_node("Mul", ["h", "w"], ["hw"], name="mul"),
+         helper.make_node("Add", ["v_in", "hw"], ["v_out"], name="acc")], "body",
+        [vi("i", I, []), vi("cond_in", B, []), vi("v_in", F, [4])], [vi("cond_out", B, []), vi("v_out", F, [4])])
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["k"], name="positive"),
+             helper.make_node("If", ["k"], ["a"], name="if", then_branch=branch("Add", "t"),
+                              else_branch=branch("Sub", "e")),
+             helper.make_node("Loop", ["M", "c", "a"], ["y"], name="loop", body=body)]
+    inits = [onnx.numpy_helper.from_array(np.asarray([0.5, -1, 2, 3], np.float32), "w"),
+             onnx.numpy_helper.from_array(np.asarray(0, np.float32), "zero"),
+             onnx.numpy_helper.from_array(np.asarray(3, np.int64), "M"),
+             onnx.numpy_helper.from_array(np.asarray(True), "c")]
+    p = tmp_path / "cf.onnx"
+    onnx.save(_model(nodes, initializers=inits), str(p))
+    for x in (np.asarray([1, -2, 3, 4], np.float32), np.asarray([-1, -2, 3, -4], np.float32)):
+        ref = reference(p, {"x": x}, None, progress=False)
+        res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)
+        h = np.maximum(x, 0)
+        want = (h + [0.5, -1, 2, 3] if x.sum() > 0 else h - [0.5, -1, 2, 3]) + 3 * h * [0.5, -1, 2, 3]
+        np.testing.assert_allclose(next(iter(ref.outputs.values())), want, rtol=1e-6)
+        np.testing.assert_array_equal(next(iter(res.outputs.values())), next(iter(ref.outputs.values())))

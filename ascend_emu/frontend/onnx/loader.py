@@ -379,10 +379,39 @@ def _bare(nd, name) -> bytes:
     return c.SerializeToString()
 
 
+def outer_names(nd) -> list[str]:
+    """The tensors of the enclosing graph that ``nd``'s subgraphs (If branches, a Loop or Scan body, at any
+    depth) read by name without making them: what the node needs beside its inputs when it runs alone."""
+    out: list[str] = []
+
+    def walk(g, visible: set):
+        made = set(visible) | {v.name for v in g.input} | {t.name for t in g.initializer} | \
+            {s.values.name for s in g.sparse_initializer}
+        for node in g.node:
+            for i in node.input:
+                if i and i not in made and i not in out:
+                    out.append(i)
+            for a in node.attribute:
+                for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(sg, made)
+            made.update(o for o in node.output if o)
+
+    for a in nd.attribute:
+        for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            walk(sg, set())
+    return out
+
+
 def _fallback(b: Builder, n: Onnx, nd) -> None:
     present = [i for i in nd.input if i]
-    b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present], {}, max(len(nd.output), 1),
-           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset}, exact=True)
+    # an If/Loop body reads tensors of this graph by name: they come along as extra inputs of the AI CPU node
+    outer = [i for i in outer_names(nd) if i not in present]
+    for i in outer:
+        if i not in b.tensors:
+            raise AscendEmuError(f"ONNX node {nd.name or nd.op_type!r}: its subgraph reads {i!r}, which nothing "
+                                 "before it makes")
+    b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present + outer], {}, max(len(nd.output), 1),
+           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset, "onnx_outer": outer}, exact=True)
     for k, o in enumerate(nd.output):
         if o:
             b.tensors[o] = f"{n.name}:{k}"

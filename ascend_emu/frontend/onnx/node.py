@@ -51,6 +51,13 @@ def _build(node: Node, arrays):
             raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
         inputs.append(helper.make_tensor_value_info(feed, _TO_ONNX[a.dtype.name], list(a.shape)))
         feeds.append(feed)
+    # the tensors of the enclosing graph an If/Loop body reads by name (loader.outer_names): graph inputs under
+    # their own names, after the node's inputs
+    for name, a in zip(node.meta.get("onnx_outer", ()), arrays[k:]):
+        if a.dtype.name not in _TO_ONNX:
+            raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
+        inputs.append(helper.make_tensor_value_info(name, _TO_ONNX[a.dtype.name], list(a.shape)))
+        feeds.append(name)
     outs = []
     for i, name in enumerate(nd.output):
         if name:
