@@ -232,3 +232,22 @@ def test_if_and_loop_bodies_read_outer_tensors(tmp_path):
         want = (h + [0.5, -1, 2, 3] if x.sum() > 0 else h - [0.5, -1, 2, 3]) + 3 * h * [0.5, -1, 2, 3]
         np.testing.assert_allclose(next(iter(ref.outputs.values())), want, rtol=1e-6)
         np.testing.assert_array_equal(next(iter(res.outputs.values())), next(iter(ref.outputs.values())))
+
+
+def test_a_sparse_initializer_is_read(tmp_path):
+    """F4 (issue 45): a sparse initializer was blamed on the graph ("reads 'w', which nothing before it makes");
+    it is densified as onnxruntime does, in replay and in the reference."""
+    vals = onnx.numpy_helper.from_array(np.asarray([5.0, 7.0], np.float32), "w")
+    idx = onnx.numpy_helper.from_array(np.asarray([1, 3], np.int64), "w_idx")
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")])
+    m.graph.sparse_initializer.extend([helper.make_sparse_tensor(vals, idx, [4])])
+    p = tmp_path / "sparse.onnx"
+    onnx.save(m, str(p))
+    x = {"x": np.ones(4, np.float32)}
+    ref = reference(p, x, tmp_path / "bench", progress=False)
+    res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)
+    for got in (ref.outputs, res.outputs):
+        np.testing.assert_array_equal(next(iter(got.values())), [1, 6, 1, 8])
+    from ascend_emu.analysis.dump import load_dump
+
+    np.testing.assert_array_equal(load_dump(tmp_path / "bench").tensor("w"), [0, 5, 0, 7])

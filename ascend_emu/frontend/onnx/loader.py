@@ -124,6 +124,22 @@ def _inline_external_data(m, path) -> None:
                                  f"{_line(e)}; keep the data files beside the model") from None
 
 
+def sparse_to_dense(s) -> np.ndarray:
+    """The dense array of a SparseTensorProto (a sparse initializer): its values at its indices (linear
+    indices, or one row of coordinates per value), zeros elsewhere."""
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(s.values)
+    indices = numpy_helper.to_array(s.indices).astype(np.int64)
+    dims = [int(d) for d in s.dims]
+    dense = np.zeros(dims, values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
 def _line(e) -> str:
     s = str(e).strip().splitlines()
     return (s[0] if s else type(e).__name__)[:300]
@@ -234,7 +250,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     opset = _opset(m)
     raw = m.SerializeToString()
     _check_runtime(raw, name)
-    inits = {t.name: t for t in m.graph.initializer}
+    inits = {t.name: t for t in m.graph.initializer} | {s.values.name: s for s in m.graph.sparse_initializer}
     _apply_shapes(m, set(inits), input_shapes)
     inferred = _infer(m)
     shapes, types = {}, {}
@@ -259,16 +275,18 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
         src.nodes[ph] = [vi.name]
         specs.append(InputSpec(ph, dtype, shapes.get(vi.name), key=vi.name))
     inits_named = set()
-    for t in m.graph.initializer:
+    for t in [*m.graph.initializer, *m.graph.sparse_initializer]:
+        sparse = isinstance(t, onnx.SparseTensorProto)     # (named by its values tensor)
+        name = t.values.name if sparse else t.name
         try:
-            v = numpy_helper.to_array(t)
+            v = sparse_to_dense(t) if sparse else numpy_helper.to_array(t)
         except Exception as e:
-            raise AscendEmuError(f"ONNX initializer {t.name!r} cannot be read: {_line(e)}") from None
-        cname = b.unique(t.name)
+            raise AscendEmuError(f"ONNX initializer {name!r} cannot be read: {_line(e)}") from None
+        cname = b.unique(name)
         b.emit(cname, "Const", [], {"value": v, "dtype": v.dtype.name}, exact=True)
-        b.tensors[t.name] = f"{cname}:0"
-        b.values[t.name] = v
-        src.nodes[cname] = [t.name]
+        b.tensors[name] = f"{cname}:0"
+        b.values[name] = v
+        src.nodes[cname] = [name]
         inits_named.add(cname)
     for pos, nd in enumerate(m.graph.node):
         _convert(b, nd, pos, opset, src)

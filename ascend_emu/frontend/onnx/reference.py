@@ -48,10 +48,14 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
         raise AscendEmuError(f"onnxruntime failed to run model {graph.name!r}: {_line(e)}") from None
     values = dict(zip(names, (np.asarray(v) for v in got)))
     values.update(onnx_feeds)
-    for t in m.graph.initializer:
-        from onnx import numpy_helper
+    from onnx import numpy_helper
 
+    from .loader import sparse_to_dense
+
+    for t in m.graph.initializer:
         values[t.name] = numpy_helper.to_array(t)
+    for s in m.graph.sparse_initializer:
+        values[s.values.name] = sparse_to_dense(s)
     return values
 
 
