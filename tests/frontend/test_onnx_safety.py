@@ -243,6 +243,7 @@ def test_a_sparse_initializer_is_read(tmp_path):
     m.graph.sparse_initializer.extend([helper.make_sparse_tensor(vals, idx, [4])])
     p = tmp_path / "sparse.onnx"
     onnx.save(m, str(p))
+    assert load_onnx(p).name == "sparse"
     x = {"x": np.ones(4, np.float32)}
     ref = reference(p, x, tmp_path / "bench", progress=False)
     res = Device(**FP32).replay(load_onnx(p), ref.inputs, progress=False)

@@ -277,16 +277,16 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     inits_named = set()
     for t in [*m.graph.initializer, *m.graph.sparse_initializer]:
         sparse = isinstance(t, onnx.SparseTensorProto)     # (named by its values tensor)
-        name = t.values.name if sparse else t.name
+        tname = t.values.name if sparse else t.name
         try:
             v = sparse_to_dense(t) if sparse else numpy_helper.to_array(t)
         except Exception as e:
-            raise AscendEmuError(f"ONNX initializer {name!r} cannot be read: {_line(e)}") from None
-        cname = b.unique(name)
+            raise AscendEmuError(f"ONNX initializer {tname!r} cannot be read: {_line(e)}") from None
+        cname = b.unique(tname)
         b.emit(cname, "Const", [], {"value": v, "dtype": v.dtype.name}, exact=True)
-        b.tensors[name] = f"{cname}:0"
-        b.values[name] = v
-        src.nodes[cname] = [name]
+        b.tensors[tname] = f"{cname}:0"
+        b.values[tname] = v
+        src.nodes[cname] = [tname]
         inits_named.add(cname)
     for pos, nd in enumerate(m.graph.node):
         _convert(b, nd, pos, opset, src)
