@@ -66,7 +66,8 @@ def build_parser():
              "ascend-emu replay model.keras --precision-mode allow_mix_precision --dump npu/")
     _model_args(sp)
     _device_args(sp)
-    sp = add("reference", cmd_reference, "run the model in TensorFlow float32 and dump every op (the benchmark)",
+    sp = add("reference", cmd_reference, "run the model in float32 (TensorFlow; onnxruntime for .onnx) and dump every "
+                                         "op (the benchmark)",
              "ascend-emu reference model.keras --dump bench/")
     _model_args(sp)
     sp = add("compare", cmd_compare, "compare an NPU dump with a benchmark dump, op by op",

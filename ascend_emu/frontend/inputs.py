@@ -77,15 +77,15 @@ def resolve_shape(spec: InputSpec, override: tuple | None = None) -> tuple[int, 
         return tuple(override)
     if spec.shape is None:
         raise AscendEmuError(f"input {spec.name!r} has unknown rank; give its shape with "
-                             f"--shape {spec.key or spec.name}=1,224,224,3 (shapes={{...}})")
+                             f"--shape {spec.key or spec.name}=1,224,224,3 (the API's shapes argument)")
     dims = list(spec.shape)
     if dims and dims[0] is None:
         dims[0] = DEFAULT_BATCH
     if any(d is None for d in dims):
         example = ",".join("N" if d is None else str(d) for d in dims)
         raise AscendEmuError(f"input {spec.name!r} has unknown dimensions {_fmt(spec.shape)}; "
-                             f"give them with --shape {spec.key or spec.name}={example} "
-                             f"(shapes={{{spec.name!r}: (...)}})")
+                             f"give them with --shape {spec.key or spec.name}={example} (the API's shapes "
+                             "argument)")
     return tuple(dims)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import AscendEmuError
 from ..fileio import make_output_dir
 from ..npu.fusion import GRAPH, RULES, UB
-from .sweep import flat_outputs
+from .sweep import flat_outputs, reference_engine
 
 METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
 #: default thresholds: cosine may drop by this much; an error may grow by this fraction
@@ -141,7 +141,7 @@ class BisectResult:
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         line = lambda r: "  ".join(s.ljust(w) for s, w in zip(r, widths)).rstrip()  # noqa: E731
         what = (f"the loss curve of {self.steps} training steps vs the float32 TensorFlow training's"
-                if self.training else "vs the float32 TensorFlow reference")
+                if self.training else f"vs the float32 {getattr(self, 'reference', 'TensorFlow')} reference")
         out = [f"fusion-bisect {self.model}: precision_mode {self.precision_mode}, metric {self.metric} "
                f"{what}, threshold {self.threshold:g}",
                f"rules that fired: {', '.join(self.fired) if self.fired else 'none'}", "",
@@ -326,6 +326,7 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes)
         remember(graph, ctx)
         result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode)
+        result.reference = reference_engine(graph)
 
         def task(name, switch):
             dev = copy.copy(device)

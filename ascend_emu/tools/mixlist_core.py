@@ -152,7 +152,8 @@ class MixlistResult:
     def format_text(self) -> str:
         m = self.target.metric
         what = (f"loss of {len(self.reference_losses)} training steps against the float32 TensorFlow training"
-                if self.reference_losses is not None else "outputs against the float32 TensorFlow reference")
+                if self.reference_losses is not None else
+                f"outputs against the float32 {getattr(self, 'reference', 'TensorFlow')} reference")
         out = [f"mixlist-search {self.model}: precision_mode {self.precision_mode}, target {self.target} on the "
                f"{what}", ""]
         if self.ranking:

@@ -320,3 +320,23 @@ def test_the_maxpool_pad_constant_is_no_overflow(tmp_path):
     assert overflow_report(str(tmp_path / "fp32")).first is None
     Device(soc="Ascend910B").replay(p, x, tmp_path / "fp16", progress=False)      # force_fp16: 1e5 overflows
     assert overflow_report(str(tmp_path / "fp16")).first["name"] == "/scale/Mul"
+
+
+def test_texts_name_onnx_and_onnxruntime(tmp_path, capsys):
+    """Issue 45 item 8: replay --help named no .onnx, fusion-bisect said "float32 TensorFlow reference" of an
+    ONNX model, and the dynamic-dims error ended in Python syntax."""
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "(.onnx)" in capsys.readouterr().out
+    path = _save(tmp_path, M.resnet_cnn())
+    assert main(["fusion-bisect", str(path), "-q", "--shape", "x=1,3,16,16"]) == 0
+    assert "vs the float32 onnxruntime reference" in capsys.readouterr().out
+    from onnx import helper
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [vi("x", onnx.TensorProto.FLOAT, [2, "H"])], [vi("y", onnx.TensorProto.FLOAT, [2, "H"])])
+    dyn = _save(tmp_path, helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "dyn.onnx")
+    assert main(["replay", str(dyn), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give them with --shape x=2,N" in err and "{" not in err, err
