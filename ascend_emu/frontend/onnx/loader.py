@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph, InputSpec, Node
-from .build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
 from . import array  # noqa: F401  (registers the data-movement converters)
 from ..shapes import check_shape_fits, shape_items
@@ -74,31 +74,6 @@ def _read(model):
         raise AscendEmuError(f"{str(path)!r} is not a valid ONNX model ({_line(e)}); export it again") from None
     _inline_external_data(m, path)
     return m, path.stem
-
-
-def all_tensors(m):
-    """Every TensorProto of ONNX model ``m``: initializers and sparse initializers, the tensors of node
-    attributes (a ``Constant``'s value, a ``ConstantOfShape``'s), in every subgraph (Loop/If/Scan bodies)
-    and every local function, at any depth."""
-    todo = [m.graph, *m.functions]
-    while todo:
-        g = todo.pop()
-        for t in getattr(g, "initializer", ()):
-            yield t
-        for s in getattr(g, "sparse_initializer", ()):
-            yield s.values
-            yield s.indices
-        for nd in g.node:
-            for a in nd.attribute:
-                if a.HasField("t"):
-                    yield a.t
-                yield from a.tensors
-                for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
-                    yield s.values
-                    yield s.indices
-                if a.HasField("g"):
-                    todo.append(a.g)
-                todo.extend(a.graphs)
 
 
 def _inline_external_data(m, path) -> None:

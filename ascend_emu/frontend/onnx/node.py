@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Node
-from .build import ONNX_DTYPES
+from .build import ONNX_DTYPES, all_tensors
 
 #: how many per-node sessions to keep
 CACHE_SIZE = 256
@@ -69,8 +69,6 @@ def _build(node: Node, arrays):
         imports.append(helper.make_opsetid(nd.domain, 1))
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = min(model.ir_version, 10)
-    from .loader import all_tensors
-
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model)):
         # the loader inlines every tensor; onnxruntime would resolve what is left against the current directory
         raise AscendEmuError(f"op {node.name} ({nd.op_type}) still names an external data file; load the model "

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph
+from .build import all_tensors
 from .node import _line, run_session, session_options
 
 
@@ -20,8 +21,6 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
     """ONNX tensor name -> value of every tensor of ``graph``'s ONNX model, run by onnxruntime in float32."""
     import onnx
     import onnxruntime as ort
-
-    from .loader import all_tensors
 
     src = graph.onnx
     m = onnx.ModelProto.FromString(src.model)
