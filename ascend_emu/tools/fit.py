@@ -154,7 +154,9 @@ def rerun_ops(job: FitJob) -> dict:
                              f"{', '.join(k for k, v in feeds.items() if v is None)}; fit needs a dump with tensors")
     run = _Run(dev, graph, feeds, None, True)
     for op in dm.ops:
-        if op.get("engine") == "HOST":
+        # the graph engine's constants; not the model's inputs (HOST in the dump too): a move of an input (an ONNX
+        # model's NCHW->NHWC Transpose) runs on the AI Core with its cast, as in the replay, not folded
+        if op.get("engine") == "HOST" and op.get("tf_type") != "Placeholder":
             run.const.update(f"{op['name']}:{o['index']}" for o in op.get("outputs", []))
     scores: dict = {}
     for node in fused.nodes:

@@ -246,3 +246,23 @@ def test_fit_refuses_dumps_it_cannot_fit(tmp_path):
     res = fit(str(tmp_path / "npu"), g, device=Device(soc="Ascend910B", precision_mode="force_fp32"), progress=False,
               params=["impl_mode"])
     assert res.ops
+
+
+def test_fit_reproduces_the_emulators_own_dump_of_an_onnx_model(tmp_path):
+    """W2 (issue 45): fit took the model's inputs for constants, so the NCHW->NHWC Transpose of an ONNX model's
+    input was folded (no cast) in the rerun and three parameters came out "contradicted"; the emulator's own dump
+    is reproduced bit for bit."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
+    import onnx_models
+
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.fit import fit
+
+    shapes = {"x": [2, 3, 16, 16]}
+    Device().replay(onnx_models.resnet_cnn(), None, str(tmp_path / "npu"), shapes=shapes, progress=False)
+    res = fit(str(tmp_path / "npu"), onnx_models.resnet_cnn(), device=Device(), shapes=shapes, progress=False,
+              params=["impl_mode", "reduce_accumulate"])
+    assert res.identical == 1.0 and res.tensors > 20
+    assert all(p["verdict"] != "contradicted" for p in res.parameters.values())
