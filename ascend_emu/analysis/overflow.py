@@ -43,6 +43,14 @@ def _overflowing(op: dict) -> bool:
     return bool(int(op.get("status", 0))) or any(not _finite_stats(o) for o in op.get("outputs", []))
 
 
+def _fill_constant(op: dict) -> bool:
+    """A Const without status bits whose every output is one value, +-inf."""
+    outs = op.get("outputs", [])
+    return (op.get("tf_type") == "Const" and not op.get("inputs") and not int(op.get("status", 0)) and bool(outs)
+            and all(math.prod(o.get("shape") or []) == 1 and int(o.get("inf", 0)) == 1 and not int(o.get("nan", 0))
+                    for o in outs))
+
+
 def _largest(out: dict) -> float | None:
     if int(out.get("inf", 0)):
         return math.inf
@@ -77,10 +85,10 @@ class OverflowReport:
         for op in dump.ops:
             if not _overflowing(op):
                 continue
-            if op.get("tf_type") == "Const" and not op.get("inputs") and not int(op.get("status", 0)):
-                # a constant holds its values, it computes nothing: an intended -inf (the MaxPool pad value the
-                # ONNX loader makes, a mask) is no overflow, and what reads it is not "finite inputs". (A graph
-                # input holding a NaN stays the first non-finite op: it says where the NaN came from.)
+            if _fill_constant(op):
+                # a scalar constant of +-inf is a fill value (the -inf MaxPool padding the ONNX loader makes, a
+                # mask's -inf): it computes nothing and is no overflow, and what reads it is not "finite inputs".
+                # (A weight holding an inf, a graph input holding a NaN stay named: they say where it came from.)
                 continue
             if all(self._input_clean(ref) for ref in op.get("inputs", [])):
                 self.first = self._entry(op)
