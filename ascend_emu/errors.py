@@ -7,6 +7,15 @@ non-zero; it never shows a traceback for these.
 """
 
 
+def printable(text) -> str:
+    """``text`` with every character that is not printable (newline, carriage return, ESC and the terminal
+    sequences it starts, BEL, bidi overrides, ...) shown as its Python escape (``\\x1b``, ``\\n``): what
+    the command line prints from a dump or a model (op names, file names in it) stays one line each and
+    cannot move the cursor, clear the screen or retitle the terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class AscendEmuError(ValueError):
     """A problem with the user's input, configuration or files.
 
@@ -16,7 +25,7 @@ class AscendEmuError(ValueError):
 
     def __init__(self, *args):
         if len(args) == 1 and isinstance(args[0], str) and not args[0].isprintable():
-            args = ("".join(c if c.isprintable() else repr(c)[1:-1] for c in args[0]),)
+            args = (printable(args[0]),)
         super().__init__(*args)
 
 

@@ -158,10 +158,10 @@ def open_in_dump(directory, *names: str, what: str, error=AscendEmuError, hint: 
 
 
 def read_json(path, what: str, *, max_depth: int = MAX_JSON_DEPTH, error=AscendEmuError,
-              hint: str = "check the path"):
+              hint: str = "check the path", max_bytes: int = MAX_JSON_BYTES, fix: str = "fix the file"):
     """:func:`read_text`, then :func:`parse_json`."""
-    return parse_json(read_text(path, what, error=error, hint=hint), f"{what} {os.fspath(path)}",
-                      max_depth=max_depth, error=error)
+    return parse_json(read_text(path, what, error=error, hint=hint, max_bytes=max_bytes),
+                      f"{what} {os.fspath(path)}", max_depth=max_depth, error=error, fix=fix)
 
 
 def check_output_dir(path, what: str, *, root=None) -> str:

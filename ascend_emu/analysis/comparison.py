@@ -15,6 +15,7 @@ import os
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from ..errors import printable
 from ..fileio import atomic_write_text
 from ..graph.core import split_tensor_name
 from .dump import Dump
@@ -329,7 +330,7 @@ class Comparison:
                  "Overflow Status": "Status", "Compute Dtype": "Compute"}
         cells = [[heads.get(c, c) for c in columns]]
         for r in rows:
-            cells.append([_short(r.get(c)) for c in columns])
+            cells.append([printable(_short(r.get(c))) for c in columns])
         widths = [max(len(row[k]) for row in cells) for k in range(len(columns))]
         # the name column gives way when the table is too wide
         if "NPU Name" in columns:
@@ -388,7 +389,7 @@ class Comparison:
         fd = self.first_divergent()
         lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
                                                 if fd else "none (every op passes)"))
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
 
 @dataclass
@@ -448,7 +449,7 @@ class Divergence:
             else "(no consumer in the dump leads to a model output)"))
         if self.rounding:
             lines.append(self.rounding_note())
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
     def rounding_note(self) -> str:
         """For a first divergent Cast whose error is its format's rounding: one line saying so, and where the

@@ -58,7 +58,9 @@ _METRIC_NAMES = {"status": "comparison Result", "cosine": "cosine", "relerr": "m
 
 
 def _e(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
+    # a carriage return as a character reference: an HTML parser turns a raw one into a newline, and the name
+    # in the attribute would no longer be the JSON data's key (clicks and recolouring failed on it)
+    return html.escape("" if x is None else str(x), quote=True).replace("\r", "&#13;")
 
 
 # --------------------------------------------------------------------------- the graph model

@@ -14,6 +14,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ..errors import printable
 from .dump import Dump, json_safe, load_dump
 from ..data import ascend_type
 from ..graph.core import split_tensor_name
@@ -38,14 +39,18 @@ def _finite_stats(out: dict) -> bool:
 
 
 def _overflowing(op: dict) -> bool:
-    """Status bits set, or a non-finite value in an output (ops on the AI CPU set no status bits). A constant
-    computes nothing: its -inf (the ONNX loader's MaxPool pad value, a model's mask) is the value it was
-    given, not an overflow; what reads it then has an input that is not finite, so it is not where one starts."""
+    """Status bits set, or a non-finite value in an output (ops on the AI CPU set no status bits)."""
     if int(op.get("status", 0)):
         return True
-    if op.get("tf_type") == "Const" and not op.get("inputs"):
-        return False
     return any(not _finite_stats(o) for o in op.get("outputs", []))
+
+
+def _fill_constant(op: dict) -> bool:
+    """A Const without status bits whose every output is one value, +-inf."""
+    outs = op.get("outputs", [])
+    return (op.get("tf_type") == "Const" and not op.get("inputs") and not int(op.get("status", 0)) and bool(outs)
+            and all(math.prod(o.get("shape") or []) == 1 and int(o.get("inf", 0)) == 1 and not int(o.get("nan", 0))
+                    for o in outs))
 
 
 def _largest(out: dict) -> float | None:
@@ -81,6 +86,11 @@ class OverflowReport:
         self.first = None
         for op in dump.ops:
             if not _overflowing(op):
+                continue
+            if _fill_constant(op):
+                # a scalar constant of +-inf is a fill value (the -inf MaxPool padding the ONNX loader makes, a
+                # mask's -inf): it computes nothing and is no overflow, and what reads it is not "finite inputs".
+                # (A weight holding an inf, a graph input holding a NaN stay named: they say where it came from.)
                 continue
             if all(self._input_clean(ref) for ref in op.get("inputs", [])):
                 self.first = self._entry(op)
@@ -298,7 +308,7 @@ class OverflowReport:
                 lines.append(_tensor_line(f"Input[{k}]", t))
         for k, t in enumerate(entry["outputs"]):
             lines.append(_tensor_line(f"Output[{k}]", t))
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
     def format_text(self) -> str:
         lines = [f"float status register: 0x{self.register:x}"
@@ -309,7 +319,7 @@ class OverflowReport:
             lines.append("first overflowing op: none")
         else:
             lines.append("first overflowing op (finite inputs, overflowing output):")
-            lines.append(self.format_op(self.first))
+            lines.extend(self.format_op(self.first).split("\n"))
             v = self.first["verdict"]
             lines.append(f" - verdict: {v['verdict']}: {v['explanation']}")
             lines.append(f" - largest magnitude dumped {_fmt(v['largest_dumped'])}; float32 rerun max |x| "
@@ -323,7 +333,7 @@ class OverflowReport:
             if len(later) > 50:
                 lines.append(f"  ... and {len(later) - 50} more (see --json)")
         lines.extend("note: " + n for n in self.notes)
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))
 
 
 def _tensor_line(label: str, t: dict) -> str:

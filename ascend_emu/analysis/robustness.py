@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..errors import printable
+
 #: the conclusions of a sensitivity run, in the order they are printed
 ORDER = ("first_divergent", "first_overflow", "output_cosine", "float_status", "loss_curve", "skipped_steps")
 
@@ -42,7 +44,7 @@ def sidecar(dump) -> str:
 
 def read_sidecar(dump) -> dict | None:
     """The sensitivity JSON written for ``dump`` (a path or a loaded Dump), or None when there is none, it is
-    unreadable, or it was made from other inputs than the dump's."""
+    unreadable, or it was made from another model or other inputs than the dump's."""
     path = sidecar(dump)
     # a file beside the dump is as hostile as the dump: never through a link, never a huge one, checked in shape
     if os.path.islink(path) or not os.path.isfile(path):
@@ -56,15 +58,17 @@ def read_sidecar(dump) -> dict | None:
         return None
     if not _well_formed(data):
         return None
-    sha = getattr(dump, "inputs_sha256", None)
-    if sha is None and not hasattr(dump, "manifest"):
+    if not hasattr(dump, "manifest"):
         try:
             from .dump import load_dump
 
-            sha = load_dump(dump).inputs_sha256
+            dump = load_dump(dump)
         except Exception:   # noqa: BLE001 - an unreadable dump: the caller reports it its own way
-            sha = None
-    if sha and data.get("inputs_sha256") and sha != data["inputs_sha256"]:
+            return None
+    # tied to the dump by its model and its inputs: a sidecar of another model or other inputs is not shown
+    fingerprint = dump.model.get("fingerprint") if isinstance(dump.model, dict) else None
+    if not (data.get("inputs_sha256") and data.get("inputs_sha256") == dump.inputs_sha256
+            and data.get("model_fingerprint") and data.get("model_fingerprint") == fingerprint):
         return None
     return data
 
@@ -80,4 +84,4 @@ def robust_line(data: dict) -> str:
     if bad:
         movers = sorted({p for k in bad for m in c[k].get("moved_by", []) for p in m.get("parameters", [])})
         line += f"; moved: {', '.join(bad)} (by {', '.join(movers) or '?'})"
-    return line
+    return printable(line)    # names from a file beside the dump: one line, no terminal sequences

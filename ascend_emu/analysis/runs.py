@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import AscendEmuError
+from ..errors import AscendEmuError, printable
 from ..fileio import atomic_write_text, check_writable
 from .compare import same_output as _same_output
 from .dump import load_dump
@@ -63,7 +63,7 @@ class RunDiff:
                          + ", ".join(self.state[:5]) + (", ..." if len(self.state) > 5 else "") + ")")
         f = self.first
         if f is None:
-            return "\n".join(lines + [f"no op differs but the state ({self.compared} ops compared)"])
+            return "\n".join(map(printable, lines + [f"no op differs but the state ({self.compared} ops compared)"]))
         role = ("the source: its inputs were identical in both runs" if f["source"]
                 else "it only propagates: its inputs already differed")
         lines += [f"the runs part at op {f['index']} {f['name']} ({f['tf_type']}"
@@ -77,7 +77,7 @@ class RunDiff:
             lines.append("sources (differ with identical inputs): "
                          + ", ".join(f"{n} ({self.types.get(n, '?')})" for n in self.sources[:10])
                          + (f", ... ({len(self.sources)} in all)" if len(self.sources) > 10 else ""))
-        return "\n".join(lines)
+        return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
 
 def _fmt(v) -> str:

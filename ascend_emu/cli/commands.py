@@ -383,7 +383,8 @@ def cmd_sensitivity(a):
                  "loss_scale": a.loss_scale}
     res = sensitivity(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
                       seed=a.seed, params=a.param or None, dump=a.dump, json_path=a.json, report=a.report,
-                      cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, progress=not a.quiet,
+                      cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, overwrite=a.overwrite,
+                      progress=not a.quiet,
                       scheduler=a.scheduler, n_workers=a.workers, **train)
     print(res.format_text())
     for what, path in (("JSON", a.json), ("report", a.report)):

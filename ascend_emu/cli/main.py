@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from ..errors import AscendEmuError
+from ..errors import AscendEmuError, printable
 from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_msprobe, cmd_import_msprobe,
                        cmd_mixlist_search, cmd_ops, cmd_overflow, cmd_random_errors, cmd_reference, cmd_replay,
                        cmd_report, cmd_rules, cmd_socs, cmd_train)
@@ -341,6 +341,7 @@ def build_parser():
     sp.add_argument("--cosine-tol", type=float, default=1e-3,
                     help="the output cosine is robust when its band across variants is within this (default 1e-3)")
     sp.add_argument("--keep-dumps", metavar="DIR", default=None, help="keep each variant's dump under DIR")
+    sp.add_argument("--overwrite", action="store_true", help="replace the dumps of an earlier run in --keep-dumps")
     sp.add_argument("--json", metavar="FILE", help="write the result as JSON")
     sp.add_argument("--report", metavar="FILE", help="write the HTML report (per-op cosine bands)")
     tr = sp.add_argument_group("training (give --data and --steps to train every variant instead of replaying)")
@@ -379,6 +380,24 @@ def build_parser():
     return p
 
 
+class _PrintableStdout:
+    """A command's standard output with every control character but newline and tab escaped (``\\x1b``):
+    whatever reaches it from a dump or a model (an op name, a file name in a manifest) cannot clear the
+    screen, set the terminal's title or overwrite a result line with a carriage return. (The text
+    builders also escape the newlines inside a name; standard error keeps the progress bars' ``\\r``.)"""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if isinstance(text, str) and not text.isprintable():
+            text = "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
@@ -386,9 +405,18 @@ def main(argv=None) -> int:
     if not getattr(a, "fn", None):
         parser.print_help()
         return 2
+    stdout = sys.stdout
+    sys.stdout = _PrintableStdout(stdout)
+    try:
+        return _run(a)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(a) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        warnings.formatwarning = lambda msg, cat, *rest: f"ascend-emu: warning: {msg}\n"
+        warnings.formatwarning = lambda msg, cat, *rest: f"ascend-emu: warning: {printable(msg)}\n"
         try:
             check_outputs(a)    # before anything runs: no output over an input, another output or into a dump
             return a.fn(a)

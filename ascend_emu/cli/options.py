@@ -69,12 +69,12 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--cce-ftz", choices=("on", "off"), default=None,
                    help="Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div flush subnormals (the 950's --cce-ftz; default: the "
                         "SoC's, on for Ascend950 only)")
-    p.add_argument("--hif8-rounding", choices=("round", "hybrid"), default="round",
+    p.add_argument("--hif8-rounding", choices=("round", "hybrid"), default=None,
                    help="cube_hif8 / mixed_hif8: rounding of the Casts to HiFloat8 (default round: half away from 0)")
     p.add_argument("--cube-mx", choices=("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float4_e1m2"),
                    default=None, help="what-if (Ascend950): MatMul/BatchMatMul operands MX block-quantized along K to "
                                       "this element format, one E8M0 scale per 32, multiplied in float32")
-    p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default="16bit",
+    p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default=None,
                    help="cube_hif8 / mixed_hif8: output dtype of a HiFloat8 cube op (default 16bit: fp16, bf16 for "
                         "a bf16 op)")
     if fusion:
@@ -117,7 +117,24 @@ def _device(a):
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
     fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
-    return Device(**_mode_options(a), **_device_options(a, cm, fusion))
+    d = Device(**_mode_options(a), **_device_options(a, cm, fusion))
+    _refuse_idle_options(a, d)
+    return d
+
+
+def _refuse_idle_options(a, d) -> None:
+    """An option of a mode the run is not in does nothing: said in one line instead of accepted without a word."""
+    from ..npu.precision import HIF8_MODES
+
+    idle = [f for f, v in (("--hif8-rounding", a.hif8_rounding), ("--hif8-cube-out", a.hif8_cube_out))
+            if v is not None]
+    if idle and d.precision.mode not in HIF8_MODES:
+        raise AscendEmuError(f"{' and '.join(idle)} act{'' if len(idle) > 1 else 's'} in the precision modes {', '.join(sorted(HIF8_MODES))} "
+                             f"only; this run's is {d.precision.mode}: drop {'them' if len(idle) > 1 else 'it'} or "
+                             "choose one of those modes")
+    if a.hf32_rounding is not None and not d.numerics.allow_hf32:
+        raise AscendEmuError("--hf32-rounding acts where HF32 is on, and it is off in this run (the SoC's default or "
+                             "--allow-hf32 none): drop it or turn HF32 on with --allow-hf32 conv, matmul or conv,matmul")
 
 
 def _mode_options(a) -> dict:
@@ -146,7 +163,7 @@ def _device_options(a, cm, fusion) -> dict:
                 allow_hf32=a.allow_hf32, hf32_rounding=a.hf32_rounding, hf32_bits=a.hf32_bits,
                 hf32_conv_rounding=a.hf32_conv_rounding, hf32_matmul_rounding=a.hf32_matmul_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
-                hif8_rounding=a.hif8_rounding, hif8_cube_out=a.hif8_cube_out, cube_mx=a.cube_mx,
+                hif8_rounding=a.hif8_rounding or "round", hif8_cube_out=a.hif8_cube_out or "16bit", cube_mx=a.cube_mx,
                 keep_dtype=getattr(a, "keep_dtype", None))
 
 
@@ -231,7 +248,7 @@ _OUTPUT_DIRS = {"replay": ("dump",), "reference": ("dump",), "train": ("dump",),
                 "torch-run": ("dump",)}
 #: options naming what a command reads (``dump`` is read by the commands that do not write one)
 _INPUTS = ("model", "data", "input", "benchmark", "benchmark_config", "modify_mixlist", "fusion_switch", "checkpoint",
-           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump", "script")
+           "mapping", "against", "npu_dir", "bench_dir", "dir", "dump", "script", "keep_dtype")
 #: positional arguments among them (named in messages as the usage names them)
 _POSITIONAL = {"model": "MODEL", "npu_dir": "NPU_DIR", "bench_dir": "BENCH_DIR", "dir": "DIR", "script": "SCRIPT"}
 
@@ -266,6 +283,10 @@ def check_outputs(a) -> None:
     written = _OUTPUT_DIRS.get(a.cmd, ())
     dirs = _paths(a, written)
     outputs = _paths(a, _OUTPUT_FILES) + dirs
+    if a.cmd == "sensitivity" and isinstance(getattr(a, "dump", None), str) and "\x00" not in a.dump:
+        from ..analysis.robustness import sidecar    # written beside the dump it reads
+
+        outputs.append(("the sidecar of --dump", check_writable(sidecar(a.dump), "the sidecar of --dump")))
     inputs = _paths(a, [n for n in _INPUTS if n not in written])
     real = os.path.realpath    # links resolved: two spellings of one file are one file
 

@@ -16,6 +16,7 @@ explicit shape (``shapes={"name": (...)}``, ``--shape name=1,224,224,3``).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def random_input(spec: InputSpec, shape: tuple, rng: np.random.Generator) -> np.
     if dtype.kind in "iu":
         return rng.integers(0, 10, shape).astype(dtype)
     if dtype.kind == "b":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)     # (a 0-d comparison gives a numpy scalar, not an array)
     raise AscendEmuError(f"cannot make random values for input {spec.name!r} of dtype {spec.dtype}; "
                          f"give it with --input {spec.key or spec.name}=file.npy")
 
@@ -135,6 +136,7 @@ def _load_array(path: str, what: str) -> np.ndarray:
     p = Path(path)
     if not p.is_file():
         raise AscendEmuError(f"{what}: file {path!r} does not exist; give a .npy (or .npz) file")
+    _check_npy_size(p, path, what)
     try:
         data = np.load(p, allow_pickle=False)
     except Exception as e:   # noqa: BLE001 - numpy raises many kinds for a damaged file
@@ -148,6 +150,31 @@ def _load_array(path: str, what: str) -> np.ndarray:
                                      f"or pass the .npz alone (its keys naming the inputs)")
             return _npz_member(data, data.files[0], path, what)
     return data
+
+
+def _check_npy_size(p: Path, path: str, what: str) -> None:
+    """A .npy whose header claims more data than the file holds is truncated or corrupt: said so before numpy
+    allocates what the header claims (a 144-byte file claiming 256 GiB ran out of memory instead)."""
+    try:
+        with open(p, "rb") as fh:
+            if fh.read(6) != b"\x93NUMPY":
+                return
+            fh.seek(0)
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(
+                version)
+            if read is None:
+                return
+            shape, _, dtype = read(fh)
+            have = os.fstat(fh.fileno()).st_size - fh.tell()
+    except Exception:   # noqa: BLE001 - np.load below names what is wrong with the header
+        return
+    if dtype.hasobject:
+        return          # refused below: pickled objects
+    need = math.prod(shape) * dtype.itemsize
+    if need > have:
+        raise AscendEmuError(f"{what}: {path!r} is truncated or corrupt: its header says shape {tuple(shape)} of "
+                             f"{dtype.name} ({need} bytes) but it holds {have} bytes of data; save the array again")
 
 
 def load_npz(path, what: str) -> dict[str, np.ndarray]:

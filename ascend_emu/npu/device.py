@@ -261,6 +261,7 @@ class Device:
         feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
         fused = self._fused(graph)
         self._check_supported(fused.nodes)
+        self._warn_unmatched_keep_dtype(graph, fused.nodes)
         writer = None
         if dump_dir is not None and disk_check:
             from ..analysis.dump import graph_dump_bytes, op_selector
@@ -355,6 +356,23 @@ class Device:
             self._plan_cache = {}
         self._plan_cache[key] = (nodes, len(nodes), self.precision, made)
         return made
+
+    def _warn_unmatched_keep_dtype(self, graph: Graph, fused_nodes) -> None:
+        """Say which --keep-dtype lines match no op of the model (a typo keeps nothing, silently otherwise)."""
+        names, types = self.precision.keep_names, self.precision.keep_types
+        if not names and not types:
+            return
+        have = {n.name for n in graph.nodes} | {n.name for n in fused_nodes}
+        if graph.onnx is not None:
+            have |= set(graph.onnx.nodes)
+        have_types = {n.meta.get("ascend_type") or ascend_type(n.op) for n in fused_nodes}
+        lost = sorted(n for n in names if n not in have) + sorted(f"OpType::{t}" for t in types if t not in have_types)
+        if lost:
+            import warnings
+
+            warnings.warn(f"--keep-dtype line(s) matching no op of model {graph.name!r}, which keep nothing: "
+                          + ", ".join(repr(x) for x in lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5
+                                                                     else ""), stacklevel=3)
 
     def _fused(self, graph: Graph):
         """The graph after the enabled fusion passes, cached per graph (training replays the same graphs each

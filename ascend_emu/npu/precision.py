@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass
 
 from ..errors import AscendEmuError
-from ..fileio import read_json
+from ..fileio import read_json, read_text
 from ..numerics.policy import SOC_ALIASES as _SOC_ALIASES
 from ..numerics.policy import SOCS as _SOCS
 from ..numerics.policy import soc as _soc
@@ -177,17 +177,19 @@ class Decision:
         return {"dtype": self.dtype, "cube_out": self.cube_out, "list": self.list, "reason": self.reason}
 
 
+#: largest --keep-dtype file read (a list of every node of a very large model is a few MB)
+KEEP_DTYPE_BYTES = 16 << 20
+
+
 def load_keep_dtype(spec) -> tuple[frozenset, frozenset]:
     """ATC's ``--keep_dtype`` file: one node name a line, or ``OpType::<type>`` for every op of a type; blank
     lines and ``#`` comments skipped. ``spec`` is a path, an iterable of such lines, or None."""
     if spec is None:
         return frozenset(), frozenset()
     if isinstance(spec, (str, os.PathLike)):
-        try:
-            with open(spec, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise AscendEmuError(f"cannot read the --keep-dtype file {str(spec)!r}: {e}") from None
+        # a regular file of at most KEEP_DTYPE_BYTES, never read through a link (/dev/zero, a FIFO: refused)
+        lines = read_text(spec, "the --keep-dtype file", max_bytes=KEEP_DTYPE_BYTES,
+                          hint="give ATC's --keep_dtype file (one node name a line)").splitlines()
     else:
         lines = list(spec)
     names, types = set(), set()

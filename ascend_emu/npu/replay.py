@@ -521,8 +521,9 @@ class _Run:
         except Exception as e:   # a kernel that cannot handle this node's inputs
             shapes = ", ".join(str(tuple(np.shape(a))) for a in args)
             raise AscendEmuError(f"op {node.name} ({node.op}) failed in the emulator on inputs {shapes}: "
-                                 f"{type(e).__name__}: {e} (a limitation of ascend-emu's kernel for this op: "
-                                 "please report it with the model)") from e
+                                 f"{type(e).__name__}: {e} (inputs this op cannot take: check the model, e.g. "
+                                 "with onnx.checker or TensorFlow; if the model is valid, a limitation of "
+                                 "ascend-emu's kernel for this op: please report it with the model)") from e
 
     def _fp32_check(self, opdef, node, args) -> dict:
         """msprobe-style verdict input: rerun the op in float32 on the same inputs."""

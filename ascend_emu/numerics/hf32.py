@@ -50,7 +50,7 @@ def to_hf32(x, rounding: str = "rint", overflow_mode: str = "inf_nan", subnormal
     if arr.dtype.kind not in "fiub" and arr.dtype != config.bfloat16:
         raise AscendEmuError(f"to_hf32: dtype {arr.dtype} is not a real number type; pass a float array")
     src = np.ascontiguousarray(arr, dtype=np.float32)
-    out = np.empty(src.shape, dtype=np.float32)
+    out = np.empty(arr.shape, dtype=np.float32)    # (ascontiguousarray makes a 0-d array 1-d)
     st = _k.round_hf32(src.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32),
                        config.rounding_code(rounding), config.overflow_code(overflow_mode),
                        config.subnormal_code(subnormals), int(bits))

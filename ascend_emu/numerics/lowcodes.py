@@ -16,6 +16,8 @@ from ..kernels import lowfloat as _kl
 LOW_FORMATS = tuple(config.LOW_FORMATS)
 _TABLES: dict = {}
 _HYBRID_COMPARE = (">=", ">")
+#: codes decoded at a time (bounds decode's intp index temporary to 8 MB)
+_DECODE_CHUNK = 1 << 20
 
 
 def low_format(fmt) -> config.LowFormat:
@@ -122,7 +124,16 @@ def decode(codes, fmt) -> np.ndarray:
     limit = 1 << f.bits
     if c.size and (c.min() < 0 or c.max() >= limit):
         raise AscendEmuError(f"{f.name} codes must lie in 0..{limit - 1}, got {int(c.min())}..{int(c.max())}")
-    return _table(f)[c.astype(np.intp)]
+    table = _table(f)
+    if c.size <= _DECODE_CHUNK:
+        return table[c]
+    # in chunks: indexing converts the index array to intp (8 bytes a code); a chunk's worth at a time only
+    out = np.empty(c.shape, dtype=table.dtype)
+    flat_in = c.reshape(-1)             # (a view of a contiguous array; a strided one is copied once, 1 byte a code)
+    flat_out = out.reshape(-1)
+    for i in range(0, c.size, _DECODE_CHUNK):
+        flat_out[i:i + _DECODE_CHUNK] = table[flat_in[i:i + _DECODE_CHUNK]]
+    return out
 
 
 #: what ``ascend_emu.cast`` hands to :func:`cast_low`: the format names, and ml_dtypes' dtypes and types
@@ -144,10 +155,19 @@ def cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan):
     if subnormals != "keep":
         raise AscendEmuError("subnormals='flush' applies to float16/bfloat16/float32 casts, not to "
                              f"{source or dtype!r}")
+    if not isinstance(keep_nan, (bool, int, np.bool_, np.integer)) or keep_nan not in (True, False):
+        raise AscendEmuError(f"keep_nan must be True or False, got {keep_nan!r}")
     a = np.asarray(x)
     src_name = source if source is not None else LOW_DTYPES.get(a.dtype)
     if src_name is not None:
         f = low_format(src_name)
+        # widening is exact: a rounding, an overflow mode or keep_nan changes nothing, and a bogus one is refused
+        config.overflow_code(overflow_mode)
+        if rounding is not None and rounding not in config.LOW_ROUNDING_MODES:
+            raise AscendEmuError(f"unknown rounding {rounding!r}; choose one of: "
+                                 f"{', '.join(config.LOW_ROUNDING_MODES)} (widening {f.name} is exact: it takes none)")
+        if keep_nan:
+            raise AscendEmuError(f"keep_nan applies to casts to the FP8 formats (CTRL[50]), not to widening {f.name}")
         try:
             dst = config.dtype_name(dtype)
         except AscendEmuError:

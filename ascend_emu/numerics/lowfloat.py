@@ -87,7 +87,10 @@ def mx_values(x, elem_fmt, axis=-1, rounding=None) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim == 0:
         raise AscendEmuError("mx_values needs an array with the blocked axis")
-    ax = axis % x.ndim
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -x.ndim <= axis < x.ndim:
+        raise AscendEmuError(f"mx_values: axis {axis!r} is not an axis of a {x.ndim}-d array; give one in "
+                             f"{-x.ndim}..{x.ndim - 1}")
+    ax = int(axis) % x.ndim
     k = x.shape[ax]
     pad = (-k) % config.MX_BLOCK
     if pad:

@@ -185,6 +185,13 @@ def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", 
         its distinct values' cast.
     """
     if source is not None or getattr(x, "dtype", None) in _low.LOW_DTYPES or _is_low(dtype):
+        if type(x) is np.ndarray and 0 in x.strides:
+            cut = _on_compact([x])
+            if cut is not None:
+                # a broadcast view: its distinct values cast, broadcast again (same status), never a full copy
+                y, st = _small_run(cut[1][0].size, lambda: _low.cast_low(cut[1][0], dtype, rounding, overflow_mode,
+                                                                         subnormals, source, keep_nan))
+                return np.broadcast_to(y, cut[0]), st
         return _low.cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan)
     if keep_nan:
         raise AscendEmuError("keep_nan applies to casts to the FP8 formats only")

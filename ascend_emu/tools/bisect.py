@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import AscendEmuError
 from ..fileio import make_output_dir
 from ..npu.fusion import GRAPH, RULES, UB
-from .sweep import flat_outputs
+from .sweep import flat_outputs, reference_engine
 
 METRICS = ("cosine", "max_rel_err", "max_abs_err", "rmse")
 #: default thresholds: cosine may drop by this much; an error may grow by this fraction
@@ -327,7 +327,7 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
         ctx = SweepContext(path or graph, graph.fingerprint, feeds, bench, signature=signature, shapes=shapes)
         remember(graph, ctx)
         result = BisectResult(graph.name, metric, threshold, device.precision.requested_mode,
-                              reference="onnxruntime" if graph.onnx is not None else "TensorFlow")
+                              reference=reference_engine(graph))
 
         def task(name, switch):
             dev = copy.copy(device)

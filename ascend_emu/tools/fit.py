@@ -155,7 +155,9 @@ def rerun_ops(job: FitJob) -> dict:
                              f"{', '.join(k for k, v in feeds.items() if v is None)}; fit needs a dump with tensors")
     run = _Run(dev, graph, feeds, None, True)
     for op in dm.ops:
-        if op.get("engine") == "HOST":
+        # the graph engine's constants; not the model's inputs (HOST in the dump too): a move of an input (an ONNX
+        # model's NCHW->NHWC Transpose) runs on the AI Core with its cast, as in the replay, not folded
+        if op.get("engine") == "HOST" and op.get("tf_type") != "Placeholder":
             run.const.update(f"{op['name']}:{o['index']}" for o in op.get("outputs", []))
     scores: dict = {}
     for node in fused.nodes:
@@ -315,6 +317,22 @@ def _verdicts(params: list, combos: list, table: dict, current: dict) -> tuple:
     return best, out
 
 
+#: the configuration a dump's manifest records that a rerun must share for its conclusions to be about that dump
+CONFIG_KEYS = ("canonical_mode", "soc", "overflow_mode", "allow_hf32", "cube_mx", "cce_ftz", "subnormals")
+
+
+def refuse_other_configuration(dump, made: dict, device, command: str) -> None:
+    """One line if ``device`` differs from the configuration dump ``dump`` was made with (``made``: its
+    manifest's ``config``) in a key both record: a rerun in another mode or on another SoC says nothing
+    about the dump (issue 45: every parameter came out "contradicted")."""
+    mine = device.config()
+    differ = [k for k in CONFIG_KEYS if k in made and k in mine and made[k] != mine[k]]
+    if differ:
+        raise AscendEmuError(f"{dump} was made with {', '.join(f'{k}={made[k]}' for k in differ)}, not this "
+                             f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: give {command} the dump's "
+                             "options (its conclusions are about that configuration)")
+
+
 def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
         progress: bool = True, scheduler="none", n_workers: int | None = None, params=None) -> FitResult:
     """Fit the assumed parameters to ``dump`` (a dump of ``model``'s run: a real NPU's imported with
@@ -339,8 +357,12 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     for n in names:
         _asm.assumed(n)
     dm = load_dump(dump)
+    if dm.kind != "npu":
+        raise AscendEmuError(f"{dump} is a {dm.kind} dump (a reference's, float32), not an NPU run's: fit "
+                             "reproduces an NPU's dump; give that")
     if not any(o.get("engine") not in ("HOST", "AICPU") for o in dm.ops):
         raise AscendEmuError(f"{dump}: no AI Core op in the dump: nothing to fit")
+    refuse_other_configuration(dump, dm.config, device, "fit")
     with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="fit") as sweep:
         graph = model if isinstance(model, Graph) else load_graph(model, signature=signature, input_shapes=shapes)
         path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
@@ -353,6 +375,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 "conv": any(OPS[n.op].kind == CUBE and _is_conv(n) for n in aicore),
                 "vector": any(OPS[n.op].kind != CUBE for n in aicore),
                 "multicore": any(n.op in MULTICORE_OPS for n in aicore)}
+        if not aicore:
+            raise AscendEmuError(f"no AI Core op of {dump} is an op of model {graph.name!r} (no name in common): is "
+                                 "it this model's dump? fit reruns the dump's ops of the model")
         pol = device.numerics
         # the allow_hf32 families the dump shows HF32 on: a cube op fed by an inserted HF32 cast (an emulator's
         # dump), or a float32 cube op of the family (a real NPU's dump holds no inserted casts: the op's output

@@ -86,7 +86,8 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
     from ..graph.core import Graph
     from ..npu.device import Device
     from ..npu.precision import PrecisionPolicy
-    from .sweep import ReplayTask, Sweep, SweepContext, check_scheduler, flat_outputs, raise_failures, remember
+    from .sweep import (ReplayTask, Sweep, SweepContext, check_scheduler, flat_outputs, raise_failures,
+                        reference_engine, remember)
 
     if by == "name":
         raise AscendEmuError(BY_NAME_REFUSAL)
@@ -160,7 +161,7 @@ def mixlist_search(model, inputs=None, *, target="cosine>=0.999", device=None, d
                            ref_tensors=tensors)
         remember(graph, ctx)
         res = MixlistResult(graph.name, target, mode, base, scheduler=scheduler,
-                            reference="onnxruntime" if graph.onnx is not None else "TensorFlow")
+                            reference=reference_engine(graph))
         def run(todo) -> list:
             runs = sweep.run(ctx, [ReplayTask("+".join(t) or "baseline", device_with(t), analyze=op_analysis)
                                    for t in todo])

@@ -84,9 +84,12 @@ class SensitivityResult:
     inputs_sha256: str | None = None
     skipped: list = field(default_factory=list)
     parameters: dict = field(default_factory=dict)
+    #: the model's fingerprint: with the inputs hash, what ties the result to the dump it is kept beside
+    model_fingerprint: str | None = None
 
     def to_json(self) -> dict:
-        return {"model": self.model, "inputs_sha256": self.inputs_sha256, "variants": self.variants,
+        return {"model": self.model, "model_fingerprint": self.model_fingerprint,
+                "inputs_sha256": self.inputs_sha256, "variants": self.variants,
                 "conclusions": self.conclusions, "parameters": self.parameters, "ops": self.ops,
                 "not_varied": self.skipped}
 
@@ -150,15 +153,16 @@ def _analyse(dump_dir: str, ref_dir: str, metrics: dict, status: int) -> dict:
 
 def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None, seed: int = 0,
                 params=None, dump=None, json_path=None, report=None, cosine_tol: float = 1e-3,
-                keep_dumps=None, progress: bool = True, scheduler="none", n_workers: int | None = None,
-                data=None, steps: int | None = None, loss_tol: float = 1e-3, **train) -> SensitivityResult:
+                keep_dumps=None, overwrite: bool = False, progress: bool = True, scheduler="none",
+                n_workers: int | None = None, data=None, steps: int | None = None, loss_tol: float = 1e-3,
+                **train) -> SensitivityResult:
     """Replay ``model`` under every variant of the assumed parameters and say which conclusions hold.
 
     ``device`` / ``device_kwargs``: the run's configuration (its assumed values are the default variant);
     ``params``: the parameter names to vary (default all); ``dump``: the NPU dump of this run whose
     conclusions are checked (the JSON goes beside it, ``<dump>.sensitivity.json``); ``json_path``, ``report``:
     also write the JSON / the HTML report there; ``keep_dumps``: keep each variant's dump (and the
-    reference's) under this directory. ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
+    reference's) under this directory (dumps of an earlier run there are replaced only with ``overwrite``). ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
     ``learning_rate``, ``batch_size``, ``loss_scale``, ``shuffle``): train every variant instead
     (:mod:`ascend_emu.tools.sensitivity_train`; the loss curve is robust within ``loss_tol``, relative).
     Returns a :class:`SensitivityResult`.
@@ -186,16 +190,17 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     if dump is not None:
         from ..analysis.dump import load_dump
 
-        made = load_dump(dump).config     # a missing or broken dump fails before the slow part
-        mine = device.config()
-        differ = [k for k in ("canonical_mode", "soc", "overflow_mode", "allow_hf32", "cube_mx", "cce_ftz",
-                              "subnormals") if k in made and k in mine and made[k] != mine[k]]
-        if differ:
-            raise AscendEmuError(f"{dump} was made with {', '.join(f'{k}={made[k]}' for k in differ)}, not this "
-                                 f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: give sensitivity the dump's "
-                                 "options (its conclusions are about that configuration)")
+        from .fit import refuse_other_configuration
+
+        # a missing or broken dump fails before the slow part
+        refuse_other_configuration(dump, load_dump(dump).config, device, "sensitivity")
     if keep_dumps is not None:
         make_output_dir(keep_dumps, "--keep-dumps")
+        there = sorted(n for n in os.listdir(keep_dumps) if n == "reference" or n.startswith("variant-"))
+        if there and not overwrite:
+            raise AscendEmuError(f"--keep-dumps {os.fspath(keep_dumps)} already holds the dumps of an earlier run "
+                                 f"({', '.join(there[:3])}{', ...' if len(there) > 3 else ''}); pass --overwrite "
+                                 "(overwrite=True) to replace them, or give another directory")
     work = os.fspath(keep_dumps) if keep_dumps is not None else tempfile.mkdtemp(prefix="ascend-emu-sensitivity-")
     try:
         with Sweep(scheduler, n_workers=n_workers, progress=progress, desc="sensitivity") as sweep:
@@ -227,7 +232,8 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     skipped = [a.name for a in _asm.ASSUMED if (params is None or a.name in params)
                and not any(a.name in v[2] for v in vs)]
     res = SensitivityResult(graph.name, [{k: v for k, v in r.items() if k != "op_cosine"} for r in rows],
-                            conclusions, ops, inputs_sha256(feeds), skipped, _per_parameter(rows, conclusions, skipped))
+                            conclusions, ops, inputs_sha256(feeds), skipped, _per_parameter(rows, conclusions, skipped),
+                            model_fingerprint=graph.fingerprint)
     text = json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n"
     if dump is not None:
         atomic_write_text(sidecar(dump), text)

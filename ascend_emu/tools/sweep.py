@@ -42,6 +42,14 @@ RETRIES = 1
 CONNECT_TIMEOUT = "10s"
 
 
+def reference_engine(model) -> str:
+    """What computes the float32 reference of ``model`` (a loaded Graph or a path): onnxruntime for an ONNX
+    model, else TensorFlow."""
+    if getattr(model, "onnx", None) is not None or str(getattr(model, "name", model)).lower().endswith(".onnx"):
+        return "onnxruntime"
+    return "TensorFlow"
+
+
 def sweep_device(device=None, device_kwargs=None):
     """The Device a sweep's runs start from: ``device``, or one made from ``device_kwargs`` (which may hold the
     device itself under ``"device"``); both at once is an error."""

@@ -192,15 +192,12 @@ def record_demo(path: str = DEMO_MANIFEST, stream=None) -> int:
 
 def load_manifest(path: str = MANIFEST) -> list[dict]:
     """The manifest's entries, validated (it is a file: read as hostile)."""
-    try:
-        if os.path.getsize(path) > _MAX_MANIFEST_BYTES:
-            raise AscendEmuError(f"{path}: larger than {_MAX_MANIFEST_BYTES} bytes; not a signature list")
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise AscendEmuError(f"{path} not found; make it with `python -m ascend_emu.tools.warmup --record`") from None
-    except (OSError, ValueError) as e:
-        raise AscendEmuError(f"{path}: not a signature list ({e}); make it again with --record") from None
+    from ..fileio import read_json
+
+    # a regular file, never through a link, size and nesting capped: /dev/zero, a FIFO, deep JSON are one line
+    doc = read_json(path, "the signature list", max_bytes=_MAX_MANIFEST_BYTES, max_depth=8,
+                    hint="make it with `python -m ascend_emu.tools.warmup --record`",
+                    fix="make it again with --record")
     rows = doc.get("entries") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
     if not isinstance(rows, list) or not all(
             isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("module", "qualname", "closure",

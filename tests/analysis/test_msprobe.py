@@ -490,6 +490,17 @@ def test_hostile_export_record_is_one_line(tmp_path, edit, expect):
     assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("ascend-emu: error: ")
 
 
+@pytest.mark.parametrize("exported", [False, True], ids=["msprobe", "exported"])
+@pytest.mark.parametrize("name", ["", 7, ["x.npy"], None])
+def test_a_data_name_that_is_no_file_name_is_refused(tmp_path, exported, name):
+    """M1 (issue 45): an empty, numeric or list data_name dropped the tensor silently (statistics only)."""
+    rdir, dj = _msprobe_dump(tmp_path, exported)
+    _set_data_name(dj, name)
+    with pytest.raises(AscendEmuError, match="data_name") as e:
+        import_msprobe(tmp_path / "ms", tmp_path / "out")
+    assert "\n" not in str(e.value)
+
+
 # --------------------------------------------------------------------------- writes: links and a second export
 
 @pytest.mark.parametrize("where", ["out", "step", "rank", "data"])

@@ -102,6 +102,12 @@ def env(tmp_path, monkeypatch):
     (tmp_path / "dref").mkdir()
     os.symlink(tmp_path / "target", tmp_path / "dref" / "reference")
     e["dref"] = str(tmp_path / "dref")
+    # the --keep-dumps of an earlier sensitivity run (issue 45, S3)
+    (tmp_path / "kept").mkdir()
+    _dump(tmp_path / "kept" / "reference", "bench")
+    e["kept"] = str(tmp_path / "kept")
+    os.symlink(tmp_path / "file.txt", tmp_path / "linkfile.txt")
+    e["linkfile"] = str(tmp_path / "linkfile.txt")
     return e
 
 
@@ -383,6 +389,21 @@ CATALOGUE = [
     ("sensitivity {model} --dump {nodir}", "does not exist"), ("sensitivity {model} --cosine-tol x", None),
     ("sensitivity {model} --dump {npu} --json {npu}/s.json", "inside"),
     ("sensitivity {model} --data {train} --steps 2 --dump {npu}", "keeps no dumps"),
+    # outputs over inputs: --keep-dtype and the DUMP.sensitivity.json sidecar (issue 45, S2), kept dumps (S3)
+    ("fit {npu} {model} --keep-dtype {file} --json {file}", "is also what"),
+    ("sensitivity {model} --dump {npu} --modify-mixlist {npu}.sensitivity.json", "is also what"),
+    ("sensitivity {model} --dump {npu} --keep-dtype {npu}.sensitivity.json", "is also what"),
+    ("sensitivity {model} --dump {npu} --json {npu}.sensitivity.json", "are the same path"),
+    ("sensitivity {model} --keep-dumps {kept}", "already holds the dumps of an earlier run"),
+    # the --keep-dtype file read as hostile (S4): no device, no link, no endless file
+    ("replay {model} --keep-dtype /dev/zero", "not a regular file"),
+    ("replay {model} --keep-dtype {linkfile}", "is a symbolic link"),
+    ("replay {model} --keep-dtype {tmp}/no-such-list.txt", "not found"),
+    # options of a mode the run is not in (M1)
+    ("replay {model} --hif8-rounding hybrid", "in the precision modes cube_hif8, mixed_hif8 only"),
+    ("replay {model} --hif8-cube-out float32 --hif8-rounding round", "drop them"),
+    ("replay {model} --hf32-rounding trunc --soc Ascend910 --allow-hf32 none", "HF32 is on"),
+    ("fit {npu} {model} --hf32-rounding trunc --allow-hf32 none", "HF32 is on"),
     ("replay {model} --multicore-reduce-min-chunk 0", "reduce_min_chunk"),
     # demo, ops, rules
     ("demo --out {file}", "not a directory"), ("demo --out", None), ("ops --bogus", None), ("rules x", None),
@@ -440,6 +461,30 @@ def test_outputs_never_replace_inputs(env, model_file):
         code, out, err = run_cli(argv)
         assert_clean_error(argv, code, err)
     assert {p: open(p, "rb").read() for p in before} == before
+
+
+def test_keep_dtype_lines_matching_nothing_are_named(env, model_file):
+    """M1 (issue 45): a --keep-dtype line naming no op of the model (a typo) kept nothing without a word."""
+    keep = os.path.join(env["tmp"], "keep.txt")
+    with open(keep, "w") as f:
+        f.write("# ATC keep_dtype\nno_such_node\nOpType::NoSuchType\nOpType::MatMulV2\n")
+    argv = ["replay", model_file["model"], "-q", "--soc", "Ascend910B", "--keep-dtype", keep]
+    with pytest.warns(UserWarning, match="--keep-dtype line") as got:
+        code, out, err = run_cli(argv)
+    assert code == 0, err
+    lines = [str(w.message) for w in got if "--keep-dtype" in str(w.message)]
+    assert len(lines) == 1 and "'no_such_node', 'OpType::NoSuchType'" in lines[0] and "MatMulV2" not in lines[0]
+
+
+def test_sensitivity_keeps_earlier_dumps(env, model_file):
+    """S3 (issue 45): --keep-dumps DIR holding an earlier run's dumps is refused before anything runs, the dumps
+    as they were."""
+    manifest = os.path.join(env["kept"], "reference", "manifest.json")
+    before = open(manifest, "rb").read()
+    argv = ["sensitivity", model_file["model"], "--keep-dumps", env["kept"], "--param", "hif8_rounding"]
+    code, out, err = run_cli(argv)
+    assert_clean_error(argv, code, err, "pass --overwrite")
+    assert open(manifest, "rb").read() == before
 
 
 def test_unreachable_scheduler(env, model_file, monkeypatch):

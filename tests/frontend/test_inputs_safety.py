@@ -82,3 +82,16 @@ def test_damaged_npy_files(tmp_path):
                     assert "\n" not in str(e)
                 except Exception as e:  # noqa: BLE001
                     raise AssertionError(f"{src.name} case {case}: {type(e).__name__}: {e}") from e
+
+
+def test_a_npy_header_claiming_more_than_the_file_holds(tmp_path):
+    """F4 (issue 45): a 144-byte .npy whose header claims 256 GiB ran out of memory and was told to "use a
+    smaller --batch-size"; it is a truncated or corrupt file, said before anything is allocated."""
+    import io
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False, "shape": (1 << 18, 1 << 18)})
+    (tmp_path / "huge.npy").write_bytes(head.getvalue() + bytes(16))
+    with pytest.raises(AscendEmuError) as e:
+        make_inputs(graph(("x", [None, 4])), [f"x={tmp_path / 'huge.npy'}"])
+    assert "is truncated or corrupt" in one_line(e) and "(262144, 262144)" in one_line(e)

@@ -261,6 +261,24 @@ def test_keras_model_without_inputs():
         load_graph(Sub())
 
 
+@pytest.mark.parametrize("name", ['d"q', "d<lt", "d&amp", "d\nnl"])
+def test_keras_names_tf_cannot_trace_are_one_line(tmp_path, name, capsys):
+    """T1 (issue 45): layer names Keras accepts but TF name scopes refuse were a traceback in replay and
+    reference; a model name too."""
+    from ascend_emu.cli.main import main
+
+    inp = tf.keras.Input((4,), name="inp")
+    out = tf.keras.layers.ReLU(name="relu")(tf.keras.layers.Dense(3, name=name)(inp))
+    path = str(tmp_path / "m.keras")
+    tf.keras.Model(inp, out).save(path)
+    for cmd in ("replay", "reference"):
+        assert main([cmd, path, "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"Keras layer {name!r} has a name TensorFlow cannot trace" in err[0], err
+    with pytest.raises(AscendEmuError, match="Keras model '_m' has a name"):
+        load_graph(tf.keras.Model(inp, tf.keras.layers.ReLU(name="r2")(inp), name="_m"))
+
+
 def test_graph_passes_through(multi):
     g = load_graph(multi)
     assert load_graph(g) is g

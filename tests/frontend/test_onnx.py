@@ -301,3 +301,46 @@ def test_runtime_reshape_of_a_dynamic_batch(tmp_path):
     ref = reference(g, res.inputs, None, progress=False)
     for t in g.outputs:
         np.testing.assert_allclose(res.outputs[t], ref.outputs[t], rtol=1e-3, atol=5e-4)
+
+
+def test_the_maxpool_pad_constant_is_no_overflow(tmp_path):
+    """Issue 45 item 4: the loader's own -inf pad value of a padded MaxPool was named the first overflowing op
+    of every such model, hiding the real one; the real one (a Mul past fp16's range) is named now."""
+    from onnx import helper
+
+    from ascend_emu.analysis.overflow import overflow_report
+
+    vi = helper.make_tensor_value_info
+    big = onnx.numpy_helper.from_array(np.asarray(1e3, np.float32), "big")
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["p"], name="/pool/MaxPool", kernel_shape=[3, 3],
+                                            strides=[2, 2], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["p"], ["r"], name="/relu/Relu"),
+                           helper.make_node("Mul", ["r", "big"], ["y"], name="/scale/Mul")], "g",
+                          [vi("x", onnx.TensorProto.FLOAT, [1, 2, 8, 8])], [vi("y", onnx.TensorProto.FLOAT, [1, 2, 4, 4])],
+                          initializer=[big])
+    p = _save(tmp_path, helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    x = {"x": np.full((1, 2, 8, 8), 100.0, np.float32)}
+    Device(**FP32).replay(p, x, tmp_path / "fp32", progress=False)
+    assert overflow_report(str(tmp_path / "fp32")).first is None
+    Device(soc="Ascend910B").replay(p, x, tmp_path / "fp16", progress=False)      # force_fp16: 1e5 overflows
+    assert overflow_report(str(tmp_path / "fp16")).first["name"] == "/scale/Mul"
+
+
+def test_texts_name_onnx_and_onnxruntime(tmp_path, capsys):
+    """Issue 45 item 8: replay --help named no .onnx, fusion-bisect said "float32 TensorFlow reference" of an
+    ONNX model, and the dynamic-dims error ended in Python syntax."""
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "(.onnx)" in capsys.readouterr().out
+    path = _save(tmp_path, M.resnet_cnn())
+    assert main(["fusion-bisect", str(path), "-q", "--shape", "x=1,3,16,16"]) == 0
+    assert "vs the float32 onnxruntime reference" in capsys.readouterr().out
+    from onnx import helper
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [vi("x", onnx.TensorProto.FLOAT, [2, "H"])], [vi("y", onnx.TensorProto.FLOAT, [2, "H"])])
+    dyn = _save(tmp_path, helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "dyn.onnx")
+    assert main(["replay", str(dyn), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give them with --shape x=2,N" in err and "{" not in err, err

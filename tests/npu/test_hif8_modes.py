@@ -373,11 +373,15 @@ def test_cube_mx_training_step_with_a_dump(tmp_path):
 
 def test_fit_leaves_hif8_rounding_alone_outside_the_hif8_modes(cnn, tmp_path):
     m, x = cnn
-    _replay(m, x, "cube_hif8", tmp_path / "d")
-    res = ae.fit(str(tmp_path / "d"), m, device_kwargs=dict(soc="Ascend950"), progress=False,
-                 params=["hif8_rounding"])
+    _replay(m, x, "fp16", tmp_path / "d")
+    res = ae.fit(str(tmp_path / "d"), m, device_kwargs=dict(soc="Ascend950", precision_mode_v2="fp16"),
+                 progress=False, params=["hif8_rounding"])
     assert res.parameters["hif8_rounding"]["verdict"] != "contradicted"
     assert "not in cube_hif8" in res.parameters["hif8_rounding"]["why"]
+    # a cube_hif8 dump fitted outside the hif8 modes is another configuration: refused (issue 45 item 9)
+    _replay(m, x, "cube_hif8", tmp_path / "h")
+    with pytest.raises(AscendEmuError, match="was made with canonical_mode=cube_hif8"):
+        ae.fit(str(tmp_path / "h"), m, device_kwargs=dict(soc="Ascend950"), progress=False, params=["hif8_rounding"])
 
 
 def test_export_msprobe_of_a_hif8_dump_writes_float32(cnn, tmp_path):

@@ -284,3 +284,58 @@ def test_partial_dump_fits_what_it_holds(setup, tmp_path):
     assert res.parameters["cube_conv_k_order"]["verdict"] == "decided"
     assert res.parameters["cube_conv_k_order"]["value"] == "c1hwc0"
     assert not any("dense" in o["name"] for o in res.ops)
+
+
+def test_fit_refuses_dumps_it_cannot_fit(tmp_path):
+    """W3 and item 9 (issue 45): a float32 reference dump, a dump of another model (no op in common: "100% of 0
+    tensors") and a dump made in another configuration than the run's (every parameter "contradicted") are
+    refused in one line, before any candidate runs."""
+    import keras
+
+    from ascend_emu.analysis.dump import DumpWriter
+    from ascend_emu.frontend.tf.loader import load_graph
+    from ascend_emu.frontend.tf.reference import reference
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.fit import fit
+
+    keras.utils.set_random_seed(1)
+    x = keras.Input((8,), name="x")
+    g = load_graph(keras.Model(x, keras.layers.Dense(4, activation="relu", name="dense")(x)))
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    reference(g, feeds, str(tmp_path / "bench"), progress=False)
+    Device(soc="Ascend910B", precision_mode="force_fp32").replay(g, feeds, str(tmp_path / "npu"), progress=False)
+    with DumpWriter(str(tmp_path / "other"), kind="npu", config={}, model={"name": "m", "fingerprint": "f"},
+                    inputs_sha256="s") as w:
+        w.add_op("elsewhere", "Relu", "Relu", "AICORE", "float16", [], [np.ones(3, np.float16)])
+        w.finish({})
+    for dump, device, msg in (("bench", Device(soc="Ascend910B", precision_mode="force_fp32"), "not an NPU run's"),
+                              ("other", Device(), "no name in common"),
+                              ("npu", Device(), "was made with canonical_mode=cube_fp16in_fp32out, soc=Ascend910B"),
+                              ("npu", Device(soc="Ascend310P3", precision_mode="force_fp32"), "soc=Ascend910B")):
+        with pytest.raises(AscendEmuError, match=msg) as e:
+            fit(str(tmp_path / dump), g, device=device, progress=False)
+        assert "\n" not in str(e.value)
+    # with the dump's options the fit runs
+    res = fit(str(tmp_path / "npu"), g, device=Device(soc="Ascend910B", precision_mode="force_fp32"), progress=False,
+              params=["impl_mode"])
+    assert res.ops
+
+
+def test_fit_reproduces_the_emulators_own_dump_of_an_onnx_model(tmp_path):
+    """W2 (issue 45): fit took the model's inputs for constants, so the NCHW->NHWC Transpose of an ONNX model's
+    input was folded (no cast) in the rerun and three parameters came out "contradicted"; the emulator's own dump
+    is reproduced bit for bit."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
+    import onnx_models
+
+    from ascend_emu.npu.device import Device
+    from ascend_emu.tools.fit import fit
+
+    shapes = {"x": [2, 3, 16, 16]}
+    Device().replay(onnx_models.resnet_cnn(), None, str(tmp_path / "npu"), shapes=shapes, progress=False)
+    res = fit(str(tmp_path / "npu"), onnx_models.resnet_cnn(), device=Device(), shapes=shapes, progress=False,
+              params=["impl_mode", "reduce_accumulate"])
+    assert res.identical == 1.0 and res.tensors > 20
+    assert all(p["verdict"] != "contradicted" for p in res.parameters.values())

@@ -177,6 +177,29 @@ def test_a_malformed_or_linked_sidecar_is_ignored(text, tmp_path):
     assert read_sidecar(str(d)) is None
 
 
+def test_the_sidecar_must_be_of_the_dumps_model_and_inputs(tmp_path):
+    """W1 (issue 45): a sidecar was tied to its dump by the inputs hash alone, so another model's conclusions
+    (run on the same inputs) were shown; it needs the dump's model fingerprint too."""
+    import numpy as np
+
+    from ascend_emu.analysis.dump import DumpWriter
+    from ascend_emu.analysis.robustness import read_sidecar, sidecar
+
+    d = str(tmp_path / "npu")
+    with DumpWriter(d, kind="npu", config={}, model={"name": "m", "fingerprint": "f" * 64},
+                    inputs_sha256="s" * 64) as w:
+        w.add_op("x", "Placeholder", "Data", "AICORE", "float32", [], [np.ones(3, np.float32)])
+        w.finish({})
+    base = {"conclusions": {"first_divergent": {"robust": True}}, "variants": []}
+    for tie, shown in (({"inputs_sha256": "s" * 64, "model_fingerprint": "f" * 64}, True),
+                       ({"inputs_sha256": "s" * 64, "model_fingerprint": "g" * 64}, False),
+                       ({"inputs_sha256": "s" * 64}, False), ({"model_fingerprint": "f" * 64}, False),
+                       ({"inputs_sha256": "t" * 64, "model_fingerprint": "f" * 64}, False)):
+        with open(sidecar(d), "w") as f:
+            json.dump({**base, **tie}, f)
+        assert (read_sidecar(d) is not None) is shown, tie
+
+
 def test_sensitivity_refuses_a_dump_of_another_configuration(demo):
     from ascend_emu.errors import AscendEmuError
     from ascend_emu.frontend.tf.models import demo_model

@@ -37,7 +37,8 @@ def test_signatures_parse_back_to_numba_types():
 
 @pytest.mark.parametrize("content,msg", [
     (None, "not found; make it with"),
-    ("{", "not a signature list"),
+    ("{", "is corrupt: not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "nested deeper than"),
     ('{"format": 1, "entries": [{"module": "os", "qualname": "system", "closure": "", "signature": "()", '
      '"bytes": 1}]}', "not a signature list of format 1"),
     ('{"format": 2, "entries": []}', "not a signature list of format 1"),
@@ -51,6 +52,26 @@ def test_malformed_manifests_are_one_line(tmp_path, content, msg):
         p.write_text(content)
     with pytest.raises(AscendEmuError, match=msg):
         wu.load_manifest(str(p))
+
+
+@pytest.mark.parametrize("kind,msg", [("zero", "not a regular file"), ("fifo", "not a regular file"),
+                                      ("link", "is a symbolic link"), ("big", "bytes, more than")])
+def test_a_manifest_that_is_no_regular_file_is_one_line(tmp_path, kind, msg):
+    """S4 (issue 45): /dev/zero grew without end, a FIFO hung, a link was followed."""
+    p = str(tmp_path / "sigs.json")
+    if kind == "zero":
+        p = "/dev/zero"
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "link":
+        with open(tmp_path / "real.json", "w") as f:
+            json.dump({"format": 1, "entries": []}, f)
+        os.symlink(tmp_path / "real.json", p)
+    else:
+        with open(p, "wb") as f:
+            f.truncate(wu._MAX_MANIFEST_BYTES + 1)
+    with pytest.raises(AscendEmuError, match=msg):
+        wu.load_manifest(p)
 
 
 @pytest.mark.parametrize("path,least", [(wu.MANIFEST, 300), (wu.DEMO_MANIFEST, 100)])

@@ -302,7 +302,11 @@ def _leaf_value(leaf: dict, task: str, rdir: str, key: str, i: int):
         raise AscendEmuError(f"{key}.output.{i}: {e}") from None
     shape = _leaf_shape(leaf, rdir, key, i)
     fname = leaf.get("data_name")
-    if task == "tensor" and isinstance(fname, str) and fname not in ("", "-1"):
+    if task == "tensor" and "data_name" in leaf and (not isinstance(fname, str) or fname == ""):
+        # (msprobe writes a file name, or "-1" for a tensor it did not save: anything else is no tensor file)
+        raise AscendEmuError(f"{rdir}/dump.json: {key}.output.{i} has data_name {str(fname)[:80]!r}, not a file "
+                             "name (nor msprobe's \"-1\" for no file); the dump is corrupt: dump it again")
+    if task == "tensor" and isinstance(fname, str) and fname != "-1":
         return _read_tensor(rdir, fname, dname, shape)
     return stats_from_msprobe(leaf)
 
@@ -349,7 +353,11 @@ def _restore(rdir, dj, side, out, overwrite, against, allow_unmatched) -> Dump:
                                      f"{len(op['outputs'])} in ascend_emu.json; re-export it")
             outs = []
             for o, leaf in zip(op["outputs"], leaves):
-                if o.get("file") is not None and leaf.get("data_name"):
+                if o.get("file") is not None and not (isinstance(leaf.get("data_name"), str) and leaf["data_name"]):
+                    raise AscendEmuError(f"{rdir}: {key} has a tensor file in ascend_emu.json and data_name "
+                                         f"{str(leaf.get('data_name'))[:80]!r} in dump.json; the export was altered, "
+                                         "re-export it")
+                if o.get("file") is not None:
                     outs.append(_read_tensor(rdir, leaf["data_name"], o["dtype"], o["shape"]))
                 else:
                     outs.append(StatsOnly(dtype=o["dtype"], shape=tuple(o["shape"]), max=_num(o.get("max")),

@@ -132,3 +132,28 @@ class Builder:
         out = self.emit(name, "Transpose", [ref, self.ints(TO_NCHW[rank], f"{name}/perm_nchw")], exact=True)
         self.nhwc[out] = ref
         return out
+
+
+def all_tensors(m):
+    """Every TensorProto of ONNX model ``m``: initializers and sparse initializers, the tensors of node
+    attributes (a ``Constant``'s value, a ``ConstantOfShape``'s), in every subgraph (Loop/If/Scan bodies)
+    and every local function, at any depth."""
+    todo = [m.graph, *m.functions]
+    while todo:
+        g = todo.pop()
+        for t in getattr(g, "initializer", ()):
+            yield t
+        for s in getattr(g, "sparse_initializer", ()):
+            yield s.values
+            yield s.indices
+        for nd in g.node:
+            for a in nd.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                    yield s.values
+                    yield s.indices
+                if a.HasField("g"):
+                    todo.append(a.g)
+                todo.extend(a.graphs)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph, InputSpec, Node
-from .build import FLOATS, ONNX_DTYPES, Builder, Fallback
+from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
 from . import array  # noqa: F401  (registers the data-movement converters)
 from ..shapes import check_shape_fits, shape_items
@@ -62,7 +62,9 @@ def _read(model):
     from google.protobuf.message import DecodeError
 
     if not isinstance(model, (str, os.PathLike)):
-        return model.__deepcopy__() if hasattr(model, "__deepcopy__") else model, "model"
+        m = model.__deepcopy__() if hasattr(model, "__deepcopy__") else model
+        _inline_external_data(m, None)
+        return m, "model"
     path = Path(model)
     if not path.is_file():
         raise AscendEmuError(f"model path {str(path)!r} does not exist or is not a file")
@@ -70,15 +72,47 @@ def _read(model):
         m = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as e:
         raise AscendEmuError(f"{str(path)!r} is not a valid ONNX model ({_line(e)}); export it again") from None
-    try:
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-        if any(uses_external_data(t) for t in m.graph.initializer):
-            load_external_data_for_model(m, str(path.parent))
-    except Exception as e:
-        raise AscendEmuError(f"cannot read the external data of {str(path)!r}: {_line(e)}; keep the data "
-                             f"files beside the model") from None
+    _inline_external_data(m, path)
     return m, path.stem
+
+
+def _inline_external_data(m, path) -> None:
+    """Read every tensor's external data into the model, relative to the model's directory ``path.parent``
+    with onnx's checks (a relative path that stays inside that directory, a regular file, no symbolic link
+    on the way), so nothing later (``numpy_helper.to_array``, an onnxruntime session built from bytes)
+    resolves a reference against the current directory. ``path`` None (a ModelProto given in memory, which
+    has no directory): a model with external references is refused."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for t in all_tensors(m):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        if path is None:
+            raise AscendEmuError(f"ONNX tensor {t.name[:80]!r} keeps its data in an external file, and an "
+                                 "in-memory model has no directory to read it from; give the .onnx path, or "
+                                 "load the model with onnx.load (which reads its external data)")
+        try:
+            load_external_data_for_tensor(t, str(path.parent))
+        except Exception as e:
+            raise AscendEmuError(f"cannot read the external data of {str(path)!r} (tensor {t.name[:80]!r}): "
+                                 f"{_line(e)}; keep the data files beside the model") from None
+
+
+def sparse_to_dense(s) -> np.ndarray:
+    """The dense array of a SparseTensorProto (a sparse initializer): its values at its indices (linear
+    indices, or one row of coordinates per value), zeros elsewhere."""
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(s.values)
+    indices = numpy_helper.to_array(s.indices).astype(np.int64)
+    dims = [int(d) for d in s.dims]
+    dense = np.zeros(dims, values.dtype)
+    if indices.ndim == 1:
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
 
 
 def _line(e) -> str:
@@ -87,8 +121,14 @@ def _line(e) -> str:
 
 
 def _opset(m) -> int:
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
     for o in m.opset_import:
         if o.domain in ("", "ai.onnx"):
+            if not 7 <= o.version <= newest:
+                raise AscendEmuError(f"the ONNX model imports opset {o.version} of ai.onnx; ascend-emu takes opsets 7 "
+                                     f"to {newest} (ATC takes 11 to 18): export it again with one of those")
             return int(o.version)
     raise AscendEmuError("the ONNX model imports no version of the default opset (ai.onnx)")
 
@@ -108,13 +148,34 @@ def _check(m, name: str) -> None:
              *(t for nd in g.node for t in (nd.name, nd.op_type, nd.domain, *nd.input, *nd.output))]
     if not all(isinstance(t, str) for t in texts):
         raise AscendEmuError(f"ONNX model {name!r} is malformed: a name that is not UTF-8 text")
+    for nd in g.node:       # what onnxruntime accepts at load and refuses only when the node runs
+        if nd.op_type in ("Conv", "ConvTranspose") and nd.domain in ("", "ai.onnx"):
+            group = next((a.i for a in nd.attribute if a.name == "group"), 1)
+            if group < 1:
+                raise AscendEmuError(f"ONNX model {name!r} is malformed: {nd.op_type} {nd.name[:80]!r} has group "
+                                     f"{group}, which must be at least 1; export the model again")
+
+
+def _check_runtime(raw: bytes, name: str) -> None:
+    """Refuse a model onnxruntime rejects (an opset it has no kernels for, a type an op does not take): the
+    reference and the AI CPU are onnxruntime, and ATC rejects such a model too."""
+    import onnxruntime as ort
+
+    from .node import session_options
+
+    try:
+        ort.InferenceSession(raw, session_options(), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise AscendEmuError(f"ONNX model {name!r} is rejected by onnxruntime ({_line(e)}); ascend-emu runs models "
+                             "onnxruntime can load: export it again (opset 7 to the one onnxruntime supports)") from None
 
 
 def _dims(vi) -> list | None:
     t = vi.type.tensor_type
     if not t.HasField("shape"):
         return None
-    return [int(d.dim_value) if d.HasField("dim_value") else None for d in t.shape.dim]
+    # a negative dim_value (some tools write -1 for "any") is no size: unknown, as a dim_param is
+    return [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None for d in t.shape.dim]
 
 
 def _apply_shapes(m, initializers: set, input_shapes) -> None:
@@ -163,7 +224,8 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     _check(m, name)
     opset = _opset(m)
     raw = m.SerializeToString()
-    inits = {t.name: t for t in m.graph.initializer}
+    _check_runtime(raw, name)
+    inits = {t.name: t for t in m.graph.initializer} | {s.values.name: s for s in m.graph.sparse_initializer}
     _apply_shapes(m, set(inits), input_shapes)
     inferred = _infer(m)
     shapes, types = {}, {}
@@ -188,16 +250,18 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
         src.nodes[ph] = [vi.name]
         specs.append(InputSpec(ph, dtype, shapes.get(vi.name), key=vi.name))
     inits_named = set()
-    for t in m.graph.initializer:
+    for t in [*m.graph.initializer, *m.graph.sparse_initializer]:
+        sparse = isinstance(t, onnx.SparseTensorProto)     # (named by its values tensor)
+        tname = t.values.name if sparse else t.name
         try:
-            v = numpy_helper.to_array(t)
+            v = sparse_to_dense(t) if sparse else numpy_helper.to_array(t)
         except Exception as e:
-            raise AscendEmuError(f"ONNX initializer {t.name!r} cannot be read: {_line(e)}") from None
-        cname = b.unique(t.name)
+            raise AscendEmuError(f"ONNX initializer {tname!r} cannot be read: {_line(e)}") from None
+        cname = b.unique(tname)
         b.emit(cname, "Const", [], {"value": v, "dtype": v.dtype.name}, exact=True)
-        b.tensors[t.name] = f"{cname}:0"
-        b.values[t.name] = v
-        src.nodes[cname] = [t.name]
+        b.tensors[tname] = f"{cname}:0"
+        b.values[tname] = v
+        src.nodes[cname] = [tname]
         inits_named.add(cname)
     for pos, nd in enumerate(m.graph.node):
         _convert(b, nd, pos, opset, src)
@@ -334,10 +398,39 @@ def _bare(nd, name) -> bytes:
     return c.SerializeToString()
 
 
+def outer_names(nd) -> list[str]:
+    """The tensors of the enclosing graph that ``nd``'s subgraphs (If branches, a Loop or Scan body, at any
+    depth) read by name without making them: what the node needs beside its inputs when it runs alone."""
+    out: list[str] = []
+
+    def walk(g, visible: set):
+        made = set(visible) | {v.name for v in g.input} | {t.name for t in g.initializer} | \
+            {s.values.name for s in g.sparse_initializer}
+        for node in g.node:
+            for i in node.input:
+                if i and i not in made and i not in out:
+                    out.append(i)
+            for a in node.attribute:
+                for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(sg, made)
+            made.update(o for o in node.output if o)
+
+    for a in nd.attribute:
+        for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            walk(sg, set())
+    return out
+
+
 def _fallback(b: Builder, n: Onnx, nd) -> None:
     present = [i for i in nd.input if i]
-    b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present], {}, max(len(nd.output), 1),
-           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset}, exact=True)
+    # an If/Loop body reads tensors of this graph by name: they come along as extra inputs of the AI CPU node
+    outer = [i for i in outer_names(nd) if i not in present]
+    for i in outer:
+        if i not in b.tensors:
+            raise AscendEmuError(f"ONNX node {nd.name or nd.op_type!r}: its subgraph reads {i!r}, which nothing "
+                                 "before it makes")
+    b.emit(n.name, f"Onnx{nd.op_type}", [b.tensors[i] for i in present + outer], {}, max(len(nd.output), 1),
+           meta={"onnx_node": _bare(nd, n.name), "onnx_opset": b.opset, "onnx_outer": outer}, exact=True)
     for k, o in enumerate(nd.output):
         if o:
             b.tensors[o] = f"{n.name}:{k}"

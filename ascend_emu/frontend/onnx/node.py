@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Node
-from .build import ONNX_DTYPES
+from .build import ONNX_DTYPES, all_tensors
 
 #: how many per-node sessions to keep
 CACHE_SIZE = 256
@@ -52,6 +52,13 @@ def _build(node: Node, arrays):
             raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
         inputs.append(helper.make_tensor_value_info(feed, _TO_ONNX[a.dtype.name], list(a.shape)))
         feeds.append(feed)
+    # the tensors of the enclosing graph an If/Loop body reads by name (loader.outer_names): graph inputs under
+    # their own names, after the node's inputs
+    for name, a in zip(node.meta.get("onnx_outer", ()), arrays[k:]):
+        if a.dtype.name not in _TO_ONNX:
+            raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
+        inputs.append(helper.make_tensor_value_info(name, _TO_ONNX[a.dtype.name], list(a.shape)))
+        feeds.append(name)
     outs = []
     for i, name in enumerate(nd.output):
         if name:
@@ -89,10 +96,47 @@ def _session(node: Node, op_type: str, graph, imports):
 
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = min(model.ir_version, 10)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model)):
+        # the loader inlines every tensor; onnxruntime would resolve what is left against the current directory
+        raise AscendEmuError(f"op {node.name} ({nd.op_type}) still names an external data file; load the model "
+                             "with load_onnx from its .onnx path")
     try:
         return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
     except Exception as e:
         raise AscendEmuError(f"onnxruntime cannot build op {node.name} ({op_type}): {_line(e)}") from None
+
+
+def run_session(sess, names, feeds) -> list:
+    """``sess.run(names, feeds)`` that Ctrl-C stops: onnxruntime runs in a helper thread while this one waits in
+    short joins (which a signal interrupts); on KeyboardInterrupt the run is told to terminate (an endless ONNX
+    Loop ignored Ctrl-C: the signal waited for sess.run to return) and the interrupt goes on up."""
+    import threading
+
+    import onnxruntime as ort
+
+    opts = ort.RunOptions()
+    box: dict = {}
+    done = threading.Event()    # (not Thread.join: a join Ctrl-C interrupts can leave the thread "alive" for good)
+
+    def work():
+        try:
+            box["out"] = sess.run(names, feeds, opts)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["err"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="onnxruntime", daemon=True).start()
+    try:
+        while not done.wait(0.25):
+            pass
+    except KeyboardInterrupt:
+        opts.terminate = True   # onnxruntime stops between nodes (and Loop iterations)
+        done.wait(10)
+        raise
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 def _line(e) -> str:
@@ -116,7 +160,7 @@ def run_onnx_node(node: Node, input_arrays) -> list[np.ndarray]:
         _cache.move_to_end(key)
     sess, feeds, outs = hit
     try:
-        got = sess.run([o for _, o in outs], dict(zip(feeds, arrays)))
+        got = run_session(sess, [o for _, o in outs], dict(zip(feeds, arrays)))
     except Exception as e:
         raise AscendEmuError(f"onnxruntime failed on op {node.name} ({node.op}): {_line(e)}") from None
     result = [np.zeros(0, np.float32)] * node.num_outputs

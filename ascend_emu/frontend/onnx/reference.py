@@ -13,7 +13,8 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph
-from .node import _line, session_options
+from .build import all_tensors
+from .node import _line, run_session, session_options
 
 
 def run_onnx_model(graph: Graph, feeds: dict) -> dict:
@@ -23,6 +24,10 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
 
     src = graph.onnx
     m = onnx.ModelProto.FromString(src.model)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(m)):
+        # the loader inlines every tensor; onnxruntime would resolve what is left against the current directory
+        raise AscendEmuError(f"ONNX model {graph.name!r} still names external data files; load it with "
+                             "load_onnx from its .onnx path")
     have = {o.name for o in m.graph.output}
     for nd in m.graph.node:
         for o in nd.output:
@@ -37,15 +42,19 @@ def run_onnx_model(graph: Graph, feeds: dict) -> dict:
     onnx_feeds = {by_key[k]: v for k, v in feeds.items()}
     names = [o.name for o in sess.get_outputs()]
     try:
-        got = sess.run(names, onnx_feeds)
+        got = run_session(sess, names, onnx_feeds)
     except Exception as e:
         raise AscendEmuError(f"onnxruntime failed to run model {graph.name!r}: {_line(e)}") from None
     values = dict(zip(names, (np.asarray(v) for v in got)))
     values.update(onnx_feeds)
-    for t in m.graph.initializer:
-        from onnx import numpy_helper
+    from onnx import numpy_helper
 
+    from .loader import sparse_to_dense
+
+    for t in m.graph.initializer:
         values[t.name] = numpy_helper.to_array(t)
+    for s in m.graph.sparse_initializer:
+        values[s.values.name] = sparse_to_dense(s)
     return values
 
 

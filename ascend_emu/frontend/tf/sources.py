@@ -42,8 +42,35 @@ def _is_keras_model(obj) -> bool:
                for c in mods)
 
 
+#: what TensorFlow takes as a name scope (tensorflow/python/framework/ops.py, _VALID_SCOPE_NAME_REGEX): a Keras
+#: layer is traced under its name, so a name Keras accepts with ``"``, ``<``, ``&`` or a newline cannot be traced
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9_.\\/>-]*")
+#: the model's own name opens the root scope, which must also start with a letter, a digit or "."
+_ROOT_SCOPE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
+
+
+def _check_layer_names(model) -> None:
+    """Refuse, in one line, a layer (at any depth) whose name TensorFlow cannot trace as a name scope."""
+    seen, todo = set(), [model]
+    while todo:
+        layer = todo.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        name = getattr(layer, "name", "")
+        root = layer is model
+        if isinstance(name, str) and not (_ROOT_SCOPE_NAME if root else _SCOPE_NAME).fullmatch(name):
+            what = "model" if root else "layer"
+            first = ", and starts with a letter, a digit or ." if root else ""
+            raise AscendEmuError(f"Keras {what} {name!r} has a name TensorFlow cannot trace (a name scope takes only "
+                                 f"letters, digits and _ . \\ / > -{first}); rename the {what} and save the model "
+                                 "again")
+        todo.extend(reversed(getattr(layer, "layers", None) or []))   # popped in model order
+
+
 def _keras_source(model) -> _Source:
     tf = import_tf()
+    _check_layer_names(model)
     try:
         inputs = list(model.inputs)
     except (AttributeError, ValueError):
