@@ -91,6 +91,7 @@ def _build_form(node: Node, arrays):
 
 
 def _session(node: Node, op_type: str, graph, imports):
+    import onnx
     import onnxruntime as ort
     from onnx import helper
 
@@ -98,7 +99,7 @@ def _session(node: Node, op_type: str, graph, imports):
     model.ir_version = min(model.ir_version, 10)
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(model)):
         # the loader inlines every tensor; onnxruntime would resolve what is left against the current directory
-        raise AscendEmuError(f"op {node.name} ({nd.op_type}) still names an external data file; load the model "
+        raise AscendEmuError(f"op {node.name} ({op_type}) still names an external data file; load the model "
                              "with load_onnx from its .onnx path")
     try:
         return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
