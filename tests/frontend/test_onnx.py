@@ -334,7 +334,7 @@ def test_texts_name_onnx_and_onnxruntime(tmp_path, capsys):
     assert "(.onnx)" in capsys.readouterr().out
     path = _save(tmp_path, M.resnet_cnn())
     assert main(["fusion-bisect", str(path), "-q", "--shape", "x=1,3,16,16"]) == 0
-    assert "vs the float32 onnxruntime reference" in capsys.readouterr().out
+    assert "vs the onnxruntime float32 reference" in capsys.readouterr().out
     from onnx import helper
 
     vi = helper.make_tensor_value_info
