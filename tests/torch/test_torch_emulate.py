@@ -221,3 +221,34 @@ def test_activation_and_pool_backward_on_the_ai_core():
     assert back["aten.max_pool2d_with_indices_backward.default"].op_types == ["MaxPool", "MaxPoolGrad"]
     assert back["aten.sigmoid_backward.default"].engine == "AICORE"
     assert back["aten.tanh_backward.default"].op_types == ["TanhGrad"]
+
+
+def test_bf16_layer_norm_rounds_as_layer_norm_v4_on_910b():
+    """aclnnLayerNorm on the 910B is LayerNormV4 (Ascend C): float32 steps, the bf16 output cast once with
+    CAST_ROUND (ties away; ASCEND-FACTS 13.4 item 2), bit for bit against the step oracle of tests/naive.py on
+    outputs some of which lie exactly halfway between two bf16 values; on the 910 (TBE) nearest even."""
+    import ml_dtypes
+    import naive
+
+    g = torch.Generator().manual_seed(42)
+    x = (torch.randn(2048, 64, generator=g) * 3).to(torch.bfloat16)
+    ln = torch.nn.LayerNorm(64, eps=1e-5)
+    with torch.no_grad():
+        ln.weight.copy_(torch.randn(64, generator=g) * 0.5 + 1)
+        ln.bias.copy_(torch.randn(64, generator=g))
+    ln = ln.to(torch.bfloat16)
+    xb = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    gb = ln.weight.detach().float().numpy()
+    bb = ln.bias.detach().float().numpy()
+    for soc, model, rounding in (("Ascend910B", "ascendc", "round"), ("Ascend910", "tbe_v100", "rint")):
+        if soc == "Ascend910":
+            x, ln = x.float().half(), ln.half()          # the 910 has no bf16: the same steps from fp16
+            xb, gb, bb = x.numpy(), ln.weight.detach().float().numpy(), ln.bias.detach().float().numpy()
+        with ae.torch.emulate(soc):
+            y = ln(x)
+        y32 = naive.layer_norm_steps(xb, gb, bb, 1e-5, (1,), model)
+        want, _ = naive.cast_bits(y32, "bfloat16" if soc == "Ascend910B" else "float16", rounding)
+        assert np.array_equal(y.detach().view(torch.int16).numpy().view(np.uint16), want), soc
+        if soc == "Ascend910B":
+            half = (y32.view(np.uint32) & 0xFFFF) == 0x8000
+            assert half.any() and not np.array_equal(want[half], naive.cast_bits(y32, "bfloat16", "rint")[0][half])

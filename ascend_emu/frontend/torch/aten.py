@@ -487,14 +487,15 @@ def native_batch_norm_backward(k, dy, x, weight, running_mean, running_var, save
 
 @aten("aten.native_layer_norm")
 def native_layer_norm(k, x, shape, weight, bias, eps):
-    """aclnnLayerNorm: float32 statistics, one rounding of y (the registry's _LayerNorm, CANN's kernel)."""
+    """aclnnLayerNorm: float32 statistics, one rounding of y (the registry's _LayerNorm as LayerNormV4 computes it
+    on the 910B and later: a bf16 y rounded ties-away, ASCEND-FACTS 13.4 item 2)."""
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
     n = len(shape)
     axes = tuple(range(x.dim() - n, x.dim()))
     params = [to_numpy(p.to(x.dtype)) for p in (weight, bias) if p is not None]
     (y,) = k.op("_LayerNorm", to_numpy(x), *params, epsilon=float(eps), axis=axes, has_gamma=weight is not None,
-                has_beta=bias is not None)
+                has_beta=bias is not None, op_model=k.aclnn_model())
     # the saved statistics (float32, for the backward, which runs on the AI CPU)
     x64 = to_numpy(x.detach().double())
     mean = x64.mean(axis=axes, keepdims=True)

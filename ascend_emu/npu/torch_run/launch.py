@@ -107,6 +107,11 @@ class Launcher:
         self.exact_run = True
         raise Exact
 
+    def aclnn_model(self) -> str | None:
+        """The kernel family torch_npu calls: aclnn's Ascend C kernels on the 910B and later (jit off by default,
+        ASCEND-FACTS 13.1), so ``"ascendc"``; None (the device's TBE model) before."""
+        return "ascendc" if self.run.chip.fp32_cube else None
+
     def fa_available(self) -> bool:
         """FlashAttentionScore: torch_npu's SDPA on the 910B and later (ASCEND-FACTS 13.5)."""
         return self.run.chip.fp32_cube
