@@ -19,7 +19,7 @@ KERNELS = ROOT / "kernels"
 
 #: layer name -> rank; a module may import modules of its own rank or lower, never higher
 LAYERS = {
-    "errors": 0, "fileio": 0, "version": 0, "_compat": 0, "data": 0,
+    "errors": 0, "fileio": 0, "version": 0, "_compat": 0, "data": 0, "generated": 0,
     "kernels": 1,
     "numerics": 2, "graph": 2,
     "ops": 3, "analysis": 3,
