@@ -398,6 +398,10 @@ class _PrintableStdout:
         return getattr(self._stream, name)
 
 
+#: the commands that run the user's own script (its output is not ours to escape)
+_SCRIPT_COMMANDS = ("run", "torch-run")
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
@@ -405,6 +409,9 @@ def main(argv=None) -> int:
     if not getattr(a, "fn", None):
         parser.print_help()
         return 2
+    if a.cmd in _SCRIPT_COMMANDS:
+        # the user's own script prints through the real stream: its progress bars' \r and colours are its own
+        return _run(a)
     stdout = sys.stdout
     sys.stdout = _PrintableStdout(stdout)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from ascend_emu.analysis.dump import DumpWriter
 from ascend_emu.analysis.robustness import sidecar
@@ -43,3 +44,13 @@ def test_compare_and_overflow_escape_names_from_the_dump(tmp_path, capsys):
     assert "moved: first_divergentop\\x1b" in out    # the sidecar's names, escaped too
     assert main(["overflow", npu]) == 0
     _clean(capsys.readouterr().out)
+
+
+def test_a_users_script_prints_through_the_real_stream(tmp_path, capsys):
+    """run / torch-run execute the user's own script: its colours and progress bars' carriage returns are its
+    own output, not text from a dump, so they reach the terminal unescaped (Keras' progress bar is one)."""
+    pytest.importorskip("torch")
+    script = tmp_path / "s.py"
+    script.write_text('print("\\x1b[32mgreen\\x1b[0m\\rdone")\n')
+    assert main(["torch-run", str(script)]) == 0
+    assert "\x1b[32mgreen\x1b[0m\rdone" in capsys.readouterr().out
