@@ -7,7 +7,7 @@ import torch  # noqa: E402
 from torch.utils._mode_utils import no_dispatch  # noqa: E402
 
 from ...frontend.torch import aten as _aten
-from .launch import Launcher
+from .launch import Launcher, same_values
 
 #: the aten ops of GradScaler, run by the device's own rule
 AMP_UNSCALE = "aten._amp_foreach_non_finite_check_and_unscale_"
@@ -42,6 +42,7 @@ def amp_unscale(self, func, args, kwargs, phase):
     if found:
         with no_dispatch():
             found_inf.fill_(1.0)
+    follow_unscale(self, grads, inv)
     k.types = ["ForeachNonFiniteCheckAndUnscale"]
     self._step_info["scaler"] = True
     self._step_info["found_inf"] = found
@@ -65,6 +66,7 @@ def amp_update(self, func, args, kwargs, phase):
                 if bool(torch.isfinite(new).all()):     # torch_npu never grows the scale to Inf
                     scale.copy_(new)
                 tracker.zero_()
+    follow_values(self, (scale, tracker))
     k.types = ["AmpUpdateScale"]
     self._record(k, func, phase, "AICORE", "GradScaler's update (torch_npu _npu_update_scale)", args, scale,
                  name=name)
@@ -72,3 +74,24 @@ def amp_update(self, func, args, kwargs, phase):
                            skipped=bool(self._step_info.get("found_inf")))
     self.end_step("grad_scaler")
     return scale
+
+
+def follow_unscale(run, grads, inv: float) -> None:
+    """The reference's side of GradScaler's unscale: each gradient's float32 twin times ``inv`` (the reference
+    unscales what it computed; without this its gradients stayed scaled and its optimizer diverged)."""
+    if run._writers is None or run._writers[1] is None:
+        return
+    with no_dispatch():
+        for g in grads:
+            twin = run._shadow.get(g)
+            if twin is not None:
+                run._shadow[g] = twin.float() * torch.tensor(inv, dtype=torch.float32)
+
+
+def follow_values(run, tensors) -> None:
+    """The reference takes the run's own values of ``tensors`` (the loss scale and its growth tracker: a policy
+    the two runs share, not numerics to compare)."""
+    if run._writers is None or run._writers[1] is None:
+        return
+    for t in tensors:
+        run._shadow[t] = same_values(t)

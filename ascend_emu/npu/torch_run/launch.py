@@ -317,3 +317,9 @@ def map_out(out, expect, args, wide):
     if isinstance(out, (list, tuple)):
         return type(out)(fix(t) for t in flat(out)) if all(not isinstance(v, (list, tuple)) for v in out) else out
     return out
+
+
+def same_values(t):
+    """The reference twin holding ``t``'s own values (16-bit floats widened to float32)."""
+    with no_dispatch():
+        return t.detach().float() if t.dtype in (torch.float16, torch.bfloat16) else t.detach().clone()

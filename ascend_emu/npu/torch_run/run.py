@@ -25,7 +25,7 @@ from ..device import Device
 from .amp import AMP_UNSCALE, AMP_UPDATE, amp_unscale, amp_update
 from .launch import (DTYPE_NAMES, LOWERINGS, MISSING, STATUS_NONFINITE, AtenRecord, Exact, Launcher, composite,
                      flat, map_out, out_dtypes, tensors, tmap)
-from .launch import primary
+from .launch import primary, same_values
 
 #: bytes a dump leaves free on its file system: past them the rest of the step is dumped as statistics
 DUMP_MARGIN = 1 << 30
@@ -242,6 +242,13 @@ class TorchRun:
                           "outputs": [DTYPE_NAMES[t.dtype] for t in outs]}, status, reason, k.cmt)
         if self.keep_records:
             self.records.append(rec)
+        if w is not None and str(func.overloadpacket) in UNINITIALISED:
+            # uninitialised memory: nothing to compare, so neither dump holds it; the reference starts from the
+            # same bytes (what a later in-place op writes into it is compared)
+            if w[1] is not None:
+                for t in outs:
+                    self._shadow[t] = same_values(t)
+            return
         if w is not None:
             inputs = [self._input_name(t) for t in ins]
             rec.inputs = inputs
@@ -332,11 +339,16 @@ class TorchRun:
         a, kwargs = twins
         if str(func.overloadpacket) == "aten._to_copy" and kwargs.get("dtype") in (torch.float16, torch.bfloat16):
             kwargs = dict(kwargs, dtype=torch.float32)
-        with no_dispatch(), torch.no_grad():
-            try:
-                r = func(*a, **kwargs)
-            except Exception:      # an op the float32 twins cannot take (a dtype it checks): no reference row
-                return None
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            # a random draw (randn, uniform_, dropout's mask): the reference takes the run's own values, widened,
+            # instead of drawing others
+            r = [same_values(t) for t in flat(out) if isinstance(t, torch.Tensor)]
+        else:
+            with no_dispatch(), torch.no_grad():
+                try:
+                    r = func(*a, **kwargs)
+                except Exception:      # an op the float32 twins cannot take (a dtype it checks): no reference row
+                    return None
         if r is None:
             return None
         outs = [t for t in flat(out) if isinstance(t, torch.Tensor)]
@@ -487,6 +499,11 @@ class TorchRun:
                     if self._step_info:
                         self.steps.append(info)
                 self._close_step(exc[1])
+
+
+#: aten ops whose outputs are uninitialised memory (torch fills them later, in place)
+UNINITIALISED = frozenset(("aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+                           "aten.new_empty_strided", "aten.empty_permuted"))
 
 
 def emulate(soc: str = "Ascend910B", precision_mode: str | None = None, *, aicpu_fallback: bool = True, dump=None,
