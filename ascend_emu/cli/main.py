@@ -421,6 +421,16 @@ def main(argv=None) -> int:
 
 
 def _run(a) -> int:
+    # catch_warnings restores the filters and showwarning, not formatwarning: put Python's back ourselves, so a
+    # program that calls main() keeps its own warning format afterwards
+    formatwarning = warnings.formatwarning
+    try:
+        return _run_command(a)
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _run_command(a) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         warnings.formatwarning = lambda msg, cat, *rest: f"ascend-emu: warning: {printable(msg)}\n"

@@ -592,3 +592,21 @@ def test_dumps_the_disk_will_not_hold_are_refused_before_writing(env, model_file
     code, out, err = run_cli(["train", *common, "--dump", f"{tmp}/d", "-q"])
     assert code == 0, err
     assert "the dump of 2 step(s) will take about" in err and os.path.isdir(f"{tmp}/d/step-1")
+
+
+def test_main_puts_the_callers_warning_format_back(tmp_path):
+    """``main()`` formats its warnings as one ascend-emu line while it runs; a program that calls it keeps its
+    own ``warnings.formatwarning`` afterwards (catch_warnings does not restore that one)."""
+    import warnings
+
+    def mine(message, category, filename, lineno, line=None):
+        return "mine\n"
+
+    before = warnings.formatwarning
+    warnings.formatwarning = mine
+    try:
+        code, _, err = run_cli(["compare", str(tmp_path / "missing-a"), str(tmp_path / "missing-b")])
+        assert code == 2 and "missing-a" in err
+        assert warnings.formatwarning is mine
+    finally:
+        warnings.formatwarning = before
