@@ -1,0 +1,124 @@
+"""Issue 45 item 6, the rest: ONNX ops a real NPU runs on the AI Core mapped onto the registry (GatherND with
+batch_dims, nearest Resize by any factor in the modes ResizeNearestNeighbor takes, AveragePool with ceil_mode,
+LSTM/GRU), each against onnxruntime's float32 run of a model built here with onnx.helper; seconds each.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ascend_emu import Device
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from fp32mode import FP32  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=18):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _ort(model, feeds):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _on_ai_core(res):
+    return not [(r.name, r.tf_type) for r in res.records if r.engine == "AICPU" or r.tf_type.startswith("Onnx")]
+
+
+@pytest.mark.parametrize("batch_dims,data,idx", [(1, (3, 4, 5), (3, 2, 1)), (1, (2, 4, 5, 3), (2, 3, 2)),
+                                                  (2, (2, 3, 4, 5), (2, 3, 6, 1))])
+def test_gather_nd_with_batch_dims_runs_on_the_ai_core(batch_dims, data, idx):
+    """GatherND with batch_dims (transformer exports' per-batch gathers) is GatherNd of the index prefixed by
+    the batch coordinates, on the AI Core: equal to onnxruntime bit for bit, negative indices too."""
+    out = list(idx[:-1]) + list(data[batch_dims + idx[-1]:])
+    m = _model([helper.make_node("GatherND", ["x", "i"], ["y"], name="/GatherND", batch_dims=batch_dims)],
+               [("x", TensorProto.FLOAT, list(data)), ("i", TensorProto.INT64, list(idx))],
+               [("y", TensorProto.FLOAT, out)])
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal(data).astype(np.float32)
+    dims = data[batch_dims:batch_dims + idx[-1]]
+    i = np.stack([rng.integers(-d, d, idx[:-1]) for d in dims], -1).astype(np.int64)
+    res = Device(**FP32).replay(m, {"x": x, "i": i}, progress=False)
+    assert _on_ai_core(res)
+    assert {r.name: r.tf_type for r in res.records}["/GatherND"] == "GatherNd"
+    np.testing.assert_array_equal(res.outputs["/GatherND:0"], _ort(m, {"x": x, "i": i})[0])
+
+
+@pytest.mark.parametrize("coords,rounding,shape,out", [
+    ("asymmetric", "floor", (6, 9), (4, 6)),                 # torch's interpolate(mode="nearest") export
+    ("asymmetric", "floor", (4, 6), (6, 9)),
+    ("half_pixel", "round_prefer_ceil", (8, 6), (4, 3)),
+    ("pytorch_half_pixel", "round_prefer_ceil", (5, 7), (3, 4)),
+    ("tf_half_pixel_for_nn", "floor", (6, 4), (9, 10)),
+    ("align_corners", "round_prefer_ceil", (5, 7), (9, 4)),
+])
+def test_nearest_resize_runs_resize_nearest_neighbor(coords, rounding, shape, out):
+    """A nearest Resize by factors that are not whole numbers, in the coordinate/rounding modes whose source
+    index is ResizeNearestNeighbor's, runs it on the AI Core: a copy, equal to onnxruntime bit for bit."""
+    sizes = numpy_helper.from_array(np.asarray([1, 2, *out], np.int64), "sizes")
+    m = _model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="/up/Resize", mode="nearest",
+                                 coordinate_transformation_mode=coords, nearest_mode=rounding)],
+               [("x", TensorProto.FLOAT, [1, 2, *shape])], [("y", TensorProto.FLOAT, [1, 2, *out])], [sizes])
+    x = np.random.default_rng(31).standard_normal((1, 2, *shape)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    assert _on_ai_core(res)
+    assert {r.name: r.tf_type for r in res.records}["/up/Resize/ResizeNearestNeighbor"] == "ResizeNearestNeighbor"
+    np.testing.assert_array_equal(res.outputs["/up/Resize:0"], _ort(m, {"x": x})[0])
+
+
+def test_nearest_resize_in_other_modes_runs_on_the_ai_cpu():
+    """half_pixel with ONNX's default round_prefer_floor picks the lower pixel at exact halves (TF's kernel the
+    upper): it stays on the AI CPU and equals onnxruntime."""
+    scales = numpy_helper.from_array(np.asarray([1, 1, 0.5, 0.5], np.float32), "scales")
+    m = _model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="/down/Resize", mode="nearest")],
+               [("x", TensorProto.FLOAT, [1, 2, 8, 6])], [("y", TensorProto.FLOAT, [1, 2, 4, 3])], [scales])
+    x = np.random.default_rng(32).standard_normal((1, 2, 8, 6)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    assert [r.engine for r in res.records if r.name == "/down/Resize"] == ["AICPU"]
+    np.testing.assert_array_equal(res.outputs["/down/Resize:0"], _ort(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("shape,k,s,pads,include", [
+    ((7, 9), 2, 2, [0, 0, 0, 0], 0),       # ResNet-D's AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False)
+    ((7, 9), 2, 2, [0, 0, 0, 0], 1),       # the same with torch's default count_include_pad=True
+    ((8, 6), 2, 2, [0, 0, 0, 0], 1),       # no extra row: VALID
+    ((6, 6), 3, 2, [1, 1, 1, 1], 1),       # pads counted (zeros), the ceil's extra not
+    ((5, 5), 3, 2, [1, 1, 1, 1], 0)])      # the pads and the extra left out: SAME
+def test_average_pool_ceil_mode_runs_on_the_ai_core(shape, k, s, pads, include):
+    """AveragePool with ceil_mode is TensorFlow's SAME AvgPool (after a zero Pad of the counted pads) where the
+    uncounted padding is SAME's: on the AI Core, equal to onnxruntime in the fp32 mode (the registry's AvgPool
+    rounds the exact mean once, onnxruntime sums in float32: within float32 rounding)."""
+    m = _model([helper.make_node("AveragePool", ["x"], ["y"], name="/pool/AveragePool", kernel_shape=[k, k],
+                                 strides=[s, s], pads=pads, ceil_mode=1, count_include_pad=include)],
+               [("x", TensorProto.FLOAT, [1, 3, *shape])], [("y", TensorProto.FLOAT, [1, None, None, None])], opset=17)
+    x = np.random.default_rng(33).standard_normal((1, 3, *shape)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    assert _on_ai_core(res)
+    assert "AvgPool" in {r.tf_type for r in res.records}
+    want = _ort(m, {"x": x})[0]
+    got = res.outputs["/pool/AveragePool:0"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_average_pool_ceil_mode_other_padding_runs_on_the_ai_cpu():
+    """A ceil-mode window split TensorFlow's SAME cannot give (extra 2 rows at the end, SAME would put one in
+    front) stays on the AI CPU and equals onnxruntime."""
+    m = _model([helper.make_node("AveragePool", ["x"], ["y"], name="/pool/AveragePool", kernel_shape=[3, 3],
+                                 strides=[3, 3], ceil_mode=1)],
+               [("x", TensorProto.FLOAT, [1, 2, 7, 7])], [("y", TensorProto.FLOAT, [1, None, None, None])], opset=17)
+    x = np.random.default_rng(34).standard_normal((1, 2, 7, 7)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    assert [r.engine for r in res.records if r.name == "/pool/AveragePool"] == ["AICPU"]
+    np.testing.assert_allclose(res.outputs["/pool/AveragePool:0"], _ort(m, {"x": x})[0], rtol=1e-6)
