@@ -122,3 +122,101 @@ def test_average_pool_ceil_mode_other_padding_runs_on_the_ai_cpu():
     res = Device(**FP32).replay(m, {"x": x}, progress=False)
     assert [r.engine for r in res.records if r.name == "/pool/AveragePool"] == ["AICPU"]
     np.testing.assert_allclose(res.outputs["/pool/AveragePool:0"], _ort(m, {"x": x})[0], rtol=1e-6)
+
+
+def _lstm_model(direction="forward", T=5, B=3, n_in=4, H=6, init=False, seed=40):
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array((rng.standard_normal((D, 4 * H, n_in)) * 0.5).astype(np.float32), "W"),
+             numpy_helper.from_array((rng.standard_normal((D, 4 * H, H)) * 0.5).astype(np.float32), "R"),
+             numpy_helper.from_array((rng.standard_normal((D, 8 * H)) * 0.5).astype(np.float32), "B")]
+    ins = ["x", "W", "R", "B"]
+    graph_in = [("x", TensorProto.FLOAT, [T, B, n_in])]
+    if init:
+        ins += ["", "h0", "c0"]
+        graph_in += [("h0", TensorProto.FLOAT, [D, B, H]), ("c0", TensorProto.FLOAT, [D, B, H])]
+    nd = helper.make_node("LSTM", ins, ["Y", "Y_h", "Y_c"], name="/lstm/LSTM", hidden_size=H, direction=direction)
+    return _model([nd], graph_in, [("Y", TensorProto.FLOAT, [T, D, B, H]), ("Y_h", TensorProto.FLOAT, [D, B, H]),
+                                   ("Y_c", TensorProto.FLOAT, [D, B, H])], inits, opset=14)
+
+
+@pytest.mark.parametrize("direction,init", [("forward", False), ("reverse", True), ("bidirectional", True)])
+def test_lstm_runs_as_dynamic_rnn(direction, init):
+    """ONNX LSTM (torch.nn.LSTM's export) is CANN's DynamicRNN on the AI Core, one per direction: equal to
+    onnxruntime in the fp32 mode (float32 gates; the TBE sigmoid/tanh forms against onnxruntime's: within a few
+    float32 ulps); Y, Y_h and Y_c all."""
+    m = _lstm_model(direction, init=init)
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(41)
+    feeds = {"x": rng.standard_normal((5, 3, 4)).astype(np.float32)}
+    if init:
+        feeds |= {"h0": rng.standard_normal((D, 3, 6)).astype(np.float32) * 0.5,
+                  "c0": rng.standard_normal((D, 3, 6)).astype(np.float32) * 0.5}
+    res = Device(**FP32).replay(m, feeds, progress=False)
+    assert _on_ai_core(res)
+    assert [r.engine for r in res.records if r.tf_type == "DynamicRNN"] == ["AICORE"] * D
+    for k, want in enumerate(_ort(m, feeds)):
+        np.testing.assert_allclose(res.outputs[f"/lstm/LSTM:{k}"], want, rtol=1e-5, atol=2e-6)
+
+
+def _dynamic_rnn_oracle(x, W, R, Bias, model, impl_mode):
+    """DynamicRNN's steps in fp16 (canndev tbe/impl/dynamic_rnn.py, dynamic_rnn_core, fp16 bias), written from
+    the kernel's description with the tests' own oracles: the cube (naive_cube.matmul: fp16 operands, float32
+    accumulation), the float32 bias add, the TBE float32 sigmoid and tanh (naive.steps32), c = c f + j i in float32
+    stored in fp16, h = tanh(c) o stored in fp16."""
+    import naive
+    import naive_cube
+
+    H = R.shape[-1]
+    order = [0, 3, 2, 1]                    # ONNX i, o, f, c -> i, j, f, o
+    blk = lambda m: np.concatenate([m[k * H:(k + 1) * H] for k in order])  # noqa: E731
+    w = np.concatenate([blk(W[0]).T, blk(R[0]).T]).astype(np.float16)
+    bias = blk(Bias[0, :4 * H] + Bias[0, 4 * H:]).astype(np.float16).astype(np.float32)
+    T, B, _ = x.shape
+    h = np.zeros((B, H), np.float16)
+    c = np.zeros((B, H), np.float32)
+    ys = []
+    f32 = np.float32
+    for t in range(T):
+        g, _ = naive_cube.matmul(np.concatenate([x[t].astype(np.float16), h], 1), w, operand_dtype="float16",
+                                 out_dtype="float32", model=model)
+        g = (g.astype(f32) + bias).astype(f32)
+        gi, gj, gf, go = np.split(g, 4, axis=1)
+        sig = lambda v: naive.steps32("sigmoid", v, impl_mode=impl_mode)[0]  # noqa: E731
+        tanh = lambda v: naive.steps32("tanh_tbe", v, impl_mode=impl_mode)[0]  # noqa: E731
+        i, j, f, o = sig(gi), tanh(gj), sig(gf), sig(go)
+        c = (c * f + j * i).astype(f32).astype(np.float16).astype(f32)
+        h = (tanh(c) * o).astype(f32).astype(np.float16)
+        ys.append(h)
+    return np.stack(ys), h, c.astype(np.float16)
+
+
+def test_lstm_fp16_is_dynamic_rnn_bit_for_bit():
+    """In fp16 (force_fp16, the 910B) the LSTM's DynamicRNN equals the kernel's steps written independently, bit
+    for bit: Y, Y_h and Y_c."""
+    m = _lstm_model("forward", T=4, B=2, n_in=5, H=4, seed=42)
+    W, R, Bias = (numpy_helper.to_array(t) for t in m.graph.initializer)
+    x = np.random.default_rng(43).standard_normal((4, 2, 5)).astype(np.float32)
+    dev = Device(soc="Ascend910B")
+    res = dev.replay(m, {"x": x}, progress=False)
+    assert [(r.engine, r.compute_dtype) for r in res.records if r.tf_type == "DynamicRNN"] == [("AICORE", "float16")]
+    y, h, c = _dynamic_rnn_oracle(x, W, R, Bias, dev.numerics.cube_model, dev.impl_mode)
+    got = [res.outputs[f"/lstm/LSTM:{k}"] for k in range(3)]
+    np.testing.assert_array_equal(got[0], y[:, None])
+    np.testing.assert_array_equal(got[1], h[None])
+    np.testing.assert_array_equal(got[2], c[None])
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_float32_lstm_on_the_910_runs_on_onnxruntime(direction):
+    """A float32 DynamicRNN under must_keep_origin_dtype on the 910 (a cube without float32) goes to the AI CPU,
+    which for an ONNX model is onnxruntime running its ONNX form (an LSTM): the model equals onnxruntime."""
+    m = _lstm_model(direction, init=True, seed=44)
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(45)
+    feeds = {"x": rng.standard_normal((5, 3, 4)).astype(np.float32),
+             "h0": rng.standard_normal((D, 3, 6)).astype(np.float32), "c0": rng.standard_normal((D, 3, 6)).astype(np.float32)}
+    res = Device(precision_mode="must_keep_origin_dtype").replay(m, feeds, progress=False)
+    assert [(r.engine, r.compute_dtype) for r in res.records if r.tf_type == "DynamicRNN"] == [("AICPU", "float32")] * D
+    for k, want in enumerate(_ort(m, feeds)):
+        np.testing.assert_allclose(res.outputs[f"/lstm/LSTM:{k}"], want, rtol=1e-6, atol=1e-7)

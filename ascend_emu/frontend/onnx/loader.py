@@ -28,6 +28,7 @@ from ...graph.core import Graph, InputSpec, Node
 from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
 from . import array  # noqa: F401  (registers the data-movement converters)
+from . import rnn  # noqa: F401  (registers the recurrent converters: LSTM)
 from ..shapes import check_shape_fits, shape_items
 
 #: largest input (elements) a load-time fold evaluates

@@ -1,0 +1,78 @@
+"""ONNX's recurrent ops onto the registry's cell ops (issue 45 item 6): LSTM as CANN's DynamicRNN, which the NPU
+runs on the AI Core (cube and vector), one DynamicRNN per direction.
+
+ONNX LSTM (layout 0: X is (T, B, input)) holds W (D, 4H, input), R (D, 4H, H) and B (D, 8H) with the gates in the
+order i, o, f, c; DynamicRNN takes one weight ((input + H), 4H), the gates in the order i, j (ONNX's c), f, o, and
+one bias: W and R are transposed, stacked and their gate blocks reordered when the model loads (data movement),
+and the two biases Wb + Rb added in float32 there, as onnxruntime adds them before its steps. What DynamicRNN
+cannot express runs on the AI CPU: activations other than sigmoid/tanh/tanh, clip, input_forget, peepholes,
+sequence_lens, layout 1, weights not known at load.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import FLOATS, Fallback
+from .ops import converter
+
+#: ONNX's gate blocks (i, o, f, c) in DynamicRNN's order (i, j = c, f, o)
+_IJFO = (0, 3, 2, 1)
+
+
+def _reorder(m, hidden):
+    """The rows of (4H, ...) ``m`` in the order i, j, f, o."""
+    return np.concatenate([m[k * hidden:(k + 1) * hidden] for k in _IJFO], axis=0)
+
+
+@converter("LSTM")
+def _lstm(b, n):
+    acts = [str(a) for a in (n.a("activations") or [])]
+    if acts and [a.lower() for a in acts] not in (["sigmoid", "tanh", "tanh"], ["sigmoid", "tanh", "tanh"] * 2):
+        raise Fallback(f"LSTM activations {acts}")
+    if n.a("clip") is not None or int(n.a("input_forget", 0)) or int(n.a("layout", 0)):
+        raise Fallback("LSTM with clip, input_forget or layout 1")
+    if n.inp(4) or n.inp(7):
+        raise Fallback("LSTM with sequence_lens or peepholes")
+    t = b.dtype(n.inputs[0])
+    if t not in FLOATS:
+        raise Fallback("LSTM of a non-float input")
+    W = np.asarray(b.need(n.inputs[1], "LSTM's W"), np.float32)
+    R = np.asarray(b.need(n.inputs[2], "LSTM's R"), np.float32)
+    D, four_h, n_in = W.shape
+    hidden = four_h // 4
+    Bias = np.asarray(b.need(n.inp(3), "LSTM's B"), np.float32) if n.inp(3) else np.zeros((D, 8 * hidden), np.float32)
+    T, batch, _ = b.static_shape(n.inputs[0])
+    direction = n.a("direction", "forward")
+    dirs = {"forward": ["UNIDIRECTIONAL"], "reverse": ["REDIRECTIONAL"],
+            "bidirectional": ["UNIDIRECTIONAL", "REDIRECTIONAL"]}.get(direction)
+    if dirs is None or len(dirs) != D:
+        raise Fallback(f"LSTM direction {direction!r} with {D} weight sets")
+    x = b.ref(n.inputs[0])
+    ys, hs, cs = [], [], []
+    for d, mode in enumerate(dirs):
+        base = f"{n.name}/DynamicRNN" + (f"_{d}" if D > 1 else "")
+        w = np.concatenate([_reorder(W[d], hidden).T, _reorder(R[d], hidden).T], axis=0)     # (in + H, 4H)
+        bias = _reorder(Bias[d, :four_h] + Bias[d, four_h:], hidden)     # float32, as onnxruntime adds them
+        init = []
+        for k, what in ((5, "initial_h"), (6, "initial_c")):
+            if n.inp(k):
+                init.append(b.emit(f"{base}/{what}", "StridedSlice", [
+                    b.ref(n.inp(k)), b.ints([d, 0, 0], f"{base}/{what}_begin"),
+                    b.ints([d + 1, batch, hidden], f"{base}/{what}_end"), b.ints([1, 1, 1], f"{base}/strides")]))
+            else:
+                init.append(b.const(np.zeros((1, batch, hidden), t), f"{n.name}/zero_state"))
+        b.emit(base, "DynamicRNN", [x, b.const(np.ascontiguousarray(w, dtype=t), f"{base}/weight"),
+                                    b.const(bias.astype(t), f"{base}/bias"), *init],
+               {"cell_type": "LSTM", "direction": mode, "forget_bias": 0.0, "time_major": True, "T": t}, 3)
+        ys.append(b.emit(f"{base}/Y", "ExpandDims", [f"{base}:0", b.const(np.int32(1), f"{n.name}/axis1")]))
+        hs.append(f"{base}:1")
+        cs.append(f"{base}:2")
+    if D > 1:
+        axis0 = b.const(np.int32(0), f"{n.name}/axis0")
+        outs = [b.emit(f"{n.name}/Y_concat", "ConcatV2", [*ys, b.const(np.int32(1), f"{n.name}/axis1")]),
+                b.emit(f"{n.name}/Y_h_concat", "ConcatV2", [*hs, axis0]),
+                b.emit(f"{n.name}/Y_c_concat", "ConcatV2", [*cs, axis0])]
+    else:
+        outs = [ys[0], hs[0], cs[0]]
+    b.emit(n.name, "IdentityN", outs, {"T": [t] * 3}, 3, exact=True)
+    return [f"{n.name}:{k}" for k in range(3)]
