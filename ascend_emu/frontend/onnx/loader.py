@@ -376,9 +376,13 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
 
 def _scope(nd) -> str:
     """The module scope the dynamo exporter records on a node (``pkg.torch.onnx.name_scopes``: the cumulative
-    module paths, the node's own name last), as ``layer1/layer1.0/layer1.0.conv1``; "" without it."""
+    module paths, the node's own name last), as ``layer1/layer1.0/layer1.0.conv1``; else the path TorchScript's
+    exporter writes in the node's name (``/layer1/layer1.0/conv1/Conv``: ``layer1/layer1.0/conv1``); "" without
+    either."""
     import ast
 
+    parts = nd.name.split("/")
+    path = "/".join(parts[1:-1]) if nd.name.startswith("/") and len(parts) > 2 and all(parts[1:-1]) else ""
     for p in nd.metadata_props:
         if p.key == "pkg.torch.onnx.name_scopes" and len(p.value) < 10000:
             try:
@@ -387,7 +391,7 @@ def _scope(nd) -> str:
                 return ""
             if isinstance(scopes, (list, tuple)):
                 return "/".join(str(s).replace("/", ".") for s in scopes[:-1] if s)
-    return ""
+    return path
 
 
 def _bare(nd, name) -> bytes:
