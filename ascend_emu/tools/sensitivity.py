@@ -179,6 +179,13 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     scheduler = check_scheduler(scheduler)
     if not (isinstance(cosine_tol, (int, float)) and cosine_tol >= 0):
         raise AscendEmuError(f"cosine_tol must be a number >= 0, got {cosine_tol!r}")
+    if dump is not None and device is None and "device" not in (device_kwargs or {}):
+        from ..analysis.dump import load_dump
+
+        from .fit import adopt_configuration
+
+        # the options not given are the dump's own (its conclusions are about its configuration)
+        device_kwargs = adopt_configuration(load_dump(dump).config, dict(device_kwargs or {}), device_kwargs or ())[0]
     device = sweep_device(device, device_kwargs)
     for n in params or ():
         _asm.assumed(n)

@@ -215,7 +215,8 @@ def test_float32_lstm_on_the_910_runs_on_onnxruntime(direction):
     D = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(45)
     feeds = {"x": rng.standard_normal((5, 3, 4)).astype(np.float32),
-             "h0": rng.standard_normal((D, 3, 6)).astype(np.float32), "c0": rng.standard_normal((D, 3, 6)).astype(np.float32)}
+             "h0": rng.standard_normal((D, 3, 6)).astype(np.float32),
+             "c0": rng.standard_normal((D, 3, 6)).astype(np.float32)}
     res = Device(precision_mode="must_keep_origin_dtype").replay(m, feeds, progress=False)
     assert [(r.engine, r.compute_dtype) for r in res.records if r.tf_type == "DynamicRNN"] == [("AICPU", "float32")] * D
     for k, want in enumerate(_ort(m, feeds)):

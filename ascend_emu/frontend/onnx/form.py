@@ -120,7 +120,8 @@ def _dynamic_rnn(node: Node, arrays) -> list:
         helper.make_node("Constant", [], ["axis1"], value=numpy_helper.from_array(np.asarray([1], np.int64)))]
 
 
-FORMS = {"DynamicRNN": _dynamic_rnn, "Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input, "MatMul": _matmul,
+FORMS = {"DynamicRNN": _dynamic_rnn,
+         "Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input, "MatMul": _matmul,
          "BatchMatMulV2": _matmul, "BatchMatMul": _matmul, "Einsum": _einsum}
 
 

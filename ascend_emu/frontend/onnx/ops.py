@@ -439,9 +439,8 @@ def _avg_pool_ceil(b, n, k, s, p, extra, H, W):
     x = b.to_nhwc(b.ref(n.inputs[0]), 4, n.name)
     left_out = [p[0], p[1] + extra[0], p[2], p[3] + extra[1]]
     if int(n.a("count_include_pad", 0)) and any(p):
-        x = b.emit(f"{n.name}/pad", "PadV2", [x, b.const(np.asarray([[0, 0], p[0:2], p[2:4], [0, 0]], np.int64),
-                                                              f"{n.name}/pads"), b.const(0.0, f"{n.name}/pad_value", t)],
-                   {"T": t})
+        pads = b.const(np.asarray([[0, 0], p[0:2], p[2:4], [0, 0]], np.int64), f"{n.name}/pads")
+        x = b.emit(f"{n.name}/pad", "PadV2", [x, pads, b.const(0.0, f"{n.name}/pad_value", t)], {"T": t})
         H, W = H + p[0] + p[1], W + p[2] + p[3]
         left_out = [0, extra[0], 0, extra[1]]
     if not any(left_out):
