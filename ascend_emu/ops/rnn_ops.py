@@ -1,4 +1,5 @@
-"""Recurrent cells as CANN runs them on the AI Core: DynamicRNN (an LSTM over a whole sequence; issue 45 item 6).
+"""Recurrent cells as CANN runs them on the AI Core: DynamicRNN (an LSTM over a whole sequence) and DynamicGRUV2 (a
+GRU; issue 45 item 6).
 
 DynamicRNN's TBE kernel (canndev ``ops/built-in/tbe/impl/dynamic_rnn.py``, ``dynamic_rnn_core``; read in the
 public mirror dengguojie/vue-element-admin) computes each step t, with gates in the order i, j, f, o:
@@ -88,3 +89,53 @@ def dynamic_rnn(x, w, b, init_h, init_c, *, ctx, cell_type="LSTM", direction="UN
         ys[t] = h
     ctx.record(c32.status)
     return ys, np.array(h, ctx.dtype).reshape(1, B, hidden), np.asarray(c_st, ctx.dtype).reshape(1, B, hidden)
+
+
+_GRU_SOURCE = Source(
+    ("canndev ops/built-in/tbe/impl/dynamic_gru_v2.py (dynamic_gru_v2 core: two float32 cube accumulations, float32 "
+     "biases and gates, h stored in the bias dtype)", "NUMERICS.md section 9 (ONNX models: GRU)"), (),
+    "the kernel's steps; the cube's K order is the emulated matmul's; a float32 DynamicGRUV2 keeping h in float32 is "
+    "assumed (no parameter)")
+
+
+@register("DynamicGRUV2", kind=CUBE, source=_GRU_SOURCE)
+def dynamic_gru_v2(x, weight_input, weight_hidden, bias_input, bias_hidden, init_h, *, ctx,
+                   direction="UNIDIRECTIONAL", gate_order="zrh", reset_after=True, time_major=True):
+    """A GRU over the time-major sequence ``x`` (T, B, input), as CANN's DynamicGRUV2 computes each step (canndev
+    ``ops/built-in/tbe/impl/dynamic_gru_v2.py``): gx = x_t weight_input and gh = h_{t-1} weight_hidden on the cube
+    (operand dtype, float32 accumulation), each plus its bias in float32; in float32, r = sigmoid(gx_r + gh_r),
+    z = sigmoid(gx_z + gh_z), n = tanh(gx_n + r gh_n) (the reset applied after the hidden matmul), h = (h_{t-1} - n)
+    z + n (vsub, vmul, vadd), stored in the compute dtype (the next step's operand and y). Returns y (T, B, hidden)
+    and h after the last step (1, B, hidden)."""
+    from ..numerics.cube import matmul
+
+    if direction != "UNIDIRECTIONAL" or gate_order not in ("zrh", "rzh") or not reset_after or not time_major:
+        raise AscendEmuError(f"DynamicGRUV2: direction {direction!r}, gate_order {gate_order!r}, reset_after "
+                             f"{reset_after!r}, time_major {time_major!r}: only a forward, time-major GRU with the "
+                             "reset after the hidden matmul is emulated")
+    x, wi, wh = np.asarray(x), np.asarray(weight_input), np.asarray(weight_hidden)
+    T, B, n_in = x.shape
+    hidden = wh.shape[0]
+    if wi.shape != (n_in, 3 * hidden) or wh.shape != (hidden, 3 * hidden):
+        raise AscendEmuError(f"DynamicGRUV2: weights of shapes {wi.shape} and {wh.shape} for input {n_in} need "
+                             f"({n_in}, 3 hidden) and (hidden, 3 hidden)")
+    c32 = _f32ctx(ctx)
+    kw = dict(operand_dtype=ctx.dtype_name, out_dtype="float32", overflow_mode=ctx.overflow_mode,
+              subnormals=ctx.subnormals, model=ctx.cube_model, multicore=ctx.multicore)
+    bi, bh = to_f32(bias_input).reshape(1, -1), to_f32(bias_hidden).reshape(1, -1)
+    h = np.asarray(init_h).reshape(B, hidden)
+    z_at, r_at = (0, 1) if gate_order == "zrh" else (1, 0)
+    ys = np.empty((T, B, hidden), ctx.dtype)
+    for t in range(T):
+        gx, st = matmul(x[t], wi, **kw)
+        ctx.record(st)
+        gh, st = matmul(np.asarray(h, x.dtype), wh, **kw)
+        ctx.record(st)
+        gx, gh = np.split(vec(c32, "add", gx, bi), 3, axis=1), np.split(vec(c32, "add", gh, bh), 3, axis=1)
+        r = vec(c32, "sigmoid", vec(c32, "add", gx[r_at], gh[r_at]))
+        z = vec(c32, "sigmoid", vec(c32, "add", gx[z_at], gh[z_at]))
+        n = vec(c32, "tanh", vec(c32, "add", gx[2], vec(c32, "mul", r, gh[2])))
+        h = _store(ctx, vec(c32, "add", vec(c32, "mul", vec(c32, "sub", to_f32(h), n), z), n))
+        ys[t] = h
+    ctx.record(c32.status)
+    return ys, np.array(h, ctx.dtype).reshape(1, B, hidden)

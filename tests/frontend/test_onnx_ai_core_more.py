@@ -221,3 +221,78 @@ def test_float32_lstm_on_the_910_runs_on_onnxruntime(direction):
     assert [(r.engine, r.compute_dtype) for r in res.records if r.tf_type == "DynamicRNN"] == [("AICPU", "float32")] * D
     for k, want in enumerate(_ort(m, feeds)):
         np.testing.assert_allclose(res.outputs[f"/lstm/LSTM:{k}"], want, rtol=1e-6, atol=1e-7)
+
+
+def _gru_model(T=5, B=3, n_in=4, H=6, init=False, linear_before_reset=1, seed=50):
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((1, 3 * H, n_in)) * 0.5).astype(np.float32), "W"),
+             numpy_helper.from_array((rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32), "R"),
+             numpy_helper.from_array((rng.standard_normal((1, 6 * H)) * 0.5).astype(np.float32), "B")]
+    ins, graph_in = ["x", "W", "R", "B"], [("x", TensorProto.FLOAT, [T, B, n_in])]
+    if init:
+        ins += ["", "h0"]
+        graph_in.append(("h0", TensorProto.FLOAT, [1, B, H]))
+    nd = helper.make_node("GRU", ins, ["Y", "Y_h"], name="/gru/GRU", hidden_size=H,
+                          linear_before_reset=linear_before_reset)
+    return _model([nd], graph_in, [("Y", TensorProto.FLOAT, [T, 1, B, H]), ("Y_h", TensorProto.FLOAT, [1, B, H])],
+                  inits, opset=14)
+
+
+@pytest.mark.parametrize("init", [False, True])
+def test_gru_runs_as_dynamic_gru_v2(init):
+    """ONNX GRU with linear_before_reset (torch.nn.GRU's export) is CANN's DynamicGRUV2 on the AI Core: equal to
+    onnxruntime in the fp32 mode; on the 910 in must_keep_origin_dtype (no float32 cube) its ONNX form runs on
+    onnxruntime; ONNX's default linear_before_reset 0 stays on the AI CPU."""
+    m = _gru_model(init=init)
+    rng = np.random.default_rng(51)
+    feeds = {"x": rng.standard_normal((5, 3, 4)).astype(np.float32)}
+    if init:
+        feeds["h0"] = rng.standard_normal((1, 3, 6)).astype(np.float32)
+    want = _ort(m, feeds)
+    res = Device(**FP32).replay(m, feeds, progress=False)
+    assert _on_ai_core(res) and [r.tf_type for r in res.records if r.tf_type == "DynamicGRUV2"]
+    for k in range(2):
+        np.testing.assert_allclose(res.outputs[f"/gru/GRU:{k}"], want[k], rtol=1e-5, atol=2e-6)
+    res = Device(precision_mode="must_keep_origin_dtype").replay(m, feeds, progress=False)
+    assert [r.engine for r in res.records if r.tf_type == "DynamicGRUV2"] == ["AICPU"]
+    for k in range(2):
+        np.testing.assert_allclose(res.outputs[f"/gru/GRU:{k}"], want[k], rtol=1e-6, atol=1e-7)
+    m0 = _gru_model(init=init, linear_before_reset=0)
+    res = Device(**FP32).replay(m0, feeds, progress=False)
+    assert [r.engine for r in res.records if r.name == "/gru/GRU"] == ["AICPU"]
+
+
+def test_gru_fp16_is_dynamic_gru_v2_bit_for_bit():
+    """In fp16 (force_fp16, the 910B) the GRU's DynamicGRUV2 equals the kernel's steps written independently
+    (canndev tbe/impl/dynamic_gru_v2.py, fp16 biases): two cube products (naive_cube.matmul), float32 bias adds,
+    the TBE float32 sigmoid/tanh (naive.steps32), r, z, n, h = (h - n) z + n in float32, h stored in fp16."""
+    import naive
+    import naive_cube
+
+    m = _gru_model(T=4, B=2, n_in=5, H=4, seed=52)
+    W, R, Bias = (numpy_helper.to_array(t) for t in m.graph.initializer)
+    x = np.random.default_rng(53).standard_normal((4, 2, 5)).astype(np.float32)
+    dev = Device(soc="Ascend910B")
+    res = dev.replay(m, {"x": x}, progress=False)
+    assert [(r.engine, r.compute_dtype) for r in res.records if r.tf_type == "DynamicGRUV2"] == [("AICORE", "float16")]
+    f32, H = np.float32, 4
+    sig = lambda v: naive.steps32("sigmoid", v, impl_mode=dev.impl_mode)[0]  # noqa: E731
+    tanh = lambda v: naive.steps32("tanh_tbe", v, impl_mode=dev.impl_mode)[0]  # noqa: E731
+    bi = Bias[0, :3 * H].astype(np.float16).astype(f32)
+    bh = Bias[0, 3 * H:].astype(np.float16).astype(f32)
+    h = np.zeros((2, H), np.float16)
+    hf = np.zeros((2, H), f32)
+    ys = []
+    for t in range(4):
+        gx = naive_cube.matmul(x[t].astype(np.float16), W[0].T.astype(np.float16), out_dtype="float32",
+                               model=dev.numerics.cube_model)[0].astype(f32) + bi
+        gh = naive_cube.matmul(h, R[0].T.astype(np.float16), out_dtype="float32",
+                               model=dev.numerics.cube_model)[0].astype(f32) + bh
+        (xz, xr, xn), (hz, hr, hn) = np.split(gx.astype(f32), 3, 1), np.split(gh.astype(f32), 3, 1)
+        r, z = sig((xr + hr).astype(f32)), sig((xz + hz).astype(f32))
+        n = tanh((xn + (r * hn).astype(f32)).astype(f32))
+        h = ((((hf - n).astype(f32) * z).astype(f32) + n).astype(f32)).astype(np.float16)
+        hf = h.astype(f32)
+        ys.append(h)
+    np.testing.assert_array_equal(res.outputs["/gru/GRU:0"], np.stack(ys)[:, None])
+    np.testing.assert_array_equal(res.outputs["/gru/GRU:1"], h[None])

@@ -120,7 +120,23 @@ def _dynamic_rnn(node: Node, arrays) -> list:
         helper.make_node("Constant", [], ["axis1"], value=numpy_helper.from_array(np.asarray([1], np.int64)))]
 
 
-FORMS = {"DynamicRNN": _dynamic_rnn,
+def _dynamic_gru_v2(node: Node, arrays) -> list:
+    """DynamicGRUV2 (:mod:`.rnn`'s GRU) back as an ONNX GRU with linear_before_reset: the weights transposed back,
+    the two biases as Wb and Rb (the gate order zrh is ONNX's)."""
+    from onnx import helper, numpy_helper
+
+    _, wi, wh, bi, bh = arrays[:5]
+    consts = {"W": wi.T[None], "R": wh.T[None], "B": np.concatenate([np.reshape(bi, -1), np.reshape(bh, -1)])[None]}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.ascontiguousarray(v), k))
+             for k, v in consts.items()]
+    return nodes + [
+        helper.make_node("GRU", [_IN.format(0), "W", "R", "B", "", _IN.format(5)], ["Y", _OUT.format(1)],
+                         hidden_size=wh.shape[0], linear_before_reset=1),
+        helper.make_node("Constant", [], ["axis1"], value=numpy_helper.from_array(np.asarray([1], np.int64))),
+        helper.make_node("Squeeze", ["Y", "axis1"], [_OUT.format(0)])]
+
+
+FORMS = {"DynamicRNN": _dynamic_rnn, "DynamicGRUV2": _dynamic_gru_v2,
          "Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input, "MatMul": _matmul,
          "BatchMatMulV2": _matmul, "BatchMatMul": _matmul, "Einsum": _einsum}
 

@@ -1,5 +1,5 @@
 """ONNX's recurrent ops onto the registry's cell ops (issue 45 item 6): LSTM as CANN's DynamicRNN, which the NPU
-runs on the AI Core (cube and vector), one DynamicRNN per direction.
+runs on the AI Core (cube and vector), one DynamicRNN per direction; GRU as DynamicGRUV2 (:func:`_gru`).
 
 ONNX LSTM (layout 0: X is (T, B, input)) holds W (D, 4H, input), R (D, 4H, H) and B (D, 8H) with the gates in the
 order i, o, f, c; DynamicRNN takes one weight ((input + H), 4H), the gates in the order i, j (ONNX's c), f, o, and
@@ -76,3 +76,36 @@ def _lstm(b, n):
         outs = [ys[0], hs[0], cs[0]]
     b.emit(n.name, "IdentityN", outs, {"T": [t] * 3}, 3, exact=True)
     return [f"{n.name}:{k}" for k in range(3)]
+
+
+@converter("GRU")
+def _gru(b, n):
+    """ONNX GRU with linear_before_reset (torch.nn.GRU's export) as CANN's DynamicGRUV2 (forward; its gate order
+    zrh is ONNX's z, r, h): W and R transposed to (input, 3H) and (H, 3H) at load, the two biases kept apart (the
+    kernel adds each to its own matmul). ONNX's default linear_before_reset 0 (the reset before the hidden
+    matmul), other directions and what DynamicGRUV2 cannot express run on the AI CPU."""
+    acts = [str(a).lower() for a in (n.a("activations") or [])]
+    if acts and acts != ["sigmoid", "tanh"]:
+        raise Fallback(f"GRU activations {acts}")
+    if not int(n.a("linear_before_reset", 0)) or n.a("clip") is not None or int(n.a("layout", 0)):
+        raise Fallback("GRU without linear_before_reset, or with clip or layout 1")
+    if n.a("direction", "forward") != "forward" or n.inp(4):
+        raise Fallback("GRU other than forward, or with sequence_lens")
+    t = b.dtype(n.inputs[0])
+    if t not in FLOATS:
+        raise Fallback("GRU of a non-float input")
+    W = np.asarray(b.need(n.inputs[1], "GRU's W"), np.float32)[0]
+    R = np.asarray(b.need(n.inputs[2], "GRU's R"), np.float32)[0]
+    hidden = R.shape[-1]
+    Bias = np.asarray(b.need(n.inp(3), "GRU's B"), np.float32)[0] if n.inp(3) else np.zeros(6 * hidden, np.float32)
+    T, batch, _ = b.static_shape(n.inputs[0])
+    base = f"{n.name}/DynamicGRUV2"
+    init = b.ref(n.inp(5)) if n.inp(5) else b.const(np.zeros((1, batch, hidden), t), f"{n.name}/zero_state")
+    b.emit(base, "DynamicGRUV2", [b.ref(n.inputs[0]), b.const(np.ascontiguousarray(W.T, dtype=t), f"{base}/weight_input"),
+                                  b.const(np.ascontiguousarray(R.T, dtype=t), f"{base}/weight_hidden"),
+                                  b.const(Bias[:3 * hidden].astype(t), f"{base}/bias_input"),
+                                  b.const(Bias[3 * hidden:].astype(t), f"{base}/bias_hidden"), init],
+           {"direction": "UNIDIRECTIONAL", "gate_order": "zrh", "reset_after": True, "time_major": True, "T": t}, 2)
+    y = b.emit(f"{base}/Y", "ExpandDims", [f"{base}:0", b.const(np.int32(1), f"{n.name}/axis1")])
+    b.emit(n.name, "IdentityN", [y, f"{base}:1"], {"T": [t] * 2}, 2, exact=True)
+    return [f"{n.name}:0", f"{n.name}:1"]
