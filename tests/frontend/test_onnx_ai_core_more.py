@@ -296,3 +296,31 @@ def test_gru_fp16_is_dynamic_gru_v2_bit_for_bit():
         ys.append(h)
     np.testing.assert_array_equal(res.outputs["/gru/GRU:0"], np.stack(ys)[:, None])
     np.testing.assert_array_equal(res.outputs["/gru/GRU:1"], h[None])
+
+
+@pytest.mark.parametrize("kind,cell", [("LSTM", "DynamicRNN"), ("GRU", "DynamicGRUV2")])
+def test_torch_rnn_exports_run_their_cell_ops(tmp_path, kind, cell):
+    """A real torch.onnx.export (TorchScript, opset 17) of a 2-layer batch_first torch.nn.LSTM / GRU and a Linear:
+    every layer is its CANN cell op on the AI Core, and the fp32 mode equals torch's own float32 run."""
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, kind)(4, 6, batch_first=True, num_layers=2)
+            self.fc = torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            y, _ = self.rnn(x)
+            return self.fc(y[:, -1])
+
+    torch.manual_seed(0)
+    net, x = Net().eval(), torch.randn(2, 5, 4)
+    path = tmp_path / f"{kind}.onnx"
+    torch.onnx.export(net, (x,), str(path), dynamo=False, opset_version=17)
+    res = Device(**FP32).replay(path, {"input": x.numpy()}, progress=False)
+    assert _on_ai_core(res)
+    assert [r.tf_type for r in res.records if r.tf_type == cell] == [cell] * 2
+    with torch.no_grad():
+        want = net(x).numpy()
+    np.testing.assert_allclose(next(iter(res.outputs.values())), want, rtol=1e-5, atol=1e-6)
