@@ -9,11 +9,12 @@ public mirror dengguojie/vue-element-admin) computes each step t, with gates in 
   (``vadd(c_ub, bias_bc_ub)``; a float16 bias widened first);
 * the gates in float32: sigmoid(i), tanh(j), sigmoid(f + forget_bias), sigmoid(o) with the kernel's own
   ``sigmoid_compute`` / ``tanh_compute``, which are the TBE Sigmoid and Tanh float32 forms (NUMERICS.md section
-  2, "Sourced kernels");
+  2, "Sourced kernels"); the kernel always writes them to its gate outputs (``is_gate_output = True``, "due to
+  FE/GE not support, now set default value") in the bias dtype and reads them back (``*_back_fp32``);
 * c_t = c_{t-1} f + j i (float32 vmul, vmul, vadd), stored in the bias dtype (``update_c_fp16_drnn_cast``
-  when the bias is float16), and tanh of the stored c;
+  when the bias is float16), and tanh of the stored c, itself written to the tanhc output and read back;
 * h_t = tanh(c_t) o in float32, stored in float16 (``update_h_fp16_drnn_cast``: the next step's cube operand and
-  the output y).
+  the output y). Its REDIRECTIONAL direction runs the steps from the last time index to the first.
 
 The emulator's compute dtype plays the bias dtype: a 16-bit compute dtype stores c and h in it each step; float32
 keeps both in float32 (the 2021 kernel takes float16 x only; a float32 DynamicRNN, as on a cube with float32,
@@ -31,7 +32,7 @@ from .sourced import _f32ctx
 
 _RNN_SOURCE = Source(
     ("canndev ops/built-in/tbe/impl/dynamic_rnn.py (dynamic_rnn_core: float32 cube accumulation, float32 bias add and "
-     "gates, c and h stored in the bias dtype)", "NUMERICS.md section 9 (ONNX models: LSTM)"), (),
+     "gates, the gates, tanh(c), c and h stored in the bias dtype)", "NUMERICS.md section 9 (ONNX models: LSTM)"), (),
     "the kernel's steps; the cube's K order is the emulated matmul's; a float32 DynamicRNN keeping h in float32 is "
     "assumed (no parameter)")
 
@@ -80,12 +81,13 @@ def dynamic_rnn(x, w, b, init_h, init_c, *, ctx, cell_type="LSTM", direction="UN
         gi, gj, gf, go = np.split(g, 4, axis=1)
         if float(forget_bias):
             gf = vec(c32, "add", gf, np.float32(forget_bias))
-        i, j, f, o = (vec(c32, "sigmoid", gi), vec(c32, "tanh", gj), vec(c32, "sigmoid", gf),
-                      vec(c32, "sigmoid", go))
+        # the gates go out to their (gate) outputs in the bias dtype and are read back from them
+        i, j, f, o = (to_f32(_store(ctx, g)) for g in (vec(c32, "sigmoid", gi), vec(c32, "tanh", gj),
+                                                         vec(c32, "sigmoid", gf), vec(c32, "sigmoid", go)))
         c_new = vec(c32, "add", vec(c32, "mul", c, f), vec(c32, "mul", j, i))
         c_st = _store(ctx, c_new)
         c = to_f32(c_st)
-        h = _store(ctx, vec(c32, "mul", vec(c32, "tanh", c), o))
+        h = _store(ctx, vec(c32, "mul", to_f32(_store(ctx, vec(c32, "tanh", c))), o))
         ys[t] = h
     ctx.record(c32.status)
     return ys, np.array(h, ctx.dtype).reshape(1, B, hidden), np.asarray(c_st, ctx.dtype).reshape(1, B, hidden)
@@ -94,8 +96,8 @@ def dynamic_rnn(x, w, b, init_h, init_c, *, ctx, cell_type="LSTM", direction="UN
 _GRU_SOURCE = Source(
     ("canndev ops/built-in/tbe/impl/dynamic_gru_v2.py (dynamic_gru_v2 core: two float32 cube accumulations, float32 "
      "biases and gates, h stored in the bias dtype)", "NUMERICS.md section 9 (ONNX models: GRU)"), (),
-    "the kernel's steps; the cube's K order is the emulated matmul's; a float32 DynamicGRUV2 keeping h in float32 is "
-    "assumed (no parameter)")
+    "the kernel's steps; the cube's K order is the emulated matmul's; no gate outputs requested (inference) and a "
+    "float32 DynamicGRUV2 keeping h in float32 are assumed (no parameter)")
 
 
 @register("DynamicGRUV2", kind=CUBE, source=_GRU_SOURCE)
@@ -105,8 +107,9 @@ def dynamic_gru_v2(x, weight_input, weight_hidden, bias_input, bias_hidden, init
     ``ops/built-in/tbe/impl/dynamic_gru_v2.py``): gx = x_t weight_input and gh = h_{t-1} weight_hidden on the cube
     (operand dtype, float32 accumulation), each plus its bias in float32; in float32, r = sigmoid(gx_r + gh_r),
     z = sigmoid(gx_z + gh_z), n = tanh(gx_n + r gh_n) (the reset applied after the hidden matmul), h = (h_{t-1} - n)
-    z + n (vsub, vmul, vadd), stored in the compute dtype (the next step's operand and y). Returns y (T, B, hidden)
-    and h after the last step (1, B, hidden)."""
+    z + n (vsub, vmul, vadd), stored in the compute dtype (the next step's operand and y). Its gate outputs are
+    optional (``is_gate_output = update is not None``): an inference graph asks none, so no gate is rounded to the
+    bias dtype on the way (assumed). Returns y (T, B, hidden) and h after the last step (1, B, hidden)."""
     from ..numerics.cube import matmul
 
     if direction != "UNIDIRECTIONAL" or gate_order not in ("zrh", "rzh") or not reset_after or not time_major:

@@ -162,8 +162,9 @@ def test_lstm_runs_as_dynamic_rnn(direction, init):
 def _dynamic_rnn_oracle(x, W, R, Bias, model, impl_mode):
     """DynamicRNN's steps in fp16 (canndev tbe/impl/dynamic_rnn.py, dynamic_rnn_core, fp16 bias), written from
     the kernel's description with the tests' own oracles: the cube (naive_cube.matmul: fp16 operands, float32
-    accumulation), the float32 bias add, the TBE float32 sigmoid and tanh (naive.steps32), c = c f + j i in float32
-    stored in fp16, h = tanh(c) o stored in fp16."""
+    accumulation), the float32 bias add, the TBE float32 sigmoid and tanh (naive.steps32), each gate and tanh(c)
+    through fp16 (the kernel's gate outputs, always written and read back), c = c f + j i in float32 stored in fp16,
+    h = tanh(c) o stored in fp16."""
     import naive
     import naive_cube
 
@@ -184,9 +185,10 @@ def _dynamic_rnn_oracle(x, W, R, Bias, model, impl_mode):
         gi, gj, gf, go = np.split(g, 4, axis=1)
         sig = lambda v: naive.steps32("sigmoid", v, impl_mode=impl_mode)[0]  # noqa: E731
         tanh = lambda v: naive.steps32("tanh_tbe", v, impl_mode=impl_mode)[0]  # noqa: E731
-        i, j, f, o = sig(gi), tanh(gj), sig(gf), sig(go)
+        # the gates and tanh(c) go through the kernel's fp16 gate outputs (is_gate_output = True)
+        i, j, f, o = (v.astype(np.float16).astype(f32) for v in (sig(gi), tanh(gj), sig(gf), sig(go)))
         c = (c * f + j * i).astype(f32).astype(np.float16).astype(f32)
-        h = (tanh(c) * o).astype(f32).astype(np.float16)
+        h = (tanh(c).astype(np.float16).astype(f32) * o).astype(f32).astype(np.float16)
         ys.append(h)
     return np.stack(ys), h, c.astype(np.float16)
 
