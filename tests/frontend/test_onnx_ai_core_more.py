@@ -326,3 +326,19 @@ def test_torch_rnn_exports_run_their_cell_ops(tmp_path, kind, cell):
     with torch.no_grad():
         want = net(x).numpy()
     np.testing.assert_allclose(next(iter(res.outputs.values())), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("out", [(12, 10), (9, 1)])
+def test_linear_resize_pytorch_half_pixel(out):
+    """Older torch exports name half_pixel pytorch_half_pixel: a bilinear Resize in it runs as ResizeBilinear on
+    the AI Core (equal to onnxruntime in the fp32 mode), except to an output length of 1 (source coordinate 0 there,
+    not half_pixel's), which stays on the AI CPU."""
+    sizes = numpy_helper.from_array(np.asarray([1, 2, *out], np.int64), "sizes")
+    m = _model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="/up/Resize", mode="linear",
+                                 coordinate_transformation_mode="pytorch_half_pixel")],
+               [("x", TensorProto.FLOAT, [1, 2, 6, 5])], [("y", TensorProto.FLOAT, [1, 2, *out])], [sizes])
+    x = np.random.default_rng(60).standard_normal((1, 2, 6, 5)).astype(np.float32)
+    res = Device(**FP32).replay(m, {"x": x}, progress=False)
+    engines = {r.name: r.engine for r in res.records}
+    assert (engines.get("/up/Resize/ResizeBilinear") == "AICORE") == (min(out) > 1), engines
+    np.testing.assert_allclose(res.outputs["/up/Resize:0"], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -315,7 +315,9 @@ def _resize(b, n):
 
 
 #: ONNX coordinate_transformation_mode -> ResizeBilinear's (align_corners, half_pixel_centers)
-_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False)}
+_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False),
+                  # older torch exports: half_pixel's coordinates wherever the output length is over 1
+                  "pytorch_half_pixel": (False, True)}
 
 
 def _resize_linear(b, n):
@@ -330,6 +332,8 @@ def _resize_linear(b, n):
     if len(src) != 4:
         raise Fallback("linear Resize of a tensor not 4-D")
     out = _resize_sizes(b, n, src)
+    if n.a("coordinate_transformation_mode") == "pytorch_half_pixel" and min(out[2:]) == 1:
+        raise Fallback("linear Resize with pytorch_half_pixel to a length of 1 (source coordinate 0)")
     align, half = coords
     x = b.emit(f"{n.name}/to_nhwc", "Transpose", [b.ref(n.inputs[0]), b.ints(TO_NHWC[4], f"{n.name}/perm_nhwc")])
     t = b.dtype(n.inputs[0]) or "float32"
