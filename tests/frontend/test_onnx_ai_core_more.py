@@ -225,19 +225,35 @@ def test_float32_lstm_on_the_910_runs_on_onnxruntime(direction):
         np.testing.assert_allclose(res.outputs[f"/lstm/LSTM:{k}"], want, rtol=1e-6, atol=1e-7)
 
 
-def _gru_model(T=5, B=3, n_in=4, H=6, init=False, linear_before_reset=1, seed=50):
+def _gru_model(T=5, B=3, n_in=4, H=6, init=False, linear_before_reset=1, seed=50, direction="forward"):
     rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array((rng.standard_normal((1, 3 * H, n_in)) * 0.5).astype(np.float32), "W"),
-             numpy_helper.from_array((rng.standard_normal((1, 3 * H, H)) * 0.5).astype(np.float32), "R"),
-             numpy_helper.from_array((rng.standard_normal((1, 6 * H)) * 0.5).astype(np.float32), "B")]
+    D = 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array((rng.standard_normal((D, 3 * H, n_in)) * 0.5).astype(np.float32), "W"),
+             numpy_helper.from_array((rng.standard_normal((D, 3 * H, H)) * 0.5).astype(np.float32), "R"),
+             numpy_helper.from_array((rng.standard_normal((D, 6 * H)) * 0.5).astype(np.float32), "B")]
     ins, graph_in = ["x", "W", "R", "B"], [("x", TensorProto.FLOAT, [T, B, n_in])]
     if init:
         ins += ["", "h0"]
-        graph_in.append(("h0", TensorProto.FLOAT, [1, B, H]))
+        graph_in.append(("h0", TensorProto.FLOAT, [D, B, H]))
     nd = helper.make_node("GRU", ins, ["Y", "Y_h"], name="/gru/GRU", hidden_size=H,
-                          linear_before_reset=linear_before_reset)
-    return _model([nd], graph_in, [("Y", TensorProto.FLOAT, [T, 1, B, H]), ("Y_h", TensorProto.FLOAT, [1, B, H])],
+                          linear_before_reset=linear_before_reset, direction=direction)
+    return _model([nd], graph_in, [("Y", TensorProto.FLOAT, [T, D, B, H]), ("Y_h", TensorProto.FLOAT, [D, B, H])],
                   inits, opset=14)
+
+
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional"])
+def test_reverse_and_bidirectional_gru_run_dynamic_gru_v2(direction):
+    """A reverse GRU is DynamicGRUV2 over the sequence reversed in time (ReverseV2 in and out), a bidirectional one
+    both: on the AI Core, equal to onnxruntime in the fp32 mode."""
+    m = _gru_model(init=True, direction=direction, seed=54)
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(55)
+    feeds = {"x": rng.standard_normal((5, 3, 4)).astype(np.float32),
+             "h0": rng.standard_normal((D, 3, 6)).astype(np.float32)}
+    res = Device(**FP32).replay(m, feeds, progress=False)
+    assert _on_ai_core(res) and len([r for r in res.records if r.tf_type == "DynamicGRUV2"]) == D
+    for k, want in enumerate(_ort(m, feeds)):
+        np.testing.assert_allclose(res.outputs[f"/gru/GRU:{k}"], want, rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("init", [False, True])
@@ -300,17 +316,19 @@ def test_gru_fp16_is_dynamic_gru_v2_bit_for_bit():
     np.testing.assert_array_equal(res.outputs["/gru/GRU:1"], h[None])
 
 
-@pytest.mark.parametrize("kind,cell", [("LSTM", "DynamicRNN"), ("GRU", "DynamicGRUV2")])
-def test_torch_rnn_exports_run_their_cell_ops(tmp_path, kind, cell):
-    """A real torch.onnx.export (TorchScript, opset 17) of a 2-layer batch_first torch.nn.LSTM / GRU and a Linear:
-    every layer is its CANN cell op on the AI Core, and the fp32 mode equals torch's own float32 run."""
+@pytest.mark.parametrize("kind,cell,bidirectional", [("LSTM", "DynamicRNN", False), ("GRU", "DynamicGRUV2", False),
+                                                      ("LSTM", "DynamicRNN", True), ("GRU", "DynamicGRUV2", True)])
+def test_torch_rnn_exports_run_their_cell_ops(tmp_path, kind, cell, bidirectional):
+    """A real torch.onnx.export (TorchScript, opset 17) of a 2-layer batch_first torch.nn.LSTM / GRU (one way and
+    bidirectional) and a Linear: every layer and direction is its CANN cell op on the AI Core, and the fp32 mode
+    equals torch's own float32 run."""
     torch = pytest.importorskip("torch")
 
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.rnn = getattr(torch.nn, kind)(4, 6, batch_first=True, num_layers=2)
-            self.fc = torch.nn.Linear(6, 3)
+            self.rnn = getattr(torch.nn, kind)(4, 6, batch_first=True, num_layers=2, bidirectional=bidirectional)
+            self.fc = torch.nn.Linear(12 if bidirectional else 6, 3)
 
         def forward(self, x):
             y, _ = self.rnn(x)
@@ -322,7 +340,7 @@ def test_torch_rnn_exports_run_their_cell_ops(tmp_path, kind, cell):
     torch.onnx.export(net, (x,), str(path), dynamo=False, opset_version=17)
     res = Device(**FP32).replay(path, {"input": x.numpy()}, progress=False)
     assert _on_ai_core(res)
-    assert [r.tf_type for r in res.records if r.tf_type == cell] == [cell] * 2
+    assert [r.tf_type for r in res.records if r.tf_type == cell] == [cell] * (4 if bidirectional else 2)
     with torch.no_grad():
         want = net(x).numpy()
     np.testing.assert_allclose(next(iter(res.outputs.values())), want, rtol=1e-5, atol=1e-6)

@@ -80,32 +80,56 @@ def _lstm(b, n):
 
 @converter("GRU")
 def _gru(b, n):
-    """ONNX GRU with linear_before_reset (torch.nn.GRU's export) as CANN's DynamicGRUV2 (forward; its gate order
-    zrh is ONNX's z, r, h): W and R transposed to (input, 3H) and (H, 3H) at load, the two biases kept apart (the
-    kernel adds each to its own matmul). ONNX's default linear_before_reset 0 (the reset before the hidden
-    matmul), other directions and what DynamicGRUV2 cannot express run on the AI CPU."""
+    """ONNX GRU with linear_before_reset (torch.nn.GRU's export) as CANN's DynamicGRUV2, one per direction (its
+    gate order zrh is ONNX's z, r, h): W and R transposed to (input, 3H) and (H, 3H) at load, the two biases kept
+    apart (the kernel adds each to its own matmul). The reverse direction is the same cell over the sequence
+    reversed in time (ReverseV2 of x in, of y out: data movement). ONNX's default linear_before_reset 0 (the
+    reset before the hidden matmul) and what DynamicGRUV2 cannot express run on the AI CPU."""
     acts = [str(a).lower() for a in (n.a("activations") or [])]
-    if acts and acts != ["sigmoid", "tanh"]:
+    if acts and acts not in (["sigmoid", "tanh"], ["sigmoid", "tanh"] * 2):
         raise Fallback(f"GRU activations {acts}")
     if not int(n.a("linear_before_reset", 0)) or n.a("clip") is not None or int(n.a("layout", 0)):
         raise Fallback("GRU without linear_before_reset, or with clip or layout 1")
-    if n.a("direction", "forward") != "forward" or n.inp(4):
-        raise Fallback("GRU other than forward, or with sequence_lens")
+    if n.inp(4):
+        raise Fallback("GRU with sequence_lens")
     t = b.dtype(n.inputs[0])
     if t not in FLOATS:
         raise Fallback("GRU of a non-float input")
-    W = np.asarray(b.need(n.inputs[1], "GRU's W"), np.float32)[0]
-    R = np.asarray(b.need(n.inputs[2], "GRU's R"), np.float32)[0]
-    hidden = R.shape[-1]
-    Bias = np.asarray(b.need(n.inp(3), "GRU's B"), np.float32)[0] if n.inp(3) else np.zeros(6 * hidden, np.float32)
+    W = np.asarray(b.need(n.inputs[1], "GRU's W"), np.float32)
+    R = np.asarray(b.need(n.inputs[2], "GRU's R"), np.float32)
+    D, hidden = W.shape[0], R.shape[-1]
+    Bias = np.asarray(b.need(n.inp(3), "GRU's B"), np.float32) if n.inp(3) else np.zeros((D, 6 * hidden), np.float32)
+    dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(n.a("direction", "forward"))
+    if dirs is None or len(dirs) != D:
+        raise Fallback(f"GRU direction {n.a('direction')!r} with {D} weight sets")
     T, batch, _ = b.static_shape(n.inputs[0])
-    base = f"{n.name}/DynamicGRUV2"
-    init = b.ref(n.inp(5)) if n.inp(5) else b.const(np.zeros((1, batch, hidden), t), f"{n.name}/zero_state")
-    b.emit(base, "DynamicGRUV2", [b.ref(n.inputs[0]), b.const(np.ascontiguousarray(W.T, dtype=t), f"{base}/weight_input"),
-                                  b.const(np.ascontiguousarray(R.T, dtype=t), f"{base}/weight_hidden"),
-                                  b.const(Bias[:3 * hidden].astype(t), f"{base}/bias_input"),
-                                  b.const(Bias[3 * hidden:].astype(t), f"{base}/bias_hidden"), init],
-           {"direction": "UNIDIRECTIONAL", "gate_order": "zrh", "reset_after": True, "time_major": True, "T": t}, 2)
-    y = b.emit(f"{base}/Y", "ExpandDims", [f"{base}:0", b.const(np.int32(1), f"{n.name}/axis1")])
-    b.emit(n.name, "IdentityN", [y, f"{base}:1"], {"T": [t] * 2}, 2, exact=True)
+    time_axis = b.const(np.asarray([0], np.int32), f"{n.name}/time_axis")
+    ys, hs = [], []
+    for d, backward in enumerate(dirs):
+        base = f"{n.name}/DynamicGRUV2" + (f"_{d}" if D > 1 else "")
+        x = b.ref(n.inputs[0])
+        if backward:
+            x = b.emit(f"{base}/reverse_x", "ReverseV2", [x, time_axis])
+        if n.inp(5):
+            init = b.emit(f"{base}/initial_h", "StridedSlice", [
+                b.ref(n.inp(5)), b.ints([d, 0, 0], f"{base}/initial_h_begin"),
+                b.ints([d + 1, batch, hidden], f"{base}/initial_h_end"), b.ints([1, 1, 1], f"{base}/strides")])
+        else:
+            init = b.const(np.zeros((1, batch, hidden), t), f"{n.name}/zero_state")
+        b.emit(base, "DynamicGRUV2", [x, b.const(np.ascontiguousarray(W[d].T, dtype=t), f"{base}/weight_input"),
+                                      b.const(np.ascontiguousarray(R[d].T, dtype=t), f"{base}/weight_hidden"),
+                                      b.const(Bias[d, :3 * hidden].astype(t), f"{base}/bias_input"),
+                                      b.const(Bias[d, 3 * hidden:].astype(t), f"{base}/bias_hidden"), init],
+               {"direction": "UNIDIRECTIONAL", "gate_order": "zrh", "reset_after": True, "time_major": True, "T": t}, 2)
+        y = f"{base}:0"
+        if backward:
+            y = b.emit(f"{base}/reverse_y", "ReverseV2", [y, time_axis])
+        ys.append(b.emit(f"{base}/Y", "ExpandDims", [y, b.const(np.int32(1), f"{n.name}/axis1")]))
+        hs.append(f"{base}:1")
+    if D > 1:
+        outs = [b.emit(f"{n.name}/Y_concat", "ConcatV2", [*ys, b.const(np.int32(1), f"{n.name}/axis1")]),
+                b.emit(f"{n.name}/Y_h_concat", "ConcatV2", [*hs, b.const(np.int32(0), f"{n.name}/axis0")])]
+    else:
+        outs = [ys[0], hs[0]]
+    b.emit(n.name, "IdentityN", outs, {"T": [t] * 2}, 2, exact=True)
     return [f"{n.name}:0", f"{n.name}:1"]
