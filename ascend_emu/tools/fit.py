@@ -387,7 +387,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     ``import-msprobe``, or another emulator run's).
 
     ``device`` (or ``device_kwargs``) is the run's configuration (precision mode, SoC, ...); its values of
-    the assumed parameters are where the fit starts (and what wins ties). The fit runs on the dump's own
+    the assumed parameters are where the fit starts (and what wins ties). Without ``device``, the configuration
+    keywords ``device_kwargs`` leaves out are the ones the dump's manifest records (:func:`adopt_configuration`);
+    a configuration that differs from the dump's is refused. The fit runs on the dump's own
     tensors; ``inputs``, if given, are only checked against the dump's (its ``inputs_sha256``). ``params``: the
     parameter names to fit (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a
     :class:`FitResult`.
