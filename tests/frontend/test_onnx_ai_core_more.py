@@ -112,16 +112,50 @@ def test_average_pool_ceil_mode_runs_on_the_ai_core(shape, k, s, pads, include):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
-def test_average_pool_ceil_mode_other_padding_runs_on_the_ai_cpu():
-    """A ceil-mode window split TensorFlow's SAME cannot give (extra 2 rows at the end, SAME would put one in
-    front) stays on the AI CPU and equals onnxruntime."""
-    m = _model([helper.make_node("AveragePool", ["x"], ["y"], name="/pool/AveragePool", kernel_shape=[3, 3],
-                                 strides=[3, 3], ceil_mode=1)],
-               [("x", TensorProto.FLOAT, [1, 2, 7, 7])], [("y", TensorProto.FLOAT, [1, None, None, None])], opset=17)
-    x = np.random.default_rng(34).standard_normal((1, 2, 7, 7)).astype(np.float32)
+@pytest.mark.parametrize("shape,k,s,pads,include,ceil,v2", [
+    ((7, 7), 3, 3, [0, 0, 0, 0], 0, 1, True),     # 2 extra rows at the end (SAME would put one in front)
+    ((8, 8), 3, 2, [1, 1, 1, 1], 0, 1, True),     # pads and extra left out, not SAME's split
+    ((6, 6), 3, 3, [1, 1, 0, 0], 1, 1, True),     # pads counted, 2 extra rows not: not SAME's split after them
+    ((9, 6), 3, 2, [1, 0, 1, 2], 1, 1, False),    # pads counted (a zero Pad), then SAME's split: AvgPool
+    ((8, 7), 3, 2, [1, 1, 0, 1], 0, 0, True)])    # no ceil: explicit pads left out of the count, not SAME's
+def test_average_pool_other_padding_runs_avg_pool_v2(shape, k, s, pads, include, ceil, v2):
+    """The AveragePools TensorFlow's AvgPool cannot express are CANN's AvgPoolV2 (explicit pads, ceil_mode,
+    exclusive) on the AI Core: equal to onnxruntime in the fp32 mode (the exact mean rounded once against
+    onnxruntime's float32 sum)."""
+    m = _model([helper.make_node("AveragePool", ["x"], ["y"], name="/pool/AveragePool", kernel_shape=[k, k],
+                                 strides=[s, s], pads=pads, ceil_mode=ceil, count_include_pad=include)],
+               [("x", TensorProto.FLOAT, [1, 2, *shape])], [("y", TensorProto.FLOAT, [1, None, None, None])], opset=17)
+    x = np.random.default_rng(34).standard_normal((1, 2, *shape)).astype(np.float32)
     res = Device(**FP32).replay(m, {"x": x}, progress=False)
-    assert [r.engine for r in res.records if r.name == "/pool/AveragePool"] == ["AICPU"]
-    np.testing.assert_allclose(res.outputs["/pool/AveragePool:0"], _ort(m, {"x": x})[0], rtol=1e-6)
+    assert _on_ai_core(res)
+    assert ("AvgPoolV2" in {r.tf_type for r in res.records}) == v2
+    want = _ort(m, {"x": x})[0]
+    got = res.outputs["/pool/AveragePool:0"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_avg_pool_v2_fp16_is_the_exact_mean_rounded_once():
+    """AvgPoolV2 in fp16: each window's exact mean over the counted elements (written here from the definition:
+    the window clipped to the input, or to the input and its explicit pads), rounded once to fp16."""
+    from ascend_emu.ops.registry import OpContext, run_op
+
+    rng = np.random.default_rng(35)
+    x = (rng.standard_normal((1, 7, 6, 2)) * 50).astype(np.float16)
+    for include in (False, True):
+        (got,) = [run_op("AvgPoolV2", x, ctx=OpContext(dtype="float16"), ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                         pads=[1, 0, 1, 1], ceil_mode=True, exclusive=not include)]
+        got = got[0] if isinstance(got, tuple) else got
+        xs = x.astype(np.float64)
+        oh, ow = got.shape[1:3]
+        for i in range(oh):
+            for j in range(ow):
+                r0, c0 = i * 2 - 1, j * 2 - 1
+                lo_r, hi_r = (max(r0, -1), min(r0 + 3, 7)) if include else (max(r0, 0), min(r0 + 3, 7))
+                lo_c, hi_c = (max(c0, -1), min(c0 + 3, 7)) if include else (max(c0, 0), min(c0 + 3, 6))
+                cnt = (hi_r - lo_r) * (hi_c - lo_c)
+                tot = xs[0, max(r0, 0):min(r0 + 3, 7), max(c0, 0):min(c0 + 3, 6)].sum(axis=(0, 1))
+                np.testing.assert_array_equal(got[0, i, j], (tot / cnt).astype(np.float16))
 
 
 def _lstm_model(direction="forward", T=5, B=3, n_in=4, H=6, init=False, seed=40):
