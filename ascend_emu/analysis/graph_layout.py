@@ -140,24 +140,33 @@ def path_d(pts) -> str:
     return "".join(d)
 
 
-def _scope_prefix(name: str, depth: int) -> str | None:
-    toks = _SCOPE_TOKEN.findall(name)
+_PATH_TOKEN = re.compile(r"[^/]+/?")
+
+
+def _tokens(name: str, paths) -> list:
+    return (_PATH_TOKEN if name in paths else _SCOPE_TOKEN).findall(name)
+
+
+def _scope_prefix(name: str, depth: int, paths=frozenset()) -> str | None:
+    toks = _tokens(name, paths)
     if len(toks) <= depth:
         return None
     return "".join(toks[:depth])
 
 
-def fold_scopes(names: list[str], target: int = FOLD_TARGET) -> dict[str, str]:
+def fold_scopes(names: list[str], target: int = FOLD_TARGET, paths=frozenset()) -> dict[str, str]:
     """{op name: group prefix} folding ``names`` by their longest name-scope prefix (tokens split at
     ``/`` and ``_``, so Keras layers and numbered blocks such as ``conv2_block1_`` are scopes) that leaves
-    at most ``target`` items at the top level; ops alone in their prefix stay unfolded."""
-    maxd = max((len(_SCOPE_TOKEN.findall(n)) for n in names), default=0)
+    at most ``target`` items at the top level; ops alone in their prefix stay unfolded. The names in ``paths``
+    are module paths (an exporter's scopes: ``enc_blocks.0/in_proj/op``) split at ``/`` only: an underscore in
+    a module's name is no scope of its own."""
+    maxd = max((len(_tokens(n, paths)) for n in names), default=0)
     best: dict[str, str] = {}
     for depth in range(maxd - 1, 0, -1):
         groups: dict[str, list[str]] = {}
         loose = 0
         for n in names:
-            p = _scope_prefix(n, depth)
+            p = _scope_prefix(n, depth, paths)
             if p is None:
                 loose += 1
             else:

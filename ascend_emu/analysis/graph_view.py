@@ -330,11 +330,13 @@ def graph_section(cmp, ov=None, *, fold_above: int = FOLD_ABOVE, fold_target: in
 
     folded = {}
     if len(ops) > fold_above:
-        # the exporter's module scopes (dynamo's pkg.torch.onnx.name_scopes) where the dump records them: names
-        # such as node_Conv_292 say nothing of the module they belong to; under a scope the name is one token
+        # the exporter's module scopes (dynamo's pkg.torch.onnx.name_scopes, TorchScript's name paths) where the
+        # dump records them: names such as node_Conv_292 say nothing of the module they belong to; under a scope
+        # the name is one token and the scope splits at "/" only (in_proj is one module, not "in_")
         keys = {op["name"]: (f"{op['scope']}/{op['name'].replace('/', '.').replace('_', '.')}" if op.get("scope")
                              else op["name"]) for op in ops}
-        by_key = fold_scopes(list(keys.values()), fold_target)
+        paths = {keys[op["name"]] for op in ops if op.get("scope")}
+        by_key = fold_scopes(list(keys.values()), fold_target, paths)
         folded = {n: by_key[k] for n, k in keys.items() if k in by_key}
     # top-level items
     items, gmembers = [], {}

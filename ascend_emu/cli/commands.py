@@ -6,8 +6,8 @@ import os
 import sys
 
 from ..errors import AscendEmuError
-from .options import (_device, _device_kwargs, _device_options, _mode_options, _optimizer_options, _select, _shapes,
-                      _tf1_train_step)
+from .options import (_device, _device_for_dump, _device_kwargs, _device_options, _mode_options, _optimizer_options,
+                      _select, _shapes, _tf1_train_step)
 
 
 def cmd_replay(a):
@@ -364,11 +364,20 @@ def cmd_rules(a):
     return 0
 
 
+def _dump_device(a, dump, command) -> dict:
+    """The Device of a command checking ``dump``: the dump's configuration for the options not given, said in
+    one line when that changed the run."""
+    d, adopted = _device_for_dump(a, dump)
+    if adopted and not a.quiet:
+        print(f"{command}: running with the configuration {dump} was made with (its manifest): {', '.join(adopted)}")
+    return {"device": d}
+
+
 def cmd_fit(a):
     from ..tools.fit import fit
 
-    res = fit(a.dump, a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
-              progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers, params=a.param or None)
+    res = fit(a.dump, a.model, a.input, device_kwargs=_dump_device(a, a.dump, "fit"), signature=a.signature,
+              shapes=_shapes(a), progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers, params=a.param or None)
     _print_result(res, a.json)
     return 0
 
@@ -381,7 +390,8 @@ def cmd_sensitivity(a):
         train = {"data": a.data, "steps": a.steps, "loss_tol": a.loss_tol, "batch_size": a.batch_size,
                  "loss": a.loss, "optimizer": a.optimizer, "learning_rate": a.learning_rate,
                  "loss_scale": a.loss_scale}
-    res = sensitivity(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature, shapes=_shapes(a),
+    kw = _dump_device(a, a.dump, "sensitivity") if a.dump else _device_kwargs(a)
+    res = sensitivity(a.model, a.input, device_kwargs=kw, signature=a.signature, shapes=_shapes(a),
                       seed=a.seed, params=a.param or None, dump=a.dump, json_path=a.json, report=a.report,
                       cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, overwrite=a.overwrite,
                       progress=not a.quiet,

@@ -26,33 +26,42 @@ def _model_args(p, dump=True):
                    help="save tensors only of ops of this TF type (repeatable)")
 
 
+class _Given(argparse.Action):
+    """Store the option's value and note that it was given (``a.given``): fit and sensitivity --dump take the
+    configuration the dump's manifest records for the options not given."""
+
+    def __call__(self, parser, ns, values, option_string=None):
+        setattr(ns, self.dest, values)
+        ns.given = set(getattr(ns, "given", None) or ()) | {self.dest}
+
+
 def _device_args(p, fusion=True, training=False):
     from ..npu.precision import PRECISION_MODES, PRECISION_MODES_V2
     from ..numerics.policy import HF32_BITS, HF32_FAMILY_ROUNDING, HF32_ROUNDINGS, SOC_ALIASES, SOCS
 
     if training:
-        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES, action=_Given,
                        help="CANN precision_mode (default: the TF adapter's training default, must_keep_origin_dtype "
                             "where the SoC's cube has float32 (Ascend910B, Ascend910_93, Ascend950), else "
                             "allow_fp32_to_fp16)")
     else:
-        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES,
+        p.add_argument("--precision-mode", default=None, choices=PRECISION_MODES, action=_Given,
                        help="CANN precision_mode (default force_fp16, the TF adapter's and ATC's inference default)")
-    p.add_argument("--precision-mode-v2", default=None, choices=tuple(PRECISION_MODES_V2),
+    p.add_argument("--precision-mode-v2", default=None, action=_Given, choices=tuple(PRECISION_MODES_V2),
                    help="CANN precision_mode_v2 instead of --precision-mode (not both): fp16 = force_fp16, origin = "
                         "must_keep_origin_dtype, cube_fp16in_fp32out, mixed_float16 = allow_mix_precision, "
                         "mixed_bfloat16 = allow_mix_precision_bf16 ; mixed_hif8, cube_hif8: "
                         "the Ascend950's HiFloat8 cube operands")
     p.set_defaults(training_defaults=training)
-    p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None,
+    p.add_argument("--overflow-mode", choices=("saturation", "inf_nan"), default=None, action=_Given,
                    help="default: the SoC's (Ascend910, Ascend310P3 saturation; the others inf_nan)")
-    p.add_argument("--modify-mixlist", metavar="FILE", help="CANN mixlist edits (JSON)")
-    p.add_argument("--keep-dtype", metavar="FILE",
+    p.add_argument("--modify-mixlist", metavar="FILE", action=_Given, help="CANN mixlist edits (JSON)")
+    p.add_argument("--keep-dtype", metavar="FILE", action=_Given,
                    help="ATC's --keep_dtype file: node names (one a line; OpType::<type> for a type) kept in their "
                         "original dtype (float32) under any precision mode")
-    p.add_argument("--soc", default="Ascend910", choices=tuple(SOCS) + tuple(SOC_ALIASES),
+    p.add_argument("--soc", default="Ascend910", choices=tuple(SOCS) + tuple(SOC_ALIASES), action=_Given,
                    help="the emulated SoC (default Ascend910; `ascend-emu socs` lists what each has)")
-    p.add_argument("--allow-hf32", default=None, metavar="conv|matmul|conv,matmul|none",
+    p.add_argument("--allow-hf32", default=None, action=_Given, metavar="conv|matmul|conv,matmul|none",
                    help="cube ops whose float32 operands are rounded to HF32 (TF ENABLE_HF32_EXECUTION, ATC "
                         "--allow_hf32; default: the SoC's, conv on Ascend910B, Ascend910_93 and Ascend950)")
     p.add_argument("--hf32-bits", default=None, type=int, choices=HF32_BITS,
@@ -66,14 +75,15 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--hf32-rounding", default=None, choices=HF32_ROUNDINGS,
                    help="override every family's HF32 tie rule: rint (nearest even), round (ties away) or trunc "
                         "(toward zero)")
-    p.add_argument("--cce-ftz", choices=("on", "off"), default=None,
+    p.add_argument("--cce-ftz", choices=("on", "off"), default=None, action=_Given,
                    help="Exp, Ln, Reciprocal, Sqrt, Rsqrt, Div flush subnormals (the 950's --cce-ftz; default: the "
                         "SoC's, on for Ascend950 only)")
     p.add_argument("--hif8-rounding", choices=("round", "hybrid"), default=None,
                    help="cube_hif8 / mixed_hif8: rounding of the Casts to HiFloat8 (default round: half away from 0)")
     p.add_argument("--cube-mx", choices=("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float4_e1m2"),
-                   default=None, help="what-if (Ascend950): MatMul/BatchMatMul operands MX block-quantized along K to "
-                                      "this element format, one E8M0 scale per 32, multiplied in float32")
+                   action=_Given, default=None,
+                   help="what-if (Ascend950): MatMul/BatchMatMul operands MX block-quantized along K to "
+                        "this element format, one E8M0 scale per 32, multiplied in float32")
     p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default=None,
                    help="cube_hif8 / mixed_hif8: output dtype of a HiFloat8 cube op (default 16bit: fp16, bf16 for "
                         "a bf16 op)")
@@ -84,7 +94,7 @@ def _device_args(p, fusion=True, training=False):
                        help="turn every fusion pass off (precision_tool's fusion-off)")
     p.add_argument("--no-aicpu-fallback", action="store_true",
                    help="fail on ops without an AI Core kernel instead of running them through TensorFlow")
-    p.add_argument("--subnormals", choices=("keep", "flush"), default="keep")
+    p.add_argument("--subnormals", choices=("keep", "flush"), default="keep", action=_Given)
     p.add_argument("--impl-mode", choices=("high_precision", "high_performance"), default="high_precision")
     p.add_argument("--reduce-accumulate", choices=("float32", "float16"), default="float32")
     p.add_argument("--op-model", choices=("tbe_v100", "tbe_v220", "ascendc", "exact"), default=None,
@@ -113,13 +123,31 @@ def _device_args(p, fusion=True, training=False):
 def _device(a):
     from ..npu.device import Device
 
+    d = Device(**_plain_device_kwargs(a))
+    _refuse_idle_options(a, d)
+    return d
+
+
+def _plain_device_kwargs(a) -> dict:
     cm = {k: v for k, v in {"block_size": a.cube_block_size, "block_sum": a.cube_block_sum,
                             "extra_bits": a.cube_extra_bits, "normalize": a.cube_normalize,
                             "conv_k_order": a.cube_conv_k_order}.items() if v is not None}
     fusion = "off" if getattr(a, "fusion_off", False) else getattr(a, "fusion_switch", None)
-    d = Device(**_mode_options(a), **_device_options(a, cm, fusion))
+    return {**_mode_options(a), **_device_options(a, cm, fusion)}
+
+
+def _device_for_dump(a, dump):
+    """fit and sensitivity --dump: the run's Device, the options the command line did not give taken from the
+    configuration the dump's manifest records; and those settings ("soc=Ascend910B", ...) where they changed
+    the run (issue 45 item 9). Options given that differ from the dump's are refused by the command."""
+    from ..analysis.dump import load_dump
+    from ..npu.device import Device
+    from ..tools.fit import adopt_configuration
+
+    kw, adopted = adopt_configuration(load_dump(dump).config, _plain_device_kwargs(a), getattr(a, "given", None) or ())
+    d = Device(**kw)
     _refuse_idle_options(a, d)
-    return d
+    return d, adopted
 
 
 def _refuse_idle_options(a, d) -> None:

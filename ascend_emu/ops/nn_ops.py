@@ -252,6 +252,44 @@ def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
 
 
+@register("AvgPoolV2", kind=VECTOR, source=Source(
+    ("canndev ops/built-in/tbe/impl/avg_pool_v2.py (explicit pads, ceil_mode, exclusive)",
+     "NUMERICS.md section 2 (composite ops)"), (),
+    "the window's mean in float64, one rounding (the composite rule: assumed, no parameter); exclusive=False counts "
+    "the explicit pads but not the ceil mode's extra end rows, as onnxruntime and torch (assumed, no parameter)"))
+def avg_pool_v2(x, *, ctx, ksize, strides, pads, ceil_mode=False, exclusive=True, padding_mode="CALCULATED",
+                data_format="NHWC", global_pooling=False):
+    """CANN's AvgPoolV2 (ONNX AveragePool's explicit pads, ceil_mode and count_include_pad): the mean of each
+    window over its input elements (``exclusive``) or over its input and explicit-pad elements, never over the
+    rows and columns the ceil mode adds at the end (a last window starting in the end padding dropped); computed
+    exactly (float64) and rounded once, as AvgPool."""
+    _nhwc(data_format)
+    if padding_mode != "CALCULATED" or global_pooling:
+        raise AscendEmuError(f"AvgPoolV2: padding_mode {padding_mode!r}, global_pooling {global_pooling!r}: only "
+                             "CALCULATED pads are emulated")
+    kh, kw = _hw(ksize)
+    sh, sw = _hw(strides)
+    pt, pb, pl, pr = as_int_list(pads)
+    x = to64(x)
+    n, h, w, c = x.shape
+    ext = []
+    for size, k, st, p0, p1 in ((h, kh, sh, pt, pb), (w, kw, sw, pl, pr)):
+        span = size + p0 + p1 - k
+        out = (-(-span // st) if ceil_mode else span // st) + 1
+        if ceil_mode and (out - 1) * st >= size + p0:
+            out -= 1
+        if out < 1:
+            raise AscendEmuError(f"AvgPoolV2: window {k} over {size} with pads ({p0}, {p1}) leaves no output")
+        ext.append((out, max((out - 1) * st + k - (size + p0 + p1), 0)))
+    (oh, eh), (ow, ew) = ext
+    xp = np.pad(x, ((0, 0), (pt, pb + eh), (pl, pr + ew), (0, 0)))
+    real = np.pad(np.ones((h, w)), ((pt, pb + eh), (pl, pr + ew)))
+    counted = real if exclusive else np.pad(np.ones((h + pt + pb, w + pl + pr)), ((0, eh), (0, ew)))
+    v = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::sh, ::sw][:, :oh, :ow]
+    cnt = np.lib.stride_tricks.sliding_window_view(counted, (kh, kw))[::sh, ::sw][:oh, :ow].sum(axis=(-1, -2))
+    return finish(ctx, v.sum(axis=(-1, -2)) / cnt[None, :, :, None])
+
+
 @register("Softmax", kind=VECTOR, source=Source(
     ("canndev ops/built-in/tbe/impl/dynamic/softmax_v2.py", "hicann/ops-nn activation/softmax_v2/op_kernel/arch35/"
      "softmax_v2_ar_full_load.h"), ("op_model", "impl_mode"),

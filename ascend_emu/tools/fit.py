@@ -324,13 +324,61 @@ CONFIG_KEYS = ("canonical_mode", "soc", "overflow_mode", "allow_hf32", "cube_mx"
 def refuse_other_configuration(dump, made: dict, device, command: str) -> None:
     """One line if ``device`` differs from the configuration dump ``dump`` was made with (``made``: its
     manifest's ``config``) in a key both record: a rerun in another mode or on another SoC says nothing
-    about the dump (issue 45: every parameter came out "contradicted")."""
+    about the dump (issue 45: every parameter came out "contradicted"). A run's options the user did not give
+    are the dump's (:func:`adopt_configuration`), so what differs here is what the user asked for."""
     mine = device.config()
     differ = [k for k in CONFIG_KEYS if k in made and k in mine and made[k] != mine[k]]
     if differ:
         raise AscendEmuError(f"{dump} was made with {', '.join(f'{k}={made[k]}' for k in differ)}, not this "
-                             f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: give {command} the dump's "
-                             "options (its conclusions are about that configuration)")
+                             f"run's {', '.join(f'{k}={mine[k]}' for k in differ)}: drop those options (then "
+                             f"{command} takes the dump's) or give the dump's (its conclusions are about that "
+                             "configuration)")
+
+
+#: Device keywords a run takes from the dump's manifest when its user gave none (manifest key, keyword)
+ADOPTED = (("soc", "soc"), ("overflow_mode", "overflow_mode"), ("allow_hf32", "allow_hf32"),
+           ("subnormals", "subnormals"), ("cce_ftz", "cce_ftz"), ("cube_mx", "cube_mx"), ("keep_dtype", "keep_dtype"))
+
+
+#: the keywords whose default is the SoC's
+_FOLLOW_SOC = ("overflow_mode", "allow_hf32", "cce_ftz")
+
+
+def adopt_configuration(made: dict, kwargs: dict, given) -> tuple[dict, list]:
+    """Device keywords ``kwargs`` with the configuration dump's manifest ``made`` records in place of every
+    keyword not in ``given`` (the options the user gave): the precision mode (as it was asked for, v1 or v2),
+    the SoC, the overflow mode, HF32, subnormals, cce_ftz, cube_mx and the --keep-dtype lines. Returns the
+    keywords and the adopted settings that differ from what the run would have used ("soc=Ascend910B", ...),
+    for the one line saying so (issue 45 item 9: the manifest records the configuration, so use it)."""
+    from ..npu.device import Device
+
+    given = set(given)
+    base = Device(**kwargs).config()
+    out = dict(kwargs)
+    if not given & {"precision_mode", "precision_mode_v2"} and made.get("precision_mode"):
+        out.pop("precision_mode", None)
+        out.pop("precision_mode_v2", None)
+        if made.get("precision_mode_option") == "precision_mode_v2" and made.get("precision_mode_v2"):
+            out["precision_mode_v2"] = made["precision_mode_v2"]
+        else:
+            out["precision_mode"] = made["precision_mode"]
+    other_soc = "soc" in given and base.get("soc") != made.get("soc")
+    for key, kw in ADOPTED:
+        if other_soc and kw in _FOLLOW_SOC:
+            continue        # the SoC the user gave decides them (another SoC's HF32 may not exist on it)
+        if kw not in given and (key in made or key == "keep_dtype"):
+            out[kw] = made.get(key)
+    adopted = []
+    if out != dict(kwargs):
+        try:
+            mine = Device(**out).config()
+        except AscendEmuError:      # the dump's settings do not go with the options given: those are refused
+            return dict(kwargs), []
+        for key in ("precision_mode", "precision_mode_v2", *(k for k, _ in ADOPTED)):
+            if mine.get(key) != base.get(key) and mine.get(key) is not None:
+                v = mine[key]
+                adopted.append(f"{key}={','.join(map(str, v)) if isinstance(v, list) else v}")
+    return out, adopted
 
 
 def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=None, shapes=None,
@@ -339,7 +387,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     ``import-msprobe``, or another emulator run's).
 
     ``device`` (or ``device_kwargs``) is the run's configuration (precision mode, SoC, ...); its values of
-    the assumed parameters are where the fit starts (and what wins ties). The fit runs on the dump's own
+    the assumed parameters are where the fit starts (and what wins ties). Without ``device``, the configuration
+    keywords ``device_kwargs`` leaves out are the ones the dump's manifest records (:func:`adopt_configuration`);
+    a configuration that differs from the dump's is refused. The fit runs on the dump's own
     tensors; ``inputs``, if given, are only checked against the dump's (its ``inputs_sha256``). ``params``: the
     parameter names to fit (default every one of :data:`ascend_emu.numerics.assumptions.ASSUMED`). Returns a
     :class:`FitResult`.
@@ -352,6 +402,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
     from .sweep import Sweep, SweepContext, check_scheduler, remember, sweep_device
 
     scheduler = check_scheduler(scheduler)
+    if device is None and "device" not in (device_kwargs or {}):
+        # the options not given are the dump's own (a Device given whole is the user's choice throughout)
+        device_kwargs = adopt_configuration(load_dump(dump).config, dict(device_kwargs or {}), device_kwargs or ())[0]
     device = sweep_device(device, device_kwargs)
     names = list(params) if params else [a.name for a in _asm.ASSUMED]
     for n in names:

@@ -160,7 +160,8 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
 
     ``device`` / ``device_kwargs``: the run's configuration (its assumed values are the default variant);
     ``params``: the parameter names to vary (default all); ``dump``: the NPU dump of this run whose
-    conclusions are checked (the JSON goes beside it, ``<dump>.sensitivity.json``); ``json_path``, ``report``:
+    conclusions are checked (the JSON goes beside it, ``<dump>.sensitivity.json``; without ``device``, the
+    configuration keywords ``device_kwargs`` leaves out are the ones its manifest records); ``json_path``, ``report``:
     also write the JSON / the HTML report there; ``keep_dumps``: keep each variant's dump (and the
     reference's) under this directory (dumps of an earlier run there are replaced only with ``overwrite``). ``data`` and ``steps`` (and ``train``: ``loss``, ``optimizer``,
     ``learning_rate``, ``batch_size``, ``loss_scale``, ``shuffle``): train every variant instead
@@ -179,6 +180,13 @@ def sensitivity(model, inputs=None, *, device=None, device_kwargs=None, signatur
     scheduler = check_scheduler(scheduler)
     if not (isinstance(cosine_tol, (int, float)) and cosine_tol >= 0):
         raise AscendEmuError(f"cosine_tol must be a number >= 0, got {cosine_tol!r}")
+    if dump is not None and device is None and "device" not in (device_kwargs or {}):
+        from ..analysis.dump import load_dump
+
+        from .fit import adopt_configuration
+
+        # the options not given are the dump's own (its conclusions are about its configuration)
+        device_kwargs = adopt_configuration(load_dump(dump).config, dict(device_kwargs or {}), device_kwargs or ())[0]
     device = sweep_device(device, device_kwargs)
     for n in params or ():
         _asm.assumed(n)

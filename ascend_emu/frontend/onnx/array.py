@@ -1,7 +1,8 @@
 """ONNX's data-movement ops onto the registry (shapes, slicing, gathering), with ONNX's semantics:
 Reshape's 0 (copy the input's dim) and -1, Flatten, Slice's starts/ends/axes/steps inputs, the opset 13
 move of Split/Squeeze/Unsqueeze's axes from attributes to inputs (and Split's ``num_outputs`` of opset
-18), Expand's two-way broadcast, Pad's ``pads`` input, Resize in nearest mode by whole factors.
+18), Expand's two-way broadcast, Pad's ``pads`` input, Resize (nearest by whole factors as data movement,
+nearest by other factors as ResizeNearestNeighbor, linear as ResizeBilinear, where ONNX's coordinates are TF's).
 
 Values the registry op needs as constants (a shape, axes, begins) must be known when the model loads
 (an initializer, a ``Constant``, or arithmetic on static shapes that :mod:`.onnx_loader` folds);
@@ -161,9 +162,25 @@ def _gather(b, n):
 
 @converter("GatherND")
 def _gather_nd(b, n):
-    if int(n.a("batch_dims", 0)):
-        raise Fallback("GatherND with batch_dims")
-    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), b.ref(n.inputs[1])], T=False)
+    """GatherNd; with ``batch_dims`` B, GatherNd of the full index: each index row prefixed by its position's
+    first B coordinates (a constant grid over the indices' leading dims, joined by ConcatV2), which is ONNX's
+    definition of the batched gather (data[b..., indices[b..., q...]]): data movement, exact."""
+    bd = int(n.a("batch_dims", 0))
+    if not bd:
+        return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), b.ref(n.inputs[1])], T=False)
+    shape = b.static_shape(n.inputs[1])
+    if bd >= len(shape) or int(np.prod(shape[:-1])) * bd > 1 << 22:
+        raise Fallback("GatherND batch_dims not below the indices' rank, or over 4M index entries")
+    rows = shape[:-1]
+    grid = np.indices(rows, dtype=np.int64)[:bd]                # (bd, *rows): the batch coordinates
+    grid = np.moveaxis(grid, 0, -1)                             # (*rows, bd)
+    idx = b.ref(n.inputs[1])
+    if b.dtype(n.inputs[1]) != "int64":
+        idx = b.emit(f"{n.name}/indices_int64", "Cast", [idx], {"SrcT": b.dtype(n.inputs[1]) or "int32",
+                                                                 "DstT": "int64"})
+    full = b.emit(f"{n.name}/index", "ConcatV2", [b.const(np.ascontiguousarray(grid), f"{n.name}/batch_grid"), idx,
+                                                   b.const(np.int32(-1), f"{n.name}/last")])
+    return _one(b, n, "GatherNd", [b.ref(n.inputs[0]), full], T=False)
 
 
 @converter("GatherElements")
@@ -266,7 +283,7 @@ def _pad(b, n):
 def _resize(b, n):
     """Nearest-neighbour upsampling of the last two dims by whole factors, which every coordinate mode and
     nearest rounding of ONNX maps to ``out[i] = in[i // s]``: Reshape, BroadcastTo, Reshape (exact data
-    movement). Other modes run on the AI CPU."""
+    movement); other factors :func:`_resize_nearest`, linear :func:`_resize_linear`; other modes on the AI CPU."""
     if n.a("mode", "nearest") == "linear":
         return _resize_linear(b, n)
     if n.a("mode", "nearest") != "nearest":
@@ -289,7 +306,7 @@ def _resize(b, n):
         sc = [float(v) for v in np.asarray(scales).reshape(-1)]
         factors = [int(f) if f == int(f) and f >= 1 else None for f in sc]
     if len(factors) != len(src) or None in factors or any(f != 1 for f in factors[:-2]) or n.a("axes"):
-        raise Fallback("Resize by factors that are not whole numbers on the last two dims")
+        return _resize_nearest(b, n, src)
     *lead, H, W = src
     fh, fw = factors[-2:]
     x = b.emit(f"{n.name}/split", "Reshape", [b.ref(n.inputs[0]), b.ints([*lead, H, 1, W, 1], f"{n.name}/shape6")])
@@ -298,7 +315,9 @@ def _resize(b, n):
 
 
 #: ONNX coordinate_transformation_mode -> ResizeBilinear's (align_corners, half_pixel_centers)
-_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False)}
+_LINEAR_COORDS = {"half_pixel": (False, True), "align_corners": (True, False), "asymmetric": (False, False),
+                  # older torch exports: half_pixel's coordinates wherever the output length is over 1
+                  "pytorch_half_pixel": (False, True)}
 
 
 def _resize_linear(b, n):
@@ -312,6 +331,32 @@ def _resize_linear(b, n):
     src = b.static_shape(n.inputs[0])
     if len(src) != 4:
         raise Fallback("linear Resize of a tensor not 4-D")
+    out = _resize_sizes(b, n, src)
+    if n.a("coordinate_transformation_mode") == "pytorch_half_pixel" and min(out[2:]) == 1:
+        raise Fallback("linear Resize with pytorch_half_pixel to a length of 1 (source coordinate 0)")
+    align, half = coords
+    x = b.emit(f"{n.name}/to_nhwc", "Transpose", [b.ref(n.inputs[0]), b.ints(TO_NHWC[4], f"{n.name}/perm_nhwc")])
+    t = b.dtype(n.inputs[0]) or "float32"
+    y = b.emit(f"{n.name}/ResizeBilinear", "ResizeBilinear",
+               [x, b.const(np.asarray(out[2:], np.int32), f"{n.name}/size")],
+               {"align_corners": align, "half_pixel_centers": half, "T": t})
+    return _one(b, n, "Transpose", [y, b.ints(TO_NCHW[4], f"{n.name}/perm_nchw")], T=False)
+
+
+#: ONNX (coordinate_transformation_mode, nearest_mode) -> ResizeNearestNeighbor's (align_corners,
+#: half_pixel_centers), where ONNX's source index equals TF's: asymmetric + floor is floor(i / scale) (TF's
+#: legacy floor(i in/out); torch's nearest export); tf_half_pixel_for_nn + floor, and half_pixel (or
+#: pytorch_half_pixel) + round_prefer_ceil, are floor((i + 0.5) / scale) (TF's half_pixel_centers); align_corners
+#: + round_prefer_ceil is round-half-up of i (in - 1) / (out - 1) (TF's align_corners: roundf)
+_NEAREST_COORDS = {("asymmetric", "floor"): (False, False), ("tf_half_pixel_for_nn", "floor"): (False, True),
+                   ("half_pixel", "round_prefer_ceil"): (False, True),
+                   ("pytorch_half_pixel", "round_prefer_ceil"): (False, True),
+                   ("align_corners", "round_prefer_ceil"): (True, False)}
+
+
+def _resize_sizes(b, n, src):
+    """The output size of a Resize (opset 11 on) when it is known at load and its scale is output / input (the
+    scale ResizeBilinear and ResizeNearestNeighbor use), else Fallback."""
     scales = b.value(n.inp(2)) if n.inp(2) else None
     sizes = b.value(n.inp(3)) if n.inp(3) else None
     if sizes is not None and np.size(sizes):
@@ -319,16 +364,29 @@ def _resize_linear(b, n):
     elif scales is not None and np.size(scales):
         sc = [float(v) for v in np.asarray(scales).reshape(-1)]
         out = [int(np.floor(s * f)) for s, f in zip(src, sc)]
-        if len(sc) != 4 or any(o != s * f for o, s, f in zip(out, src, sc)):
-            raise Fallback("linear Resize whose scale is not output / input")
+        if len(sc) != len(src) or any(o != s * f for o, s, f in zip(out, src, sc)):
+            raise Fallback(f"{n.a('mode', 'nearest')} Resize whose scale is not output / input")
     else:
         raise Fallback("Resize scales/sizes not known when the model loads")
     if len(out) != 4 or out[:2] != src[:2] or min(out) < 1:
-        raise Fallback("linear Resize of the batch or channel dims")
+        raise Fallback("Resize of the batch or channel dims, or of a tensor not 4-D")
+    return out
+
+
+def _resize_nearest(b, n, src):
+    """Nearest Resize by other factors: TensorFlow's ResizeNearestNeighbor (CANN ResizeNearestNeighborV2 on the AI
+    Core, whose align_corners / half_pixel_centers are TF's) between NHWC transposes, for the coordinate and
+    rounding modes whose source index is TF's (``_NEAREST_COORDS``); exact (a copy). Others on the AI CPU."""
+    key = (n.a("coordinate_transformation_mode", "half_pixel"), n.a("nearest_mode", "round_prefer_floor"))
+    coords = _NEAREST_COORDS.get(key)
+    if coords is None or n.op == "Upsample" or n.opset < 11 or n.a("axes") is not None:
+        raise Fallback(f"nearest Resize with {key[0]} coordinates and {key[1]} rounding (not ResizeNearestNeighbor's)")
+    if len(src) != 4:
+        raise Fallback("nearest Resize of a tensor not 4-D by factors that are not whole numbers")
+    out = _resize_sizes(b, n, src)
     align, half = coords
     x = b.emit(f"{n.name}/to_nhwc", "Transpose", [b.ref(n.inputs[0]), b.ints(TO_NHWC[4], f"{n.name}/perm_nhwc")])
-    t = b.dtype(n.inputs[0]) or "float32"
-    y = b.emit(f"{n.name}/ResizeBilinear", "ResizeBilinear",
+    y = b.emit(f"{n.name}/ResizeNearestNeighbor", "ResizeNearestNeighbor",
                [x, b.const(np.asarray(out[2:], np.int32), f"{n.name}/size")],
-               {"align_corners": align, "half_pixel_centers": half, "T": t})
+               {"align_corners": align, "half_pixel_centers": half})
     return _one(b, n, "Transpose", [y, b.ints(TO_NCHW[4], f"{n.name}/perm_nchw")], T=False)

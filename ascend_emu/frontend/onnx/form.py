@@ -96,7 +96,48 @@ def _einsum(node: Node, arrays) -> list:
                              equation=str(node.attrs["equation"]))]
 
 
-FORMS = {"Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input, "MatMul": _matmul,
+def _dynamic_rnn(node: Node, arrays) -> list:
+    """DynamicRNN (:mod:`.rnn`'s LSTM) back as an ONNX LSTM: the stacked weight split into W and R, the gate
+    blocks from i, j, f, o to ONNX's i, o, f, c (the same swap both ways), the bias as Wb with Rb zero."""
+    from onnx import helper, numpy_helper
+
+    x, w, b = arrays[:3]
+    n_in = x.shape[-1]
+    hidden = w.shape[1] // 4
+
+    def iofc(m):        # rows (4H, ...) from i, j, f, o to i, o, f, c
+        return np.concatenate([m[k * hidden:(k + 1) * hidden] for k in (0, 3, 2, 1)], axis=0)
+
+    consts = {"W": iofc(w[:n_in].T)[None], "R": iofc(w[n_in:].T)[None],
+              "B": np.concatenate([iofc(np.asarray(b).reshape(-1)), np.zeros(4 * hidden, b.dtype)])[None]}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.ascontiguousarray(v), k))
+             for k, v in consts.items()]
+    direction = "reverse" if node.attrs.get("direction") == "REDIRECTIONAL" else "forward"
+    return nodes + [
+        helper.make_node("LSTM", [_IN.format(0), "W", "R", "B", "", _IN.format(3), _IN.format(4)],
+                         ["Y", _OUT.format(1), _OUT.format(2)], hidden_size=hidden, direction=direction),
+        helper.make_node("Squeeze", ["Y", "axis1"], [_OUT.format(0)]),
+        helper.make_node("Constant", [], ["axis1"], value=numpy_helper.from_array(np.asarray([1], np.int64)))]
+
+
+def _dynamic_gru_v2(node: Node, arrays) -> list:
+    """DynamicGRUV2 (:mod:`.rnn`'s GRU) back as an ONNX GRU with linear_before_reset: the weights transposed back,
+    the two biases as Wb and Rb (the gate order zrh is ONNX's)."""
+    from onnx import helper, numpy_helper
+
+    _, wi, wh, bi, bh = arrays[:5]
+    consts = {"W": wi.T[None], "R": wh.T[None], "B": np.concatenate([np.reshape(bi, -1), np.reshape(bh, -1)])[None]}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.ascontiguousarray(v), k))
+             for k, v in consts.items()]
+    return nodes + [
+        helper.make_node("GRU", [_IN.format(0), "W", "R", "B", "", _IN.format(5)], ["Y", _OUT.format(1)],
+                         hidden_size=wh.shape[0], linear_before_reset=1),
+        helper.make_node("Constant", [], ["axis1"], value=numpy_helper.from_array(np.asarray([1], np.int64))),
+        helper.make_node("Squeeze", ["Y", "axis1"], [_OUT.format(0)])]
+
+
+FORMS = {"DynamicRNN": _dynamic_rnn, "DynamicGRUV2": _dynamic_gru_v2,
+         "Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input, "MatMul": _matmul,
          "BatchMatMulV2": _matmul, "BatchMatMul": _matmul, "Einsum": _einsum}
 
 

@@ -28,10 +28,14 @@ from ...graph.core import Graph, InputSpec, Node
 from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
 from . import array  # noqa: F401  (registers the data-movement converters)
+from . import rnn  # noqa: F401  (registers the recurrent converters: LSTM)
 from ..shapes import check_shape_fits, shape_items
 
 #: largest input (elements) a load-time fold evaluates
 FOLD_LIMIT = 1 << 16
+#: protobuf's limit on one serialized message: the model is held (and handed to onnxruntime) as one, its
+#: external data inlined
+PROTO_LIMIT = (1 << 31) - 1
 #: ops folded when their inputs are known, whatever their dtype (they compute nothing in float)
 _FOLD_ANY = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Identity", "Unsqueeze", "Squeeze",
                        "Concat", "Gather", "Slice", "Reshape", "Cast", "Range"})
@@ -63,6 +67,7 @@ def _read(model):
 
     if not isinstance(model, (str, os.PathLike)):
         m = model.__deepcopy__() if hasattr(model, "__deepcopy__") else model
+        _check_proto_size(m, 0, "model")
         _inline_external_data(m, None)
         return m, "model"
     path = Path(model)
@@ -72,8 +77,39 @@ def _read(model):
         m = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as e:
         raise AscendEmuError(f"{str(path)!r} is not a valid ONNX model ({_line(e)}); export it again") from None
+    _check_proto_size(m, _external_bytes(m, path), path.name)
     _inline_external_data(m, path)
     return m, path.stem
+
+
+def _external_bytes(m, path) -> int:
+    """The bytes the external data of ``m`` adds when inlined: each tensor's ``length``, else the rest of its
+    file from ``offset`` (a file that is not there counts 0: reading it fails with its own message)."""
+    from onnx import TensorProto
+
+    total = 0
+    for t in all_tensors(m):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        try:
+            if "length" in info:
+                total += int(info["length"])
+            else:
+                total += max(os.path.getsize(path.parent / info.get("location", "")) - int(info.get("offset", 0)), 0)
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def _check_proto_size(m, external: int, name: str) -> None:
+    """Refuse, in one line, a valid model larger than protobuf's 2 GiB message limit with its external data
+    inlined (not "malformed": onnx's checker and onnxruntime's in-memory sessions both stop there)."""
+    size = m.ByteSize() + external
+    if size > PROTO_LIMIT:
+        raise AscendEmuError(f"ONNX model {name!r} holds {size / 2 ** 30:.2f} GiB with its external data; ascend-emu "
+                             f"reads a model whole as one protobuf message, which protobuf limits to 2 GiB: replay a "
+                             f"smaller export of it (fewer layers, or its weights in float16)")
 
 
 def _inline_external_data(m, path) -> None:
@@ -375,9 +411,13 @@ def _convert(b: Builder, nd, pos: int, opset: int, src: OnnxSource) -> None:
 
 def _scope(nd) -> str:
     """The module scope the dynamo exporter records on a node (``pkg.torch.onnx.name_scopes``: the cumulative
-    module paths, the node's own name last), as ``layer1/layer1.0/layer1.0.conv1``; "" without it."""
+    module paths, the node's own name last), as ``layer1/layer1.0/layer1.0.conv1``; else the path TorchScript's
+    exporter writes in the node's name (``/layer1/layer1.0/conv1/Conv``: ``layer1/layer1.0/conv1``); "" without
+    either."""
     import ast
 
+    parts = nd.name.split("/")
+    path = "/".join(parts[1:-1]) if nd.name.startswith("/") and len(parts) > 2 and all(parts[1:-1]) else ""
     for p in nd.metadata_props:
         if p.key == "pkg.torch.onnx.name_scopes" and len(p.value) < 10000:
             try:
@@ -386,7 +426,7 @@ def _scope(nd) -> str:
                 return ""
             if isinstance(scopes, (list, tuple)):
                 return "/".join(str(s).replace("/", ".") for s in scopes[:-1] if s)
-    return ""
+    return path
 
 
 def _bare(nd, name) -> bytes:

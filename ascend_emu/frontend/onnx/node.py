@@ -84,10 +84,10 @@ def _build_form(node: Node, arrays):
             raise AscendEmuError(f"op {node.name} ({node.op}) on the AI CPU: onnxruntime takes no {a.dtype.name}")
         inputs.append(helper.make_tensor_value_info(f"aicpu_input_{i}", _TO_ONNX[a.dtype.name], list(a.shape)))
     nodes = onnx_form(node, arrays)
-    graph = helper.make_graph(nodes, "aicpu", inputs, [onnx.ValueInfoProto(name="aicpu_output_0")])
+    outs = [(i, f"aicpu_output_{i}") for i in range(max(node.num_outputs, 1))]
+    graph = helper.make_graph(nodes, "aicpu", inputs, [onnx.ValueInfoProto(name=o) for _, o in outs])
     imports = [helper.make_opsetid("", int(node.meta.get("onnx_opset", 17)))]
-    return _session(node, node.op, graph, imports), [f"aicpu_input_{i}" for i in range(len(arrays))], \
-        [(0, "aicpu_output_0")]
+    return _session(node, node.op, graph, imports), [f"aicpu_input_{i}" for i in range(len(arrays))], outs
 
 
 def _session(node: Node, op_type: str, graph, imports):

@@ -369,8 +369,8 @@ def _pool(b, n):
     ceil = bool(int(n.a("ceil_mode", 0)))
     if b.rank(n.inputs[0]) != 4 or any(d != 1 for d in _hw(n.a("dilations"))):
         raise Fallback(f"{n.op}: only 2-D, no dilation")
-    if ceil and (n.op != "MaxPool" or n.a("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
-        raise Fallback(f"{n.op} with ceil_mode: only MaxPool with explicit pads")
+    if ceil and n.a("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise Fallback(f"{n.op} with ceil_mode: only with explicit pads")
     if len([o for o in n.outputs if o]) > 1:
         raise Fallback("MaxPool's indices")
     k = _hw(n.a("kernel_shape"))
@@ -383,7 +383,7 @@ def _pool(b, n):
         # padding dropped (as torch's ceil_mode); the extra rows/columns are more -inf padding at the end
         H, W = (b.shape(n.inputs[0]) or [None] * 4)[2:4]
         if H is None or W is None:
-            raise Fallback("MaxPool ceil_mode on an unknown height or width")
+            raise Fallback(f"{n.op} ceil_mode on an unknown height or width")
         p = (explicit or [0] * 8)[2:6]
         extra = []
         for size, kk, ss, (pb, pe) in ((H, k[0], s[0], p[0:2]), (W, k[1], s[1], p[2:4])):
@@ -391,6 +391,8 @@ def _pool(b, n):
             if (out - 1) * ss >= size + pb:
                 out -= 1
             extra.append(max((out - 1) * ss + kk - (size + pb + pe), 0))
+        if n.op == "AveragePool":
+            return _avg_pool_ceil(b, n, x, k, s, p, extra, H, W)
         if any(extra):
             padding, explicit = "EXPLICIT", [0, 0, p[0], p[1] + extra[0], p[2], p[3] + extra[1], 0, 0]
     if padding == "EXPLICIT":
@@ -413,10 +415,54 @@ def _pool(b, n):
                                                                  f"{n.name}/pads"), fill], {"T": t})
             padding = "VALID"
         else:
-            raise Fallback("AveragePool padding that excludes the pad from the count and is not TF's SAME")
+            return _avg_pool_v2(b, n, x, k, s, pads, ceil=False)
     op = "MaxPool" if n.op == "MaxPool" else "AvgPool"
     y = b.emit(f"{n.name}/{op}", op, [x], {"ksize": [1, *k, 1], "strides": [1, *s, 1], "padding": padding,
                                             "data_format": "NHWC", "T": t})
+    return [b.to_nchw(y, 4, n.name)]
+
+
+def _same_pads(size, k, s):
+    out = -(-size // s)
+    tot = max((out - 1) * s + k - size, 0)
+    return out, [tot // 2, tot - tot // 2]
+
+
+def _avg_pool_v2(b, n, x, k, s, p, ceil):
+    """AveragePool as CANN's AvgPoolV2 (explicit pads, ceil_mode, exclusive = not count_include_pad) on the NHWC
+    ``x``, where TensorFlow's AvgPool cannot express it."""
+    t = b.dtype(n.inputs[0]) or "float32"
+    y = b.emit(f"{n.name}/AvgPoolV2", "AvgPoolV2", [x], {
+        "ksize": [1, *k, 1], "strides": [1, *s, 1], "pads": [int(v) for v in p], "ceil_mode": bool(ceil),
+        "exclusive": not int(n.a("count_include_pad", 0)), "padding_mode": "CALCULATED", "data_format": "NHWC",
+        "T": t})
+    return [b.to_nchw(y, 4, n.name)]
+
+
+def _avg_pool_ceil(b, n, x, k, s, p, extra, H, W):
+    """AveragePool with ceil_mode. onnxruntime (as torch) divides by the window's elements inside the input and
+    its explicit pads (count_include_pad) or inside the input alone: the ceil mode's extra end rows/columns are
+    never counted. That is TensorFlow's SAME AvgPool (padding left out of the count) wherever the padding left
+    out is SAME's own split and the output size SAME's: count_include_pad's pads become zeros of a PadV2 first
+    (counted), the rest is SAME's. ResNet-D's AvgPool2d(2, 2, ceil_mode=True) is one such; the others are CANN's
+    AvgPoolV2 (:func:`_avg_pool_v2`)."""
+    include = int(n.a("count_include_pad", 0)) and any(p)
+    if include:
+        size_h, size_w, left_out = H + p[0] + p[1], W + p[2] + p[3], [0, extra[0], 0, extra[1]]
+    else:
+        size_h, size_w, left_out = H, W, [p[0], p[1] + extra[0], p[2], p[3] + extra[1]]
+    padding = "SAME" if any(left_out) else "VALID"
+    if padding == "SAME":
+        for size, kk, ss, pads in ((size_h, k[0], s[0], left_out[0:2]), (size_w, k[1], s[1], left_out[2:4])):
+            out, same = _same_pads(size, kk, ss)
+            if same != pads or (out - 1) * ss + kk != size + sum(pads):
+                return _avg_pool_v2(b, n, x, k, s, p, ceil=True)
+    t = b.dtype(n.inputs[0]) or "float32"
+    if include:
+        pads = b.const(np.asarray([[0, 0], p[0:2], p[2:4], [0, 0]], np.int64), f"{n.name}/pads")
+        x = b.emit(f"{n.name}/pad", "PadV2", [x, pads, b.const(0.0, f"{n.name}/pad_value", t)], {"T": t})
+    y = b.emit(f"{n.name}/AvgPool", "AvgPool", [x], {"ksize": [1, *k, 1], "strides": [1, *s, 1], "padding": padding,
+                                                   "data_format": "NHWC", "T": t})
     return [b.to_nchw(y, 4, n.name)]
 
 
