@@ -318,17 +318,17 @@ def gelu(x, *, ctx, approximate="none"):
 
 
 #: FlashAttentionScore's key/value block along S2: the online softmax rescales its running max and sum once per
-#: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption
-#: (NUMERICS.md section 16)
+#: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption, the
+#: registered parameter fa_kv_block (NUMERICS.md section 16), whose default this is
 FA_KV_BLOCK = 128
 
 
 @register("_FlashAttentionScore", kind=CUBE, source=Source(
     ("hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_s1s2_bn2gs1.h",
      "hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_common.h"),
-    ("cube_block_sum", "cube_extra_bits", "cube_normalize"),
+    ("cube_block_sum", "cube_extra_bits", "cube_normalize", "fa_kv_block"),
     "BMM1 in float32, scale after it, online softmax in float32, P rounded CAST_ROUND, O divided at the end "
-    "(ASCEND-FACTS 13.5); the key block of 128 is assumed without a parameter (NUMERICS section 16)"))
+    "(ASCEND-FACTS 13.5); the key block (128) is assumed: fa_kv_block (NUMERICS section 16)"))
 def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, kv_block=FA_KV_BLOCK):
     """FlashAttentionScore (ASCEND-FACTS.md 13.5, [TF] flash_attention_score kernels), BNSD layout:
     S = Q K^T on the cube with float32 output; S * scale in float32 (after the product); masked positions

@@ -67,7 +67,7 @@ def _script_traceback(e: BaseException, path: str) -> str:
 
 def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps=None, reference: bool = False,
               steps: int | None = None, stats_only: bool = False, overwrite: bool = False,
-              aicpu_fallback: bool = True, stderr=None) -> dict:
+              aicpu_fallback: bool = True, stderr=None, **numerics) -> dict:
     """Run ``script`` with ``argv`` unchanged on the emulated NPU (torch_npu's eager numerics); the run's record.
 
     Parameters
@@ -88,6 +88,9 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
         False: an aten op without an emulated kernel is refused in one line instead of running on the AI CPU.
     stderr : file, optional
         Where a failing script's traceback is printed (default ``sys.stderr``).
+    **numerics
+        The torch path's assumed parameters (``fa_kv_block``, ``use_fp16_out``, ``compound_ops``,
+        ``float_status_clear``; NUMERICS.md section 16), as :func:`~ascend_emu.npu.torch_run.emulate` takes them.
 
     Returns
     -------
@@ -107,7 +110,7 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
     from ..npu.torch_run import emulate
 
     run = emulate(soc=soc, dump=dump, dump_steps=dump_steps, reference=reference, stats_only=stats_only,
-                  overwrite=overwrite, aicpu_fallback=aicpu_fallback)
+                  overwrite=overwrite, aicpu_fallback=aicpu_fallback, **numerics)
     stopped = None
     if steps is not None:
         # stop at the end of the requested step: the run has closed its dump when end_step returns

@@ -166,16 +166,31 @@ def pow_tensor(k, x, e):
     return _binary(k, "Pow", x, e)
 
 
+def _compound_dtype(k, dt: torch.dtype) -> torch.dtype:
+    """The dtype silu / addcmul / addcdiv / lerp compute their steps in: the tensors' own (``compound_ops=
+    "sequence"``, one rounding per step) or float32 for 16-bit tensors (``"float32"``: one rounding at the end);
+    the aclnn kernels' internal precision is not public (an assumption: NUMERICS.md section 16)."""
+    if dt in (torch.float16, torch.bfloat16) and k.run.device.numerics.compound_ops == "float32":
+        return torch.float32
+    return dt
+
+
+def _compound_out(k, y: np.ndarray, dt: torch.dtype):
+    """A compound op's result in its dtype ``dt``: one Cast (rint) when its steps ran in float32."""
+    if y.dtype == np.float32 and dt in (torch.float16, torch.bfloat16):
+        y = k.cast(y, str(dt)[6:])
+    return _out(y)
+
+
 @aten("aten.silu")
 def silu(k, x):
-    # aclnnSilu as x * sigmoid(x): the vector unit's Sigmoid and Mul in the input dtype (an assumption:
-    # NUMERICS.md section 16)
+    # aclnnSilu (l0op::Swish) as x * sigmoid(x): the vector unit's Sigmoid and Mul (compound_ops: an assumption)
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
-    a = to_numpy(x)
+    a = _arg(x, _compound_dtype(k, x.dtype))
     (s,) = k.op("Sigmoid", a)
     (y,) = k.op("Mul", a, s)
-    return _out(y)
+    return _compound_out(k, y, x.dtype)
 
 
 @aten("aten.gelu")
@@ -532,7 +547,8 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     dt = _cube_dtype(q, key, v)
     o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
                   *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
-                  family="matmul", scale_value=s, has_mask=mask is not None)
+                  family="matmul", scale_value=s, has_mask=mask is not None,
+                  kv_block=k.run.device.numerics.fa_kv_block)
     # the CPU kernel's second output is the logsumexp (B, N, S) its backward reads
     return _out(o), from_numpy(lse.astype(np.float32)).to(torch.float32)
 
@@ -558,7 +574,7 @@ def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mas
     dt = _cube_dtype(q, kk, v)
     o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(kk, dt), _arg(v, dt),
                   *(() if mask is None else (mask,)), family="matmul", scale_value=float(scale),
-                  has_mask=mask is not None)
+                  has_mask=mask is not None, kv_block=k.run.device.numerics.fa_kv_block)
     with np.errstate(all="ignore"):
         sc = np.matmul(_arg(q, dt).astype(np.float32), np.swapaxes(_arg(kk, dt).astype(np.float32), -1, -2))
         sc = (sc * np.float32(scale)).astype(np.float32)
@@ -585,9 +601,10 @@ def addcmul(k, x, t1, t2, value=1):
     dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (p,) = k.op("Mul", _arg(t1, dt), _arg(t2, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, p, value, dt))
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (p,) = k.op("Mul", _arg(t1, ct), _arg(t2, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), _scaled(k, p, value, ct))
+    return _compound_out(k, y, dt)
 
 
 @aten("aten.addcdiv.default")
@@ -595,9 +612,10 @@ def addcdiv(k, x, t1, t2, value=1):
     dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (q,) = k.op("RealDiv", _arg(t1, dt), _arg(t2, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, q, value, dt))
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (q,) = k.op("RealDiv", _arg(t1, ct), _arg(t2, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), _scaled(k, q, value, ct))
+    return _compound_out(k, y, dt)
 
 
 @aten("aten.lerp.Scalar", "aten.lerp.Tensor")
@@ -606,10 +624,11 @@ def lerp(k, x, end, weight):
     dt = torch.result_type(x, end)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (d,) = k.op("Sub", _arg(end, dt), _arg(x, dt))
-    (d,) = k.op("Mul", d, _arg(weight, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), d)
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (d,) = k.op("Sub", _arg(end, ct), _arg(x, ct))
+    (d,) = k.op("Mul", d, _arg(weight, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), d)
+    return _compound_out(k, y, dt)
 
 
 # -- torch_npu's fused kernels (frontend/torch/npu_ops.py; ASCEND-FACTS 13.4, 13.5) ------------------------------

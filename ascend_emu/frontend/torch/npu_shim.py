@@ -290,7 +290,10 @@ class GradScaler(torch.amp.GradScaler):
     """``torch_npu.npu.amp.GradScaler``: torch's GradScaler on the ``npu`` device with torch_npu's defaults
     (init_scale 2^16, growth 2, backoff 0.5, interval 2000; 13.2) and its ``dynamic`` switch: with
     ``dynamic=False`` the gradients are only multiplied by 1/scale, no overflow check, the step always runs
-    and the scale stays."""
+    and the scale stays. Its scale() clears the float status register at its first call of an iteration on a
+    saturation SoC, as torch_npu's does (the run's GradScaler.scale hook reads this flag)."""
+
+    _clears_float_status_at_scale = True
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  enabled=True, dynamic=True):

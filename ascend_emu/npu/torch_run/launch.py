@@ -181,6 +181,9 @@ class Launcher:
                     for i in idx:
                         arrays[i] = self.cast(arrays[i], "float16")
                     dtype = "float16"
+                    # the fp16 operands' output dtype, or the accumulator's float32 (use_fp16_out: assumed)
+                    if run.device.numerics.use_fp16_out == "float32":
+                        cube_out = "float32"
         ctx = run.context(dtype, cube_out, self.name, tf_type)
         if op_model is not None:
             ctx.op_model = op_model
