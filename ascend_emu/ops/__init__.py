@@ -4,3 +4,4 @@ from . import array_ops, list_ops, math_ops, nn_ops  # noqa: F401  (fill the reg
 from . import fused_ops  # noqa: F401  (the ops the fusion rules put in place)
 from . import apply_ops, grad_ops  # noqa: F401  (the ops of training graphs, the optimizers' updates)
 from . import index_ops, volume_ops  # noqa: F401  (selection, scan, scatter, resize; 3D convolution and pooling)
+from . import aclnn_grad_ops  # noqa: F401  (the torch path's backward kernels: SiluGrad, LayerNormGradV3, ...)

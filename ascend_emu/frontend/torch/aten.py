@@ -692,3 +692,62 @@ def max_pool2d_backward(k, dy, x, kernel_size, stride, padding, dilation, ceil_m
     (y,) = k.op("MaxPool", xn, **attrs)
     (g,) = k.op("MaxPoolGrad", xn, y, _nhwc(dy), **attrs)
     return _nchw(g)
+
+
+@aten("aten.silu_backward")
+def silu_backward(k, dy, x):
+    """aclnnSiluBackward: the SiluGrad kernel, float32 inside, one rounding (``_SiluGrad``)."""
+    if not _emulated(dy, x) or dy.dtype != x.dtype:
+        raise Fallback("mixed dtypes")
+    (g,) = k.op("_SiluGrad", to_numpy(dy), to_numpy(x))
+    return _out(g)
+
+
+@aten("aten.native_layer_norm_backward")
+def native_layer_norm_backward(k, dy, x, shape, mean, rstd, weight, bias, output_mask):
+    """aclnnLayerNormBackward: LayerNormGradV3 (the 910B's Ascend C kernel, ``_LayerNormGradV3``) on the rows of the
+    normalised shape; pd_gamma and pd_beta float32, cast (rint) to the parameters' dtype."""
+    if not _emulated(dy, x) or dy.dtype != x.dtype or k.aclnn_model() is None:
+        raise Fallback("LayerNormGradV3 is the 910B's and later's kernel; the 910's TBE LayerNormGrad is not modelled")
+    n = math.prod(shape)
+    rows = x.numel() // max(n, 1)
+    gamma = to_numpy(weight.reshape(-1)) if weight is not None else np.ones(n, np.float32)
+    dx, dg, db = k.op("_LayerNormGradV3", to_numpy(dy.reshape(rows, n)), to_numpy(x.reshape(rows, n)),
+                      to_numpy(rstd.float().reshape(rows)), to_numpy(mean.float().reshape(rows)), gamma)
+
+    def param(g, p):
+        if p is None:
+            return None
+        y = _cast_to(k, _out(g).reshape(p.shape), p.dtype) if p.dtype != torch.float32 else None
+        return y if y is not None else _out(g).reshape(p.shape).to(p.dtype)
+    return (_out(dx).reshape(x.shape) if output_mask[0] else None,
+            param(dg, weight) if output_mask[1] else None,
+            param(db, bias) if output_mask[2] else None)
+
+
+@aten("aten._log_softmax_backward_data")
+def log_softmax_backward(k, dy, y, dim, input_dtype):
+    """aclnnLogSoftmaxBackward: the LogSoftmaxGrad kernel (fp16 and float32; ``_LogSoftmaxGrad``) on the last axis."""
+    if not _emulated(dy, y) or dy.dtype != y.dtype or dy.dtype == torch.bfloat16:
+        raise Fallback("LogSoftmaxGrad takes float16 and float32 of one dtype")
+    g, d = _last(dy, dim)
+    yy, _ = _last(y, dim)
+    (dx,) = k.op("_LogSoftmaxGrad", g, yy)
+    dx = _out(_back(dx, d))
+    return dx if dx.dtype == input_dtype else _out(k.cast(to_numpy(dx), str(input_dtype)[6:]))
+
+
+@aten("aten.nll_loss_backward")
+def nll_loss_backward(k, dy, x, target, weight, reduction, ignore_index, total_weight):
+    """aclnnNLLLossBackward: the NLLLossGrad kernel on (N, C) float32 scores (``_NLLLossGrad``); torch's reduction
+    codes 0 none, 1 mean, 2 sum."""
+    if x.dim() != 2 or x.dtype != torch.float32 or dy.dtype != torch.float32:
+        raise Fallback("NLLLossGrad takes 2-D float32 scores")
+    t = to_numpy(target)
+    if ((t == ignore_index) & (t >= 0) & (t < x.shape[1])).any():
+        raise Fallback("an ignored target inside the classes")
+    w = to_numpy(weight.float()) if weight is not None else np.ones(x.shape[1], np.float32)
+    red = {0: "none", 1: "mean", 2: "sum"}[int(reduction)]
+    (dx,) = k.op("_NLLLossGrad", to_numpy(x), to_numpy(dy.reshape(-1)), t, w, to_numpy(total_weight.reshape(-1)),
+                 reduction=red)
+    return _out(dx)
