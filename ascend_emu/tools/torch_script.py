@@ -100,7 +100,7 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
         torch_npu options with ``sources``: where each came from), ``torch_npu_calls`` (what the script called
         that is not an option: set_device, GradScaler, set_option keys without numerics), ``aten_calls``,
         ``per_engine_dtype`` (what ran where), ``steps``, ``skipped_steps``, ``first_overflow``, ``dumps``,
-        ``reference_dumps``.
+        ``reference_dumps``, ``assumed_parameters`` (the torch path's, as the run used them).
     """
     path = _check_script(script)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
@@ -108,6 +108,7 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
     argv = [str(a) for a in argv]
     from ..frontend.torch import npu_shim        # AscendEmuError in one line when torch is not installed
     from ..npu.torch_run import emulate
+    from ..npu.torch_run.run import TORCH_ASSUMED
 
     run = emulate(soc=soc, dump=dump, dump_steps=dump_steps, reference=reference, stats_only=stats_only,
                   overwrite=overwrite, aicpu_fallback=aicpu_fallback, **numerics)
@@ -154,4 +155,6 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
             "aten_calls": s["aten_calls"], "per_engine_dtype": s["per_engine_dtype"], "steps": run.steps,
             "skipped_steps": [st["step"] for st in run.steps if st.get("skipped")],
             "first_overflow": s["first_overflow"], "float_status": s["float_status"], "dumps": s["dumps"],
-            "reference_dumps": s["reference_dumps"]}
+            "reference_dumps": s["reference_dumps"],
+            # the torch path's assumed parameters this run used (NUMERICS.md section 16)
+            "assumed_parameters": {n: getattr(run.device.numerics, n) for n in TORCH_ASSUMED}}
