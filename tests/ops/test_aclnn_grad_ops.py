@@ -155,3 +155,91 @@ def test_nll_loss_grad_steps(reduction):
             v = f32(f32(w[t[i]] * g[i if reduction == "none" else 0]) * f32(-1))
             want[i, t[i]] = f32(v / tw[0]) if reduction == "mean" else v
     assert np.array_equal(got, want)
+
+
+def _round_away16(x):
+    """float64 values rounded to fp16 with ties away from zero (CAST_ROUND), normal and subnormal."""
+    x = np.asarray(x, np.float64)
+    a = np.abs(x)
+    _, e = np.frexp(a)
+    q = np.where(a < 2.0 ** -14, 2.0 ** -24, np.ldexp(1.0, e - 11))
+    return (np.sign(x) * np.floor(a / q + 0.5) * q).astype(np.float16)
+
+
+def fa_grad_oracle(q, k, v, do, o, m, l, mask, scale, block=128, round_p=True):
+    """SubGrapA / SubGrapB / post of the arch22 kernel with exact products: P = exp(S scale - max) / sum (float32),
+    P16 = CAST_ROUND(P); dS = (dO V^T - sum(dO O)) P, dS16 = CAST_ROUND(dS); block sums of the products in float32;
+    dQ, dK times scale; CAST_ROUND."""
+    f64 = np.float64
+    s = ((q.astype(f64) @ np.swapaxes(k.astype(f64), -1, -2)).astype(f32) * f32(scale)).astype(f32)
+    s = np.where(mask, f32(-np.finfo(f32).max), s).astype(f32)
+    p = (_exp32((s - m[..., None]).astype(f32)) / l[..., None]).astype(f32)
+    p16 = _round_away16(p) if round_p else p
+    dp = (do.astype(f64) @ np.swapaxes(v.astype(f64), -1, -2)).astype(f32)
+    dsum = np.zeros(q.shape[:-1], f32)
+    for j in range(q.shape[-1]):
+        dsum = (dsum + do[..., j].astype(f32) * o[..., j].astype(f32)).astype(f32)
+    ds16 = _round_away16(((dp - dsum[..., None]) * p).astype(f32))
+    dq = np.zeros(q.shape, f32)
+    for j in range(0, k.shape[-2], block):
+        dq = (dq + (ds16[..., j:j + block].astype(f64) @ k[..., j:j + block, :].astype(f64)).astype(f32)).astype(f32)
+    dk = np.zeros(k.shape, f32)
+    dv = np.zeros(v.shape, f32)
+    for i in range(0, q.shape[-2], block):
+        t = np.swapaxes(ds16[..., i:i + block, :], -1, -2).astype(f64)
+        dk = (dk + (t @ q[..., i:i + block, :].astype(f64)).astype(f32)).astype(f32)
+        t = np.swapaxes(p16[..., i:i + block, :], -1, -2).astype(f64)
+        dv = (dv + (t @ do[..., i:i + block, :].astype(f64)).astype(f32)).astype(f32)
+    return tuple(_round_away16(g) for g in ((dq * f32(scale)).astype(f32), (dk * f32(scale)).astype(f32), dv))
+
+
+def test_flash_attention_score_grad_fp16_against_oracle():
+    rng = np.random.default_rng(9)
+    s1 = s2 = 160
+    q, k, v, do = (rng.standard_normal((1, 2, s1, 16)).astype(np.float16) for _ in range(4))
+    mask = np.broadcast_to(np.triu(np.ones((s1, s2), bool), 1), (1, 2, s1, s2))
+    ctx = OpContext(dtype="float16")
+    o, _, m, l = run_op("_FlashAttentionScore", q, k, v, mask, ctx=ctx, scale_value=0.25, has_mask=True,
+                        with_stats=True)
+    got = run_op("_FlashAttentionScoreGrad", q, k, v, do, o, m, l, mask, ctx=OpContext(dtype="float16"),
+                 scale_value=0.25, has_mask=True)
+    want = fa_grad_oracle(q, k, v, do, o, m, l, mask, 0.25)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float16 and g.shape == w.shape
+        # the oracle's products are exact, the cube's float32: a one-bit difference can move a P or dS across an
+        # fp16 rounding boundary; the rest are the same bits
+        diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+        assert np.mean(g == w) > 0.995 and diff.max() <= 2.0 ** -9 * np.abs(w).max(), (np.mean(g == w), diff.max())
+    # P rounded to fp16 before dV = P^T dO: without that rounding dV parts from the kernel's far more often
+    unrounded = fa_grad_oracle(q, k, v, do, o, m, l, mask, 0.25, round_p=False)[2]
+    assert np.mean(got[2] == unrounded) < 0.9
+
+
+def gelu_grad_oracle(dy, x, dtype):
+    """gelu_grad_compute transcribed: float32 steps, the kernel's constants, one RINT cast."""
+    d, v = dy.astype(f32), x.astype(f32)
+    cs, sq, c4, c5 = f32(0.044715), f32(0.7978846), f32(0.0535161122), f32(0.3989422804)
+    with np.errstate(all="ignore"):
+        u = (v * v * v * cs + v) * sq
+        a = np.abs(u)
+        e = _exp32(a * f32(-2))
+        t = (u - e * u) / ((e + f32(1)) * (a + f32(2.0 ** -126)))
+        g = (t + f32(1)) * f32(0.5) + (v * v * c4 + c5) * ((t * t * f32(-1) + f32(1)) * v)
+        r = d * g + f32(0) * f32(0)
+    return r if dtype == np.float32 else r.astype(dtype)
+
+
+def test_gelu_grad_every_fp16_input():
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    dy = np.random.default_rng(3).standard_normal(65536).astype(np.float16)
+    (got,) = run_op("_GeluGrad", dy, x, np.zeros_like(x), ctx=OpContext(dtype="float16"))
+    want = gelu_grad_oracle(dy, x, np.float16)
+    g, w = got.astype(f32), want.astype(f32)
+    same = (g.view(np.uint32) == w.view(np.uint32)) | (np.isnan(g) & np.isnan(w))
+    assert same.all(), np.flatnonzero(~same)[:5]
+    # the tanh form's derivative, not the erf form's: they part (by up to ~2e-4 relative) on most inputs
+    fin = np.isfinite(x) & (np.abs(x.astype(f32)) < 4)
+    xe = x[fin].astype(np.float64)
+    import math
+    erf_d = 0.5 * (1 + np.vectorize(math.erf)(xe / math.sqrt(2))) + xe * np.exp(-xe * xe / 2) / math.sqrt(2 * math.pi)
+    assert np.mean(g[fin] != (dy[fin].astype(np.float64) * erf_d).astype(np.float16).astype(f32)) > 0.05

@@ -77,3 +77,69 @@ def test_layer_norm_backward_stays_on_the_aicpu_on_the_910():
         m(x).sum().backward()
     rec = next(r for r in run.records if r.aten == "aten.native_layer_norm_backward.default")
     assert rec.engine == "AICPU" and "910B" in rec.reason
+
+
+def test_sum_with_dtype_casts_then_reduces():
+    """sum(x, dtype=float32) of fp16 (autocast's fp32_set_opt_dtype sum): Cast then Sum on the AI Core, the same bits
+    as summing the widened input (13.4 item 7), not the AI CPU."""
+    torch.manual_seed(3)
+    x = (torch.randn(4, 300) * 50).half()
+    with ae.torch.emulate("Ascend910B") as run:
+        y = torch.sum(x, dim=1, dtype=torch.float32)
+        z = torch.sum(x.float(), dim=1)
+    assert y.dtype == torch.float32 and torch.equal(y, z)
+    rec = next(r for r in run.records if r.aten == "aten.sum.dim_IntList")
+    assert rec.engine == "AICORE" and rec.op_types == ["Cast", "Sum"]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_backward_is_flash_attention_score_grad(causal):
+    """SDPA's backward on the 910B: FlashAttentionScoreGrad on the forward's softmax max and sum (AI Core); in float32
+    (KEEP_DTYPE: float32 cube operands) the gradients are torch float32's within float32 rounding; in fp16 they are
+    the registry kernel's bits on the same inputs."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 40, 16, requires_grad=True) for _ in range(3))
+    do = torch.randn(1, 2, 40, 16)
+    with ae.torch.emulate("Ascend910B") as run:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        got = torch.autograd.grad(o, (q, k, v), do)
+    rec = next(r for r in run.records if r.aten.startswith("aten._scaled_dot_product_flash_attention_for_cpu_backward"))
+    assert rec.engine == "AICORE" and rec.op_types == ["_FlashAttentionScoreGrad"] and rec.phase == "backward"
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), do)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+
+    qh, kh, vh = (t.detach().half().requires_grad_() for t in (q, k, v))
+    with ae.torch.emulate("Ascend910B"):
+        oh = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+        gh = torch.autograd.grad(oh, (qh, kh, vh), do.half())
+    ctx = OpContext(dtype="float16")
+    mask = np.broadcast_to(np.triu(np.ones((40, 40), bool), 1), (1, 2, 40, 40)) if causal else None
+    extra = () if mask is None else (mask,)
+    o16, _, m, l = run_op("_FlashAttentionScore", qh.detach().numpy(), kh.detach().numpy(), vh.detach().numpy(),
+                          *extra, ctx=ctx, scale_value=0.25, has_mask=causal, with_stats=True)
+    assert np.array_equal(o16.view(np.uint16), oh.detach().numpy().view(np.uint16))
+    want16 = run_op("_FlashAttentionScoreGrad", qh.detach().numpy(), kh.detach().numpy(), vh.detach().numpy(),
+                    do.half().numpy(), o16, m, l, *extra, ctx=OpContext(dtype="float16"), scale_value=0.25,
+                    has_mask=causal)
+    for g, w in zip(gh, want16):
+        assert np.array_equal(g.numpy().view(np.uint16), w.view(np.uint16))
+
+
+def test_gelu_backward_is_the_tanh_forms_derivative():
+    """F.gelu's backward on the AI Core: GeluGrad (the tanh form's derivative, as the forward), whatever approximate
+    says; with the compatible switch the AI CPU's."""
+    torch.manual_seed(5)
+    x = (torch.randn(4096) * 3).requires_grad_()
+    g = torch.randn(4096)
+    with ae.torch.emulate("Ascend910B") as run:
+        (dx,) = torch.autograd.grad(F.gelu(x), x, g)
+    rec = next(r for r in run.records if r.aten == "aten.gelu_backward.default")
+    assert rec.engine == "AICORE" and rec.op_types == ["_GeluGrad"] and "tanh form" in rec.reason
+    (tanh_d,) = torch.autograd.grad(F.gelu(x, approximate="tanh"), x, g)
+    (erf_d,) = torch.autograd.grad(F.gelu(x), x, g)
+    assert (dx - tanh_d).abs().max() < 1e-5 * g.abs().max() * 10 and (dx - erf_d).abs().max() > 1e-4
+    with ae.torch.emulate("Ascend910B", compatible_impl=True) as run:
+        (dx2,) = torch.autograd.grad(F.gelu(x), x, g)
+    assert next(r for r in run.records if r.aten == "aten.gelu_backward.default").engine == "AICPU"
+    assert torch.allclose(dx2, erf_d, rtol=1e-6, atol=1e-6)

@@ -245,10 +245,14 @@ def copy_(k, dst, src, non_blocking=False):
 
 # -- reductions -------------------------------------------------------------------------------------------
 def _reduce(k, tf_type, x, dim=None, keepdim=False, dtype=None):
-    if dtype is not None and dtype != x.dtype:
-        raise Fallback(f"reduction with dtype={dtype}")
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
+    if dtype is not None and dtype != x.dtype:
+        # aclnnReduceSum / aclnnMean cast the input to the requested dtype first, then reduce in it (ASCEND-FACTS
+        # 13.4 item 7): an autocast sum accumulates float32
+        if not (x.dtype.is_floating_point and dtype in EMULATED):
+            raise Fallback(f"reduction with dtype={dtype}")
+        x = _out(k.cast(to_numpy(x), str(dtype)[6:]))
     axes = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and not len(dim)) else \
         ([dim] if isinstance(dim, int) else list(dim))
     (y,) = k.op(tf_type, to_numpy(x), np.asarray(axes, np.int32), keep_dims=bool(keepdim))
@@ -545,12 +549,40 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     elif attn_mask is not None:
         mask = ~to_numpy(attn_mask)
     dt = _cube_dtype(q, key, v)
-    o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
-                  *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
-                  family="matmul", scale_value=s, has_mask=mask is not None,
-                  kv_block=k.run.device.numerics.fa_kv_block)
-    # the CPU kernel's second output is the logsumexp (B, N, S) its backward reads
-    return _out(o), from_numpy(lse.astype(np.float32)).to(torch.float32)
+    o, lse, m, l_sum = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
+                            *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
+                            family="matmul", scale_value=s, has_mask=mask is not None,
+                            kv_block=k.run.device.numerics.fa_kv_block, with_stats=True)
+    # the CPU kernel's second output is the logsumexp (B, N, S) torch's backward reads; FlashAttentionScoreGrad
+    # reads the kernel's softmax_max and softmax_sum instead: kept for the backward, keyed by that tensor
+    lse = from_numpy(lse.astype(np.float32)).to(torch.float32)
+    k.stash[id(lse)] = (lse, m, l_sum)
+    return _out(o), lse
+
+
+@aten("aten._scaled_dot_product_flash_attention_for_cpu_backward")
+def sdpa_flash_backward(k, dout, q, key, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """FlashAttentionScoreGrad (the 910B's arch22 kernel, ``_FlashAttentionScoreGrad``) on the forward's softmax max
+    and sum; the mask as the forward's (13.5)."""
+    saved = k.stash.get(id(lse))
+    if saved is None or saved[0] is not lse:
+        raise Fallback("the forward's softmax max and sum are not known (its FlashAttentionScore did not run here)")
+    if dropout_p or q.dim() != 4 or not _emulated(dout, q, key, v) or not k.fa_available():
+        raise Fallback("FlashAttentionScoreGrad covers 4-D BNSD inputs without dropout on the 910B")
+    d = q.shape[-1]
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    sq, skv = q.shape[-2], key.shape[-2]
+    mask = None
+    if is_causal:
+        mask = np.triu(np.ones((sq, skv), bool), 1)
+    elif attn_mask is not None:
+        mask = ~to_numpy(attn_mask)
+    dt = _cube_dtype(dout, q, key, v)
+    dq, dk, dv = k.op("_FlashAttentionScoreGrad", _arg(q, dt), _arg(key, dt), _arg(v, dt), _arg(dout, dt),
+                      _arg(out, dt), saved[1], saved[2],
+                      *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
+                      family="matmul", scale_value=s, has_mask=mask is not None)
+    return _out(dq), _out(dk), _out(dv)
 
 
 @aten("ascend_emu.npu_fusion_attention")
@@ -751,3 +783,18 @@ def nll_loss_backward(k, dy, x, target, weight, reduction, ignore_index, total_w
     (dx,) = k.op("_NLLLossGrad", to_numpy(x), to_numpy(dy.reshape(-1)), t, w, to_numpy(total_weight.reshape(-1)),
                  reduction=red)
     return _out(dx)
+
+
+@aten("aten.gelu_backward")
+def gelu_backward(k, dy, x, approximate="none"):
+    """aclnnGeluBackward: the GeluGrad kernel, the tanh form's derivative whatever ``approximate`` says (as the
+    forward's aclnnGelu; ``_GeluGrad``); with the compatible-implementation switch the AI CPU's exact form."""
+    if k.options.compatible_impl:
+        raise Fallback("compatible impl: aclnnGeluBackwardV2's form as asked is not modelled")
+    if not _emulated(dy, x) or dy.dtype != x.dtype or dy.dtype == torch.bfloat16:
+        raise Fallback("GeluGrad takes float16 and float32 of one dtype")
+    k.note(f"GeluGrad: the tanh form's derivative (approximate={approximate!r} is not read)")
+    a = to_numpy(x)
+    # the kernel's y enters only as y * 0; aten.gelu_backward does not give it: zeros
+    (g,) = k.op("_GeluGrad", to_numpy(dy), a, np.zeros_like(a))
+    return _out(g)
