@@ -143,3 +143,21 @@ def test_gelu_backward_is_the_tanh_forms_derivative():
         (dx2,) = torch.autograd.grad(F.gelu(x), x, g)
     assert next(r for r in run.records if r.aten == "aten.gelu_backward.default").engine == "AICPU"
     assert torch.allclose(dx2, erf_d, rtol=1e-6, atol=1e-6)
+
+
+def test_conv1d_runs_as_conv2d_with_h_1():
+    """aclnnConvolution runs a 1-D convolution as the 2-D one (View1dAs2d): on the AI Core, forward and backward; in
+    float32 with conv.allow_hf32 off the results are torch float32's within float32 rounding."""
+    torch.manual_seed(6)
+    conv = torch.nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1)
+    x = torch.randn(2, 4, 17, requires_grad=True)
+    with ae.torch.emulate("Ascend910B", allow_hf32_conv=False) as run:
+        y = conv(x)
+        gx, gw, gb = torch.autograd.grad(y.square().sum(), (x, conv.weight, conv.bias))
+    ref = conv(x)
+    rx, rw, rb = torch.autograd.grad(ref.square().sum(), (x, conv.weight, conv.bias))
+    assert y.shape == ref.shape and torch.allclose(y, ref, rtol=1e-5, atol=1e-6)
+    for g, r in ((gx, rx), (gw, rw), (gb, rb)):
+        assert g.shape == r.shape and torch.allclose(g, r, rtol=1e-4, atol=1e-5)
+    recs = [r for r in run.records if "convolution" in r.aten]
+    assert recs and all(r.engine == "AICORE" for r in recs)
