@@ -577,16 +577,27 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     # the CPU kernel's second output is the logsumexp (B, N, S) torch's backward reads; FlashAttentionScoreGrad
     # reads the kernel's softmax_max and softmax_sum instead: kept for the backward, keyed by that tensor
     lse = from_numpy(lse.astype(np.float32)).to(torch.float32)
-    k.stash[id(lse)] = (lse, m, l_sum)
+    _fa_stats(k)[lse] = (m, l_sum)       # dropped with the tensor (autograd frees it after the backward)
     return _out(o), lse
+
+
+def _fa_stats(k):
+    """FlashAttentionScore's softmax max and sum per logsumexp tensor, weakly keyed (a forward without a backward
+    leaves nothing behind)."""
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    table = k.stash.get("flash_attention_stats")
+    if table is None:
+        table = k.stash["flash_attention_stats"] = WeakIdKeyDictionary()
+    return table
 
 
 @aten("aten._scaled_dot_product_flash_attention_for_cpu_backward")
 def sdpa_flash_backward(k, dout, q, key, v, out, lse, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
     """FlashAttentionScoreGrad (the 910B's arch22 kernel, ``_FlashAttentionScoreGrad``) on the forward's softmax max
     and sum; the mask as the forward's (13.5)."""
-    saved = k.stash.get(id(lse))
-    if saved is None or saved[0] is not lse:
+    saved = _fa_stats(k).get(lse)
+    if saved is None:
         raise Fallback("the forward's softmax max and sum are not known (its FlashAttentionScore did not run here)")
     if dropout_p or q.dim() != 4 or not _emulated(dout, q, key, v) or not k.fa_available():
         raise Fallback("FlashAttentionScoreGrad covers 4-D BNSD inputs without dropout on the 910B")
@@ -600,7 +611,7 @@ def sdpa_flash_backward(k, dout, q, key, v, out, lse, dropout_p=0.0, is_causal=F
         mask = ~to_numpy(attn_mask)
     dt = _cube_dtype(dout, q, key, v)
     dq, dk, dv = k.op("_FlashAttentionScoreGrad", _arg(q, dt), _arg(key, dt), _arg(v, dt), _arg(dout, dt),
-                      _arg(out, dt), saved[1], saved[2],
+                      _arg(out, dt), saved[0], saved[1],
                       *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
                       family="matmul", scale_value=s, has_mask=mask is not None)
     return _out(dq), _out(dk), _out(dv)
