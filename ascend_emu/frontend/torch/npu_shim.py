@@ -444,9 +444,13 @@ def _npu_device(real):
     """``Tensor.device`` under the shim: a CPU tensor reports ``npu:0`` (to torch_npu every tensor the script computes
     is on the NPU: it moved its model and data there), except one ``.cpu()`` / ``.to("cpu")`` returned; a tensor
     computed from that reports ``npu:0`` again (NUMERICS.md section 17)."""
+    get = real.__get__
+
     def device(self):
-        d = real.__get__(self)
-        return _NPU0 if d.type == "cpu" and self not in _ON_CPU else d
+        d = get(self)
+        if d.type != "cpu" or (_ON_CPU and self in _ON_CPU):
+            return d
+        return _NPU0
     return property(device, doc=real.__doc__)
 
 
