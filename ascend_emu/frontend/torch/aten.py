@@ -62,7 +62,9 @@ HOST = frozenset(f"aten.{n}" for n in (
     "randn", "rand", "randint", "normal_", "uniform_", "bernoulli_", "random_", "randperm", "sym_size",
     "sym_stride", "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type", "copy_",
     "_to_copy", "to", "split_with_sizes_copy", "t_copy", "unsqueeze_copy", "view_copy", "squeeze_copy",
-    "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding"))
+    "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding",
+    # the gradients of a view: the incoming gradient placed into zeros, no arithmetic
+    "select_backward", "slice_backward", "unsqueeze_backward", "expand_backward", "permute_backward"))
 
 
 def _np(t):
