@@ -64,7 +64,7 @@ HOST = frozenset(f"aten.{n}" for n in (
     "_to_copy", "to", "split_with_sizes_copy", "t_copy", "unsqueeze_copy", "view_copy", "squeeze_copy",
     "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding",
     # the gradients of a view: the incoming gradient placed into zeros, no arithmetic
-    "select_backward", "slice_backward", "unsqueeze_backward", "expand_backward", "permute_backward"))
+    "select_backward", "slice_backward"))
 
 
 def _np(t):
