@@ -135,3 +135,18 @@ def test_float_status_clear_decides_whether_a_forward_overflow_skips_the_step():
     sc = _forward_overflow_training("scale")
     assert [s["skipped"] for s in sc.steps] == [False, False]     # scale() cleared it after the forward
     assert sc.steps[1]["first_overflow"]["phase"] == "forward"   # the overflow is still recorded
+
+
+def test_torch_npus_own_scaler_clears_at_scale_whatever_the_parameter():
+    """torch_npu.npu.amp.GradScaler clears the register at its first scale() of an iteration (ASCEND-FACTS 13.2): the
+    forward's overflow does not skip the step even under float_status_clear="update" (upstream's scaler's default)."""
+    from ascend_emu.frontend.torch import npu_shim
+
+    class NpuScaler(npu_shim.GradScaler):
+        def __init__(self, device):
+            super().__init__()
+
+    with npu_shim.installed():
+        run = _forward_overflow_training("update", NpuScaler)
+    assert [s["skipped"] for s in run.steps] == [False, False]
+    assert run.steps[1]["first_overflow"]["phase"] == "forward"
