@@ -446,10 +446,11 @@ def cmd_torch_run(a):
     from ..analysis.dump import json_safe
     from ..fileio import atomic_write_text
     from ..tools.torch_script import torch_run
+    from .options import torch_numerics_options
 
     rec = torch_run(a.script, a.args, soc=a.soc, dump=a.dump, dump_steps=a.dump_steps, reference=a.reference,
                     steps=a.steps, stats_only=a.stats_only, overwrite=a.overwrite,
-                    aicpu_fallback=not a.no_aicpu_fallback)
+                    aicpu_fallback=not a.no_aicpu_fallback, **torch_numerics_options(a))
     opts = rec["options"]
     set_by_script = {k: v for k, v in opts["sources"].items() if v != "default"}
     print(f"torch-run {os.path.basename(rec['script'])} on {rec['soc']}: exit status {rec['exit_status']}"

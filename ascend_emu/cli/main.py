@@ -14,6 +14,7 @@ from .commands import (cmd_bisect, cmd_check, cmd_compare, cmd_demo, cmd_export_
 from .commands import cmd_fit, cmd_run, cmd_sensitivity, cmd_torch_run, cmd_warmup
 from .memory import out_of_memory_line
 from .options import _device_args, _dump_steps, _model_args, _rank_init, _rules_arg, _sweep_args, check_outputs
+from .options import torch_numerics_args
 
 EPILOG = """examples:
   ascend-emu demo                                   # the whole workflow on the bundled model
@@ -130,6 +131,7 @@ def build_parser():
     sp.add_argument("--json", metavar="FILE", help="write the run's record: the torch_npu options and where each "
                                                    "came from, what ran where, the steps")
     sp.add_argument("--overwrite", action="store_true", help="replace dumps already in --dump")
+    torch_numerics_args(sp)
     sp.add_argument("script", help="the Python script")
     sp.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     sp = add("import-msprobe", cmd_import_msprobe, "read an msprobe dump (e.g. from a real NPU) as an ascend-emu dump",

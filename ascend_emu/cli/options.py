@@ -87,6 +87,7 @@ def _device_args(p, fusion=True, training=False):
     p.add_argument("--hif8-cube-out", choices=("16bit", "float32"), default=None,
                    help="cube_hif8 / mixed_hif8: output dtype of a HiFloat8 cube op (default 16bit: fp16, bf16 for "
                         "a bf16 op)")
+    torch_numerics_args(p)
     if fusion:
         p.add_argument("--fusion-switch", metavar="FILE",
                        help="CANN fusion_switch.cfg (JSON, or ATC's PassName:on|off lines)")
@@ -176,6 +177,31 @@ def _mode_options(a) -> dict:
     return {"precision_mode": default}
 
 
+def torch_numerics_args(p):
+    """The torch eager path's assumed parameters (NUMERICS.md section 16): replay takes them so that fit and
+    sensitivity can name them; torch-run and ae.torch.emulate read them."""
+    from ..numerics.policy import COMPOUND_OPS, FA_KV_BLOCKS, FLOAT_STATUS_CLEARS, USE_FP16_OUTS
+
+    p.add_argument("--fa-kv-block", type=int, choices=FA_KV_BLOCKS, default=128,
+                   help="torch: FlashAttentionScore's key block along S2, one online-softmax rescale per block "
+                        "(default 128, assumed)")
+    p.add_argument("--use-fp16-out", choices=USE_FP16_OUTS, default="float16",
+                   help="torch: the output of a float32 cube op whose operands cubeMathType casts to fp16 (USE_FP16, "
+                        "the 910's default): float16 then widened (default, assumed) or float32")
+    p.add_argument("--compound-ops", choices=COMPOUND_OPS, default="sequence",
+                   help="torch: silu, addcmul, addcdiv, lerp on 16-bit tensors as vector ops in sequence, one rounding "
+                        "each (default, assumed), or in float32 with one rounding")
+    p.add_argument("--float-status-clear", choices=FLOAT_STATUS_CLEARS, default="update",
+                   help="torch, saturation SoCs: where the float status register is cleared under upstream's "
+                        "GradScaler: at its update (default, assumed: the next forward counts) or at the iteration's "
+                        "first scale() (as torch_npu's scaler)")
+
+
+def torch_numerics_options(a) -> dict:
+    return dict(fa_kv_block=a.fa_kv_block, use_fp16_out=a.use_fp16_out, compound_ops=a.compound_ops,
+                float_status_clear=a.float_status_clear)
+
+
 def _device_options(a, cm, fusion) -> dict:
     from ..numerics.multicore import MultiCoreModel
     from ..numerics.policy import CubeModel
@@ -192,7 +218,7 @@ def _device_options(a, cm, fusion) -> dict:
                 hf32_conv_rounding=a.hf32_conv_rounding, hf32_matmul_rounding=a.hf32_matmul_rounding,
                 cce_ftz=None if getattr(a, "cce_ftz", None) is None else a.cce_ftz == "on",
                 hif8_rounding=a.hif8_rounding or "round", hif8_cube_out=a.hif8_cube_out or "16bit", cube_mx=a.cube_mx,
-                keep_dtype=getattr(a, "keep_dtype", None))
+                keep_dtype=getattr(a, "keep_dtype", None), **torch_numerics_options(a))
 
 
 def _multicore(a, cls):

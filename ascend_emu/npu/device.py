@@ -111,6 +111,11 @@ class Device:
         A what-if: MatMul / BatchMatMul operands MX block-quantized along K to this element format
         (``"float8_e4m3fn"``, ``"float8_e5m2"``, ``"float4_e2m1fn"``, ``"float4_e1m2"``), multiplied in float32 as the
         950's MmadMx (NUMERICS.md section 14).
+    fa_kv_block, use_fp16_out, compound_ops, float_status_clear
+        The torch eager path's assumed parameters (``ae.torch.emulate``; NUMERICS.md section 16): FlashAttentionScore's
+        key block (128), the output dtype of a float32 cube op run on fp16 operands (``"float16"``), silu / addcmul /
+        addcdiv / lerp as vector ops in sequence (``"sequence"``) or in float32 with one rounding, and where the 910's
+        float status register is cleared under upstream's GradScaler (``"update"`` or ``"scale"``).
     """
 
     def __init__(self, precision_mode: str | None = None, *, precision_mode_v2: str | None = None,
@@ -123,7 +128,8 @@ class Device:
                  cce_ftz: bool | None = None, hif8_rounding: str = "round", hif8_cube_out: str = "16bit",
                  cube_mx: str | None = None, keep_dtype=None, hf32_bits: int | None = None,
                  hf32_conv_rounding: str = HF32_FAMILY_ROUNDING["conv"],
-                 hf32_matmul_rounding: str = HF32_FAMILY_ROUNDING["matmul"]):
+                 hf32_matmul_rounding: str = HF32_FAMILY_ROUNDING["matmul"], fa_kv_block: int = 128,
+                 use_fp16_out: str = "float16", compound_ops: str = "sequence", float_status_clear: str = "update"):
         self.numerics = NumericsPolicy(soc=soc, overflow_mode=overflow_mode, subnormals=subnormals,
                                        impl_mode=impl_mode, reduce_accumulate=reduce_accumulate,
                                        cube_model=cube_model, op_model=op_model, deterministic=deterministic,
@@ -132,7 +138,9 @@ class Device:
                                        cce_ftz=cce_ftz, hif8_rounding=hif8_rounding,
                                        cube_mx=cube_mx, hf32_bits=hf32_bits,
                                        hf32_conv_rounding=hf32_conv_rounding,
-                                       hf32_matmul_rounding=hf32_matmul_rounding)
+                                       hf32_matmul_rounding=hf32_matmul_rounding, fa_kv_block=fa_kv_block,
+                                       use_fp16_out=use_fp16_out, compound_ops=compound_ops,
+                                       float_status_clear=float_status_clear)
         mode, option, v2 = resolve_mode(precision_mode, precision_mode_v2, self.numerics.soc)
         self.precision = PrecisionPolicy(mode, modify_mixlist, option=option, precision_mode_v2=v2,
                                          hif8_cube_out=hif8_cube_out, keep_dtype=keep_dtype)

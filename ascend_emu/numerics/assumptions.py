@@ -13,13 +13,17 @@ from dataclasses import dataclass, replace
 
 from ..errors import AscendEmuError
 from .multicore import MultiCoreModel
-from .policy import (BLOCK_SUMS, CONV_K_ORDERS, HF32_BITS, HF32_FAMILY_ROUNDING, HF32_ROUNDINGS, HIF8_CAST_ROUNDINGS,
-                     IMPL_MODES, NORMALIZE, OP_MODELS, REDUCE_ACCUMULATE)
+from .policy import (BLOCK_SUMS, COMPOUND_OPS, CONV_K_ORDERS, FA_KV_BLOCKS, FLOAT_STATUS_CLEARS, HF32_BITS,
+                     HF32_FAMILY_ROUNDING, HF32_ROUNDINGS, HIF8_CAST_ROUNDINGS, IMPL_MODES, NORMALIZE, OP_MODELS,
+                     REDUCE_ACCUMULATE, USE_FP16_OUTS)
 
 #: the op families a parameter acts on (``fit`` reruns only the dumped ops of its family)
 CUBE, CONV, HF32, HIF8, VECTOR, MULTICORE = "cube", "conv", "hf32", "hif8", "vector", "multicore"
 #: the HF32 casts of one allow_hf32 family's operands
 HF32_CONV, HF32_MATMUL = "hf32_conv", "hf32_matmul"
+#: the torch eager path's kernels (``ae.torch.emulate``, ``torch-run``): a graph replay never reads these, so
+#: ``fit`` and ``sensitivity`` of a graph model leave them as they are (NUMERICS.md section 16)
+TORCH = "torch"
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,17 @@ ASSUMED = (
     Assumed("multicore_reduce_min_chunk", ("multicore", "reduce_min_chunk"), (64, 128, 256, 512, 1024), 256,
             MULTICORE, "reductions split over cores, with determinism off (deterministic_level=0)", "11",
             "multicore"),
+    Assumed("fa_kv_block", ("fa_kv_block",), FA_KV_BLOCKS, 128, TORCH,
+            "torch: FlashAttentionScore (scaled_dot_product_attention on the 910B and later, npu_fusion_attention): "
+            "the key block of its online softmax", "16", "torch"),
+    Assumed("use_fp16_out", ("use_fp16_out",), USE_FP16_OUTS, "float16", TORCH,
+            "torch: float32 mm / addmm / bmm / convolution whose operands cubeMathType casts to fp16 (USE_FP16; "
+            "ALLOW_FP32_DOWN_PRECISION on the 910)", "16", "torch"),
+    Assumed("compound_ops", ("compound_ops",), COMPOUND_OPS, "sequence", TORCH,
+            "torch: silu, addcmul, addcdiv, lerp on fp16/bf16 tensors", "16", "torch"),
+    Assumed("float_status_clear", ("float_status_clear",), FLOAT_STATUS_CLEARS, "update", TORCH,
+            "torch, saturation SoCs (the 910): the float status register GradScaler's unscale reads, under "
+            "upstream's torch.amp.GradScaler", "16", "torch"),
 )
 BY_NAME = {a.name: a for a in ASSUMED}
 

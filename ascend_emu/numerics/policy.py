@@ -231,6 +231,19 @@ HF32_FAMILY_ROUNDING = {"conv": "rint", "matmul": "round"}
 #: Ascend950: subnormal inputs read as zero and subnormal results flush to zero (ASCEND-FACTS.md section 12)
 #: the roundings of the graph's Casts to HiFloat8 under cube_hif8 / mixed_hif8 (the 950's Cast admits these two)
 HIF8_CAST_ROUNDINGS = ("round", "hybrid")
+#: the torch eager path's assumed parameters (NUMERICS.md section 16; ``numerics/assumptions.py``):
+#: FlashAttentionScore's key/value block along S2 (ops-transformer tiles S2 by the UB size: 128 and 256 appear)
+FA_KV_BLOCKS = (64, 128, 256, 512)
+#: the output of a float32 cube op whose operands cubeMathType casts to fp16 (USE_FP16; the 910's
+#: ALLOW_FP32_DOWN_PRECISION): the cast operands' fp16 (then widened exactly), or the L0C's float32 directly
+USE_FP16_OUTS = ("float16", "float32")
+#: silu / addcmul / addcdiv / lerp on 16-bit tensors: the vector unit's ops in sequence in the tensors' dtype, one
+#: rounding each, or widened to float32, the steps in float32 and one rounding to the dtype (as the Ascend C
+#: kernels of SwiGlu and RmsNorm do)
+COMPOUND_OPS = ("sequence", "float32")
+#: where the 910's float status register is cleared under upstream's torch.amp.GradScaler: at its update (the next
+#: forward's overflows count) or at the iteration's first scale() (after the forward, as torch_npu's scaler does)
+FLOAT_STATUS_CLEARS = ("update", "scale")
 FTZ_OPS = frozenset(("exp", "log", "reciprocal", "sqrt", "rsqrt", "realdiv"))
 
 
@@ -418,6 +431,11 @@ class NumericsPolicy:
     hif8_rounding : {"round", "hybrid"}
         The rounding of the Casts to HiFloat8 that cube_hif8 / mixed_hif8 insert: half away from zero (the
         default, an assumption) or the 950's hybrid rounding.
+    fa_kv_block, use_fp16_out, compound_ops, float_status_clear
+        The torch eager path's assumptions (``ae.torch.emulate``; NUMERICS.md section 16): FlashAttentionScore's
+        key block (128), a USE_FP16 cube op's output dtype (``float16``), how silu / addcmul / addcdiv / lerp
+        round (``sequence``), and where the 910's float status register is cleared under upstream's GradScaler
+        (``update``).
     """
 
     soc: str = "Ascend910"
@@ -439,9 +457,18 @@ class NumericsPolicy:
     hf32_bits: int | None = None
     hf32_conv_rounding: str = HF32_FAMILY_ROUNDING["conv"]
     hf32_matmul_rounding: str = HF32_FAMILY_ROUNDING["matmul"]
+    fa_kv_block: int = 128
+    use_fp16_out: str = "float16"
+    compound_ops: str = "sequence"
+    float_status_clear: str = "update"
 
     def __post_init__(self):
         chip = soc(self.soc)
+        for name, values in (("fa_kv_block", FA_KV_BLOCKS), ("use_fp16_out", USE_FP16_OUTS),
+                             ("compound_ops", COMPOUND_OPS), ("float_status_clear", FLOAT_STATUS_CLEARS)):
+            value = getattr(self, name)
+            if value not in values or isinstance(value, bool):
+                raise AscendEmuError(f"unknown {name} {value!r}; choose one of: {', '.join(map(str, values))}")
         object.__setattr__(self, "soc", chip.name)
         if self.cce_ftz is None:
             object.__setattr__(self, "cce_ftz", chip.ftz)
@@ -528,4 +555,5 @@ class NumericsPolicy:
                 "hf32_bits": self.hf32_bits, "hf32_conv_rounding": self.hf32_conv_rounding,
                 "hf32_matmul_rounding": self.hf32_matmul_rounding,
                 "cce_ftz": self.cce_ftz, "hif8_rounding": self.hif8_rounding,
-                "cube_mx": self.cube_mx}
+                "cube_mx": self.cube_mx, "fa_kv_block": self.fa_kv_block, "use_fp16_out": self.use_fp16_out,
+                "compound_ops": self.compound_ops, "float_status_clear": self.float_status_clear}

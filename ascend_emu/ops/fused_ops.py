@@ -318,18 +318,19 @@ def gelu(x, *, ctx, approximate="none"):
 
 
 #: FlashAttentionScore's key/value block along S2: the online softmax rescales its running max and sum once per
-#: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption
-#: (NUMERICS.md section 16)
+#: block. ops-transformer tiles S2 by the UB size (128 and 256 appear in its tilings); an assumption, the
+#: registered parameter fa_kv_block (NUMERICS.md section 16), whose default this is
 FA_KV_BLOCK = 128
 
 
 @register("_FlashAttentionScore", kind=CUBE, source=Source(
     ("hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_s1s2_bn2gs1.h",
      "hicann/ops-transformer attention/flash_attention_score/op_kernel/flash_attention_score_common.h"),
-    ("cube_block_sum", "cube_extra_bits", "cube_normalize"),
+    ("cube_block_sum", "cube_extra_bits", "cube_normalize", "fa_kv_block"),
     "BMM1 in float32, scale after it, online softmax in float32, P rounded CAST_ROUND, O divided at the end "
-    "(ASCEND-FACTS 13.5); the key block of 128 is assumed without a parameter (NUMERICS section 16)"))
-def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, kv_block=FA_KV_BLOCK):
+    "(ASCEND-FACTS 13.5); the key block (128) is assumed: fa_kv_block (NUMERICS section 16)"))
+def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, kv_block=FA_KV_BLOCK,
+                          with_stats=False):
     """FlashAttentionScore (ASCEND-FACTS.md 13.5, [TF] flash_attention_score kernels), BNSD layout:
     S = Q K^T on the cube with float32 output; S * scale in float32 (after the product); masked positions
     (``mask`` True = dropped, npu_fusion_attention's convention) set to -FLT_MAX; per S2 block of ``kv_block``
@@ -337,7 +338,8 @@ def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, 
     input dtype with CAST_ROUND (ties away); O += P V on the cube (float32 accumulation, the running O rescaled
     by exp(m_old - m_new)); finally O / l in float32, cast to the input dtype with CAST_ROUND.
 
-    Returns (O, logsumexp m + ln l in float32, shape q.shape[:-1]) - the second output torch's backward reads.
+    Returns (O, logsumexp m + ln l in float32, shape q.shape[:-1]) - the second output torch's backward reads; with
+    ``with_stats`` also the kernel's softmax_max m and softmax_sum l (float32, q.shape[:-1]), which its grad reads.
     """
     from ..numerics.cube import batch_matmul
     from ..numerics.vector import cast, vector
@@ -380,6 +382,8 @@ def flash_attention_score(q, k, v, *mask, ctx, scale_value=1.0, has_mask=False, 
         out, st = cast(out, dt, rounding="round", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)
         status |= st
     ctx.record(status)
+    if with_stats:
+        return out, lse, m[..., 0], l_sum[..., 0]
     return out, lse
 
 

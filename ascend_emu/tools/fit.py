@@ -462,6 +462,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
             _asm.MULTICORE: (None if have["multicore"] and pol.deterministic_level == 0 else
                              "the run is deterministic: the split does not reach the bits"
                              if pol.deterministic_level else "no multi-core op in the dump"),
+            _asm.TORCH: "a torch eager-path parameter (ae.torch.emulate, torch-run): a graph's ops never read it",
         }
         select = {"hf32": "cube", "cube": "cube", "vector": "vector", "multicore": "multicore"}
         current = _asm.current(pol)

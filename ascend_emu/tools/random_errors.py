@@ -36,7 +36,8 @@ DEVICE_OPTIONS = ("precision_mode", "overflow_mode", "modify_mixlist", "soc", "s
                   "reduce_accumulate", "op_model", "fusion_switch", "aicpu_fallback", "deterministic",
                   "deterministic_level", "cube_model", "multicore", "precision_mode_v2", "allow_hf32",
                   "hf32_rounding", "hf32_bits", "hf32_conv_rounding", "hf32_matmul_rounding", "cce_ftz",
-                  "hif8_rounding", "hif8_cube_out", "cube_mx")
+                  "hif8_rounding", "hif8_cube_out", "cube_mx", "fa_kv_block", "use_fp16_out", "compound_ops",
+                  "float_status_clear")
 #: the most runs one detection takes
 MAX_RUNS = 10_000
 #: options of a training run (Device.train's keywords)

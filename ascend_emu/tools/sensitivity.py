@@ -39,9 +39,10 @@ def variants(policy, names=None, hif8: bool = False) -> list:
     """[(label, {parameter: value}, the parameters it varies)]: the default, each other value of each
     parameter one at a time, then the two corners. Parameters that cannot act on this device (HF32 off; a
     family's HF32 tie rule where the family has no HF32 or ``hf32_rounding`` overrides it; HiFloat8 casts
-    outside cube_hif8 / mixed_hif8 (``hif8``); multi-core splits of a deterministic run) are left out."""
+    outside cube_hif8 / mixed_hif8 (``hif8``); multi-core splits of a deterministic run; the torch eager path's
+    parameters, which a graph replay never reads) are left out."""
     cur = _asm.current(policy)
-    skip = set()
+    skip = {a.name for a in _asm.ASSUMED if a.family == _asm.TORCH}
     if not policy.allow_hf32:
         skip.add("hf32_bits")
     for fam in ("conv", "matmul"):

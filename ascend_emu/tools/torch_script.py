@@ -67,7 +67,7 @@ def _script_traceback(e: BaseException, path: str) -> str:
 
 def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps=None, reference: bool = False,
               steps: int | None = None, stats_only: bool = False, overwrite: bool = False,
-              aicpu_fallback: bool = True, stderr=None) -> dict:
+              aicpu_fallback: bool = True, stderr=None, **numerics) -> dict:
     """Run ``script`` with ``argv`` unchanged on the emulated NPU (torch_npu's eager numerics); the run's record.
 
     Parameters
@@ -88,6 +88,9 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
         False: an aten op without an emulated kernel is refused in one line instead of running on the AI CPU.
     stderr : file, optional
         Where a failing script's traceback is printed (default ``sys.stderr``).
+    **numerics
+        The torch path's assumed parameters (``fa_kv_block``, ``use_fp16_out``, ``compound_ops``,
+        ``float_status_clear``; NUMERICS.md section 16), as :func:`~ascend_emu.npu.torch_run.emulate` takes them.
 
     Returns
     -------
@@ -97,7 +100,7 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
         torch_npu options with ``sources``: where each came from), ``torch_npu_calls`` (what the script called
         that is not an option: set_device, GradScaler, set_option keys without numerics), ``aten_calls``,
         ``per_engine_dtype`` (what ran where), ``steps``, ``skipped_steps``, ``first_overflow``, ``dumps``,
-        ``reference_dumps``.
+        ``reference_dumps``, ``assumed_parameters`` (the torch path's, as the run used them).
     """
     path = _check_script(script)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
@@ -105,9 +108,10 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
     argv = [str(a) for a in argv]
     from ..frontend.torch import npu_shim        # AscendEmuError in one line when torch is not installed
     from ..npu.torch_run import emulate
+    from ..npu.torch_run.run import TORCH_ASSUMED
 
     run = emulate(soc=soc, dump=dump, dump_steps=dump_steps, reference=reference, stats_only=stats_only,
-                  overwrite=overwrite, aicpu_fallback=aicpu_fallback)
+                  overwrite=overwrite, aicpu_fallback=aicpu_fallback, **numerics)
     stopped = None
     if steps is not None:
         # stop at the end of the requested step: the run has closed its dump when end_step returns
@@ -151,4 +155,6 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
             "aten_calls": s["aten_calls"], "per_engine_dtype": s["per_engine_dtype"], "steps": run.steps,
             "skipped_steps": [st["step"] for st in run.steps if st.get("skipped")],
             "first_overflow": s["first_overflow"], "float_status": s["float_status"], "dumps": s["dumps"],
-            "reference_dumps": s["reference_dumps"]}
+            "reference_dumps": s["reference_dumps"],
+            # the torch path's assumed parameters this run used (NUMERICS.md section 16)
+            "assumed_parameters": {n: getattr(run.device.numerics, n) for n in TORCH_ASSUMED}}

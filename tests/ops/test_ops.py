@@ -229,6 +229,7 @@ def test_every_registered_op_has_a_case():
     # the aclnn kernels of the torch path that no graph fusion makes have their oracle beside this file
     fusion_tests += (pathlib.Path(__file__).parent / "test_flash_attention.py").read_text()
     fusion_tests += (pathlib.Path(__file__).parent / "test_aclnn_ops.py").read_text()
+    fusion_tests += (pathlib.Path(__file__).parent / "test_aclnn_grad_ops.py").read_text()
     untested = sorted(t for t in OPS if t.startswith("_") and f'"{t}"' not in fusion_tests)
     assert not untested, f"fused ops without an oracle in tests/npu/test_fusion(_training).py: {untested}"
 

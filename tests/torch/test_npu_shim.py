@@ -37,13 +37,15 @@ def test_not_importable_outside():
 def test_npu_device_is_the_cpu(run):
     import torch_npu  # noqa: F401
 
+    # CPU tensors underneath, reporting npu:0 as torch_npu's do (but for what .cpu() / .to("cpu") returned)
     x = torch.zeros(3, device="npu")
-    assert x.device.type == "cpu"
+    assert x.is_cpu and x.device.type == "npu" and str(x.device) == "npu:0"
     for y in (x.npu(), x.to("npu"), x.to(torch.device("npu:0")), x.to("npu", torch.float16),
               torch.randn(2, device=torch.device("npu", 0)), torch.tensor([1.0], device="npu:0")):
-        assert y.device.type == "cpu"
+        assert y.is_cpu and y.device.type == "npu"
+    assert x.cpu().device.type == "cpu" and x.to("cpu").device.type == "cpu" and x.device.type == "npu"
     m = torch.nn.Linear(2, 3).npu().to("npu")
-    assert m.weight.device.type == "cpu" and torch.nn.Linear(2, 3, device="npu").weight.device.type == "cpu"
+    assert m.weight.is_cpu and torch.nn.Linear(2, 3, device="npu").weight.device.type == "npu"
     assert torch.device("npu:0").type == "npu"
     with pytest.raises(AscendEmuError, match="npu:1 does not exist; the emulated NPU is one device"):
         torch.npu.set_device(1)

@@ -62,7 +62,9 @@ HOST = frozenset(f"aten.{n}" for n in (
     "randn", "rand", "randint", "normal_", "uniform_", "bernoulli_", "random_", "randperm", "sym_size",
     "sym_stride", "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type", "copy_",
     "_to_copy", "to", "split_with_sizes_copy", "t_copy", "unsqueeze_copy", "view_copy", "squeeze_copy",
-    "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding"))
+    "clamp_min", "isinf", "isnan", "isfinite", "any", "all", "argmax", "argmin", "embedding",
+    # the gradients of a view: the incoming gradient placed into zeros, no arithmetic
+    "select_backward", "slice_backward"))
 
 
 def _np(t):
@@ -166,16 +168,31 @@ def pow_tensor(k, x, e):
     return _binary(k, "Pow", x, e)
 
 
+def _compound_dtype(k, dt: torch.dtype) -> torch.dtype:
+    """The dtype silu / addcmul / addcdiv / lerp compute their steps in: the tensors' own (``compound_ops=
+    "sequence"``, one rounding per step) or float32 for 16-bit tensors (``"float32"``: one rounding at the end);
+    the aclnn kernels' internal precision is not public (an assumption: NUMERICS.md section 16)."""
+    if dt in (torch.float16, torch.bfloat16) and k.run.device.numerics.compound_ops == "float32":
+        return torch.float32
+    return dt
+
+
+def _compound_out(k, y: np.ndarray, dt: torch.dtype):
+    """A compound op's result in its dtype ``dt``: one Cast (rint) when its steps ran in float32."""
+    if y.dtype == np.float32 and dt in (torch.float16, torch.bfloat16):
+        y = k.cast(y, str(dt)[6:])
+    return _out(y)
+
+
 @aten("aten.silu")
 def silu(k, x):
-    # aclnnSilu as x * sigmoid(x): the vector unit's Sigmoid and Mul in the input dtype (an assumption:
-    # NUMERICS.md section 16)
+    # aclnnSilu (l0op::Swish) as x * sigmoid(x): the vector unit's Sigmoid and Mul (compound_ops: an assumption)
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
-    a = to_numpy(x)
+    a = _arg(x, _compound_dtype(k, x.dtype))
     (s,) = k.op("Sigmoid", a)
     (y,) = k.op("Mul", a, s)
-    return _out(y)
+    return _compound_out(k, y, x.dtype)
 
 
 @aten("aten.gelu")
@@ -230,10 +247,14 @@ def copy_(k, dst, src, non_blocking=False):
 
 # -- reductions -------------------------------------------------------------------------------------------
 def _reduce(k, tf_type, x, dim=None, keepdim=False, dtype=None):
-    if dtype is not None and dtype != x.dtype:
-        raise Fallback(f"reduction with dtype={dtype}")
     if not _emulated(x):
         raise Fallback(f"{x.dtype} input")
+    if dtype is not None and dtype != x.dtype:
+        # aclnnReduceSum / aclnnMean cast the input to the requested dtype first, then reduce in it (ASCEND-FACTS
+        # 13.4 item 7): an autocast sum accumulates float32
+        if not (x.dtype.is_floating_point and dtype in EMULATED):
+            raise Fallback(f"reduction with dtype={dtype}")
+        x = _out(k.cast(to_numpy(x), str(dtype)[6:]))
     axes = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and not len(dim)) else \
         ([dim] if isinstance(dim, int) else list(dim))
     (y,) = k.op(tf_type, to_numpy(x), np.asarray(axes, np.int32), keep_dims=bool(keepdim))
@@ -392,6 +413,15 @@ def _conv_attrs(stride, padding, dilation):
                 explicit_paddings=[0, 0, p[0], p[0], p[1], p[1], 0, 0], dilations=[1, d[0], d[1], 1])
 
 
+def _as_2d(x, w, stride, padding, dilation, transposed):
+    """A 1-D convolution as the 2-D one aclnnConvolution runs (H = 1: View1dAs2d, [NN] conv/convolution_forward/
+    op_host/op_api/aclnn_convolution.cpp): (x, w, stride, padding, dilation) with the H axis added, else as given."""
+    if transposed or x.dim() != 3 or w.dim() != 3 or isinstance(padding, str) or \
+            not (len(stride) == len(padding) == len(dilation) == 1):
+        return x, w, stride, padding, dilation
+    return (x.unsqueeze(2), w.unsqueeze(2), [1, stride[0]], [0, padding[0]], [1, dilation[0]])
+
+
 def _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding):
     if transposed or x.dim() != 4 or w.dim() != 4 or isinstance(padding, str):
         raise Fallback("only 2-D, not transposed convolutions run on the emulated cube")
@@ -402,19 +432,31 @@ def _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding):
 @aten("aten.convolution")
 def convolution(k, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     """aclnnConvolution (cubeMathType from ``conv.allow_hf32`` alone, ASCEND-FACTS 13.1): the registry's Conv2D
-    on NHWC; the bias goes into the float32 accumulator (aclnnConvolution converts it to FLOAT, 13.3)."""
+    on NHWC (a 1-D convolution with H = 1); the bias goes into the float32 accumulator (aclnnConvolution converts it
+    to FLOAT, 13.3)."""
+    one_d = x.dim() == 3
+    x, w, stride, padding, dilation = _as_2d(x, w, stride, padding, dilation, transposed)
     _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
     dt = _cube_dtype(x, w)
     b = None if bias is None else to_numpy(bias.detach().to(torch.float32))
     (y,) = k.op("Conv2D", np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
                 np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0))), family="conv", bias=b,
                 **_conv_attrs(stride, padding, dilation))
-    return _nchw(y, dt)
+    y = _nchw(y, dt)
+    return y.squeeze(2) if one_d and x.dim() == 4 else y
 
 
 @aten("aten.convolution_backward")
 def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                          output_mask):
+    if x.dim() == 3 and dy.dim() == 3 and not transposed:
+        # a 1-D convolution's gradients: the 2-D ones with H = 1 (View1dAs2d), the H axis dropped again
+        x2, w2, st, pd, dl = _as_2d(x, w, stride, padding, dilation, transposed)
+        if x2.dim() == 4:
+            grads = convolution_backward(k, dy.unsqueeze(2), x2, w2, bias_sizes, st, pd, dl, transposed,
+                                         [0, 0], groups, output_mask)
+            return tuple(None if t is None or i == 2 else t.squeeze(2) for i, t in enumerate(grads[:2])) + \
+                (grads[2],)
     _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
     if groups != 1:
         raise Fallback("grouped convolution backward")
@@ -530,11 +572,26 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     elif attn_mask is not None:
         mask = ~to_numpy(attn_mask)
     dt = _cube_dtype(q, key, v)
-    o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
-                  *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
-                  family="matmul", scale_value=s, has_mask=mask is not None)
-    # the CPU kernel's second output is the logsumexp (B, N, S) its backward reads
-    return _out(o), from_numpy(lse.astype(np.float32)).to(torch.float32)
+    o, lse, m, l_sum = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
+                            *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
+                            family="matmul", scale_value=s, has_mask=mask is not None,
+                            kv_block=k.run.device.numerics.fa_kv_block, with_stats=True)
+    # the CPU kernel's second output is the logsumexp (B, N, S) torch's backward reads; FlashAttentionScoreGrad
+    # reads the kernel's softmax_max and softmax_sum instead: kept for the backward, keyed by that tensor
+    lse = from_numpy(lse.astype(np.float32)).to(torch.float32)
+    _fa_stats(k)[lse] = (m, l_sum)       # dropped with the tensor (autograd frees it after the backward)
+    return _out(o), lse
+
+
+def _fa_stats(k):
+    """FlashAttentionScore's softmax max and sum per logsumexp tensor, weakly keyed (a forward without a backward
+    leaves nothing behind)."""
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    table = k.stash.get("flash_attention_stats")
+    if table is None:
+        table = k.stash["flash_attention_stats"] = WeakIdKeyDictionary()
+    return table
 
 
 @aten("ascend_emu.npu_fusion_attention")
@@ -558,7 +615,7 @@ def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mas
     dt = _cube_dtype(q, kk, v)
     o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(kk, dt), _arg(v, dt),
                   *(() if mask is None else (mask,)), family="matmul", scale_value=float(scale),
-                  has_mask=mask is not None)
+                  has_mask=mask is not None, kv_block=k.run.device.numerics.fa_kv_block)
     with np.errstate(all="ignore"):
         sc = np.matmul(_arg(q, dt).astype(np.float32), np.swapaxes(_arg(kk, dt).astype(np.float32), -1, -2))
         sc = (sc * np.float32(scale)).astype(np.float32)
@@ -585,9 +642,10 @@ def addcmul(k, x, t1, t2, value=1):
     dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (p,) = k.op("Mul", _arg(t1, dt), _arg(t2, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, p, value, dt))
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (p,) = k.op("Mul", _arg(t1, ct), _arg(t2, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), _scaled(k, p, value, ct))
+    return _compound_out(k, y, dt)
 
 
 @aten("aten.addcdiv.default")
@@ -595,9 +653,10 @@ def addcdiv(k, x, t1, t2, value=1):
     dt = torch.promote_types(torch.result_type(t1, t2), x.dtype)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (q,) = k.op("RealDiv", _arg(t1, dt), _arg(t2, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), _scaled(k, q, value, dt))
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (q,) = k.op("RealDiv", _arg(t1, ct), _arg(t2, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), _scaled(k, q, value, ct))
+    return _compound_out(k, y, dt)
 
 
 @aten("aten.lerp.Scalar", "aten.lerp.Tensor")
@@ -606,10 +665,11 @@ def lerp(k, x, end, weight):
     dt = torch.result_type(x, end)
     if dt not in EMULATED:
         raise Fallback(f"{dt} arithmetic")
-    (d,) = k.op("Sub", _arg(end, dt), _arg(x, dt))
-    (d,) = k.op("Mul", d, _arg(weight, dt))
-    (y,) = k.op("AddV2", _arg(x, dt), d)
-    return _out(y)
+    ct = _compound_dtype(k, dt)
+    (d,) = k.op("Sub", _arg(end, ct), _arg(x, ct))
+    (d,) = k.op("Mul", d, _arg(weight, ct))
+    (y,) = k.op("AddV2", _arg(x, ct), d)
+    return _compound_out(k, y, dt)
 
 
 # -- torch_npu's fused kernels (frontend/torch/npu_ops.py; ASCEND-FACTS 13.4, 13.5) ------------------------------

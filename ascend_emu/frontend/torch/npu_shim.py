@@ -12,7 +12,10 @@ as ``torch_npu`` otherwise. While installed:
   ``device_count`` (1: one emulated device per process), ``current_device``, ``matmul.allow_hf32``,
   ``conv.allow_hf32``, ``matmul.cube_math_type``, ``set_option`` validated against torch_npu's
   ``_option_map``, ``use_compatible_impl``, ``set_deterministic_level``, ``amp.autocast``, ``amp.GradScaler``;
-* ``torch.autocast("npu")`` / ``torch.amp.autocast("npu")`` and ``torch.use_deterministic_algorithms``.
+* ``torch.autocast("npu")`` / ``torch.amp.autocast("npu")`` and ``torch.use_deterministic_algorithms``;
+* ``torch.ops.npu.npu_*`` (torch_npu's schemas, composites of ``torch.ops.ascend_emu.*``), ``Tensor.device`` as
+  ``npu:0`` (but for what ``.cpu()`` returned), ``torch.npu.Event`` / ``Stream`` (one synchronous stream) and
+  ``torch.Generator(device="npu")`` (the CPU's generator).
 
 Every switch the script sets goes into the run's :class:`~.options.NpuOptions` (:func:`.options.current`) with
 the torch_npu spelling that set it as its source; options that change no emulated numerics (``ACL_AICORE_NUM``,
@@ -25,10 +28,12 @@ import contextlib
 import enum
 import os
 import sys
+import time
 import types
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ...errors import AscendEmuError
 from ...numerics.policy import SOCS
@@ -80,6 +85,10 @@ def _is_npu(d) -> bool:
     return isinstance(d, str) and d.split(":")[0] == "npu"
 
 
+def _is_cpu(d) -> bool:
+    return (isinstance(d, torch.device) and d.type == "cpu") or d == "cpu"
+
+
 def _cpu(d):
     return torch.device("cpu") if _is_npu(d) else d
 
@@ -94,6 +103,8 @@ class NpuDeviceMode(TorchFunctionMode):
             kwargs = {**kwargs, "device": torch.device("cpu")}
         if func is torch.Tensor.to and any(_is_npu(a) for a in args[1:]):
             args = (args[0],) + tuple(_cpu(a) for a in args[1:])
+        elif func is torch.Tensor.to and any(_is_cpu(a) for a in list(args[1:]) + [kwargs.get("device")]):
+            return _to_cpu(func(*args, **kwargs), args[0])
         return func(*args, **kwargs)
 
 
@@ -290,7 +301,10 @@ class GradScaler(torch.amp.GradScaler):
     """``torch_npu.npu.amp.GradScaler``: torch's GradScaler on the ``npu`` device with torch_npu's defaults
     (init_scale 2^16, growth 2, backoff 0.5, interval 2000; 13.2) and its ``dynamic`` switch: with
     ``dynamic=False`` the gradients are only multiplied by 1/scale, no overflow check, the step always runs
-    and the scale stays."""
+    and the scale stays. Its scale() clears the float status register at its first call of an iteration on a
+    saturation SoC, as torch_npu's does (the run's GradScaler.scale hook reads this flag)."""
+
+    _clears_float_status_at_scale = True
 
     def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  enabled=True, dynamic=True):
@@ -327,6 +341,135 @@ class GradScaler(torch.amp.GradScaler):
         self._static_unscaled.clear()
 
 
+# --------------------------------------------------------------------------- streams, events, generators
+
+class Event:
+    """``torch.npu.Event``: the emulated NPU runs every kernel when the script calls it (one stream, no queue), so an
+    event is complete once recorded; ``elapsed_time`` is the host time between two records, in milliseconds."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = bool(enable_timing)
+        self._t = None
+
+    def record(self, stream=None):
+        self._t = time.perf_counter()
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end_event) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Events were not created with enable_timing=True (torch.npu.Event(enable_timing=True))")
+        if self._t is None or end_event._t is None:
+            raise RuntimeError("both events must be recorded before elapsed_time")
+        return (end_event._t - self._t) * 1000.0
+
+
+class Stream:
+    """``torch.npu.Stream``: one in-order stream (the emulated kernels run synchronously); waits are no-ops."""
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("npu", _check_device(device, "torch.npu.Stream"))
+        self.priority = priority
+
+    def wait_event(self, event):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self):
+        pass
+
+    def __eq__(self, other):
+        return isinstance(other, Stream)
+
+    def __hash__(self):
+        return 0
+
+
+_STREAM = None
+
+
+def _current_stream(device=None):
+    global _STREAM
+    _STREAM = _STREAM or Stream()
+    return _STREAM
+
+
+@contextlib.contextmanager
+def _stream(stream=None):
+    """``torch.npu.stream(s)``: the kernels run in issue order whatever the stream."""
+    yield stream
+
+
+class _GeneratorType(type(torch._C.Generator)):
+    # every torch generator is one (isinstance(torch.default_generator, torch.Generator) stays True)
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, torch._C.Generator)
+
+
+class Generator(torch._C.Generator, metaclass=_GeneratorType):
+    """``torch.Generator(device="npu")``: the CPU's generator (the tensors are CPU tensors)."""
+
+    def __new__(cls, device=None):
+        return super().__new__(cls, "cpu" if _is_npu(device) or isinstance(device, int) else (device or "cpu"))
+
+    def __init__(self, device=None):
+        pass
+
+
+_NPU0 = None     # torch.device("npu", 0), made once torch's PrivateUse1 backend is named npu
+
+
+#: the tensors ``.cpu()`` / ``.to("cpu")`` returned: they report the CPU (the shim keeps no other placement)
+_ON_CPU = WeakIdKeyDictionary()
+
+
+def _npu_device(real):
+    """``Tensor.device`` under the shim: a CPU tensor reports ``npu:0`` (to torch_npu every tensor the script computes
+    is on the NPU: it moved its model and data there), except one ``.cpu()`` / ``.to("cpu")`` returned; a tensor
+    computed from that reports ``npu:0`` again (NUMERICS.md section 17)."""
+    get = real.__get__
+
+    def device(self):
+        d = get(self)
+        if d.type != "cpu" or (_ON_CPU and self in _ON_CPU):
+            return d
+        return _NPU0
+    return property(device, doc=real.__doc__)
+
+
+def _to_cpu(t, src):
+    """``t`` (what ``.cpu()`` / ``.to("cpu")`` gave for ``src``) marked as on the CPU: an alias of ``src`` when torch
+    returned ``src`` itself (marking ``src`` would move the script's own tensor)."""
+    if t is src:
+        t = src.view_as(src)
+    _ON_CPU[t] = True
+    return t
+
+
+def _tensor_cpu(real):
+    def cpu(self, *args, **kwargs):
+        return _to_cpu(real(self, *args, **kwargs), self)
+    cpu.__doc__ = real.__doc__
+    return cpu
+
+
 def _seed_cpu_generator(seed) -> None:
     torch.default_generator.manual_seed(int(seed))
 
@@ -357,7 +500,8 @@ npu = _module(
     matmul=_Switch("matmul", {"allow_hf32": "allow_hf32_matmul", "cube_math_type": "cube_math_type"}),
     conv=_Switch("conv", {"allow_hf32": "allow_hf32_conv"}),
     CubeMathType=CubeMathType, set_option=set_option, use_compatible_impl=use_compatible_impl,
-    set_deterministic_level=set_deterministic_level, set_compile_mode=set_compile_mode, config=_Config(), amp=amp)
+    set_deterministic_level=set_deterministic_level, set_compile_mode=set_compile_mode, config=_Config(), amp=amp,
+    Event=Event, Stream=Stream, current_stream=_current_stream, default_stream=_current_stream, stream=_stream)
 
 
 # --------------------------------------------------------------------------- installing it
@@ -393,15 +537,22 @@ def installed():
     """``import torch_npu`` and the ``npu`` device for the duration of a ``with`` block (see the module)."""
     if "torch_npu" in sys.modules and not getattr(sys.modules["torch_npu"], "__ascend_emu_shim__", False):
         raise AscendEmuError("a real torch_npu is already imported in this process; the shim cannot replace it")
+    global _NPU0
     _register_npu_device()
+    _register_npu_ops()
+    _NPU0 = torch.device("npu", 0)
     saved = {"Tensor.npu": getattr(torch.Tensor, "npu", None), "Module.npu": getattr(torch.nn.Module, "npu", None),
              "autocast": torch.autocast, "amp.autocast": torch.amp.autocast,
-             "use_deterministic_algorithms": torch.use_deterministic_algorithms}
+             "use_deterministic_algorithms": torch.use_deterministic_algorithms, "Generator": torch.Generator,
+             "device": torch.Tensor.__dict__.get("device"), "Tensor.cpu": torch.Tensor.__dict__.get("cpu")}
     _CALLS.clear()
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
     torch.autocast = torch.amp.autocast = autocast
     torch.use_deterministic_algorithms = _use_deterministic_algorithms(saved["use_deterministic_algorithms"])
+    torch.Generator = Generator
+    torch.Tensor.device = _npu_device(torch._C.TensorBase.device)
+    torch.Tensor.cpu = _tensor_cpu(saved["Tensor.cpu"] or torch._C.TensorBase.cpu)
     sys.path.insert(0, SHIM_DIR)
     env = os.environ.get("TORCH_NPU_USE_COMPATIBLE_IMPL")
     if env is not None and current() is not None:      # torch_npu seeds the option from its environment variable
@@ -429,12 +580,53 @@ def installed():
         torch.autocast = saved["autocast"]
         torch.amp.autocast = saved["amp.autocast"]
         torch.use_deterministic_algorithms = saved["use_deterministic_algorithms"]
+        torch.Generator = saved["Generator"]
+        for attr in ("device", "cpu"):            # torch.Tensor inherits both from TensorBase
+            own = saved["device" if attr == "device" else "Tensor.cpu"]
+            if own is None:
+                delattr(torch.Tensor, attr)
+            else:
+                setattr(torch.Tensor, attr, own)
 
 
 def _rotary_mul(x, r1, r2, rotary_mode="half"):
     if rotary_mode != "half":
         raise AscendEmuError(f"torch_npu.npu_rotary_mul: rotary_mode {rotary_mode!r} is not emulated (only 'half')")
     return torch.ops.ascend_emu.npu_rotary_mul(x, r1, r2)
+
+
+#: torch_npu's own op schemas ([OP] op_plugin/config/op_plugin_functions.yaml) under ``torch.ops.npu``: each a
+#: composite of the emulator's kernel, so the run meets the ``torch.ops.ascend_emu`` op (one record, its autograd)
+_NPU_OPS = {
+    "npu_rms_norm": ("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
+                     lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon)),
+    "npu_swiglu": ("npu_swiglu(Tensor self, int dim=-1) -> Tensor",
+                   lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim)),
+    "npu_rotary_mul": ("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
+                       lambda x, r1, r2, rotary_mode="half": _rotary_mul(x, r1, r2, rotary_mode)),
+    "npu_fusion_attention": (
+        "npu_fusion_attention(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
+        "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
+        "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
+        "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
+        "bool sync=False) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)",
+        lambda *a, **kw: npu_attention.fusion_attention(*a, **kw)),
+}
+_NPU_LIBRARY = []
+
+
+def _register_npu_ops() -> None:
+    """``torch.ops.npu.npu_*`` (torch_npu scripts call them so too): once per process, beside the shim's
+    ``torch_npu.npu_*``; a process that already has them (a real torch_npu) keeps its own."""
+    if _NPU_LIBRARY:
+        return
+    lib = torch.library.Library("npu", "FRAGMENT")
+    for name, (schema, fn) in _NPU_OPS.items():
+        if hasattr(torch.ops.npu, name):
+            continue
+        lib.define(schema)
+        lib.impl(name, fn, "CompositeImplicitAutograd")
+    _NPU_LIBRARY.append(lib)
 
 
 #: torch_npu's top-level functions (``torch_npu.npu_rms_norm`` ...): the emulator's kernels (``torch.ops.ascend_emu``)

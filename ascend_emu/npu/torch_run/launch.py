@@ -160,7 +160,7 @@ class Launcher:
                     raise AscendEmuError(f"{self.name}: cubeMathType USE_HF32 is not supported on {run.chip.name} "
                                          "(no HF32); drop torch.npu.matmul.allow_hf32 / cube_math_type")
                 arrays = list(arrays)
-                n_operands = 2 if tf_type != "_FlashAttentionScore" else 3
+                n_operands = {"_FlashAttentionScore": 3, "_FlashAttentionScoreGrad": 4}.get(tf_type, 2)
                 idx = [i for i in range(min(n_operands, len(arrays)))
                        if isinstance(arrays[i], np.ndarray) and arrays[i].dtype == np.float32]
                 if tf_type == "Conv2DBackpropInput":
@@ -181,6 +181,9 @@ class Launcher:
                     for i in idx:
                         arrays[i] = self.cast(arrays[i], "float16")
                     dtype = "float16"
+                    # the fp16 operands' output dtype, or the accumulator's float32 (use_fp16_out: assumed)
+                    if run.device.numerics.use_fp16_out == "float32":
+                        cube_out = "float32"
         ctx = run.context(dtype, cube_out, self.name, tf_type)
         if op_model is not None:
             ctx.op_model = op_model

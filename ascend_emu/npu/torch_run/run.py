@@ -12,10 +12,12 @@ from torch.utils.weak import WeakIdKeyDictionary  # noqa: E402
 from ...errors import AscendEmuError
 from ...fileio import check_output_dir
 from ...frontend.torch import aten as _aten
+from ...frontend.torch import aten_grad  # noqa: F401  (registers the backward kernels' lowerings into aten.ATEN)
 from ...frontend.torch.autocast import AutocastMode
 from ...frontend.torch.convert import to_numpy
 from ...frontend.torch.intercept import DispatchMode
 from ...frontend.torch.options import DEFAULT_SOURCE, NpuOptions, activate
+from ...numerics.assumptions import ASSUMED, TORCH
 from ...numerics.policy import SOCS, soc_name
 from ...numerics.status import FloatStatus
 from ...ops import OpContext
@@ -29,6 +31,8 @@ from .launch import primary, same_values
 
 #: bytes a dump leaves free on its file system: past them the rest of the step is dumped as statistics
 DUMP_MARGIN = 1 << 30
+#: the torch path's assumed parameters (numerics/assumptions.py, family torch): Device options the run reads
+TORCH_ASSUMED = tuple(a.name for a in ASSUMED if a.family == TORCH)
 
 
 class TorchRun:
@@ -54,7 +58,8 @@ class TorchRun:
         self.chip = SOCS[self.options.soc]
         self.aicpu_fallback = bool(aicpu_fallback)
         bad = set(device_options) - {"overflow_mode", "subnormals", "impl_mode", "op_model", "cube_model",
-                                     "run_seed", "multicore", "hf32_rounding", "reduce_accumulate"}
+                                     "run_seed", "multicore", "hf32_rounding", "reduce_accumulate", "hf32_bits",
+                                     "hf32_conv_rounding", "hf32_matmul_rounding", *TORCH_ASSUMED}
         if bad:
             raise AscendEmuError(f"emulate: unknown option(s) {', '.join(sorted(bad))}")
         self._device_options = device_options
@@ -89,6 +94,8 @@ class TorchRun:
         self._step_info: dict = {}
         self._modes = None
         self._t0 = None
+        self._cleared_at_scale = None            # the step whose first GradScaler.scale cleared the register
+        self.device     # the device options checked now: a bad value is one line at emulate(...), not mid-script
 
     # -- the device ------------------------------------------------------------------------------------------
     @property
@@ -120,8 +127,19 @@ class TorchRun:
 
     def clear_float_status(self) -> None:
         """npu_clear_float_status: what torch_npu's GradScaler.scale does first in an iteration on a SoC in
-        saturation mode (the ``torch_npu`` shim calls it)."""
+        saturation mode."""
         self.float_status.clear()
+
+    def grad_scaler_scale(self, scaler) -> None:
+        """GradScaler.scale was called: torch_npu's scaler clears the float status register at its first call of
+        an iteration on a saturation SoC ([PT] grad_scaler.py; ASCEND-FACTS 13.2); upstream's does so only under
+        ``float_status_clear="scale"`` (an assumption: NUMERICS.md section 16)."""
+        if not scaler.is_enabled() or self.device.overflow_mode != "saturation" or self._cleared_at_scale == self.step:
+            return
+        if getattr(scaler, "_clears_float_status_at_scale", False) or \
+                self.device.numerics.float_status_clear == "scale":
+            self._cleared_at_scale = self.step
+            self.float_status.clear()
 
     def autocast(self, dtype=torch.float16, enabled: bool = True):
         """``torch.autocast("npu", dtype)`` of this run: a ``with`` block of torch_npu's autocast."""
@@ -418,8 +436,10 @@ class TorchRun:
         info["float_status"] = self.float_status.get()
         self.steps.append(info)
         self._close_step()
-        if self.chip.name and self.device.overflow_mode == "saturation" and info.get("scaler"):
-            # torch_npu's GradScaler clears the register once per iteration (its next scale())
+        if self.device.overflow_mode == "saturation" and info.get("scaler") and \
+                self.device.numerics.float_status_clear == "update":
+            # upstream's GradScaler marks no point of the iteration before its update: the register is cleared
+            # here and the next forward counts (float_status_clear="update", an assumption: NUMERICS section 16)
             self.float_status.clear()
         self.step += 1
         self._counts = {}
@@ -427,8 +447,10 @@ class TorchRun:
         self._open_step()
 
     def config(self) -> dict:
+        pol = self.device.numerics
         return {"framework": "pytorch", "torch_npu_options": self.options.as_dict(),
-                "device": self.device.config(), "aicpu_fallback": self.aicpu_fallback}
+                "device": {**self.device.config(), **{n: getattr(pol, n) for n in TORCH_ASSUMED}},
+                "aicpu_fallback": self.aicpu_fallback}
 
     # -- the record ------------------------------------------------------------------------------------------------
     @property
@@ -481,12 +503,14 @@ class TorchRun:
         self._modes = (act, auto, disp)
         self._t0 = time.perf_counter()
         self.float_status.clear()
+        self._scale_saved = _hook_grad_scaler(self)
         self._open_step()
         return self
 
     def __exit__(self, *exc) -> None:
         act, auto, disp = self._modes
         self._modes = None
+        torch.amp.GradScaler.scale = self._scale_saved
         try:
             disp.__exit__(*exc)
             auto.__exit__(*exc)
@@ -499,6 +523,19 @@ class TorchRun:
                     if self._step_info:
                         self.steps.append(info)
                 self._close_step(exc[1])
+
+
+def _hook_grad_scaler(run):
+    """torch.amp.GradScaler.scale (and so every subclass's, the shim's included) tells ``run`` first: where torch_npu
+    clears the float status register. Returns the method to restore."""
+    original = torch.amp.GradScaler.scale
+
+    def scale(scaler, outputs):
+        run.grad_scaler_scale(scaler)
+        return original(scaler, outputs)
+    scale.__doc__ = original.__doc__
+    torch.amp.GradScaler.scale = scale
+    return original
 
 
 #: aten ops whose outputs are uninitialised memory (torch fills them later, in place)
