@@ -459,7 +459,8 @@ class Device:
                      overwrite=overwrite, progress=progress, dump_options=dump_options)
 
     def _check_supported(self, nodes):
-        missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}
+        missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"
+                   and n.meta.get("aten_engine", "AICPU") == "AICPU"}
         if missing and not self.aicpu_fallback:
             raise UnsupportedOpError(missing)
 
