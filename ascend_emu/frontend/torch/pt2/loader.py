@@ -298,7 +298,9 @@ class _Build:
         args, kwargs = template(tuple(n.args)), template(dict(n.kwargs))
         val = _val(n)
         tuple_out = isinstance(val, (list, tuple))
-        vals = list(val) if tuple_out else [val]
+        # the outputs the program reads (a max pool's indices, which nothing reads, are not the op's outputs)
+        kept = sorted(_used_outputs(n)) if tuple_out else [0]
+        vals = [(list(val) if tuple_out else [val])[i] for i in kept]
         if not all(isinstance(v, torch.Tensor) for v in vals):
             raise AscendEmuError(f"exported node {n.name!r} ({func}) gives a value that is not a tensor; export with "
                                  "static shapes")
@@ -308,9 +310,12 @@ class _Build:
                                output_shapes=[[int(s) for s in v.shape] for v in vals],
                                meta={"aten": str(func), "aten_args": (args, kwargs), "aten_engine": engine,
                                      "aten_reason": reason, "aten_dtypes": dtypes, "torch_name": n.name,
-                                     "source_type": str(func)}))
-        self.refs[n.name] = [f"{n.name}:{i}" for i in range(len(vals))] if tuple_out else f"{n.name}:0"
-        self.fx_outputs[n.name] = [(n.name, i if tuple_out else None) for i in range(len(vals))]
+                                     "aten_outputs": kept if tuple_out else None, "source_type": str(func)}))
+        if tuple_out:
+            self.refs[n.name] = [f"{n.name}:{kept.index(i)}" if i in kept else None for i in range(len(val))]
+        else:
+            self.refs[n.name] = f"{n.name}:0"
+        self.fx_outputs[n.name] = [(n.name, i if tuple_out else None) for i in kept]
 
 
 def _flat(x) -> list:
@@ -354,6 +359,17 @@ def load_pt2(model, *, input_shapes=None) -> Graph:
     ``input_shapes`` (``--shape``) must match the shapes the program was exported with (an exported program
     has static shapes here). Raises :class:`AscendEmuError` (one line) for a missing, damaged or unsafe file.
     """
+    import warnings
+
+    with warnings.catch_warnings():
+        # (torch's own deprecation warnings while it deserialises and decomposes are not the user's business)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return _load_pt2(model, input_shapes)
+
+
+def _load_pt2(model, input_shapes) -> Graph:
     if isinstance(model, (str, os.PathLike)):
         ep = load_exported_program(model)
         name = os.path.splitext(os.path.basename(os.fspath(model)))[0]

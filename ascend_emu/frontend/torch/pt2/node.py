@@ -52,6 +52,8 @@ def run_aten_node(node, input_arrays) -> list:
         raise AscendEmuError(f"torch failed on op {node.name} ({node.meta['aten']}): "
                              f"{(line[0] if line else type(e).__name__)[:300]}") from None
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if node.meta.get("aten_outputs") is not None:
+        outs = [outs[i] for i in node.meta["aten_outputs"]]
     if node.meta.get("aten_engine") == "AICPU":
         outs = [o.to(torch_dtype(d)) if o.dtype.is_floating_point and torch_dtype(d).is_floating_point else o
                 for o, d in zip(outs, node.meta["aten_dtypes"])]
