@@ -71,7 +71,9 @@ def sanitised_archive(path) -> bytes:
             raise _bad(path, "not one archive folder")
         root = roots.pop() + "/"
         rel = {n[len(root):]: n for n in names}
-        if "version" in rel and "archive_format" not in rel:
+        if "data.pkl" in rel:
+            raise _bad(path, "a torch.save file, a pickle, which ascend-emu does not unpickle")
+        if "serialized_exported_program.json" in rel and "archive_format" not in rel:
             raise AscendEmuError(f"{str(path)!r} is in the old torch.export format (before the pt2 archive), which "
                                  "torch loads with pickle; save it again with torch.export.save of torch 2.6 or "
                                  "later")
@@ -84,6 +86,7 @@ def sanitised_archive(path) -> bytes:
             if len(models) != 1:
                 raise _bad(path, f"{len(models)} programs under models/; ascend-emu replays an archive of one")
             model = models[0][len("models/"):-len(".json")]
+            _check_schema(path, zf.read(rel[models[0]]))
             for kind in ("weights", "constants"):
                 cfg_name = f"data/{kind}/model_{kind}_config.json" if model == "model" else \
                     f"data/{kind}/{model}_{kind}_config.json"
@@ -104,6 +107,27 @@ def sanitised_archive(path) -> bytes:
         except Exception as e:  # zlib.error and what else a damaged member raises
             raise _bad(path, f"a damaged archive: {_line(e)}") from None
     return out.getvalue()
+
+
+def _check_schema(path, raw: bytes) -> None:
+    """Refuse a program written with another major version of torch.export's schema (torch then retries the file
+    as the old, pickled format)."""
+    from torch._export.serde.schema import SCHEMA_VERSION
+
+    try:
+        js = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise _bad(path, f"its program is not JSON: {_line(e)}") from None
+    v = js.get("schema_version") if isinstance(js, dict) else None
+    major = v.get("major") if isinstance(v, dict) else None
+    if not isinstance(major, int):
+        raise _bad(path, "its program has no schema version")
+    if major != SCHEMA_VERSION[0]:
+        import torch
+
+        raise AscendEmuError(f"{str(path)!r} was saved by another torch version (torch.export schema {major}."
+                             f"{v.get('minor')}, this torch {torch.__version__} reads {SCHEMA_VERSION[0]}.x); export it "
+                             f"again with torch {torch.__version__}")
 
 
 def _check_config(path, kind: str, raw: bytes) -> None:
@@ -133,9 +157,11 @@ def load_exported_program(path):
     import logging
     import warnings
 
-    log = logging.getLogger("torch._export.serde.serialize")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
+    # torch logs a traceback of what it fails on before raising: the user gets our one line instead
+    logs = [logging.getLogger(n) for n in ("torch._export.serde.serialize", "torch.export")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -151,7 +177,8 @@ def load_exported_program(path):
                                  f"with torch {torch.__version__}") from None
         raise _bad(path, f"torch cannot read it: {text}") from None
     finally:
-        log.setLevel(level)
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
     if type(ep).__name__ != "ExportedProgram":
         raise _bad(path, f"it holds a {type(ep).__name__}")
     return ep
