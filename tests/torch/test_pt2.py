@@ -134,9 +134,14 @@ def test_reference_and_compare_name_the_first_divergent_op(tmp_path, capsys):
         assert manifest["config"]["framework"] == "pytorch"
 
 
-def test_mixlist_search_and_fit_run_on_a_program(programs, tmp_path, capsys, monkeypatch):
+def test_graph_tools_run_on_a_program(programs, tmp_path, capsys, monkeypatch):
+    """fusion-bisect (ConvBatchnormFusionPass applies), mixlist-search and fit on the CNN's .pt2, each naming
+    torch as the float32 reference."""
     path = programs["cnn"][0]
     monkeypatch.chdir(tmp_path)         # (mixlist-search writes ops_info.json here)
+    assert main(["-q", "fusion-bisect", str(path), "--soc", "Ascend910B", "--scheduler", "none"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "PyTorch float32 reference" in out and "rules that fired: ConvBatchnormFusionPass" in out
     assert main(["-q", "mixlist-search", str(path), "--soc", "Ascend910B", "--scheduler", "none",
                  "--target", "cosine>=0.9999999"]) in (0, 1)
     out = capsys.readouterr().out
