@@ -137,6 +137,9 @@ class _Build:
                 if not isinstance(v, torch.Tensor):
                     raise AscendEmuError(f"exported input {n.name!r} is not a tensor ({type(v).__name__}); "
                                          "export a model whose inputs are tensors")
+                if not all(type(d) is int for d in v.shape):
+                    raise AscendEmuError(f"exported input {n.name!r} has dynamic dimensions {tuple(v.shape)}; ascend-emu "
+                                         "replays static shapes: export without dynamic_shapes, for the shape to run")
                 dt = dtype_name(v.dtype)
                 shape = [int(s) for s in v.shape]
                 self.nodes.append(Node(name=n.name, op="Placeholder", attrs={"dtype": dt, "shape": shape}))
