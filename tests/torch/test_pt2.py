@@ -129,6 +129,8 @@ def test_reference_and_compare_name_the_first_divergent_op(tmp_path, capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("first divergent op:"))
     assert "mul_1" in line, out
+    assert main(["report", str(npu), str(bench), "-o", str(tmp_path / "r.html")]) == 0
+    assert 'data-op="mul_1"' in (tmp_path / "r.html").read_text()
     manifest = json.loads((bench / "dump.json").read_text()) if (bench / "dump.json").exists() else None
     if manifest is not None:
         assert manifest["config"]["framework"] == "pytorch"
