@@ -365,6 +365,8 @@ class Device:
         have = {n.name for n in graph.nodes} | {n.name for n in fused_nodes}
         if graph.onnx is not None:
             have |= set(graph.onnx.nodes)
+        if graph.pt2 is not None:       # an exported program's FX node names (a call's ops all keep its name)
+            have |= {n.meta["torch_name"] for n in graph.nodes if "torch_name" in n.meta}
         have_types = {n.meta.get("ascend_type") or ascend_type(n.op) for n in fused_nodes}
         lost = sorted(n for n in names if n not in have) + sorted(f"OpType::{t}" for t in types if t not in have_types)
         if lost:

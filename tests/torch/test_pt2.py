@@ -263,3 +263,13 @@ def test_an_exported_program_object_replays_and_dynamic_shapes_are_refused(tmp_p
     dyn = torch.export.export(m, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
     torch.export.save(dyn, str(tmp_path / "dyn.pt2"))
     _one_line_exit_2(capsys, ["replay", str(tmp_path / "dyn.pt2"), "-q"], "dynamic dimensions", "static shapes")
+
+
+def test_keep_dtype_names_an_fx_node(programs, tmp_path):
+    """--keep-dtype with an FX node's name keeps every registry op its call became (as an ONNX node's name does)."""
+    keep = tmp_path / "keep.txt"
+    keep.write_text("convolution\n")
+    g = load_pt2(programs["cnn"][0])
+    res = Device(soc="Ascend910B", keep_dtype=str(keep), fusion_switch="off").replay(g, progress=False)
+    conv = {r.name: r.compute_dtype for r in res.records if r.tf_type == "Conv2D"}
+    assert conv == {"convolution/Conv2D_4": "float32", "convolution_1/Conv2D_4": "float16"}, conv

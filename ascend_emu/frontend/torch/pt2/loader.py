@@ -254,7 +254,8 @@ class _Build:
             else:
                 _, name, op, inputs, attrs, k = e
                 name = rename.get(name, name)
-                meta = {"torch_name": n.name, "aten": str(n.target)}
+                # (onnx_name: the source node an op is part of, which --keep-dtype and the fusion owners read)
+                meta = {"torch_name": n.name, "aten": str(n.target), "onnx_name": n.name}
                 if name == n.name:
                     meta["source_type"] = str(n.target)
                     if tr.notes:
