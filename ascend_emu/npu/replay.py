@@ -583,8 +583,10 @@ class _Run:
         if engine == "HOST" and all(r in self.const for r in refs):
             self.const.update(node.output_names())
         dt = next((dtype_name(o.dtype) for o in outs if is_float(o)), dtype_name(outs[0].dtype) if outs else "")
+        # (exact: no precision list changes it, so mixlist-search does not try one)
         self._record(OpRecord(node.name, node.op, ascend_type(node.op), engine, dt, refs,
-                              precision={"list": None, "reason": node.meta.get("aten_reason", "")}), outs, node.attrs)
+                              precision={"list": None, "reason": node.meta.get("aten_reason", ""), "exact": True}),
+                     outs, node.attrs)
         return outs
 
     def _aicpu(self, node: Node, args, reason: str = "no AI Core kernel: runs on the AI CPU in its original "
