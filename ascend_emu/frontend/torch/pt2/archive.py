@@ -126,8 +126,8 @@ def _check_schema(path, raw: bytes) -> None:
         import torch
 
         raise AscendEmuError(f"{str(path)!r} was saved by another torch version (torch.export schema {major}."
-                             f"{v.get('minor')}, this torch {torch.__version__} reads {SCHEMA_VERSION[0]}.x); export it "
-                             f"again with torch {torch.__version__}")
+                             f"{v.get('minor')}, this torch {torch.__version__} reads {SCHEMA_VERSION[0]}.x); "
+                             f"export it again with torch {torch.__version__}")
 
 
 def _check_config(path, kind: str, raw: bytes) -> None:

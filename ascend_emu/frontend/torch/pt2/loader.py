@@ -29,7 +29,7 @@ from ....graph.core import Graph, InputSpec, Node
 from .. import aten as _aten
 from ..convert import dtype_name, to_numpy
 from .archive import load_exported_program
-from .trace import ExactCall, Tracer, Untraceable, same_trace, tracing
+from .trace import TAINT, ExactCall, Tracer, Untraceable, same_trace, tracing
 
 
 class Pt2Source:
@@ -138,8 +138,9 @@ class _Build:
                     raise AscendEmuError(f"exported input {n.name!r} is not a tensor ({type(v).__name__}); "
                                          "export a model whose inputs are tensors")
                 if not all(type(d) is int for d in v.shape):
-                    raise AscendEmuError(f"exported input {n.name!r} has dynamic dimensions {tuple(v.shape)}; ascend-emu "
-                                         "replays static shapes: export without dynamic_shapes, for the shape to run")
+                    raise AscendEmuError(f"exported input {n.name!r} has dynamic dimensions {tuple(v.shape)}; "
+                                         "ascend-emu replays static shapes: export without dynamic_shapes, for the "
+                                         "shape to run")
                 dt = dtype_name(v.dtype)
                 shape = [int(s) for s in v.shape]
                 self.nodes.append(Node(name=n.name, op="Placeholder", attrs={"dtype": dt, "shape": shape}))
@@ -182,8 +183,8 @@ class _Build:
                 outs.append(func(*args, **kwargs))
         for env, o in zip(self.envs, outs):
             env[n.name] = o
-        if func.namespace == "aten" and func._schema.name in ("aten::_assert_tensor_metadata", "aten::sym_constrain_range_for_size"):
-            return
+        if _val(n) is None and not n.users:
+            return      # an assertion (_assert_tensor_metadata, _assert_async): checked by torch above, no value
         packet = func.overloadpacket.__name__
         host = f"aten.{packet}" in _aten.HOST
         low = _aten.lookup(func)
@@ -233,8 +234,8 @@ class _Build:
                 if not (isinstance(a, tuple) and isinstance(b, tuple) and isinstance(a[1], torch.Tensor)
                         and torch.equal(a[1], b[1])) or a[1].dtype != b[1].dtype:
                     raise Untraceable("an output computed outside the registry ops")
-            elif a != b:
-                raise Untraceable("outputs differ between examples")
+            elif a != b or a == TAINT:
+                raise Untraceable("an output derived by an untraced computation")
         self._commit(n, ta, outs_a, users)
         return True
 
@@ -244,8 +245,12 @@ class _Build:
         first = outs[0] if outs else None
         if isinstance(first, str) and first.endswith(":0") and first.startswith(f"{n.name}/"):
             rename[first[:-2]] = n.name
-        fix = lambda r: (rename.get(r.rpartition(":")[0], r.rpartition(":")[0]) + ":" + r.rpartition(":")[2]  # noqa: E731
-                         if isinstance(r, str) else r)
+
+        def fix(r):
+            if not isinstance(r, str):
+                return r
+            node, _, idx = r.rpartition(":")
+            return f"{rename.get(node, node)}:{idx}"
         const_outs = {}
         for e in tr.entries:
             if e[0] == "const":
