@@ -165,18 +165,25 @@ class Tracer:
 
 
 class _Numpy:
-    """numpy for a lowering being traced: the layout functions become Transpose nodes of the tracer."""
+    """numpy for a lowering being traced: the layout functions become Transpose nodes of the tracer (in the
+    tracing thread only: an eager run in another thread meanwhile sees numpy itself)."""
 
-    def __init__(self, tracer: Tracer):
+    def __init__(self, tracer: Tracer, owner: int):
         self._t = tracer
+        self._owner = owner
 
     def __getattr__(self, name):
         return getattr(np, name)
 
+    def _mine(self) -> bool:
+        return threading.get_ident() == self._owner
+
     def transpose(self, a, axes=None):
-        return self._t.transpose(a, axes)
+        return self._t.transpose(a, axes) if self._mine() else np.transpose(a, axes)
 
     def moveaxis(self, a, source, destination):
+        if not self._mine():
+            return np.moveaxis(a, source, destination)
         n = np.ndim(a)
         s, d = int(source) % n, int(destination) % n
         order = [i for i in range(n) if i != s]
@@ -184,25 +191,31 @@ class _Numpy:
         return self._t.transpose(a, order)
 
     def ascontiguousarray(self, a, dtype=None):
-        if getattr(a, "ref", None) is not None and dtype is None:
+        if self._mine() and getattr(a, "ref", None) is not None and dtype is None:
             return sym(np.ascontiguousarray(np.asarray(a)), a.ref)
         return np.ascontiguousarray(a, dtype=dtype)
 
     def asarray(self, a, dtype=None):
-        if getattr(a, "ref", None) is not None and (dtype is None or np.dtype(dtype) == a.dtype):
+        if self._mine() and getattr(a, "ref", None) is not None and (dtype is None or np.dtype(dtype) == a.dtype):
             return a
         return np.asarray(a, dtype=dtype)
 
 
 @contextlib.contextmanager
 def tracing(tracer: Tracer):
-    """Run aten's lowerings against ``tracer``: its numpy and tensor conversions see the graph tensors."""
+    """Run aten's lowerings against ``tracer``: its numpy and tensor conversions see the graph tensors. The module's
+    functions are swapped for the duration (one trace at a time); calls from other threads go to the real ones."""
     real_to, real_from, real_np = _aten.to_numpy, _aten.from_numpy, _aten.np
+    owner = threading.get_ident()
 
     def to_numpy(t):
+        if threading.get_ident() != owner:
+            return real_to(t)
         return sym(real_to(t), tracer.ref_of(t))
 
     def from_numpy(a, dtype=None):
+        if threading.get_ident() != owner:
+            return real_from(a, dtype)
         r = getattr(a, "ref", None)
         t = real_from(np.asarray(a))
         if r is not None and r != TAINT and dtype is not None and t.dtype != dtype:
@@ -215,7 +228,7 @@ def tracing(tracer: Tracer):
         return t
 
     with _LOCK:
-        _aten.to_numpy, _aten.from_numpy, _aten.np = to_numpy, from_numpy, _Numpy(tracer)
+        _aten.to_numpy, _aten.from_numpy, _aten.np = to_numpy, from_numpy, _Numpy(tracer, owner)
         try:
             yield tracer
         finally:
