@@ -159,7 +159,8 @@ def run_graph_streaming(graph: Graph, feeds: dict, on_node, segment: int = SEGME
 def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
               overwrite: bool = False, stats_only: bool = False, select=None,
               progress: bool = True) -> ReferenceResult:
-    """Run ``model`` in TensorFlow (float32 for float32 models) on the CPU; optionally dump every op.
+    """Run ``model`` in TensorFlow (float32 for float32 models) on the CPU; optionally dump every op. An ONNX
+    model runs in onnxruntime, an exported PyTorch program (``.pt2``) in torch.
 
     Parameters
     ----------
@@ -195,10 +196,10 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
     if graph.onnx is not None:
-        return _onnx_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+        return _door_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
                                progress=progress)
     if graph.pt2 is not None:
-        return _onnx_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+        return _door_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
                                progress=progress, torch=True)
     if stats_only and dump_dir is not None and not _has_loops(graph):
         # (loops and branches run call by call, which streaming by segments cannot do: their
@@ -223,7 +224,7 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
                            dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
 
 
-def _onnx_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress,
+def _door_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress,
                     torch: bool = False) -> ReferenceResult:
     """An ONNX model's reference: onnxruntime float32 on the CPU (:mod:`.onnx_reference`), engine ``ORT``; an
     exported PyTorch program's (``torch``): torch on the CPU (:mod:`..torch.pt2.reference`), engine ``TORCH``."""
