@@ -273,3 +273,20 @@ def test_keep_dtype_names_an_fx_node(programs, tmp_path):
     res = Device(soc="Ascend910B", keep_dtype=str(keep), fusion_switch="off").replay(g, progress=False)
     conv = {r.name: r.compute_dtype for r in res.records if r.tf_type == "Conv2D"}
     assert conv == {"convolution/Conv2D_4": "float32", "convolution_1/Conv2D_4": "float16"}, conv
+
+
+def test_size_limits_and_shapes(programs, tmp_path, capsys, monkeypatch):
+    """A file past the size limit, a zip that unpacks past it (a bomb), and a --shape the program was not exported
+    with: one line, exit 2; the exported shape itself is accepted."""
+    from ascend_emu.frontend.torch.pt2 import archive
+
+    good = programs["cnn"][0]
+    assert main(["replay", str(good), "-q", "--shape", "input=8,3,16,16"]) == 0
+    _one_line_exit_2(capsys, ["replay", str(good), "-q", "--shape", "input=4,3,16,16"], "exported with shape")
+    monkeypatch.setattr(archive, "MAX_FILE_BYTES", 10_000)
+    _one_line_exit_2(capsys, ["replay", str(good), "-q"], "more than ascend-emu reads")
+    with zipfile.ZipFile(tmp_path / "bomb.pt2", "w", zipfile.ZIP_DEFLATED) as w:
+        w.writestr("bomb/archive_format", "pt2")
+        w.writestr("bomb/models/model.json", b" " * 1_000_000)
+    assert (tmp_path / "bomb.pt2").stat().st_size < 10_000
+    _one_line_exit_2(capsys, ["replay", str(tmp_path / "bomb.pt2"), "-q"], "unpacks to more than")
