@@ -344,6 +344,8 @@ class _Run:
                 return self._aten_exact(node, args)
             return self._aicpu(node, args, reason=node.meta.get("aten_reason", _AICPU_REASON))
         meta = node.meta
+        if "aten_elsewhere" in meta and not self.dev.numerics.chip.fp32_cube:
+            return self._elsewhere(node, args)
         fusion = meta.get("fusion")
         refs = list(node.input_names())
         ascend_op = meta.get("ascend_type") or ascend_type(node.op)
@@ -571,6 +573,15 @@ class _Run:
                                  + ", ".join(n for n, c in SOCS.items() if dtype in c.cube_dtypes) + ")")
         return self._aicpu(node, args, reason=f"{soc}'s cube has no {dtype} and {self.dev.precision.mode} keeps "
                                               f"{dtype}: GE places the op on the AI CPU")
+
+    def _elsewhere(self, node: Node, args) -> tuple:
+        """An exported program's op of the 910B and later (FlashAttentionScore) on an earlier SoC: its aten call on the
+        AI CPU, as the eager door runs it there."""
+        alt = node.meta["aten_elsewhere"]
+        meta = {k: v for k, v in alt.items() if k not in ("inputs", "op")}
+        call = Node(name=node.name, op=alt["op"], inputs=[node.inputs[i] for i in alt["inputs"]],
+                    num_outputs=node.num_outputs, meta={**meta, "aten_engine": "AICPU"})
+        return self._aicpu(call, [args[i] for i in alt["inputs"]], reason=alt["aten_reason"])
 
     def _aten_exact(self, node: Node, args) -> tuple:
         """An ``Aten<Op>`` node of an exported PyTorch program that only moves data (the host) or that torch computes

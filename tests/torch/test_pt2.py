@@ -60,19 +60,24 @@ def test_fp32_replay_is_torch_float32(programs, name):
         assert res.summary["per_engine_dtype"]["AICPU"] == {"float32": 10}
 
 
-@pytest.mark.parametrize("name", ["cnn", "llama"])
-def test_fp16_replay_is_the_eager_door(tmp_path, name):
+@pytest.mark.parametrize("name,soc", [("cnn", "Ascend910B"), ("llama", "Ascend910B"), ("llama", "Ascend910")])
+def test_fp16_replay_is_the_eager_door(tmp_path, name, soc):
     """A float16 program replayed with must_keep_origin_dtype (fusion off: torch_npu's eager mode fuses nothing)
     gives the eager door's ae.torch.emulate output of the same module bit for bit: the same lowerings on the same
-    kernels."""
+    kernels. On the 910 (no FlashAttentionScore) the SDPA call runs on the AI CPU in both."""
     module, x = (small_cnn(), cnn_batch()[0]) if name == "cnn" else (LlamaBlock(), llama_batch())
     path = _save(module, x, tmp_path / f"{name}16.pt2", torch.float16)
     x16 = x.half()
     g = load_pt2(path)
-    dev = Device(soc="Ascend910B", precision_mode="must_keep_origin_dtype", fusion_switch="off")
-    got = dev.replay(g, {g.inputs[0].name: x16.numpy()}, progress=False).outputs[g.outputs[0]]
-    with ae.torch.emulate("Ascend910B"), torch.no_grad():
+    dev = Device(soc=soc, precision_mode="must_keep_origin_dtype", fusion_switch="off")
+    res = dev.replay(g, {g.inputs[0].name: x16.numpy()}, progress=False)
+    got = res.outputs[g.outputs[0]]
+    with ae.torch.emulate(soc), torch.no_grad():
         eager = module(x16).numpy()
+    if name == "llama":
+        sdpa = next(r for r in res.records if r.name == "_scaled_dot_product_flash_attention_for_cpu")
+        assert (sdpa.engine, sdpa.tf_type) == (("AICORE", "_FlashAttentionScore") if soc == "Ascend910B" else
+                                               ("AICPU", "AtenScaledDotProductFlashAttentionForCpu"))
     assert got.dtype == np.float16
     # (the LLaMA block's cos, sin and pow.Scalar run in torch float32 on the AI CPU in both doors, rounded to fp16)
     np.testing.assert_array_equal(got.view(np.uint16), eager.view(np.uint16))

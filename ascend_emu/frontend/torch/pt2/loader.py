@@ -284,9 +284,27 @@ class _Build:
         self.refs[n.name] = refs if isinstance(_val(n), (list, tuple)) else refs[0]
         if refs and isinstance(refs[0], str) and refs[0] == f"{n.name}:0":
             self.fx_outputs[n.name] = [(n.name, 0 if isinstance(_val(n), (list, tuple)) else None)]
+            if tr.needs_fp32_cube:
+                self._elsewhere(n, next(x for x in self.nodes if x.name == n.name))
 
-    def _aten_node(self, n, func, engine: str, reason: str) -> None:
-        """The call as itself: an ``Aten<Op>`` node (module docstring)."""
+    def _elsewhere(self, n, node: Node) -> None:
+        """Keep the call itself on ``node`` (its op of the 910B and later) for a SoC without that kernel: the
+        replay runs it on the AI CPU there, when the call's tensors are among the node's inputs and its outputs
+        are the node's."""
+        inputs, args, kwargs = self._template(n)
+        val = _val(n)
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        if any(r not in node.inputs for r in inputs) or len(vals) != node.num_outputs or \
+                not all(isinstance(v, torch.Tensor) for v in vals):
+            return
+        node.meta["aten_elsewhere"] = {
+            "op": "Aten" + _camel(n.target.overloadpacket.__name__), "inputs": [node.inputs.index(r) for r in inputs],
+            "aten": str(n.target), "aten_args": (args, kwargs),
+            "aten_dtypes": [dtype_name(v.dtype) for v in vals], "aten_outputs": None,
+            "aten_reason": "no FlashAttentionScore before the 910B: the call runs on the AI CPU in float32"}
+
+    def _template(self, n):
+        """The graph tensors of call ``n``'s tensor arguments and its arguments with each replaced by its place."""
         inputs: list = []
 
         def template(x):
@@ -305,6 +323,11 @@ class _Build:
             return x
 
         args, kwargs = template(tuple(n.args)), template(dict(n.kwargs))
+        return inputs, args, kwargs
+
+    def _aten_node(self, n, func, engine: str, reason: str) -> None:
+        """The call as itself: an ``Aten<Op>`` node (module docstring)."""
+        inputs, args, kwargs = self._template(n)
         val = _val(n)
         tuple_out = isinstance(val, (list, tuple))
         # the outputs the program reads (a max pool's indices, which nothing reads, are not the op's outputs)

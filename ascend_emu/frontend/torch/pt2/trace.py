@@ -71,6 +71,7 @@ class Tracer:
         self.transposes = transposes       # graph tensor of a Transpose -> (its input, perm): global, read only
         self.local_t: dict = {}            # the same for this call's own Transposes
         self.consts = consts               # the graph tensors that are Const nodes (parameters, buffers)
+        self.needs_fp32_cube = False       # the lowering asked for a kernel of the 910B and later
         self._n = 0
 
     # -- names and nodes -----------------------------------------------------------------------------
@@ -111,7 +112,10 @@ class Tracer:
         return None     # the graph's kernels are the device's (the replay's op model)
 
     def fa_available(self) -> bool:
-        return True     # FlashAttentionScore: the graph is for the 910B and later (NUMERICS.md section 18)
+        # FlashAttentionScore exists from the 910B on: the graph holds it, and the call itself for the replay to run
+        # on the AI CPU of an earlier SoC, as the eager door does (NUMERICS.md section 18)
+        self.needs_fp32_cube = True
+        return True
 
     def cast(self, a, dtype: str):
         ref = self.ref(a)
