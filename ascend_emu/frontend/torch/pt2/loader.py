@@ -203,6 +203,8 @@ class _Build:
                 reason = f"the lowering's graph cannot be traced ({e}): the AI CPU"
             except AscendEmuError:
                 raise
+            except Exception as e:      # a lowering that cannot take this call's arguments: torch runs it
+                reason = f"the lowering fails on this call ({type(e).__name__}): the AI CPU"
         elif host:
             engine, reason = "HOST", "exact data movement: the host"
         self._aten_node(n, func, engine, reason)
