@@ -24,7 +24,8 @@ def cmd_reference(a):
     res = reference(a.model, a.input, a.dump, signature=a.signature, shapes=_shapes(a), seed=a.seed,
                     overwrite=a.overwrite, stats_only=a.stats_only, select=_select(a), progress=not a.quiet)
     s = res.summary
-    runtime = f"onnxruntime {s['onnxruntime']}" if "onnxruntime" in s else f"TensorFlow {s.get('tensorflow', '')}"
+    runtime = f"onnxruntime {s['onnxruntime']}" if "onnxruntime" in s else f"torch {s['torch']}" if "torch" in s \
+        else f"TensorFlow {s.get('tensorflow', '')}"
     print(f"reference: {s['ops']} ops in {runtime} float32 on the CPU")
     for engine, per in s["per_engine_dtype"].items():
         print(f"  {engine:<7} " + ", ".join(f"{dt}: {n}" for dt, n in per.items()))

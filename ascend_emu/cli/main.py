@@ -65,11 +65,14 @@ def build_parser():
         sp.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
         return sp
 
-    sp = add("replay", cmd_replay, "replay a model op by op on the emulated NPU and dump every op",
-             "ascend-emu replay model.keras --precision-mode allow_mix_precision --dump npu/")
+    sp = add("replay", cmd_replay, "replay a model (Keras, SavedModel, GraphDef, .onnx, or a torch.export .pt2) op "
+                                   "by op on the emulated NPU and dump every op",
+             "ascend-emu replay model.keras --precision-mode allow_mix_precision --dump npu/\n"
+             "  ascend-emu replay model.pt2 --soc Ascend910B --dump npu/")
     _model_args(sp)
     _device_args(sp)
-    sp = add("reference", cmd_reference, "run the model in float32 (TensorFlow; onnxruntime for an .onnx model) and "
+    sp = add("reference", cmd_reference, "run the model in float32 (TensorFlow; onnxruntime for an .onnx model; torch for a "
+                                         ".pt2) and "
                                          "dump every op (the benchmark)",
              "ascend-emu reference model.keras --dump bench/")
     _model_args(sp)

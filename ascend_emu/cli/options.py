@@ -8,8 +8,8 @@ from ..npu.precision import TRAIN_PRECISION_DEFAULT  # the TF adapter's training
 
 
 def _model_args(p, dump=True):
-    p.add_argument("model", help="a .keras file, SavedModel directory, frozen GraphDef (.pb/.pbtxt) or ONNX model "
-                                 "(.onnx)")
+    p.add_argument("model", help="a .keras file, SavedModel directory, frozen GraphDef (.pb/.pbtxt), ONNX model "
+                                 "(.onnx) or exported PyTorch program (.pt2, torch.export.save)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz",
                    help="model input (repeatable); default: seeded N(0,1) random inputs of the signature's shapes")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",

@@ -61,3 +61,13 @@ def _fmt(shape) -> str:
     if shape is None:
         return "(unknown rank)"
     return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def is_pt2(model) -> bool:
+    """Whether ``model`` is an exported PyTorch program: a ``.pt2`` path or a ``torch.export.ExportedProgram``
+    (told apart without importing torch)."""
+    import os
+
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model).lower().endswith(".pt2")
+    return type(model).__name__ == "ExportedProgram"

@@ -125,6 +125,9 @@ class Graph:
     #: the ONNX model the graph was loaded from (``frontend.onnx.loader.OnnxSource``: the model, its tensor
     #: and node names), for the onnxruntime reference and AI CPU; None for TensorFlow models
     onnx: Any = None
+    #: the torch.export program the graph was loaded from (``frontend.torch.pt2.loader.Pt2Source``), for the
+    #: torch reference and its ``Aten<Op>`` nodes; None for other models
+    pt2: Any = None
 
     def sources(self) -> dict:
         """Op name -> what the model's source says of the op (``scope``: the exporter's module scope;

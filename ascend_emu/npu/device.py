@@ -373,6 +373,8 @@ class Device:
         have = {n.name for n in graph.nodes} | {n.name for n in fused_nodes}
         if graph.onnx is not None:
             have |= set(graph.onnx.nodes)
+        if graph.pt2 is not None:       # an exported program's FX node names (a call's ops all keep its name)
+            have |= {n.meta["torch_name"] for n in graph.nodes if "torch_name" in n.meta}
         have_types = {n.meta.get("ascend_type") or ascend_type(n.op) for n in fused_nodes}
         lost = sorted(n for n in names if n not in have) + sorted(f"OpType::{t}" for t in types if t not in have_types)
         if lost:
@@ -467,7 +469,8 @@ class Device:
                      overwrite=overwrite, progress=progress, dump_options=dump_options)
 
     def _check_supported(self, nodes):
-        missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"}
+        missing = {n.op for n in nodes if n.op not in OPS and n.op != "Placeholder"
+                   and n.meta.get("aten_engine", "AICPU") == "AICPU"}
         if missing and not self.aicpu_fallback:
             raise UnsupportedOpError(missing)
 

@@ -57,6 +57,16 @@ class _Threads:
         self.fit(SMALL_OP_ELEMENTS + 1)
 
 
+_AICPU_REASON = "no AI Core kernel: runs on the AI CPU in its original dtype"
+
+
+def _float32_op(node: Node, args) -> list:
+    """Registry op ``node`` computed in float32 (its inputs widened already): the AI CPU of a registry op that has no
+    framework node to run (an exported PyTorch program's lowered ops)."""
+    with np.errstate(all="ignore"):
+        return list(OPS[node.op](*args, ctx=OpContext(dtype="float32"), **node.attrs))
+
+
 @dataclass
 class OpRecord:
     """What the device did for one op (also what goes into the dump)."""
@@ -330,8 +340,12 @@ class _Run:
             return (out,)
         opdef = OPS.get(node.op)
         if opdef is None:
-            return self._aicpu(node, args)
+            if "aten_engine" in node.meta and node.meta["aten_engine"] != "AICPU":
+                return self._aten_exact(node, args)
+            return self._aicpu(node, args, reason=node.meta.get("aten_reason", _AICPU_REASON))
         meta = node.meta
+        if "aten_elsewhere" in meta and not self.dev.numerics.chip.fp32_cube:
+            return self._elsewhere(node, args)
         fusion = meta.get("fusion")
         refs = list(node.input_names())
         ascend_op = meta.get("ascend_type") or ascend_type(node.op)
@@ -560,11 +574,43 @@ class _Run:
         return self._aicpu(node, args, reason=f"{soc}'s cube has no {dtype} and {self.dev.precision.mode} keeps "
                                               f"{dtype}: GE places the op on the AI CPU")
 
+    def _elsewhere(self, node: Node, args) -> tuple:
+        """An exported program's op of the 910B and later (FlashAttentionScore) on an earlier SoC: its aten call on the
+        AI CPU, as the eager door runs it there."""
+        alt = node.meta["aten_elsewhere"]
+        meta = {k: v for k, v in alt.items() if k not in ("inputs", "op")}
+        call = Node(name=node.name, op=alt["op"], inputs=[node.inputs[i] for i in alt["inputs"]],
+                    num_outputs=node.num_outputs, meta={**meta, "aten_engine": "AICPU"})
+        return self._aicpu(call, [args[i] for i in alt["inputs"]], reason=alt["aten_reason"])
+
+    def _aten_exact(self, node: Node, args) -> tuple:
+        """An ``Aten<Op>`` node of an exported PyTorch program that only moves data (the host) or that torch computes
+        exactly as the AI Core does (a window maximum): run by torch in the dtypes it is given."""
+        from .torch_run.aicpu import run_aten_node
+
+        outs = tuple(run_aten_node(node, args))
+        refs = [tensor_name(r) for r in node.inputs]
+        engine = node.meta["aten_engine"]
+        if engine == "HOST" and all(r in self.const for r in refs):
+            self.const.update(node.output_names())
+        dt = next((dtype_name(o.dtype) for o in outs if is_float(o)), dtype_name(outs[0].dtype) if outs else "")
+        # (exact: no precision list changes it, so mixlist-search does not try one)
+        self._record(OpRecord(node.name, node.op, ascend_type(node.op), engine, dt, refs,
+                              precision={"list": None, "reason": node.meta.get("aten_reason", ""), "exact": True}),
+                     outs, node.attrs)
+        return outs
+
     def _aicpu(self, node: Node, args, reason: str = "no AI Core kernel: runs on the AI CPU in its original "
                                                      "dtype") -> tuple:
         if not self.dev.aicpu_fallback:
             raise UnsupportedOpError([node.op])
-        if "onnx_node" in node.meta or self.graph.onnx is not None:
+        if "aten" in node.meta and "aten_engine" in node.meta:
+            # an exported PyTorch program's aten call without an AI Core lowering: torch in float32
+            from .torch_run.aicpu import run_aten_node as run_node
+        elif self.graph.pt2 is not None:
+            # a registry op an exported program's lowering launched: the AI CPU computes its math in float32
+            run_node = _float32_op
+        elif "onnx_node" in node.meta or self.graph.onnx is not None:
             # an ONNX model's AI CPU is onnxruntime, for its fallback nodes and the registry ops they map to
             from .aicpu_onnx import run_onnx_node as run_node
         else:

@@ -44,9 +44,11 @@ CONNECT_TIMEOUT = "10s"
 
 def reference_engine(model) -> str:
     """What computes the float32 reference of ``model`` (a loaded Graph or a path): onnxruntime for an ONNX
-    model, else TensorFlow."""
+    model, torch for an exported PyTorch program, else TensorFlow."""
     if getattr(model, "onnx", None) is not None or str(getattr(model, "name", model)).lower().endswith(".onnx"):
         return "onnxruntime"
+    if getattr(model, "pt2", None) is not None or str(getattr(model, "name", model)).lower().endswith(".pt2"):
+        return "PyTorch"
     return "TensorFlow"
 
 

@@ -75,7 +75,9 @@ def load_graph_cached(model, *, signature: str | None = None, input_shapes: dict
     whose variables hold the same values (module docstring)."""
     from ..onnx.loader import is_onnx
 
-    if is_onnx(model):      # an ONNX model has no variables (and needs no TensorFlow): loaded afresh
+    from ..shapes import is_pt2
+
+    if is_onnx(model) or is_pt2(model):     # no TF variables (and no TensorFlow needed): loaded afresh
         return load_graph(model, signature=signature, input_shapes=input_shapes)
     variables = _variables(model)
     if variables is None:

@@ -143,12 +143,19 @@ def load_graph(model, *, signature: str | None = None, input_shapes: dict | None
     if isinstance(model, Graph):
         return model
     from ..onnx.loader import is_onnx
+    from ..shapes import is_pt2
     if is_onnx(model):
         if signature is not None:
             raise AscendEmuError(f"--signature {signature!r} applies to SavedModel directories only; drop it "
                                  "for an ONNX model")
         from ..onnx.loader import load_onnx
         return load_onnx(model, input_shapes=input_shapes)
+    if is_pt2(model):
+        if signature is not None:
+            raise AscendEmuError(f"--signature {signature!r} applies to SavedModel directories only; drop it "
+                                 "for an exported PyTorch program")
+        from ..torch.pt2.loader import load_pt2
+        return load_pt2(model, input_shapes=input_shapes)
     src = _source(model, signature)
     struct_names = None
     if src.func is not None:

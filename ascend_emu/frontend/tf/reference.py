@@ -159,7 +159,8 @@ def run_graph_streaming(graph: Graph, feeds: dict, on_node, segment: int = SEGME
 def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None, seed: int = 0,
               overwrite: bool = False, stats_only: bool = False, select=None,
               progress: bool = True) -> ReferenceResult:
-    """Run ``model`` in TensorFlow (float32 for float32 models) on the CPU; optionally dump every op.
+    """Run ``model`` in TensorFlow (float32 for float32 models) on the CPU; optionally dump every op. An ONNX
+    model runs in onnxruntime, an exported PyTorch program (``.pt2``) in torch.
 
     Parameters
     ----------
@@ -195,8 +196,11 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
                                                               input_shapes=shapes)
     feeds = make_inputs(graph, inputs, seed=seed, shapes=shapes)
     if graph.onnx is not None:
-        return _onnx_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+        return _door_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
                                progress=progress)
+    if graph.pt2 is not None:
+        return _door_reference(graph, feeds, dump_dir, overwrite=overwrite, stats_only=stats_only, select=select,
+                               progress=progress, torch=True)
     if stats_only and dump_dir is not None and not _has_loops(graph):
         # (loops and branches run call by call, which streaming by segments cannot do: their
         # statistics are written from the full run)
@@ -220,20 +224,26 @@ def reference(model, inputs=None, dump_dir=None, *, signature=None, shapes=None,
                            dump=os.fspath(dump_dir) if dump_dir is not None else None, summary=summary)
 
 
-def _onnx_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress) -> ReferenceResult:
-    """An ONNX model's reference: onnxruntime float32 on the CPU (:mod:`.onnx_reference`), engine ``ORT``."""
-    from ..onnx.reference import config, onnx_records, version
+def _door_reference(graph, feeds, dump_dir, *, overwrite, stats_only, select, progress,
+                    torch: bool = False) -> ReferenceResult:
+    """An ONNX model's reference: onnxruntime float32 on the CPU (:mod:`.onnx_reference`), engine ``ORT``; an
+    exported PyTorch program's (``torch``): torch on the CPU (:mod:`..torch.pt2.reference`), engine ``TORCH``."""
+    if torch:
+        from ..torch.pt2.reference import config, pt2_records as records_of, version
+    else:
+        from ..onnx.reference import config, onnx_records as records_of, version
 
     t0 = time.perf_counter()
-    ran, tensors = onnx_records(graph, feeds)
+    ran, tensors = records_of(graph, feeds)
     seconds_run = time.perf_counter() - t0
-    tally = _Tally(engine="ORT")
+    tally = _Tally(engine="TORCH" if torch else "ORT")
     records = [(node, *tally.add(node, outs), outs) for node, outs in ran]
     summary = tally.summary(graph, None, ops=len(records))
-    summary["onnxruntime"] = version()
+    key = "torch" if torch else "onnxruntime"
+    summary[key] = version()
     if dump_dir is not None:
         _write_dump(dump_dir, graph, feeds, records, summary, overwrite=overwrite, stats_only=stats_only,
-                    select=select, progress=progress, config=config(summary["onnxruntime"]))
+                    select=select, progress=progress, config=config(summary[key]))
     summary = dict(summary, seconds=round(time.perf_counter() - t0, 3), seconds_run=round(seconds_run, 3))
     outputs = {t: tensors[tensor_name(t)] for t in graph.outputs}
     return ReferenceResult(graph, feeds, outputs, tensors,

@@ -480,7 +480,7 @@ def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, tra
 
 
 # -- normalisation and pooling ---------------------------------------------------------------------------------
-@aten("aten.native_batch_norm", "aten._native_batch_norm_legit_no_training")
+@aten("aten.native_batch_norm")
 def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=False, momentum=0.1, eps=1e-5):
     """BNTrainingReduce + BNTrainingUpdate (training) or BNInfer on NHWC, float32 statistics; the running
     statistics are blended with ``momentum`` and the unbiased batch variance, as torch does."""
@@ -505,6 +505,13 @@ def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=Fa
         k.stash[id(save_invstd)] = (save_invstd, bvar)   # the backward reads the variance, not 1/sqrt(var+eps)
         return y, save_mean, save_invstd
     return y, torch.empty(0), torch.empty(0)
+
+
+@aten("aten._native_batch_norm_legit_no_training")
+def native_batch_norm_no_training(k, x, weight, bias, running_mean, running_var, momentum, eps):
+    """The inference overload (an exported program's batch norm): no ``training`` argument, so ``momentum`` is not
+    read as one."""
+    return native_batch_norm(k, x, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
 @aten("aten.native_batch_norm_backward")
