@@ -116,3 +116,21 @@ def test_a_channel_concat_joins_two_regions(axis, cancelled):
     assert sum(n.op == "Transpose" for n in nhwc_plan(g.nodes, g.outputs)) == before - cancelled
     _same(Device(soc="Ascend910B").replay(g, X, progress=False, keep_tensors=False),
           Device(soc="Ascend910B").replay(g, X, progress=False, keep_tensors=True))
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_frozen_weights_transpose_is_made_once_with_the_same_bits(batch):
+    import importlib
+
+    cube = importlib.import_module("ascend_emu.numerics.cube")
+    from ascend_emu.numerics.memo import freeze
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 3, 40) if batch else (3, 40)).astype(np.float16)
+    b = (rng.standard_normal((2, 24, 40) if batch else (24, 40)) * 0.2).astype(np.float16)
+    fn = (lambda w: cube.batch_matmul(a, w, adj_y=True)) if batch else (lambda w: cube.matmul(a, w, transpose_b=True))
+    want, st = fn(b.copy())
+    w = freeze(b.copy())
+    for _ in range(2):      # made, then from the memo
+        got, st2 = fn(w)
+        assert got.tobytes() == want.tobytes() and st2 == st
