@@ -248,6 +248,10 @@ class Device:
             forward, backward, update), recorded in the dump.
         launch : which launch of the model this is (a training step): with determinism off, seeds the
             arrival orders with ``run_seed`` and the op names, so each step draws afresh.
+        keep_tensors : keep every op's output in ``ReplayResult.tensors`` (False: only the outputs, each tensor
+            dropped after its last use). False without a dump also lets the walk cancel the transposes an ONNX
+            model's elementwise ops sit between (:mod:`ascend_emu.npu.layout`: the same outputs and status, fewer
+            Transpose records).
 
         Returns
         -------
