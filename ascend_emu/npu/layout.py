@@ -123,9 +123,9 @@ def nhwc_plan(nodes: list, keep) -> list:
                 else:
                     ok = False
                     break
-        # every input of a moved op: a tensor of the region or a one-element constant (a concat's axis aside)
-        if ok and all(all(i in region or scalar(i) for i in (r.input_names()[:-1] if r.op == "ConcatV2"
-                                                             else r.input_names())) for r in ops.values()):
+        # every input of a moved op: a tensor of the region or a one-element constant; a concat's: the region's
+        if ok and all(all(i in region for i in r.input_names()[:-1]) if r.op == "ConcatV2"
+                      else all(i in region or scalar(i) for i in r.input_names()) for r in ops.values()):
             moved.update(ops)
             dropped.update(qs)
             dropped.update(backs)
@@ -152,7 +152,7 @@ def nhwc_plan(nodes: list, keep) -> list:
         if id(n) in moved or ins != list(n.input_names()):
             n = Node(name=n.name, op=n.op, inputs=ins, attrs=n.attrs, num_outputs=n.num_outputs, node_def=n.node_def,
                      meta=n.meta, output_shapes=None if id(n) in moved else n.output_shapes,
-                     output_dtypes=n.output_dtypes)
+                     output_dtypes=n.output_dtypes, control_inputs=n.control_inputs)
         out.append(n)
     # the perm constants only the cancelled transposes read
     read = {t for n in out for t in n.input_names()} | keep
