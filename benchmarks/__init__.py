@@ -8,4 +8,4 @@ an issue asks for (or None). ``python -m benchmarks`` prints the table and write
 
 MODULES = ["benchmarks.cast_vector", "benchmarks.cube", "benchmarks.replay", "benchmarks.replay_nodump", "benchmarks.compare",
            "benchmarks.training", "benchmarks.sweep", "benchmarks.fit", "benchmarks.lowfloat",
-           "benchmarks.demo", "benchmarks.torch_step"]
+           "benchmarks.demo", "benchmarks.torch_step", "benchmarks.onnx_replay"]

@@ -4,6 +4,7 @@
     python -m benchmarks.profile mobilenet_v2 --batch 8 --size 224
     python -m benchmarks.profile transformer --batch 8 --seq 128
     python -m benchmarks.profile train-cnn --steps 8
+    python -m benchmarks.profile onnx-mobilenetv3 --runs 10     (benchmarks/onnx_replay.py's exports, fp16 910B)
 
 Not part of ``make bench``. One warm-up run (kernel compilation, fusion, constant folding), then the
 profiled run(s). Two measurements of the same runs, in one process:
@@ -164,6 +165,30 @@ def _replay_job(args):
     return job, 1
 
 
+#: profile target -> the first words of benchmarks/onnx_replay.py's model label
+ONNX_TARGETS = {"onnx-llama": "LLaMA", "onnx-bert": "BERT", "onnx-gpt2": "GPT-2", "onnx-squeezenet": "SqueezeNet",
+                "onnx-mobilenetv3": "MobileNetV3"}
+
+
+def _onnx_job(args):
+    import onnx
+
+    from ascend_emu import Device
+    from ascend_emu.frontend.onnx.loader import load_onnx
+    from benchmarks.onnx_replay import cases
+
+    label, raw, x = next(c for c in cases() if c[0].startswith(ONNX_TARGETS[args.target]))
+    graph = load_onnx(onnx.load_from_string(raw))
+    feeds = {graph.inputs[0].name: x}
+    dev = Device(soc="Ascend910B")
+    dev.replay(graph, feeds, None, progress=False, keep_tensors=False)   # warm-up
+
+    def job():
+        for _ in range(args.runs):
+            dev.replay(graph, feeds, None, progress=False, keep_tensors=False)
+    return job, args.runs
+
+
 def _train_job(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
@@ -183,23 +208,26 @@ def _train_job(args):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n")[0])
-    p.add_argument("target", choices=["resnet50", "mobilenet_v2", "transformer", "train-cnn", "train-mlp"])
+    p.add_argument("target", choices=["resnet50", "mobilenet_v2", "transformer", "train-cnn", "train-mlp",
+                                      *ONNX_TARGETS])
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--runs", type=int, default=10, help="replays per measurement (onnx-* targets)")
     p.add_argument("--precision-mode", default="allow_mix_precision")
     p.add_argument("--no-cprofile", action="store_true")
     args = p.parse_args(argv)
-    job, runs = (_train_job if args.target.startswith("train") else _replay_job)(args)
+    job, runs = (_train_job if args.target.startswith("train") else _onnx_job if args.target in ONNX_TARGETS
+                 else _replay_job)(args)
     timers = _Timers()
     timers.install()
     t = time.perf_counter()
     job()
     wall = time.perf_counter() - t
-    print(f"# {args.target}: per op family, ms per {'step' if runs > 1 or args.target.startswith('train') else 'replay'}")
+    print(f"# {args.target}: per op family, ms per {'step' if args.target.startswith('train') else 'replay'}")
     print("\n".join(timers.table(wall, runs)))
     if not args.no_cprofile:
         prof = cProfile.Profile()

@@ -25,6 +25,7 @@ from ..graph.dataflow import check_live, has_dataflow_control_flow, run_dataflow
 from ..graph.interpreter import interpret, schedule
 from ..ops import CUBE, OPS, OpContext
 from .fusion import FusionConfig, apply_fusion
+from .layout import nhwc_plan
 from .precision import HF32_FAMILY, PrecisionPolicy, ascend_type, resolve_mode
 from ..numerics.status import FloatStatus
 
@@ -255,6 +256,10 @@ class Device:
             forward, backward, update), recorded in the dump.
         launch : which launch of the model this is (a training step): with determinism off, seeds the
             arrival orders with ``run_seed`` and the op names, so each step draws afresh.
+        keep_tensors : keep every op's output in ``ReplayResult.tensors`` (False: only the outputs, each tensor
+            dropped after its last use). False without a dump also lets the walk cancel the transposes an ONNX
+            model's elementwise ops sit between (:mod:`ascend_emu.npu.layout`: the same outputs and status, fewer
+            Transpose records).
 
         Returns
         -------
@@ -293,7 +298,9 @@ class Device:
             from tqdm import tqdm
 
             bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
-        tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs))
+        # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
+        tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
+                                             layout=writer is None and not keep_tensors)
         try:
             if writer is not None:
                 writer.__enter__()
@@ -346,20 +353,22 @@ class Device:
         return ReplayResult(graph, outputs, env, run.records, run.status, summary,
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)
 
-    def _plan(self, nodes: list, keep) -> tuple:
+    def _plan(self, nodes: list, keep, layout: bool = False) -> tuple:
         """(whether ``nodes`` hold TF1 control flow, the interpreter's walk over them releasing every tensor
         after its last use except the ``keep`` tensors (None: nothing released), the device's work per node
         kept between replays: ``replay._Run.prepared``), worked out once per node list (training replays
         the same fused graph every step). The precision decisions in it are this device's: a device whose
-        precision policy is replaced starts afresh."""
-        key = (id(nodes), keep, id(self.precision))
+        precision policy is replaced starts afresh. ``layout``: only ``keep`` is observed, so the walk may run
+        elementwise ops in NHWC between cancelled transposes (:func:`ascend_emu.npu.layout.nhwc_plan`)."""
+        key = (id(nodes), keep, id(self.precision), layout)
         cached = self._plan_cache.get(key)
         if (cached is not None and cached[0] is nodes and cached[1] == len(nodes)
                 and cached[2] is self.precision):
             return cached[3]
         tf1 = has_dataflow_control_flow(nodes)
         # TF1 control flow runs nodes once per frame under new names: nothing kept per node there
-        made = (tf1, None if tf1 else schedule(nodes, keep=keep), None if tf1 else dict.fromkeys(map(id, nodes)))
+        walk = nhwc_plan(nodes, keep) if layout and keep is not None and not tf1 else nodes
+        made = (tf1, None if tf1 else schedule(walk, keep=keep), None if tf1 else dict.fromkeys(map(id, walk)))
         if len(self._plan_cache) >= 8:
             self._plan_cache = {}
         self._plan_cache[key] = (nodes, len(nodes), self.precision, made)

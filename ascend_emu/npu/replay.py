@@ -17,7 +17,6 @@ from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
-from ..numerics.policy import HF32_ROUNDINGS
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
@@ -113,11 +112,6 @@ class _Prepared:
         self.precision, self.compute = precision, compute
 
 
-#: the dtypes an inserted cast converts to (besides the cube_mx ones): what ``_Run.forget`` drops of a tensor; an
-#: HF32 cast's is ``hfloat32:<its tie rule>`` (the families' rules may differ: a tensor feeding both gets both)
-_CAST_DTYPES = ("float16", "bfloat16", "float32", "hifloat8") + tuple(f"hfloat32:{r}" for r in HF32_ROUNDINGS)
-
-
 def _signature(args) -> tuple:
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
 
@@ -138,6 +132,7 @@ class _Run:
         self.const: set[str] = set()        # tensors that are constants (folded by the graph engine)
         self.producer: dict[str, str] = {}  # tensor -> producing op kind
         self.casts: dict = {}               # (tensor, dtype) -> cast output
+        self.cast_dtypes: dict = {}         # tensor -> the dtypes it has casts to (what forget drops)
         self.cast_outputs: dict = {}        # inserted Cast op's tensor name -> output
         self.scoped_outputs: dict = {}      # tensors of control-flow bodies, by scoped name
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
@@ -147,7 +142,6 @@ class _Run:
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
-        self.mx_dtypes: set = set()
         #: id(node) -> _Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
@@ -177,9 +171,8 @@ class _Run:
                                fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
-        for dtype in _CAST_DTYPES:
-            self.casts.pop((ref, dtype), None)
-        for dtype in self.mx_dtypes:     # the cube_mx casts' dtypes met in this run (format and K axis)
+        # (called for every tensor at its last use: only the casts it has, not every dtype a cast can have)
+        for dtype in self.cast_dtypes.pop(ref, ()):
             self.casts.pop((ref, dtype), None)
 
     def _cast(self, ref: str, value: np.ndarray, dtype: str, defer: bool = False) -> np.ndarray:
@@ -217,7 +210,6 @@ class _Run:
             def convert():
                 return to_hf32(value, rounding[0], overflow_mode=mode, subnormals=subnormals, bits=bits)
         elif dtype.startswith("mx:"):   # the cube_mx what-if: a matmul operand MX-quantized along its K axis
-            self.mx_dtypes.add(dtype)
             from ..numerics.lowfloat import mx_values
 
             fmt, axis = dtype.split(":")[1], int(dtype.split(":")[2])
@@ -246,6 +238,7 @@ class _Run:
             # a widening raises no status (numerics.vector.cast): the record is the one it would make
             self._record(self._cast_record(ref, value, dtype, folded, 0), [])
             self.casts[key] = _Deferred(value, convert)
+            self.cast_dtypes.setdefault(ref, []).append(dtype)
             return value
         # a constant's cast is the same every replay: computed once while the constant is frozen (the
         # weights the fusion passes fold; numerics/memo.py), then its cube operand layout too
@@ -254,6 +247,7 @@ class _Run:
         rec = self._cast_record(ref, value, dtype, folded, ctx_status)
         self._record(rec, [Coded(out, "hifloat8", made.get("codes")) if dtype == "hifloat8" else out])
         self.casts[key] = out
+        self.cast_dtypes.setdefault(ref, []).append(dtype)
         if self.keep:
             self.cast_outputs[rec.name + ":0"] = out
         if folded:

@@ -114,6 +114,15 @@ def _k_offsets(KH, KW, C, Wp, dh, dw, order: str) -> np.ndarray:
     return np.ascontiguousarray(off.reshape(-1), dtype=np.uintp)
 
 
+@functools.lru_cache(maxsize=256)
+def _k_table(KH, KW, C, Wp, dh, dw, order: str) -> tuple:
+    """(_k_offsets, whether its K blocks are runs of 16: _runs16) of one geometry, worked out once: a small
+    convolution paid ~70 us a call for them (numpy's meshgrid and the runs' check), a tenth of SqueezeNet's
+    1x1 convolutions. The array is shared: the kernels only read it."""
+    koff = _k_offsets(KH, KW, C, Wp, dh, dw, order)
+    return koff, _runs16(koff)
+
+
 def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
     """The (KH, KW, C, Cout) filter as (K, Cout) rows in the same K order as _k_offsets."""
     KH, KW, C, CO = w.shape
@@ -211,8 +220,9 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     else:
         xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
     wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
+    runs16 = False
     if not planar:
-        koff = _k_offsets(KH, KW, Cp, xp.shape[2], dh, dw, order)
+        koff, runs16 = _k_table(KH, KW, Cp, xp.shape[2], dh, dw, order)
     step = _k.NC if transposed else _k.MC  # chunks of whole column tiles / row chunks
     chunk = max(step, (_IM2COL_BYTES // (4 * max(kp, 1))) // step * step)
     rows = min(chunk, R)
@@ -247,7 +257,7 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
         tiles = _tiles()
     else:
         cols_buf = _alloc.empty(rows * kp, np.float32)
-    if _IMPLICIT and not transposed and pol.fast and not bits16 and _runs16(koff) and not _filter_nan(w):
+    if _IMPLICIT and not transposed and pol.fast and not bits16 and runs16 and not _filter_nan(w):
         # an implicit GEMM: every K block is 16 consecutive floats of xp (one tap's 16 channels), so the
         # micro-kernel reads each pixel's patch where it lies, with no im2col matrix. Only without NaN
         # operands: which of two NaNs meeting in a sum comes out depends on the compiled code's operand order.

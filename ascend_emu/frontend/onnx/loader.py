@@ -25,6 +25,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from ...graph.core import Graph, InputSpec, Node
+from ...numerics.memo import freeze as read_only
 from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
 from . import array  # noqa: F401  (registers the data-movement converters)
@@ -315,6 +316,11 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     keep = {n.name for n in nodes}
     src.extra = {n.name: n for n in b.nodes if n.name in src.nodes and n.name not in keep and n.name not in inits_named}
     src.nodes = {k: v for k, v in src.nodes.items() if k in keep or k in src.extra}
+    for n in nodes:
+        if n.op == "Const" and isinstance(n.attrs.get("value"), np.ndarray):
+            # made here from the model's bytes, held by nothing else: read-only, so a replay casts a weight to
+            # fp16 (and lays out a cube filter) once per loaded graph, not once per replay (numerics/memo.py)
+            read_only(n.attrs["value"])
     return Graph(nodes=nodes, inputs=specs, outputs=outputs, name=str(name),
                  fingerprint=hashlib.sha256(raw).hexdigest(), output_names=[vi.name for vi in m.graph.output],
                  onnx=src)

@@ -35,8 +35,11 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from ...errors import AscendEmuError
 from ...graph.core import Graph, InputSpec, Node
+from ...numerics.memo import freeze as read_only
 from ..shapes import check_shape_fits, shape_items
 from .tf import (_quiet_stderr, count_outputs, dtype_name, first_line, import_keras, import_tf,  # noqa: F401
                  lookup_op_def, node_attrs)
@@ -218,6 +221,11 @@ def _nodes(gd) -> list[Node]:
         op_def = lookup_op_def(nd.op, nd.name)
         attrs = node_attrs(nd, op_def)
         out_dtypes, out_shapes = sigs.get(nd.name, (None, None))
+        if nd.op == "Const" and isinstance(attrs.get("value"), np.ndarray):
+            # the loader made this array and nothing else holds it: read-only, so a replay casts a weight
+            # to fp16 (and lays out a cube filter) once per loaded graph, not once per replay (numerics/memo.py);
+            # a model whose variables change is loaded again (graph_cache), with new arrays
+            read_only(attrs["value"])
         # the NodeDef is kept for the AI CPU fallback; a Const always runs on the host from its
         # decoded value, and its NodeDef would hold a second copy of every weight (~100 MB on ResNet50)
         nodes.append(Node(name=nd.name, op=nd.op, inputs=[r for r in nd.input if not r.startswith("^")],
