@@ -172,7 +172,7 @@ def _compound_dtype(k, dt: torch.dtype) -> torch.dtype:
     """The dtype silu / addcmul / addcdiv / lerp compute their steps in: the tensors' own (``compound_ops=
     "sequence"``, one rounding per step) or float32 for 16-bit tensors (``"float32"``: one rounding at the end);
     the aclnn kernels' internal precision is not public (an assumption: NUMERICS.md section 16)."""
-    if dt in (torch.float16, torch.bfloat16) and k.run.device.numerics.compound_ops == "float32":
+    if dt in (torch.float16, torch.bfloat16) and k.numerics.compound_ops == "float32":
         return torch.float32
     return dt
 
@@ -579,14 +579,16 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
     elif attn_mask is not None:
         mask = ~to_numpy(attn_mask)
     dt = _cube_dtype(q, key, v)
-    o, lse, m, l_sum = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
-                            *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
-                            family="matmul", scale_value=s, has_mask=mask is not None,
-                            kv_block=k.run.device.numerics.fa_kv_block, with_stats=True)
+    stats = k.keeps_backward_stats
+    o, lse, *m_l = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),
+                        *(() if mask is None else (np.broadcast_to(mask, q.shape[:-2] + (sq, skv)),)),
+                        family="matmul", scale_value=s, has_mask=mask is not None,
+                        kv_block=k.numerics.fa_kv_block, with_stats=stats)
     # the CPU kernel's second output is the logsumexp (B, N, S) torch's backward reads; FlashAttentionScoreGrad
     # reads the kernel's softmax_max and softmax_sum instead: kept for the backward, keyed by that tensor
     lse = from_numpy(lse.astype(np.float32)).to(torch.float32)
-    _fa_stats(k)[lse] = (m, l_sum)       # dropped with the tensor (autograd frees it after the backward)
+    if stats:
+        _fa_stats(k)[lse] = tuple(m_l)   # dropped with the tensor (autograd frees it after the backward)
     return _out(o), lse
 
 
@@ -622,7 +624,7 @@ def npu_fusion_attention(k, query, key, value, head_num, input_layout, atten_mas
     dt = _cube_dtype(q, kk, v)
     o, lse = k.op("_FlashAttentionScore", _arg(q, dt), _arg(kk, dt), _arg(v, dt),
                   *(() if mask is None else (mask,)), family="matmul", scale_value=float(scale),
-                  has_mask=mask is not None, kv_block=k.run.device.numerics.fa_kv_block)
+                  has_mask=mask is not None, kv_block=k.numerics.fa_kv_block)
     with np.errstate(all="ignore"):
         sc = np.matmul(_arg(q, dt).astype(np.float32), np.swapaxes(_arg(kk, dt).astype(np.float32), -1, -2))
         sc = (sc * np.float32(scale)).astype(np.float32)

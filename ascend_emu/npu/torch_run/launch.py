@@ -95,6 +95,14 @@ class Launcher:
         self.cmt = None
         self.exact_run = False
 
+    @property
+    def numerics(self):
+        """The device's NumericsPolicy (the lowerings read the torch path's assumed parameters from it)."""
+        return self.run.device.numerics
+
+    #: an eager run keeps what a kernel's backward reads (FlashAttentionScore's softmax max and sum)
+    keeps_backward_stats = True
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 

@@ -21,6 +21,7 @@ import threading
 import numpy as np
 import torch
 
+from ....numerics.policy import NumericsPolicy
 from ....ops import OPS
 from ....ops.registry import OpContext
 from .. import aten as _aten
@@ -99,6 +100,15 @@ class Tracer:
         return hit[1] if hit is not None and hit[0] is t else None
 
     # -- the launcher's interface --------------------------------------------------------------------
+    #: an exported inference program has no backward: its kernels keep no statistics for one
+    keeps_backward_stats = False
+
+    @property
+    def numerics(self):
+        """An exported program is traced without a device: the torch path's assumed parameters the lowerings read
+        (fa_kv_block, compound_ops) take their defaults in the graph (NUMERICS.md section 18)."""
+        return NumericsPolicy()
+
     def note(self, text: str) -> None:
         self.notes.append(text)
 
