@@ -623,3 +623,35 @@ def batch_norm_steps(x, scale, offset, mean, var, eps, model):
             return ((x - m) * s) * rstd + o
         mult = s / np.sqrt(ve)
         return mult * x + (o - mult * m)
+
+
+def max_pool_grad(x, dy, kh, kw, sh, sw, pt, pl):
+    """MaxPoolGrad from its definition, one window at a time in Python: the window's taps in row-major order,
+    a tap in the padding reading -inf, the first tap that is NaN (else the first of the largest values)
+    receiving the window's gradient; the gradients reaching one input pixel added in float32, starting from
+    +0, in the order of the windows (row-major over the output). ``x``, ``dy`` NHWC float32; a float32 array
+    back."""
+    n, h, w, c = x.shape
+    _, oh, ow, _ = dy.shape
+    acc = np.zeros((n, h, w, c), _F32)
+    for b in range(n):
+        for ch in range(c):
+            for i in range(oh):
+                for j in range(ow):
+                    pick = None
+                    best = None
+                    for r in range(i * sh - pt, i * sh - pt + kh):
+                        for q in range(j * sw - pl, j * sw - pl + kw):
+                            v = float(x[b, r, q, ch]) if 0 <= r < h and 0 <= q < w else -math.inf
+                            if math.isnan(v):
+                                if best is None or not math.isnan(best):
+                                    pick, best = (r, q), v
+                                break
+                            if best is None or v > best:
+                                pick, best = (r, q), v
+                        if best is not None and math.isnan(best):
+                            break
+                    r, q = pick
+                    if 0 <= r < h and 0 <= q < w:
+                        acc[b, r, q, ch] = _F32(acc[b, r, q, ch] + _F32(dy[b, i, j, ch]))
+    return acc

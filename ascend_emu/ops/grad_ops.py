@@ -472,19 +472,21 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
     "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
     "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
-    """Each output's gradient goes to the first maximum of its window (taps in row-major order),
-    accumulated in float32 output by output, rounded once."""
+    """Each output's gradient goes to the first maximum of its window (taps in row-major order, a NaN
+    the maximum), accumulated in float32 output by output, rounded once (``kernels/pool.py``'s
+    ``max_pool_grad_f32``, on the arrays' own strides: an NCHW array's NHWC view is not copied)."""
+    from ..kernels import pool as _kp
+
     _nhwc(data_format)
-    n, h, w, c = x.shape
     kh, kw, sh, sw, oh, ow, pt, pl = _pool_geometry(x.shape, ksize, strides, padding)
-    rows, cols = _taps(kh, kw, sh, sw, oh, ow, pt, pl)
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
-    xv = np.asarray(x, np.float32)[:, np.clip(rows, 0, h - 1), np.clip(cols, 0, w - 1)]   # (N, OH, OW, T, C)
-    xv = np.where(inside[None, :, :, :, None], xv, -np.inf)
-    first = np.argmax(xv, axis=3)[:, :, :, None, :]                                       # (N, OH, OW, 1, C)
-    r = np.take_along_axis(np.broadcast_to(rows[None, :, :, :, None], xv.shape), first, 3)
-    col = np.take_along_axis(np.broadcast_to(cols[None, :, :, :, None], xv.shape), first, 3)
-    return finish(ctx, _scatter_add(x.shape, r, col, widen(ctx, dy)[:, :, :, None, :]))
+    xf = np.asarray(x, np.float32)
+    g = widen(ctx, dy)
+    if g.shape != (x.shape[0], oh, ow, x.shape[3]):
+        raise AscendEmuError(f"MaxPoolGrad: grad of shape {g.shape} does not match the pooled shape "
+                             f"{(x.shape[0], oh, ow, x.shape[3])}; pass the gradient of MaxPool's output")
+    acc = np.zeros_like(xf)        # (the input's memory order: an NCHW input's gradient comes back NCHW)
+    _kp.max_pool_grad_f32(xf, g, acc, kh, kw, sh, sw, pt, pl)
+    return finish(ctx, acc)
 
 
 @register("AvgPoolGrad", kind=VECTOR, source=Source(

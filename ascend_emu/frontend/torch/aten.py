@@ -382,6 +382,11 @@ def _nhwc(t):
     return np.ascontiguousarray(np.transpose(to_numpy(t), (0, 2, 3, 1)))
 
 
+def _nhwc_view(t):
+    """NCHW tensor ``t`` as an NHWC array without a copy, for the ops whose kernels read any strides."""
+    return np.transpose(to_numpy(t), (0, 2, 3, 1))
+
+
 def _nchw(a, dtype=None):
     return from_numpy(np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2))), dtype)
 
@@ -669,7 +674,7 @@ def max_pool2d_backward(k, dy, x, kernel_size, stride, padding, dilation, ceil_m
             or not _emulated(dy, x) or dy.dtype != x.dtype):
         raise Fallback("a padded, dilated or ceil-mode max pool")
     attrs = dict(ksize=[1, kh, kw, 1], strides=[1, sh, sw, 1], padding="VALID")
-    xn = _nhwc(x)
+    xn = _nhwc_view(x)
     (y,) = k.op("MaxPool", xn, **attrs)
-    (g,) = k.op("MaxPoolGrad", xn, y, _nhwc(dy), **attrs)
+    (g,) = k.op("MaxPoolGrad", xn, y, _nhwc_view(dy), **attrs)
     return _nchw(g)
