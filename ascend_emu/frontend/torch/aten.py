@@ -454,7 +454,7 @@ def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=Fa
     offset = to_numpy(bias.float()) if bias is not None else np.zeros(c, np.float32)
     rm = to_numpy(running_mean.float()) if running_mean is not None else np.zeros(c, np.float32)
     rv = to_numpy(running_var.float()) if running_var is not None else np.ones(c, np.float32)
-    outs = k.op("FusedBatchNormV3", _nhwc(x), scale, offset, rm, rv, epsilon=float(eps),
+    outs = k.op("FusedBatchNormV3", _nhwc_view(x), scale, offset, rm, rv, epsilon=float(eps),
                 is_training=bool(training), exponential_avg_factor=float(momentum))
     y = _nchw(outs[0])
     if training:
@@ -482,9 +482,9 @@ def native_batch_norm_backward(k, dy, x, weight, running_mean, running_var, save
     c = x.shape[1]
     scale = to_numpy(weight.float()) if weight is not None else np.ones(c, np.float32)
     dt = torch.result_type(dy, x)
-    dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.ascontiguousarray(np.transpose(_arg(dy, dt),
-                                     (0, 2, 3, 1))), np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
-                                     scale, to_numpy(save_mean), saved[1], epsilon=float(eps), is_training=True)
+    dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.transpose(_arg(dy, dt), (0, 2, 3, 1)),
+                                     np.transpose(_arg(x, dt), (0, 2, 3, 1)), scale, to_numpy(save_mean), saved[1],
+                                     epsilon=float(eps), is_training=True)
     return (_nchw(dx) if output_mask[0] else None,
             from_numpy(dscale).to(weight.dtype) if output_mask[1] and weight is not None else None,
             from_numpy(doffset).to(weight.dtype) if output_mask[2] and weight is not None else None)
