@@ -19,7 +19,7 @@ from .vector import finish32
 
 _TINY = np.float32(1.1754943508222875e-38)
 _MAX = np.float32(3.4028234663852886e38)
-FORWARD, BACKWARD = 0, 1
+FORWARD, BACKWARD, SUM = 0, 1, 2
 
 
 @njit(cache=True, error_model="numpy")
@@ -33,8 +33,8 @@ def _flushed(v, flush):
 @njit(cache=True, parallel=True, error_model="numpy")
 def bn_sums_f32(mode, x, g, mu, rstd, bounds, perm1, perm2, flush, overflow, subnormal, out1, out2):
     """Per channel c, over (n, h, w) in row-major order: FORWARD out1 = sum x, out2 = sum (x * x); BACKWARD
-    out1 = sum g * ((x - mu[c]) * rstd[c]), out2 = sum g (x, g read with subnormals flushed if flush; g unused
-    FORWARD). perm1/perm2 (C, chunks): the arrival orders of the two sums' partials (0 columns: unsplit).
+    out1 = sum g * ((x - mu[c]) * rstd[c]), out2 = sum g; SUM out1 = sum x (BiasAddGrad), out2 = 0 (x, g read
+    with subnormals flushed if flush; g unused but BACKWARD). perm1/perm2 (C, chunks): the arrival orders of the two sums' partials (0 columns: unsplit).
     Returns True when every sum is finite."""
     N, H, W, C = x.shape
     nch = bounds.size - 1
@@ -56,6 +56,9 @@ def bn_sums_f32(mode, x, g, mu, rstd, bounds, perm1, perm2, flush, overflow, sub
                     if mode == FORWARD:
                         v1 = xv
                         v2 = _flushed(xv * xv, flush)
+                    elif mode == SUM:
+                        v1 = xv
+                        v2 = np.float32(0.0)
                     else:
                         gv = _flushed(g[n, h, w, c], flush)
                         v1 = _flushed(gv * ((xv - m) * r), flush)

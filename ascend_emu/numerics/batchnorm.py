@@ -10,7 +10,7 @@ import numpy as np
 from . import policy as config
 from ..kernels import batchnorm as _kb
 
-FORWARD, BACKWARD = _kb.FORWARD, _kb.BACKWARD
+FORWARD, BACKWARD, SUM = _kb.FORWARD, _kb.BACKWARD, _kb.SUM
 _NO_ORDER = np.zeros((0, 0), dtype=np.int64)
 
 
@@ -26,14 +26,15 @@ def snapshot(multicore):
 def sums(mode: int, x: np.ndarray, g, mu, rstd, *, overflow_mode: str, subnormals: str, multicore):
     """The two per-channel float32 sums of ``mode`` (``kernels/batchnorm.py`` ``bn_sums_f32``) of float32
     (N, H, W, C) ``x`` (and ``g``), split over the vector cores as ``numerics.vector.reduce`` splits a Sum under
-    ``multicore`` (one arrival order drawn per sum, in the order of the sums); None if a sum is not finite."""
+    ``multicore`` (one arrival order drawn per sum, in the order of the sums; SUM: one sum, one draw); None if a
+    sum is not finite."""
     n, c = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
     bounds = multicore.reduce_bounds(c, n) if multicore is not None else None
     if bounds is None:
         bounds, p1, p2 = np.asarray([0, n], dtype=np.int64), _NO_ORDER, _NO_ORDER
     else:
         p1 = multicore.row_orders(c, len(bounds) - 1)
-        p2 = multicore.row_orders(c, len(bounds) - 1)
+        p2 = multicore.row_orders(c, len(bounds) - 1) if mode != SUM else p1
     out1, out2 = np.empty(c, np.float32), np.empty(c, np.float32)
     f32 = np.float32
     ok = _kb.bn_sums_f32(mode, x, x if g is None else g, np.asarray(mu, f32), np.asarray(rstd, f32), bounds,

@@ -307,6 +307,18 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
 
     if data_format not in ("NHWC", "N..C", None):
         raise NotImplementedError(f"BiasAddGrad data_format {data_format}")
+    if ctx.dtype == np.float32 and type(dy) is np.ndarray and dy.dtype == np.float32 and dy.ndim == 4 and dy.size:
+        # the same float32 sum in one pass on dy's own strides (numerics/batchnorm.py), no transposed copy when
+        # it splits over the cores; an Inf or NaN goes the reduction's way, the order generator put back
+        from ..numerics import batchnorm as _bn
+
+        restore = _bn.snapshot(ctx.multicore)
+        zeros = np.zeros(dy.shape[3], np.float32)
+        sums = _bn.sums(_bn.SUM, dy, None, zeros, zeros, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                        multicore=ctx.multicore)
+        if sums is not None:
+            return sums[0]
+        restore()
     y, st = reduce("sum", dy, axis=tuple(range(dy.ndim - 1)), dtype=ctx.dtype_name,
                    accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",
                    overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, multicore=ctx.multicore)

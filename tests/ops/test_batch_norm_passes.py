@@ -108,3 +108,43 @@ def test_batch_norm_passes_match_the_numpy_chain(monkeypatch):
                             np.testing.assert_array_equal(_bits(g), _bits(w))
                         checked += 1
     assert checked == 24 * 3 * 8
+
+
+def test_bias_add_grad_pass_matches_the_oracle_and_the_reduction(monkeypatch):
+    """BiasAddGrad of float32 (N, H, W, C): the one-pass sum against naive.split_sum32 (whole and split, the
+    drawn orders) and against the reduction it replaces, in every overflow and subnormal mode, with Inf and NaN
+    (the reduction's path) and subnormals."""
+    rng = np.random.default_rng(3)
+    for trial in range(12):
+        dy = rng.standard_normal((2, 6, 7, 3)).astype(np.float32)
+        if trial % 4 == 1:
+            dy.flat[5] = np.nan
+        elif trial % 4 == 2:
+            dy[..., 1] *= np.float32(1e-39)
+        elif trial % 4 == 3:
+            dy[0, 0, 0, 2] = np.inf
+        dya = _nchw(dy) if trial % 2 else dy
+        for split in (False, True):
+            for sub in ("keep", "flush"):
+                for ov in ("inf_nan", "saturation"):
+                    got_ctx = OpContext(dtype="float32", subnormals=sub, overflow_mode=ov,
+                                        multicore=_launch(trial) if split else None)
+                    (got,) = OPS["BiasAddGrad"](dya, ctx=got_ctx)
+                    with monkeypatch.context() as m:
+                        m.setattr(nbn, "sums", lambda *a, **k: None)
+                        want_ctx = OpContext(dtype="float32", subnormals=sub, overflow_mode=ov,
+                                             multicore=_launch(trial) if split else None)
+                        (want,) = OPS["BiasAddGrad"](dya, ctx=want_ctx)
+                    np.testing.assert_array_equal(_bits(got), _bits(want))
+                    assert got_ctx.status == want_ctx.status
+                    if split:
+                        assert got_ctx.multicore.rng.random() == want_ctx.multicore.rng.random()
+                    if trial % 4 == 0 and sub == "keep":
+                        twin = _launch(trial)
+                        bounds = twin.reduce_bounds(3, 84) if split else None
+                        assert (bounds is not None) == split
+                        orders = twin.row_orders(3, len(bounds) - 1) if split else [None] * 3
+                        oracle = [naive.split_sum32(list(dy[..., c].reshape(-1)),
+                                                    None if bounds is None else list(bounds), orders[c])
+                                  for c in range(3)]
+                        np.testing.assert_array_equal(_bits(got), _bits(np.asarray(oracle, np.float32)))
