@@ -205,8 +205,9 @@ def _max_windows(x32, ksize, strides, padding):
     and which of +0/-0 a tie keeps."""
     from ..kernels import pool as _kp
 
+    x32 = np.ascontiguousarray(x32) if x32.ndim == 4 else x32    # (once: the scan and the kernel read it)
     if x32.ndim == 4 and padding in ("SAME", "VALID") and x32.size and \
-            _kp.max_pool_safe(np.ascontiguousarray(x32).reshape(-1).view(np.uint32)):
+            _kp.max_pool_safe(x32.reshape(-1).view(np.uint32)):
         kh, kw = _hw(ksize)
         sh, sw = _hw(strides)
         n, h, w, c = x32.shape
@@ -218,7 +219,7 @@ def _max_windows(x32, ksize, strides, padding):
             pt = pl = 0
         if oh > 0 and ow > 0:
             out = np.empty((n, oh, ow, c), np.float32)
-            _kp.max_pool_f32(np.ascontiguousarray(x32), out, kh, kw, sh, sw, pt, pl)
+            _kp.max_pool_f32(x32, out, kh, kw, sh, sw, pt, pl)
             return out
     v, _ = _windows(x32, ksize, strides, padding, -np.inf)
     return v.max(axis=(-1, -2))
