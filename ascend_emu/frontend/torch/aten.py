@@ -437,7 +437,7 @@ def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, tra
                     **attrs)
         dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
     if output_mask[2]:
-        (r,) = k.op("BiasAddGrad", g)
+        (r,) = k.op("BiasAddGrad", np.transpose(_arg(dy, dt), (0, 2, 3, 1)))   # (its sum reads any strides)
         db = _out(r, dt)
     return dx, dw, db
 
