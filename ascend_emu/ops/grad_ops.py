@@ -307,17 +307,26 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
 
     if data_format not in ("NHWC", "N..C", None):
         raise NotImplementedError(f"BiasAddGrad data_format {data_format}")
-    if ctx.dtype == np.float32 and type(dy) is np.ndarray and dy.dtype == np.float32 and dy.ndim == 4 and dy.size:
-        # the same float32 sum in one pass on dy's own strides (numerics/batchnorm.py), no transposed copy when
-        # it splits over the cores; an Inf or NaN goes the reduction's way, the order generator put back
+    half = ctx.dtype_name in ("float16", "bfloat16")
+    if type(dy) is np.ndarray and dy.ndim == 4 and dy.size and dy.dtype == ctx.dtype and (
+            ctx.dtype == np.float32 or (half and ctx.subnormals == "keep" and
+                                        (ctx.dtype_name == "bfloat16" or ctx.reduce_accumulate == "float32"))):
+        # the same float32 sum in one pass on dy's own strides (numerics/batchnorm.py; 16-bit dy widened
+        # exactly, the float32 total rounded once to it), no transposed copy when it splits over the cores; an
+        # Inf or NaN, or a total past the 16-bit range, goes the reduction's way, the order generator put back
         from ..numerics import batchnorm as _bn
+        from ..numerics.vector import cast
 
         restore = _bn.snapshot(ctx.multicore)
         zeros = np.zeros(dy.shape[3], np.float32)
-        sums = _bn.sums(_bn.SUM, dy, None, zeros, zeros, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
-                        multicore=ctx.multicore)
+        sums = _bn.sums(_bn.SUM, _bn.as_f32(dy), None, zeros, zeros, overflow_mode=ctx.overflow_mode,
+                        subnormals=ctx.subnormals, multicore=ctx.multicore)
         if sums is not None:
-            return sums[0]
+            if not half:
+                return sums[0]
+            y, st = cast(sums[0], ctx.dtype_name, "rint", overflow_mode=ctx.overflow_mode, subnormals="keep")
+            if not st:
+                return y
         restore()
     y, st = reduce("sum", dy, axis=tuple(range(dy.ndim - 1)), dtype=ctx.dtype_name,
                    accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",

@@ -110,6 +110,41 @@ def test_batch_norm_passes_match_the_numpy_chain(monkeypatch):
     assert checked == 24 * 3 * 8
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_bias_add_grad_pass_of_16_bit_gradients_matches_the_reduction(monkeypatch, dtype):
+    """BiasAddGrad of fp16/bf16 dy: widened, summed in float32 in one pass, rounded once, as the 16-bit reduction
+    with a float32 accumulator; a sum past the 16-bit range, Inf/NaN, an fp16 accumulator or flushed subnormals
+    take the reduction's path (the order generator put back)."""
+    rng = np.random.default_rng(9)
+    dt = np.float16 if dtype == "float16" else bfloat16
+    for trial in range(12):
+        dy = rng.standard_normal((2, 6, 7, 3)).astype(np.float32)
+        if trial % 4 == 1:
+            dy.flat[7] = np.nan
+        elif trial % 4 == 2:
+            dy *= np.float32(6e-5 if dtype == "float16" else 1e-39)     # 16-bit subnormals
+        elif trial % 4 == 3:
+            dy[..., 0] = np.float32(3000.0 if dtype == "float16" else 3e37)     # a sum past the range
+        dyd = dy.astype(dt)
+        dya = _nchw(dyd) if trial % 2 else dyd
+        for split in (False, True):
+            for sub in ("keep", "flush"):
+                for ov in ("inf_nan", "saturation"):
+                    for acc in ("float32", "float16"):
+                        kw = dict(dtype=dtype, subnormals=sub, overflow_mode=ov, reduce_accumulate=acc)
+                        got_ctx = OpContext(**kw, multicore=_launch(trial) if split else None)
+                        (got,) = OPS["BiasAddGrad"](dya, ctx=got_ctx)
+                        with monkeypatch.context() as m:
+                            m.setattr(nbn, "sums", lambda *a, **k: None)
+                            want_ctx = OpContext(**kw, multicore=_launch(trial) if split else None)
+                            (want,) = OPS["BiasAddGrad"](dya, ctx=want_ctx)
+                        assert got.dtype == want.dtype
+                        np.testing.assert_array_equal(_bits(got), _bits(want))
+                        assert got_ctx.status == want_ctx.status
+                        if split:
+                            assert got_ctx.multicore.rng.random() == want_ctx.multicore.rng.random()
+
+
 def test_bias_add_grad_pass_matches_the_oracle_and_the_reduction(monkeypatch):
     """BiasAddGrad of float32 (N, H, W, C): the one-pass sum against naive.split_sum32 (whole and split, the
     drawn orders) and against the reduction it replaces, in every overflow and subnormal mode, with Inf and NaN
