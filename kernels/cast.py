@@ -549,8 +549,8 @@ cast_f32_to_16 = _cast_driver(_F32_16, """cast_f32_to_16(src, out, bf16, roundin
 cast_f32_to_f16_rint_hw = _cast_driver(_F32_F16_HW, """cast_f32_to_f16_rint_hw(src, out, overflow, subnormal): out[i] =
     fp16 rint of float32 bits src[i] (hardware conversion; HW_HALF hosts only); returns the OR of statuses.""")
 round_hf32 = _cast_driver(_F32_HF32, """round_hf32(src, out, rounding, overflow, subnormal, mant): out[i] = HF32
-    (mant stored significand bits) of float32 bits src[i] as float32 bits (kernels/hf32.py); returns the OR of all
-    statuses.""")
+    (mant stored significand bits) of float32 bits src[i] as float32 bits (kernels/hf32.py's branch-free span);
+    returns the OR of all statuses.""")
 cast_f64_to_16 = _cast_driver(_F64_16, """cast_f64_to_16(src, out, bf16, rounding, overflow, subnormal): out[i] = fp16
     (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses.""")
 cast_f64_to_f32 = _cast_driver(_F64_F32, """cast_f64_to_f32(src, out, rounding, overflow, subnormal): out[i] = float32

@@ -53,9 +53,38 @@ def hf32_bits(b, rounding, overflow, subnormal, mant):
 @njit(cache=True)
 def hf32_span(src, out, rounding, overflow, subnormal, mant):
     """out[i] = hf32_bits(src[i]) over uint32 float32 bit patterns; returns the OR of the statuses (the
-    parallel driver is ``cast.round_hf32``)."""
-    st = 0
+    parallel driver is ``cast.round_hf32``).
+
+    The same steps as :func:`hf32_bits` written as selects, not branches (a branch on the dropped bits of random
+    data is mispredicted half the time; the selects vectorise): nearest even adds half - 1 plus the last kept
+    bit and cuts the dropped bits, ties away adds half, toward zero adds nothing; a flushed subnormal, an
+    overflow, an Inf or NaN then replace the result."""
+    last = np.uint32(1) << np.uint32(23 - mant)
+    drop = last - np.uint32(1)
+    half = last >> np.uint32(1)
+    keep = ~drop
+    shift = np.uint32(23 - mant)
+    inf = np.uint32(0x7F800000)
+    top = inf - last if overflow == SATURATION else inf
+    flush = subnormal == FLUSH
+    st = np.int64(0)
     for i in range(src.size):
-        out[i], s = hf32_bits(src[i], rounding, overflow, subnormal, mant)
-        st |= s
+        b = np.uint32(src[i])
+        sign = b & np.uint32(0x80000000)
+        mag = b & np.uint32(0x7FFFFFFF)
+        if rounding == RINT:
+            add = half - np.uint32(1) + ((mag >> shift) & np.uint32(1))
+        elif rounding == ROUND:
+            add = half
+        else:
+            add = np.uint32(0)
+        kept = (mag + add) & keep
+        special = mag >= inf
+        over = (kept >= inf) and not special
+        r = sign | (top if over else kept)
+        r = sign if (flush and mag < np.uint32(0x00800000)) else r
+        nan = (b & keep) | np.uint32(0x00400000)
+        r = (nan if mag > inf else b) if special else r
+        out[i] = r
+        st |= np.int64(over) * ST_CONVERSION_OVERFLOW
     return st

@@ -1,4 +1,5 @@
-"""Pooling windows over NHWC arrays: the max of each window, padding never selected.
+"""Pooling windows over NHWC arrays: the max of each window, padding never selected; MaxPoolGrad's
+scatter of each window's gradient to its first maximum (``max_pool_grad_f32``, any strides).
 
 The max of a window is defined here only where it is unique as a bit pattern: when no input is NaN
 and no input is -0.0, equal values have equal bits, so the order in which a window is scanned
@@ -50,3 +51,53 @@ def max_pool_f32(x, out, kh, kw, sh, sw, pt, pl):
                     for c in range(np.uintp(C)):
                         v = r[c]
                         o[c] = v if v > o[c] else o[c]
+
+
+@njit(cache=True, error_model="numpy")
+def _max_pool_grad_plane(x, dy, acc, kh, kw, sh, sw, pt, pl):
+    """One (H, W) plane of :func:`max_pool_grad_f32`."""
+    H, W = x.shape
+    OH, OW = dy.shape
+    for oh in range(OH):
+        r0 = oh * sh - pt
+        for ow in range(OW):
+            c0 = ow * sw - pl
+            best = -np.inf
+            br = r0
+            bc = c0
+            first = True
+            nan = False
+            for i in range(kh):
+                r = r0 + i
+                for j in range(kw):
+                    c = c0 + j
+                    v = x[r, c] if (r >= 0 and r < H and c >= 0 and c < W) else -np.inf
+                    if v != v:          # the first NaN is the maximum
+                        br = r
+                        bc = c
+                        nan = True
+                        break
+                    if first or v > best:
+                        best = v
+                        br = r
+                        bc = c
+                        first = False
+                if nan:
+                    break
+            if br >= 0 and br < H and bc >= 0 and bc < W:
+                acc[br, bc] = acc[br, bc] + dy[oh, ow]
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def max_pool_grad_f32(x, dy, acc, kh, kw, sh, sw, pt, pl):
+    """acc[n, r, c, ch] += dy[n, oh, ow, ch] at (r, c) the first maximum of window (oh, ow) (taps row-major,
+    padding -inf, a NaN the maximum: numpy's argmax), in (oh, ow) order per (n, ch); padding dropped.
+
+    x, dy, acc are (N, H, W, C) float32 views of any strides (an NCHW array transposed is one: no copy);
+    acc starts as +0. Each (n, ch) plane is independent, so the plane loop is parallel and the bits do not
+    depend on the thread count."""
+    N, C = x.shape[0], x.shape[3]
+    for p in prange(N * C):
+        n = p // C
+        ch = p % C
+        _max_pool_grad_plane(x[n, :, :, ch], dy[n, :, :, ch], acc[n, :, :, ch], kh, kw, sh, sw, pt, pl)

@@ -623,3 +623,109 @@ def batch_norm_steps(x, scale, offset, mean, var, eps, model):
             return ((x - m) * s) * rstd + o
         mult = s / np.sqrt(ve)
         return mult * x + (o - mult * m)
+
+
+def max_pool_grad(x, dy, kh, kw, sh, sw, pt, pl):
+    """MaxPoolGrad from its definition, one window at a time in Python: the window's taps in row-major order,
+    a tap in the padding reading -inf, the first tap that is NaN (else the first of the largest values)
+    receiving the window's gradient; the gradients reaching one input pixel added in float32, starting from
+    +0, in the order of the windows (row-major over the output). ``x``, ``dy`` NHWC float32; a float32 array
+    back."""
+    n, h, w, c = x.shape
+    _, oh, ow, _ = dy.shape
+    acc = np.zeros((n, h, w, c), _F32)
+    for b in range(n):
+        for ch in range(c):
+            for i in range(oh):
+                for j in range(ow):
+                    pick = None
+                    best = None
+                    for r in range(i * sh - pt, i * sh - pt + kh):
+                        for q in range(j * sw - pl, j * sw - pl + kw):
+                            v = float(x[b, r, q, ch]) if 0 <= r < h and 0 <= q < w else -math.inf
+                            if math.isnan(v):
+                                if best is None or not math.isnan(best):
+                                    pick, best = (r, q), v
+                                break
+                            if best is None or v > best:
+                                pick, best = (r, q), v
+                        if best is not None and math.isnan(best):
+                            break
+                    r, q = pick
+                    if 0 <= r < h and 0 <= q < w:
+                        acc[b, r, q, ch] = _F32(acc[b, r, q, ch] + _F32(dy[b, i, j, ch]))
+    return acc
+
+
+def split_sum32(vals, bounds=None, order=None):
+    """The vector unit's float32 Sum of the sequence ``vals`` (float32 scalars), in Python: from the first value
+    one float32 add at a time; split at ``bounds`` (chunk boundaries), each chunk so, and the chunks' partials
+    added to +0 in ``order``."""
+    if bounds is None:
+        bounds, order = [0, len(vals)], None
+    parts = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        acc = _F32(vals[lo])
+        for v in vals[lo + 1:hi]:
+            acc = _F32(acc + _F32(v))
+        parts.append(acc)
+    if order is None:
+        return parts[0]
+    total = _F32(0.0)
+    for j in order:
+        total = _F32(total + parts[j])
+    return total
+
+
+def batch_norm_training32(x, scale, offset, eps, orders=None, bounds=None):
+    """BNTrainingReduce + BNTrainingUpdate on NHWC float32 ``x`` element by element (NUMERICS.md section 8):
+    per channel the float32 sums of x and of x*x over (n, h, w) in row-major order (:func:`split_sum32`, the
+    arrival orders ``orders[0][c]``, ``orders[1][c]`` when split), mean = s / n, var = sq / n - mean^2,
+    mult = scale / sqrt(|var + eps|), y = mult * x + (offset - mult * mean), every step one float32 operation.
+    Returns (y, mean, var)."""
+    n_, h, w, c = x.shape
+    f = _F32
+    y = np.empty(x.shape, f)
+    means, vars_ = np.empty(c, f), np.empty(c, f)
+    for ch in range(c):
+        vals = [f(v) for v in x[..., ch].reshape(-1)]
+        s = split_sum32(vals, bounds, None if orders is None else orders[0][ch])
+        sq = split_sum32([f(v * v) for v in vals], bounds, None if orders is None else orders[1][ch])
+        n = f(len(vals))
+        mean = f(s / n)
+        var = f(f(sq / n) - f(mean * mean))
+        mult = f(f(scale[ch]) / f(np.sqrt(f(abs(f(var + f(eps)))))))
+        addend = f(f(offset[ch]) - f(mult * mean))
+        for i, (a, b, d) in enumerate(np.ndindex(n_, h, w)):
+            y[a, b, d, ch] = f(f(mult * f(x[a, b, d, ch])) + addend)
+        means[ch], vars_[ch] = mean, var
+    return y, means, vars_
+
+
+def batch_norm_grad32(dy, x, scale, mean, var, eps, orders=None, bounds=None):
+    """BNTrainingUpdateGrad + BNTrainingReduceGrad on NHWC float32 element by element (NUMERICS.md section 8):
+    per channel d_scale = sum dy * ((x - mean) * rstd), rstd = 1 / sqrt(var + eps), d_offset = sum dy (float32,
+    :func:`split_sum32`), then dx = ((dy + mult * x) + addend) * (scale / sqrt(var + eps)) with
+    mult = (d_scale * -1/n) / sqrt(var + eps), addend = (mean / sqrt(var + eps)) * (d_scale / n) + d_offset * -1/n.
+    Returns (dx, d_scale, d_offset)."""
+    f = _F32
+    c = x.shape[3]
+    dx = np.empty(x.shape, f)
+    ds, do = np.empty(c, f), np.empty(c, f)
+    for ch in range(c):
+        m, v = f(mean[ch]), f(var[ch])
+        sv = f(np.sqrt(f(v + f(eps))))
+        rstd = f(f(1.0) / sv)
+        xs = [f(t) for t in x[..., ch].reshape(-1)]
+        gs = [f(t) for t in dy[..., ch].reshape(-1)]
+        d_scale = split_sum32([f(g * f(f(t - m) * rstd)) for g, t in zip(gs, xs)], bounds,
+                              None if orders is None else orders[0][ch])
+        d_offset = split_sum32(gs, bounds, None if orders is None else orders[1][ch])
+        rn = f(1.0 / len(xs))
+        mult = f(f(d_scale * -rn) / sv)
+        addend = f(f(f(m / sv) * f(d_scale * rn)) + f(d_offset * -rn))
+        k = f(f(scale[ch]) / sv)
+        for i, idx in enumerate(np.ndindex(*x.shape[:3])):
+            dx[idx + (ch,)] = f(f(f(gs[i] + f(mult * xs[i])) + addend) * k)
+        ds[ch], do[ch] = d_scale, d_offset
+    return dx, ds, do

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
-from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _hw, _nhwc, _padding, _record
+from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _finish_as_stored, _hw, _nhwc, _padding, _record
 from .registry import CUBE, HOST, MOVE, VECTOR, Source, register
 
 # SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
@@ -307,6 +307,27 @@ def bias_add_grad(dy, *, ctx, data_format="NHWC"):
 
     if data_format not in ("NHWC", "N..C", None):
         raise NotImplementedError(f"BiasAddGrad data_format {data_format}")
+    half = ctx.dtype_name in ("float16", "bfloat16")
+    if type(dy) is np.ndarray and dy.ndim == 4 and dy.size and dy.dtype == ctx.dtype and (
+            ctx.dtype == np.float32 or (half and ctx.subnormals == "keep" and
+                                        (ctx.dtype_name == "bfloat16" or ctx.reduce_accumulate == "float32"))):
+        # the same float32 sum in one pass on dy's own strides (numerics/batchnorm.py; 16-bit dy widened
+        # exactly, the float32 total rounded once to it), no transposed copy when it splits over the cores; an
+        # Inf or NaN, or a total past the 16-bit range, goes the reduction's way, the order generator put back
+        from ..numerics import batchnorm as _bn
+        from ..numerics.vector import cast
+
+        restore = _bn.snapshot(ctx.multicore)
+        zeros = np.zeros(dy.shape[3], np.float32)
+        sums = _bn.sums(_bn.SUM, _bn.as_f32(dy), None, zeros, zeros, overflow_mode=ctx.overflow_mode,
+                        subnormals=ctx.subnormals, multicore=ctx.multicore)
+        if sums is not None:
+            if not half:
+                return sums[0]
+            y, st = cast(sums[0], ctx.dtype_name, "rint", overflow_mode=ctx.overflow_mode, subnormals="keep")
+            if not st:
+                return y
+        restore()
     y, st = reduce("sum", dy, axis=tuple(range(dy.ndim - 1)), dtype=ctx.dtype_name,
                    accumulate=ctx.reduce_accumulate if ctx.dtype_name == "float16" else "float32",
                    overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, multicore=ctx.multicore)
@@ -364,6 +385,10 @@ def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3
     and biased batch variance) when training, else the population statistics."""
     _nhwc(data_format)
     axes, n = _channels(dy)
+    if is_training and dy.ndim == 4 and dy.size and _half_or_f32(dy, x):
+        fast = _batch_norm_grad_pass(dy, x, scale, mean, variance, ctx, epsilon, n)
+        if fast is not None:
+            return fast
     g, xw = widen(ctx, dy), widen(ctx, x)
     sc = np.asarray(scale, np.float32)
     mu = np.asarray(mean, np.float32)
@@ -383,6 +408,46 @@ def fused_batch_norm_grad(dy, x, scale, mean, variance, *rest, ctx, epsilon=1e-3
             dx = g * (sc / sqrt_var)
     empty = np.zeros(0, np.float32)
     return finish(ctx, dx), d_scale.astype(np.float32), d_offset.astype(np.float32), empty, empty
+
+
+def _half_or_f32(*arrays) -> bool:
+    return all(type(a) is np.ndarray and (a.dtype == np.float32 or (a.dtype.itemsize == 2 and a.dtype.kind in "fV"))
+               for a in arrays)
+
+
+def _batch_norm_grad_pass(dy, x, scale, mean, variance, ctx, epsilon, n):
+    """The training gradient above in two Numba passes (``numerics/batchnorm.py``), the same float32 steps in the
+    same order on the arrays' own strides; None (the order generator put back) where a value is Inf or NaN."""
+    from ..numerics import batchnorm as _bn
+
+    restore = _bn.snapshot(ctx.multicore)
+    g, xw = _bn.as_f32(dy), _bn.as_f32(x)
+    sc = np.asarray(scale, np.float32)
+    mu = np.asarray(mean, np.float32)
+    var = np.asarray(variance, np.float32)
+    eps = np.float32(epsilon)
+    with np.errstate(all="ignore"):
+        rstd = _ONE / np.sqrt(var + eps)
+    sums = _bn.sums(_bn.BACKWARD, xw, g, mu, rstd, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                    multicore=ctx.multicore)
+    if sums is None:
+        restore()
+        return None
+    d_scale, d_offset = sums
+    with np.errstate(all="ignore"):
+        sqrt_var = np.sqrt(var + eps)
+        rn = np.float32(1.0 / n)
+        mult = (d_scale * -rn) / sqrt_var
+        addend = (mu / sqrt_var) * (d_scale * rn) + d_offset * -rn
+        k = sc / sqrt_var
+    dx = _bn.apply(_bn.BACKWARD, xw, g, mult, addend, k, subnormals=ctx.subnormals,
+                   flush_out=ctx.dtype == np.float32 and ctx.subnormals == "flush")
+    if dx is None:
+        restore()
+        return None
+    empty = np.zeros(0, np.float32)
+    return (dx if ctx.dtype == np.float32 else _finish_as_stored(ctx, dx)), d_scale.astype(np.float32), \
+        d_offset.astype(np.float32), empty, empty
 
 
 # ------------------------------------------------------------------------------ losses
@@ -472,19 +537,25 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
     "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
     "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
-    """Each output's gradient goes to the first maximum of its window (taps in row-major order),
-    accumulated in float32 output by output, rounded once."""
+    """Each output's gradient goes to the first maximum of its window (taps in row-major order, a NaN
+    the maximum), accumulated in float32 output by output, rounded once (``kernels/pool.py``'s
+    ``max_pool_grad_f32``, on the arrays' own strides: an NCHW array's NHWC view is not copied)."""
+    from ..kernels import pool as _kp
+
     _nhwc(data_format)
-    n, h, w, c = x.shape
     kh, kw, sh, sw, oh, ow, pt, pl = _pool_geometry(x.shape, ksize, strides, padding)
-    rows, cols = _taps(kh, kw, sh, sw, oh, ow, pt, pl)
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
-    xv = np.asarray(x, np.float32)[:, np.clip(rows, 0, h - 1), np.clip(cols, 0, w - 1)]   # (N, OH, OW, T, C)
-    xv = np.where(inside[None, :, :, :, None], xv, -np.inf)
-    first = np.argmax(xv, axis=3)[:, :, :, None, :]                                       # (N, OH, OW, 1, C)
-    r = np.take_along_axis(np.broadcast_to(rows[None, :, :, :, None], xv.shape), first, 3)
-    col = np.take_along_axis(np.broadcast_to(cols[None, :, :, :, None], xv.shape), first, 3)
-    return finish(ctx, _scatter_add(x.shape, r, col, widen(ctx, dy)[:, :, :, None, :]))
+    from ..numerics.batchnorm import as_f32
+    from ..numerics.vector import flush_f32_subnormals
+
+    xf, g = as_f32(x), as_f32(dy)
+    if ctx.subnormals == "flush":      # (widen's reading of dy, on a copy in dy's memory order)
+        g = flush_f32_subnormals(np.array(g, np.float32))
+    if g.shape != (x.shape[0], oh, ow, x.shape[3]):
+        raise AscendEmuError(f"MaxPoolGrad: grad of shape {g.shape} does not match the pooled shape "
+                             f"{(x.shape[0], oh, ow, x.shape[3])}; pass the gradient of MaxPool's output")
+    acc = np.zeros_like(xf)        # (the input's memory order: an NCHW input's gradient comes back NCHW)
+    _kp.max_pool_grad_f32(xf, g, acc, kh, kw, sh, sw, pt, pl)
+    return _finish_as_stored(ctx, acc)
 
 
 @register("AvgPoolGrad", kind=VECTOR, source=Source(

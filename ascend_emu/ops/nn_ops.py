@@ -205,8 +205,9 @@ def _max_windows(x32, ksize, strides, padding):
     and which of +0/-0 a tie keeps."""
     from ..kernels import pool as _kp
 
+    x32 = np.ascontiguousarray(x32) if x32.ndim == 4 else x32    # (once: the scan and the kernel read it)
     if x32.ndim == 4 and padding in ("SAME", "VALID") and x32.size and \
-            _kp.max_pool_safe(np.ascontiguousarray(x32).reshape(-1).view(np.uint32)):
+            _kp.max_pool_safe(x32.reshape(-1).view(np.uint32)):
         kh, kw = _hw(ksize)
         sh, sw = _hw(strides)
         n, h, w, c = x32.shape
@@ -218,7 +219,7 @@ def _max_windows(x32, ksize, strides, padding):
             pt = pl = 0
         if oh > 0 and ow > 0:
             out = np.empty((n, oh, ow, c), np.float32)
-            _kp.max_pool_f32(np.ascontiguousarray(x32), out, kh, kw, sh, sw, pt, pl)
+            _kp.max_pool_f32(x32, out, kh, kw, sh, sw, pt, pl)
             return out
     v, _ = _windows(x32, ksize, strides, padding, -np.inf)
     return v.max(axis=(-1, -2))
@@ -328,6 +329,11 @@ def batch_norm_training(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, 
     batch variance (reserve spaces 1 and 2), and an empty reserve space 3.
     """
     axes, n = _channels(x)
+    if x.ndim == 4 and x.size and type(x) is np.ndarray and \
+            (x.dtype == np.float32 or (x.dtype.itemsize == 2 and x.dtype.kind in "fV")):
+        fast = _batch_norm_training_pass(x, scale, offset, mean, variance, ctx, epsilon, exponential_avg_factor, n)
+        if fast is not None:
+            return fast
     xw = widen(ctx, x)
     with np.errstate(all="ignore"):
         s = sum_f32(ctx, xw, axes)
@@ -347,6 +353,53 @@ def batch_norm_training(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, 
             run_var = unbiased * f + np.asarray(variance, np.float32) * (np.float32(1.0) - f)
     return (finish(ctx, y), run_mean.astype(np.float32), run_var.astype(np.float32), bmean.astype(np.float32),
             bvar.astype(np.float32), np.zeros(0, np.float32))
+
+
+def _finish_as_stored(ctx, y):
+    """``finish(ctx, y)`` run in ``y``'s memory order (an elementwise rounding: the same bits and status), so that
+    an NCHW array's NHWC view is not copied twice to be rounded to a 16-bit dtype."""
+    if ctx.dtype == np.float32 or y.ndim < 2 or y.flags.c_contiguous:
+        return finish(ctx, y)
+    order = sorted(range(y.ndim), key=lambda d: -y.strides[d])
+    inverse = sorted(range(y.ndim), key=lambda d: order[d])
+    return np.transpose(finish(ctx, np.transpose(y, order)), inverse)
+
+
+def _batch_norm_training_pass(x, scale, offset, mean, variance, ctx, epsilon, exponential_avg_factor, n):
+    """:func:`batch_norm_training` in two Numba passes (``numerics/batchnorm.py``), the same float32 steps in the
+    same order on the array's own strides; None (the order generator put back) where a value is Inf or NaN."""
+    from ..numerics import batchnorm as _bn
+
+    restore = _bn.snapshot(ctx.multicore)
+    xw = _bn.as_f32(x)
+    zeros = np.zeros(x.shape[3], np.float32)
+    sums = _bn.sums(_bn.FORWARD, xw, None, zeros, zeros, overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                    multicore=ctx.multicore)
+    if sums is None:
+        restore()
+        return None
+    s, sq = sums
+    with np.errstate(all="ignore"):
+        bmean = s / np.float32(n)
+        bvar = sq / np.float32(n) - bmean * bmean
+        mult = np.asarray(scale, np.float32) / np.sqrt(np.abs(bvar + np.float32(epsilon)))
+        addend = np.asarray(offset, np.float32) - mult * bmean
+    y = _bn.apply(_bn.FORWARD, xw, None, mult, addend, addend, subnormals=ctx.subnormals,
+                  flush_out=ctx.dtype == np.float32 and ctx.subnormals == "flush")
+    if y is None:
+        restore()
+        return None
+    with np.errstate(all="ignore"):
+        bessel = np.float32(0.0 if n == 1 else n / (n - 1))
+        f = np.float32(exponential_avg_factor)
+        unbiased = bvar * bessel
+        if f == 1:
+            run_mean, run_var = bmean, unbiased
+        else:
+            run_mean = bmean * f + np.asarray(mean, np.float32) * (np.float32(1.0) - f)
+            run_var = unbiased * f + np.asarray(variance, np.float32) * (np.float32(1.0) - f)
+    return ((y if ctx.dtype == np.float32 else _finish_as_stored(ctx, y)), run_mean.astype(np.float32),
+            run_var.astype(np.float32), bmean.astype(np.float32), bvar.astype(np.float32), np.zeros(0, np.float32))
 
 
 @register("FusedBatchNormV3", "FusedBatchNorm", "FusedBatchNormV2", kind=VECTOR, fp32_inputs=(1, 2, 3, 4),

@@ -403,6 +403,11 @@ def _nhwc(t):
     return np.ascontiguousarray(np.transpose(to_numpy(t), (0, 2, 3, 1)))
 
 
+def _nhwc_view(t):
+    """NCHW tensor ``t`` as an NHWC array without a copy, for the ops whose kernels read any strides."""
+    return np.transpose(to_numpy(t), (0, 2, 3, 1))
+
+
 def _nchw(a, dtype=None):
     return from_numpy(np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2))), dtype)
 
@@ -474,7 +479,7 @@ def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, tra
                     **attrs)
         dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
     if output_mask[2]:
-        (r,) = k.op("BiasAddGrad", g)
+        (r,) = k.op("BiasAddGrad", np.transpose(_arg(dy, dt), (0, 2, 3, 1)))   # (its sum reads any strides)
         db = _out(r, dt)
     return dx, dw, db
 
@@ -491,7 +496,7 @@ def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=Fa
     offset = to_numpy(bias.float()) if bias is not None else np.zeros(c, np.float32)
     rm = to_numpy(running_mean.float()) if running_mean is not None else np.zeros(c, np.float32)
     rv = to_numpy(running_var.float()) if running_var is not None else np.ones(c, np.float32)
-    outs = k.op("FusedBatchNormV3", _nhwc(x), scale, offset, rm, rv, epsilon=float(eps),
+    outs = k.op("FusedBatchNormV3", _nhwc_view(x), scale, offset, rm, rv, epsilon=float(eps),
                 is_training=bool(training), exponential_avg_factor=float(momentum))
     y = _nchw(outs[0])
     if training:
@@ -526,9 +531,9 @@ def native_batch_norm_backward(k, dy, x, weight, running_mean, running_var, save
     c = x.shape[1]
     scale = to_numpy(weight.float()) if weight is not None else np.ones(c, np.float32)
     dt = torch.result_type(dy, x)
-    dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.ascontiguousarray(np.transpose(_arg(dy, dt),
-                                     (0, 2, 3, 1))), np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
-                                     scale, to_numpy(save_mean), saved[1], epsilon=float(eps), is_training=True)
+    dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.transpose(_arg(dy, dt), (0, 2, 3, 1)),
+                                     np.transpose(_arg(x, dt), (0, 2, 3, 1)), scale, to_numpy(save_mean), saved[1],
+                                     epsilon=float(eps), is_training=True)
     return (_nchw(dx) if output_mask[0] else None,
             from_numpy(dscale).to(weight.dtype) if output_mask[1] and weight is not None else None,
             from_numpy(doffset).to(weight.dtype) if output_mask[2] and weight is not None else None)
@@ -738,7 +743,7 @@ def max_pool2d_backward(k, dy, x, kernel_size, stride, padding, dilation, ceil_m
             or not _emulated(dy, x) or dy.dtype != x.dtype):
         raise Fallback("a padded, dilated or ceil-mode max pool")
     attrs = dict(ksize=[1, kh, kw, 1], strides=[1, sh, sw, 1], padding="VALID")
-    xn = _nhwc(x)
+    xn = _nhwc_view(x)
     (y,) = k.op("MaxPool", xn, **attrs)
-    (g,) = k.op("MaxPoolGrad", xn, y, _nhwc(dy), **attrs)
+    (g,) = k.op("MaxPoolGrad", xn, y, _nhwc_view(dy), **attrs)
     return _nchw(g)
