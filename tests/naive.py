@@ -623,3 +623,19 @@ def batch_norm_steps(x, scale, offset, mean, var, eps, model):
             return ((x - m) * s) * rstd + o
         mult = s / np.sqrt(ve)
         return mult * x + (o - mult * m)
+
+
+def program32(inputs, steps, outputs):
+    """A float32 step program (``numerics.chain.chain_f32``'s): each step ``(name, a, b)`` computed in float64
+    from its float32 operands (values 0.. the inputs, then the steps' results) and rounded once to float32, which
+    for + - * / and sqrt is the correctly rounded float32 result (float64 holds more than 2 * 24 + 2 bits: the
+    double rounding is innocuous). The values ``outputs``, as float32 arrays."""
+    vals = [np.asarray(x, np.float32) for x in inputs]
+    with np.errstate(all="ignore"):
+        for name, a, b in steps:
+            x = vals[a].astype(np.float64)
+            y = vals[b].astype(np.float64) if b >= 0 else None
+            r = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y, "realdiv": lambda: x / y,
+                 "neg": lambda: -x, "square": lambda: x * x, "sqrt": lambda: np.sqrt(x)}[name]()
+            vals.append(np.asarray(r).astype(np.float32))
+    return [vals[o] for o in outputs]
