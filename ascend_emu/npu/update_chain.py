@@ -7,9 +7,11 @@ small model's step. They run as the CANN ``Apply*`` operator, black-listed, so i
 precision mode that keeps the black list. :func:`update_chain_graph` puts each connected chain of such
 nodes in the ``update`` phase into one ``_UpdateChain`` node (:mod:`ascend_emu.ops.apply_ops`) that runs
 the same ops in the same order, in one pass while every value is finite and op by op otherwise: the same
-bits and status as the nodes it replaces.
+bits and status as the nodes it replaces. The update's other pure nodes that repeat one another (a Keras
+optimizer computes each variable's bias corrections anew from the iteration: casts, powers, their constants)
+run once, their readers reading the first.
 
-What differs is the record: the replay records the chain as one op (named after its last node, in the
+What differs is the record: the replay records the chain as one op (and a dropped repeat not at all) (named after its last node, in the
 ``update`` phase, so the overflow decision, which reads the forward and backward ops, is unchanged). A step
 that is dumped replays the graph as it is (the dump has every op); so does a step on a device whose policy
 could compute one of the chain's ops in another dtype, or whose fusion passes would treat the graph
@@ -18,6 +20,8 @@ differently once rewritten (nothing is then changed).
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from ..graph.core import Graph, Node, split_tensor_name, tensor_name
 from ..ops import OPS
@@ -134,11 +138,66 @@ def _chain_node(members: list, consts: dict, needed: list, graph_nodes: dict):
     return node, {t: f"{node.name}:{i}" for i, t in enumerate(needed)}
 
 
+#: pure ops whose repeats :func:`_shared` drops (the same inputs and attributes give the same outputs and status)
+_PURE = frozenset(("Const", "Cast", "Identity", "AddV2", "Add", "Sub", "Mul", "RealDiv", "Pow", "Sqrt", "Square",
+                   "Neg"))
+
+
+def _attrs_key(attrs: dict) -> tuple:
+    out = []
+    for k in sorted(attrs):
+        v = attrs[k]
+        if isinstance(v, np.ndarray):
+            v = (v.dtype.str, v.shape, v.tobytes())
+        out.append((k, repr(v) if not isinstance(v, tuple) else v))
+    return tuple(out)
+
+
+def _shared(graph: Graph, cand: dict, precision):
+    """``graph`` with the repeats of the update's other pure nodes dropped (a Keras optimizer computes each
+    variable's bias corrections from the iteration anew: casts, powers, their constants), their readers reading
+    the first; None if there are none. The chains' own nodes, and the constants they read, stay (one chain per
+    variable). Not with ``keep_dtype`` names (a precision decision by node name)."""
+    if precision.keep_names:
+        return None
+    consumers = graph.consumers()
+    first, remap, dropped = {}, {}, set()
+    for n in graph.nodes:
+        if (n.meta.get("phase") != "update" or n.op not in _PURE or n.num_outputs != 1 or n.name in cand
+                or n.meta.get("fusion")):
+            continue
+        if n.op == "Const" and any(c.name in cand for c in consumers.get(f"{n.name}:0", ())):
+            continue
+        key = (n.op, tuple(remap.get(t, t) for t in n.input_names()), _attrs_key(n.attrs),
+               n.meta.get("ascend_type"), tuple(n.output_dtypes or ()))
+        if key in first:
+            remap[f"{n.name}:0"] = f"{first[key]}:0"
+            dropped.add(n.name)
+        else:
+            first[key] = n.name
+    if not dropped:
+        return None
+    nodes = [n if not any(tensor_name(r) in remap for r in n.inputs)
+             else replace(n, inputs=[remap.get(tensor_name(r), r) for r in n.inputs])
+             for n in graph.nodes if n.name not in dropped]
+    return replace(graph, nodes=nodes, outputs=[remap.get(tensor_name(t), t) for t in graph.outputs])
+
+
 def _rewrite(graph: Graph, precision):
-    """The graph with its update chains as ``_UpdateChain`` nodes (None: nothing to put together)."""
+    """The graph with its update chains as ``_UpdateChain`` nodes and the repeats of the update's other pure
+    nodes dropped (None: nothing to change)."""
     cand = _candidates(graph, precision)
     if not cand:
         return None
+    shared = _shared(graph, cand, precision)
+    if shared is not None:
+        cand = {n.name: n for n in shared.nodes if n.name in cand}
+    chained = _chains(shared or graph, cand)
+    return chained or shared
+
+
+def _chains(graph: Graph, cand: dict):
+    """The graph with its update chains (of ``cand``) as ``_UpdateChain`` nodes (None: none)."""
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
     readers = _node_consumers(graph)

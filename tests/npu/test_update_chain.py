@@ -1,5 +1,6 @@
 """The optimizer's update chains as one node each (npu/update_chain.py: ``_UpdateChain``, run by
-numerics/chain.py ``chain_f32``): real training runs give the same bits with and without the rewrite.
+numerics/chain.py ``chain_f32``; the update's repeated pure nodes dropped): real training runs give the same bits
+with and without the rewrite.
 
 Each case trains a small Keras model (a user's own ``train_on_batch`` under ``ae.emulate``, ``Device.train``, a
 TF1 graph's ``Apply*`` ops) twice from the same seed: once as today (the step graph replayed as it is) and once
@@ -170,6 +171,10 @@ def test_chains_formed_and_left_out(tmp_path):
     assert len(chains) == len(m.trainable_variables)
     assert all(n.meta["phase"] == "update" and step.phase(n.name) == "update" for n in chains)
     assert len(g.nodes) < len(step.graph.nodes) and len(g.outputs) == len(step.graph.outputs)
+    # each variable's bias corrections (beta^t) computed once for all: the repeats dropped
+    assert sum(n.op == "Pow" for n in step.graph.nodes) == 12 and sum(n.op == "Pow" for n in g.nodes) == 2
+    keep = ae.Device("allow_mix_precision", keep_dtype=[step.graph.nodes[0].name])
+    assert sum(n.op == "Pow" for n in update_chain_graph(keep, step.graph).nodes) == 12   # (decisions by name)
     white = ae.Device("allow_mix_precision", modify_mixlist={"white-list": {"to-add": ["ApplyAdam"]}})
     assert update_chain_graph(white, step.graph) is step.graph
     assert update_chain_graph(ae.Device("allow_mix_precision", subnormals="flush"), step.graph) is step.graph
