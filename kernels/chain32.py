@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from .codes import ADD, CHAIN_NEG, CHAIN_SQRT, CHAIN_SQUARE, FLT_MAX, MUL, REALDIV, SUB
+from .codes import ADD, CHAIN_NEG, CHAIN_SQUARE, FLT_MAX, MUL, REALDIV, SUB
 
 #: elements per block: the rows of a program of a dozen steps stay within L1 and L2
 BLOCK = 1024
@@ -56,7 +56,7 @@ def _op(code, x, y):
         return -x
     if code == CHAIN_SQUARE:
         return x * x
-    return np.sqrt(x)
+    return np.sqrt(x)      # CHAIN_SQRT
 
 
 @njit(cache=True, error_model="numpy")
