@@ -58,6 +58,9 @@ ADD, SUB, MUL, REALDIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW = range(8)
 # Steps of a fused float32 chain (kernels/chain.py): the binary codes above (ADD, SUB, MUL, REALDIV), then
 # the two exact selections, the rounding of the running value to fp16 (and back, exactly)
 CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16 = 8, 9, 10
+# Unary steps of a float32 chain with several outputs (kernels/chain32.py: optimizer updates), one IEEE float32
+# operation each, after the binary codes above
+CHAIN_NEG, CHAIN_SQUARE, CHAIN_SQRT = 11, 12, 13
 
 # The 950's 8- and 4-bit formats (kernels/lowfloat.py; NUMERICS.md section 14), by index into LOW_FORMATS
 HIF8, E4M3FN, E5M2, E2M1, E1M2, E8M0 = range(6)

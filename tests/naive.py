@@ -729,3 +729,19 @@ def batch_norm_grad32(dy, x, scale, mean, var, eps, orders=None, bounds=None):
             dx[idx + (ch,)] = f(f(f(gs[i] + f(mult * xs[i])) + addend) * k)
         ds[ch], do[ch] = d_scale, d_offset
     return dx, ds, do
+
+
+def program32(inputs, steps, outputs):
+    """A float32 step program (``numerics.chain.chain_f32``'s): each step ``(name, a, b)`` computed in float64
+    from its float32 operands (values 0.. the inputs, then the steps' results) and rounded once to float32, which
+    for + - * / and sqrt is the correctly rounded float32 result (float64 holds more than 2 * 24 + 2 bits: the
+    double rounding is innocuous). The values ``outputs``, as float32 arrays."""
+    vals = [np.asarray(x, np.float32) for x in inputs]
+    with np.errstate(all="ignore"):
+        for name, a, b in steps:
+            x = vals[a].astype(np.float64)
+            y = vals[b].astype(np.float64) if b >= 0 else None
+            r = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y, "realdiv": lambda: x / y,
+                 "neg": lambda: -x, "square": lambda: x * x, "sqrt": lambda: np.sqrt(x)}[name]()
+            vals.append(np.asarray(r).astype(np.float32))
+    return [vals[o] for o in outputs]

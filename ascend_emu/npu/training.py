@@ -31,6 +31,7 @@ from ..fileio import check_output_dir
 from ..frontend.inputs import check_seed, load_npz
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .train_result import TrainResult  # noqa: F401  (part of this module's API)
+from .update_chain import update_chain_graph
 
 #: Keras' LossScaleOptimizer defaults (ASCEND-FACTS section 10): 2**15, x2 after 2000 finite steps, /2 on overflow
 KERAS_DYNAMIC = {"init": 2.0 ** 15, "incr_every": 2000, "decr_every": 1, "incr_ratio": 2.0, "decr_ratio": 0.5}
@@ -410,11 +411,13 @@ def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, ove
     """
     scale = manager.get_loss_scale() if manager is not None else 1.0
     feeds = step_feeds(step_graph, x, y, i, scale, state)
-    res = device.replay(step_graph.graph, feeds, dump_dir, overwrite=overwrite, progress=False,
+    # without a dump, the optimizer's update chains run as one node each (the same bits and status)
+    graph = step_graph.graph if dump_dir is not None else update_chain_graph(device, step_graph.graph)
+    res = device.replay(graph, feeds, dump_dir, overwrite=overwrite, progress=False,
                         keep_tensors=False, phases=step_graph.phase, launch=i, disk_check=False,
                         **(dump_options or {}))
     ng = step_graph.n_grads
-    outs = [res.outputs[t] for t in step_graph.graph.outputs]
+    outs = [res.outputs[t] for t in graph.outputs]
     grads = outs[1:1 + ng]
     bits, first = step_status(res.records, step_graph.phase)
     applied = step_applied(manager, overflow_check, bits, grads)

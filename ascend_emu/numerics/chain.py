@@ -17,7 +17,9 @@ import numpy as np
 from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import chain as _kch
-from ..kernels.codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, MUL, REALDIV, SUB
+from ..kernels import chain32 as _kch32
+from ..kernels.codes import (ADD, CHAIN_NEG, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, CHAIN_SQRT, CHAIN_SQUARE, MUL,
+                             REALDIV, SUB)
 
 #: chain step names and their kernel codes (binary steps, then the unary selections)
 STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CHAIN_RELU, "relu6": CHAIN_RELU6,
@@ -152,3 +154,131 @@ def chain_to_f16(inputs, steps):
     if bad:
         return None
     return out.view(np.float16).reshape(shape)
+
+
+# ------------------------------------------------------------------------------ float32, several outputs
+
+#: steps of :func:`chain_f32` and their kernel codes (kernels/chain32.py): one IEEE float32 operation each
+F32_STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "neg": CHAIN_NEG, "square": CHAIN_SQUARE,
+                  "sqrt": CHAIN_SQRT}
+F32_UNARY = frozenset(("neg", "square", "sqrt"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _program32(steps: tuple, outputs: tuple, kinds: tuple):
+    """The kernel's arrays for ``steps`` (see :func:`chain_f32`) whose inputs are of ``kinds`` (0 a single
+    value, 1 full-size): (prog, fill, out_rows, rows, single values, each input's slot, each output's kind and
+    slot), or None when a step is unknown
+    or refers to a value not made yet. Rows are reused once their value is read for the last time (not the
+    outputs'), and a step never writes a row it reads."""
+    k_in = len(kinds)
+    kind = list(kinds)
+    last = {}
+    for s, (name, a, b) in enumerate(steps):
+        if name not in F32_STEP_CODES or not 0 <= a < k_in + s or (name not in F32_UNARY and not 0 <= b < k_in + s):
+            return None
+        last[a] = s
+        if name not in F32_UNARY:
+            last[b] = s
+        kind.append(kind[a] | (0 if name in F32_UNARY else kind[b]))
+    for o in outputs:
+        if not 0 <= o < len(kind):
+            return None
+    keep = set(outputs)
+    slot, free, nrows, nscal = {}, [], 0, 0
+    fill = []
+    for k in range(k_in):
+        if kind[k]:
+            slot[k] = nrows
+            fill.append(nrows)
+            nrows += 1
+        else:
+            slot[k] = nscal
+            nscal += 1
+    prog = []
+    for s, (name, a, b) in enumerate(steps):
+        v = k_in + s
+        b = a if name in F32_UNARY else b
+        if kind[v]:
+            slot[v] = free.pop() if free else nrows
+            nrows += slot[v] == nrows
+        else:
+            slot[v] = nscal
+            nscal += 1
+        prog.append((F32_STEP_CODES[name], kind[a], slot[a], kind[b], slot[b], kind[v], slot[v]))
+        for u in {a, b}:
+            if kind[u] and last.get(u) == s and u not in keep:
+                free.append(slot[u])
+    out_rows = [slot[o] for o in outputs if kind[o] and o >= k_in]
+    return (np.array(prog, np.int64).reshape(-1, 7), np.array(fill, np.int64), np.array(out_rows, np.int64),
+            max(nrows, 1), nscal, tuple(slot[k] for k in range(k_in)), tuple(kind[o] for o in outputs),
+            tuple(slot[o] for o in outputs))
+
+
+_EMPTY32W = np.zeros(0, np.float32)
+
+
+def chain_f32(inputs, steps, outputs):
+    """The values ``outputs`` of float32 ``steps`` on ``inputs`` in one pass, or None.
+
+    Parameters
+    ----------
+    inputs : sequence of numpy.ndarray
+        float32 arrays, each of shape () (one value) or of one common shape (full-size).
+    steps : sequence of (str, int, int)
+        ``(name, a, b)``: value ``len(inputs) + s`` is ``name(value a, value b)`` with ``name`` a key of
+        :data:`F32_STEP_CODES`; values ``0 .. len(inputs) - 1`` are the inputs; ``b`` is ignored for the unary
+        steps (neg, square, sqrt).
+    outputs : sequence of int
+        The values to return.
+
+    Returns
+    -------
+    list of numpy.ndarray or None
+        float32 arrays (an output that is an input is that input), the bits of numpy's float32 ufuncs applied
+        step by step, every value finite (no status); None where that might differ from the ops one by one (an
+        input of another dtype or shape, an Inf or NaN anywhere: overflow and its status are theirs).
+    """
+    shape = None
+    kinds = []
+    for x in inputs:
+        if type(x) is not np.ndarray or x.dtype != _F32:
+            return None
+        if x.shape == ():
+            kinds.append(0)
+            continue
+        if shape is None:
+            shape = x.shape
+        elif x.shape != shape:
+            return None
+        kinds.append(1)
+    made = _program32(tuple(steps), tuple(outputs), tuple(kinds))
+    if made is None:
+        return None
+    prog, fill, out_rows, nrows, nscal, in_slots, out_kinds, out_slots = made
+    n = int(math.prod(shape)) if shape is not None else 0
+    scal = np.zeros(max(nscal, 1), np.float32)
+    full = []
+    for x, k, at in zip(inputs, kinds, in_slots):
+        if k:
+            full.append(_alloc.readonly(np.ascontiguousarray(x).reshape(-1)))
+        else:
+            scal[at] = x[()]
+    k_in = len(inputs)
+    made_out = [_alloc.empty(n, np.float32) if k and o >= k_in else None
+                for o, k in zip(outputs, out_kinds)]
+    outs = [m for m in made_out if m is not None]
+    if prog.shape[0]:
+        bad = _kch32.chain_f32(_slots(full, _EMPTY32), fill, scal, prog, _slots(outs, _EMPTY32W), out_rows, n,
+                               nrows, _kch32.BLOCK)
+        if bad:
+            return None
+    result = []
+    for o, m, k, at in zip(outputs, made_out, out_kinds, out_slots):
+        if o < k_in:
+            result.append(inputs[o])
+        elif k:
+            result.append(m.reshape(shape))
+        else:
+            result.append(np.array(scal[at], np.float32))
+    return result

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics.chain import F32_UNARY, chain_f32
 from ._util import finish, widen
-from .registry import VECTOR, Source, register
+from .registry import OPS, VECTOR, Source, register
 
 #: the TBE Apply*D kernels (canndev, read in the public mirror dengguojie/vue-element-admin) and the model
 _TBE = "canndev ops/built-in/tbe/impl/dynamic/"
@@ -85,3 +86,33 @@ def apply_rms_prop(var, ms, mom, lr, rho, momentum, epsilon, grad, *, ctx):
         mom_ = mom_ * momentum_ + lr_ * g / np.sqrt(ms_ + eps)
         return w - mom_, ms_, mom_
     return _chain_outputs(ctx, fn, var, ms, mom, lr, rho, momentum, epsilon, grad)
+
+
+#: the steps of an update chain (``_UpdateChain``) and the registry op each stands for
+UPDATE_STEPS = {"AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "realdiv", "Div": "realdiv",
+                "Neg": "neg", "Square": "square", "Sqrt": "sqrt"}
+_STEP_OPS = {"add": "AddV2", "sub": "Sub", "mul": "Mul", "realdiv": "RealDiv", "neg": "Neg", "square": "Square",
+             "sqrt": "Sqrt"}
+
+
+@register("_UpdateChain", kind=VECTOR, source=Source(
+    ("NUMERICS.md section 8 (optimizer updates: one pass of the update's own ops)",
+     "ops/math_ops.py ARITH (each step's own source)"), (),
+    "the update's elementwise ops in their order, each one IEEE operation in the compute dtype: the ops' bits and "
+    "status, one pass over the variable"))
+def update_chain(*xs, ctx, steps, outputs, consts=()):
+    """An optimizer's elementwise update ops run as one: ``steps`` are ``(name, a, b)`` (a name of
+    :data:`numerics.chain.F32_STEP_CODES`) on values ``xs + consts`` then the steps' results; the values
+    ``outputs`` come back. In float32 with subnormals kept, one pass (``numerics.chain.chain_f32``) while every
+    value is finite; otherwise (and in any other case) the ops one by one, as the graph's own nodes would run."""
+    vals = list(xs) + [np.asarray(c) for c in consts]
+    if (ctx.dtype_name == "float32" and ctx.subnormals == "keep"
+            and not (ctx.ftz and any(s[0] in ("realdiv", "sqrt") for s in steps))):
+        # (the 950's cce_ftz flushes subnormals in division and square root: the ops' path)
+        fast = chain_f32(vals, steps, outputs)
+        if fast is not None:
+            return tuple(fast)
+    for name, a, b in steps:
+        args = (vals[a],) if name in F32_UNARY else (vals[a], vals[b])
+        vals.append(OPS[_STEP_OPS[name]](*args, ctx=ctx)[0])
+    return tuple(vals[o] for o in outputs)

@@ -79,3 +79,46 @@ def test_float32_fused_softmax_grad_matches_tensorflow():
                                                                       reference=True, progress=False)
     rel = np.abs(res.losses - res.reference_losses) / np.abs(res.reference_losses)
     assert rel.max() < 1e-5
+
+
+@pytest.mark.parametrize("ctx_kw", [dict(dtype="float32"), dict(dtype="float32", overflow_mode="saturation"),
+                                    dict(dtype="float32", subnormals="flush"), dict(dtype="float32", ftz=True),
+                                    dict(dtype="float16")], ids=["inf_nan", "saturation", "flush", "ftz", "fp16"])
+def test_update_chain_op_is_its_ops_one_by_one(ctx_kw):
+    """``_UpdateChain`` (npu/update_chain.py's node for an optimizer's update ops) against the registry's ops run
+    one by one, values and status: Adam's steps on data with float32 subnormals, values whose squares and
+    products overflow, Inf and NaN, a zero under a division; one pass only where it gives the same."""
+    from ascend_emu.ops import OPS, OpContext
+
+    rng = np.random.default_rng(7)
+    shape = (3, 700)
+    g, m, v, w = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    v = np.abs(v)
+    g[0, :5] = [3e20, -3e38, np.inf, np.nan, 1e-40]
+    v[1, :2] = [0.0, 1e-45]
+    singles = [np.array(x, np.float32) for x in (0.1, 0.001, 1e-3, 0.0)]   # 1 - b1, 1 - b2, alpha, eps = 0
+    steps = (("sub", 0, 1), ("mul", 8, 4), ("add", 1, 9), ("square", 0, -1), ("sub", 11, 2), ("mul", 12, 5),
+             ("add", 2, 13), ("mul", 10, 6), ("sqrt", 14, -1), ("add", 16, 7), ("realdiv", 15, 17), ("sub", 3, 18),
+             ("neg", 19, -1))
+    outputs = (20, 10, 14, 19, 1)
+    tf_type = {"add": "AddV2", "sub": "Sub", "mul": "Mul", "realdiv": "RealDiv", "neg": "Neg", "square": "Square",
+               "sqrt": "Sqrt"}
+    from ascend_emu.numerics.chain import chain_f32
+
+    finite = [np.nan_to_num(g, posinf=1.0, neginf=1.0, nan=1.0).clip(-1e3, 1e3), m, v + 1, w]
+    for data in ([g, m, v, w], finite):
+        with np.errstate(over="ignore"):
+            xs = [np.asarray(d, np.float16 if ctx_kw["dtype"] == "float16" else np.float32) for d in data]
+        one_pass = chain_f32(list(xs) + singles, steps, outputs) is not None
+        assert one_pass == (data is finite and ctx_kw["dtype"] == "float32")   # (so both paths are seen)
+        ctx = OpContext(**ctx_kw)
+        got = OPS["_UpdateChain"](*xs, ctx=ctx, steps=steps, outputs=outputs, consts=tuple(singles))
+        vals, status = list(xs) + [s.astype(xs[0].dtype) for s in singles], 0
+        for name, a, b in steps:
+            c = OpContext(**ctx_kw)
+            vals.append(OPS[tf_type[name]](*((vals[a],) if b < 0 else (vals[a], vals[b])), ctx=c)[0])
+            status |= c.status
+        assert ctx.status == status, ctx_kw
+        for x, y in zip(got, (vals[o] for o in outputs)):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))

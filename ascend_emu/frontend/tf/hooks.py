@@ -98,8 +98,9 @@ class FunctionSteps:
             if step is None:
                 return original(fn, *args, **kwargs)
             state = read_variables(step)
+            before = dict(state)
             rec = self.runner.train(step, x, y, state, key=("function",) + key)
-            assign_variables(step, state)
+            assign_variables(step, state, before)
             return tf.constant(rec["loss"], tf.float32)
 
 

@@ -69,6 +69,7 @@ class KerasSteps:
         self.runner = runner
         self._train: dict = {}
         self._forward: dict = {}
+        self._metrics: dict = {}
         self.models: list = []          # whose train/test/predict functions are ours (reset on exit)
 
     # -- training ----------------------------------------------------------------------------
@@ -104,15 +105,31 @@ class KerasSteps:
                                     "decr_ratio=0.5",
                             "good_steps": int(lso.step_counter.numpy())}
                 state = read_variables(step)
+                before = dict(state)
                 key = ("keras", id(model), step.graph.name, x.shape[1:], y.shape[1:])
                 self.runner.train(step, x, y, state, key=key, loss_scale=spec)
-                assign_variables(step, state)
+                assign_variables(step, state, before)
                 if lso is not None:
                     scale, good = self.runner.manager_state(key)
                     lso.dynamic_scale.assign(scale)
                     lso.step_counter.assign(good)
-            logs = model.get_metrics_result()
+            logs = self._metrics_result(model)
         return logs
+
+    def _metrics_result(self, model):
+        """``model.get_metrics_result()`` (the logs Keras hands its callbacks) in one call: traced once per model
+        and set of metrics, as Keras' own train step traces it (each metric's result eagerly is a few dispatches
+        of TensorFlow ops); eagerly where it cannot be traced."""
+        key = (id(model), tuple(map(id, model.metrics)))
+        fn = self._metrics.get(key)
+        if fn is None:
+            tf = import_tf()
+            try:
+                fn = tf.function(model.get_metrics_result, autograph=False).get_concrete_function()
+            except Exception:   # a get_metrics_result of the script's own that only runs eagerly
+                fn = model.get_metrics_result
+            self._metrics[key] = fn
+        return fn()
 
     # -- forward (evaluate, predict) --------------------------------------------------------------
     def _forward_graph(self, model, x, y):

@@ -366,17 +366,46 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
     return step
 
 
+def _reader(step: TrainStep):
+    """The step's variables read in one call (a traced function of ReadVariableOps, made once per step): the
+    eager reads cost a dispatch each."""
+    reader = step.__dict__.get("_reader")
+    if reader is None:
+        tf = import_tf()
+        handles = list(step.handles.values())
+
+        def read_all():
+            return [tf.raw_ops.ReadVariableOp(resource=h, dtype=dt) for h, dt in handles]
+        reader = step.__dict__["_reader"] = tf.function(read_all, autograph=False).get_concrete_function()
+    return reader
+
+
 def read_variables(step: TrainStep) -> dict:
-    """State key -> the current value of each variable of a :func:`train_step_from_tf_function` step."""
-    tf = import_tf()
+    """State key -> the current value of each variable of a :func:`train_step_from_tf_function` step.
+
+    The values are read-only views of the tensors the reads returned (no copy): TensorFlow never changes a
+    tensor it has handed out (a later write of the variable gets a buffer of its own while the read is alive)."""
     if step.handles is None:
         raise AscendEmuError("this TrainStep has no variables to read (build it with train_step_from_tf_function)")
-    return {k: np.array(tf.raw_ops.ReadVariableOp(resource=h, dtype=dt).numpy(), copy=True)
-            for k, (h, dt) in step.handles.items()}
+    return {k: _view(t) for k, t in zip(step.handles, _reader(step)())}
 
 
-def assign_variables(step: TrainStep, state: dict) -> None:
-    """Write ``state`` (state key -> value) into the variables of a :func:`train_step_from_tf_function` step."""
+def _view(t) -> np.ndarray:
+    try:
+        return np.asarray(memoryview(t))
+    except (TypeError, ValueError):     # a dtype the buffer protocol does not carry (bfloat16): a copy
+        return np.asarray(t.numpy())
+
+
+def assign_variables(step: TrainStep, state: dict, before: dict | None = None) -> None:
+    """Write ``state`` (state key -> value) into the variables of a :func:`train_step_from_tf_function` step;
+    with ``before`` (the state as read), only the values that are not the very arrays read (a training step
+    hands back the array it was given for a variable it leaves alone, and nothing for a skipped step)."""
     tf = import_tf()
     for k, (h, dt) in step.handles.items():
-        tf.raw_ops.AssignVariableOp(resource=h, value=tf.constant(state[k], dtype=dt))
+        v = state[k]
+        if before is not None and v is before.get(k):
+            continue
+        if v.dtype != dt.as_numpy_dtype:
+            v = tf.constant(v, dtype=dt)
+        tf.raw_ops.AssignVariableOp(resource=h, value=v)

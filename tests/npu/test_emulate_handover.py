@@ -1,0 +1,91 @@
+"""The hand-over between a Keras script and the emulated step (frontend/tf/stateful.py ``read_variables`` /
+``assign_variables``, keras_hooks ``_metrics_result``): what the script sees is what it saw when every variable
+was copied out and written back and each metric's result was computed eagerly.
+
+- the variables are read in one call as read-only views of the tensors read; TensorFlow's copy-on-write keeps
+  a view's values when the variable is written afterwards;
+- only the variables a step changed are written back (a variable the step leaves alone, every variable of a
+  skipped step): what the script wrote stays;
+- ``train_on_batch``'s logs, with compiled metrics, are Keras' own ``get_metrics_result`` of the emulated values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import ascend_emu as ae  # noqa: E402
+from ascend_emu.frontend.tf.stateful import assign_variables, read_variables, train_step_from_tf_function  # noqa: E402
+
+RNG = np.random.default_rng(34)
+X = RNG.standard_normal((32, 8)).astype(np.float32)
+Y = RNG.integers(0, 3, 32)
+
+
+def _model():
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(1)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(2)])
+    return m
+
+
+def _step(m):
+    opt = m.optimizer
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = keras.losses.sparse_categorical_crossentropy(y, m(x, training=True), from_logits=True)
+            loss = tf.reduce_mean(loss)
+        opt.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables))
+        return loss
+    return train_step_from_tf_function(step, X[:8], Y[:8], optimizer=opt)
+
+
+def test_reads_are_views_that_later_writes_do_not_change():
+    m = _model()
+    step = _step(m)
+    state = read_variables(step)
+    key = next(k for k in state if k.endswith("dense/kernel"))
+    kernel = next(v for v in m.trainable_variables if v.path.endswith("dense/kernel"))
+    before = np.array(state[key], copy=True)
+    assert not state[key].flags.writeable
+    kernel.assign(np.full(kernel.shape, 7.0, np.float32))
+    kernel.assign_add(np.ones(kernel.shape, np.float32))
+    np.testing.assert_array_equal(state[key], before)
+    np.testing.assert_array_equal(read_variables(step)[key], np.full(kernel.shape, 8.0, np.float32))
+
+
+def test_only_changed_variables_are_written():
+    m = _model()
+    step = _step(m)
+    state = read_variables(step)
+    before = dict(state)
+    kernel_key = next(k for k in state if k.endswith("dense/kernel"))
+    bias_key = next(k for k in state if k.endswith("dense/bias"))
+    bias = next(v for v in m.trainable_variables if v.path.endswith("dense/bias"))
+    bias.assign(np.full(bias.shape, 5.0, np.float32))     # a write after the read, not the step's
+    state[kernel_key] = np.full(state[kernel_key].shape, 2.0, np.float32)
+    assign_variables(step, state, before)
+    after = read_variables(step)
+    np.testing.assert_array_equal(after[kernel_key], state[kernel_key])
+    np.testing.assert_array_equal(after[bias_key], np.full(bias.shape, 5.0, np.float32))   # left alone
+    assign_variables(step, state)           # without ``before``: every variable
+    np.testing.assert_array_equal(read_variables(step)[bias_key], before[bias_key])
+
+
+def test_train_on_batch_logs_are_keras_metrics_of_the_emulated_values():
+    m = _model()
+    with ae.emulate("allow_mix_precision", loss_scale="dynamic") as run:
+        for i in range(3):
+            logs = m.train_on_batch(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], return_dict=True)
+            eager = {k: float(v) for k, v in m.get_metrics_result().items()}
+            assert set(logs) == {"loss", "accuracy", "sparse_top_k_categorical_accuracy"}
+            assert logs == eager
+        lr = m.optimizer.learning_rate
+        m.optimizer.learning_rate.assign(0.5)     # the script's write between steps is what the next step uses
+        m.train_on_batch(X[:8], Y[:8])
+    assert float(lr.numpy()) == 0.5 and len(run.steps) == 4

@@ -1,0 +1,183 @@
+"""The one-pass float32 chain with several outputs (numerics/chain.py ``chain_f32``, kernels/chain32.py): the
+optimizers' update programs bit for bit against an independent oracle (each step in float64, rounded once to
+float32: exact for + - * / and sqrt, whose double rounding through float64 is innocuous) and against today's
+op-by-op path (the registry's float32 ops), on hostile data: signed zeros, float32 subnormals, values near
+the float32 limit whose products and sums overflow, Inf and NaN. On finite data the kernel must be the path
+taken; wherever a step's result is Inf or NaN it must hand the chain back (None).
+"""
+from __future__ import annotations
+
+import naive
+import numpy as np
+import pytest
+
+from ascend_emu.numerics import chain as nchain
+from ascend_emu.ops import OPS, OpContext
+
+rng = np.random.default_rng(20261206)
+
+#: step name -> the registry op today's path runs for it
+TF_TYPES = {"add": "AddV2", "sub": "Sub", "mul": "Mul", "realdiv": "RealDiv", "neg": "Neg", "square": "Square",
+            "sqrt": "Sqrt"}
+
+
+def _adam(nesterov=False):
+    """Keras 3 Adam (and TF's ApplyAdam chain): inputs g, m, v, w (full), 1 - beta1, 1 - beta2, alpha, eps,
+    beta1 (single); outputs w, m, v."""
+    s = [("sub", 0, 1), ("mul", 9, 4), ("add", 1, 10),                          # 11: m
+         ("square", 0, -1), ("sub", 12, 2), ("mul", 13, 5), ("add", 2, 14)]     # 15: v
+    mm = 11
+    if nesterov:
+        s += [("mul", 11, 8), ("mul", 0, 4), ("add", 16, 17)]                  # 18: m b1 + (1 - b1) g
+        mm = 18
+    k = 9 + len(s)
+    s += [("mul", mm, 6), ("sqrt", 15, -1), ("add", k + 1, 7), ("realdiv", k, k + 2), ("sub", 3, k + 3)]
+    return s, (k + 4, 11, 15), 4, 5
+
+
+def _weight_decay():
+    """AdamW's decoupled decay (Keras): inputs w (full), lr, wd (single); w - w * (lr * wd)."""
+    return [("mul", 1, 2), ("mul", 0, 3), ("sub", 0, 4)], (5,), 1, 2
+
+
+def _momentum(nesterov=False):
+    """Keras SGD momentum: inputs g, accum, w (full), momentum, lr (single); accum = accum m - g lr; w += accum
+    (nesterov: w += accum m - g lr). Outputs w, accum."""
+    s = [("mul", 1, 3), ("mul", 0, 4), ("sub", 5, 6)]                            # 7: accum
+    if nesterov:
+        s += [("mul", 7, 3), ("mul", 0, 4), ("sub", 8, 9), ("add", 2, 10)]        # 11: w
+        return s, (11, 7), 3, 2
+    s += [("add", 2, 7)]
+    return s, (8, 7), 3, 2
+
+
+def _rmsprop():
+    """TF's ApplyRMSProp: inputs g, ms, mom, w (full), 1 - rho, momentum, lr, eps (single); outputs w, ms, mom."""
+    s = [("square", 0, -1), ("sub", 8, 1), ("mul", 9, 4), ("add", 1, 10),         # 11: ms
+         ("mul", 2, 5), ("mul", 6, 0), ("add", 11, 7), ("sqrt", 14, -1), ("realdiv", 13, 15), ("add", 12, 16),  # 17
+         ("neg", 17, -1), ("add", 3, 18)]                                           # 19: w - mom as w + (-mom)
+    return s, (19, 11, 17), 4, 4
+
+
+PROGRAMS = {"adam": _adam(), "adam_nesterov": _adam(True), "momentum": _momentum(),
+            "momentum_nesterov": _momentum(True), "rmsprop": _rmsprop(), "weight_decay": _weight_decay()}
+SHAPES = [(7,), (3, 1500), (40, 1024), (5, 0)]
+SINGLES = {"adam": [0.1, 0.001, 1e-3, 1e-7, 0.9], "adam_nesterov": [0.1, 0.001, 1e-3, 1e-7, 0.9],
+           "momentum": [0.9, 0.01], "momentum_nesterov": [0.9, 0.01], "rmsprop": [0.1, 0.9, 1e-3, 1e-7],
+           "weight_decay": [1e-3, 4e-3]}
+
+
+def _data(shape, nfull, kind):
+    """Full-size float32 inputs: normal values mixed with signed zeros and float32 subnormals; ``big`` adds
+    values near the float32 limit (products and sums overflow), ``specials`` Inf and NaN."""
+    out = []
+    for _ in range(nfull):
+        x = rng.standard_normal(shape)
+        pick = rng.integers(0, 10, shape)
+        x = np.where(pick == 1, rng.choice([0.0, -0.0], shape), x)
+        x = np.where(pick == 2, rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-149, -126, shape)), x)
+        if kind == "big":
+            x = np.where(pick == 3, rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(120, 127.9, shape)), x)
+        if kind == "specials":
+            x = np.where(pick == 3, rng.choice([np.inf, -np.inf, np.nan], shape), x)
+        out.append(x.astype(np.float32))
+    return out
+
+
+def _ops(inputs, steps, outputs, overflow_mode):
+    """Today's path: each step the registry's float32 op; (outputs, OR of the statuses)."""
+    vals = list(inputs)
+    status = 0
+    for name, a, b in steps:
+        ctx = OpContext(dtype="float32", overflow_mode=overflow_mode)
+        args = (vals[a],) if name in nchain.F32_UNARY else (vals[a], vals[b])
+        vals.append(OPS[TF_TYPES[name]](*args, ctx=ctx)[0])
+        status |= ctx.status
+    return [np.asarray(vals[o]) for o in outputs], status
+
+
+def _bits(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_update_programs_match_oracle_and_ops(name, shape):
+    steps, outputs, nfull, nsingle = PROGRAMS[name]
+    singles = [np.array(v, np.float32) for v in SINGLES[name]]
+    assert len(singles) == nsingle
+    for kind in ("finite", "big", "specials"):
+        full = _data(shape, nfull, kind)
+        if name.startswith("adam"):
+            full[2] = np.abs(full[2])    # a second moment is never negative
+        if name == "rmsprop":
+            full[1] = np.abs(full[1])
+        inputs = full + singles
+        got = nchain.chain_f32(inputs, steps, outputs)
+        want = naive.program32(inputs, steps, outputs)
+        every = naive.program32(inputs, steps, range(len(inputs), len(inputs) + len(steps)))
+        finite = all(np.isfinite(w).all() for w in every)
+        for mode in ("inf_nan", "saturation"):
+            ops, status = _ops(inputs, steps, outputs, mode)
+            if got is not None:
+                assert status == 0, (name, kind, mode)
+                for g, o in zip(got, ops):
+                    assert g.shape == o.shape and g.dtype == np.float32
+                    np.testing.assert_array_equal(_bits(g), _bits(o), err_msg=f"{name} {kind} {mode}")
+        if kind == "finite":
+            assert finite, name                 # (the data is meant to be)
+        # the kernel is the path taken whenever every step's value is finite, and only then
+        assert (got is not None) == finite, (name, kind)
+        if got is not None:
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(_bits(g), _bits(w), err_msg=f"{name} {kind}")
+
+
+def test_every_intermediate_is_checked():
+    """An Inf in an intermediate that a later step turns finite again (x / Inf = 0) still hands the chain back:
+    the ops would have raised the status there."""
+    x = np.array([1.0, 2.0, 3.0e38], np.float32)
+    big = np.array(10.0, np.float32)
+    # (x * 10) overflows for 3e38; 1 / that is 0: finite outputs, yet not the kernel's to give
+    got = nchain.chain_f32([x, big, np.array(1.0, np.float32)], [("mul", 0, 1), ("realdiv", 2, 3)], (4,))
+    assert got is None
+    _, status = _ops([x, big, np.array(1.0, np.float32)], [("mul", 0, 1), ("realdiv", 2, 3)], (4,), "inf_nan")
+    assert status
+
+
+def test_single_values_and_aliases():
+    """Steps on single values run once (their results 0-d arrays); an output that is an input is that input."""
+    a, b = np.array(0.25, np.float32), np.array(3.0, np.float32)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    got = nchain.chain_f32([a, b, w], [("sub", 1, 0), ("sqrt", 3, -1), ("mul", 2, 4)], (3, 4, 5, 2))
+    assert got[0].shape == () and got[1].shape == () and got[2].shape == (4, 5) and got[3] is w
+    np.testing.assert_array_equal(_bits(got[1]), _bits(np.sqrt(np.float32(2.75))))
+    np.testing.assert_array_equal(_bits(got[2]), _bits(w * np.sqrt(np.float32(2.75))))
+    # a single value that overflows: handed back
+    assert nchain.chain_f32([np.array(3e38, np.float32), b], [("mul", 0, 1)], (2,)) is None
+
+
+@pytest.mark.parametrize("inputs", [
+    [np.ones((3, 4), np.float32), np.ones((4, 3), np.float32)],           # two full shapes
+    [np.ones((3, 4), np.float32), np.ones((1, 4), np.float32)],           # a broadcast operand
+    [np.ones((3, 4), np.float16), np.ones((3, 4), np.float32)],           # not float32
+], ids=["shapes", "broadcast", "dtype"])
+def test_declines_what_it_does_not_model(inputs):
+    assert nchain.chain_f32(inputs, [("add", 0, 1)], (2,)) is None
+
+
+def test_rows_are_reused_without_clobbering():
+    """A long program whose row allocation reuses rows: every intermediate an output too, and not."""
+    x, y = (rng.standard_normal(5000).astype(np.float32) for _ in range(2))
+    steps = [("add", 0, 1)]
+    for k in range(20):
+        steps.append((("mul", "sub", "add", "realdiv")[k % 4], 2 + k, k % 2))
+    outs_all = tuple(range(2, 2 + len(steps)))
+    want = naive.program32([x, y], steps, outs_all)
+    # (at most four outputs: the kernel compiled for four, as the optimizers use it)
+    for outs in (outs_all[:4], outs_all[4:8], outs_all[8:12], outs_all[12:16], outs_all[16:20], outs_all[-4:],
+                 (outs_all[-1],), (outs_all[3], outs_all[-1], outs_all[3])):
+        got = nchain.chain_f32([x, y], steps, outs)
+        assert got is not None
+        for g, o in zip(got, outs):
+            np.testing.assert_array_equal(_bits(g), _bits(want[o - 2]))
