@@ -78,10 +78,47 @@ class FitContext:
 
 @dataclass
 class FitJob:
-    """One candidate's rerun: the assumed parameters' values and which ops it reruns (what a worker gets)."""
+    """One candidate's rerun: the assumed parameters' values and which ops it reruns (what a worker gets);
+    ``skip``: ops another candidate's rerun answers for this one (:func:`k_order_blind`)."""
 
     params: dict
     select: str              # "cube", "vector", "multicore" or "all"
+    skip: frozenset = frozenset()
+
+
+def k_order_blind(fused, tensors: dict) -> frozenset:
+    """The forward Conv2D ops of graph ``fused`` whose dumped filter (in ``tensors``) no ``cube_conv_k_order`` can
+    act on (:func:`ascend_emu.numerics.conv.k_order_acts`): two candidates differing in the order alone give them
+    the same bits, so one rerun serves both."""
+    from ..numerics.conv import k_order_acts
+
+    out = set()
+    for node in fused.nodes:
+        if node.op not in ("Conv2D", "_FusedConv2D") or node.attrs.get("base", "Conv2D") != "Conv2D":
+            continue
+        refs = list(node.input_names())
+        w = tensors.get(refs[1]) if len(refs) > 1 else None
+        if w is not None and w.ndim == 4 and not k_order_acts(*w.shape[:3]):
+            out.add(node.name)
+    return frozenset(out)
+
+
+def _twins(combos: list) -> list:
+    """For each combination, the index of the first one equal to it but for ``cube_conv_k_order`` (None: itself
+    first, or no such parameter)."""
+    first: dict = {}
+    out = []
+    for i, c in enumerate(combos):
+        if "cube_conv_k_order" not in c:
+            out.append(None)
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in c.items() if k != "cube_conv_k_order"))
+        if key in first:
+            out.append(first[key])
+        else:
+            first[key] = i
+            out.append(None)
+    return out
 
 
 def read_context(dump: str, dm, model, fingerprint: str, device, signature=None, shapes=None) -> FitContext:
@@ -167,9 +204,10 @@ def _score(out, ref, coded: bool = False) -> tuple:
     return k, n, float(d.max()) if d.size else math.inf
 
 
-def rerun_ops(ctx: FitContext, job: FitJob) -> dict:
-    """Rerun the dumped ops ``job.select`` chooses on the dump's own inputs under ``job.params``: op (or
-    inserted cast) name -> (identical elements, elements, max abs error, tf type, whether it is a conv)."""
+def rerun_ops(ctx: FitContext, job: FitJob) -> tuple:
+    """Rerun the dumped ops ``job.select`` chooses (but ``job.skip``) on the dump's own inputs under
+    ``job.params``: (scores, casts) with scores op (or inserted cast) name -> (identical elements, elements, max
+    abs error, tf type, whether it is a conv), casts op name -> the inserted casts first scored with it."""
     from ..graph.control_flow import CONTROL_FLOW
     from ..npu.replay import _Run
     from ..ops import HOST, OPS
@@ -202,6 +240,7 @@ def rerun_ops(ctx: FitContext, job: FitJob) -> dict:
     run = _Run(dev, graph, feeds, None, True)
     run.const.update(ctx.host)
     scores: dict = {}
+    casts: dict = {}
     for node in fused.nodes:
         opdef = OPS.get(node.op)
         if opdef is not None and opdef.kind == HOST and node.op not in CONTROL_FLOW:
@@ -216,7 +255,8 @@ def rerun_ops(ctx: FitContext, job: FitJob) -> dict:
             run.const.update(outs_in)
             continue
         if (opdef is None or node.op in CONTROL_FLOW or node.name not in ctx.ops
-                or ctx.ops[node.name] in ("HOST", "AICPU") or not _selected(node, job.select, opdef)):
+                or ctx.ops[node.name] in ("HOST", "AICPU") or not _selected(node, job.select, opdef)
+                or node.name in job.skip):
             continue
         refs = list(node.input_names())
         args = [tensor(r) for r in refs]
@@ -235,6 +275,7 @@ def rerun_ops(ctx: FitContext, job: FitJob) -> dict:
                 got = run.cast_outputs.get(rec.name + ":0")
                 if got is not None:
                     scores[rec.name] = (*_score(got, tensor(rec.name + ":0"), rec.name in ctx.coded), "Cast", False)
+                    casts.setdefault(node.name, []).append(rec.name)
         for i, o in enumerate(outs):
             ref = tensor(f"{node.name}:{i}")
             if ref is None or not is_float(ref):
@@ -242,7 +283,7 @@ def rerun_ops(ctx: FitContext, job: FitJob) -> dict:
             k, n, err = _score(o, ref)
             old = scores.get(node.name, (0, 0, 0.0))
             scores[node.name] = (old[0] + k, old[1] + n, max(old[2], err), node.op, conv)
-    return scores
+    return scores, casts
 
 
 # --------------------------------------------------------------------------------------------- combining
@@ -473,6 +514,8 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
         # serialised GraphDef, which a worker never reads) and the device
         shared = read_context(dump, dm, ctx.model, graph.fingerprint, device, signature, shapes)
         shared._prepared = (graph, fused)     # this process has both already
+        # (an MX what-if's casts group K: left out of the shortcut)
+        blind = k_order_blind(fused, shared.tensors) if device.numerics.cube_mx is None else frozenset()
 
         for rounds in (1, 2):
             moved = False
@@ -481,8 +524,21 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 if not ps:
                     continue
                 combos = _combos(ps, current)
-                runs = sweep.map(rerun_ops, [FitJob({**current, **c}, select[g]) for c in combos],
+                # a candidate differing from an earlier one in the conv K order alone leaves the convolutions no
+                # order can act on to that one's rerun
+                twins = _twins(combos)
+                outs = sweep.map(rerun_ops, [FitJob({**current, **c}, select[g], blind if t is not None else frozenset())
+                                             for c, t in zip(combos, twins)],
                                  names=[f"{g}: {_label(c)}" for c in combos], shared=shared)
+                runs = [r for r, _ in outs]
+                for i, t in enumerate(twins):
+                    if t is None:
+                        continue
+                    got, casts = outs[t]
+                    for o in blind:
+                        for name in [o] + casts.get(o, []):
+                            if name in got:
+                                runs[i].setdefault(name, got[name])
                 njobs += len(combos)
                 ops = sorted({o for r in runs for o in r})
                 table = {o: [r.get(o, (0, 0, math.inf, "", False)) for r in runs] for o in ops}
@@ -496,7 +552,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                               for row in t.values())
             if not moved or not unexplained:
                 break
-        final = sweep.map(rerun_ops, [FitJob(dict(current), "all")], names=["best setting"], shared=shared)[0]
+        final = sweep.map(rerun_ops, [FitJob(dict(current), "all")], names=["best setting"], shared=shared)[0][0]
         njobs += 1
     tensors = len(final)
     same = sum(1 for k, n, *_ in final.values() if k == n)
