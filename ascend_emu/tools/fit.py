@@ -527,9 +527,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 # a candidate differing from an earlier one in the conv K order alone leaves the convolutions no
                 # order can act on to that one's rerun
                 twins = _twins(combos)
-                outs = sweep.map(rerun_ops, [FitJob({**current, **c}, select[g], blind if t is not None else frozenset())
-                                             for c, t in zip(combos, twins)],
-                                 names=[f"{g}: {_label(c)}" for c in combos], shared=shared)
+                jobs = [FitJob({**current, **c}, select[g], blind if t is not None else frozenset())
+                        for c, t in zip(combos, twins)]
+                outs = sweep.map(rerun_ops, jobs, names=[f"{g}: {_label(c)}" for c in combos], shared=shared)
                 runs = [r for r, _ in outs]
                 for i, t in enumerate(twins):
                     if t is None:
