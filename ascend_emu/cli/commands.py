@@ -6,8 +6,8 @@ import os
 import sys
 
 from ..errors import AscendEmuError
-from .options import (_device, _device_for_dump, _device_kwargs, _device_options, _mode_options, _optimizer_options,
-                      _select, _shapes, _tf1_train_step)
+from .options import (_device, _device_for_dump, _device_kwargs, _device_options, _mode_options,
+                      _optimizer_options, _scheduler, _select, _shapes, _tf1_train_step)
 
 
 def cmd_replay(a):
@@ -150,7 +150,7 @@ def cmd_bisect(a):
     a.training_defaults = a.data is not None    # a training: the SoC's training precision mode by default
     res = fusion_bisect(a.model, a.input, device_kwargs=_device_kwargs(a), signature=a.signature,
                         shapes=_shapes(a), seed=a.seed, metric=a.metric, threshold=a.threshold,
-                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers,
+                        keep_dumps=a.keep_dumps, progress=not a.quiet, scheduler=_scheduler(a), n_workers=a.workers,
                         data=a.data, **train)
     _print_result(res, a.json)
     return 0
@@ -162,7 +162,7 @@ def cmd_mixlist_search(a):
     train = _sweep_train_options(a)
     res = mixlist_search(a.model, a.input, target=a.target, device_kwargs=_device_kwargs(a), signature=a.signature,
                          shapes=_shapes(a), seed=a.seed, by=a.by, output=a.output, beam=a.beam,
-                         max_steps=a.max_steps, scheduler=a.scheduler, n_workers=a.workers, progress=not a.quiet,
+                         max_steps=a.max_steps, scheduler=_scheduler(a), n_workers=a.workers, progress=not a.quiet,
                          data=a.data, **train)
     _print_result(res, a.json)
     if not res.met:
@@ -306,7 +306,7 @@ def cmd_random_errors(a):
     opts = {k: v for k, v in opts.items() if v is not None}
     res = random_errors(a.model, runs=a.runs, run_seed=run_seed, out_dir=a.out, device_options=opts,
                         inputs=a.input or None, shapes=_shapes(a), seed=a.seed, signature=a.signature,
-                        data=a.data, report=a.report, scheduler=check_scheduler(a.scheduler), n_workers=a.workers,
+                        data=a.data, report=a.report, scheduler=check_scheduler(_scheduler(a)), n_workers=a.workers,
                         progress=not a.quiet, overwrite=a.overwrite, full_dumps=a.full_dumps, **train)
     print(res.format_text(), flush=True)
     if a.json:
@@ -378,7 +378,8 @@ def cmd_fit(a):
     from ..tools.fit import fit
 
     res = fit(a.dump, a.model, a.input, device_kwargs=_dump_device(a, a.dump, "fit"), signature=a.signature,
-              shapes=_shapes(a), progress=not a.quiet, scheduler=a.scheduler, n_workers=a.workers, params=a.param or None)
+              shapes=_shapes(a), progress=not a.quiet, scheduler=_scheduler(a), n_workers=a.workers,
+              params=a.param or None)
     _print_result(res, a.json)
     return 0
 
@@ -396,7 +397,7 @@ def cmd_sensitivity(a):
                       seed=a.seed, params=a.param or None, dump=a.dump, json_path=a.json, report=a.report,
                       cosine_tol=a.cosine_tol, keep_dumps=a.keep_dumps, overwrite=a.overwrite,
                       progress=not a.quiet,
-                      scheduler=a.scheduler, n_workers=a.workers, **train)
+                      scheduler=_scheduler(a), n_workers=a.workers, **train)
     print(res.format_text())
     for what, path in (("JSON", a.json), ("report", a.report)):
         if path:

@@ -250,6 +250,17 @@ def _sweep_args(p):
                         "a running Dask scheduler")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="workers of --scheduler local (default: the cores)")
+    p.add_argument("--serial", action="store_true",
+                   help="run one after the other in this process (the same as --scheduler none)")
+
+
+def _scheduler(a):
+    """The sweep's scheduler from --scheduler and --serial (None: the sweep layer's default)."""
+    if getattr(a, "serial", False):
+        if a.scheduler not in (None, "none"):
+            raise AscendEmuError(f"--serial runs in this process, --scheduler {a.scheduler} on a cluster: give one")
+        return "none"
+    return a.scheduler
 
 
 def _device_kwargs(a):

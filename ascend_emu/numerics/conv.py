@@ -123,6 +123,16 @@ def _k_table(KH, KW, C, Wp, dh, dw, order: str) -> tuple:
     return koff, _runs16(koff)
 
 
+def k_order_acts(KH: int, KW: int, C: int) -> bool:
+    """Whether ``CubeModel.conv_k_order`` can change a forward Conv2D's bits for a (KH, KW, C, Cout) filter.
+
+    It cannot where C is a whole number of C0 = 16 blocks and the filter is 1x1 or C is one block: "c1hwc0"'s
+    order (cin // 16, kh, kw, cin % 16) is then "hwc"'s (kh, kw, cin) term for term (_k_offsets, _filter_rows and
+    _planar_tab permute nothing) and no channel is padded (Cp == C), so both orders run the same code on the same
+    operands. ``fit`` reruns such a convolution once for the two orders."""
+    return not (C % 16 == 0 and (KH * KW == 1 or C == 16))
+
+
 def _filter_rows(w: np.ndarray, order: str) -> np.ndarray:
     """The (KH, KW, C, Cout) filter as (K, Cout) rows in the same K order as _k_offsets."""
     KH, KW, C, CO = w.shape

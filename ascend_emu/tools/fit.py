@@ -19,7 +19,9 @@ order). Per parameter the verdict is
   acting on no op of the dump, or one inactive under the best values of its group);
 - ``contradicted``: some op of its group is reproduced by no candidate at all.
 
-The candidates run on the sweep layer (:class:`ascend_emu.tools.sweep.Sweep`, serially or on Dask).
+The candidates run on the sweep layer (:class:`ascend_emu.tools.sweep.Sweep`, serially or on Dask): the dump is
+read once into a :class:`FitContext` that each worker receives once, and a candidate is a :class:`FitJob` of a few
+parameter values. The result does not depend on where the candidates ran.
 """
 from __future__ import annotations
 
@@ -42,38 +44,104 @@ GROUPS = ("hf32", "cube", "vector", "multicore")
 
 
 @dataclass
-class FitJob:
-    """One candidate's rerun: small and picklable (what a sweep worker gets)."""
+class FitContext:
+    """What every candidate of a fit shares, read from the dump once: the model, the run's device and every
+    dumped tensor a rerun reads. A sweep ships it to each worker once (:meth:`~ascend_emu.tools.sweep.Sweep.map`'s
+    ``shared``); a candidate is then a :class:`FitJob` of a few parameters. The dump need not be on the workers'
+    disks: its tensors travel here."""
 
-    model: object
+    model: object            # a path (each worker loads it once) or a Graph (without its serialised GraphDef)
     fingerprint: str
-    dump: str
+    dump: str                # the dump's path, for messages
     device: object
-    params: dict
-    select: str              # "cube", "vector", "multicore" or "all"
+    tensors: dict            # "op:index" -> the dumped tensor, read once (a coded format already widened)
+    ops: dict                # op name -> its engine, for every op of the dump
+    coded: frozenset         # ops whose first output the dump holds as codes of a format (hifloat8)
+    host: tuple              # the graph engine's constants of the dump (HOST ops' outputs), as "op:index"
     signature: str | None = None
     shapes: object = None
+    #: this process's graph and fused graph (made on first use where the context lands; never shipped)
+    _prepared: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_prepared"] = None
+        return state
+
+    def prepared(self):
+        """(graph, fused graph) in this process: loaded and fused once, not once per candidate."""
+        if self._prepared is None:
+            graph = _graph(self)
+            self._prepared = (graph, self.device._fused(graph))
+        return self._prepared
 
 
-_DUMPS: dict = {}
+@dataclass
+class FitJob:
+    """One candidate's rerun: the assumed parameters' values and which ops it reruns (what a worker gets);
+    ``skip``: ops another candidate's rerun answers for this one (:func:`k_order_blind`)."""
+
+    params: dict
+    select: str              # "cube", "vector", "multicore" or "all"
+    skip: frozenset = frozenset()
 
 
-def _dump_of(path: str):
-    from ..analysis.dump import load_dump
+def k_order_blind(fused, tensors: dict) -> frozenset:
+    """The forward Conv2D ops of graph ``fused`` whose dumped filter (in ``tensors``) no ``cube_conv_k_order`` can
+    act on (:func:`ascend_emu.numerics.conv.k_order_acts`): two candidates differing in the order alone give them
+    the same bits, so one rerun serves both."""
+    from ..numerics.conv import k_order_acts
 
-    key = os.path.abspath(path)
-    st = os.stat(os.path.join(key, "manifest.json"))
-    k = (key, st.st_mtime_ns, st.st_size)
-    if k not in _DUMPS:
-        _DUMPS.clear()
-        _DUMPS[k] = load_dump(key)
-    return _DUMPS[k]
+    out = set()
+    for node in fused.nodes:
+        if node.op not in ("Conv2D", "_FusedConv2D") or node.attrs.get("base", "Conv2D") != "Conv2D":
+            continue
+        refs = list(node.input_names())
+        w = tensors.get(refs[1]) if len(refs) > 1 else None
+        if w is not None and w.ndim == 4 and not k_order_acts(*w.shape[:3]):
+            out.add(node.name)
+    return frozenset(out)
 
 
-def _graph(job: FitJob):
+def _twins(combos: list) -> list:
+    """For each combination, the index of the first one equal to it but for ``cube_conv_k_order`` (None: itself
+    first, or no such parameter)."""
+    first: dict = {}
+    out = []
+    for i, c in enumerate(combos):
+        if "cube_conv_k_order" not in c:
+            out.append(None)
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in c.items() if k != "cube_conv_k_order"))
+        if key in first:
+            out.append(first[key])
+        else:
+            first[key] = i
+            out.append(None)
+    return out
+
+
+def read_context(dump: str, dm, model, fingerprint: str, device, signature=None, shapes=None) -> FitContext:
+    """Every tensor of dump ``dm`` (at ``dump``) read once into a :class:`FitContext` for the candidates."""
+    tensors = {}
+    for op in dm.ops:
+        for o in op.get("outputs", []):
+            if o.get("file") and not o.get("skipped"):
+                tensors[f"{op['name']}:{o['index']}"] = np.array(dm.tensor(op["name"], int(o["index"]), mmap=False))
+    coded = frozenset(op["name"] for op in dm.ops if op.get("outputs") and op["outputs"][0].get("dtype")
+                      in CODED_FORMATS)
+    # the graph engine's constants; not the model's inputs (HOST in the dump too): a move of an input (an ONNX
+    # model's NCHW->NHWC Transpose) runs on the AI Core with its cast, as in the replay, not folded
+    host = tuple(f"{op['name']}:{o['index']}" for op in dm.ops
+                 if op.get("engine") == "HOST" and op.get("tf_type") != "Placeholder" for o in op.get("outputs", []))
+    return FitContext(model, fingerprint, os.fspath(dump), device, tensors,
+                      {op["name"]: op.get("engine") for op in dm.ops}, coded, host, signature, shapes)
+
+
+def _graph(ctx: FitContext):
     from .sweep import SweepContext, _graph_of
 
-    return _graph_of(SweepContext(job.model, job.fingerprint, {}, np.zeros(0), job.signature, job.shapes))
+    return _graph_of(SweepContext(ctx.model, ctx.fingerprint, {}, np.zeros(0), ctx.signature, ctx.shapes))
 
 
 def variant(device, params: dict):
@@ -83,6 +151,13 @@ def variant(device, params: dict):
     dev._fusion_cache = {}
     dev._plan_cache = {}
     return dev
+
+
+def _fuses_alike(dev, base) -> bool:
+    """Whether ``dev`` (a :func:`variant` of ``base``) fuses a graph as ``base`` does: same fusion config, lists
+    and chip (the assumed parameters set none of them)."""
+    return (dev.fusion is base.fusion and dev.precision is base.precision
+            and dev.numerics.chip == base.numerics.chip)
 
 
 def _selected(node, select: str, opdef) -> bool:
@@ -114,52 +189,58 @@ def _score(out, ref, coded: bool = False) -> tuple:
     if n == 0:
         return 0, 0, 0.0
     u = np.dtype(f"u{ref.dtype.itemsize}")
-    same = out.reshape(-1).view(u) == ref.reshape(-1).view(u)
-    o64, r64 = out.reshape(-1).astype(np.float64), ref.reshape(-1).astype(np.float64)
-    same |= np.isnan(o64) & np.isnan(r64)
+    o, r = out.reshape(-1), ref.reshape(-1)
+    same = o.view(u) == r.view(u)
     k = int(same.sum())
     if k == n:
         return k, n, 0.0
+    # only the elements whose bits differ are widened: a NaN on both sides counts as reproduced
     with np.errstate(all="ignore"):
-        d = np.abs(o64[~same] - r64[~same])
+        o64, r64 = o[~same].astype(np.float64), r[~same].astype(np.float64)
+        nan = np.isnan(o64) & np.isnan(r64)
+        k += int(nan.sum())
+        d = np.abs(o64[~nan] - r64[~nan])
     d = d[np.isfinite(d)]
     return k, n, float(d.max()) if d.size else math.inf
 
 
-def rerun_ops(job: FitJob) -> dict:
-    """Rerun the dumped ops ``job.select`` chooses on the dump's own inputs under ``job.params``: op (or
-    inserted cast) name -> (identical elements, elements, max abs error, tf type, whether it is a conv)."""
+def rerun_ops(ctx: FitContext, job: FitJob) -> tuple:
+    """Rerun the dumped ops ``job.select`` chooses (but ``job.skip``) on the dump's own inputs under
+    ``job.params``: (scores, casts) with scores op (or inserted cast) name -> (identical elements, elements, max
+    abs error, tf type, whether it is a conv), casts op name -> the inserted casts first scored with it."""
     from ..graph.control_flow import CONTROL_FLOW
     from ..npu.replay import _Run
     from ..ops import HOST, OPS
     from ..ops._util import is_float
 
-    dm = _dump_of(job.dump)
-    graph = _graph(job)
-    dev = variant(job.device, job.params)
+    graph, fused = ctx.prepared()
+    dev = variant(ctx.device, job.params)
+    if _fuses_alike(dev, ctx.device):
+        # the fusion passes read the fusion config, the precision lists and the chip, none of which an assumed
+        # parameter sets: the graph fused once serves every candidate
+        dev._fusion_cache[id(graph)] = (graph, fused, dev.fusion, dev.precision, dev.numerics)
     fused = dev._fused(graph)
-    cache: dict = {}
+    made: dict = {}      # constants this candidate computed from the graph (the dump lacks them)
 
     def tensor(ref: str):
-        if ref not in cache:
-            name, _, idx = ref.rpartition(":")
-            if name not in dm or not dm.has_tensor(name, int(idx)):
-                cache[ref] = None
-            else:
-                cache[ref] = np.array(dm.tensor(name, int(idx), mmap=False))
-        return cache[ref]
+        if ref in made:
+            return made[ref]
+        t = ctx.tensors.get(ref)
+        if t is None:
+            return None
+        # a read-only view: the tensors are every candidate's, and no op may change them in place
+        v = t.view()
+        v.flags.writeable = False
+        return v
 
     feeds = {n.name: tensor(f"{n.name}:0") for n in fused.nodes if n.op == "Placeholder"}
     if any(v is None for v in feeds.values()):
-        raise AscendEmuError(f"{dm.path} holds no tensor for the model input(s) "
+        raise AscendEmuError(f"{ctx.dump} holds no tensor for the model input(s) "
                              f"{', '.join(k for k, v in feeds.items() if v is None)}; fit needs a dump with tensors")
     run = _Run(dev, graph, feeds, None, True)
-    for op in dm.ops:
-        # the graph engine's constants; not the model's inputs (HOST in the dump too): a move of an input (an ONNX
-        # model's NCHW->NHWC Transpose) runs on the AI Core with its cast, as in the replay, not folded
-        if op.get("engine") == "HOST" and op.get("tf_type") != "Placeholder":
-            run.const.update(f"{op['name']}:{o['index']}" for o in op.get("outputs", []))
+    run.const.update(ctx.host)
     scores: dict = {}
+    casts: dict = {}
     for node in fused.nodes:
         opdef = OPS.get(node.op)
         if opdef is not None and opdef.kind == HOST and node.op not in CONTROL_FLOW:
@@ -170,11 +251,12 @@ def rerun_ops(job: FitJob) -> dict:
                 args = [tensor(r) for r in node.input_names()]
                 if all(a is not None for a in args):
                     for r, o in zip(outs_in, run.eval_node(node, args)):
-                        cache[r] = o
+                        made[r] = o
             run.const.update(outs_in)
             continue
-        if (opdef is None or node.op in CONTROL_FLOW or node.name not in dm
-                or dm.op(node.name).get("engine") in ("HOST", "AICPU") or not _selected(node, job.select, opdef)):
+        if (opdef is None or node.op in CONTROL_FLOW or node.name not in ctx.ops
+                or ctx.ops[node.name] in ("HOST", "AICPU") or not _selected(node, job.select, opdef)
+                or node.name in job.skip):
             continue
         refs = list(node.input_names())
         args = [tensor(r) for r in refs]
@@ -183,14 +265,17 @@ def rerun_ops(job: FitJob) -> dict:
         first = len(run.records)
         run.casts.clear()
         run.cast_outputs.clear()
-        outs = run.eval_node(node, args)
+        try:
+            outs = run.eval_node(node, args)
+        except AscendEmuError as e:
+            raise AscendEmuError(f"{ctx.dump}: op {node.name} does not rerun on the dump's tensors: {e}") from None
         conv = _is_conv(node)
         for rec in run.records[first:]:
-            if rec.inserted and rec.name not in scores and rec.name in dm and dm.has_tensor(rec.name, 0):
+            if rec.inserted and rec.name not in scores and rec.name + ":0" in ctx.tensors:
                 got = run.cast_outputs.get(rec.name + ":0")
                 if got is not None:
-                    coded = dm.op(rec.name)["outputs"][0]["dtype"] in CODED_FORMATS
-                    scores[rec.name] = (*_score(got, tensor(rec.name + ":0"), coded), "Cast", False)
+                    scores[rec.name] = (*_score(got, tensor(rec.name + ":0"), rec.name in ctx.coded), "Cast", False)
+                    casts.setdefault(node.name, []).append(rec.name)
         for i, o in enumerate(outs):
             ref = tensor(f"{node.name}:{i}")
             if ref is None or not is_float(ref):
@@ -198,7 +283,7 @@ def rerun_ops(job: FitJob) -> dict:
             k, n, err = _score(o, ref)
             old = scores.get(node.name, (0, 0, 0.0))
             scores[node.name] = (old[0] + k, old[1] + n, max(old[2], err), node.op, conv)
-    return scores
+    return scores, casts
 
 
 # --------------------------------------------------------------------------------------------- combining
@@ -479,9 +564,12 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 raise AscendEmuError(f"{dump} was made from other inputs than --input gives (the inputs' sha256 "
                                      "differ); fit uses the dump's own tensors: drop --input or give the run's")
 
-        def job(params, sel):
-            # ctx.model: a graph without its serialised GraphDef (a worker never reads it)
-            return FitJob(ctx.model, graph.fingerprint, os.fspath(dump), device, params, sel, signature, shapes)
+        # the dump read once, here; shipped to each worker once with the model (ctx.model: a graph without its
+        # serialised GraphDef, which a worker never reads) and the device
+        shared = read_context(dump, dm, ctx.model, graph.fingerprint, device, signature, shapes)
+        shared._prepared = (graph, fused)     # this process has both already
+        # (an MX what-if's casts group K: left out of the shortcut)
+        blind = k_order_blind(fused, shared.tensors) if device.numerics.cube_mx is None else frozenset()
 
         for rounds in (1, 2):
             moved = False
@@ -490,8 +578,21 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                 if not ps:
                     continue
                 combos = _combos(ps, current)
-                runs = sweep.map(rerun_ops, [job({**current, **c}, select[g]) for c in combos],
-                                 names=[f"{g}: {_label(c)}" for c in combos])
+                # a candidate differing from an earlier one in the conv K order alone leaves the convolutions no
+                # order can act on to that one's rerun
+                twins = _twins(combos)
+                jobs = [FitJob({**current, **c}, select[g], blind if t is not None else frozenset())
+                        for c, t in zip(combos, twins)]
+                outs = sweep.map(rerun_ops, jobs, names=[f"{g}: {_label(c)}" for c in combos], shared=shared)
+                runs = [r for r, _ in outs]
+                for i, t in enumerate(twins):
+                    if t is None:
+                        continue
+                    got, casts = outs[t]
+                    for o in blind:
+                        for name in [o] + casts.get(o, []):
+                            if name in got:
+                                runs[i].setdefault(name, got[name])
                 njobs += len(combos)
                 ops = sorted({o for r in runs for o in r})
                 table = {o: [r.get(o, (0, 0, math.inf, "", False)) for r in runs] for o in ops}
@@ -505,7 +606,7 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                               for row in t.values())
             if not moved or not unexplained:
                 break
-        final = sweep.map(rerun_ops, [job(dict(current), "all")], names=["best setting"])[0]
+        final = sweep.map(rerun_ops, [FitJob(dict(current), "all")], names=["best setting"], shared=shared)[0][0]
         njobs += 1
     tensors = len(final)
     same = sum(1 for k, n, *_ in final.values() if k == n)

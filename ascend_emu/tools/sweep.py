@@ -22,6 +22,7 @@ Dask is optional (``pip install ascend-emu[dask]``): without it only ``scheduler
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import shutil
@@ -76,9 +77,11 @@ def dask_available() -> bool:
 
 
 def check_scheduler(scheduler) -> str:
-    """``None`` (local if Dask is installed, else none), ``"none"``, ``"local"`` or a Dask address."""
+    """``None`` (local if Dask is installed and this process may use more than one core, else none), ``"none"``,
+    ``"local"`` or a Dask address."""
     if scheduler is None:
-        return "local" if dask_available() else "none"
+        # one core: a LocalCluster's one worker only adds its start and the shipping
+        return "local" if dask_available() and default_workers() > 1 else "none"
     s = str(scheduler).strip()
     if s in ("none", "local"):
         pass
@@ -150,6 +153,12 @@ class TaskResult:
     error: str | None = None
     attempts: int = 1
     worker: str = ""
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception a task raised, as one line: its type and its message's lines joined."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def raise_failures(results) -> None:
@@ -313,6 +322,7 @@ class Sweep:
         self.cluster = None
         self._ctx_future = None
         self._ctx = None
+        self._shared = None       # (the object Sweep.map shares, its future on the cluster)
         self._bar = None
         self._stages: set = set()
         self.replays = 0
@@ -362,6 +372,7 @@ class Sweep:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        self._shared = self._ctx = self._ctx_future = None     # their futures die with the client
         if self.client is not None:
             try:
                 self.client.close()
@@ -420,13 +431,16 @@ class Sweep:
         self.seconds += time.perf_counter() - t0
         return results
 
-    def map(self, fn, items, *, names=None) -> list:
-        """``[fn(item) for item in items]`` on this sweep's scheduler, results in item order.
+    def map(self, fn, items, *, names=None, shared=None) -> list:
+        """``[fn(item) for item in items]`` on this sweep's scheduler, results in item order; with ``shared``,
+        ``[fn(shared, item) ...]``.
 
-        For jobs whose tasks are not replays of one model (the runs of a random-error detection): ``fn``
-        is a module-level function (workers import it by name) and each item small and picklable. A call
-        that raises is retried once; a second failure stops the sweep with one line naming the item (an
-        :class:`AscendEmuError` keeps its own message)."""
+        For jobs whose tasks are not replays of one model (the runs of a random-error detection, a fit's
+        candidates): ``fn`` is a module-level function (workers import it by name) and each item small and
+        picklable. ``shared`` is what every call reads (a fit's dump tensors and model): it goes to each worker
+        once per sweep however many calls and batches use it (the same object again is not sent again), where
+        a worker keeps it. A call that raises is retried once; a second failure stops the sweep with one line
+        naming the item (an :class:`AscendEmuError` keeps its own message)."""
         items = list(items)
         names = list(names) if names is not None else [f"task {i}" for i in range(len(items))]
         if not items:
@@ -435,10 +449,11 @@ class Sweep:
         self._progress(len(items))
         try:
             if self.scheduler == "none":
-                out = [self._call(fn, item, name) for item, name in zip(items, names)]
+                call = fn if shared is None else functools.partial(fn, shared)
+                out = [self._call(call, item, name) for item, name in zip(items, names)]
             else:
                 self._connect()
-                out = self._map_distributed(fn, items, names)
+                out = self._map_distributed(fn, items, names, shared)
         except BaseException:
             self.close()
             raise
@@ -455,11 +470,17 @@ class Sweep:
                 raise      # the user's error: the same on a second try
             except Exception as e:   # noqa: BLE001 - retried once, then named
                 if attempt > RETRIES:
-                    raise AscendEmuError(f"{name} failed twice: {type(e).__name__}: {e}") from None
+                    raise AscendEmuError(f"{name} failed twice: {_one_line(e)}") from None
         self._tick()
         return r
 
-    def _map_distributed(self, fn, items, names):
+    def _shared_future(self, shared):
+        """``shared`` on the cluster: scattered to every worker once, then referred to by its future."""
+        if self._shared is None or self._shared[0] is not shared:
+            self._shared = (shared, self.client.scatter(shared, broadcast=True, hash=False))
+        return self._shared[1]
+
+    def _map_distributed(self, fn, items, names, shared=None):
         def outcome(i, f, attempt):
             try:
                 return f.result(), False
@@ -467,11 +488,13 @@ class Sweep:
                 raise
             except Exception as e:   # noqa: BLE001 - the worker died or the call raised there
                 if attempt > RETRIES:
-                    raise AscendEmuError(f"{names[i]} failed twice: {type(e).__name__}: {e}") from None
+                    raise AscendEmuError(f"{names[i]} failed twice: {_one_line(e)}") from None
                 return None, True
 
+        head = () if shared is None else (self._shared_future(shared),)
+        name = getattr(fn, "__name__", "call")
         return self._as_completed(len(items), lambda i: self.client.submit(
-            fn, items[i], pure=False, key=f"{fn.__name__}-{uuid.uuid4().hex}"), outcome)
+            fn, *head, items[i], pure=False, key=f"{name}-{uuid.uuid4().hex}"), outcome)
 
     def _as_completed(self, n: int, submit, outcome) -> list:
         """Calls ``0 .. n-1`` on the cluster (``submit(i)`` -> a future), results in call order; ``outcome(i,
@@ -519,7 +542,7 @@ class Sweep:
             try:
                 r = f.result()
             except Exception as e:   # the worker died or the task could not run there
-                r = TaskResult(tasks[i].name, False, error=f"{type(e).__name__}: {e}")
+                r = TaskResult(tasks[i].name, False, error=_one_line(e))
             r.attempts = attempt
             return r, not r.ok
 

@@ -287,10 +287,10 @@ def test_target_not_met_writes_nothing(planted, tmp_path):
 
 
 def test_scheduler_names():
-    from ascend_emu.tools.sweep import check_scheduler, dask_available
+    from ascend_emu.tools.sweep import check_scheduler, dask_available, default_workers
 
     assert check_scheduler("none") == "none"
-    assert check_scheduler(None) == ("local" if dask_available() else "none")
+    assert check_scheduler(None) == ("local" if dask_available() and default_workers() > 1 else "none")
     if dask_available():
         assert check_scheduler("tcp://10.0.0.1:8786") == "tcp://10.0.0.1:8786"
     for bad in ("", "loc", "tcp://", "tcp://h", "tcp://h:x", "http://h:1"):
