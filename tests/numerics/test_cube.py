@@ -382,6 +382,39 @@ def test_transposes():
             assert_same_bits(out, ref)
 
 
+@pytest.mark.parametrize("shape", [(130, 17, 9), (70, 40, 33), (300, 20, 8)], ids=lambda s: "x".join(map(str, s)))
+def test_few_columns_stay_untransposed_and_match_oracle(shape, monkeypatch):
+    """More rows than 8..255 columns, past the small kernel: the fast kernel computes C = A B (the first kernel
+    computed C^T = B^T A^T there); the oracle's bits, and the transposed product's bits to the last one
+    (Inf operands too: only a NaN operand's choice between two NaNs depends on the orientation)."""
+    from ascend_emu.numerics import cube_core
+
+    M, K, N = shape
+    rng = np.random.default_rng(zlib.crc32(repr(shape).encode()))
+    a = fp16_values(rng, (M, K), "wide")
+    b = fp16_values(rng, (K, N), "big")
+    a[rng.random((M, K)) < 0.02] = np.inf
+    b[rng.random((K, N)) < 0.02] = -np.inf          # Inf - Inf: NaN sums; Inf x 0 in the K padding: none
+    bias = (rng.standard_normal(N) * 4).astype(np.float32)
+    assert cube_core._transposed(M, N) and M * N * (-(-K // 16) * 16) > cube_core._SMALL_TERMS
+    seen = []
+    real = cube_core._nan_free
+    monkeypatch.setattr(cube_core, "_nan_free", lambda v: seen.append(real(v)) or seen[-1])
+    for kw in ({}, {"out_dtype": "float32"}, {"bias": bias, "overflow_mode": "saturation"}):
+        seen.clear()
+        ours, st = check_matmul(a, b, **kw)
+        assert seen == [True, True]                   # both operands NaN-free: the direct product
+        with monkeypatch.context() as m:
+            m.setattr(cube_core, "_nan_free", lambda v: False)
+            old, st_old = cube.matmul(a, b, **kw)
+        assert st == st_old and np.array_equal(ours.view(np.uint16 if ours.itemsize == 2 else np.uint32),
+                                               old.view(np.uint16 if old.itemsize == 2 else np.uint32))
+    a[3, 5] = np.nan
+    seen.clear()
+    check_matmul(a, b)
+    assert seen == [False]                            # a NaN operand: the orientation it always had
+
+
 def test_batch_matmul_broadcasts_like_tf():
     rng = np.random.default_rng(8)
     a = fp16_values(rng, (2, 1, 5, 19), "normal")
