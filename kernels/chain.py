@@ -6,7 +6,8 @@ are fp16 bit patterns (``h16``, widened exactly by the hardware conversion) or f
 ``src[k] = (which tuple: 0 h16 / 1 f32, index in it, layout)`` with layout 0 (one value per output
 element), 1 (one value per channel: element i reads ``i % c``, a vector broadcast along the last
 axis) or 2 (one value for all). Every step is one IEEE float32 operation (``+ - * /``, or an exact
-selection: relu ``x > 0 ? x : +0``, relu6 ``min(x, 6)`` then relu), as numpy's float32 ufuncs compute
+selection: maximum and minimum by the vector kernel's rule, relu ``x > 0 ? x : +0``, relu6 ``min(x, 6)``
+then relu), as numpy's float32 ufuncs compute
 them, or a rounding of the running value to fp16 (``CHAIN_ROUND16``: a 16-bit op's intermediate result),
 and the result is rounded to nearest-even fp16 by the hardware conversion.
 
@@ -25,7 +26,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from .cast import f16_to_f32_hw, f32_to_f16_hw
-from .codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, FLT_MAX, MUL, REALDIV, SUB
+from .codes import ADD, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, FLT_MAX, MAXIMUM, MINIMUM, MUL, REALDIV, SUB
 
 _CHUNK = 1 << 15
 
@@ -100,6 +101,15 @@ def _step_kernel(post):
         elif code == REALDIV:
             for j in range(m):
                 good &= _put(post, r, j, _at(x, j) / _at(y, j))
+        elif code == MAXIMUM:
+            # the vector kernel's rule (numpy's): a NaN propagates (and fails the check), ties keep x
+            for j in range(m):
+                a, b = _at(x, j), _at(y, j)
+                good &= _put(post, r, j, a if (a >= b or a != a) else b)
+        elif code == MINIMUM:
+            for j in range(m):
+                a, b = _at(x, j), _at(y, j)
+                good &= _put(post, r, j, a if (a <= b or a != a) else b)
         elif code == CHAIN_RELU:
             for j in range(m):
                 v = _at(x, j)

@@ -18,12 +18,12 @@ from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import chain as _kch
 from ..kernels import chain32 as _kch32
-from ..kernels.codes import (ADD, CHAIN_NEG, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, CHAIN_SQRT, CHAIN_SQUARE, MUL,
-                             REALDIV, SUB)
+from ..kernels.codes import (ADD, CHAIN_NEG, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, CHAIN_SQRT, CHAIN_SQUARE, MAXIMUM,
+                             MINIMUM, MUL, REALDIV, SUB)
 
 #: chain step names and their kernel codes (binary steps, then the unary selections)
-STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "relu": CHAIN_RELU, "relu6": CHAIN_RELU6,
-              "round16": CHAIN_ROUND16}
+STEP_CODES = {"add": ADD, "sub": SUB, "mul": MUL, "realdiv": REALDIV, "maximum": MAXIMUM, "minimum": MINIMUM,
+              "relu": CHAIN_RELU, "relu6": CHAIN_RELU6, "round16": CHAIN_ROUND16}
 _UNARY = (CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16)
 #: below this many output elements the numpy steps cost less than the kernel's call
 MIN_ELEMENTS = 1 << 12

@@ -315,9 +315,11 @@ _KEEP = config.subnormal_code("keep")
 
 
 #: fp16 binary ops as steps of the chain kernel (numerics/chain.py): one float32 op rounded once; the
-#: squared difference rounds its difference to fp16 before squaring it, as the vector unit's two instructions
+#: squared difference rounds its difference to fp16 before squaring it, as the vector unit's two instructions;
+#: maximum and minimum select one widened operand (exact back in fp16; a NaN: the kernels below). A hardswish's
+#: fp16 Maximum / Minimum with a scalar took the 16-bit kernel on the scalar copied out to full size
 _ONE_PASS_F16 = {"add": [("add", 0, 1)], "sub": [("sub", 0, 1)], "mul": [("mul", 0, 1)],
-                 "realdiv": [("realdiv", 0, 1)],
+                 "realdiv": [("realdiv", 0, 1)], "maximum": [("maximum", 0, 1)], "minimum": [("minimum", 0, 1)],
                  "squared_difference": [("sub", 0, 1), ("round16", -1, -2), ("mul", -1, -1)]}
 
 

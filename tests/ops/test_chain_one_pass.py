@@ -192,7 +192,7 @@ def _check_binary_one_pass(op, finite, hostile, monkeypatch, expect_taken):
                     assert taken == [True], (op, k, kw)
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "maximum", "minimum", "squared_difference"])
 def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
     shape = (6, 20, 20, 16)
     finite = [(_hostile(shape, np.float16, big=False), _hostile((1, 1, 1, 16), np.float32, big=False)),
@@ -206,7 +206,7 @@ def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
     _check_binary_one_pass(op, finite, hostile, monkeypatch, lambda k: op != "realdiv" or k == 2)
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "maximum", "minimum", "squared_difference"])
 def test_fp16_binary_ops_on_operands_of_one_shape(op, monkeypatch):
     """Two full-size fp16 operands: the one-pass kernel where every value is finite, the 16-bit kernels
     (status, overflow mode) where not; the bits and statuses of the 16-bit kernels either way."""
@@ -215,6 +215,42 @@ def test_fp16_binary_ops_on_operands_of_one_shape(op, monkeypatch):
     hostile = [(_hostile(shape, np.float16, specials=True), _hostile(shape, np.float16, specials=True)),
                (_hostile(shape, np.float16), _hostile(shape, np.float16, scale=300.0))]
     _check_binary_one_pass(op, finite, hostile, monkeypatch, lambda k: op != "realdiv")   # x / tiny overflows
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_fp16_maximum_minimum_with_a_scalar_every_input(op, monkeypatch):
+    """Every fp16 pattern against one-value operands (hardswish's 0 and 6, signed zeros, the extremes, a
+    subnormal), either side, in both overflow modes: the float64 oracle's bits and status (tests/naive.py:
+    NaN propagates, ties keep the first operand); the finite patterns in the one-pass kernel, all 65,536
+    (NaN, Inf) back through the 16-bit kernel."""
+    import naive
+    nv = importlib.import_module("ascend_emu.numerics.vector")
+
+    taken = []
+    real = nchain.chain_to_f16
+
+    def spy(*a):
+        y = real(*a)
+        taken.append(y is not None)
+        return y
+    monkeypatch.setattr(nchain, "chain_to_f16", spy)
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = every[np.isfinite(every.view(np.float16))]
+    for s in (0.0, -0.0, 6.0, -3.0, 65504.0, -65504.0, 2.0 ** -24, 1.0 + 2.0 ** -10):
+        one = np.asarray(s, np.float16)
+        for bits in (finite, every):
+            x = bits.view(np.float16)
+            for pair in ((x, one), (one.reshape(1, 1), x.reshape(1, -1))):
+                shape = np.broadcast_shapes(*(p.shape for p in pair))
+                obits = [np.broadcast_to(p.view(np.uint16), shape) for p in pair]
+                for ov in ("inf_nan", "saturation"):
+                    taken.clear()
+                    got, st = nv.vector(op, *pair, dtype="float16", overflow_mode=ov)
+                    want, wst = naive.vector16(op, "float16", *obits, overflow_mode=ov)
+                    eq = naive.bits_equal(got, want, "float16")
+                    assert got.shape == shape and eq.all(), (op, s, ov, np.flatnonzero(~eq.ravel())[:5])
+                    assert st == wst, (op, s, ov)
+                    assert taken == [bits is finite], (op, s, ov, taken)
 
 
 @pytest.mark.parametrize("n", [3, 4])
@@ -249,7 +285,7 @@ def test_fp16_add_n_in_one_pass_is_the_adds_one_by_one(n, monkeypatch):
                 assert fast[:1] == ([k == 0] if sub == "keep" else []) and (k > 0 or len(fast) <= 1)
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "squared_difference"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "maximum", "minimum", "squared_difference"])
 def test_every_finite_fp16_value_against_a_per_channel_operand(op):
     """Every finite fp16 pattern as the full operand, against per-channel fp16 operands chosen so that no
     result overflows (the one-pass kernel then takes the whole call): its bits against the 16-bit kernels'."""
@@ -263,7 +299,7 @@ def test_every_finite_fp16_value_against_a_per_channel_operand(op):
     chans = {"add": [-15.5, -1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 7.0, 2.0 ** -14, 0.5, -0.5, 3.0, 9.75, 1.0, 2.0],
              "mul": [-1.0, -0.0, 0.0, sub, -sub, 0.333, 1e-3, 0.999, 2.0 ** -14, 0.5, -0.5, 0.75, -0.9995, 1.0, 0.1, -0.25]}
     chans["sub"] = chans["add"]
-    chans["squared_difference"] = chans["add"]
+    chans["squared_difference"] = chans["maximum"] = chans["minimum"] = chans["add"]
     chans["realdiv"] = [1.0, -1.0, 1.001, 3.0, -7.0, 1024.0, 65504.0, -2.5, 1.5, 10.0, 1.25, -1.125, 2.0, 4.0, 100.0, -3.0]
     b = np.asarray(chans[op], np.float16)
     for ov in ("inf_nan", "saturation"):
