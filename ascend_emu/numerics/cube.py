@@ -56,7 +56,7 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype=
                              f"and b of shape {b.shape} (transpose_b={bool(transpose_b)})")
     zero = np.zeros(1, dtype=np.int64)
     return _batched(at[None], bt[None], zero, zero, bias, pol, (at.shape[0], bt.shape[1]), multicore, samples,
-                    epilogue)
+                    epilogue, b_const=bt)
 
 
 def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float16", out_dtype="float16",
@@ -93,7 +93,7 @@ def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float
     ia = np.broadcast_to(np.arange(int(np.prod(ba)), dtype=np.int64).reshape(ba), batch).ravel()
     ib = np.broadcast_to(np.arange(int(np.prod(bb)), dtype=np.int64).reshape(bb), batch).ravel()
     return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N),
-                    multicore, epilogue=epilogue)
+                    multicore, epilogue=epilogue, b_const=bt)
 
 
 for _f in (matmul, batch_matmul, conv2d, depthwise_conv2d):

@@ -20,6 +20,7 @@ from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
 from ..kernels.cube import epilogue as _ke
 from ..kernels import multicore as _km
+from . import memo as _memo
 from .vector import flush_f32_subnormals
 
 # The kernels vectorise over output columns; with fewer columns than this and more rows the first kernel
@@ -181,12 +182,20 @@ def _tiles() -> np.ndarray:
     return _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
 
 
-def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy) -> None:
-    """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias."""
+def _packed(B: np.ndarray) -> np.ndarray:
+    """B (nb, Kp, N) packed into the fast kernel's slabs."""
+    Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
+    _k.pack_b(B, Bp)
+    return Bp
+
+
+def _accumulate(A, B, ia, ib, bias, bias_rows, out, K, pol: _Policy, Bp=None) -> None:
+    """out[t] = fp32 accumulation of A[ia[t]] @ B[ib[t]] (K real terms, padded to A.shape[2]) from the bias.
+    ``Bp``: B already packed (the fast kernel's slabs of a constant's operand values, kept with it)."""
     m = pol.model
     if pol.fast:
-        Bp = _k.empty_slabs(_k.slab_shape(B.shape[0], B.shape[2], B.shape[1]))
-        _k.pack_b(B, Bp)
+        if Bp is None:
+            Bp = _packed(B)
         mc = _k.row_block(out.shape[1], out.shape[0] * Bp.shape[1], numba.get_num_threads())
         _k.matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, _tiles(), pol.exact_products, mc)
     else:
@@ -313,8 +322,9 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
 
-def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int) -> np.ndarray:
-    """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order."""
+def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: bool = False) -> np.ndarray:
+    """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order. ``const_b``: bv is a
+    constant's memoized operand values (frozen): its padded, packed slabs are computed once and kept with it."""
     kp = _kp(K)
     if pol.fast and len(ia) * M * N * kp <= _SMALL_TERMS:
         # a small product: the same sums on one thread, no padding, packing or transposition (a NaN
@@ -329,7 +339,11 @@ def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int) -> np.ndar
                     True, accT, K, pol)
         return np.ascontiguousarray(accT.transpose(0, 2, 1))
     acc = _alloc.empty((len(ia), M, N), np.float32)
-    _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
+    if const_b and pol.fast:
+        Bp = _memo.memo(bv, ("packed slabs", kp), lambda: _packed(_padded(bv, 1, kp)))
+        _accumulate(_padded(av, 2, kp), None, ia, ib, biasv, False, acc, K, pol, Bp)
+    else:
+        _accumulate(_padded(av, 2, kp), _padded(bv, 1, kp), ia, ib, biasv, False, acc, K, pol)
     return acc
 
 
@@ -349,15 +363,24 @@ def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm
     return acc.reshape(len(ia), M, N)
 
 
-def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None):
+def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
+             b_const=None):
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
 
     ``multicore`` (a non-deterministic :class:`~ascend_emu.numerics.multicore.Launch`) may split K over
-    cores: by whole samples when ``samples`` says K holds that many samples' terms, else split-K."""
+    cores: by whole samples when ``samples`` says K holds that many samples' terms, else split-K.
+    ``b_const``: the frozen array b3 is a view of (a loaded weight; numerics/memo.py): b3's operand values
+    and packed slabs are computed once per weight and policy, not once per call."""
     _, M, K = a3.shape
     N = b3.shape[2]
     av, sa = _operand_values(a3, pol)
-    bv, sb = _operand_values(b3, pol)
+    const_b = b_const is not None and _memo.frozen(b_const)
+    if const_b:
+        # the operand rounding is a function of b3's bits (b3: b_const reshaped, the key holds its shape)
+        bv, sb = _memo.memo(b_const, ("cube operand values", pol.operand, pol.overflow, pol.subnormal, b3.shape),
+                            lambda: _operand_values(b3, pol))
+    else:
+        bv, sb = _operand_values(b3, pol)
     biasv = _bias_vector(bias, N, out_shape)
     ia = np.ascontiguousarray(ia, dtype=np.int64)
     ib = np.ascontiguousarray(ib, dtype=np.int64)
@@ -368,7 +391,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     if bounds is not None:
         acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
-        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K)
+        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K, const_b)
     out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sa | sb | sf
 

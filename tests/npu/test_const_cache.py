@@ -147,3 +147,38 @@ def test_memo_keys_arrays_by_identity_and_only_frozen_ones():
     assert ident not in memo._ENTRIES
     assert not memo.frozen(np.frombuffer(bytearray(8)))   # memory another object can write
     assert memo.frozen(np.frombuffer(b"12345678"))
+
+
+def _matmul_graph(w):
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [64, 48]}),
+             Node("w", "Const", [], {"dtype": "float32", "value": w}),
+             Node("mm", "MatMul", ["x", "w"], {"T": "float32", "transpose_a": False, "transpose_b": False}),
+             Node("y", "Relu", ["mm"], {"T": "float32"})]
+    return Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [64, 48])], outputs=["y:0"])
+
+
+@pytest.mark.parametrize("overflow_mode", ["inf_nan", "saturation"])
+def test_a_matmul_weight_is_rounded_and_packed_once(monkeypatch, overflow_mode):
+    """A frozen MatMul weight's cube operand values (its fp16 rounding and that rounding's status) and the
+    fast kernel's packed slabs are kept with it (numerics/cube_core._batched); a new weight is computed afresh."""
+    w = RNG.standard_normal((48, 40)).astype(np.float32)
+    w[0, :4] = [7e4, -1e5, 3e-6, -2e-7]                  # the rounding overflows (status) and makes subnormals
+    g = _matmul_graph(memo.freeze(w.copy()))
+    x = {"x": RNG.standard_normal((64, 48)).astype(np.float32)}
+    dev = Device("force_fp16", overflow_mode=overflow_mode)
+
+    def run(d):
+        r = d.replay(g, x, progress=False)
+        return {k: v.view(np.uint8).tobytes() for k, v in r.tensors.items()}, r.summary["float_status"]
+
+    first = run(dev)
+    assert {"cube operand values", "packed slabs"} <= _cached_keys()
+    assert first[1] != 0 and run(dev) == first
+    with monkeypatch.context() as m:
+        m.setattr(memo, "memo", lambda a, key, build: build())
+        assert run(dev) == first
+    g.nodes[1].attrs["value"] = memo.freeze(w * -2)
+    changed = run(dev)
+    with monkeypatch.context() as m:
+        m.setattr(memo, "memo", lambda a, key, build: build())
+        assert changed != first and run(dev) == changed
