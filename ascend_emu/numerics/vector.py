@@ -358,6 +358,19 @@ def _check_vector(op, n_inputs, dtype, overflow_mode, subnormals, impl_mode, op_
     return params, cdt, oc, sc, use64
 
 
+def _squares(inputs) -> bool:
+    """Whether pow's exponent (inputs[1]) is one value, 2 in fp16 (as the kernel casts it: rint), that broadcasts
+    to no larger shape than the base's."""
+    x, y = inputs
+    if not isinstance(y, (np.ndarray, np.generic, float, int)) or np.size(y) != 1 or np.ndim(y) > np.ndim(x):
+        return False
+    y = np.asarray(y)
+    if y.dtype.kind not in "fiu" and y.dtype != config.bfloat16:
+        return False
+    with np.errstate(all="ignore"):
+        return bool(np.float16(y.reshape(()).astype(np.float64)) == 2)
+
+
 def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", subnormals: str = "keep",
            impl_mode: str = "high_precision", op_model: str = "tbe_v220", **attrs):
     """Run one elementwise op of the vector unit in a compute dtype.
@@ -416,6 +429,12 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
             except TypeError:
                 pass
     params, cdt, oc, sc, use64 = checked
+    if op == "pow" and cdt == config.float16 and use64 and _squares(inputs):
+        # fp16 x ** 2 (RMSNorm's): the float64 model's pow(x, 2) is exact (22 significant bits), rounded once,
+        # as square's exact float32 product rounded once: the same bits and status for all 65,536 x in every
+        # mode (tested), without the transcendental path's float64 pow per element (0.76 -> 0.03 ms on 64 x 256)
+        return vector("square", inputs[0], dtype=dtype, overflow_mode=overflow_mode, subnormals=subnormals,
+                      impl_mode=impl_mode, op_model=op_model)
     if any(type(x) is np.ndarray and 0 in x.strides for x in inputs):
         cut = _on_compact(inputs)
         if cut is not None:

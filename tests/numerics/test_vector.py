@@ -5,6 +5,7 @@ Every fp16 and every bf16 input goes through every unary op; every pair of fp16 
 """
 from __future__ import annotations
 
+import importlib
 import math
 import zlib
 
@@ -640,3 +641,34 @@ def test_float32_binary_ops_broadcast_as_the_flat_kernel():
                 assert got.shape == shape and got.dtype == np.float32 and got.flags.c_contiguous
                 np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))
                 assert bool(st) == bool(wst)
+
+
+@pytest.mark.parametrize("exponent", [2.0, np.float32(2.0), np.asarray([[2.0]], np.float16), np.float32(2.0004),
+                                      np.asarray(2, np.int32), np.float32(2.5), np.asarray([[[2.0]]], np.float32)],
+                         ids=repr)
+def test_fp16_pow_of_two_every_input(exponent, monkeypatch):
+    """fp16 x ** 2 (RMSNorm's Pow) takes square's exact product rounded once (numerics/vector._squares): every
+    fp16 pattern, both overflow modes, against the float64 oracle's pow, bits and status; with subnormals
+    flushed, the transcendental path's bits and status. Not taken: an exponent that is not 2 once cast to
+    fp16 (2.5), or one of more dimensions than the base (the result would be larger)."""
+    nvec = importlib.import_module("ascend_emu.numerics.vector")
+    calls = []
+    real = nvec.vector
+    monkeypatch.setattr(nvec, "vector", lambda op, *a, **k: calls.append(op) or real(op, *a, **k))
+    x = ALL16.view(F16).reshape(256, 256)
+    e16 = np.asarray(exponent).astype(np.float64).astype(F16).ravel()[0]
+    taken = e16 == 2 and np.ndim(exponent) <= 2
+    for ov in ("inf_nan", "saturation"):
+        for sub in ("keep", "flush"):
+            calls.clear()
+            got, st = real("pow", x, exponent, overflow_mode=ov, subnormals=sub)
+            assert calls == (["square"] if taken else []), calls
+            if sub == "keep":
+                want, wst = naive.vector16("pow", "float16", ALL16, np.full(ALL16.shape, e16.view(np.uint16)),
+                                           overflow_mode=ov)
+            else:
+                with monkeypatch.context() as m:
+                    m.setattr(nvec, "_squares", lambda inputs: False)
+                    want, wst = real("pow", x, exponent, overflow_mode=ov, subnormals=sub)
+            _assert_bits(got.reshape(-1), np.asarray(want).reshape(-1), "float16", f"pow {exponent!r} {ov} {sub}")
+            assert st == wst
