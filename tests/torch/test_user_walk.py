@@ -1,0 +1,31 @@
+"""Defects a new PyTorch user met walking the README's torch doors (torch-run, .pt2 replay, the graph tools),
+each pinned by a test that fails without its fix."""
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ascend_emu.frontend.torch.pt2.loader import load_pt2  # noqa: E402
+from ascend_emu.npu.device import Device  # noqa: E402
+
+from torch_models import cnn_batch, small_cnn  # noqa: E402
+
+
+def test_a_device_that_replayed_a_program_pickles_for_a_sweep_worker(tmp_path):
+    """`fit dump model.pt2` with its default scheduler (a Dask LocalCluster) ships the device after fitting
+    has fused the graph on it: the device's fusion cache then held the graph and its torch.export program,
+    which does not unpickle ("Error during deserialization of the task graph"). The caches stay home."""
+    path = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn().eval(), (cnn_batch()[0],)), str(path))
+    g = load_pt2(path)
+    dev = Device(soc="Ascend910B")
+    feeds = {g.inputs[0].name: cnn_batch()[0].numpy()}
+    want = dev.replay(g, feeds, progress=False).outputs[g.outputs[0]]
+    assert dev._fusion_cache                      # what the worker must not get
+    back = pickle.loads(pickle.dumps(dev))
+    assert back._fusion_cache == {} and back._plan_cache == {}
+    assert dev._fusion_cache                      # the sender keeps its own
+    got = back.replay(g, feeds, progress=False).outputs[g.outputs[0]]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
