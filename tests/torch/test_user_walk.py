@@ -7,6 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from ascend_emu.errors import AscendEmuError  # noqa: E402
+from ascend_emu.frontend.torch import npu_shim  # noqa: E402
+from ascend_emu.frontend.torch.options import NpuOptions, activate  # noqa: E402
 from ascend_emu.frontend.torch.pt2.loader import load_pt2  # noqa: E402
 from ascend_emu.npu.device import Device  # noqa: E402
 
@@ -29,3 +32,19 @@ def test_a_device_that_replayed_a_program_pickles_for_a_sweep_worker(tmp_path):
     assert dev._fusion_cache                      # the sender keeps its own
     got = back.replay(g, feeds, progress=False).outputs[g.outputs[0]]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_npu_1_is_refused_wherever_the_script_names_it():
+    """README: npu:1 is refused in one line (exit 2). `.npu(1)` and `set_device(1)` were; `device="npu:1"` and
+    `.to("npu:1")` ran silently on npu:0, so a script written for rank 1 seemed to work."""
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        x = torch.zeros(2, device="npu:0").to("npu").to(torch.device("npu", 0))
+        assert x.device.type == "npu"
+        attempts = [lambda: torch.ones(2, device="npu:1"), lambda: torch.zeros(2, device=torch.device("npu", 1)),
+                    lambda: x.to("npu:1"), lambda: x.to(torch.device("npu:1"), torch.float16),
+                    lambda: torch.nn.Linear(2, 2).to("npu:1"), lambda: x.new_ones(2, device="npu:1")]
+        for f in attempts:
+            with pytest.raises(AscendEmuError, match="npu:1 does not exist; the emulated NPU is one device"):
+                f()

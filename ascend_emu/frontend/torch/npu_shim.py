@@ -100,12 +100,21 @@ class NpuDeviceMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         if "device" in kwargs and _is_npu(kwargs["device"]):
+            # npu:1 is refused as .npu(1) and set_device(1) refuse it (one emulated device), not run on npu:0
+            _check_device(kwargs["device"], f"{_func_name(func)}(device=...)")
             kwargs = {**kwargs, "device": torch.device("cpu")}
         if func is torch.Tensor.to and any(_is_npu(a) for a in args[1:]):
+            for a in args[1:]:
+                if _is_npu(a):
+                    _check_device(a, "Tensor.to")
             args = (args[0],) + tuple(_cpu(a) for a in args[1:])
         elif func is torch.Tensor.to and any(_is_cpu(a) for a in list(args[1:]) + [kwargs.get("device")]):
             return _to_cpu(func(*args, **kwargs), args[0])
         return func(*args, **kwargs)
+
+
+def _func_name(func) -> str:
+    return getattr(func, "__name__", None) or str(func)
 
 
 def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
