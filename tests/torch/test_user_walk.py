@@ -48,3 +48,17 @@ def test_npu_1_is_refused_wherever_the_script_names_it():
         for f in attempts:
             with pytest.raises(AscendEmuError, match="npu:1 does not exist; the emulated NPU is one device"):
                 f()
+
+
+def test_a_torch_save_file_or_unknown_suffix_names_the_pt2_door(tmp_path, capsys):
+    """`replay model.pt` (torch.save's usual name) said only "use .keras, .pb, .pbtxt, .onnx": the .pt2 door the
+    README offers a PyTorch user was missing from the list, and nothing said how to make one."""
+    from ascend_emu.cli.main import main
+
+    torch.save(small_cnn().state_dict(), tmp_path / "model.pt")
+    (tmp_path / "model.tflite").write_bytes(b"x")
+    for name, needles in (("model.pt", ("torch.save's pickle", "torch.export.save(", "model.pt2")),
+                          ("model.tflite", ("cannot tell the format", ".onnx (ONNX model), .pt2 (exported PyTorch"))):
+        assert main(["-q", "replay", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and all(n in err[0] for n in needles), err
