@@ -62,3 +62,30 @@ def test_a_torch_save_file_or_unknown_suffix_names_the_pt2_door(tmp_path, capsys
         assert main(["-q", "replay", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and all(n in err[0] for n in needles), err
+
+
+TWO_STEPS = """
+import torch, torch_npu
+torch.manual_seed(0)
+m = torch.nn.Linear(4, 2).npu()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    m(torch.randn(3, 4, device="npu")).square().mean().backward()
+    opt.step()
+"""
+
+
+def test_torch_run_says_which_dump_steps_were_never_reached(tmp_path, capsys):
+    """`torch-run --dump D --dump-steps 1,7` of a two-step script dumped step 1 and said nothing of step 7; and a
+    --soc given on the command line was reported as "set by emulate(...)", a call the user never wrote."""
+    from ascend_emu.cli.main import main
+
+    (tmp_path / "two.py").write_text(TWO_STEPS)
+    assert main(["-q", "torch-run", "--soc", "Ascend910", "--dump", str(tmp_path / "d"), "--dump-steps", "1,7",
+                 "--json", str(tmp_path / "r.json"), str(tmp_path / "two.py")]) == 0
+    out = capsys.readouterr().out
+    assert "  dump of step 1:" in out and "  dump of step 7" not in out
+    assert "no dump of step 7: the script ran 2 training step(s)" in out
+    assert "(set by --soc)" in out and "emulate(...)" not in out
+    assert (tmp_path / "d" / "step-1").is_dir() and not (tmp_path / "d" / "step-7").exists()
