@@ -87,7 +87,10 @@ def cmd_overflow(a):
         print(f"wrote {a.json}")
     if a.ops_info:
         sug = rep.suggestion()
-        if sug is None:
+        if sug is None and rep.eager_torch:
+            print(f"a torch_npu eager run reads no modify_mixlist (its precision is torch.autocast's): {a.ops_info} "
+                  "not written")
+        elif sug is None:
             print(f"no abnormal first overflow with an op type to black-list: {a.ops_info} not written")
         else:
             atomic_write_text(a.ops_info, json.dumps(sug, indent=1) + "\n")

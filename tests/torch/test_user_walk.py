@@ -89,3 +89,26 @@ def test_torch_run_says_which_dump_steps_were_never_reached(tmp_path, capsys):
     assert "no dump of step 7: the script ran 2 training step(s)" in out
     assert "(set by --soc)" in out and "emulate(...)" not in out
     assert (tmp_path / "d" / "step-1").is_dir() and not (tmp_path / "d" / "step-7").exists()
+
+
+def test_overflow_of_an_eager_run_suggests_autocast_not_modify_mixlist(tmp_path, capsys):
+    """`overflow DUMP --ops-info oi.json` of a torch_npu eager run wrote a modify_mixlist black-list and told the
+    user to pass it: torch_npu's eager mode reads no modify_mixlist (a GE graph option); its precision is
+    torch.autocast's. The verdict now says to run the layer outside autocast, and no ops_info is written."""
+    import ascend_emu as ae
+    from ascend_emu.cli.main import main
+
+    m = torch.nn.Linear(16, 4)
+    with torch.no_grad():
+        m.weight.fill_(2.0)
+        m.bias.zero_()
+    x = torch.full((8, 16), 3000.0)               # 16 * 3000 * 2 = 96000: finite in float32, past fp16's 65504
+    with ae.torch.emulate("Ascend910", dump=tmp_path / "d") as run, torch.no_grad():
+        with run.autocast():
+            m(x)
+    oi = tmp_path / "oi.json"
+    assert main(["-q", "overflow", run.dumps[0], "--ops-info", str(oi)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: abnormal" in out and "outside torch.autocast('npu')" in out, out
+    assert "reads no modify_mixlist" in out and "black-list" not in out and not oi.exists()
+    assert ae.overflow_report(run.dumps[0]).suggestion() is None
