@@ -483,4 +483,5 @@ def cmd_torch_run(a):
               f"step(s), numbered from 0 (--dump-steps)")
     if a.json:
         atomic_write_text(a.json, json.dumps(json_safe(rec), indent=1, allow_nan=False))
+        print(f"  wrote {a.json}")
     return rec["exit_status"]

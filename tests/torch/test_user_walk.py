@@ -88,6 +88,7 @@ def test_torch_run_says_which_dump_steps_were_never_reached(tmp_path, capsys):
     assert "  dump of step 1:" in out and "  dump of step 7" not in out
     assert "no dump of step 7: the script ran 2 training step(s)" in out
     assert "(set by --soc)" in out and "emulate(...)" not in out
+    assert f"wrote {tmp_path / 'r.json'}" in out       # as train, overflow and fit say it; torch-run was silent
     assert (tmp_path / "d" / "step-1").is_dir() and not (tmp_path / "d" / "step-7").exists()
 
 
