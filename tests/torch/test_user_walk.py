@@ -113,3 +113,26 @@ def test_overflow_of_an_eager_run_suggests_autocast_not_modify_mixlist(tmp_path,
     assert "verdict: abnormal" in out and "outside torch.autocast('npu')" in out, out
     assert "reads no modify_mixlist" in out and "black-list" not in out and not oi.exists()
     assert ae.overflow_report(run.dumps[0]).suggestion() is None
+
+
+def test_common_torch_npu_calls_of_a_training_script_exist():
+    """Calls a ported script makes around its numerics raised AttributeError under torch-run (the script's own
+    traceback, as if the script were wrong): torch.npu.memory_reserved / max_memory_reserved, get_rng_state /
+    set_rng_state, seed, torch.npu.device(0), Tensor.is_npu."""
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        assert torch.npu.memory_reserved() == 0 and torch.npu.max_memory_reserved() == 0
+        torch.npu.reset_max_memory_allocated()
+        torch.npu.manual_seed(3)
+        state = torch.npu.get_rng_state()
+        a = torch.randn(4, device="npu")
+        torch.npu.set_rng_state(state)
+        assert torch.equal(a, torch.randn(4, device="npu"))      # the npu generator is the CPU's
+        assert torch.npu.seed() is None and torch.npu.seed_all() is None
+        with torch.npu.device(0):
+            x = torch.ones(2).npu()
+        assert x.is_npu and not x.cpu().is_npu
+        with pytest.raises(AscendEmuError, match="npu:1 does not exist"):
+            torch.npu.device(1)
+    assert not hasattr(torch.Tensor, "is_npu")                   # gone with the shim
