@@ -136,3 +136,20 @@ def test_common_torch_npu_calls_of_a_training_script_exist():
         with pytest.raises(AscendEmuError, match="npu:1 does not exist"):
             torch.npu.device(1)
     assert not hasattr(torch.Tensor, "is_npu")                   # gone with the shim
+
+
+def test_a_dataloader_with_workers_or_pinned_memory_feeds_the_script():
+    """Every tensor reports npu:0 under the shim, so a DataLoader worker collating a batch into shared memory on
+    elem.device asked torch for npu storage ("PyTorch is not linked with support for npu devices"), and
+    pin_memory=True asked the npu backend's hooks: both failed on the first batch of a common training loop."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ds = TensorDataset(torch.arange(24, dtype=torch.float32).reshape(12, 2), torch.arange(12))
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        for kw in ({"num_workers": 2}, {"num_workers": 0, "pin_memory": True}):
+            got = [(x.npu(non_blocking=True), y.npu()) for x, y in DataLoader(ds, batch_size=4, **kw)]
+            assert len(got) == 3 and torch.equal(torch.cat([x for x, _ in got]), ds.tensors[0]), kw
+            assert all(x.device.type == "npu" for x, _ in got)
+    assert "_new_shared" not in torch.UntypedStorage.__dict__          # the storage class as it was

@@ -101,6 +101,10 @@ class NpuDeviceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            # page-locked host memory changes no value; torch would ask the npu backend's hooks, which the shim
+            # has not (a DataLoader with pin_memory=True failed on every batch)
+            return args[0]
         if "device" in kwargs and _is_npu(kwargs["device"]):
             # npu:1 is refused as .npu(1) and set_device(1) refuse it (one emulated device), not run on npu:0
             _check_device(kwargs["device"], f"{_func_name(func)}(device=...)")
@@ -498,6 +502,14 @@ class _DeviceContext:
         return False
 
 
+def _new_shared_on_cpu(original):
+    """``UntypedStorage._new_shared`` with an ``npu`` device made the CPU: a DataLoader worker collates a batch
+    into shared memory on ``elem.device``, which reports ``npu:0`` for the CPU tensor it is."""
+    def _new_shared(cls, size, *, device="cpu"):
+        return original(size, device="cpu" if _is_npu(device) else device)
+    return classmethod(_new_shared)
+
+
 def _seed_cpu_randomly() -> None:
     """``torch.npu.seed()``: a random seed for the npu's generator, the CPU's (None, as torch.cuda.seed)."""
     torch.default_generator.seed()
@@ -581,11 +593,13 @@ def installed():
              "autocast": torch.autocast, "amp.autocast": torch.amp.autocast,
              "use_deterministic_algorithms": torch.use_deterministic_algorithms, "Generator": torch.Generator,
              "device": torch.Tensor.__dict__.get("device"), "Tensor.cpu": torch.Tensor.__dict__.get("cpu"),
-             "is_npu": torch.Tensor.__dict__.get("is_npu")}
+             "is_npu": torch.Tensor.__dict__.get("is_npu"),
+             "_new_shared": torch.UntypedStorage.__dict__.get("_new_shared")}
     _CALLS.clear()
     torch.Tensor.npu = _tensor_npu
     torch.Tensor.is_npu = property(lambda self: self.device.type == "npu")   # as torch_npu's tensors have it
     torch.nn.Module.npu = _module_npu
+    torch.UntypedStorage._new_shared = _new_shared_on_cpu(torch.UntypedStorage._new_shared)
     torch.autocast = torch.amp.autocast = autocast
     torch.use_deterministic_algorithms = _use_deterministic_algorithms(saved["use_deterministic_algorithms"])
     torch.Generator = Generator
@@ -619,6 +633,10 @@ def installed():
         torch.amp.autocast = saved["amp.autocast"]
         torch.use_deterministic_algorithms = saved["use_deterministic_algorithms"]
         torch.Generator = saved["Generator"]
+        if saved["_new_shared"] is None:             # inherited from torch.storage._StorageBase
+            del torch.UntypedStorage._new_shared
+        else:
+            torch.UntypedStorage._new_shared = saved["_new_shared"]
         for attr in ("device", "cpu"):            # torch.Tensor inherits both from TensorBase
             own = saved["device" if attr == "device" else "Tensor.cpu"]
             if own is None:
