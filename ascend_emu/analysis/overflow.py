@@ -81,6 +81,9 @@ class OverflowReport:
 
     def __init__(self, dump: Dump):
         self.dump = dump
+        # a torch_npu eager run (torch-run, ae.torch.emulate): its precision is torch.autocast's, and torch_npu's
+        # eager mode reads no modify_mixlist (a GE graph option, ASCEND-FACTS.md): no ops_info to suggest
+        self.eager_torch = isinstance(dump.config, dict) and "torch_npu_options" in dump.config
         self._producers = {op["name"]: op for op in dump.ops}
         self.ops = [self._entry(op) for op in dump.ops if int(op.get("status", 0))]
         self.first = None
@@ -205,7 +208,8 @@ class OverflowReport:
     def suggestion(self) -> dict | None:
         """CANN's ``modify_mixlist`` (``--ops-info``) for an abnormal first overflow: its op types
         black-listed (to float32); None when there is nothing to suggest."""
-        if self.first is None or self.first["verdict"]["verdict"] != "abnormal" or not self.first["blame"]["types"]:
+        if (self.first is None or self.first["verdict"]["verdict"] != "abnormal" or not self.first["blame"]["types"]
+                or self.eager_torch):
             return None
         return {"black-list": {"to-add": list(self.first["blame"]["types"])}}
 
@@ -239,6 +243,11 @@ class OverflowReport:
             types = (blame or {}).get("types") or []
             keep = (f"black-list {', '.join(types)} in modify_mixlist (--ops-info writes it)" if types
                     else "black-list its op type in modify_mixlist")
+            if self.eager_torch:
+                aten = (op.get("precision") or {}).get("aten") or op["name"]
+                phase = f", {op['phase']}" if op.get("phase") else ""
+                keep = (f"run the layer of this call ({aten}{phase}) outside torch.autocast('npu') (a nested "
+                        "autocast(enabled=False)) on .float() inputs (torch_npu's eager mode reads no modify_mixlist)")
             whose = (f" ({blame['explanation']})" if blame and blame.get("inserted_cast")
                      or blame and op.get("fusion") else "")
             v["explanation"] = (f"the op is finite in float32 but overflows in {fmt}: the overflow comes from the "

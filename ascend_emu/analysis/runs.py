@@ -106,6 +106,11 @@ def compare_runs(dump_a, dump_b, *, force: bool = False) -> RunDiff:
         raise AscendEmuError(f"refusing to compare runs of {'; '.join(bad)} ({a.path}, {b.path}); random-error "
                              "detection compares two runs of one model on the same inputs, or pass --force "
                              "(force=True) to compare anyway")
+    if a.ops and b.ops and not any(op["name"] in b for op in a.ops):
+        # else "identical: all 0 ops hold the same bytes": dumps of two different models are not two runs
+        raise AscendEmuError(f"dumps {a.path} and {b.path} have no op name in common (different models? "
+                             f"{a.model.get('name')!r} vs {b.model.get('name')!r}); compare two runs of the same "
+                             "model, or a replay with its reference")
     same: dict[str, bool | None] = {}
     res = RunDiff(a.path, b.path, 0)
     state = set(a.state_inputs) if a.state_inputs == b.state_inputs else set()

@@ -87,7 +87,10 @@ def cmd_overflow(a):
         print(f"wrote {a.json}")
     if a.ops_info:
         sug = rep.suggestion()
-        if sug is None:
+        if sug is None and rep.eager_torch:
+            print(f"a torch_npu eager run reads no modify_mixlist (its precision is torch.autocast's): {a.ops_info} "
+                  "not written")
+        elif sug is None:
             print(f"no abnormal first overflow with an op type to black-list: {a.ops_info} not written")
         else:
             atomic_write_text(a.ops_info, json.dumps(sug, indent=1) + "\n")
@@ -454,6 +457,8 @@ def cmd_torch_run(a):
                     steps=a.steps, stats_only=a.stats_only, overwrite=a.overwrite,
                     aicpu_fallback=not a.no_aicpu_fallback, **torch_numerics_options(a))
     opts = rec["options"]
+    if opts["sources"].get("soc") == "emulate(...)":
+        opts["sources"]["soc"] = "--soc"      # this command's option, not the Python API's call
     set_by_script = {k: v for k, v in opts["sources"].items() if v != "default"}
     print(f"torch-run {os.path.basename(rec['script'])} on {rec['soc']}: exit status {rec['exit_status']}"
           + (f", stopped after {rec['stopped_after_steps']} step(s) (--steps)" if rec["stopped_after_steps"] else ""))
@@ -472,6 +477,12 @@ def cmd_torch_run(a):
     for step, path in sorted(rec["dumps"].items()):
         ref = rec["reference_dumps"].get(step)
         print(f"  dump of step {step}: {path}" + (f" (float32: {ref}; ascend-emu compare {path} {ref})" if ref else ""))
+    missing = sorted(set(a.dump_steps or [0]) - {int(k) for k in rec["dumps"]}) if a.dump else []
+    if missing:
+        # else a --dump-steps past the script's last step leaves nothing and says nothing
+        print(f"  no dump of step {', '.join(map(str, missing))}: the script ran {len(rec['steps'])} training "
+              f"step(s), numbered from 0 (--dump-steps)")
     if a.json:
         atomic_write_text(a.json, json.dumps(json_safe(rec), indent=1, allow_nan=False))
+        print(f"  wrote {a.json}")
     return rec["exit_status"]

@@ -150,6 +150,15 @@ class Device:
         self._fusion_cache: dict = {}
         self._plan_cache: dict = {}
 
+    def __getstate__(self):
+        # the caches are keyed by id(graph), which means nothing in another process, and hold the graphs: a
+        # sweep shipping a device that already replayed a .pt2 would ship its torch.export program, which a
+        # Dask worker cannot unpickle (fit's "Error during deserialization of the task graph")
+        state = dict(self.__dict__)
+        state["_fusion_cache"] = {}
+        state["_plan_cache"] = {}
+        return state
+
     # the numerics choices, by their user-facing names
     soc = property(lambda self: self.numerics.soc)
     overflow_mode = property(lambda self: self.numerics.overflow_mode)

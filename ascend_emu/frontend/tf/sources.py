@@ -17,11 +17,13 @@ from .tf import _quiet_stderr, first_line, import_keras, import_tf
 
 
 SUFFIXES = {".keras": "Keras v3 file", ".pb": "frozen GraphDef (binary)",
-            ".pbtxt": "frozen GraphDef (text)", ".onnx": "ONNX model"}
+            ".pbtxt": "frozen GraphDef (text)", ".onnx": "ONNX model",
+            ".pt2": "exported PyTorch program, torch.export.save"}
 
 
 SUPPORTED = ("a Keras model, a .keras file, a SavedModel directory, a frozen GraphDef (.pb/.pbtxt), "
-             "an ONNX model (.onnx), a tf.function with input_signature or a ConcreteFunction")
+             "an ONNX model (.onnx), an exported PyTorch program (.pt2, torch.export.save), a tf.function with "
+             "input_signature or a ConcreteFunction")
 
 
 @dataclass
@@ -239,6 +241,11 @@ def _path_source(path: Path, signature: str | None) -> _Source:
         return _keras_source(model)
     if suffix in (".pb", ".pbtxt"):
         return _graph_def_source(path, text=suffix == ".pbtxt")
+    if suffix in (".pt", ".pth"):
+        # torch.save's usual names: a PyTorch user's first try; say what to export instead
+        raise AscendEmuError(f"{str(path)!r} is not a model ascend-emu reads (a {suffix} file is torch.save's pickle, "
+                             "which is never unpickled); export the model with torch.export.save(torch.export.export("
+                             "model.eval(), example_inputs), 'model.pt2') and pass model.pt2")
     raise AscendEmuError(f"cannot tell the format of {str(path)!r} from its suffix; use "
                          + ", ".join(f"{k} ({v})" for k, v in SUFFIXES.items())
                          + " or a SavedModel directory")

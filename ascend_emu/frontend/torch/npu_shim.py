@@ -15,7 +15,9 @@ as ``torch_npu`` otherwise. While installed:
 * ``torch.autocast("npu")`` / ``torch.amp.autocast("npu")`` and ``torch.use_deterministic_algorithms``;
 * ``torch.ops.npu.npu_*`` (torch_npu's schemas, composites of ``torch.ops.ascend_emu.*``), ``Tensor.device`` as
   ``npu:0`` (but for what ``.cpu()`` returned), ``torch.npu.Event`` / ``Stream`` (one synchronous stream) and
-  ``torch.Generator(device="npu")`` (the CPU's generator).
+  ``torch.Generator(device="npu")`` (the CPU's generator, as ``torch.npu.manual_seed``, ``seed``, ``get_rng_state``
+  and ``set_rng_state`` read and set it), ``torch.npu.device(0)``, ``Tensor.is_npu``, and the memory counters
+  (``memory_allocated``, ``memory_reserved`` and their maxima: 0, the tensors being CPU tensors).
 
 Every switch the script sets goes into the run's :class:`~.options.NpuOptions` (:func:`.options.current`) with
 the torch_npu spelling that set it as its source; options that change no emulated numerics (``ACL_AICORE_NUM``,
@@ -99,13 +101,26 @@ class NpuDeviceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            # page-locked host memory changes no value; torch would ask the npu backend's hooks, which the shim
+            # has not (a DataLoader with pin_memory=True failed on every batch)
+            return args[0]
         if "device" in kwargs and _is_npu(kwargs["device"]):
+            # npu:1 is refused as .npu(1) and set_device(1) refuse it (one emulated device), not run on npu:0
+            _check_device(kwargs["device"], f"{_func_name(func)}(device=...)")
             kwargs = {**kwargs, "device": torch.device("cpu")}
         if func is torch.Tensor.to and any(_is_npu(a) for a in args[1:]):
+            for a in args[1:]:
+                if _is_npu(a):
+                    _check_device(a, "Tensor.to")
             args = (args[0],) + tuple(_cpu(a) for a in args[1:])
         elif func is torch.Tensor.to and any(_is_cpu(a) for a in list(args[1:]) + [kwargs.get("device")]):
             return _to_cpu(func(*args, **kwargs), args[0])
         return func(*args, **kwargs)
+
+
+def _func_name(func) -> str:
+    return getattr(func, "__name__", None) or str(func)
 
 
 def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
@@ -474,6 +489,32 @@ def _seed_cpu_generator(seed) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
+class _DeviceContext:
+    """``torch.npu.device(0)``: a context manager selecting the (one) device; another index is refused."""
+
+    def __init__(self, device):
+        self.idx = _check_device(device, "torch.npu.device")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _new_shared_on_cpu(original):
+    """``UntypedStorage._new_shared`` with an ``npu`` device made the CPU: a DataLoader worker collates a batch
+    into shared memory on ``elem.device``, which reports ``npu:0`` for the CPU tensor it is."""
+    def _new_shared(cls, size, *, device="cpu"):
+        return original(size, device="cpu" if _is_npu(device) else device)
+    return classmethod(_new_shared)
+
+
+def _seed_cpu_randomly() -> None:
+    """``torch.npu.seed()``: a random seed for the npu's generator, the CPU's (None, as torch.cuda.seed)."""
+    torch.default_generator.seed()
+
+
 def _module(name: str, doc: str, **attrs) -> types.ModuleType:
     m = types.ModuleType(name, doc)
     for k, v in attrs.items():
@@ -496,6 +537,13 @@ npu = _module(
     # the PrivateUse1 module, so these must not call torch.manual_seed back
     manual_seed=_seed_cpu_generator, manual_seed_all=_seed_cpu_generator, initial_seed=torch.initial_seed, empty_cache=lambda: None, memory_allocated=lambda device=None: 0,
     max_memory_allocated=lambda device=None: 0, reset_peak_memory_stats=lambda device=None: None,
+    # the emulated device holds no memory of its own (the tensors are CPU tensors): 0, as memory_allocated
+    memory_reserved=lambda device=None: 0, max_memory_reserved=lambda device=None: 0,
+    reset_max_memory_allocated=lambda device=None: None,
+    get_rng_state=lambda device="npu": torch.get_rng_state(),
+    set_rng_state=lambda state, device="npu": torch.set_rng_state(state),
+    seed=_seed_cpu_randomly, seed_all=_seed_cpu_randomly,
+    device=_DeviceContext,
     _is_in_bad_fork=lambda: False,
     matmul=_Switch("matmul", {"allow_hf32": "allow_hf32_matmul", "cube_math_type": "cube_math_type"}),
     conv=_Switch("conv", {"allow_hf32": "allow_hf32_conv"}),
@@ -544,10 +592,14 @@ def installed():
     saved = {"Tensor.npu": getattr(torch.Tensor, "npu", None), "Module.npu": getattr(torch.nn.Module, "npu", None),
              "autocast": torch.autocast, "amp.autocast": torch.amp.autocast,
              "use_deterministic_algorithms": torch.use_deterministic_algorithms, "Generator": torch.Generator,
-             "device": torch.Tensor.__dict__.get("device"), "Tensor.cpu": torch.Tensor.__dict__.get("cpu")}
+             "device": torch.Tensor.__dict__.get("device"), "Tensor.cpu": torch.Tensor.__dict__.get("cpu"),
+             "is_npu": torch.Tensor.__dict__.get("is_npu"),
+             "_new_shared": torch.UntypedStorage.__dict__.get("_new_shared")}
     _CALLS.clear()
     torch.Tensor.npu = _tensor_npu
+    torch.Tensor.is_npu = property(lambda self: self.device.type == "npu")   # as torch_npu's tensors have it
     torch.nn.Module.npu = _module_npu
+    torch.UntypedStorage._new_shared = _new_shared_on_cpu(torch.UntypedStorage._new_shared)
     torch.autocast = torch.amp.autocast = autocast
     torch.use_deterministic_algorithms = _use_deterministic_algorithms(saved["use_deterministic_algorithms"])
     torch.Generator = Generator
@@ -568,7 +620,7 @@ def installed():
             pass
         for m in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")]:
             del sys.modules[m]
-        for attr, obj in (("npu", saved["Tensor.npu"]),):
+        for attr, obj in (("npu", saved["Tensor.npu"]), ("is_npu", saved["is_npu"])):
             if obj is None:
                 delattr(torch.Tensor, attr)
             else:
@@ -581,6 +633,10 @@ def installed():
         torch.amp.autocast = saved["amp.autocast"]
         torch.use_deterministic_algorithms = saved["use_deterministic_algorithms"]
         torch.Generator = saved["Generator"]
+        if saved["_new_shared"] is None:             # inherited from torch.storage._StorageBase
+            del torch.UntypedStorage._new_shared
+        else:
+            torch.UntypedStorage._new_shared = saved["_new_shared"]
         for attr in ("device", "cpu"):            # torch.Tensor inherits both from TensorBase
             own = saved["device" if attr == "device" else "Tensor.cpu"]
             if own is None:

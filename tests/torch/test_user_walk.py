@@ -1,0 +1,155 @@
+"""Defects a new PyTorch user met walking the README's torch doors (torch-run, .pt2 replay, the graph tools),
+each pinned by a test that fails without its fix."""
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ascend_emu.errors import AscendEmuError  # noqa: E402
+from ascend_emu.frontend.torch import npu_shim  # noqa: E402
+from ascend_emu.frontend.torch.options import NpuOptions, activate  # noqa: E402
+from ascend_emu.frontend.torch.pt2.loader import load_pt2  # noqa: E402
+from ascend_emu.npu.device import Device  # noqa: E402
+
+from torch_models import cnn_batch, small_cnn  # noqa: E402
+
+
+def test_a_device_that_replayed_a_program_pickles_for_a_sweep_worker(tmp_path):
+    """`fit dump model.pt2` with its default scheduler (a Dask LocalCluster) ships the device after fitting
+    has fused the graph on it: the device's fusion cache then held the graph and its torch.export program,
+    which does not unpickle ("Error during deserialization of the task graph"). The caches stay home."""
+    path = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn().eval(), (cnn_batch()[0],)), str(path))
+    g = load_pt2(path)
+    dev = Device(soc="Ascend910B")
+    feeds = {g.inputs[0].name: cnn_batch()[0].numpy()}
+    want = dev.replay(g, feeds, progress=False).outputs[g.outputs[0]]
+    assert dev._fusion_cache                      # what the worker must not get
+    back = pickle.loads(pickle.dumps(dev))
+    assert back._fusion_cache == {} and back._plan_cache == {}
+    assert dev._fusion_cache                      # the sender keeps its own
+    got = back.replay(g, feeds, progress=False).outputs[g.outputs[0]]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_npu_1_is_refused_wherever_the_script_names_it():
+    """README: npu:1 is refused in one line (exit 2). `.npu(1)` and `set_device(1)` were; `device="npu:1"` and
+    `.to("npu:1")` ran silently on npu:0, so a script written for rank 1 seemed to work."""
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        x = torch.zeros(2, device="npu:0").to("npu").to(torch.device("npu", 0))
+        assert x.device.type == "npu"
+        attempts = [lambda: torch.ones(2, device="npu:1"), lambda: torch.zeros(2, device=torch.device("npu", 1)),
+                    lambda: x.to("npu:1"), lambda: x.to(torch.device("npu:1"), torch.float16),
+                    lambda: torch.nn.Linear(2, 2).to("npu:1"), lambda: x.new_ones(2, device="npu:1")]
+        for f in attempts:
+            with pytest.raises(AscendEmuError, match="npu:1 does not exist; the emulated NPU is one device"):
+                f()
+
+
+def test_a_torch_save_file_or_unknown_suffix_names_the_pt2_door(tmp_path, capsys):
+    """`replay model.pt` (torch.save's usual name) said only "use .keras, .pb, .pbtxt, .onnx": the .pt2 door the
+    README offers a PyTorch user was missing from the list, and nothing said how to make one."""
+    from ascend_emu.cli.main import main
+
+    torch.save(small_cnn().state_dict(), tmp_path / "model.pt")
+    (tmp_path / "model.tflite").write_bytes(b"x")
+    for name, needles in (("model.pt", ("torch.save's pickle", "torch.export.save(", "model.pt2")),
+                          ("model.tflite", ("cannot tell the format", ".onnx (ONNX model), .pt2 (exported PyTorch"))):
+        assert main(["-q", "replay", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and all(n in err[0] for n in needles), err
+
+
+TWO_STEPS = """
+import torch, torch_npu
+torch.manual_seed(0)
+m = torch.nn.Linear(4, 2).npu()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    m(torch.randn(3, 4, device="npu")).square().mean().backward()
+    opt.step()
+"""
+
+
+def test_torch_run_says_which_dump_steps_were_never_reached(tmp_path, capsys):
+    """`torch-run --dump D --dump-steps 1,7` of a two-step script dumped step 1 and said nothing of step 7; and a
+    --soc given on the command line was reported as "set by emulate(...)", a call the user never wrote."""
+    from ascend_emu.cli.main import main
+
+    (tmp_path / "two.py").write_text(TWO_STEPS)
+    assert main(["-q", "torch-run", "--soc", "Ascend910", "--dump", str(tmp_path / "d"), "--dump-steps", "1,7",
+                 "--json", str(tmp_path / "r.json"), str(tmp_path / "two.py")]) == 0
+    out = capsys.readouterr().out
+    assert "  dump of step 1:" in out and "  dump of step 7" not in out
+    assert "no dump of step 7: the script ran 2 training step(s)" in out
+    assert "(set by --soc)" in out and "emulate(...)" not in out
+    assert f"wrote {tmp_path / 'r.json'}" in out       # as train, overflow and fit say it; torch-run was silent
+    assert (tmp_path / "d" / "step-1").is_dir() and not (tmp_path / "d" / "step-7").exists()
+
+
+def test_overflow_of_an_eager_run_suggests_autocast_not_modify_mixlist(tmp_path, capsys):
+    """`overflow DUMP --ops-info oi.json` of a torch_npu eager run wrote a modify_mixlist black-list and told the
+    user to pass it: torch_npu's eager mode reads no modify_mixlist (a GE graph option); its precision is
+    torch.autocast's. The verdict now says to run the layer outside autocast, and no ops_info is written."""
+    import ascend_emu as ae
+    from ascend_emu.cli.main import main
+
+    m = torch.nn.Linear(16, 4)
+    with torch.no_grad():
+        m.weight.fill_(2.0)
+        m.bias.zero_()
+    x = torch.full((8, 16), 3000.0)               # 16 * 3000 * 2 = 96000: finite in float32, past fp16's 65504
+    with ae.torch.emulate("Ascend910", dump=tmp_path / "d") as run, torch.no_grad():
+        with run.autocast():
+            m(x)
+    oi = tmp_path / "oi.json"
+    assert main(["-q", "overflow", run.dumps[0], "--ops-info", str(oi)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: abnormal" in out and "outside torch.autocast('npu')" in out, out
+    assert "reads no modify_mixlist" in out and "black-list" not in out and not oi.exists()
+    assert ae.overflow_report(run.dumps[0]).suggestion() is None
+
+
+def test_common_torch_npu_calls_of_a_training_script_exist():
+    """Calls a ported script makes around its numerics raised AttributeError under torch-run (the script's own
+    traceback, as if the script were wrong): torch.npu.memory_reserved / max_memory_reserved, get_rng_state /
+    set_rng_state, seed, torch.npu.device(0), Tensor.is_npu."""
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        assert torch.npu.memory_reserved() == 0 and torch.npu.max_memory_reserved() == 0
+        torch.npu.reset_max_memory_allocated()
+        torch.npu.manual_seed(3)
+        state = torch.npu.get_rng_state()
+        a = torch.randn(4, device="npu")
+        torch.npu.set_rng_state(state)
+        assert torch.equal(a, torch.randn(4, device="npu"))      # the npu generator is the CPU's
+        assert torch.npu.seed() is None and torch.npu.seed_all() is None
+        with torch.npu.device(0):
+            x = torch.ones(2).npu()
+        assert x.is_npu and not x.cpu().is_npu
+        with pytest.raises(AscendEmuError, match="npu:1 does not exist"):
+            torch.npu.device(1)
+    assert not hasattr(torch.Tensor, "is_npu")                   # gone with the shim
+
+
+def test_a_dataloader_with_workers_or_pinned_memory_feeds_the_script():
+    """Every tensor reports npu:0 under the shim, so a DataLoader worker collating a batch into shared memory on
+    elem.device asked torch for npu storage ("PyTorch is not linked with support for npu devices"), and
+    pin_memory=True asked the npu backend's hooks: both failed on the first batch of a common training loop."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ds = TensorDataset(torch.arange(24, dtype=torch.float32).reshape(12, 2), torch.arange(12))
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu  # noqa: F401
+
+        for kw in ({"num_workers": 2}, {"num_workers": 0, "pin_memory": True}):
+            got = [(x.npu(non_blocking=True), y.npu()) for x, y in DataLoader(ds, batch_size=4, **kw)]
+            assert len(got) == 3 and torch.equal(torch.cat([x for x, _ in got]), ds.tensors[0]), kw
+            assert all(x.device.type == "npu" for x, _ in got)
+    assert "_new_shared" not in torch.UntypedStorage.__dict__          # the storage class as it was
