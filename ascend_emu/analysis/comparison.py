@@ -209,6 +209,8 @@ class Comparison:
     def _find_first_divergent(self):
         by_tensor = self._tensor_rows()
         state = set(self.npu.state_inputs)
+        carried: list = []       # ops passed over: failing only as their inputs' error, scaled (see _carries)
+        carried_tensors: set = set()
         for op in self.npu.ops:
             outs = [r for r in self.rows_of(op["name"])]
             if op["name"] in state or not any(r["Result"] == ERROR for r in outs):
@@ -218,8 +220,12 @@ class Comparison:
             for ref in op.get("inputs", []):
                 r = by_tensor.get(ref)
                 inputs.append({"tensor": ref, "row": r})
-                if r is not None and r["Result"] == ERROR:
+                if r is not None and r["Result"] == ERROR and ref not in carried_tensors:
                     ok = False
+            if ok and _carries(outs, [i["row"] for i in inputs]):
+                carried.append((op, outs, inputs))
+                carried_tensors.update(r["NPU Name"] for r in outs)
+                continue
             if ok:
                 chain = self.chain_to_output(op["name"])
                 chain_rows = []
@@ -232,7 +238,17 @@ class Comparison:
                     d.rounding = self._format_rounding(op)
                     if d.rounding:
                         d.exceeds = self._first_exceeding(op, by_tensor)
+                d.carried = [c[0]["name"] for c in carried]
                 return d
+        if carried:
+            # no op made the error grow: name the first that failed, as before, and say how it failed
+            op, outs, inputs = carried[0]
+            chain = self.chain_to_output(op["name"])
+            d = Divergence(op=op, outputs=outs, inputs=inputs, chain=chain,
+                           chain_rows=[(self.rows_of(n) or [None])[0] for n in chain],
+                           is_output=op["name"] in self.final_outputs())
+            d.scaled_only = True
+            return d
         return None
 
     def _format_rounding(self, op: dict) -> str | None:
@@ -408,6 +424,11 @@ class Divergence:
     rounding: str | None = None
     #: then: the first later op whose error exceeds its inputs' (None: none does)
     exceeds: str | None = None
+    #: earlier ops that failed with no more error than their inputs' (a loss scale's multiply: the absolute
+    #: error grows with the values, the relative error and the cosine do not): passed over, named here
+    carried: list = field(default_factory=list)
+    #: no op made the error grow: this op is the first that failed, and it failed only as its inputs did
+    scaled_only: bool = False
 
     @property
     def name(self) -> str:
@@ -423,7 +444,8 @@ class Divergence:
                 "compute_dtype": self.op.get("compute_dtype"), "precision": self.op.get("precision"),
                 "status": self.op.get("status"), "outputs": self.outputs,
                 "inputs": [{"tensor": i["tensor"], "metrics": i["row"]} for i in self.inputs],
-                "chain": self.chain, "rounding": self.rounding, "exceeds": self.exceeds}
+                "chain": self.chain, "rounding": self.rounding, "exceeds": self.exceeds, "carried": self.carried,
+                "scaled_only": self.scaled_only}
 
     def format_text(self) -> str:
         op = self.op
@@ -449,6 +471,14 @@ class Divergence:
             else "(no consumer in the dump leads to a model output)"))
         if self.rounding:
             lines.append(self.rounding_note())
+        if self.carried:
+            lines.append("  passed over before it (they fail the absolute-error rule with no more relative error "
+                         "and no lower cosine than their inputs: a scaling, not where the error enters): "
+                         + ", ".join(self.carried[:5]) + (f" and {len(self.carried) - 5} more" if len(self.carried) > 5
+                                                         else ""))
+        if self.scaled_only:
+            lines.append("  its relative error and cosine are its inputs' (a scaling such as a loss scale's multiply); "
+                         "no op after it makes the error larger")
         return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
     def rounding_note(self) -> str:
@@ -460,6 +490,31 @@ class Divergence:
                 f"where precision is lost, not an error of the op); "
                 + (f"the first op whose error exceeds its inputs' is {self.exceeds}" if self.exceeds else
                    "no later op's error exceeds its inputs' (the outputs carry this rounding only)"))
+
+
+def _carries(outs: list, inputs: list) -> bool:
+    """Whether an op's failing outputs carry its inputs' error and add none: some input was compared, and every
+    failing output has a cosine no lower and a MaxRelativeErr no larger than its compared inputs' worst (a
+    multiply by a loss scale of 2^16 fails msprobe's MaxAbsErr > 1 rule on a loss whose error passes)."""
+    rows = [r for r in inputs if r is not None and r["Result"] != NA]
+    cos_in = [r["Cosine"] for r in rows if _finite(r["Cosine"])]
+    rel_in = [r["MaxRelativeErr"] for r in rows if _finite(r["MaxRelativeErr"])]
+    if not cos_in or not rel_in:
+        return False
+    lo_cos, hi_rel = min(cos_in), max(rel_in)
+    for r in outs:
+        if r["Result"] != ERROR:
+            continue
+        if not (_finite(r["Cosine"]) and _finite(r["MaxRelativeErr"])):
+            return False
+        # (a tolerance of the metrics' own float64 arithmetic: the scaled values give the same ratios)
+        if r["Cosine"] < lo_cos - 1e-12 or r["MaxRelativeErr"] > hi_rel * (1 + 1e-9) + 1e-300:
+            return False
+    return True
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _inserted_cast(op: dict) -> bool:

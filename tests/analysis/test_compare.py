@@ -380,3 +380,40 @@ def test_package_level_compare_is_the_function(tmp_path):
     import ascend_emu.analysis.report  # noqa: F401
     npu, bench = chain_pair(tmp_path)
     assert ascend_emu.compare(npu, bench).first_divergent().name == "op3"
+
+
+def _scaled_loss_pair(tmp_path, grow: bool):
+    """loss (a small float32 error that passes) -> scaled = loss * 2^16 (fails MaxAbsErr > 1 with the loss's
+    relative error) -> grad = f(scaled) whose error grows (grow=True) or stays the scaled loss's."""
+    rng = np.random.default_rng(1)
+    loss = (rng.random(64) + 1.0).astype(np.float32)
+    npu_loss = loss * np.float32(1 + 2e-5)
+    scaled, npu_scaled = loss * np.float32(65536), npu_loss * np.float32(65536)
+    grad = scaled * np.float32(0.25)
+    npu_grad = (npu_scaled * np.float32(0.25)) * ((1 + 0.05 * rng.standard_normal(64)).astype(np.float32)
+                                                   if grow else np.float32(1))
+    bench = [("loss", "Exp", ["x:0"], [loss]), ("scale", "Mul", ["loss:0", "s:0"], [scaled]),
+             ("grad", "Mul", ["scale:0", "h:0"], [grad])]
+    npu = [("loss", "Exp", ["x:0"], [npu_loss]), ("scale", "Mul", ["loss:0", "s:0"], [npu_scaled]),
+           ("grad", "Mul", ["scale:0", "h:0"], [npu_grad.astype(np.float32)])]
+    write(tmp_path / "bench", "bench", bench, summary={"outputs": ["grad:0"]})
+    write(tmp_path / "npu", "npu", npu)
+    return compare(tmp_path / "npu", tmp_path / "bench")
+
+
+def test_a_loss_scale_multiply_is_passed_over(tmp_path):
+    """A multiply by GradScaler's 2^16 fails msprobe's MaxAbsErr > 1 rule with its input's relative error and
+    cosine: the error does not enter there. The first divergent op is the first whose error grows, and the text
+    names the op passed over; when none grows, the scaled op is named and said to carry its inputs' error."""
+    c = _scaled_loss_pair(tmp_path / "grow", grow=True)
+    res = {r["NPU Name"]: r["Result"] for r in c.rows}
+    assert res == {"loss:0": "pass", "scale:0": "error", "grad:0": "error"}
+    fd = c.first_divergent()
+    assert fd.name == "grad" and fd.carried == ["scale"] and not fd.scaled_only
+    assert "passed over before it" in fd.format_text() and "scale" in fd.format_text()
+    assert fd.to_dict()["carried"] == ["scale"]
+
+    c = _scaled_loss_pair(tmp_path / "flat", grow=False)
+    fd = c.first_divergent()
+    assert fd.name == "scale" and fd.scaled_only and fd.carried == []
+    assert "its relative error and cosine are its inputs'" in fd.format_text()
