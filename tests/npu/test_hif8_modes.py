@@ -378,10 +378,16 @@ def test_fit_leaves_hif8_rounding_alone_outside_the_hif8_modes(cnn, tmp_path):
                  progress=False, params=["hif8_rounding"])
     assert res.parameters["hif8_rounding"]["verdict"] != "contradicted"
     assert "not in cube_hif8" in res.parameters["hif8_rounding"]["why"]
-    # a cube_hif8 dump fitted outside the hif8 modes is another configuration: refused (issue 45 item 9)
+    # a cube_hif8 dump fitted with no mode given takes the dump's own (issue 45 item 9): hif8_rounding is fitted
     _replay(m, x, "cube_hif8", tmp_path / "h")
+    res = ae.fit(str(tmp_path / "h"), m, device_kwargs=dict(soc="Ascend950"), progress=False,
+                 params=["hif8_rounding"])
+    assert "not in cube_hif8" not in res.parameters["hif8_rounding"]["why"]
+    assert res.parameters["hif8_rounding"]["verdict"] != "contradicted"
+    # fitted outside the hif8 modes when the user asks for another mode: another configuration, refused
     with pytest.raises(AscendEmuError, match="was made with canonical_mode=cube_hif8"):
-        ae.fit(str(tmp_path / "h"), m, device_kwargs=dict(soc="Ascend950"), progress=False, params=["hif8_rounding"])
+        ae.fit(str(tmp_path / "h"), m, device_kwargs=dict(soc="Ascend950", precision_mode_v2="fp16"), progress=False,
+               params=["hif8_rounding"])
 
 
 def test_export_msprobe_of_a_hif8_dump_writes_float32(cnn, tmp_path):

@@ -26,6 +26,9 @@ CASES = {
     **{op: None for op in ("TensorListReserve", "EmptyTensorList", "TensorListFromTensor", "TensorListGetItem",
                            "TensorListSetItem", "TensorListPushBack", "TensorListPopBack", "TensorListLength", "TensorListStack",
                            "TensorListElementShape")},
+    # CANN op types TensorFlow has no kernel for (the ONNX door's AveragePool with ceil_mode, LSTM, GRU): tested
+    # bit for bit against oracles from CANN's kernels and against onnxruntime in tests/frontend/test_onnx_ai_core_more.py
+    **{op: None for op in ("AvgPoolV2", "DynamicRNN", "DynamicGRUV2")},
     "Identity": ({"input": f(3, 4)}, {}, {}),
     "StopGradient": ({"input": f(3, 4)}, {}, {}),
     "Snapshot": ({"input": f(3, 4)}, {}, {}),
