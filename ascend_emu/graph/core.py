@@ -189,6 +189,21 @@ class Graph:
 _EMULATED_FLOATS = frozenset({"float16", "bfloat16", "float32"})
 
 
+def feeding(nodes: list, outputs: list) -> list:
+    """The nodes that feed ``outputs`` (tensor names), placeholders always, in their order: what a loader keeps
+    of the nodes it made (the ONNX and torch.export doors)."""
+    by_name = {n.name: n for n in nodes}
+    live = set()
+    todo = [o.rpartition(":")[0] for o in outputs]
+    while todo:
+        name = todo.pop()
+        if name in live or name not in by_name:
+            continue
+        live.add(name)
+        todo.extend(r.rpartition(":")[0] for r in by_name[name].inputs)
+    return [n for n in nodes if n.name in live or n.op == "Placeholder"]
+
+
 def _fmt_shape(shape) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import AscendEmuError
-from ...graph.core import Graph, InputSpec, Node
+from ...graph.core import Graph, InputSpec, Node, feeding
 from ...numerics.memo import freeze as read_only
 from .build import FLOATS, ONNX_DTYPES, Builder, Fallback, all_tensors
 from .ops import CONVERTERS, Onnx
@@ -312,7 +312,7 @@ def load_onnx(model, *, input_shapes=None) -> Graph:
     # NHWC ops skips: it would be a second reader of the NHWC result, and the fusion passes (Conv+BatchNorm)
     # fold only a sole reader. The reference still dumps it (a bench-only row in compare).
     roots = [f"{k}:0" for k in src.nodes if k not in inits_named and f"{k}:0" not in b.nhwc]
-    nodes = _prune(b.nodes, outputs + roots)
+    nodes = feeding(b.nodes, outputs + roots)
     keep = {n.name for n in nodes}
     src.extra = {n.name: n for n in b.nodes if n.name in src.nodes and n.name not in keep and n.name not in inits_named}
     src.nodes = {k: v for k, v in src.nodes.items() if k in keep or k in src.extra}
@@ -509,17 +509,3 @@ def _fold(b: Builder, n: Onnx, nd) -> None:
     for o, v in zip(nd.output, got):
         if o:
             b.values[o] = np.asarray(v)
-
-
-def _prune(nodes: list[Node], outputs: list[str]) -> list[Node]:
-    """The nodes that feed an output (placeholders always), in their order."""
-    by_name = {n.name: n for n in nodes}
-    live = set()
-    todo = [o.rpartition(":")[0] for o in outputs]
-    while todo:
-        name = todo.pop()
-        if name in live or name not in by_name:
-            continue
-        live.add(name)
-        todo.extend(r.rpartition(":")[0] for r in by_name[name].inputs)
-    return [n for n in nodes if n.name in live or n.op == "Placeholder"]

@@ -713,22 +713,25 @@ def npu_rotary_mul(k, x, cos, sin):
 
 
 # -- more backward ops of autograd ----------------------------------------------------------------------------------
+def grad_kernel(k, tf_type: str, *tensors):
+    """One elementwise gradient kernel on tensors of one emulated dtype (in the kernel's argument order), its
+    one output; mixed dtypes go to the AI CPU."""
+    if not _emulated(*tensors) or len({t.dtype for t in tensors}) > 1:
+        raise Fallback("mixed dtypes")
+    (g,) = k.op(tf_type, *(to_numpy(t) for t in tensors))
+    return _out(g)
+
+
 @aten("aten.sigmoid_backward")
 def sigmoid_backward(k, dy, y):
     """SigmoidGrad: (dy * (1 - y)) * y in float32, one rounding (section 8)."""
-    if not _emulated(dy, y) or dy.dtype != y.dtype:
-        raise Fallback("mixed dtypes")
-    (g,) = k.op("SigmoidGrad", to_numpy(y), to_numpy(dy))
-    return _out(g)
+    return grad_kernel(k, "SigmoidGrad", y, dy)
 
 
 @aten("aten.tanh_backward")
 def tanh_backward(k, dy, y):
     """TanhGrad: dy * (1 - y^2) in float32, one rounding."""
-    if not _emulated(dy, y) or dy.dtype != y.dtype:
-        raise Fallback("mixed dtypes")
-    (g,) = k.op("TanhGrad", to_numpy(y), to_numpy(dy))
-    return _out(g)
+    return grad_kernel(k, "TanhGrad", y, dy)
 
 
 @aten("aten.max_pool2d_with_indices_backward")

@@ -10,17 +10,15 @@ import math
 import numpy as np
 import torch
 
-from .aten import (Fallback, _arg, _back, _cast_to, _cube_dtype, _emulated, _fa_stats, _last, _out, aten)
+from .aten import (Fallback, _arg, _back, _cast_to, _cube_dtype, _emulated, _fa_stats, _last, _out, aten,
+                   grad_kernel)
 from .convert import to_numpy
 
 
 @aten("aten.silu_backward")
 def silu_backward(k, dy, x):
     """aclnnSiluBackward: the SiluGrad kernel, float32 inside, one rounding (``_SiluGrad``)."""
-    if not _emulated(dy, x) or dy.dtype != x.dtype:
-        raise Fallback("mixed dtypes")
-    (g,) = k.op("_SiluGrad", to_numpy(dy), to_numpy(x))
-    return _out(g)
+    return grad_kernel(k, "_SiluGrad", dy, x)
 
 
 @aten("aten.native_layer_norm_backward")

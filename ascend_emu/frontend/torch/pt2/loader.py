@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ....errors import AscendEmuError
-from ....graph.core import Graph, InputSpec, Node
+from ....graph.core import Graph, InputSpec, Node, feeding
 from .. import aten as _aten
 from ..convert import dtype_name, to_numpy
 from .archive import load_exported_program
@@ -375,17 +375,6 @@ def _used_outputs(n) -> set:
     return used
 
 
-def _prune(nodes: list, outputs: list) -> list:
-    by_name = {n.name: n for n in nodes}
-    live, todo = set(), [o.rpartition(":")[0] for o in outputs]
-    while todo:
-        name = todo.pop()
-        if name in live or name not in by_name:
-            continue
-        live.add(name)
-        todo.extend(r.rpartition(":")[0] for r in by_name[name].inputs)
-    return [n for n in nodes if n.name in live or n.op == "Placeholder"]
-
 
 def load_pt2(model, *, input_shapes=None) -> Graph:
     """Load a ``torch.export`` program (a ``.pt2`` path or an ``ExportedProgram``) as a :class:`Graph`.
@@ -450,7 +439,7 @@ def _load_pt2(model, input_shapes) -> Graph:
         elif n.op not in ("placeholder",):
             raise AscendEmuError(f"exported node {n.name!r} is a {n.op!r} node; export with torch.export.export")
     _scopes(ep, b.nodes)
-    nodes = _prune(b.nodes, outputs)
+    nodes = feeding(b.nodes, outputs)
     keep = {x.name for x in nodes}
     src = Pt2Source(ep, {k: v for k, v in b.fx_outputs.items() if k in keep}, users, outputs)
     out_names = [s.arg.name for s in sig.output_specs]
