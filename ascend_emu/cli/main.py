@@ -52,8 +52,9 @@ def _sweep_training_args(tr) -> None:
 
 def build_parser():
     p = argparse.ArgumentParser(prog="ascend-emu", formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Emulate Ascend NPU numerics on a CPU: replay TensorFlow graphs, "
-                                            "dump every op, compare with float32, find the op that goes wrong.",
+                                description="Emulate Ascend NPU numerics on a CPU: replay TensorFlow, ONNX and exported "
+                                            "PyTorch (.pt2) models or run a PyTorch script as torch_npu would, dump "
+                                            "every op, compare with float32, find the op that goes wrong.",
                                 epilog=EPILOG)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")

@@ -138,6 +138,18 @@ def test_common_torch_npu_calls_of_a_training_script_exist():
     assert not hasattr(torch.Tensor, "is_npu")                   # gone with the shim
 
 
+def test_torch_npu_memory_summary_utilization_and_format_cast():
+    """torch.npu.memory_summary / utilization and torch_npu.npu_format_cast (a storage format: the same values)
+    raised AttributeError in a ported script."""
+    with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
+        import torch_npu
+
+        assert "no memory of its own" in torch.npu.memory_summary() and torch.npu.utilization() == 0
+        x = torch.randn(2, 3, 4, 4)
+        y = torch_npu.npu_format_cast(x, 29)            # ACL_FORMAT_FRACTAL_NZ
+        assert torch.equal(y, x) and torch_npu.npu_format_cast_(x, 2) is x
+
+
 def test_a_dataloader_with_workers_or_pinned_memory_feeds_the_script():
     """Every tensor reports npu:0 under the shim, so a DataLoader worker collating a batch into shared memory on
     elem.device asked torch for npu storage ("PyTorch is not linked with support for npu devices"), and

@@ -540,6 +540,9 @@ npu = _module(
     # the emulated device holds no memory of its own (the tensors are CPU tensors): 0, as memory_allocated
     memory_reserved=lambda device=None: 0, max_memory_reserved=lambda device=None: 0,
     reset_max_memory_allocated=lambda device=None: None,
+    memory_summary=lambda device=None, abbreviated=False: (
+        "ascend-emu's emulated NPU holds no memory of its own: its tensors are CPU tensors"),
+    utilization=lambda device=None: 0,
     get_rng_state=lambda device="npu": torch.get_rng_state(),
     set_rng_state=lambda state, device="npu": torch.set_rng_state(state),
     seed=_seed_cpu_randomly, seed_all=_seed_cpu_randomly,
@@ -689,4 +692,8 @@ def _register_npu_ops() -> None:
 TOP_LEVEL = {"npu_fusion_attention": npu_attention.fusion_attention,
              "npu_rms_norm": lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon),
              "npu_rotary_mul": _rotary_mul,
-             "npu_swiglu": lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim)}
+             "npu_swiglu": lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim),
+             # a storage format (ND, NC1HWC0, FRACTAL_NZ) is how the NPU lays a tensor out in memory, not its values:
+             # the emulated tensor, a CPU tensor, is the same tensor in any of them
+             "npu_format_cast": lambda x, acl_format, *args, **kwargs: x,
+             "npu_format_cast_": lambda x, *args, **kwargs: x}
