@@ -343,16 +343,21 @@ def batch_norm_training(x, scale, offset, mean, variance, *, ctx, epsilon=1e-3, 
         mult = np.asarray(scale, np.float32) / np.sqrt(np.abs(bvar + np.float32(epsilon)))
         addend = np.asarray(offset, np.float32) - mult * bmean
         y = mult * xw + addend
-        bessel = np.float32(0.0 if n == 1 else n / (n - 1))
-        f = np.float32(exponential_avg_factor)
-        unbiased = bvar * bessel
-        if f == 1:
-            run_mean, run_var = bmean, unbiased
-        else:
-            run_mean = bmean * f + np.asarray(mean, np.float32) * (np.float32(1.0) - f)
-            run_var = unbiased * f + np.asarray(variance, np.float32) * (np.float32(1.0) - f)
+        run_mean, run_var = _running_stats(bmean, bvar, mean, variance, n, exponential_avg_factor)
     return (finish(ctx, y), run_mean.astype(np.float32), run_var.astype(np.float32), bmean.astype(np.float32),
             bvar.astype(np.float32), np.zeros(0, np.float32))
+
+
+def _running_stats(bmean, bvar, mean, variance, n, exponential_avg_factor):
+    """FusedBatchNormV3's running mean and variance in float32: the batch's (variance made unbiased) averaged
+    into the old ones by the factor (1: the batch's alone)."""
+    bessel = np.float32(0.0 if n == 1 else n / (n - 1))
+    f = np.float32(exponential_avg_factor)
+    unbiased = bvar * bessel
+    if f == 1:
+        return bmean, unbiased
+    return (bmean * f + np.asarray(mean, np.float32) * (np.float32(1.0) - f),
+            unbiased * f + np.asarray(variance, np.float32) * (np.float32(1.0) - f))
 
 
 def _finish_as_stored(ctx, y):
@@ -390,14 +395,7 @@ def _batch_norm_training_pass(x, scale, offset, mean, variance, ctx, epsilon, ex
         restore()
         return None
     with np.errstate(all="ignore"):
-        bessel = np.float32(0.0 if n == 1 else n / (n - 1))
-        f = np.float32(exponential_avg_factor)
-        unbiased = bvar * bessel
-        if f == 1:
-            run_mean, run_var = bmean, unbiased
-        else:
-            run_mean = bmean * f + np.asarray(mean, np.float32) * (np.float32(1.0) - f)
-            run_var = unbiased * f + np.asarray(variance, np.float32) * (np.float32(1.0) - f)
+        run_mean, run_var = _running_stats(bmean, bvar, mean, variance, n, exponential_avg_factor)
     return ((y if ctx.dtype == np.float32 else _finish_as_stored(ctx, y)), run_mean.astype(np.float32),
             run_var.astype(np.float32), bmean.astype(np.float32), bvar.astype(np.float32), np.zeros(0, np.float32))
 

@@ -568,14 +568,10 @@ def max_pool2d_with_indices(k, x, kernel_size, stride=(), padding=0, dilation=1,
 
 
 # -- attention (Ascend910B: FlashAttentionScore; ASCEND-FACTS 13.5) ---------------------------------------------
-@aten("aten._scaled_dot_product_flash_attention_for_cpu")
-def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    if dropout_p or q.dim() != 4 or not _emulated(q, key, v) or not k.fa_available():
-        raise Fallback("FlashAttentionScore covers 4-D BNSD inputs without dropout on the 910B")
-    if attn_mask is not None and attn_mask.dtype != torch.bool:
-        raise Fallback("a float attention mask")
-    d = q.shape[-1]
-    s = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+def sdpa_mask_and_scale(q, key, is_causal, attn_mask, scale):
+    """SDPA's arguments as FlashAttentionScore (and its grad) take them: (scale, S1, S2, the dropped-positions mask
+    or None)."""
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     sq, skv = q.shape[-2], key.shape[-2]
     mask = None
     if is_causal:
@@ -583,6 +579,16 @@ def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, 
         mask = np.triu(np.ones((sq, skv), bool), 1)
     elif attn_mask is not None:
         mask = ~to_numpy(attn_mask)
+    return s, sq, skv, mask
+
+
+@aten("aten._scaled_dot_product_flash_attention_for_cpu")
+def sdpa_flash(k, q, key, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p or q.dim() != 4 or not _emulated(q, key, v) or not k.fa_available():
+        raise Fallback("FlashAttentionScore covers 4-D BNSD inputs without dropout on the 910B")
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        raise Fallback("a float attention mask")
+    s, sq, skv, mask = sdpa_mask_and_scale(q, key, is_causal, attn_mask, scale)
     dt = _cube_dtype(q, key, v)
     stats = k.keeps_backward_stats
     o, lse, *m_l = k.op("_FlashAttentionScore", _arg(q, dt), _arg(key, dt), _arg(v, dt),

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .aten import (Fallback, _arg, _back, _cast_to, _cube_dtype, _emulated, _fa_stats, _last, _out, aten,
-                   grad_kernel)
+                   grad_kernel, sdpa_mask_and_scale)
 from .convert import to_numpy
 
 
@@ -95,14 +95,7 @@ def sdpa_flash_backward(k, dout, q, key, v, out, lse, dropout_p=0.0, is_causal=F
         raise Fallback("the forward's softmax max and sum are not known (its FlashAttentionScore did not run here)")
     if dropout_p or q.dim() != 4 or not _emulated(dout, q, key, v) or not k.fa_available():
         raise Fallback("FlashAttentionScoreGrad covers 4-D BNSD inputs without dropout on the 910B")
-    d = q.shape[-1]
-    s = float(scale) if scale is not None else 1.0 / math.sqrt(d)
-    sq, skv = q.shape[-2], key.shape[-2]
-    mask = None
-    if is_causal:
-        mask = np.triu(np.ones((sq, skv), bool), 1)
-    elif attn_mask is not None:
-        mask = ~to_numpy(attn_mask)
+    s, sq, skv, mask = sdpa_mask_and_scale(q, key, is_causal, attn_mask, scale)
     dt = _cube_dtype(dout, q, key, v)
     dq, dk, dv = k.op("_FlashAttentionScoreGrad", _arg(q, dt), _arg(key, dt), _arg(v, dt), _arg(dout, dt),
                       _arg(out, dt), saved[0], saved[1],
