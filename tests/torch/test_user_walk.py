@@ -165,3 +165,27 @@ def test_a_dataloader_with_workers_or_pinned_memory_feeds_the_script():
             assert len(got) == 3 and torch.equal(torch.cat([x for x, _ in got]), ds.tensors[0]), kw
             assert all(x.device.type == "npu" for x, _ in got)
     assert "_new_shared" not in torch.UntypedStorage.__dict__          # the storage class as it was
+
+
+def test_a_long_batch_norm_run_keeps_no_past_steps_variance():
+    """BatchNorm's batch variance for its backward was kept in the run keyed by id(save_invstd), with the tensor
+    itself, and never dropped: a long `ae.torch.emulate` run grew by one entry (and one tensor) per step. The
+    entry now lives as long as the tensor autograd saves; the backward still runs on the AI core every step."""
+    import ascend_emu as ae
+
+    bn = torch.nn.BatchNorm2d(3)
+    opt = torch.optim.SGD(bn.parameters(), lr=0.1)
+    x = torch.randn(2, 3, 2, 2, generator=torch.Generator().manual_seed(0))
+    sizes = []
+    with ae.torch.emulate(keep_records=False) as run:
+        for _ in range(100):
+            opt.zero_grad()
+            (bn(x) * x).sum().backward()
+            opt.step()
+            sizes.append(sum(len(v) if hasattr(v, "__len__") else 1 for v in run._stash.values()))
+        bn(x).sum()                         # a forward whose graph is dropped unused leaves nothing either
+    assert max(sizes) == 0 and sum(len(v) for v in run._stash.values()) == 0
+    with ae.torch.emulate() as run:          # and the variance is found: the backward is not the AI CPU's
+        (bn(x) * x).sum().backward()
+    back = [r for r in run.records if r.aten.startswith("aten.native_batch_norm_backward")]
+    assert back and all(r.engine != "AICPU" for r in back), [(r.aten, r.engine, r.reason) for r in back]

@@ -507,9 +507,21 @@ def native_batch_norm(k, x, weight, bias, running_mean, running_var, training=Fa
         with np.errstate(all="ignore"):
             invstd = (np.float32(1.0) / np.sqrt(bvar + np.float32(eps))).astype(np.float32)
         save_mean, save_invstd = from_numpy(bmean), from_numpy(invstd)
-        k.stash[id(save_invstd)] = (save_invstd, bvar)   # the backward reads the variance, not 1/sqrt(var+eps)
+        _bn_variance(k)[save_invstd] = bvar   # the backward reads the variance, not 1/sqrt(var+eps)
         return y, save_mean, save_invstd
     return y, torch.empty(0), torch.empty(0)
+
+
+def _bn_variance(k):
+    """The batch variance per save_invstd tensor, weakly keyed: the entry goes with the tensor (autograd frees it
+    once the backward consumed it, or with a graph never backpropagated), so a long run holds none of the past
+    steps' and a recycled id cannot find a dead tensor's variance."""
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    table = k.stash.get("batch_norm_variance")
+    if table is None:
+        table = k.stash["batch_norm_variance"] = WeakIdKeyDictionary()
+    return table
 
 
 @aten("aten._native_batch_norm_legit_no_training")
@@ -525,14 +537,14 @@ def native_batch_norm_backward(k, dy, x, weight, running_mean, running_var, save
     """BNTrainingUpdateGrad + BNTrainingReduceGrad on NHWC (the registry's FusedBatchNormGradV3)."""
     if x.dim() != 4 or not _emulated(dy, x) or not train:
         raise Fallback("batch norm backward outside training on 4-D inputs")
-    saved = k.stash.get(id(save_invstd))
-    if saved is None or saved[0] is not save_invstd:
+    bvar = _bn_variance(k).get(save_invstd)
+    if bvar is None:
         raise Fallback("the forward's batch variance is not known")
     c = x.shape[1]
     scale = to_numpy(weight.float()) if weight is not None else np.ones(c, np.float32)
     dt = torch.result_type(dy, x)
     dx, dscale, doffset, _, _ = k.op("FusedBatchNormGradV3", np.transpose(_arg(dy, dt), (0, 2, 3, 1)),
-                                     np.transpose(_arg(x, dt), (0, 2, 3, 1)), scale, to_numpy(save_mean), saved[1],
+                                     np.transpose(_arg(x, dt), (0, 2, 3, 1)), scale, to_numpy(save_mean), bvar,
                                      epsilon=float(eps), is_training=True)
     return (_nchw(dx) if output_mask[0] else None,
             from_numpy(dscale).to(weight.dtype) if output_mask[1] and weight is not None else None,
