@@ -153,18 +153,22 @@ def test_torch_npu_memory_summary_utilization_and_format_cast():
 def test_a_dataloader_with_workers_or_pinned_memory_feeds_the_script():
     """Every tensor reports npu:0 under the shim, so a DataLoader worker collating a batch into shared memory on
     elem.device asked torch for npu storage ("PyTorch is not linked with support for npu devices"), and
-    pin_memory=True asked the npu backend's hooks: both failed on the first batch of a common training loop."""
+    pin_memory=True asked the npu backend's hooks: both failed on the first batch of a common training loop. With
+    both, the pin-memory thread asked torch.accelerator for the npu's device index (the C++ device guard the
+    shim has not) and pinned outside the shim's mode (thread-local): the loader failed before its first batch."""
     from torch.utils.data import DataLoader, TensorDataset
 
     ds = TensorDataset(torch.arange(24, dtype=torch.float32).reshape(12, 2), torch.arange(12))
     with activate(NpuOptions(soc="Ascend910B")), npu_shim.installed():
         import torch_npu  # noqa: F401
 
-        for kw in ({"num_workers": 2}, {"num_workers": 0, "pin_memory": True}):
+        for kw in ({"num_workers": 2}, {"num_workers": 0, "pin_memory": True}, {"num_workers": 2, "pin_memory": True}):
             got = [(x.npu(non_blocking=True), y.npu()) for x, y in DataLoader(ds, batch_size=4, **kw)]
             assert len(got) == 3 and torch.equal(torch.cat([x for x, _ in got]), ds.tensors[0]), kw
             assert all(x.device.type == "npu" for x, _ in got)
     assert "_new_shared" not in torch.UntypedStorage.__dict__          # the storage class as it was
+    assert "pin_memory" not in torch.Tensor.__dict__ and torch.accelerator.current_device_index.__module__ == \
+        "torch.accelerator"
 
 
 def test_a_long_batch_norm_run_keeps_no_past_steps_variance():

@@ -101,10 +101,6 @@ class NpuDeviceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.Tensor.pin_memory:
-            # page-locked host memory changes no value; torch would ask the npu backend's hooks, which the shim
-            # has not (a DataLoader with pin_memory=True failed on every batch)
-            return args[0]
         if "device" in kwargs and _is_npu(kwargs["device"]):
             # npu:1 is refused as .npu(1) and set_device(1) refuse it (one emulated device), not run on npu:0
             _check_device(kwargs["device"], f"{_func_name(func)}(device=...)")
@@ -510,6 +506,27 @@ def _new_shared_on_cpu(original):
     return classmethod(_new_shared)
 
 
+def _pin_memory(self, device=None):
+    """``Tensor.pin_memory``: the tensor itself. Page-locked host memory is where a real NPU's DMA copies from; the
+    emulated npu's tensors are host tensors, so the copy torch would make changes no value (NUMERICS.md section 17).
+    A method, not the device mode's: a DataLoader with workers pins in a thread of its own, which no mode reaches."""
+    return self
+
+
+def _host_patches() -> list:
+    """(owner, attribute, value) set while the shim is installed. torch.accelerator's device index reaches the npu
+    backend's device guard in C++, which the shim has not: a DataLoader with workers and pin_memory=True asks it
+    for its pin-memory thread ("PyTorch is not linked with support for npu devices"); the one device is npu:0."""
+    def set_index(device):
+        _check_device(device, "torch.accelerator.set_device_index")
+    return [(torch.Tensor, "pin_memory", _pin_memory),
+            *((torch.accelerator, n, lambda: 0) for n in ("current_device_index", "current_device_idx")),
+            *((torch.accelerator, n, set_index) for n in ("set_device_index", "set_device_idx"))]
+
+
+_ABSENT = object()
+
+
 def _seed_cpu_randomly() -> None:
     """``torch.npu.seed()``: a random seed for the npu's generator, the CPU's (None, as torch.cuda.seed)."""
     torch.default_generator.seed()
@@ -599,6 +616,9 @@ def installed():
              "is_npu": torch.Tensor.__dict__.get("is_npu"),
              "_new_shared": torch.UntypedStorage.__dict__.get("_new_shared")}
     _CALLS.clear()
+    patches = [(o, a, o.__dict__.get(a, _ABSENT), v) for o, a, v in _host_patches()]
+    for o, a, _, v in patches:
+        setattr(o, a, v)
     torch.Tensor.npu = _tensor_npu
     torch.Tensor.is_npu = property(lambda self: self.device.type == "npu")   # as torch_npu's tensors have it
     torch.nn.Module.npu = _module_npu
@@ -623,6 +643,11 @@ def installed():
             pass
         for m in [m for m in sys.modules if m == "torch_npu" or m.startswith("torch_npu.")]:
             del sys.modules[m]
+        for o, a, was, _ in patches:
+            if was is _ABSENT:
+                delattr(o, a)
+            else:
+                setattr(o, a, was)
         for attr, obj in (("npu", saved["Tensor.npu"]), ("is_npu", saved["is_npu"])):
             if obj is None:
                 delattr(torch.Tensor, attr)
