@@ -39,7 +39,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from ...errors import AscendEmuError
 from ...numerics.policy import SOCS
-from . import npu_attention, npu_ops  # noqa: F401  (npu_ops defines torch.ops.ascend_emu.npu_rms_norm, ...)
+from .npu_ops import TOP_LEVEL, _register_npu_ops  # noqa: F401  (torch_npu's npu_* functions and torch.ops.npu)
 from .options import current
 
 #: the directory put on sys.path: it holds the ``torch_npu`` package
@@ -671,54 +671,3 @@ def installed():
                 delattr(torch.Tensor, attr)
             else:
                 setattr(torch.Tensor, attr, own)
-
-
-def _rotary_mul(x, r1, r2, rotary_mode="half"):
-    if rotary_mode != "half":
-        raise AscendEmuError(f"torch_npu.npu_rotary_mul: rotary_mode {rotary_mode!r} is not emulated (only 'half')")
-    return torch.ops.ascend_emu.npu_rotary_mul(x, r1, r2)
-
-
-#: torch_npu's own op schemas ([OP] op_plugin/config/op_plugin_functions.yaml) under ``torch.ops.npu``: each a
-#: composite of the emulator's kernel, so the run meets the ``torch.ops.ascend_emu`` op (one record, its autograd)
-_NPU_OPS = {
-    "npu_rms_norm": ("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
-                     lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon)),
-    "npu_swiglu": ("npu_swiglu(Tensor self, int dim=-1) -> Tensor",
-                   lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim)),
-    "npu_rotary_mul": ("npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
-                       lambda x, r1, r2, rotary_mode="half": _rotary_mul(x, r1, r2, rotary_mode)),
-    "npu_fusion_attention": (
-        "npu_fusion_attention(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
-        "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
-        "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
-        "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
-        "bool sync=False) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)",
-        lambda *a, **kw: npu_attention.fusion_attention(*a, **kw)),
-}
-_NPU_LIBRARY = []
-
-
-def _register_npu_ops() -> None:
-    """``torch.ops.npu.npu_*`` (torch_npu scripts call them so too): once per process, beside the shim's
-    ``torch_npu.npu_*``; a process that already has them (a real torch_npu) keeps its own."""
-    if _NPU_LIBRARY:
-        return
-    lib = torch.library.Library("npu", "FRAGMENT")
-    for name, (schema, fn) in _NPU_OPS.items():
-        if hasattr(torch.ops.npu, name):
-            continue
-        lib.define(schema)
-        lib.impl(name, fn, "CompositeImplicitAutograd")
-    _NPU_LIBRARY.append(lib)
-
-
-#: torch_npu's top-level functions (``torch_npu.npu_rms_norm`` ...): the emulator's kernels (``torch.ops.ascend_emu``)
-TOP_LEVEL = {"npu_fusion_attention": npu_attention.fusion_attention,
-             "npu_rms_norm": lambda x, gamma, epsilon=1e-6: torch.ops.ascend_emu.npu_rms_norm(x, gamma, epsilon),
-             "npu_rotary_mul": _rotary_mul,
-             "npu_swiglu": lambda x, dim=-1: torch.ops.ascend_emu.npu_swiglu(x, dim),
-             # a storage format (ND, NC1HWC0, FRACTAL_NZ) is how the NPU lays a tensor out in memory, not its values:
-             # the emulated tensor, a CPU tensor, is the same tensor in any of them
-             "npu_format_cast": lambda x, acl_format, *args, **kwargs: x,
-             "npu_format_cast_": lambda x, *args, **kwargs: x}
