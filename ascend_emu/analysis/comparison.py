@@ -375,8 +375,9 @@ class Comparison:
                 c[r["Result"]] += 1
         return c
 
-    def summary_text(self) -> str:
-        """A few lines for the terminal: counts, worst cosine, first divergent op."""
+    def summary_text(self, first_divergent: bool = True) -> str:
+        """A few lines for the terminal: counts, worst cosine, first divergent op (``first_divergent=False``: not
+        that line, for a caller that prints the op's own block, :meth:`Divergence.format_text`, which names it)."""
         c = self.counts()
         cos = [r["Cosine"] for r in self.rows if isinstance(r["Cosine"], float)]
         warn = f"{c['warning']} warning, " if self.rules == "msprobe" else ""
@@ -403,8 +404,9 @@ class Comparison:
                          f"cosine {_short(sd[0]['Cosine'])} at {sd[0]['NPU Name']}"
                          + (f"; {fail} fail" if fail else "") + "); the first divergent op is sought after them")
         fd = self.first_divergent()
-        lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
-                                                if fd else "none (every op passes)"))
+        if first_divergent or fd is None:
+            lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
+                                                    if fd else "none (every op passes)"))
         return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
 

@@ -53,8 +53,8 @@ def cmd_compare(a):
     if a.csv:
         cmp.to_csv(a.csv)
         print(f"wrote {a.csv}")
-    print(cmp.summary_text())
     first = cmp.first_divergent()
+    print(cmp.summary_text(first_divergent=first is None))   # the op's block below names it: once
     if first is not None:
         print(first.format_text())
     if a.cosine is not None or a.limit is not None:

@@ -417,3 +417,18 @@ def test_a_loss_scale_multiply_is_passed_over(tmp_path):
     fd = c.first_divergent()
     assert fd.name == "scale" and fd.scaled_only and fd.carried == []
     assert "its relative error and cosine are its inputs'" in fd.format_text()
+
+
+def test_the_cli_names_the_first_divergent_op_once(tmp_path, capsys):
+    """`ascend-emu compare` printed "first divergent op: ..." twice, in the summary and as the head of the op's
+    own block; with no divergent op the summary's "none" line is the one."""
+    from ascend_emu.cli.main import main
+
+    npu, bench = chain_pair(tmp_path, planted=3)
+    assert main(["compare", str(npu), str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("first divergent op") == 1 and "first divergent op: [Mul][3] op3  (Mul" in out, out
+    npu, bench = chain_pair(tmp_path / "clean", planted=99)
+    assert main(["compare", str(npu), str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("first divergent op") == 1 and "first divergent op: none (every op passes)" in out, out
