@@ -455,7 +455,7 @@ def cmd_torch_run(a):
 
     rec = torch_run(a.script, a.args, soc=a.soc, dump=a.dump, dump_steps=a.dump_steps, reference=a.reference,
                     steps=a.steps, stats_only=a.stats_only, overwrite=a.overwrite,
-                    aicpu_fallback=not a.no_aicpu_fallback, **torch_numerics_options(a))
+                    aicpu_fallback=not a.no_aicpu_fallback, progress=not a.quiet, **torch_numerics_options(a))
     opts = rec["options"]
     if opts["sources"].get("soc") == "emulate(...)":
         opts["sources"]["soc"] = "--soc"      # this command's option, not the Python API's call

@@ -67,7 +67,7 @@ def _script_traceback(e: BaseException, path: str) -> str:
 
 def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps=None, reference: bool = False,
               steps: int | None = None, stats_only: bool = False, overwrite: bool = False,
-              aicpu_fallback: bool = True, stderr=None, **numerics) -> dict:
+              aicpu_fallback: bool = True, stderr=None, progress: bool = False, **numerics) -> dict:
     """Run ``script`` with ``argv`` unchanged on the emulated NPU (torch_npu's eager numerics); the run's record.
 
     Parameters
@@ -88,6 +88,8 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
         False: an aten op without an emulated kernel is refused in one line instead of running on the AI CPU.
     stderr : file, optional
         Where a failing script's traceback is printed (default ``sys.stderr``).
+    progress : bool
+        A progress bar on standard error (the aten calls run, the steps done) while it is a terminal.
     **numerics
         The torch path's assumed parameters (``fa_kv_block``, ``use_fp16_out``, ``compound_ops``,
         ``float_status_clear``; NUMERICS.md section 16), as :func:`~ascend_emu.npu.torch_run.emulate` takes them.
@@ -111,7 +113,7 @@ def torch_run(script, argv=(), *, soc: str = "Ascend910B", dump=None, dump_steps
     from ..npu.torch_run.run import TORCH_ASSUMED
 
     run = emulate(soc=soc, dump=dump, dump_steps=dump_steps, reference=reference, stats_only=stats_only,
-                  overwrite=overwrite, aicpu_fallback=aicpu_fallback, **numerics)
+                  overwrite=overwrite, aicpu_fallback=aicpu_fallback, progress=progress, **numerics)
     stopped = None
     if steps is not None:
         # stop at the end of the requested step: the run has closed its dump when end_step returns

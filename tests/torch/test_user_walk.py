@@ -193,3 +193,49 @@ def test_a_long_batch_norm_run_keeps_no_past_steps_variance():
         (bn(x) * x).sum().backward()
     back = [r for r in run.records if r.aten.startswith("aten.native_batch_norm_backward")]
     assert back and all(r.engine != "AICPU" for r in back), [(r.aten, r.engine, r.reason) for r in back]
+
+
+class _Terminal:
+    """A standard error that says it is a terminal (what tqdm asks before drawing)."""
+
+    def __init__(self, tty: bool):
+        import io
+
+        self.buf, self.tty = io.StringIO(), tty
+
+    def write(self, s):
+        return self.buf.write(s)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return self.tty
+
+
+def test_torch_run_has_a_progress_bar_and_a_dtype_for_every_host_call(tmp_path, monkeypatch, capsys):
+    """torch-run showed nothing while a long script ran (replay, fit and train draw a bar), and its summary put
+    the host's `.item()` / `float(loss)` calls under dtype "-": they read a float32 tensor."""
+    import re
+
+    from ascend_emu.cli.main import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch, torch_npu\n"
+                      "m = torch.nn.Linear(4, 1).npu()\n"
+                      "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "x = torch.ones(8, 4).npu()\n"
+                      "for _ in range(2):\n"
+                      "    opt.zero_grad(); loss = (m(x) ** 2).mean(); loss.backward(); opt.step()\n"
+                      "    print(float(loss), loss.item())\n")
+    for tty, quiet in ((True, False), (False, False), (True, True)):
+        err = _Terminal(tty)
+        monkeypatch.setattr("sys.stderr", err)
+        assert main(["-q"] * quiet + ["torch-run", str(script)]) == 0
+        out, drawn = capsys.readouterr().out, err.buf.getvalue()
+        assert ("HOST float32" in out and " -:" not in out), out
+        if tty and not quiet:
+            ops = [int(n) for n in re.findall(r"torch-run: (\d+)op [^\r]*step=2", drawn)]
+            assert ops and ops[-1] > 10, drawn
+        else:
+            assert "torch-run:" not in drawn, drawn

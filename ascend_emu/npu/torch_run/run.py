@@ -46,7 +46,8 @@ class TorchRun:
     def __init__(self, soc: str = "Ascend910B", precision_mode: str | None = None, *, aicpu_fallback: bool = True,
                  dump=None, dump_steps=None, stats_only: bool = False, reference: bool = False,
                  overwrite: bool = False, allow_hf32_matmul=None, allow_hf32_conv=None, cube_math_type=None,
-                 compatible_impl=None, deterministic=None, keep_records: bool = True, **device_options):
+                 compatible_impl=None, deterministic=None, keep_records: bool = True, progress: bool = False,
+                 **device_options):
         self.options = NpuOptions(soc=soc_name(soc))
         given = {"precision_mode": precision_mode, "allow_hf32_matmul": allow_hf32_matmul,
                  "allow_hf32_conv": allow_hf32_conv, "cube_math_type": cube_math_type,
@@ -76,6 +77,8 @@ class TorchRun:
         self.reference = bool(reference)
         self.overwrite = bool(overwrite)
         self.keep_records = bool(keep_records)
+        self.progress = bool(progress)
+        self._bar = None
         self.records: list[AtenRecord] = []
         self.steps: list[dict] = []
         self.float_status = FloatStatus()
@@ -244,6 +247,8 @@ class TorchRun:
     def _record(self, k: Launcher, func, phase, engine, reason, args, out, name=None):
         name = name or k.name
         status = int(k.status)
+        if self._bar is not None:
+            self._bar.update(1)
         if engine != "HOST":
             self.float_status.record(status)
         if status and "first_overflow" not in self._step_info:
@@ -254,7 +259,9 @@ class TorchRun:
             return          # (a benchmark's run: nothing kept per call)
         ins = [t for t in flat(args) if isinstance(t, torch.Tensor)]
         outs = [t for t in flat(out) if isinstance(t, torch.Tensor)]
-        compute = k.compute or (DTYPE_NAMES[outs[0].dtype] if outs else "")
+        # a call with no tensor output (.item(), a foreach update in place) is in its first input's dtype
+        typed = outs or ins
+        compute = k.compute or (DTYPE_NAMES[typed[0].dtype] if typed else "")
         rec = AtenRecord(name, str(func), phase, self.step, engine, list(k.types), compute,
                          {"inputs": [DTYPE_NAMES[t.dtype] for t in ins],
                           "outputs": [DTYPE_NAMES[t.dtype] for t in outs]}, status, reason, k.cmt)
@@ -444,6 +451,8 @@ class TorchRun:
         self.step += 1
         self._counts = {}
         self._step_info = {}
+        if self._bar is not None:
+            self._bar.set_postfix(step=self.step)      # (refreshed once a step: the bar shows it as it ends)
         self._open_step()
 
     def config(self) -> dict:
@@ -504,6 +513,11 @@ class TorchRun:
         self._t0 = time.perf_counter()
         self.float_status.clear()
         self._scale_saved = _hook_grad_scaler(self)
+        if self.progress:
+            from tqdm import tqdm
+
+            # aten calls as they run, the steps done beside them; off when stderr is not a terminal (disable=None)
+            self._bar = tqdm(desc="torch-run", unit="op", leave=False, dynamic_ncols=True, disable=None)
         self._open_step()
         return self
 
@@ -516,6 +530,9 @@ class TorchRun:
             auto.__exit__(*exc)
         finally:
             act.__exit__(*exc)
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
             if self._step_info or self._writers is not None:
                 if exc[0] is None:
                     info = {"step": self.step, "skipped": False, **self._step_info}
@@ -545,7 +562,7 @@ UNINITIALISED = frozenset(("aten.empty", "aten.empty_like", "aten.empty_strided"
 
 def emulate(soc: str = "Ascend910B", precision_mode: str | None = None, *, aicpu_fallback: bool = True, dump=None,
             dump_steps=None, stats_only: bool = False, reference: bool = False, overwrite: bool = False,
-            **options) -> TorchRun:
+            progress: bool = False, **options) -> TorchRun:
     """Run a PyTorch eager script's aten ops on the emulated NPU, with torch_npu's numerics.
 
     Parameters
@@ -560,6 +577,7 @@ def emulate(soc: str = "Ascend910B", precision_mode: str | None = None, *, aicpu
         and weights, dumped in ``dump/reference/step-N`` under the same names.
     **options : torch_npu switches (``allow_hf32_matmul``, ``allow_hf32_conv``, ``cube_math_type``,
         ``compatible_impl``, ``deterministic``) and device numerics (``overflow_mode``, ``hf32_rounding``, ...).
+    progress : a progress bar on standard error (aten calls, the steps done) while standard error is a terminal.
 
     Returns
     -------
@@ -567,4 +585,4 @@ def emulate(soc: str = "Ascend910B", precision_mode: str | None = None, *, aicpu
         ``with emulate(...) as run:`` ... ``run.records``, ``run.steps``, ``run.first_overflow``, ``run.options``.
     """
     return TorchRun(soc, precision_mode, aicpu_fallback=aicpu_fallback, dump=dump, dump_steps=dump_steps,
-                    stats_only=stats_only, reference=reference, overwrite=overwrite, **options)
+                    stats_only=stats_only, reference=reference, overwrite=overwrite, progress=progress, **options)
