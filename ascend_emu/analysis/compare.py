@@ -222,11 +222,16 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             f"{npu.model.get('name')!r} vs {bench.model.get('name')!r}); compare a replay with the reference "
             "of the same model")
     fused = {f["name"]: f for f in npu.fused_away}
+    internal = _internal(npu)
+    left_out: list[str] = []
     keyed: list[tuple[tuple, dict, _Info]] = []
     deferred: list = []   # the pairs' metric computations, run together below
 
     for op in npu.ops:
         bop = bench.op(op["name"]) if op["name"] in bench else None
+        if bop is None and internal(op):
+            left_out.append(op["name"])
+            continue
         for out in op["outputs"]:
             row = _blank_row()
             _fill_side(row, "NPU", npu, op, out)
@@ -306,6 +311,9 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
     for name, f in fused.items():
         if name in bench:
             continue
+        if internal({"name": name, "tf_type": f.get("tf_type")}):
+            left_out.append(name)
+            continue
         row = _blank_row()
         row["Op Type"] = f.get("tf_type")
         row["Bench Name"] = None
@@ -321,12 +329,35 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
         workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
     _run_deferred(deferred, int(workers))
     keyed.sort(key=lambda x: x[0])
-    cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules, forced)
+    cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules, forced, left_out)
     if rules == "msprobe":
         from .msprobe import apply_msprobe_rules
 
         apply_msprobe_rules(cmp)
     return cmp
+
+
+def _internal(npu: Dump):
+    """Whether an NPU op (with no bench op of its name) is a step inside a source node's lowering rather than a tensor
+    of the model: marked so by the loader (``internal``: a .pt2 program's aten lowering), named under a node whose
+    lowering has marked steps (what fusion made of them: ``convolution/Conv2D_4``, ``.../ConvBnFilterHost``), or a
+    Cast of such a step. A dump without marks (TensorFlow, ONNX) has none."""
+    owners = {op["internal"] for op in npu.ops if op.get("internal")}
+
+    def under(name: str) -> bool:
+        parts = name.split("/")
+        return any("/".join(parts[:i]) in owners for i in range(1, len(parts)))
+
+    def internal(op: dict) -> bool:
+        if op.get("internal"):
+            return True
+        if not owners:
+            return False
+        if CAST_MARK in op["name"] or op.get("tf_type") == "Cast":
+            srcs = [split_tensor_name(r)[0] for r in op.get("inputs") or []]
+            return bool(srcs) and all(s in npu and internal(npu.op(s)) for s in srcs)
+        return under(op["name"])
+    return internal
 
 
 _STATS = ("max", "min", "mean", "l2norm", "nan", "inf")

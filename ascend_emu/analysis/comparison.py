@@ -67,10 +67,13 @@ class Comparison:
     forced : tuple of str
         Why the two dumps do not belong together (different models, different inputs)
         when they were compared anyway with ``force=True``; empty otherwise.
+    internal : tuple of str
+        The NPU ops left out of the rows: steps inside a source node's lowering (a .pt2 program's aten calls
+        lowered to several registry ops), not tensors of the model; the reference has no counterpart.
     """
 
     def __init__(self, npu: Dump, bench: Dump, rows: list[dict], info: list[_Info], thresholds: Thresholds,
-                 rules: str = "ascend-emu", forced: tuple = ()):
+                 rules: str = "ascend-emu", forced: tuple = (), internal: list | tuple = ()):
         #: why the dumps do not belong together, when compared anyway with ``force=True`` (else empty)
         self.forced = tuple(forced)
         self.npu, self.bench = npu, bench
@@ -80,6 +83,8 @@ class Comparison:
         for r, i in zip(rows, info):
             self._by_op.setdefault(i.npu_op or i.bench_op, []).append(r)
         self._first = False
+        #: NPU ops left out of the rows: steps inside a lowering (a .pt2 program's), not tensors of the model
+        self.internal = tuple(internal)
 
     # ------------------------------------------------------------------ queries
 
@@ -385,6 +390,8 @@ class Comparison:
         lines += [f"compared {c['compared']} of {c['tensors']} tensors: {c['pass']} pass, {warn}{c['error']} error"
                  f" (NPU dump {self.npu.path} vs bench dump {self.bench.path}; rules: {self.rules})"]
         extra = [f"{c[k]} {k}" for k in ("cast", "npu only", "bench only", "fused", "stats only") if c.get(k)]
+        if self.internal:
+            extra.append(f"{len(self.internal)} op(s) inside the lowerings left out (not tensors of the model)")
         if extra:
             lines.append("also: " + ", ".join(extra))
         if cos:

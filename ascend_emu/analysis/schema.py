@@ -281,6 +281,7 @@ _OP_V1 = Obj({
     "phase": Opt(Str()),
     "scope": Opt(Str()),
     "source_type": Opt(Str()),
+    "internal": Opt(Str()),
 }, required=("index", "name", "outputs"), label="name")
 
 _FUSED_V1 = Obj({"name": Str(), "tf_type": Str(), "rule": Str(), "into": Str()},

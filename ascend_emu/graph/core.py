@@ -131,11 +131,12 @@ class Graph:
 
     def sources(self) -> dict:
         """Op name -> what the model's source says of the op (``scope``: the exporter's module scope;
-        ``source_type``: the ONNX op type of an op named after an ONNX node), for the dump."""
+        ``source_type``: the ONNX op type of an op named after an ONNX node; ``internal``: the source node whose
+        lowering made this op, which is not a tensor of the model), for the dump."""
         out = {}
         extra = getattr(self.onnx, "extra", None) or {}      # ONNX nodes only the reference dumps
         for n in [*self.nodes, *extra.values()]:
-            s = {k: n.meta[k] for k in ("scope", "source_type") if n.meta.get(k)}
+            s = {k: n.meta[k] for k in ("scope", "source_type", "internal") if n.meta.get(k)}
             if s:
                 out[n.name] = s
         return out

@@ -239,3 +239,31 @@ def test_torch_run_has_a_progress_bar_and_a_dtype_for_every_host_call(tmp_path, 
             assert ops and ops[-1] > 10, drawn
         else:
             assert "torch-run:" not in drawn, drawn
+
+
+def test_compare_of_a_pt2_replay_counts_the_programs_tensors_only(tmp_path, capsys):
+    """compare of a .pt2 replay listed the lowerings' own steps (NHWC transposes, their permutation constants, the
+    NHWC convolution, what fusion made of them) as "npu only" rows: 13 of the small CNN's 31 rows were not tensors
+    of the program. They are left out (named in `internal`); every row left is a tensor the reference has."""
+    from ascend_emu.analysis.compare import compare
+    from ascend_emu.cli.main import main
+
+    path = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn().eval(), (cnn_batch()[0],)), str(path))
+    npu, bench = tmp_path / "npu", tmp_path / "bench"
+    assert main(["-q", "replay", str(path), "--precision-mode", "force_fp16", "--dump", str(npu)]) == 0
+    assert main(["-q", "reference", str(path), "--dump", str(bench)]) == 0
+    capsys.readouterr()
+    c = compare(npu, bench)
+    kinds = {c.info(i)["kind"] for i in range(len(c.rows))}
+    assert kinds <= {"matched", "cast"}, kinds
+    bench_names = {op["name"] for op in c.bench.ops}
+    assert {c.info(i)["bench_op"] for i in range(len(c.rows))} == bench_names     # each program tensor, once
+    g = load_pt2(path)
+    fx = {n.meta.get("torch_name") for n in g.nodes}
+    assert c.internal and all(name.split("/")[0] in fx and name not in bench_names for name in c.internal)
+    assert {op["name"] for op in c.npu.ops} <= {c.info(i)["npu_op"] for i in range(len(c.rows))} | set(c.internal)
+    assert main(["compare", str(npu), str(bench)]) in (0, 1)
+    out = capsys.readouterr().out
+    assert f"compared {len(c.rows)} of {len(c.rows)} tensors" in out and "npu only" not in out, out
+    assert f"{len(c.internal)} op(s) inside the lowerings left out" in out

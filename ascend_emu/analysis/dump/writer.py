@@ -407,7 +407,7 @@ class DumpWriter:
             entry["phase"] = str(phase)
         src = self.sources.get(name)
         if src:
-            entry.update({k: str(v) for k, v in src.items() if k in ("scope", "source_type") and v})
+            entry.update({k: str(v) for k, v in src.items() if k in ("scope", "source_type", "internal") and v})
         self._names.add(name)
         self._ops.append(entry)
         return entry

@@ -257,7 +257,9 @@ class _Build:
         for e in tr.entries:
             if e[0] == "const":
                 _, name, value = e
-                self.nodes.append(Node(name=name, op="Const", attrs={"value": value, "dtype": value.dtype.name}))
+                # (internal: a step of the FX node's lowering, not a tensor of the program; compare leaves it out)
+                self.nodes.append(Node(name=name, op="Const", attrs={"value": value, "dtype": value.dtype.name},
+                                       meta={"internal": n.name}))
             else:
                 _, name, op, inputs, attrs, k = e
                 name = rename.get(name, name)
@@ -267,6 +269,8 @@ class _Build:
                     meta["source_type"] = str(n.target)
                     if tr.notes:
                         meta["notes"] = list(tr.notes)
+                else:
+                    meta["internal"] = n.name
                 self.nodes.append(Node(name=name, op=op, inputs=[fix(r) for r in inputs], attrs=attrs,
                                        num_outputs=k, meta=meta))
         for r, (src, perm) in tr.local_t.items():
