@@ -267,3 +267,36 @@ def test_compare_of_a_pt2_replay_counts_the_programs_tensors_only(tmp_path, caps
     out = capsys.readouterr().out
     assert f"compared {len(c.rows)} of {len(c.rows)} tensors" in out and "npu only" not in out, out
     assert f"{len(c.internal)} op(s) inside the lowerings left out" in out
+
+
+def test_device_properties_are_the_sourced_fields_and_the_rest_is_named(tmp_path, capsys):
+    """torch.npu.get_device_properties(0) and torch.npu.mem_get_info() raised AttributeError in a ported script.
+    torch_npu's object ([PT] torch_npu/csrc/npu/Module.cpp) gives the SoC name, HBM total_memory, cube_core_num and
+    vector_core_num (AI Core / vector core counts), L2_cache_size. The core counts are CANN platform_config's
+    (ASCEND-FACTS.md 10 and 12: Ascend910A 32 and 0, Ascend910B2C 24 and 48, Ascend310P3 8 and 7); no source
+    gives an HBM or L2 size, nor the A3's or the 950's core counts: those are one-line errors, not numbers."""
+    from ascend_emu.cli.main import main
+
+    facts = {"Ascend910": (32, 0), "Ascend910B": (24, 48), "Ascend310P3": (8, 7)}
+    for soc, (cube, vector) in facts.items():
+        with activate(NpuOptions(soc=soc)), npu_shim.installed():
+            p = torch.npu.get_device_properties(0)
+            assert (p.name, p.cube_core_num, p.vector_core_num, p.major) == (soc, cube, vector, None)
+            assert torch.npu.get_device_properties("npu:0").name == torch.npu.get_device_name() == soc
+            for field in ("total_memory", "L2_cache_size"):
+                with pytest.raises(AscendEmuError, match=f"get_device_properties\\(0\\).{field}: the {soc}'s"):
+                    getattr(p, field)
+            assert "total_memory=unknown" in repr(p) and f"cube_core_num={cube}" in repr(p)
+            with pytest.raises(AscendEmuError, match="mem_get_info\\(\\): the .* device memory \\(HBM\\) size"):
+                torch.npu.mem_get_info()
+            with pytest.raises(AscendEmuError, match="npu:1 does not exist"):
+                torch.npu.get_device_properties(1)
+    for soc in ("Ascend910_93", "Ascend950"):
+        with activate(NpuOptions(soc=soc)), npu_shim.installed():
+            with pytest.raises(AscendEmuError, match=f"cube_core_num: the {soc}'s AI Core count is not published"):
+                torch.npu.get_device_properties(0).cube_core_num
+    script = tmp_path / "mem.py"
+    script.write_text("import torch, torch_npu\nfree, total = torch.npu.mem_get_info()\n")
+    assert main(["-q", "torch-run", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "HBM" in err and "Traceback" not in err, err

@@ -17,7 +17,9 @@ as ``torch_npu`` otherwise. While installed:
   ``npu:0`` (but for what ``.cpu()`` returned), ``torch.npu.Event`` / ``Stream`` (one synchronous stream) and
   ``torch.Generator(device="npu")`` (the CPU's generator, as ``torch.npu.manual_seed``, ``seed``, ``get_rng_state``
   and ``set_rng_state`` read and set it), ``torch.npu.device(0)``, ``Tensor.is_npu``, and the memory counters
-  (``memory_allocated``, ``memory_reserved`` and their maxima: 0, the tensors being CPU tensors).
+  (``memory_allocated``, ``memory_reserved`` and their maxima: 0, the tensors being CPU tensors);
+  ``get_device_properties`` (the SoC's name and sourced core counts) and ``mem_get_info`` (no source gives an HBM
+  size: one line), in :mod:`.npu_device` with the placement mode, the device index and host memory.
 
 Every switch the script sets goes into the run's :class:`~.options.NpuOptions` (:func:`.options.current`) with
 the torch_npu spelling that set it as its source; options that change no emulated numerics (``ACL_AICORE_NUM``,
@@ -34,11 +36,12 @@ import time
 import types
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ...errors import AscendEmuError
 from ...numerics.policy import SOCS
+from .npu_device import (_ABSENT, _ON_CPU, NpuDeviceMode, _check_device, _host_patches, _is_npu,
+                         _module_npu, _new_shared_on_cpu, _soc_name, _tensor_npu, _to_cpu, get_device_properties,
+                         mem_get_info)
 from .npu_ops import TOP_LEVEL, _register_npu_ops  # noqa: F401  (torch_npu's npu_* functions and torch.ops.npu)
 from .options import current
 
@@ -77,76 +80,6 @@ def _options(what: str):
 def _record(call: str, **args) -> None:
     _CALLS.append({"call": call, "args": {k: (v if isinstance(v, (bool, int, float, str, type(None))) else str(v))
                                           for k, v in args.items()}})
-
-
-# --------------------------------------------------------------------------- the npu device on CPU tensors
-
-def _is_npu(d) -> bool:
-    if isinstance(d, torch.device):
-        return d.type == "npu"
-    return isinstance(d, str) and d.split(":")[0] == "npu"
-
-
-def _is_cpu(d) -> bool:
-    return (isinstance(d, torch.device) and d.type == "cpu") or d == "cpu"
-
-
-def _cpu(d):
-    return torch.device("cpu") if _is_npu(d) else d
-
-
-class NpuDeviceMode(TorchFunctionMode):
-    """Every ``npu`` device a torch function is given becomes the CPU (``device=`` anywhere, ``Tensor.to``'s
-    positional target), so a script's ``.to("npu")`` and ``device="npu"`` run on CPU tensors."""
-
-    def __torch_function__(self, func, types_, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if "device" in kwargs and _is_npu(kwargs["device"]):
-            # npu:1 is refused as .npu(1) and set_device(1) refuse it (one emulated device), not run on npu:0
-            _check_device(kwargs["device"], f"{_func_name(func)}(device=...)")
-            kwargs = {**kwargs, "device": torch.device("cpu")}
-        if func is torch.Tensor.to and any(_is_npu(a) for a in args[1:]):
-            for a in args[1:]:
-                if _is_npu(a):
-                    _check_device(a, "Tensor.to")
-            args = (args[0],) + tuple(_cpu(a) for a in args[1:])
-        elif func is torch.Tensor.to and any(_is_cpu(a) for a in list(args[1:]) + [kwargs.get("device")]):
-            return _to_cpu(func(*args, **kwargs), args[0])
-        return func(*args, **kwargs)
-
-
-def _func_name(func) -> str:
-    return getattr(func, "__name__", None) or str(func)
-
-
-def _tensor_npu(self, device=None, non_blocking=False, **kwargs):
-    _check_device(device, "Tensor.npu")
-    return self
-
-
-def _module_npu(self, device=None):
-    _check_device(device, "Module.npu")
-    return self
-
-
-def _check_device(device, what: str) -> int:
-    """The index of ``device`` (an int, ``npu:N`` or a torch.device); only npu:0 exists (one emulated device)."""
-    if device is None:
-        return 0
-    if isinstance(device, torch.device):
-        if device.type != "npu":
-            raise AscendEmuError(f"{what}: {device} is not an npu device")
-        idx = device.index or 0
-    elif isinstance(device, str) and device.split(":")[0] == "npu":
-        idx = torch.device(device).index or 0
-    elif isinstance(device, int) and not isinstance(device, bool):
-        idx = device
-    else:
-        raise AscendEmuError(f"{what}: {device!r} is not an npu device (an index, 'npu:N' or torch.device)")
-    if idx != 0:
-        raise AscendEmuError(f"{what}: npu:{idx} does not exist; the emulated NPU is one device (npu:0) per "
-                             "process; run one rank, or set the device to 0")
-    return idx
 
 
 # --------------------------------------------------------------------------- torch.npu
@@ -236,11 +169,6 @@ class _Config:
 
 def set_device(device):
     _record("torch.npu.set_device", device=_check_device(device, "torch.npu.set_device"))
-
-
-def _soc_name():
-    o = current()
-    return o.soc if o is not None else "Ascend910B"
 
 
 def _is_bf16_supported(including_emulation: bool = True) -> bool:
@@ -447,10 +375,6 @@ class Generator(torch._C.Generator, metaclass=_GeneratorType):
 _NPU0 = None     # torch.device("npu", 0), made once torch's PrivateUse1 backend is named npu
 
 
-#: the tensors ``.cpu()`` / ``.to("cpu")`` returned: they report the CPU (the shim keeps no other placement)
-_ON_CPU = WeakIdKeyDictionary()
-
-
 def _npu_device(real):
     """``Tensor.device`` under the shim: a CPU tensor reports ``npu:0`` (to torch_npu every tensor the script computes
     is on the NPU: it moved its model and data there), except one ``.cpu()`` / ``.to("cpu")`` returned; a tensor
@@ -463,15 +387,6 @@ def _npu_device(real):
             return d
         return _NPU0
     return property(device, doc=real.__doc__)
-
-
-def _to_cpu(t, src):
-    """``t`` (what ``.cpu()`` / ``.to("cpu")`` gave for ``src``) marked as on the CPU: an alias of ``src`` when torch
-    returned ``src`` itself (marking ``src`` would move the script's own tensor)."""
-    if t is src:
-        t = src.view_as(src)
-    _ON_CPU[t] = True
-    return t
 
 
 def _tensor_cpu(real):
@@ -496,35 +411,6 @@ class _DeviceContext:
 
     def __exit__(self, *exc):
         return False
-
-
-def _new_shared_on_cpu(original):
-    """``UntypedStorage._new_shared`` with an ``npu`` device made the CPU: a DataLoader worker collates a batch
-    into shared memory on ``elem.device``, which reports ``npu:0`` for the CPU tensor it is."""
-    def _new_shared(cls, size, *, device="cpu"):
-        return original(size, device="cpu" if _is_npu(device) else device)
-    return classmethod(_new_shared)
-
-
-def _pin_memory(self, device=None):
-    """``Tensor.pin_memory``: the tensor itself. Page-locked host memory is where a real NPU's DMA copies from; the
-    emulated npu's tensors are host tensors, so the copy torch would make changes no value (NUMERICS.md section 17).
-    A method, not the device mode's: a DataLoader with workers pins in a thread of its own, which no mode reaches."""
-    return self
-
-
-def _host_patches() -> list:
-    """(owner, attribute, value) set while the shim is installed. torch.accelerator's device index reaches the npu
-    backend's device guard in C++, which the shim has not: a DataLoader with workers and pin_memory=True asks it
-    for its pin-memory thread ("PyTorch is not linked with support for npu devices"); the one device is npu:0."""
-    def set_index(device):
-        _check_device(device, "torch.accelerator.set_device_index")
-    return [(torch.Tensor, "pin_memory", _pin_memory),
-            *((torch.accelerator, n, lambda: 0) for n in ("current_device_index", "current_device_idx")),
-            *((torch.accelerator, n, set_index) for n in ("set_device_index", "set_device_idx"))]
-
-
-_ABSENT = object()
 
 
 def _seed_cpu_randomly() -> None:
@@ -559,7 +445,7 @@ npu = _module(
     reset_max_memory_allocated=lambda device=None: None,
     memory_summary=lambda device=None, abbreviated=False: (
         "ascend-emu's emulated NPU holds no memory of its own: its tensors are CPU tensors"),
-    utilization=lambda device=None: 0,
+    utilization=lambda device=None: 0, get_device_properties=get_device_properties, mem_get_info=mem_get_info,
     get_rng_state=lambda device="npu": torch.get_rng_state(),
     set_rng_state=lambda state, device="npu": torch.set_rng_state(state),
     seed=_seed_cpu_randomly, seed_all=_seed_cpu_randomly,
