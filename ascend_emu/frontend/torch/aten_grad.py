@@ -10,8 +10,8 @@ import math
 import numpy as np
 import torch
 
-from .aten import (Fallback, _arg, _back, _cast_to, _cube_dtype, _emulated, _fa_stats, _last, _out, aten,
-                   grad_kernel, sdpa_mask_and_scale)
+from .aten import Fallback, _arg, _back, _cast_to, _cube_dtype, _emulated, _last, _out, aten, grad_kernel
+from .aten_fused import _fa_stats, sdpa_mask_and_scale
 from .convert import to_numpy
 
 

@@ -25,6 +25,7 @@ from ....numerics.policy import NumericsPolicy
 from ....ops import OPS
 from ....ops.registry import OpContext
 from .. import aten as _aten
+from .. import aten_fused as _aten_fused
 from .. import convert as _convert
 from ..options import NpuOptions
 
@@ -40,6 +41,8 @@ class ExactCall(Exception):
 #: the ref of a value derived from a graph tensor by an untraced computation
 TAINT = "<derived>"
 _LOCK = threading.Lock()
+#: the modules whose lowerings a trace runs: each one's conversions are swapped for the tracer's
+_LOWERING_MODULES = (_aten, _aten_fused)
 _FLOATS = ("float16", "bfloat16", "float32")
 
 
@@ -217,8 +220,9 @@ class _Numpy:
 
 @contextlib.contextmanager
 def tracing(tracer: Tracer):
-    """Run aten's lowerings against ``tracer``: its numpy and tensor conversions see the graph tensors. The module's
-    functions are swapped for the duration (one trace at a time); calls from other threads go to the real ones."""
+    """Run aten's lowerings against ``tracer``: its numpy and tensor conversions see the graph tensors. The lowering
+    modules' functions are swapped for the duration (one trace at a time); calls from other threads go to the real
+    ones."""
     real_to, real_from, real_np = _aten.to_numpy, _aten.from_numpy, _aten.np
     owner = threading.get_ident()
 
@@ -242,11 +246,14 @@ def tracing(tracer: Tracer):
         return t
 
     with _LOCK:
-        _aten.to_numpy, _aten.from_numpy, _aten.np = to_numpy, from_numpy, _Numpy(tracer, owner)
+        fake = _Numpy(tracer, owner)
+        for m in _LOWERING_MODULES:
+            m.to_numpy, m.from_numpy, m.np = to_numpy, from_numpy, fake
         try:
             yield tracer
         finally:
-            _aten.to_numpy, _aten.from_numpy, _aten.np = real_to, real_from, real_np
+            for m in _LOWERING_MODULES:
+                m.to_numpy, m.from_numpy, m.np = real_to, real_from, real_np
 
 
 def same_trace(a: list, b: list) -> bool:
