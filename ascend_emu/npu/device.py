@@ -306,7 +306,7 @@ class Device:
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True)
+            bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True, disable=None)
         # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
         tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
                                              layout=writer is None and not keep_tensors)

@@ -311,7 +311,7 @@ def _progress(enabled: bool, steps: int, desc: str):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=steps, desc=desc, unit="step", leave=False, dynamic_ncols=True)
+    return tqdm(total=steps, desc=desc, unit="step", leave=False, dynamic_ncols=True, disable=None)
 
 
 def _tick(bar, rec: dict) -> None:

@@ -399,7 +399,7 @@ class Sweep:
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=0, desc=self.desc, unit="replay", leave=False, dynamic_ncols=True)
+            self._bar = tqdm(total=0, desc=self.desc, unit="replay", leave=False, dynamic_ncols=True, disable=None)
         self._bar.total += n
         self._bar.refresh()
 

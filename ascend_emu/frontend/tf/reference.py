@@ -287,7 +287,7 @@ def _reference_streaming(graph, feeds, dump_dir, *, overwrite, select, progress)
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(graph.nodes), desc="reference", unit="op", leave=False, dynamic_ncols=True)
+        bar = tqdm(total=len(graph.nodes), desc="reference", unit="op", leave=False, dynamic_ncols=True, disable=None)
     try:
         with DumpWriter(dump_dir, kind="bench", config=_config(tf.__version__), model=graph.dump_model(),
                         inputs_sha256=inputs_sha256(feeds), overwrite=overwrite, stats_only=True,
@@ -359,7 +359,7 @@ def _write_dump(dump_dir, graph, feeds, records, summary, *, overwrite, stats_on
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(records), desc="reference dump", unit="op", leave=False, dynamic_ncols=True)
+        bar = tqdm(total=len(records), desc="reference dump", unit="op", leave=False, dynamic_ncols=True, disable=None)
     try:
         with DumpWriter(dump_dir, kind="bench", config=config, model=model,
                         inputs_sha256=inputs_sha256(feeds), overwrite=overwrite,
