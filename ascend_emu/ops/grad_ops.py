@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AscendEmuError
-from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
+from ._util import as_int_list, f32_chain, f32_steps, finish, is_float, sum_f32, to64, widen
 from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _finish_as_stored, _hw, _nhwc, _padding, _record
 from .registry import CUBE, HOST, MOVE, VECTOR, Source, register
 
@@ -163,22 +163,27 @@ _GRAD_SOURCE = {
     "EluGrad": _grad_source("elu_grad.py (elu_grad_compute: (min(y, 0) + 1) dy)", "the kernel's steps and order"),
     "SeluGrad": _grad_source("selu_grad.py (selu_grad_compute: vcmpsel of dy (y + scale alpha), dy scale)",
                              "the kernel's steps and order"),
-    "SigmoidGrad": Source(("hicann/ops-nn activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h",
-                           _TBE + "sigmoid_grad.py (sigmoid_grad_compute)", _GRAD_MODEL), (),
-                          "(dy (1 - y)) y as the Ascend C kernel; TBE's (y - y y) dy order is not modelled"),
+    "SigmoidGrad": Source((_TBE + "sigmoid_grad.py (sigmoid_grad_compute)",
+                           "hicann/ops-nn activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h", _GRAD_MODEL),
+                          ("op_model",), "TBE (910, 910B): (y - y y) dy; Ascend C (op_model ascendc, the 950): "
+                                         "(dy (1 - y)) y; float32 steps, one rounding"),
     "TanhGrad": _grad_source("tanh_grad.py (tanh_grad_compute: (1 - y y) dy)", "the kernel's steps and order"),
-    "RsqrtGrad": _grad_source("rsqrt_grad.py (rsqrt_grad_compute)", "-0.5 (dy y)(y y) (TF's order, assumed); the "
-                                                                     "kernel's ((y y) y dy) (-0.5) is not modelled"),
+    "RsqrtGrad": _grad_source("rsqrt_grad.py (rsqrt_grad_compute: vmul, vmul, vmul, vmuls)",
+                              "((y y) y) dy, times -0.5: the kernel's steps and order; the 950's arch35 "
+                              "((dy y) (-0.5)) (y y) is not modelled"),
     "SqrtGrad": _grad_source("sqrt_grad.py (sqrt_grad_compute: vdiv(dy, y), vmuls 0.5)",
                              "0.5 dy / y in float32; the kernel divides in the input dtype, then halves (exact but "
                              "for subnormal results)"),
-    "ReciprocalGrad": _grad_source("reciprocal_grad.py (reciprocal_grad_compute)",
-                                   "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
-    "InvGrad": _grad_source("inv_grad.py (inv_grad_compute)",
-                            "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
-    "SoftplusGrad": _grad_source("softplus_grad.py (softplus_grad_compute)",
-                                 "dy / (exp(-x) + 1), float32 C-library exp (TF's form, assumed); the kernel's "
-                                 "dy (e^x / (e^x + 1)) is not modelled"),
+    "ReciprocalGrad": _grad_source("reciprocal_grad.py (reciprocal_grad_compute: vmuls -1, vmul, vmul)",
+                                   "((y (-1)) y) dy: the kernel's steps and order"),
+    "InvGrad": _grad_source("inv_grad.py (inv_grad_compute: vmuls -1, vmul, vmul)",
+                            "((y (-1)) y) dy: the kernel's steps and order; the 950's arch35 ((y y) dy) (-1) "
+                            "is not modelled"),
+    "SoftplusGrad": Source((_TBE + "softplus_grad.py (softplus_grad_compute: vexp, vadds, vdiv, vmul)",
+                            "hicann/ops-nn activation/softplus_grad/op_kernel/arch35/softplus_grad_dag.h",
+                            _GRAD_MODEL), ("op_model", "impl_mode"),
+                           "TBE: dy (e^x / (e^x + 1)) (NaN for x > 88.72, where e^x overflows, under inf_nan); "
+                           "Ascend C (op_model ascendc): dy (1 / (e^-x + 1)); the vector unit's float32 exp"),
 }
 
 
@@ -192,6 +197,7 @@ def _grad(tf_type, formula, doc):
 
 
 _ONE, _HALF = np.float32(1.0), np.float32(0.5)
+_NEG_ONE, _NEG_HALF = np.float32(-1.0), np.float32(-0.5)
 
 
 
@@ -216,13 +222,54 @@ _grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "d
 _grad("EluGrad", lambda dy, y: np.where(y < 0, dy * (y + _ONE), dy), "dx = y < 0 ? dy * (y + 1) : dy")
 _grad("SeluGrad", lambda dy, y: np.where(y < 0, dy * (y + _SCALE_ALPHA32), dy * _SCALE32),
       "dx = y < 0 ? dy * (y + scale*alpha) : dy * scale")
-_grad("SigmoidGrad", lambda y, dy: (dy * (_ONE - y)) * y, "dx = (dy * (1 - y)) * y  (CANN's order)")
 _grad("TanhGrad", lambda y, dy: dy * (_ONE - y * y), "dx = dy * (1 - y*y)")
-_grad("RsqrtGrad", lambda y, dy: np.float32(-0.5) * (dy * y) * (y * y), "dx = -0.5 * (dy*y) * (y*y)")
 _grad("SqrtGrad", lambda y, dy: _HALF * dy / y, "dx = 0.5 * dy / y")
-_grad("ReciprocalGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
-_grad("InvGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
-_grad("SoftplusGrad", lambda dy, x: dy / (np.exp(-x) + _ONE), "dx = dy / (exp(-x) + 1)")
+
+
+# ---- the TBE kernels' float32 steps (fp16 widened; each vector instruction one float32 step through ``st``, which
+# records an Inf or NaN and saturates it under ``saturation``; one RINT back): NUMERICS.md section 8
+
+@register("SigmoidGrad", kind=VECTOR, source=_GRAD_SOURCE["SigmoidGrad"])
+def sigmoid_grad(y, dy, *, ctx):
+    """TBE sigmoid_grad_compute: dx = (y - y*y) * dy; under ``op_model="ascendc"`` the arch35 kernel's
+    (dy * (1 - y)) * y."""
+    if ctx.op_model == "ascendc":
+        return f32_steps(ctx, lambda st, s, d: st(st(d * st(_ONE - s)) * s), y, dy)
+    return f32_steps(ctx, lambda st, s, d: st(st(s - st(s * s)) * d), y, dy)
+
+
+@register("RsqrtGrad", kind=VECTOR, source=_GRAD_SOURCE["RsqrtGrad"])
+def rsqrt_grad(y, dy, *, ctx):
+    """TBE rsqrt_grad_compute: dx = (((y*y) * y) * dy) * -0.5."""
+    return f32_steps(ctx, lambda st, s, d: st(st(st(st(s * s) * s) * d) * _NEG_HALF), y, dy)
+
+
+def _reciprocal_grad(y, dy, *, ctx):
+    """TBE reciprocal_grad_compute / inv_grad_compute: dx = ((y * -1) * y) * dy."""
+    return f32_steps(ctx, lambda st, s, d: st(st(st(s * _NEG_ONE) * s) * d), y, dy)
+
+
+register("ReciprocalGrad", kind=VECTOR, source=_GRAD_SOURCE["ReciprocalGrad"])(_reciprocal_grad)
+register("InvGrad", kind=VECTOR, source=_GRAD_SOURCE["InvGrad"])(_reciprocal_grad)
+
+
+@register("SoftplusGrad", kind=VECTOR, source=_GRAD_SOURCE["SoftplusGrad"])
+def softplus_grad(dy, x, *, ctx):
+    """TBE softplus_grad_compute: e = exp(x), dx = dy * (e / (e + 1)); under ``op_model="ascendc"`` the arch35
+    kernel's dy * (1 / (exp(x * -1) + 1)). exp is the vector unit's float32 exp (``impl_mode``)."""
+    from ..numerics.vector import vector
+
+    def steps(st, d, v):
+        if ctx.op_model == "ascendc":
+            v = st(v * _NEG_ONE)
+        e, status = vector("exp", v, dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                           op_model=ctx.op_model, impl_mode=ctx.impl_mode)
+        ctx.record(status)
+        a = st(e + _ONE)
+        if ctx.op_model == "ascendc":
+            return st(d * st(_ONE / a))
+        return st(d * st(e / a))
+    return f32_steps(ctx, steps, dy, x)
 
 
 @register("LeakyReluGrad", kind=VECTOR, source=_grad_source(

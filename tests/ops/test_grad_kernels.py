@@ -1,0 +1,137 @@
+"""The elementwise gradients that follow CANN's kernels step by step (ascend_emu/ops/grad_ops.py), bit for bit.
+
+The oracle of each op is its kernel's instruction list as read in the source (canndev
+ops/built-in/tbe/impl/dynamic/*_grad.py for the 910 and 910B, hicann/ops-nn arch35 for the 950's
+op_model="ascendc"), written out here as numpy float32 operations: 16-bit inputs widened exactly, every
+instruction one IEEE float32 operation, exp the correctly rounded float32 exp (float64 exp rounded once: the
+default impl_mode high_precision), the result cast to fp16 nearest-even; status 0x20 when any instruction or the
+result is Inf or NaN. Every fp16 pattern is tried as the op's first input against fixed second inputs, and as
+the second against random first inputs.
+"""
+import zlib
+
+import numpy as np
+import pytest
+
+from ascend_emu.ops import OpContext, run_op
+
+F32 = np.float32
+EVERY16 = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+RANDOM16 = np.random.default_rng(77).integers(0, 65536, 65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+# second inputs: ordinary, negative, large, tiny (subnormal), zero, the largest fp16
+SECONDS = [0.3, -7.5, 1000.0, 6e-8, 0.0, -65504.0]
+
+
+def _exp32(v):
+    with np.errstate(all="ignore"):
+        return np.exp(v.astype(np.float64)).astype(F32)
+
+
+# op, op_model -> (first input, second input) as float32 -> the kernel's instruction results, in order
+KERNELS = {
+    # sigmoid_grad.py: vmul(y, y), vsub(y, .), vmul(., dy)
+    ("SigmoidGrad", "tbe_v220"): lambda y, dy: [y * y, y - y * y, (y - y * y) * dy],
+    # sigmoid_grad_f16.h: Sub(1, y), Mul(dy, .), Mul(., y)
+    ("SigmoidGrad", "ascendc"): lambda y, dy: [F32(1) - y, dy * (F32(1) - y), (dy * (F32(1) - y)) * y],
+    # rsqrt_grad.py: vmul(y, y), vmul(., y), vmul(., dy), vmuls(., -0.5)
+    ("RsqrtGrad", "tbe_v220"): lambda y, dy: [y * y, (y * y) * y, ((y * y) * y) * dy,
+                                              (((y * y) * y) * dy) * F32(-0.5)],
+    # reciprocal_grad.py / inv_grad.py: vmuls(y, -1), vmul(., y), vmul(., dy)
+    ("ReciprocalGrad", "tbe_v220"): lambda y, dy: [y * F32(-1), (y * F32(-1)) * y, ((y * F32(-1)) * y) * dy],
+    ("InvGrad", "tbe_v220"): lambda y, dy: [y * F32(-1), (y * F32(-1)) * y, ((y * F32(-1)) * y) * dy],
+    # softplus_grad.py (inputs dy, x): vexp(x), vadds(., 1), vdiv(exp, .), vmul(dy, .)
+    ("SoftplusGrad", "tbe_v220"): lambda dy, x: [_exp32(x), _exp32(x) + F32(1), _exp32(x) / (_exp32(x) + F32(1)),
+                                                 dy * (_exp32(x) / (_exp32(x) + F32(1)))],
+    # softplus_grad_dag.h: Muls(x, -1), Exp, Adds(., 1), Reciprocal, Mul(dy, .)
+    ("SoftplusGrad", "ascendc"): lambda dy, x: [x * F32(-1), _exp32(x * F32(-1)), _exp32(-x) + F32(1),
+                                                F32(1) / (_exp32(-x) + F32(1)),
+                                                dy * (F32(1) / (_exp32(-x) + F32(1)))],
+}
+
+
+def _oracle(op, model, a, b):
+    with np.errstate(all="ignore"):
+        steps = KERNELS[(op, model)](a.astype(F32), b.astype(F32))
+        out = steps[-1].astype(np.float16)
+    bad = ~np.isfinite(out)
+    for s in steps:
+        bad |= ~np.isfinite(s)
+    return out, bool(bad.any())
+
+
+def _same(ours, ref):
+    ours, ref = ours.view(np.uint16), ref.view(np.uint16)
+    nan_o, nan_r = (ours & 0x7FFF) > 0x7C00, (ref & 0x7FFF) > 0x7C00
+    np.testing.assert_array_equal(nan_o, nan_r)
+    np.testing.assert_array_equal(ours[~nan_o], ref[~nan_r])
+
+
+@pytest.mark.parametrize("op,model", sorted(KERNELS))
+def test_grad_kernel_fp16_every_pattern(op, model):
+    """Every fp16 first input against six second inputs, and every fp16 second input against random first
+    inputs: bits and status as the kernel's float32 steps give them (inf_nan)."""
+    pairs = [(EVERY16, np.full(EVERY16.shape, np.float16(v))) for v in SECONDS] + [(RANDOM16, EVERY16)]
+    for a, b in pairs:
+        ctx = OpContext(dtype="float16", op_model=model)
+        (ours,) = run_op(op, a, b, ctx=ctx)
+        ref, bad = _oracle(op, model, a, b)
+        assert ours.dtype == np.float16
+        _same(ours, ref)
+        assert bool(ctx.status & 0x20) == bad, (op, model)
+
+
+@pytest.mark.parametrize("op,model", sorted(KERNELS))
+def test_grad_kernel_float32_random(op, model):
+    """float32 inputs over a wide range of magnitudes (products overflow and underflow): the kernel's steps,
+    bit for bit, and the status (inf_nan)."""
+    r = np.random.default_rng(zlib.crc32((op + model).encode()))
+    a = (r.standard_normal(8192) * np.exp2(r.integers(-70, 70, 8192))).astype(F32)
+    b = (r.standard_normal(8192) * np.exp2(r.integers(-70, 70, 8192))).astype(F32)
+    if op == "SigmoidGrad":
+        a = r.uniform(0, 1, 8192).astype(F32)
+    ctx = OpContext(dtype="float32", op_model=model)
+    (ours,) = run_op(op, a, b, ctx=ctx)
+    with np.errstate(all="ignore"):
+        steps = KERNELS[(op, model)](a, b)
+    np.testing.assert_array_equal(ours, steps[-1])
+    assert bool(ctx.status & 0x20) == any((~np.isfinite(s)).any() for s in steps)
+
+
+def test_grad_kernels_differ_from_the_old_orders():
+    """The kernel orders change bits against the orders modelled before (TF's): float32 inputs of one binade."""
+    r = np.random.default_rng(3)
+    y, dy = r.uniform(0.05, 1, 4096).astype(F32), r.uniform(-2, 2, 4096).astype(F32)
+    with np.errstate(all="ignore"):
+        old = {"RsqrtGrad": (F32(-0.5) * (dy * y)) * (y * y), "ReciprocalGrad": ((-dy) * y) * y,
+               "SigmoidGrad": (dy * (F32(1) - y)) * y, "SoftplusGrad": dy / (np.exp(-y) + F32(1))}
+    for op, o in old.items():
+        args = (dy, y) if op == "SoftplusGrad" else (y, dy)
+        (ours,) = run_op(op, *args, ctx=OpContext(dtype="float32"))
+        assert (ours != o).sum() > 0, op
+
+
+def test_softplus_grad_exp_overflow_is_nan_or_saturates():
+    """fp16 x = 100: TBE's e^x overflows float32, e / (e + 1) = Inf / Inf = NaN (status set) under inf_nan; under
+    saturation e = FLT_MAX, e + 1 = FLT_MAX, the quotient 1, so dx = dy (status set). The 950's form gives dy."""
+    x, dy = np.array([100.0], np.float16), np.array([0.25], np.float16)
+    inf = OpContext(dtype="float16", overflow_mode="inf_nan")
+    (a,) = run_op("SoftplusGrad", dy, x, ctx=inf)
+    assert np.isnan(a[0]) and inf.status & 0x20
+    sat = OpContext(dtype="float16", overflow_mode="saturation")
+    (b,) = run_op("SoftplusGrad", dy, x, ctx=sat)
+    assert b[0] == np.float16(0.25) and sat.status & 0x20
+    ac = OpContext(dtype="float16", op_model="ascendc")
+    (c,) = run_op("SoftplusGrad", dy, x, ctx=ac)
+    assert c[0] == np.float16(0.25) and ac.status == 0
+
+
+def test_rsqrt_grad_float32_saturates_each_step():
+    """float32 y = 1e13, dy = 1e-3: y^3 overflows; under saturation the kernel's next vmul reads FLT_MAX,
+    so dx = fl(fl(FLT_MAX * 1e-3) * -0.5), finite, status set; under inf_nan -Inf."""
+    y, dy = np.array([1e13], F32), np.array([1e-3], F32)
+    sat = OpContext(dtype="float32", overflow_mode="saturation")
+    (a,) = run_op("RsqrtGrad", y, dy, ctx=sat)
+    assert a[0] == (np.finfo(F32).max * F32(1e-3)) * F32(-0.5) and sat.status & 0x20
+    inf = OpContext(dtype="float32", overflow_mode="inf_nan")
+    (b,) = run_op("RsqrtGrad", y, dy, ctx=inf)
+    assert b[0] == -np.inf and inf.status & 0x20
