@@ -499,30 +499,53 @@ def _batch_norm_grad_pass(dy, x, scale, mean, variance, ctx, epsilon, n):
 
 # ------------------------------------------------------------------------------ losses
 
+_SCE_KERNEL = _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)"
+
+
 @register("SoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
-    (_TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
-     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
-    "float64 inside, each output rounded once (the composite rule: assumed, no parameter); the kernel's float32 max, "
-    "exp, sum, div, log steps are not modelled"))
+    (_SCE_KERNEL, "NUMERICS.md section 8 (losses)"), ("op_model", "impl_mode"),
+    "the kernel's float32 steps: s = x - max, e = exp(s), S = sum(e), backprop = e / S - labels, loss = "
+    "sum((labels (s - log S)) (-1)); each output rounded once; the sums' order is the registry's float32 ReduceSum "
+    "(assumed); op_model exact: float64 inside"))
 def softmax_cross_entropy(logits, labels, *, ctx):
-    """loss = sum(labels * (logsumexp(z) - z)), backprop = softmax(z) - labels, per row; exact
-    (float64) inside, each output rounded once (the composite rule of NUMERICS.md section 2)."""
-    z, lab = np.broadcast_arrays(to64(logits), to64(labels))
+    """TBE softmax_cross_entropy_with_logits_compute over the last axis: fp16 widened; m = max(x); s = x - m;
+    e = exp(s) (the vector unit's float32 exp); S = sum(e); backprop = e / S - labels; loss =
+    sum((labels * (s - log(S))) * -1); every step float32, each output rounded once. Under
+    ``op_model="exact"``: float64 inside (the composite rule of NUMERICS.md section 2)."""
+    if ctx.op_model == "exact":
+        z, lab = np.broadcast_arrays(to64(logits), to64(labels))
+        with np.errstate(all="ignore"):
+            zs = z - z.max(axis=-1, keepdims=True)
+            lse = np.log(np.exp(zs).sum(axis=-1, keepdims=True))
+            loss = (lab * (lse - zs)).sum(axis=-1)
+            back = np.exp(zs - lse) - lab
+        return finish(ctx, loss), finish(ctx, back)
+    from ._util import step32
+    from ..numerics.vector import vector
+
+    x, lab = np.broadcast_arrays(widen(ctx, logits), widen(ctx, labels))
+    axis = (x.ndim - 1,)
+    f32 = dict(dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, op_model=ctx.op_model,
+               impl_mode=ctx.impl_mode)
     with np.errstate(all="ignore"):
-        zs = z - z.max(axis=-1, keepdims=True)
-        lse = np.log(np.exp(zs).sum(axis=-1, keepdims=True))
-        loss = (lab * (lse - zs)).sum(axis=-1)
-        back = np.exp(zs - lse) - lab
+        s = step32(ctx, x - x.max(axis=-1, keepdims=True))
+        e, st = vector("exp", s, **f32)
+        ctx.record(st)
+        total = step32(ctx, sum_f32(ctx, np.ascontiguousarray(e), axis))[..., None]
+        back = step32(ctx, step32(ctx, e / total) - lab)
+        lg, st = vector("log", total, **f32)
+        ctx.record(st)
+        t = step32(ctx, step32(ctx, lab * step32(ctx, s - lg)) * _NEG_ONE)
+        loss = step32(ctx, sum_f32(ctx, np.ascontiguousarray(t), axis))
     return finish(ctx, loss), finish(ctx, back)
 
 
 @register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
     ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/sparse_softmax_cross_entropy_with_logits_fusion_pass.cc "
      "(OneHotD + SoftmaxCrossEntropyWithLogits)",
-     _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
-     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
-    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits; float64 inside, each output rounded once (assumed, no "
-    "parameter); the kernel's float32 steps are not modelled"))
+     _SCE_KERNEL, "NUMERICS.md section 8 (losses)"), ("op_model", "impl_mode"),
+    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits: that kernel's float32 steps (the row sums' order "
+    "assumed)"))
 def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     """As SoftmaxCrossEntropyWithLogits with one-hot labels given as class indices."""
     lab = np.asarray(labels).astype(np.int64)
