@@ -127,16 +127,6 @@ for _name, _types in {
     _unary(_name, _types)
 
 
-@register("Softplus", kind=VECTOR, eltwise="softplus", source=Source(
-    (_TBE + "softplus.py (softplus_compute)", "NUMERICS.md section 2 (composite ops)"), (),
-    "modelled as the composite rule (float64 max(x,0) + log1p(e^-|x|), one rounding: an assumption with no "
-    "parameter); the TBE kernel's float32 vexp/vlog steps are not modelled"))
-def softplus(x, *, ctx):
-    """A composite op (NUMERICS.md section 2): the vector unit's softplus, max(x, 0) + log1p(e^-|x|) in
-    float64 rounded once, whatever ``impl_mode``."""
-    return vec(ctx, "softplus", x, impl_mode="high_precision")
-
-
 def _trig(op, x, ctx):
     from ..numerics.trig import trig
 

@@ -6,8 +6,9 @@ import string
 import numpy as np
 
 from ..errors import AscendEmuError
-from . import sourced
-from ._util import as_int_list, contiguous, finish, sum_f32, to64, widen
+from . import log_kernels, sourced
+from ._util import as_int_list, contiguous, finish, is_float, sum_f32, to64, widen
+from .math_ops import vec
 from .registry import CUBE, VECTOR, Source, register
 
 #: the cube's sources (NUMERICS.md sections 3 and 13): Mmad with a float32 L0C; the order and rounding inside the
@@ -305,13 +306,31 @@ def softmax(x, *, ctx):
 
 
 @register("LogSoftmax", kind=VECTOR, source=Source(
-    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)", "NUMERICS.md section 2 (composite ops)"), (),
-    "float64 inside, one rounding (the composite rule: assumed, no parameter); the kernel's x - max in the input "
-    "dtype, then float32 exp, sum, log and difference, is not modelled"))
+    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)",
+     "hicann/ops-nn activation/log_softmax_v2/op_kernel/arch35/log_softmax_v2_ar_full_load.h"),
+    ("op_model", "impl_mode"),
+    "TBE: max and x - max in the input dtype, then float32 exp, sum, log and difference; Ascend C: all float32; one "
+    "rounding; sum order assumed"))
 def log_softmax(x, *, ctx):
+    """x - max - log(sum(exp(x - max))) over the last axis: CANN's kernel step by step, or exact (float64)."""
+    if ctx.op_model != "exact":
+        return log_kernels.log_softmax(ctx, x)
     z = to64(x)
     z = z - z.max(axis=-1, keepdims=True)
     return finish(ctx, z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
+
+
+@register("Softplus", kind=VECTOR, eltwise="softplus", source=Source(
+    (_TBE + "softplus.py (softplus_compute)", "hicann/ops-nn activation/softplus/op_kernel/arch35/softplus_dag.h"),
+    ("op_model", "impl_mode"),
+    "both kernels' float32 steps: (log(exp(-max(x, 0)) + 1) + max(x, 0)) + log(exp(min(x, 0)) + 1) - ln 2, one "
+    "rounding; op_model exact: the vector unit's softplus in float64"))
+def softplus(x, *, ctx):
+    """CANN's softplus kernel step by step (:func:`ascend_emu.ops.log_kernels.softplus`); under
+    ``op_model="exact"`` the vector unit's softplus, max(x, 0) + log1p(e^-|x|) in float64 rounded once."""
+    if ctx.op_model != "exact" and is_float(x):
+        return log_kernels.softplus(ctx, x)
+    return vec(ctx, "softplus", x, impl_mode="high_precision")
 
 
 def _channels(x):
