@@ -197,7 +197,17 @@ def _grad(tf_type, formula, doc):
 
 
 _ONE, _HALF = np.float32(1.0), np.float32(0.5)
-_NEG_ONE, _NEG_HALF = np.float32(-1.0), np.float32(-0.5)
+_NEG_ONE, _NEG_HALF, _ZERO = np.float32(-1.0), np.float32(-0.5), np.float32(0.0)
+
+
+def _f32_exp(ctx, v):
+    """The vector unit's float32 exp of float32 ``v`` (``impl_mode``), its status recorded."""
+    from ..numerics.vector import vector
+
+    e, status = vector("exp", v, dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
+                       op_model=ctx.op_model, impl_mode=ctx.impl_mode)
+    ctx.record(status)
+    return e
 
 
 
@@ -257,14 +267,10 @@ register("InvGrad", kind=VECTOR, source=_GRAD_SOURCE["InvGrad"])(_reciprocal_gra
 def softplus_grad(dy, x, *, ctx):
     """TBE softplus_grad_compute: e = exp(x), dx = dy * (e / (e + 1)); under ``op_model="ascendc"`` the arch35
     kernel's dy * (1 / (exp(x * -1) + 1)). exp is the vector unit's float32 exp (``impl_mode``)."""
-    from ..numerics.vector import vector
-
     def steps(st, d, v):
         if ctx.op_model == "ascendc":
             v = st(v * _NEG_ONE)
-        e, status = vector("exp", v, dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals,
-                           op_model=ctx.op_model, impl_mode=ctx.impl_mode)
-        ctx.record(status)
+        e = _f32_exp(ctx, v)
         a = st(e + _ONE)
         if ctx.op_model == "ascendc":
             return st(d * st(_ONE / a))
@@ -280,20 +286,49 @@ def leaky_relu_grad(dy, x, *, ctx, alpha=0.2):
     return f32_chain(ctx, lambda g, f: np.where(f > 0, g, g * np.float32(alpha)), dy, x)
 
 
-@register("Elu", kind=VECTOR, source=_grad_source(
-    "elu.py (elu_compute)", "x < 0: float32 expm1(x) (C library; assumed), one rounding; the kernel's "
-                            "vexp(min(x, 0)) - 1 is not modelled"))
+_ELU_NOTE = ("the kernel's float32 steps, exp(min(x, 0)) - 1 (no expm1: an fp16 x above -2^-24 gives 0), one "
+             "rounding; op_model exact: float64 expm1, one rounding")
+
+
+@register("Elu", kind=VECTOR, source=Source(
+    (_TBE + "elu.py (elu_compute: vmins, vmaxs, vexp, vadds -1, vaxpy)", _GRAD_MODEL), ("op_model", "impl_mode"),
+    _ELU_NOTE + "; the 950's arch35 elu_dag.h is not modelled"))
 def elu(x, *, ctx):
-    """y = x < 0 ? expm1(x) : x, in float32, one rounding."""
-    return f32_chain(ctx, lambda v: np.where(v < 0, np.expm1(v), v), x)
+    """TBE elu_compute (alpha 1, TF's Elu): y = (exp(min(x, 0)) + -1) + max(x, 0), float32 steps, one rounding."""
+    if ctx.op_model == "exact":
+        z = to64(x)
+        with np.errstate(all="ignore"):
+            return finish(ctx, np.where(z < 0, np.expm1(z), z))
+
+    def steps(st, v):
+        neg, pos = st(np.minimum(v, _ZERO)), st(np.maximum(v, _ZERO))
+        return st(st(_f32_exp(ctx, neg) + _NEG_ONE) + pos)
+    return f32_steps(ctx, steps, x)
 
 
-@register("Selu", kind=VECTOR, source=_grad_source(
-    "selu.py (selu_compute)", "float32 scale alpha expm1(x) or scale x (C-library expm1; assumed), one rounding; "
-                              "the kernel's vexp(min(x, 0)) - 1 is not modelled"))
+#: selu.py's own constants (SCALE_ALPHA_PRODUCT, SCALE), taken as float32 by its vmuls
+_SELU_SA_TBE, _SELU_S_TBE = np.float32(1.75809934085), np.float32(1.05070098736)
+
+
+@register("Selu", kind=VECTOR, source=Source(
+    (_TBE + "selu.py (selu_compute: vmuls 0, vmin, vmax, vexp, vadds -1, vmuls, vmuls, vadd)", _GRAD_MODEL),
+    ("op_model", "impl_mode"),
+    "the kernel's float32 steps with its constants 1.75809934085 and 1.05070098736, exp(min(x, x 0)) - 1 (an "
+    "infinite x gives NaN: x 0), one rounding; op_model exact: TF's constants, float64 expm1; the 950's arch35 "
+    "selu.h (alpha, a min with 0, then scale) is not modelled"))
 def selu(x, *, ctx):
-    """y = x < 0 ? scale*alpha*expm1(x) : scale*x, in float32, one rounding."""
-    return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
+    """TBE selu_compute: z = x * 0; y = (exp(min(x, z)) + -1) * 1.75809934085 + max(x, z) * 1.05070098736, float32
+    steps, one rounding."""
+    if ctx.op_model == "exact":
+        z = to64(x)
+        with np.errstate(all="ignore"):
+            return finish(ctx, np.where(z < 0, (SELU_SCALE * SELU_ALPHA) * np.expm1(z), SELU_SCALE * z))
+
+    def steps(st, v):
+        zero = st(v * _ZERO)
+        neg, pos = st(np.minimum(v, zero)), st(np.maximum(v, zero))
+        return st(st(st(_f32_exp(ctx, neg) + _NEG_ONE) * _SELU_SA_TBE) + st(pos * _SELU_S_TBE))
+    return f32_steps(ctx, steps, x)
 
 
 @register("Sign", kind=VECTOR, source=Source(exact="-1, 0 or 1 (NaN stays NaN)"))

@@ -135,3 +135,63 @@ def test_rsqrt_grad_float32_saturates_each_step():
     inf = OpContext(dtype="float32", overflow_mode="inf_nan")
     (b,) = run_op("RsqrtGrad", y, dy, ctx=inf)
     assert b[0] == -np.inf and inf.status & 0x20
+
+
+def _neg_pos(x, zero):
+    """vmin / vmax of x with zero (NaN propagates)."""
+    nan = np.isnan(x)
+    return np.where(nan | (x < zero), x, zero), np.where(nan | (x > zero), x, zero)
+
+
+def _elu_steps(x):
+    """elu.py: vmins(x, 0), vmaxs(x, 0), vexp, vadds -1, vaxpy(., max, alpha = 1)."""
+    neg, pos = _neg_pos(x, F32(0))
+    e = _exp32(neg)
+    em1 = e + F32(-1)
+    return [neg, pos, e, em1, em1 + pos]
+
+
+def _selu_steps(x):
+    """selu.py: z = vmuls(x, 0); vmin(x, z), vmax(x, z); vexp, vadds -1, vmuls 1.75809934085; vmuls 1.05070098736;
+    vadd."""
+    z = x * F32(0)
+    neg, pos = _neg_pos(x, z)
+    e = _exp32(neg)
+    em1 = e + F32(-1)
+    nm = em1 * F32(1.75809934085)
+    pm = pos * F32(1.05070098736)
+    return [z, neg, pos, e, em1, nm, pm, nm + pm]
+
+
+@pytest.mark.parametrize("op,steps", [("Elu", _elu_steps), ("Selu", _selu_steps)])
+def test_elu_selu_fp16_every_pattern(op, steps):
+    """Every fp16 pattern: bits (NaN matching NaN) and status against the kernel's float32 steps (inf_nan)."""
+    ctx = OpContext(dtype="float16")
+    (ours,) = run_op(op, EVERY16, ctx=ctx)
+    with np.errstate(all="ignore"):
+        st = steps(EVERY16.astype(F32))
+        ref = st[-1].astype(np.float16)
+    _same(ours, ref)
+    assert bool(ctx.status & 0x20) == any((~np.isfinite(s)).any() for s in st + [ref])
+
+
+@pytest.mark.parametrize("op,steps", [("Elu", _elu_steps), ("Selu", _selu_steps)])
+def test_elu_selu_float32_random(op, steps):
+    x = (np.random.default_rng(9).standard_normal(8192) * np.exp2(np.random.default_rng(10).integers(-30, 8, 8192)))
+    x = x.astype(F32)
+    (ours,) = run_op(op, x, ctx=OpContext(dtype="float32"))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(ours, steps(x)[-1])
+
+
+def test_elu_of_tiny_negatives_is_zero():
+    """exp(x) - 1 with no expm1: for float32 x in (-2^-25, 0) exp(x) rounds to 1, so Elu gives +0 where expm1
+    (op_model="exact") keeps x; over every negative fp16 x the kernel's steps change 291 outputs."""
+    x = np.array([-1e-9, -3.0], F32)
+    (k,) = run_op("Elu", x, ctx=OpContext(dtype="float32"))
+    (e,) = run_op("Elu", x, ctx=OpContext(dtype="float32", op_model="exact"))
+    assert k[0] == 0 and not np.signbit(k[0]) and e[0] == x[0]
+    neg = EVERY16[np.isfinite(EVERY16) & (EVERY16 < 0)]
+    (k,) = run_op("Elu", neg, ctx=OpContext(dtype="float16"))
+    (e,) = run_op("Elu", neg, ctx=OpContext(dtype="float16", op_model="exact"))
+    assert (k != e).sum() == 291
