@@ -11,6 +11,8 @@ details, op by op.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import AscendEmuError
@@ -339,34 +341,61 @@ def sign(x, *, ctx):
     return f32_chain(ctx, np.sign, x)
 
 
+#: div_no_nan.py's index constants by dtype: help_min, help_rec_one, help_rec_sec (applied twice but for fp16)
+_DIV_NO_NAN_HELP = {"float16": (2.0 ** -24, 2.0 ** 12, 2.0 ** 12, 1), "float32": (2.0 ** -126, 2.0 ** 38, 2.0 ** 44, 2)}
+
+
 @register("DivNoNan", kind=VECTOR, source=Source(
-    (_TBE + "div_no_nan.py (div_no_nan_compute)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
-    "one division rounded once, 0 where y == 0 (the divisor taken as 1 there: assumed, no parameter); the kernel's "
-    "mask arithmetic, x / (y + mask - 1) mask, giving -0 or NaN there, is not modelled"))
+    (_TBE + "div_no_nan.py (div_no_nan_compute)", "hicann/ops-math math/div_no_nan/op_kernel/arch35/div_no_nan_dag.h",
+     "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), ("op_model",),
+    "TBE, in the input dtype: idx = min(|y|, tiny) scaled to 1 (0 for y == 0), x / (y + (idx - 1)) * idx, so y == 0 "
+    "gives -x * 0 (-0 for x > 0, NaN for an infinite x) and a float32 subnormal y a scaled quotient; Ascend C "
+    "(op_model ascendc): select(y != 0, x / y, 0), the division's status kept; op_model exact: 0 where y == 0, no "
+    "status"))
 def div_no_nan(x, y, *, ctx):
-    """x / y, and 0 where y == 0: a vector division by a safe divisor, then a select."""
+    """TBE div_no_nan_compute, every instruction in the compute dtype (bf16 with float32's constants: assumed):
+    idx = ((min(|y|, tiny) * r1) * r2 [* r2]); q = x / (y + (idx + -1)); x / y where y != 0, else x / -1 * 0.
+    Under ``op_model="ascendc"`` the 950's select(y != 0, x / y, 0); under ``"exact"`` 0 where y == 0 by dividing
+    by 1 there (no status)."""
     from .math_ops import vec
 
     if not is_float(x):
         raise NotImplementedError("integer DivNoNan")
-    zero = np.asarray(y) == 0
-    q = vec(ctx, "realdiv", x, np.where(zero, np.ones((), np.asarray(y).dtype), y))
-    return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
+    if ctx.op_model in ("exact", "ascendc"):
+        zero = np.asarray(y) == 0
+        d = y if ctx.op_model == "ascendc" else np.where(zero, np.ones((), np.asarray(y).dtype), y)
+        q = vec(ctx, "realdiv", x, d)
+        return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
+    tiny, r1, r2, twice = _DIV_NO_NAN_HELP["float16" if ctx.dtype_name == "float16" else "float32"]
+    dt = np.dtype(ctx.dtype)
+    # fp16's help_min 2^-24 is itself subnormal: the kernel needs the vector unit to keep subnormals, so the index
+    # steps keep them whatever ``subnormals`` says (|y| is read under it)
+    keep = dataclasses.replace(ctx, subnormals="keep", status=0)
+    idx = vec(keep, "mul", vec(keep, "mul", vec(keep, "minimum", vec(ctx, "abs", y), dt.type(tiny)), dt.type(r1)),
+              dt.type(r2))
+    if twice == 2:
+        idx = vec(keep, "mul", idx, dt.type(r2))
+    ctx.record(keep.status)
+    divisor = vec(ctx, "add", y, vec(ctx, "add", idx, dt.type(-1)))
+    return vec(ctx, "mul", vec(ctx, "realdiv", x, divisor), idx)
 
 
 @register("MulNoNan", kind=VECTOR, source=Source(
-    (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
-    "one vmul rounded once; 0 where y == 0 even for an infinite or NaN x (TensorFlow's rule); the kernel's plain "
-    "vmul (NaN there) is not modelled"))
+    (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "hicann/ops-math experimental/math/mul_no_nan/op_kernel/"
+     "mul_no_nan_dag.h", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), ("op_model",),
+    "TBE: a plain vmul (x 0 is -0 for a negative x, NaN for an infinite or NaN x); Ascend C (op_model ascendc) and "
+    "exact: select(y != 0, x y, 0), TensorFlow's rule"))
 def mul_no_nan(x, y, *, ctx):
-    """x * y, and 0 where y == 0 (even for x Inf or NaN)."""
+    """TBE mul_no_nan_compute: x * y (one vmul); under ``op_model`` ``ascendc`` (the 950's kernel) or ``exact``,
+    x * y and 0 where y == 0 (even for x Inf or NaN)."""
     from .math_ops import vec
 
     if not is_float(x):
         raise NotImplementedError("integer MulNoNan")
+    if ctx.op_model not in ("exact", "ascendc"):
+        return vec(ctx, "mul", x, y)
     zero = np.asarray(y) == 0
-    p = vec(ctx, "mul", np.where(zero, np.zeros((), np.asarray(x).dtype), x), y)
-    return p
+    return vec(ctx, "mul", np.where(zero, np.zeros((), np.asarray(x).dtype), x), y)
 
 
 @register("FloorMod", kind=VECTOR, source=Source(exact="integer modulo (a float FloorMod runs on the AI CPU)"))

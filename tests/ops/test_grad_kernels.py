@@ -195,3 +195,67 @@ def test_elu_of_tiny_negatives_is_zero():
     (k,) = run_op("Elu", neg, ctx=OpContext(dtype="float16"))
     (e,) = run_op("Elu", neg, ctx=OpContext(dtype="float16", op_model="exact"))
     assert (k != e).sum() == 291
+
+
+def _div_no_nan_steps(x, y, dtype):
+    """div_no_nan.py in the input dtype, each instruction the exact result rounded once (float64 then the dtype:
+    innocuous double rounding): vabs, vmins(help_min), vmuls(help_rec_one), vmuls(help_rec_sec) (twice for float32),
+    vadds -1, vadd(y, .), vdiv(x, .), vmul(., idx)."""
+    tiny, r1, r2 = (2.0 ** -24, 2.0 ** 12, 2.0 ** 12) if dtype == np.float16 else (2.0 ** -126, 2.0 ** 38, 2.0 ** 44)
+    r = lambda v: np.asarray(v, np.float64).astype(dtype).astype(np.float64)   # noqa: E731
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(all="ignore"):
+        a = r(np.abs(y))
+        m = r(np.where(np.isnan(a) | (a < tiny), a, tiny))
+        idx = r(r(m * r1) * r2)
+        steps = [a, m, idx]
+        if dtype == np.float32:
+            idx = r(idx * r2)
+            steps.append(idx)
+        n = r(idx - 1)
+        d = r(y + n)
+        q = r(x / d)
+        res = r(q * idx)
+    return steps + [n, d, q, res]
+
+
+def test_div_no_nan_fp16_every_pattern():
+    """Every fp16 x against divisors 0, -0, the smallest subnormal, 1.5, -7, Inf, NaN, and every fp16 y against
+    random x: bits (NaN matching NaN) and status. y == 0 gives x / -1 * 0: -0 for x > 0, NaN for an infinite x."""
+    ys = [0.0, -0.0, 2.0 ** -24, 1.5, -7.0, np.inf, np.nan]
+    pairs = [(EVERY16, np.full(EVERY16.shape, np.float16(v))) for v in ys] + [(RANDOM16, EVERY16)]
+    for x, y in pairs:
+        ctx = OpContext(dtype="float16")
+        (ours,) = run_op("DivNoNan", x, y, ctx=ctx)
+        steps = _div_no_nan_steps(x, y, np.float16)
+        _same(ours, steps[-1].astype(np.float16))
+        assert bool(ctx.status & 0x20) == any((~np.isfinite(s)).any() for s in steps)
+    (z,) = run_op("DivNoNan", np.array([3.0, -3.0, np.inf], np.float16), np.zeros(3, np.float16))
+    assert np.signbit(z[0]) and z[0] == 0 and not np.signbit(z[1]) and np.isnan(z[2])
+
+
+def test_div_no_nan_float32_random_with_subnormal_divisors():
+    """float32 x and y over a wide range, y subnormal in about a tenth of the elements (where the kernel's index is not
+    0 or 1 and its quotient is scaled), bit for bit."""
+    r = np.random.default_rng(31)
+    x = (r.standard_normal(8192) * np.exp2(r.integers(-60, 60, 8192))).astype(F32)
+    y = (r.standard_normal(8192) * np.exp2(r.integers(-149, 60, 8192))).astype(F32)
+    y[::7] = 0
+    ctx = OpContext(dtype="float32")
+    (ours,) = run_op("DivNoNan", x, y, ctx=ctx)
+    steps = _div_no_nan_steps(x, y, np.float32)
+    np.testing.assert_array_equal(ours, steps[-1].astype(F32))
+    sub = (y != 0) & (np.abs(y) < np.finfo(F32).tiny)
+    assert sub.sum() > 500 and (ours[sub] != (x[sub].astype(np.float64) / y[sub]).astype(F32)).mean() > 0.5
+
+
+def test_mul_no_nan_tbe_is_a_plain_multiply():
+    """TBE mul_no_nan_compute is one vmul: Inf * 0 is NaN (status), -2 * 0 is -0; the 950's kernel and op_model exact
+    select 0 where y == 0."""
+    x, y = np.array([np.inf, np.nan, -2.0, 2.0], F32), np.array([0.0, 0.0, 0.0, 3.0], F32)
+    ctx = OpContext(dtype="float32")
+    (p,) = run_op("MulNoNan", x, y, ctx=ctx)
+    assert np.isnan(p[0]) and np.isnan(p[1]) and p[2] == 0 and np.signbit(p[2]) and p[3] == 6 and ctx.status & 0x20
+    for model in ("ascendc", "exact"):
+        (q,) = run_op("MulNoNan", x, y, ctx=OpContext(dtype="float32", op_model=model))
+        np.testing.assert_array_equal(q, np.array([0.0, 0.0, 0.0, 6.0], F32))
