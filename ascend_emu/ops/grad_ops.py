@@ -666,13 +666,13 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
 
 
 @register("MaxPoolGrad", kind=VECTOR, source=Source(
-    (_TBE + "max_pool_grad.py (vcmpv_eq of the input with the max, vsel of dy, vadd)",
-     "NUMERICS.md section 8 (pooling gradients)"), (),
-    "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
-    "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
+    (_TBE + "max_pool_grad.py (_calc_mask_dy: vcmpv_eq with the max, vand with the vnot of the earlier taps' vor; "
+     "vsel of dy; float32 vadd tap by tap)", "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy to the window's first maximum in tap order (the kernel's mask bookkeeping), float32 adds tap by tap over the "
+    "plane, one rounding"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient goes to the first maximum of its window (taps in row-major order, a NaN
-    the maximum), accumulated in float32 output by output, rounded once (``kernels/pool.py``'s
+    the maximum), accumulated in float32 tap by tap, rounded once (``kernels/pool.py``'s
     ``max_pool_grad_f32``, on the arrays' own strides: an NCHW array's NHWC view is not copied)."""
     from ..kernels import pool as _kp
 
