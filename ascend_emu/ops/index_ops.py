@@ -64,12 +64,17 @@ def _scan(x32, axis, exclusive, reverse):
 
 
 @register("Cumsum", kind=VECTOR, source=Source(
-    ("hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
-     _TBE + "cumsum_d.py, cum_computer.py (vadd of the running sum)", _INDEX_MODEL), (),
-    "a float32 running sum in scan order, each output rounded once: the Ascend C kernel's float32, not its Sklansky "
-    "order; the 910B's TBE CumsumD adds in the input dtype (fp16 rounded each step): not modelled"))
+    (_TBE + "dynamic/cumsum.py, dynamic/cum_computer.py (CumsumComputer._cal_data: vadd of the running sum in the "
+     "input dtype; bf16 taken as float32)",
+     "hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
+     _INDEX_MODEL), ("op_model",),
+    "TBE (910, 910B): fp16 added in fp16, each running sum rounded (and saturated) before the next add; float32 and "
+    "bf16 a float32 running sum, each output rounded once; op_model ascendc / exact: float32 in scan order for every "
+    "dtype (the Ascend C kernel's float32, not its Sklansky order)"))
 def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
-    """Running sum along ``axis``: float32 accumulation in scan order, each output rounded once."""
+    """Running sum along ``axis``. TBE (``op_model`` tbe_*): an fp16 ``x`` is summed by fp16 vadds, each running
+    sum rounded to fp16; other float dtypes (and every dtype under ``ascendc`` / ``exact``) by float32 adds in scan
+    order, each output rounded once."""
     x = np.asarray(x)
     ax = _scalar(axis) % max(x.ndim, 1)
     if not is_float(x):
@@ -78,7 +83,32 @@ def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
         if exclusive:
             s = np.concatenate([np.zeros_like(np.take(s, [0], axis=ax)), np.delete(s, -1, axis=ax)], axis=ax)
         return contiguous(np.flip(s, ax) if reverse else s)
+    if x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model.startswith("tbe") and x.ndim:
+        return _scan16(ctx, x, ax, bool(exclusive), bool(reverse))
     return finish(ctx, _scan(widen(ctx, x), ax, bool(exclusive), bool(reverse)))
+
+
+def _scan16(ctx, x, axis, exclusive, reverse):
+    """TBE's fp16 running sum: the first element copied, then one fp16 vadd per step (the exact sum rounded once,
+    status and overflow mode per add); exclusive writes the sum before the step's add."""
+    from .math_ops import vec
+
+    y = np.moveaxis(np.flip(x, axis) if reverse else x, axis, 0)
+    out = np.empty(y.shape, np.float16)
+    if y.shape[0]:
+        acc = np.array(y[0])
+        if exclusive:
+            out[0] = 0
+        else:
+            out[0] = acc
+        for i in range(1, y.shape[0]):
+            if exclusive:
+                out[i] = acc
+            acc = vec(ctx, "add", acc, y[i])
+            if not exclusive:
+                out[i] = acc
+    out = np.moveaxis(out, 0, axis)
+    return contiguous(np.flip(out, axis) if reverse else out)
 
 
 # ------------------------------------------------------------------------------------ segment sums

@@ -71,3 +71,50 @@ def test_add_n_bf16_and_overflow(mode):
     ctx = OpContext(dtype="float16", overflow_mode=mode)
     (z,) = run_op("AddN", *big, ctx=ctx)
     assert ctx.status & 0x20 and (np.isinf(z).all() if mode == "inf_nan" else (z == 65504).all())
+
+
+def _cumsum16_oracle(x, exclusive=False, reverse=False):
+    """CumsumComputer._cal_data (canndev dynamic/cum_computer.py) on fp16 along the last axis: the first element
+    copied, then vadd(last_res, x) in fp16, each running sum the exact sum rounded once (float64 then fp16)."""
+    y = x[..., ::-1] if reverse else x
+    out = np.empty(y.shape, np.float16)
+    acc = y[..., 0].copy()
+    out[..., 0] = 0 if exclusive else acc
+    bad = False
+    with np.errstate(all="ignore"):
+        for i in range(1, y.shape[-1]):
+            if exclusive:
+                out[..., i] = acc
+            acc = (acc.astype(np.float64) + y[..., i].astype(np.float64)).astype(np.float16)
+            bad |= bool((~np.isfinite(acc)).any())
+            if not exclusive:
+                out[..., i] = acc
+    return (out[..., ::-1] if reverse else out), bad
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+def test_cumsum_fp16_is_the_fp16_running_sum(exclusive, reverse):
+    """TBE Cumsum on fp16 (910, 910B): every fp16 pattern as the middle of three-element rows (the others random),
+    and rows of 300 random values: bits (NaN matching NaN) and status against the fp16 adds one by one."""
+    r = np.random.default_rng(43)
+    rows = np.stack([r.standard_normal(65536).astype(np.float16), EVERY16.view(np.float16),
+                     (r.standard_normal(65536) * 1000).astype(np.float16)], axis=1)
+    long = (r.standard_normal((64, 300)) * np.exp2(r.integers(-8, 8, (64, 300)))).astype(np.float16)
+    for x in (rows, long):
+        ctx = OpContext(dtype="float16")
+        (ours,) = run_op("Cumsum", x, np.int32(1), ctx=ctx, exclusive=exclusive, reverse=reverse)
+        ref, bad = _cumsum16_oracle(x, exclusive, reverse)
+        _same16(ours, ref)
+        assert bool(ctx.status & 0x20) == bad
+
+
+def test_cumsum_fp16_rounds_every_step_and_other_models_do_not():
+    """2048 ones: the fp16 running sum sticks at 2048 (2048 + 1 is a tie to even); the float32 sum of the 950's
+    kernel (op_model ascendc) and of op_model exact reaches 4096 at the end."""
+    x = np.ones((1, 4096), np.float16)
+    (tbe,) = run_op("Cumsum", x, np.int32(1), ctx=OpContext(dtype="float16"))
+    (ac,) = run_op("Cumsum", x, np.int32(1), ctx=OpContext(dtype="float16", op_model="ascendc"))
+    assert tbe[0, -1] == 2048 and ac[0, -1] == 4096
+    f = np.random.default_rng(44).standard_normal((8, 50)).astype(F32)
+    (c32,) = run_op("Cumsum", f, np.int32(1), ctx=OpContext(dtype="float32"))
+    np.testing.assert_array_equal(c32, np.cumsum(f, axis=1, dtype=F32))     # numpy's cumsum is sequential
