@@ -177,11 +177,33 @@ def scatter_nd(indices, updates, shape, *, ctx):
 
 @register("TensorScatterAdd", kind=VECTOR, source=Source(
     ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/tensor_scatter_add_fusion_pass.cc (TensorMove + "
-     "ScatterNdAdd)", _TBE + "dynamic/scatter_nd_add.py (vec_add into var)", _INDEX_MODEL), (),
-    "float32 adds in index order, one rounding (assumed, no parameter); ScatterNdAdd adds each update into var in "
-    "var's dtype (fp16 rounded per add): not modelled"))
+     "ScatterNdAdd)", _TBE + "dynamic/scatter_nd_add.py (vec_add of each update into var, in var's dtype)",
+     _INDEX_MODEL), (),
+    "each update row added into the tensor in its dtype in index order (fp16: rounded per add, status and overflow "
+    "mode per add; float32 likewise in float32); bf16 (not in the kernel's dtype list) a float32 sum rounded once "
+    "(assumed, no parameter)"))
 def tensor_scatter_add(tensor, indices, updates, *, ctx):
-    return _scatter_add(np.asarray(tensor), indices, updates, ctx)
+    """ScatterNdAdd on a copy of ``tensor`` (GE's TensorScatterAddFusionPass): every update row added into its
+    slice with one vadd in the tensor's dtype, in index order (a repeated index adds onto the rounded sum)."""
+    t = np.asarray(tensor)
+    if t.dtype != np.float16 or ctx.dtype_name != "float16":
+        return _scatter_add(t, indices, updates, ctx)
+    from .math_ops import vec
+
+    pos, slc = _scatter_plan(indices, t.shape)
+    n = int(np.prod(t.shape[:t.ndim - len(slc)], dtype=np.int64))
+    out = t.reshape((n,) + slc).copy()
+    upd = np.asarray(updates, np.float16).reshape((len(pos),) + slc)
+    # the k-th occurrence of each slice in index order: within one occurrence number the slices are distinct, so
+    # each round is one vadd over them, and a slice's rounds come in its index order
+    order = np.argsort(pos, kind="stable")
+    first = np.r_[0, np.flatnonzero(np.diff(pos[order])) + 1] if len(pos) else np.zeros(0, np.int64)
+    occ = np.empty(len(pos), np.int64)
+    occ[order] = np.arange(len(pos)) - np.repeat(first, np.diff(np.r_[first, len(pos)]))
+    for r in range(int(occ.max()) + 1 if len(pos) else 0):
+        rows = np.flatnonzero(occ == r)
+        out[pos[rows]] = vec(ctx, "add", out[pos[rows]], upd[rows])
+    return out.reshape(t.shape)
 
 
 @register("TensorScatterUpdate", kind=MOVE)

@@ -118,3 +118,28 @@ def test_cumsum_fp16_rounds_every_step_and_other_models_do_not():
     f = np.random.default_rng(44).standard_normal((8, 50)).astype(F32)
     (c32,) = run_op("Cumsum", f, np.int32(1), ctx=OpContext(dtype="float32"))
     np.testing.assert_array_equal(c32, np.cumsum(f, axis=1, dtype=F32))     # numpy's cumsum is sequential
+
+
+def test_tensor_scatter_add_fp16_adds_each_update_in_fp16():
+    """TensorScatterAdd = TensorMove + ScatterNdAdd (canndev scatter_nd_add.py: vec_add of each update into var in
+    var's dtype): fp16 rows with repeated indices against the adds one by one in index order (each the exact sum
+    rounded once to fp16), bits and status; 1 + 2^-11 + 2^-11 stays 1."""
+    r = np.random.default_rng(45)
+    t = (r.standard_normal((40, 6)) * 10).astype(np.float16)
+    idx = r.integers(0, 40, (300, 1)).astype(np.int32)
+    upd = (r.standard_normal((300, 6)) * np.exp2(r.integers(-12, 4, (300, 6)))).astype(np.float16)
+    upd[7] = np.float16(60000)
+    want = t.copy()
+    bad = False
+    with np.errstate(all="ignore"):
+        for k in range(300):
+            want[idx[k, 0]] = (want[idx[k, 0]].astype(np.float64) + upd[k].astype(np.float64)).astype(np.float16)
+            bad |= bool((~np.isfinite(want[idx[k, 0]])).any())
+    ctx = OpContext(dtype="float16")
+    (ours,) = run_op("TensorScatterAdd", t, idx, upd, ctx=ctx)
+    _same16(ours, want)
+    assert bool(ctx.status & 0x20) == bad
+    one = np.ones((1, 1), np.float16)
+    (y,) = run_op("TensorScatterAdd", one, np.zeros((2, 1), np.int32), np.full((2, 1), 2.0 ** -11, np.float16),
+                  ctx=OpContext(dtype="float16"))
+    assert y[0, 0] == 1
