@@ -1,4 +1,4 @@
-"""The elementwise gradients that follow CANN's kernels step by step (ascend_emu/ops/grad_ops.py), bit for bit.
+"""The elementwise gradients that follow CANN's kernels step by step (ops/activation_grad_ops.py), bit for bit.
 
 The oracle of each op is its kernel's instruction list as read in the source (canndev
 ops/built-in/tbe/impl/dynamic/*_grad.py for the 910 and 910B, hicann/ops-nn arch35 for the 950's

@@ -1,4 +1,4 @@
-"""The ops of training graphs (ascend_emu/ops/grad_ops.py) against TensorFlow's own kernels.
+"""The ops of training graphs (ascend_emu/ops/grad_ops.py, activation_grad_ops.py) against TensorFlow's own kernels.
 
 Same contract as tests/ops/test_ops.py: one case per op type in one visible table; in float32
 compute the op matches tf.raw_ops to float32 rounding (the documented tolerance per family
@@ -120,11 +120,13 @@ def _ours(op, inputs, attrs, dtype):
 
 
 def test_every_training_op_has_a_case():
-    from ascend_emu.ops import grad_ops
+    from ascend_emu.ops import activation_grad_ops, grad_ops
 
-    mine = {t for t, d in OPS.items() if d.fn.__module__ == grad_ops.__name__}
+    mods = {grad_ops.__name__, activation_grad_ops.__name__}
+    mine = {t for t, d in OPS.items() if d.fn.__module__ in mods}
     missing = sorted(mine - set(CASES))
-    assert not missing, f"ops of grad_ops.py without a case in tests/ops/test_grad_ops.py: {missing}"
+    assert not missing, f"ops of grad_ops.py / activation_grad_ops.py without a case in tests/ops/test_grad_ops.py: " \
+                        f"{missing}"
 
 
 @pytest.mark.parametrize("op", sorted(k for k, v in CASES.items() if v is not None))

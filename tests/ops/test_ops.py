@@ -223,7 +223,7 @@ def _ours(op, inputs, attrs, opts, dtype):
 def test_every_registered_op_has_a_case():
     import pathlib
 
-    # the ops of training graphs (ops/grad_ops.py) have their table in tests/ops/test_grad_ops.py
+    # the ops of training graphs (ops/grad_ops.py, activation_grad_ops.py): their table is in test_grad_ops.py
     grad_tests = (pathlib.Path(__file__).parent / "test_grad_ops.py").read_text()
     missing = sorted(t for t in OPS if t not in CASES and not t.startswith("_") and f'"{t}":' not in grad_tests)
     assert not missing, f"ops without a test case in tests/ops/test_ops.py or test_grad_ops.py: {missing}"
