@@ -244,13 +244,36 @@ _TBE = "canndev ops/built-in/tbe/impl/dynamic/"
 
 
 @register("AvgPool", kind=VECTOR, source=Source(
-    (_TBE + "avg_pool.py (reduce_avg_rw / reduce_avg_rh: vadd of the window, mean_func: vmuls by 1/count)",
-     "NUMERICS.md section 2 (composite ops)"), (),
-    "the window's mean in float64, one rounding (the composite rule: assumed, no parameter); the kernel's adds in "
-    "the input dtype and its cube path are not modelled"))
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/avg_pool_pass.cpp (AvgPoolFusionPass: a depthwise filter "
+     "of fp16(1/(kh kw)) for VALID, of ones and a Mul by fp16(1/area) for SAME; output width 1 left alone)",
+     _TBE + "avg_pool.py (with a filter: conv2d, groups = C, on the cube)", "NUMERICS.md section 2 (composite ops)"),
+    ("op_model", "cube_block_sum", "cube_extra_bits", "cube_normalize"),
+    "fp16, static shape, output width > 1: the depthwise convolution on the cube (fp16 products exact, float32 "
+    "accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area); otherwise (float32, bf16, output "
+    "width 1, op_model exact) the window's mean in float64, one rounding (the composite rule: assumed; the vector "
+    "kernel's reduce_avg adds in the input dtype are not modelled)"))
 def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
+    """AvgPool as GE runs an fp16 one (AvgPoolFusionPass + the TBE AvgPool with a filter): a depthwise convolution
+    on the cube by fp16(1/(kh*kw)) (VALID), or by ones followed by an fp16 multiply by fp16(1/area) per output
+    position (SAME); other cases the window's mean in float64, rounded once."""
     _nhwc(data_format)
+    x = np.asarray(x)
     v, cnt = _windows(to64(x), ksize, strides, padding, 0.0)
+    if x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model != "exact" and v.shape[2] != 1:
+        from ..numerics.cube import depthwise_conv2d
+        from .math_ops import vec
+
+        kh, kw = _hw(ksize)
+        # the pass's float arithmetic: 1.0 / area stored as float, then converted to fp16
+        area16 = (lambda a: np.float16(np.float32(1.0 / a)))
+        w = np.full((kh, kw, x.shape[3], 1), area16(kh * kw) if padding == "VALID" else np.float16(1), np.float16)
+        kwargs = _cube_kw(ctx)
+        kwargs["out_dtype"] = "float16"
+        y = _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=padding, **kwargs))
+        if padding == "SAME":
+            coffe = np.vectorize(area16, otypes=[np.float16])(np.maximum(cnt[:1, :, :, :1], 1))
+            y = vec(ctx, "mul", y, coffe)
+        return y
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
 
 
