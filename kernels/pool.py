@@ -55,16 +55,18 @@ def max_pool_f32(x, out, kh, kw, sh, sw, pt, pl):
 
 @njit(cache=True, error_model="numpy")
 def _max_pool_grad_plane(x, dy, acc, kh, kw, sh, sw, pt, pl):
-    """One (H, W) plane of :func:`max_pool_grad_f32`."""
+    """One (H, W) plane of :func:`max_pool_grad_f32`: each window's winning tap, then the gradients added tap by
+    tap (a counting sort of the windows by their winning tap; one tap maps the windows to distinct pixels)."""
     H, W = x.shape
     OH, OW = dy.shape
+    win = np.empty(OH * OW, dtype=np.int64)        # the winning tap i * kw + j of window oh * OW + ow
+    count = np.zeros(kh * kw + 1, dtype=np.int64)
     for oh in range(OH):
         r0 = oh * sh - pt
         for ow in range(OW):
             c0 = ow * sw - pl
             best = -np.inf
-            br = r0
-            bc = c0
+            bt = 0
             first = True
             nan = False
             for i in range(kh):
@@ -73,25 +75,40 @@ def _max_pool_grad_plane(x, dy, acc, kh, kw, sh, sw, pt, pl):
                     c = c0 + j
                     v = x[r, c] if (r >= 0 and r < H and c >= 0 and c < W) else -np.inf
                     if v != v:          # the first NaN is the maximum
-                        br = r
-                        bc = c
+                        bt = i * kw + j
                         nan = True
                         break
                     if first or v > best:
                         best = v
-                        br = r
-                        bc = c
+                        bt = i * kw + j
                         first = False
                 if nan:
                     break
-            if br >= 0 and br < H and bc >= 0 and bc < W:
-                acc[br, bc] = acc[br, bc] + dy[oh, ow]
+            win[oh * OW + ow] = bt
+            count[bt + 1] += 1
+    for t in range(kh * kw):
+        count[t + 1] += count[t]
+    order = np.empty(OH * OW, dtype=np.int64)
+    for k in range(OH * OW):
+        t = win[k]
+        order[count[t]] = k
+        count[t] += 1
+    for m in range(OH * OW):
+        k = order[m]
+        oh = k // OW
+        ow = k % OW
+        t = win[k]
+        br = oh * sh - pt + t // kw
+        bc = ow * sw - pl + t % kw
+        if br >= 0 and br < H and bc >= 0 and bc < W:
+            acc[br, bc] = acc[br, bc] + dy[oh, ow]
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def max_pool_grad_f32(x, dy, acc, kh, kw, sh, sw, pt, pl):
     """acc[n, r, c, ch] += dy[n, oh, ow, ch] at (r, c) the first maximum of window (oh, ow) (taps row-major,
-    padding -inf, a NaN the maximum: numpy's argmax), in (oh, ow) order per (n, ch); padding dropped.
+    padding -inf, a NaN the maximum: numpy's argmax), per (n, ch) tap by tap as TBE's MaxPoolGrad adds them (in
+    (oh, ow) order within a tap); padding dropped.
 
     x, dy, acc are (N, H, W, C) float32 views of any strides (an NCHW array transposed is one: no copy);
     acc starts as +0. Each (n, ch) plane is independent, so the plane loop is parallel and the bits do not

@@ -629,13 +629,15 @@ def max_pool_grad(x, dy, kh, kw, sh, sw, pt, pl):
     """MaxPoolGrad from its definition, one window at a time in Python: the window's taps in row-major order,
     a tap in the padding reading -inf, the first tap that is NaN (else the first of the largest values)
     receiving the window's gradient; the gradients reaching one input pixel added in float32, starting from
-    +0, in the order of the windows (row-major over the output). ``x``, ``dy`` NHWC float32; a float32 array
-    back."""
+    +0, in the order of their winning taps (TBE max_pool_grad.py adds the selected gradients of the whole plane
+    one tap at a time), windows of one tap row-major over the output. ``x``, ``dy`` NHWC float32; a float32
+    array back."""
     n, h, w, c = x.shape
     _, oh, ow, _ = dy.shape
     acc = np.zeros((n, h, w, c), _F32)
     for b in range(n):
         for ch in range(c):
+            picks = []
             for i in range(oh):
                 for j in range(ow):
                     pick = None
@@ -651,9 +653,11 @@ def max_pool_grad(x, dy, kh, kw, sh, sw, pt, pl):
                                 pick, best = (r, q), v
                         if best is not None and math.isnan(best):
                             break
-                    r, q = pick
-                    if 0 <= r < h and 0 <= q < w:
-                        acc[b, r, q, ch] = _F32(acc[b, r, q, ch] + _F32(dy[b, i, j, ch]))
+                    tap = (pick[0] - (i * sh - pt)) * kw + (pick[1] - (j * sw - pl))
+                    picks.append((tap, i, j, pick))
+            for tap, i, j, (r, q) in sorted(picks, key=lambda e: e[0]):      # stable: row-major within a tap
+                if 0 <= r < h and 0 <= q < w:
+                    acc[b, r, q, ch] = _F32(acc[b, r, q, ch] + _F32(dy[b, i, j, ch]))
     return acc
 
 

@@ -94,8 +94,9 @@ ASSUMED = (
             "the vector unit's transcendental ops (Exp, Log, Tanh, Gelu, Rsqrt, LayerNorm's rstd, ...)", "2",
             "vector"),
     Assumed("op_model", ("op_model",), OP_MODELS, None, VECTOR,
-            "the ops with a published CANN kernel (Gelu, Tanh, Sigmoid, Exp, Rsqrt, Sin, Cos, Softmax, "
-            "LayerNorm, ReduceMean, BatchNorm)", "2", "vector"),
+            "the ops with a published CANN kernel (Gelu, Tanh, Sigmoid, Exp, Rsqrt, Sin, Cos, Softmax, LogSoftmax, "
+            "Softplus, Elu, Selu, SigmoidGrad, SoftplusGrad, SoftmaxCrossEntropyWithLogits, DivNoNan, MulNoNan, "
+            "Cumsum, LayerNorm, ReduceMean, BatchNorm)", "2", "vector"),
     Assumed("reduce_accumulate", ("reduce_accumulate",), REDUCE_ACCUMULATE, "float32", VECTOR,
             "fp16 reductions (Sum, Mean, ...)", "2", "vector"),
     Assumed("multicore_reduce_min_chunk", ("multicore", "reduce_min_chunk"), (64, 128, 256, 512, 1024), 256,

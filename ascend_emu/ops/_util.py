@@ -100,6 +100,28 @@ def f32_chain(ctx, fn, *xs):
     return finish(ctx, np.asarray(y, dtype=np.float32))
 
 
+def step32(ctx, v) -> np.ndarray:
+    """One float32 vector instruction's result (NUMERICS.md section 2, "Model of a step"): an Inf or NaN sets
+    status 0x20 (the register sees every instruction) and under ``saturation`` becomes +-FLT_MAX or +0, which
+    the kernel's next instruction reads."""
+    v = np.asarray(v, dtype=np.float32)
+    bad = ~np.isfinite(v)
+    if bad.any():
+        ctx.record(STATUS_FP_OVERFLOW)
+        if ctx.overflow_mode == "saturation":
+            fmax = np.finfo(np.float32).max
+            v = np.where(np.isnan(v), np.float32(0), np.clip(v, -fmax, fmax)).astype(np.float32)
+    return v
+
+
+def f32_steps(ctx, fn, *xs):
+    """A kernel's float32 steps: ``fn(step, *xs)`` on the float32 widening of ``xs``, where ``fn`` passes each
+    vector instruction's result through ``step`` (:func:`step32`); then one rounding to the compute dtype."""
+    with np.errstate(all="ignore"):
+        y = fn(lambda v: step32(ctx, v), *[widen(ctx, x) if is_float(x) else x for x in xs])
+    return finish(ctx, np.asarray(y, dtype=np.float32))
+
+
 def sum_f32(ctx, x, axes) -> np.ndarray:
     """Sequential float32 sum of float32 ``x`` over ``axes`` (the vector unit's ReduceSum in
     float32, NUMERICS.md section 2), split over cores under ``ctx.multicore`` (section 11); its

@@ -1,27 +1,20 @@
-"""The ops of training graphs: backprop convolutions on the cube, activation gradients,
-batch-norm training and its gradient, losses, pooling gradients and gradient bookkeeping.
+"""The ops of training graphs: backprop convolutions on the cube, batch-norm training and its gradient, losses,
+pooling gradients and gradient bookkeeping (the elementwise gradients are :mod:`.activation_grad_ops`'s).
 
 Backprop convolutions are rewritten into the forward cube kernels (:mod:`ascend_emu.numerics.cube`),
 so fp16 operands, fp32 accumulation in K-blocks and the Fixpipe rounding follow the CubeModel
-exactly as for Conv2D and MatMul. The elementwise gradients are modelled on CANN's kernels
-(``activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h`` in hicann/ops-nn): 16-bit inputs
-are widened to float32, the formula runs as float32 vector instructions (each rounded to float32),
-and the result is rounded once (``rint``) to the compute dtype. NUMERICS.md section 8 has the
-details, op by op.
+exactly as for Conv2D and MatMul. The losses and pooling gradients follow their TBE kernels' steps where
+NUMERICS.md section 8 says so, op by op.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import AscendEmuError
-from ._util import as_int_list, f32_chain, finish, is_float, sum_f32, to64, widen
+from ._util import as_int_list, finish, is_float, sum_f32, to64, widen
+from .activation_grad_ops import _NEG_ONE, _ONE, _TBE   # noqa: F401  (and registers the elementwise gradients)
 from .nn_ops import CONV_SOURCE, _channels, _cube_kw, _finish_as_stored, _hw, _nhwc, _padding, _record
 from .registry import CUBE, HOST, MOVE, VECTOR, Source, register
-
-# SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
-SELU_SCALE = 1.0507009873554804934193349852946
-SELU_ALPHA = 1.6732632423543772848170429916717
-_SCALE32, _SCALE_ALPHA32 = np.float32(SELU_SCALE), np.float32(SELU_SCALE * SELU_ALPHA)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -144,155 +137,6 @@ def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dil
         b[:, :, k] = t.reshape(r, c).T
     out = _record(ctx, batch_matmul(a, b, **_cube_kw(ctx)))                                         # (C, M, taps)
     return np.ascontiguousarray(out.transpose(2, 0, 1)).reshape(kh, kw, c, m)
-
-
-# ------------------------------------------------------------------------------ vector: activation gradients
-
-#: the elementwise gradients' model (float32 steps in the order given, one rounding) and their TBE kernels (canndev,
-#: read in the public mirror dengguojie/vue-element-admin); a note says where a kernel's order differs
-_TBE = "canndev ops/built-in/tbe/impl/dynamic/"
-_GRAD_MODEL = "NUMERICS.md section 8 (elementwise gradients: float32 steps, one rounding)"
-
-
-def _grad_source(kernel, note):
-    return Source((_TBE + kernel, _GRAD_MODEL), (), note)
-
-
-_GRAD_SOURCE = {
-    "Relu6Grad": _grad_source("relu6_grad.py (relu6_grad_compute)", "dy times a 0/1 mask: the rounding is exact"),
-    "EluGrad": _grad_source("elu_grad.py (elu_grad_compute: (min(y, 0) + 1) dy)", "the kernel's steps and order"),
-    "SeluGrad": _grad_source("selu_grad.py (selu_grad_compute: vcmpsel of dy (y + scale alpha), dy scale)",
-                             "the kernel's steps and order"),
-    "SigmoidGrad": Source(("hicann/ops-nn activation/sigmoid_grad/op_kernel/arch35/sigmoid_grad_f16.h",
-                           _TBE + "sigmoid_grad.py (sigmoid_grad_compute)", _GRAD_MODEL), (),
-                          "(dy (1 - y)) y as the Ascend C kernel; TBE's (y - y y) dy order is not modelled"),
-    "TanhGrad": _grad_source("tanh_grad.py (tanh_grad_compute: (1 - y y) dy)", "the kernel's steps and order"),
-    "RsqrtGrad": _grad_source("rsqrt_grad.py (rsqrt_grad_compute)", "-0.5 (dy y)(y y) (TF's order, assumed); the "
-                                                                     "kernel's ((y y) y dy) (-0.5) is not modelled"),
-    "SqrtGrad": _grad_source("sqrt_grad.py (sqrt_grad_compute: vdiv(dy, y), vmuls 0.5)",
-                             "0.5 dy / y in float32; the kernel divides in the input dtype, then halves (exact but "
-                             "for subnormal results)"),
-    "ReciprocalGrad": _grad_source("reciprocal_grad.py (reciprocal_grad_compute)",
-                                   "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
-    "InvGrad": _grad_source("inv_grad.py (inv_grad_compute)",
-                            "-dy y y (TF's order, assumed); the kernel's ((-y) y) dy is not modelled"),
-    "SoftplusGrad": _grad_source("softplus_grad.py (softplus_grad_compute)",
-                                 "dy / (exp(-x) + 1), float32 C-library exp (TF's form, assumed); the kernel's "
-                                 "dy (e^x / (e^x + 1)) is not modelled"),
-}
-
-
-def _grad(tf_type, formula, doc):
-    @register(tf_type, kind=VECTOR, source=_GRAD_SOURCE[tf_type])
-    def op(a, b, *, ctx):
-        return f32_chain(ctx, formula, a, b)
-    op.__name__ = tf_type
-    op.__doc__ = doc
-    return op
-
-
-_ONE, _HALF = np.float32(1.0), np.float32(0.5)
-
-
-
-@register("ReluGrad", kind=VECTOR, source=_grad_source(
-    "relu_grad.py (relu_grad_compute: dy times a 0/1 mask of x > 0)", "the product by 0 or 1: the rounding is exact"))
-def relu_grad(dy, x, *, ctx):
-    """dx = dy * (x > 0)"""
-    dy, x = np.asarray(dy), np.asarray(x)
-    if (ctx.dtype != np.float32 and ctx.subnormals == "keep" and dy.dtype == x.dtype == ctx.dtype
-            and dy.shape == x.shape):
-        # a select on the 16-bit patterns: the same bits as the float32 product rounded, for finite dy
-        from ..kernels import alloc
-        from ..kernels.vector import relu_grad16
-
-        out = alloc.empty(dy.shape, np.uint16)
-        if not relu_grad16(np.ascontiguousarray(dy).view(np.uint16).reshape(-1),
-                           np.ascontiguousarray(x).view(np.uint16).reshape(-1), out.reshape(-1),
-                           ctx.dtype != np.float16):
-            return out.view(ctx.dtype)
-    return f32_chain(ctx, lambda g, f: g * (f > 0).astype(np.float32), dy, x)
-_grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "dx = dy * (0 < x < 6)")
-_grad("EluGrad", lambda dy, y: np.where(y < 0, dy * (y + _ONE), dy), "dx = y < 0 ? dy * (y + 1) : dy")
-_grad("SeluGrad", lambda dy, y: np.where(y < 0, dy * (y + _SCALE_ALPHA32), dy * _SCALE32),
-      "dx = y < 0 ? dy * (y + scale*alpha) : dy * scale")
-_grad("SigmoidGrad", lambda y, dy: (dy * (_ONE - y)) * y, "dx = (dy * (1 - y)) * y  (CANN's order)")
-_grad("TanhGrad", lambda y, dy: dy * (_ONE - y * y), "dx = dy * (1 - y*y)")
-_grad("RsqrtGrad", lambda y, dy: np.float32(-0.5) * (dy * y) * (y * y), "dx = -0.5 * (dy*y) * (y*y)")
-_grad("SqrtGrad", lambda y, dy: _HALF * dy / y, "dx = 0.5 * dy / y")
-_grad("ReciprocalGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
-_grad("InvGrad", lambda y, dy: -dy * y * y, "dx = -dy * y * y")
-_grad("SoftplusGrad", lambda dy, x: dy / (np.exp(-x) + _ONE), "dx = dy / (exp(-x) + 1)")
-
-
-@register("LeakyReluGrad", kind=VECTOR, source=_grad_source(
-    "leaky_relu_grad.py (leaky_relu_grad_compute: dy times 1, or the float32 negative_slope)",
-    "dy or dy alpha (alpha float32), one rounding"))
-def leaky_relu_grad(dy, x, *, ctx, alpha=0.2):
-    """dx = x > 0 ? dy : dy * alpha (alpha as a float32 scalar)."""
-    return f32_chain(ctx, lambda g, f: np.where(f > 0, g, g * np.float32(alpha)), dy, x)
-
-
-@register("Elu", kind=VECTOR, source=_grad_source(
-    "elu.py (elu_compute)", "x < 0: float32 expm1(x) (C library; assumed), one rounding; the kernel's "
-                            "vexp(min(x, 0)) - 1 is not modelled"))
-def elu(x, *, ctx):
-    """y = x < 0 ? expm1(x) : x, in float32, one rounding."""
-    return f32_chain(ctx, lambda v: np.where(v < 0, np.expm1(v), v), x)
-
-
-@register("Selu", kind=VECTOR, source=_grad_source(
-    "selu.py (selu_compute)", "float32 scale alpha expm1(x) or scale x (C-library expm1; assumed), one rounding; "
-                              "the kernel's vexp(min(x, 0)) - 1 is not modelled"))
-def selu(x, *, ctx):
-    """y = x < 0 ? scale*alpha*expm1(x) : scale*x, in float32, one rounding."""
-    return f32_chain(ctx, lambda v: np.where(v < 0, _SCALE_ALPHA32 * np.expm1(v), _SCALE32 * v), x)
-
-
-@register("Sign", kind=VECTOR, source=Source(exact="-1, 0 or 1 (NaN stays NaN)"))
-def sign(x, *, ctx):
-    """-1, 0 or 1 (NaN stays NaN): exact in every dtype."""
-    if not is_float(x):
-        return np.sign(x)
-    return f32_chain(ctx, np.sign, x)
-
-
-@register("DivNoNan", kind=VECTOR, source=Source(
-    (_TBE + "div_no_nan.py (div_no_nan_compute)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
-    "one division rounded once, 0 where y == 0 (the divisor taken as 1 there: assumed, no parameter); the kernel's "
-    "mask arithmetic, x / (y + mask - 1) mask, giving -0 or NaN there, is not modelled"))
-def div_no_nan(x, y, *, ctx):
-    """x / y, and 0 where y == 0: a vector division by a safe divisor, then a select."""
-    from .math_ops import vec
-
-    if not is_float(x):
-        raise NotImplementedError("integer DivNoNan")
-    zero = np.asarray(y) == 0
-    q = vec(ctx, "realdiv", x, np.where(zero, np.ones((), np.asarray(y).dtype), y))
-    return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
-
-
-@register("MulNoNan", kind=VECTOR, source=Source(
-    (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), (),
-    "one vmul rounded once; 0 where y == 0 even for an infinite or NaN x (TensorFlow's rule); the kernel's plain "
-    "vmul (NaN there) is not modelled"))
-def mul_no_nan(x, y, *, ctx):
-    """x * y, and 0 where y == 0 (even for x Inf or NaN)."""
-    from .math_ops import vec
-
-    if not is_float(x):
-        raise NotImplementedError("integer MulNoNan")
-    zero = np.asarray(y) == 0
-    p = vec(ctx, "mul", np.where(zero, np.zeros((), np.asarray(x).dtype), x), y)
-    return p
-
-
-@register("FloorMod", kind=VECTOR, source=Source(exact="integer modulo (a float FloorMod runs on the AI CPU)"))
-def floor_mod(x, y, *, ctx):
-    """Integer floor modulo (the sign of the divisor), exact; float FloorMod runs on the AI CPU."""
-    if is_float(x):
-        raise NotImplementedError("float FloorMod")
-    return np.mod(x, y)
 
 
 # ------------------------------------------------------------------------------ vector: reductions
@@ -452,30 +296,53 @@ def _batch_norm_grad_pass(dy, x, scale, mean, variance, ctx, epsilon, n):
 
 # ------------------------------------------------------------------------------ losses
 
+_SCE_KERNEL = _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)"
+
+
 @register("SoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
-    (_TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
-     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
-    "float64 inside, each output rounded once (the composite rule: assumed, no parameter); the kernel's float32 max, "
-    "exp, sum, div, log steps are not modelled"))
+    (_SCE_KERNEL, "NUMERICS.md section 8 (losses)"), ("op_model", "impl_mode"),
+    "the kernel's float32 steps: s = x - max, e = exp(s), S = sum(e), backprop = e / S - labels, loss = "
+    "sum((labels (s - log S)) (-1)); each output rounded once; the sums' order is the registry's float32 ReduceSum "
+    "(assumed); op_model exact: float64 inside"))
 def softmax_cross_entropy(logits, labels, *, ctx):
-    """loss = sum(labels * (logsumexp(z) - z)), backprop = softmax(z) - labels, per row; exact
-    (float64) inside, each output rounded once (the composite rule of NUMERICS.md section 2)."""
-    z, lab = np.broadcast_arrays(to64(logits), to64(labels))
+    """TBE softmax_cross_entropy_with_logits_compute over the last axis: fp16 widened; m = max(x); s = x - m;
+    e = exp(s) (the vector unit's float32 exp); S = sum(e); backprop = e / S - labels; loss =
+    sum((labels * (s - log(S))) * -1); every step float32, each output rounded once. Under
+    ``op_model="exact"``: float64 inside (the composite rule of NUMERICS.md section 2)."""
+    if ctx.op_model == "exact":
+        z, lab = np.broadcast_arrays(to64(logits), to64(labels))
+        with np.errstate(all="ignore"):
+            zs = z - z.max(axis=-1, keepdims=True)
+            lse = np.log(np.exp(zs).sum(axis=-1, keepdims=True))
+            loss = (lab * (lse - zs)).sum(axis=-1)
+            back = np.exp(zs - lse) - lab
+        return finish(ctx, loss), finish(ctx, back)
+    from ._util import step32
+    from ..numerics.vector import vector
+
+    x, lab = np.broadcast_arrays(widen(ctx, logits), widen(ctx, labels))
+    axis = (x.ndim - 1,)
+    f32 = dict(dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, op_model=ctx.op_model,
+               impl_mode=ctx.impl_mode)
     with np.errstate(all="ignore"):
-        zs = z - z.max(axis=-1, keepdims=True)
-        lse = np.log(np.exp(zs).sum(axis=-1, keepdims=True))
-        loss = (lab * (lse - zs)).sum(axis=-1)
-        back = np.exp(zs - lse) - lab
+        s = step32(ctx, x - x.max(axis=-1, keepdims=True))
+        e, st = vector("exp", s, **f32)
+        ctx.record(st)
+        total = step32(ctx, sum_f32(ctx, np.ascontiguousarray(e), axis))[..., None]
+        back = step32(ctx, step32(ctx, e / total) - lab)
+        lg, st = vector("log", total, **f32)
+        ctx.record(st)
+        t = step32(ctx, step32(ctx, lab * step32(ctx, s - lg)) * _NEG_ONE)
+        loss = step32(ctx, sum_f32(ctx, np.ascontiguousarray(t), axis))
     return finish(ctx, loss), finish(ctx, back)
 
 
 @register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
     ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/sparse_softmax_cross_entropy_with_logits_fusion_pass.cc "
      "(OneHotD + SoftmaxCrossEntropyWithLogits)",
-     _TBE + "softmax_cross_entropy_with_logits.py (softmax_cross_entropy_with_logits_compute)",
-     "NUMERICS.md section 8 (losses), section 2 (composite ops)"), (),
-    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits; float64 inside, each output rounded once (assumed, no "
-    "parameter); the kernel's float32 steps are not modelled"))
+     _SCE_KERNEL, "NUMERICS.md section 8 (losses)"), ("op_model", "impl_mode"),
+    "GE runs it as OneHotD + SoftmaxCrossEntropyWithLogits: that kernel's float32 steps (the row sums' order "
+    "assumed)"))
 def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     """As SoftmaxCrossEntropyWithLogits with one-hot labels given as class indices."""
     lab = np.asarray(labels).astype(np.int64)
@@ -532,13 +399,13 @@ def _scatter_add(shape, rows, cols, vals) -> np.ndarray:
 
 
 @register("MaxPoolGrad", kind=VECTOR, source=Source(
-    (_TBE + "max_pool_grad.py (vcmpv_eq of the input with the max, vsel of dy, vadd)",
-     "NUMERICS.md section 8 (pooling gradients)"), (),
-    "dy to the window's first maximum, float32 adds in output order, one rounding (assumed, no parameter); the "
-    "kernel's selection of every tie (vcmpv_eq, as read) is not modelled"))
+    (_TBE + "max_pool_grad.py (_calc_mask_dy: vcmpv_eq with the max, vand with the vnot of the earlier taps' vor; "
+     "vsel of dy; float32 vadd tap by tap)", "NUMERICS.md section 8 (pooling gradients)"), (),
+    "dy to the window's first maximum in tap order (the kernel's mask bookkeeping), float32 adds tap by tap over the "
+    "plane, one rounding"))
 def max_pool_grad(x, y, dy, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """Each output's gradient goes to the first maximum of its window (taps in row-major order, a NaN
-    the maximum), accumulated in float32 output by output, rounded once (``kernels/pool.py``'s
+    the maximum), accumulated in float32 tap by tap, rounded once (``kernels/pool.py``'s
     ``max_pool_grad_f32``, on the arrays' own strides: an NCHW array's NHWC view is not copied)."""
     from ..kernels import pool as _kp
 

@@ -64,12 +64,17 @@ def _scan(x32, axis, exclusive, reverse):
 
 
 @register("Cumsum", kind=VECTOR, source=Source(
-    ("hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
-     _TBE + "cumsum_d.py, cum_computer.py (vadd of the running sum)", _INDEX_MODEL), (),
-    "a float32 running sum in scan order, each output rounded once: the Ascend C kernel's float32, not its Sklansky "
-    "order; the 910B's TBE CumsumD adds in the input dtype (fp16 rounded each step): not modelled"))
+    (_TBE + "dynamic/cumsum.py, dynamic/cum_computer.py (CumsumComputer._cal_data: vadd of the running sum in the "
+     "input dtype; bf16 taken as float32)",
+     "hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
+     _INDEX_MODEL), ("op_model",),
+    "TBE (910, 910B): fp16 added in fp16, each running sum rounded (and saturated) before the next add; float32 and "
+    "bf16 a float32 running sum, each output rounded once; op_model ascendc / exact: float32 in scan order for every "
+    "dtype (the Ascend C kernel's float32, not its Sklansky order)"))
 def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
-    """Running sum along ``axis``: float32 accumulation in scan order, each output rounded once."""
+    """Running sum along ``axis``. TBE (``op_model`` tbe_*): an fp16 ``x`` is summed by fp16 vadds, each running
+    sum rounded to fp16; other float dtypes (and every dtype under ``ascendc`` / ``exact``) by float32 adds in scan
+    order, each output rounded once."""
     x = np.asarray(x)
     ax = _scalar(axis) % max(x.ndim, 1)
     if not is_float(x):
@@ -78,7 +83,32 @@ def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
         if exclusive:
             s = np.concatenate([np.zeros_like(np.take(s, [0], axis=ax)), np.delete(s, -1, axis=ax)], axis=ax)
         return contiguous(np.flip(s, ax) if reverse else s)
+    if x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model.startswith("tbe") and x.ndim:
+        return _scan16(ctx, x, ax, bool(exclusive), bool(reverse))
     return finish(ctx, _scan(widen(ctx, x), ax, bool(exclusive), bool(reverse)))
+
+
+def _scan16(ctx, x, axis, exclusive, reverse):
+    """TBE's fp16 running sum: the first element copied, then one fp16 vadd per step (the exact sum rounded once,
+    status and overflow mode per add); exclusive writes the sum before the step's add."""
+    from .math_ops import vec
+
+    y = np.moveaxis(np.flip(x, axis) if reverse else x, axis, 0)
+    out = np.empty(y.shape, np.float16)
+    if y.shape[0]:
+        acc = np.array(y[0])
+        if exclusive:
+            out[0] = 0
+        else:
+            out[0] = acc
+        for i in range(1, y.shape[0]):
+            if exclusive:
+                out[i] = acc
+            acc = vec(ctx, "add", acc, y[i])
+            if not exclusive:
+                out[i] = acc
+    out = np.moveaxis(out, 0, axis)
+    return contiguous(np.flip(out, axis) if reverse else out)
 
 
 # ------------------------------------------------------------------------------------ segment sums
@@ -147,11 +177,33 @@ def scatter_nd(indices, updates, shape, *, ctx):
 
 @register("TensorScatterAdd", kind=VECTOR, source=Source(
     ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/tensor_scatter_add_fusion_pass.cc (TensorMove + "
-     "ScatterNdAdd)", _TBE + "dynamic/scatter_nd_add.py (vec_add into var)", _INDEX_MODEL), (),
-    "float32 adds in index order, one rounding (assumed, no parameter); ScatterNdAdd adds each update into var in "
-    "var's dtype (fp16 rounded per add): not modelled"))
+     "ScatterNdAdd)", _TBE + "dynamic/scatter_nd_add.py (vec_add of each update into var, in var's dtype)",
+     _INDEX_MODEL), (),
+    "each update row added into the tensor in its dtype in index order (fp16: rounded per add, status and overflow "
+    "mode per add; float32 likewise in float32); bf16 (not in the kernel's dtype list) a float32 sum rounded once "
+    "(assumed, no parameter)"))
 def tensor_scatter_add(tensor, indices, updates, *, ctx):
-    return _scatter_add(np.asarray(tensor), indices, updates, ctx)
+    """ScatterNdAdd on a copy of ``tensor`` (GE's TensorScatterAddFusionPass): every update row added into its
+    slice with one vadd in the tensor's dtype, in index order (a repeated index adds onto the rounded sum)."""
+    t = np.asarray(tensor)
+    if t.dtype != np.float16 or ctx.dtype_name != "float16":
+        return _scatter_add(t, indices, updates, ctx)
+    from .math_ops import vec
+
+    pos, slc = _scatter_plan(indices, t.shape)
+    n = int(np.prod(t.shape[:t.ndim - len(slc)], dtype=np.int64))
+    out = t.reshape((n,) + slc).copy()
+    upd = np.asarray(updates, np.float16).reshape((len(pos),) + slc)
+    # the k-th occurrence of each slice in index order: within one occurrence number the slices are distinct, so
+    # each round is one vadd over them, and a slice's rounds come in its index order
+    order = np.argsort(pos, kind="stable")
+    first = np.r_[0, np.flatnonzero(np.diff(pos[order])) + 1] if len(pos) else np.zeros(0, np.int64)
+    occ = np.empty(len(pos), np.int64)
+    occ[order] = np.arange(len(pos)) - np.repeat(first, np.diff(np.r_[first, len(pos)]))
+    for r in range(int(occ.max()) + 1 if len(pos) else 0):
+        rows = np.flatnonzero(occ == r)
+        out[pos[rows]] = vec(ctx, "add", out[pos[rows]], upd[rows])
+    return out.reshape(t.shape)
 
 
 @register("TensorScatterUpdate", kind=MOVE)

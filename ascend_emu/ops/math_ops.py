@@ -127,16 +127,6 @@ for _name, _types in {
     _unary(_name, _types)
 
 
-@register("Softplus", kind=VECTOR, eltwise="softplus", source=Source(
-    (_TBE + "softplus.py (softplus_compute)", "NUMERICS.md section 2 (composite ops)"), (),
-    "modelled as the composite rule (float64 max(x,0) + log1p(e^-|x|), one rounding: an assumption with no "
-    "parameter); the TBE kernel's float32 vexp/vlog steps are not modelled"))
-def softplus(x, *, ctx):
-    """A composite op (NUMERICS.md section 2): the vector unit's softplus, max(x, 0) + log1p(e^-|x|) in
-    float64 rounded once, whatever ``impl_mode``."""
-    return vec(ctx, "softplus", x, impl_mode="high_precision")
-
-
 def _trig(op, x, ctx):
     from ..numerics.trig import trig
 
@@ -200,26 +190,35 @@ def bias_add(x, bias, *, ctx, data_format="NHWC"):
 
 
 @register("AddN", kind=VECTOR, eltwise="add", source=Source(
-    (_TBE + "add_n.py (add_n_fusion_compute: vadd in the input dtype)", _ONCE), (),
-    "each partial sum rounded to the compute dtype, as add_n_fusion_compute; add_n_compute (unfused, on SoCs with a "
-    "float32 vadd) widens fp16 and rounds the float32 sum once: not modelled"))
+    (_TBE + "add_n.py (add_n_compute: fp16 and bf16 cast to float32 where vadd takes float32, vadd in input order, "
+     "one cast back)", _ONCE), (),
+    "16-bit inputs widened, a float32 running sum in input order, one rounding (RINT); add_n_fusion_compute's adds "
+    "in the input dtype apply only inside a UB fusion, which no fusion rule here forms"))
 def add_n(*xs, ctx):
-    if len(xs) > 2 and ctx.dtype_name == "float16" and ctx.subnormals == "keep" and all(
+    """TBE add_n_compute: float32 inputs added in input order; fp16 / bf16 inputs widened to float32 (the 910 and
+    910B have a float32 vadd), the float32 running sum rounded once to the compute dtype."""
+    if ctx.dtype == np.float32 or not all(is_float(x) for x in xs):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = vec(ctx, "add", acc, x)
+        return acc
+    if ctx.dtype_name == "float16" and ctx.subnormals == "keep" and all(
             type(x) is np.ndarray and x.dtype == np.float16 and x.shape == xs[0].shape for x in xs):
-        # the fp16 adds below in one pass: each float32 sum rounded to fp16 before the next add (the
-        # chain kernel; None if any sum is Inf or NaN, whose status and overflow mode the adds handle)
+        # the float32 adds in one pass, rounded once to fp16 (the chain kernel; None if any sum is Inf or NaN,
+        # whose status and overflow mode the steps below handle)
         from ..numerics.chain import chain_to_f16
 
-        steps = [("add", 0, 1)]
-        for k in range(2, len(xs)):
-            steps += [("round16", -1, -2), ("add", -1, k)]
-        y = chain_to_f16(xs, steps)
+        y = chain_to_f16(xs, [("add", 0, 1)] + [("add", -1, k) for k in range(2, len(xs))])
         if y is not None:
             return y
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = vec(ctx, "add", acc, x)
-    return acc
+    from ._util import f32_steps
+
+    def steps(st, *vs):
+        acc = vs[0]
+        for v in vs[1:]:
+            acc = st(acc + v)
+        return acc
+    return f32_steps(ctx, steps, *xs)
 
 
 _CMP = {"Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less, "LessEqual": np.less_equal,

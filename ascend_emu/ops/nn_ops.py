@@ -6,8 +6,9 @@ import string
 import numpy as np
 
 from ..errors import AscendEmuError
-from . import sourced
-from ._util import as_int_list, contiguous, finish, sum_f32, to64, widen
+from . import log_kernels, sourced
+from ._util import as_int_list, contiguous, finish, is_float, sum_f32, to64, widen
+from .math_ops import vec
 from .registry import CUBE, VECTOR, Source, register
 
 #: the cube's sources (NUMERICS.md sections 3 and 13): Mmad with a float32 L0C; the order and rounding inside the
@@ -243,13 +244,36 @@ _TBE = "canndev ops/built-in/tbe/impl/dynamic/"
 
 
 @register("AvgPool", kind=VECTOR, source=Source(
-    (_TBE + "avg_pool.py (reduce_avg_rw / reduce_avg_rh: vadd of the window, mean_func: vmuls by 1/count)",
-     "NUMERICS.md section 2 (composite ops)"), (),
-    "the window's mean in float64, one rounding (the composite rule: assumed, no parameter); the kernel's adds in "
-    "the input dtype and its cube path are not modelled"))
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/avg_pool_pass.cpp (AvgPoolFusionPass: a depthwise filter "
+     "of fp16(1/(kh kw)) for VALID, of ones and a Mul by fp16(1/area) for SAME; output width 1 left alone)",
+     _TBE + "avg_pool.py (with a filter: conv2d, groups = C, on the cube)", "NUMERICS.md section 2 (composite ops)"),
+    ("op_model", "cube_block_sum", "cube_extra_bits", "cube_normalize"),
+    "fp16, static shape, output width > 1: the depthwise convolution on the cube (fp16 products exact, float32 "
+    "accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area); otherwise (float32, bf16, output "
+    "width 1, op_model exact) the window's mean in float64, one rounding (the composite rule: assumed; the vector "
+    "kernel's reduce_avg adds in the input dtype are not modelled)"))
 def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
+    """AvgPool as GE runs an fp16 one (AvgPoolFusionPass + the TBE AvgPool with a filter): a depthwise convolution
+    on the cube by fp16(1/(kh*kw)) (VALID), or by ones followed by an fp16 multiply by fp16(1/area) per output
+    position (SAME); other cases the window's mean in float64, rounded once."""
     _nhwc(data_format)
+    x = np.asarray(x)
     v, cnt = _windows(to64(x), ksize, strides, padding, 0.0)
+    if x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model != "exact" and v.shape[2] != 1:
+        from ..numerics.cube import depthwise_conv2d
+        from .math_ops import vec
+
+        kh, kw = _hw(ksize)
+        # the pass's float arithmetic: 1.0 / area stored as float, then converted to fp16
+        area16 = (lambda a: np.float16(np.float32(1.0 / a)))
+        w = np.full((kh, kw, x.shape[3], 1), area16(kh * kw) if padding == "VALID" else np.float16(1), np.float16)
+        kwargs = _cube_kw(ctx)
+        kwargs["out_dtype"] = "float16"
+        y = _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=padding, **kwargs))
+        if padding == "SAME":
+            coffe = np.vectorize(area16, otypes=[np.float16])(np.maximum(cnt[:1, :, :, :1], 1))
+            y = vec(ctx, "mul", y, coffe)
+        return y
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
 
 
@@ -305,13 +329,31 @@ def softmax(x, *, ctx):
 
 
 @register("LogSoftmax", kind=VECTOR, source=Source(
-    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)", "NUMERICS.md section 2 (composite ops)"), (),
-    "float64 inside, one rounding (the composite rule: assumed, no parameter); the kernel's x - max in the input "
-    "dtype, then float32 exp, sum, log and difference, is not modelled"))
+    (_TBE + "log_softmax_v2.py (log_softmax_v2_compute)",
+     "hicann/ops-nn activation/log_softmax_v2/op_kernel/arch35/log_softmax_v2_ar_full_load.h"),
+    ("op_model", "impl_mode"),
+    "TBE: max and x - max in the input dtype, then float32 exp, sum, log and difference; Ascend C: all float32; one "
+    "rounding; sum order assumed"))
 def log_softmax(x, *, ctx):
+    """x - max - log(sum(exp(x - max))) over the last axis: CANN's kernel step by step, or exact (float64)."""
+    if ctx.op_model != "exact":
+        return log_kernels.log_softmax(ctx, x)
     z = to64(x)
     z = z - z.max(axis=-1, keepdims=True)
     return finish(ctx, z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
+
+
+@register("Softplus", kind=VECTOR, eltwise="softplus", source=Source(
+    (_TBE + "softplus.py (softplus_compute)", "hicann/ops-nn activation/softplus/op_kernel/arch35/softplus_dag.h"),
+    ("op_model", "impl_mode"),
+    "both kernels' float32 steps: (log(exp(-max(x, 0)) + 1) + max(x, 0)) + log(exp(min(x, 0)) + 1) - ln 2, one "
+    "rounding; op_model exact: the vector unit's softplus in float64"))
+def softplus(x, *, ctx):
+    """CANN's softplus kernel step by step (:func:`ascend_emu.ops.log_kernels.softplus`); under
+    ``op_model="exact"`` the vector unit's softplus, max(x, 0) + log1p(e^-|x|) in float64 rounded once."""
+    if ctx.op_model != "exact" and is_float(x):
+        return log_kernels.softplus(ctx, x)
+    return vec(ctx, "softplus", x, impl_mode="high_precision")
 
 
 def _channels(x):

@@ -208,22 +208,43 @@ def _windows_of(shape, ksize, strides, padding):
 
 
 @register("MaxPool3DGrad", kind=VECTOR, source=Source(
-    ("canndev ops/built-in/tbe/impl/max_pool3d_grad.py (vcmpv_eq with the max, vsel of dy, float32 output)",
-     "NUMERICS.md section 2 (3D pooling)"), (),
-    "dy to every tie of the window's max (TF's CPU rule: assumed, no parameter), float32 adds, one rounding; the "
-    "kernel's vnot/vand/vor mask bookkeeping, which reads as first-tie-only, is not modelled"))
+    ("canndev ops/built-in/tbe/impl/max_pool3d_grad.py (not_tiling_main: per output depth row, per tap, vcmpv_eq "
+     "with the max, vand with the vnot of the earlier taps' vor, vsel of dy, float32 vadd into the map; float32 "
+     "output)", "NUMERICS.md section 2 (3D pooling)"), (),
+    "dy to the window's first maximum in tap order (the kernel's mask bookkeeping), float32 adds in the kernel's "
+    "order (output depth row, then tap), one rounding"))
 def max_pool3d_grad(orig_input, orig_output, grad, *, ctx, ksize, strides, padding, data_format="NDHWC"):
-    """Each output gradient goes to every voxel of its window equal to the window's max (TF's CPU rule: a mask
-    of ties, not one argmax), added in float32 in output order, rounded once."""
+    """Each output gradient goes to the first voxel of its window (taps (kd, kh, kw) row-major, padding never)
+    equal to the window's max (a NaN max matches none: the gradient is dropped); the gradients reaching a voxel are
+    added in float32 in the kernel's order, by output depth row and then by winning tap; rounded once."""
     _ndhwc(data_format)
     x, y = _as_f32(np.asarray(orig_input)), _as_f32(np.asarray(orig_output))
     g = _as_f32(np.asarray(grad))
-    acc = np.zeros(x.shape, np.float32)
+    ks, st = _dhw(ksize, "ksize"), _dhw(strides, "strides")
+    pads, _ = _pads3(padding, x.shape[1:4], ks, st, (1, 1, 1))
+    n_all, c_all = x.shape[0], x.shape[4]
+    keys, tgt, vals = [], [], []
     with np.errstate(all="ignore"):
-        for o, win in _windows_of(x.shape[1:4], _dhw(ksize, "ksize"), _dhw(strides, "strides"), padding):
+        for o, win in _windows_of(x.shape[1:4], ks, st, padding):
             sl = (slice(None), *win, slice(None))
-            hit = x[sl] == y[(slice(None), *o, slice(None))][:, None, None, None, :]
-            acc[sl] += np.where(hit, g[(slice(None), *o, slice(None))][:, None, None, None, :], np.float32(0))
+            dims = tuple(w.stop - w.start for w in win)
+            hit = (x[sl] == y[(slice(None), *o, slice(None))][:, None, None, None, :]).reshape(n_all, -1, c_all)
+            n_i, c_i = np.nonzero(hit.any(axis=1))
+            if not n_i.size:
+                continue
+            first = hit.argmax(axis=1)[n_i, c_i]              # the first tie, row-major in the window
+            vox = [w.start + v for w, v in zip(win, np.unravel_index(first, dims))]
+            rel = [v - (i * s - p[0]) for v, i, s, p in zip(vox, o, st, pads)]
+            keys.append(o[0] * (ks[0] * ks[1] * ks[2]) + (rel[0] * ks[1] + rel[1]) * ks[2] + rel[2])
+            tgt.append(np.stack([n_i, *vox, c_i]))
+            vals.append(g[(n_i, *(np.full(n_i.size, i) for i in o), c_i)])
+    acc = np.zeros(x.shape, np.float32)
+    if keys:
+        key = np.concatenate(keys)
+        order = np.argsort(key, kind="stable")     # per (n, c): output depth row, then tap; one voxel per key
+        t = np.concatenate(tgt, axis=1)[:, order]
+        with np.errstate(all="ignore"):
+            np.add.at(acc, tuple(t), np.concatenate(vals)[order])   # unbuffered: float32 adds in this order
     return finish(ctx, acc)
 
 

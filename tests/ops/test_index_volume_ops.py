@@ -125,9 +125,10 @@ def test_fp16_cumsum_topk_match_their_oracles():
                 acc = np.float32(acc + np.float32(x[r, c]))
                 if not ex:
                     want[r, c] = acc
-        bits_equal(run_op("Cumsum", x, np.int32(1), exclusive=ex, reverse=rv, ctx=OpContext(dtype="float16"))[0],
-                   to16(want))
-    # a float32 running sum beyond fp16's range overflows on the way out: status 0x20 (finish)
+        # the float32 model (op_model ascendc / exact); TBE's fp16 running sum is tests/ops/test_sum_kernels.py's
+        bits_equal(run_op("Cumsum", x, np.int32(1), exclusive=ex, reverse=rv,
+                          ctx=OpContext(dtype="float16", op_model="ascendc"))[0], to16(want))
+    # a running sum beyond fp16's range overflows: status 0x20
     ctx = OpContext(dtype="float16")
     (big,) = run_op("Cumsum", np.full(8, 30000, np.float16), np.int32(0), ctx=ctx)
     assert np.isinf(big[-1]) and big[1] == 60000 and ctx.status & 0x20
@@ -185,15 +186,16 @@ def test_fp16_segment_and_scatter_sums_match_their_oracle():
     base = f(6, 4, scale=100).astype(np.float16)
     seg = np.zeros((int(ids[-1]) + 1, 4), np.float32)
     sc = np.zeros((6, 4), np.float32)
-    add = base.astype(np.float32)
+    add = base.copy()
     for r in range(30):                 # float32 adds in row order, each output rounded once
         for c in range(4):
             seg[ids[r], c] = np.float32(seg[ids[r], c] + np.float32(d[r, c]))
             sc[ind[r, 0], c] = np.float32(sc[ind[r, 0], c] + np.float32(d[r, c]))
-            add[ind[r, 0], c] = np.float32(add[ind[r, 0], c] + np.float32(d[r, c]))
+            # TensorScatterAdd (ScatterNdAdd): each add in fp16, the exact sum rounded once
+            add[ind[r, 0], c] = np.float16(np.float64(add[ind[r, 0], c]) + np.float64(d[r, c]))
     bits_equal(run_op("SegmentSum", d, ids, ctx=OpContext(dtype="float16"))[0], to16(seg))
     bits_equal(run_op("ScatterNd", ind, d, np.array([6, 4], np.int32), ctx=OpContext(dtype="float16"))[0], to16(sc))
-    bits_equal(run_op("TensorScatterAdd", base, ind, d, ctx=OpContext(dtype="float16"))[0], to16(add))
+    bits_equal(run_op("TensorScatterAdd", base, ind, d, ctx=OpContext(dtype="float16"))[0], add)
 
 
 @pytest.mark.parametrize("out", ["float16", "float32"])
@@ -283,37 +285,58 @@ def test_fp16_conv3d_backprop_input_is_the_cube_model_over_the_zero_inserted_dy(
 
 
 def test_pool3d_gradients_float32_and_fp16():
-    """MaxPool3DGrad (every tie of the window max gets the gradient, TF's CPU rule) and AvgPool3DGrad against TF in
-    float32 (float32 adds in another order where windows overlap: cosine), and in fp16 against a scalar loop:
-    float32 adds in output order, each input voxel rounded once."""
+    """MaxPool3DGrad and AvgPool3DGrad against TF in float32 on tie-free inputs (float32 adds in another order where
+    windows overlap: cosine), and in fp16 on inputs with ties against a scalar loop: MaxPool3DGrad as the TBE
+    kernel (max_pool3d_grad.py): each window's gradient to its first tie in (kd, kh, kw) order, the gradients of a
+    voxel added in float32 by output depth row and then by winning tap; AvgPool3DGrad float32 adds in output order;
+    each input voxel rounded once."""
     import tensorflow as tf
 
-    x = f(1, 4, 5, 5, 2).round(1)
     kw = dict(ksize=[1, 2, 3, 3, 1], strides=[1, 1, 2, 2, 1], padding="SAME")
-    y = tf.raw_ops.MaxPool3D(input=x, **kw).numpy()
-    g = f(*y.shape, scale=100)
-    for op, args, tf_args in (("MaxPool3DGrad", (x, y, g), dict(orig_input=x, orig_output=y, grad=g)),
-                              ("AvgPool3DGrad", (np.array(x.shape, np.int32), g),
-                               dict(orig_input_shape=x.shape, grad=g))):
+    xt = f(1, 4, 5, 5, 2)
+    assert np.unique(xt).size == xt.size
+    yt = tf.raw_ops.MaxPool3D(input=xt, **kw).numpy()
+    gt = f(*yt.shape, scale=100)
+    for op, args, tf_args in (("MaxPool3DGrad", (xt, yt, gt), dict(orig_input=xt, orig_output=yt, grad=gt)),
+                              ("AvgPool3DGrad", (np.array(xt.shape, np.int32), gt),
+                               dict(orig_input_shape=xt.shape, grad=gt))):
         ref = getattr(tf.raw_ops, op)(**tf_args, **kw).numpy()
         ours = run_op(op, *args, **kw)[0]
         assert cosine(ours, ref) >= 0.99999 and np.allclose(ours, ref, rtol=1e-5, atol=1e-5)
+    x = f(1, 4, 5, 5, 2).round(1)                # ties
+    y = tf.raw_ops.MaxPool3D(input=x, **kw).numpy()
+    g = f(*y.shape, scale=100)
     x16, y16, g16 = x.astype(np.float16), y.astype(np.float16), g.astype(np.float16)
     mx, av = np.zeros(x.shape, np.float32), np.zeros(x.shape, np.float32)
+    picks = []
     for o in np.ndindex(*y.shape[1:4]):          # SAME here: pad (0, 1) in depth, (1, 1) in height and width
         lo = (o[0], o[1] * 2 - 1, o[2] * 2 - 1)
-        win = [(d, h, w) for d in range(lo[0], lo[0] + 2) for h in range(lo[1], lo[1] + 3)
-               for w in range(lo[2], lo[2] + 3) if d < 4 and 0 <= h < 5 and 0 <= w < 5]
+        taps = [(t, (d, h, w)) for t, (d, h, w) in enumerate((d, h, w) for d in range(lo[0], lo[0] + 2)
+                                                             for h in range(lo[1], lo[1] + 3)
+                                                             for w in range(lo[2], lo[2] + 3))
+                if d < 4 and 0 <= h < 5 and 0 <= w < 5]
         for c in range(2):
             gv = np.float32(g16[(0, *o, c)])
-            share = np.float32(gv / np.float32(len(win)))
-            for v in win:
-                if x16[(0, *v, c)] == y16[(0, *o, c)]:
-                    mx[(0, *v, c)] = np.float32(mx[(0, *v, c)] + gv)
+            share = np.float32(gv / np.float32(len(taps)))
+            for _, v in taps:
                 av[(0, *v, c)] = np.float32(av[(0, *v, c)] + share)
+            tie = [(t, v) for t, v in taps if x16[(0, *v, c)] == y16[(0, *o, c)]]
+            if tie:
+                picks.append(((o[0], tie[0][0]), tie[0][1], c, gv))
+    for _, v, c, gv in sorted(picks, key=lambda e: e[0]):       # by output depth row, then tap
+        mx[(0, *v, c)] = np.float32(mx[(0, *v, c)] + gv)
     bits_equal(run_op("MaxPool3DGrad", x16, y16, g16, ctx=OpContext(dtype="float16"), **kw)[0], to16(mx))
     bits_equal(run_op("AvgPool3DGrad", np.array(x.shape, np.int32), g16, ctx=OpContext(dtype="float16"), **kw)[0],
                to16(av))
+
+
+def test_max_pool3d_grad_gives_each_window_one_tie():
+    """A window of equal values: the TBE kernel's mask keeps only its first tap, where TF's CPU kernel gives the
+    gradient to every tie."""
+    x = np.ones((1, 2, 2, 2, 1), np.float32)
+    (dx,) = run_op("MaxPool3DGrad", x, np.ones((1, 1, 1, 1, 1), np.float32), np.full((1, 1, 1, 1, 1), 3, np.float32),
+                   ksize=[1, 2, 2, 2, 1], strides=[1, 2, 2, 2, 1], padding="VALID")
+    assert dx[0, 0, 0, 0, 0] == 3 and dx.sum() == 3
 
 
 def test_gather_nd_bit_for_bit():

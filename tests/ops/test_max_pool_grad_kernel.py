@@ -1,6 +1,6 @@
 """MaxPoolGrad's kernel (kernels/pool.py ``max_pool_grad_f32``) against the naive oracle of its definition
 (tests/naive.py ``max_pool_grad``), bit for bit: ties (the first maximum), NaN (the first NaN), -inf and padding,
-signed zeros, overlapping windows (several gradients added into one pixel in window order), every compute dtype
+signed zeros, overlapping windows (several gradients added into one pixel tap by tap), every compute dtype
 and overflow mode, subnormals flushed, and NCHW arrays read through their NHWC view (the torch path: no copy)."""
 import numpy as np
 import pytest
@@ -75,3 +75,16 @@ def test_max_pool_grad_refuses_a_gradient_of_the_wrong_shape():
     with pytest.raises(AscendEmuError, match="MaxPoolGrad: grad of shape"):
         OPS["MaxPoolGrad"](x, None, np.zeros((1, 3, 3, 2), np.float32), ctx=OpContext(dtype="float32"),
                            ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
+
+
+def test_max_pool_grad_adds_tap_by_tap():
+    """TBE max_pool_grad.py adds the selected gradients one tap at a time over the whole plane, so the gradients
+    reaching a pixel add in the order of their winning taps, not of their windows: x = [0, 0, 9, 0, 0], windows
+    of 3 at stride 1 all pick the 9 (at taps 2, 1, 0), dy = [1, 2^-24, 2^-24]: (2^-24 + 2^-24) + 1 = 1 + 2^-23,
+    where the windows' order gives (1 + 2^-24) + 2^-24 = 1."""
+    x = np.array([0, 0, 9, 0, 0], np.float32).reshape(1, 1, 5, 1)
+    dy = np.array([1, 2.0 ** -24, 2.0 ** -24], np.float32).reshape(1, 1, 3, 1)
+    (got,) = OPS["MaxPoolGrad"](x, None, dy, ctx=OpContext(dtype="float32"), ksize=[1, 1, 3, 1],
+                                strides=[1, 1, 1, 1], padding="VALID")
+    assert got[0, 0, 2, 0] == np.float32(1 + 2.0 ** -23)
+    np.testing.assert_array_equal(got, naive.max_pool_grad(x, dy, 1, 3, 1, 1, 0, 0))
