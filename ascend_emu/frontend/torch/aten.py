@@ -636,7 +636,8 @@ def grad_kernel(k, tf_type: str, *tensors):
 
 @aten("aten.sigmoid_backward")
 def sigmoid_backward(k, dy, y):
-    """SigmoidGrad: (dy * (1 - y)) * y in float32, one rounding (section 8)."""
+    """SigmoidGrad as the registry models it: TBE's float32 steps (y - y*y) * dy on the 910/910B, the 950's
+    (dy * (1 - y)) * y under op_model ascendc, one rounding (section 8)."""
     return grad_kernel(k, "SigmoidGrad", y, dy)
 
 
