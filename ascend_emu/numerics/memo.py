@@ -50,10 +50,12 @@ def freeze(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _forget(ident: int, ref) -> None:
-    entry = _ENTRIES.get(ident)
+def _forget(ident: int, ref, entries=_ENTRIES) -> None:
+    # the dict is bound at definition: at interpreter exit the module's globals are cleared (set to None)
+    # before the last arrays die, and a callback reading the global printed "Exception ignored" then
+    entry = entries.get(ident)
     if entry is not None and entry[0] is ref:
-        _ENTRIES.pop(ident, None)
+        entries.pop(ident, None)
 
 
 def memo(a: np.ndarray, key, build):
@@ -79,7 +81,7 @@ def memo(a: np.ndarray, key, build):
             freeze(v)
     entry = _ENTRIES.get(ident)
     if entry is None or entry[0]() is not a:
-        entry = (weakref.ref(a, lambda r, i=ident: _forget(i, r)), {})
+        entry = (weakref.ref(a, lambda r, i=ident, forget=_forget: forget(i, r)), {})
         _ENTRIES[ident] = entry
     entry[1][key] = value
     return value
