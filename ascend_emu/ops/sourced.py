@@ -130,6 +130,21 @@ def _rows(x: np.ndarray, axes) -> int:
     return int(np.prod(x.shape[:x.ndim - k], dtype=np.int64))
 
 
+_NO_TABLE = np.zeros(0, dtype=np.float32)
+_EXP_TABLES: dict = {}
+
+
+def _exp_table(bf16: bool, exp64: bool) -> np.ndarray:
+    """The row kernel's exp of every 16-bit pattern (kernels/composite.softmax_exp_table), made once."""
+    key = (bf16, exp64)
+    t = _EXP_TABLES.get(key)
+    if t is None:
+        t = _kc.softmax_exp_table(bf16, exp64)
+        t.flags.writeable = False
+        _EXP_TABLES[key] = t
+    return t
+
+
 def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
     """softmax's float32 result from the fused kernel, or None where the steps must run."""
     if ctx.subnormals != "keep" or x.ndim == 0 or x.dtype != ctx.dtype:
@@ -143,7 +158,9 @@ def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
         sub = _kc.SUB_BF16 if x.dtype == bfloat16 else (_kc.SUB_F16_HW if _kcast.HW_HALF else _kc.SUB_F16)
     x2 = np.ascontiguousarray(to_f32(x)).reshape(rows, -1)
     out = np.empty(x2.shape, dtype=np.float32)
-    if not _kc.softmax_rows(x2, out, sub, ctx.impl_mode == "high_precision"):
+    exp64 = ctx.impl_mode == "high_precision"
+    tab = _NO_TABLE if sub == _kc.SUB_F32 else _exp_table(sub == _kc.SUB_BF16, exp64)
+    if not _kc.softmax_rows(x2, out, sub, exp64, tab):
         return None
     return out.reshape(x.shape)
 

@@ -85,6 +85,46 @@ def test_softmax_rows_finite(dtype, model, mode, monkeypatch):
         assert took == (mode[1] == "keep")
 
 
+def _every_difference(dtype):
+    """Rows of 256 of a 16-bit dtype holding +0 (each row's maximum) and every finite negative pattern and -0
+    once: x - max = x, so every d the row kernel's exp table can be asked for (d <= 0) occurs."""
+    bits = np.arange(0x8000, 0xFC00 if dtype == np.float16 else 0xFF80, dtype=np.uint32).astype(np.uint16)
+    per = 255
+    rows = -(-bits.size // per)
+    tail = np.zeros(rows * per, dtype=np.uint16)                   # the last row's tail: +0
+    tail[:bits.size] = bits
+    x = np.concatenate([np.zeros((rows, 1), dtype=np.uint16), tail.reshape(rows, per)], axis=1)   # column 0: +0
+    assert np.array_equal(np.unique(x), np.concatenate([[0], bits]))
+    return x.view(dtype)
+
+
+@pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_exp_table_is_the_vector_exp(dtype, impl):
+    """Every entry of the row kernel's exp table (all 65,536 16-bit patterns but NaNs) is the float32 vector
+    exp of the step path (ops.math_ops.vec) of that value, bit for bit."""
+    from ascend_emu.ops.math_ops import vec
+
+    w = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(dtype).astype(np.float32)
+    ctx = OpContext(dtype="float32", op_model="tbe_v220", impl_mode=impl)
+    with np.errstate(all="ignore"):
+        want = vec(ctx, "exp", w)
+    got = sourced._exp_table(dtype == BF16, impl == "high_precision")
+    keep = ~np.isnan(w)
+    assert keep.sum() == (63490 if dtype == np.float16 else 65282)   # all but the NaNs
+    assert np.array_equal(_bits(got)[keep], _bits(want)[keep])
+
+
+@pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_rows_exp_table_every_difference(dtype, impl, monkeypatch):
+    """The 16-bit x - max of TBE's softmax read from the kernel's exp table (kernels/composite.softmax_exp_table):
+    every reachable difference (every finite 16-bit value <= 0), against the step path's vexp, bit for bit."""
+    x = _every_difference(dtype)
+    took = _same(sourced.softmax, dtype, "tbe_v220", ("inf_nan", "keep", impl), x, monkeypatch=monkeypatch)
+    assert took
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("mode", MODES[:2], ids="-".join)
