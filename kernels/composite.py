@@ -155,6 +155,18 @@ def _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode):
     return bad
 
 
+@njit(cache=True)
+def _layer_norm_chunk(x, r, r1, g, b, out, cof, eps, rstd_mode):
+    """LayerNorm of rows r..r1 of x into out: eight rows at a time, then one by one; 1 if some step was bad."""
+    k = np.int64(0)
+    while r + 8 <= r1:
+        k |= _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode)
+        r += 8
+    for t in range(r, r1):
+        k |= _layer_norm_row(x[t], g, b, out[t], cof, eps, rstd_mode)
+    return k
+
+
 @njit(cache=True, parallel=True)
 def layer_norm_rows(x, g, b, out, cof, eps, rstd_mode):
     """out[r] = LayerNorm of the float32 row x[r] with gamma g and beta b (each of the row's length, or
@@ -163,15 +175,52 @@ def layer_norm_rows(x, g, b, out, cof, eps, rstd_mode):
     nch = (rows + _ROWS - 1) // _ROWS
     bad = np.zeros(nch, dtype=np.int64)
     for c in prange(nch):
-        k = np.int64(0)
-        r1 = min(rows, (c + 1) * _ROWS)
-        r = c * _ROWS
-        while r + 8 <= r1:
-            k |= _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode)
-            r += 8
-        for t in range(r, r1):
-            k |= _layer_norm_row(x[t], g, b, out[t], cof, eps, rstd_mode)
-        bad[c] = k
+        bad[c] = _layer_norm_chunk(x, c * _ROWS, min(rows, (c + 1) * _ROWS), g, b, out, cof, eps, rstd_mode)
+    return bad.sum() == 0
+
+
+@njit(cache=True)
+def _widen_rows_f16(xb, r0, x):
+    """x[r] = the float32 value of the fp16 bits xb[r0 + r] (exact; the CPU's conversion)."""
+    for r in range(x.shape[0]):
+        src = xb[r0 + r]
+        dst = x[r]
+        for j in range(dst.size):
+            dst[j] = f16_to_f32_hw(src[j])
+
+
+@njit(cache=True)
+def _round_rows_f16(y, ob, r0):
+    """ob[r0 + r] = fp16 bits of float32 y[r] rounded to nearest even (the CPU's conversion); 1 if one
+    rounded to Inf (an overflow whose status and saturation the caller's path decides)."""
+    over = np.int64(0)
+    for r in range(y.shape[0]):
+        src = y[r]
+        dst = ob[r0 + r]
+        for j in range(src.size):
+            h = f32_to_f16_hw(src[j])
+            over |= np.int64((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+            dst[j] = h
+    return over
+
+
+@njit(cache=True, parallel=True)
+def layer_norm_rows_f16(xb, g, b, ob, cof, eps, rstd_mode):
+    """layer_norm_rows of fp16 rows given as their bits (rows, n) uint16, widened exactly, the result
+    rounded to fp16 (nearest even) into ``ob``, a block of rows at a time in the thread's own float32
+    rows (one pass over the data, not three); True when no step was Inf or NaN and no result rounded to
+    Inf (else ob is not to be used). Hosts with the CPU's fp16 conversion (kernels/cast.HW_HALF) only."""
+    rows, n = xb.shape
+    nch = (rows + _ROWS - 1) // _ROWS
+    bad = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        r0 = c * _ROWS
+        nr = min(rows, r0 + _ROWS) - r0
+        x = np.empty((nr, n), dtype=np.float32)
+        y = np.empty((nr, n), dtype=np.float32)
+        _widen_rows_f16(xb, r0, x)
+        k = _layer_norm_chunk(x, 0, nr, g, b, y, cof, eps, rstd_mode)
+        bad[c] = k | _round_rows_f16(y, ob, r0)
     return bad.sum() == 0
 
 
@@ -319,6 +368,18 @@ def softmax_exp_table(bf16, exp64):
     return out
 
 
+@njit(cache=True)
+def _softmax_chunk(x, r, r1, d, out, sub_mode, exp64, tab):
+    """softmax of rows r..r1 of x into out: eight rows at a time, then one by one; 1 if some step was bad."""
+    k = np.int64(0)
+    while r + 8 <= r1:
+        k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab)
+        r += 8
+    for t in range(r, r1):
+        k |= _softmax_row(x[t], d, out[t], sub_mode, exp64, tab)
+    return k
+
+
 @njit(cache=True, parallel=True)
 def softmax_rows(x, out, sub_mode, exp64, tab):
     """out[r] = softmax of the float32 row x[r] (16-bit data widened exactly) as CANN's kernel steps it;
@@ -330,13 +391,26 @@ def softmax_rows(x, out, sub_mode, exp64, tab):
     bad = np.zeros(nch, dtype=np.int64)
     for c in prange(nch):
         d = np.empty(n, dtype=np.float32)
-        k = np.int64(0)
-        r1 = min(rows, (c + 1) * _ROWS)
-        r = c * _ROWS
-        while r + 8 <= r1:
-            k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab)
-            r += 8
-        for t in range(r, r1):
-            k |= _softmax_row(x[t], d, out[t], sub_mode, exp64, tab)
-        bad[c] = k
+        bad[c] = _softmax_chunk(x, c * _ROWS, min(rows, (c + 1) * _ROWS), d, out, sub_mode, exp64, tab)
+    return bad.sum() == 0
+
+
+@njit(cache=True, parallel=True)
+def softmax_rows_f16(xb, ob, sub_mode, exp64, tab):
+    """softmax_rows of fp16 rows given as their bits (rows, n) uint16, widened exactly, the result rounded
+    to fp16 (nearest even) into ``ob``, a block of rows at a time in the thread's own float32 rows (one pass
+    over the data, not three); True when no step was Inf or NaN and no result rounded to Inf (else ob is not
+    to be used). Hosts with the CPU's fp16 conversion (kernels/cast.HW_HALF) only."""
+    rows, n = xb.shape
+    nch = (rows + _ROWS - 1) // _ROWS
+    bad = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        r0 = c * _ROWS
+        nr = min(rows, r0 + _ROWS) - r0
+        x = np.empty((nr, n), dtype=np.float32)
+        y = np.empty((nr, n), dtype=np.float32)
+        d = np.empty(n, dtype=np.float32)
+        _widen_rows_f16(xb, r0, x)
+        k = _softmax_chunk(x, 0, nr, d, y, sub_mode, exp64, tab)
+        bad[c] = k | _round_rows_f16(y, ob, r0)
     return bad.sum() == 0
