@@ -2,10 +2,11 @@
 
 The fast path of the vector unit's fused chains (``_EltwiseChain``): the same float32 IEEE steps numpy
 computes, on fp16 or float32 inputs that are full-size, one per channel (broadcast along the last
-axis) or one value; the result rounded to nearest-even fp16. :func:`chain_to_f16` returns None
-wherever that might differ from the full path (another layout, another dtype, a host without
-hardware fp16 conversions, or an Inf or NaN in any step or in the result: overflow and its status
-are the full path's business), so a caller that gets None runs the chain as before.
+axis, or along a block of trailing axes: an EinsumDense bias) or one value; the result rounded to
+nearest-even fp16. :func:`chain_to_f16` returns None wherever that might differ from the full path
+(another layout, another dtype, a host without hardware fp16 conversions, or an Inf or NaN in any step
+or in the result: overflow and its status are the full path's business), so a caller that gets None
+runs the chain as before.
 """
 from __future__ import annotations
 
@@ -89,6 +90,30 @@ def _program(steps: tuple, n_inputs: int):
     return np.array(prog, np.int64)   # (writeable, as the kernel was compiled for; nothing writes it)
 
 
+def _squeezed(shape) -> tuple:
+    """``shape`` without its leading 1s."""
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return tuple(shape[k:])
+
+
+def _trailing_block(inputs, shape) -> tuple:
+    """The trailing axes (two or more) that every input which is neither full-size nor one value spans exactly
+    (an EinsumDense bias of (heads, dim) over (batch, time, heads, dim)), or () when there is no such input or
+    they differ: such an input is one value per position of that block, the flattened block the channels."""
+    block = None
+    for x in inputs:
+        s = np.shape(x)
+        if s == shape or math.prod(s) == 1:
+            continue
+        b = _squeezed(s)
+        if len(b) < 2 or b != tuple(shape[len(shape) - len(b):]) or (block is not None and b != block):
+            return ()
+        block = b
+    return block or ()
+
+
 def chain_to_f16(inputs, steps):
     """The fp16 result of ``steps`` on ``inputs``, or None.
 
@@ -120,6 +145,9 @@ def chain_to_f16(inputs, steps):
     prog = _program(tuple(steps), len(inputs))
     if prog is None:
         return None
+    block = _trailing_block(inputs, shape)
+    if block:
+        c = math.prod(block)
     h16, f32, src = [], [], []
     channel = False
     for x in inputs:
@@ -139,7 +167,7 @@ def chain_to_f16(inputs, steps):
             layout, flat = 0, np.ascontiguousarray(bits).reshape(-1)
         elif x.size == 1:
             layout, flat = 2, bits.reshape(-1)
-        elif x.ndim >= 1 and x.shape[-1] == c and x.size == c:
+        elif x.ndim >= 1 and x.size == c and (x.shape[-1] == c or _squeezed(x.shape) == block):
             layout, flat, channel = 1, np.ascontiguousarray(bits).reshape(-1), True
         else:
             return None

@@ -203,8 +203,11 @@ def fused_batch_matmul(a, b, *extra, ctx, base="BatchMatMulV2", bias=None, chain
                        equation=None):
     """BatchMatMul(V2) or a two-operand Einsum with bias in L0C and an optional elementwise chain."""
     if base == "Einsum":
-        def run(c, ep):   # the output is a transpose of the product's: the chain runs step by step
-            return nn_ops.einsum(a, b, ctx=c, equation=equation, bias=bias)
+        def run(c, ep):
+            # the output is a transpose of the product's: a chain whose operands are all single values (an
+            # attention's scale) commutes with it and runs in the Fixpipe's pass; any other, step by step
+            one = ep is not None and all(np.size(ep.operands[k]) == 1 for _, args in ep.steps for k in args if k >= 0)
+            return nn_ops.einsum(a, b, ctx=c, equation=equation, bias=bias, epilogue=ep if one else None)
     else:
         bb = _bias(bias, int(b.shape[-2] if adj_y else b.shape[-1]))
 

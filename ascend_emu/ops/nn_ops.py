@@ -138,11 +138,13 @@ def _einsum_plan(equation, ndims):
 
 
 @register("Einsum", kind=CUBE, source=MATMUL_SOURCE)
-def einsum(*xs, ctx, equation, bias=None):
+def einsum(*xs, ctx, equation, bias=None, epilogue=None):
     """Two-operand einsum lowered to one batch matmul: (batch, M, K) x (batch, K, N).
 
     ``bias`` (fused by MatMulBiasAddFusionPass) indexes the output's last label, which must
-    come from the second operand; it is added in the fp32 accumulator (L0C).
+    come from the second operand; it is added in the fp32 accumulator (L0C). ``epilogue``
+    (numerics.cube.Epilogue): a fused chain applied to the product before the output's transpose,
+    so only one of single values (elementwise, it commutes with the transpose).
     """
     from ..numerics.cube import batch_matmul
 
@@ -171,7 +173,7 @@ def einsum(*xs, ctx, equation, bias=None):
         # spread the bias over the flattened free labels of the second operand
         bvec = b1[np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)]
     z = _record(ctx, batch_matmul(contiguous(xt).reshape(nb, m, k),
-                                  contiguous(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec)))
+                                  contiguous(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec, epilogue)))
     labels = batch + free_a + free_b
     z = z.reshape([size[c] for c in labels])
     return contiguous(np.transpose(z, [labels.index(c) for c in out]))

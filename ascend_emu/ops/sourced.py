@@ -54,6 +54,9 @@ def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     ReduceSum and vdiv in float32, and the cast back with CAST_RINT.
     """
     x = np.asarray(x)
+    y = _softmax_rows_f16(ctx, x, axis)
+    if y is not None:
+        return y
     y = _softmax_rows(ctx, x, axis)
     if y is not None:
         return finish(ctx, y)
@@ -81,10 +84,14 @@ def layer_norm(ctx: OpContext, x, gamma, beta, epsilon: float, axes) -> np.ndarr
     1 / sqrt(var + eps) and casts a bfloat16 result with CAST_ROUND.
     """
     c32 = _f32ctx(ctx)
-    x32 = to_f32(x)
-    n = int(np.prod([x32.shape[a] for a in axes], dtype=np.int64))
+    x = np.asarray(x)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     cof = np.float32(np.float32(1.0) / np.float32(n)) if ctx.op_model == "ascendc" else np.float32(1.0 / n)
     explog = ctx.op_model == "tbe_v100" or (ctx.op_model == "tbe_v220" and ctx.impl_mode == "high_performance")
+    y = _layer_norm_rows_f16(ctx, x, gamma, beta, epsilon, axes, cof, explog)
+    if y is not None:
+        return y
+    x32 = to_f32(x)
     y = _layer_norm_rows(ctx, x32, gamma, beta, epsilon, axes, cof, explog)
     if y is not None:
         return _layer_norm_out(ctx, y)
@@ -130,6 +137,21 @@ def _rows(x: np.ndarray, axes) -> int:
     return int(np.prod(x.shape[:x.ndim - k], dtype=np.int64))
 
 
+_NO_TABLE = np.zeros(0, dtype=np.float32)
+_EXP_TABLES: dict = {}
+
+
+def _exp_table(bf16: bool, exp64: bool) -> np.ndarray:
+    """The row kernel's exp of every 16-bit pattern (kernels/composite.softmax_exp_table), made once."""
+    key = (bf16, exp64)
+    t = _EXP_TABLES.get(key)
+    if t is None:
+        t = _kc.softmax_exp_table(bf16, exp64)
+        t.flags.writeable = False
+        _EXP_TABLES[key] = t
+    return t
+
+
 def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
     """softmax's float32 result from the fused kernel, or None where the steps must run."""
     if ctx.subnormals != "keep" or x.ndim == 0 or x.dtype != ctx.dtype:
@@ -143,9 +165,53 @@ def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
         sub = _kc.SUB_BF16 if x.dtype == bfloat16 else (_kc.SUB_F16_HW if _kcast.HW_HALF else _kc.SUB_F16)
     x2 = np.ascontiguousarray(to_f32(x)).reshape(rows, -1)
     out = np.empty(x2.shape, dtype=np.float32)
-    if not _kc.softmax_rows(x2, out, sub, ctx.impl_mode == "high_precision"):
+    exp64 = ctx.impl_mode == "high_precision"
+    tab = _NO_TABLE if sub == _kc.SUB_F32 else _exp_table(sub == _kc.SUB_BF16, exp64)
+    if not _kc.softmax_rows(x2, out, sub, exp64, tab):
         return None
     return out.reshape(x.shape)
+
+
+def _f16_rows(ctx: OpContext, x: np.ndarray, axes) -> int:
+    """The rows of the fp16 one-pass kernels (fp16 in, fp16 out: the rounding of ``finish`` in the kernel,
+    by the CPU's conversion), or 0 where they do not apply."""
+    if not (_kcast.HW_HALF and x.dtype == np.float16 and ctx.dtype == np.float16 and ctx.subnormals == "keep"):
+        return 0
+    return _rows(x, axes)
+
+
+def _softmax_rows_f16(ctx: OpContext, x: np.ndarray, axis):
+    """_softmax_rows and ``finish`` in one pass for fp16 data: the fp16 result, or None where the other
+    paths must run (some step or the final rounding overflowed: their status and saturation decide)."""
+    rows = _f16_rows(ctx, x, (axis,)) if x.ndim else 0
+    if not rows:
+        return None
+    sub = _kc.SUB_F32 if ctx.op_model == "ascendc" else _kc.SUB_F16_HW
+    exp64 = ctx.impl_mode == "high_precision"
+    tab = _NO_TABLE if sub == _kc.SUB_F32 else _exp_table(False, exp64)
+    xb = np.ascontiguousarray(x).reshape(rows, -1).view(np.uint16)
+    out = np.empty(xb.shape, dtype=np.uint16)
+    if not _kc.softmax_rows_f16(xb, out, sub, exp64, tab):
+        return None
+    return out.view(np.float16).reshape(x.shape)
+
+
+def _layer_norm_rows_f16(ctx: OpContext, x, gamma, beta, epsilon, axes, cof, explog):
+    """_layer_norm_rows and ``finish`` in one pass for fp16 data: the fp16 result, or None where the other
+    paths must run."""
+    rows = _f16_rows(ctx, x, axes)
+    if not rows:
+        return None
+    trailing = tuple(x.shape[x.ndim - len(axes):])
+    g, b = _row_param(gamma, trailing), _row_param(beta, trailing)
+    if g is None or b is None:
+        return None
+    xb = np.ascontiguousarray(x).reshape(rows, -1).view(np.uint16)
+    out = np.empty(xb.shape, dtype=np.uint16)
+    mode = (_kc.RSTD_EXPLOG64 if ctx.impl_mode == "high_precision" else _kc.RSTD_EXPLOG32) if explog else _kc.RSTD_DIV
+    if not _kc.layer_norm_rows_f16(xb, g, b, out, cof, np.float32(epsilon), mode):
+        return None
+    return out.view(np.float16).reshape(x.shape)
 
 
 def _row_param(p, trailing):

@@ -206,6 +206,26 @@ def test_fp16_binary_ops_with_a_broadcast_operand(op, monkeypatch):
     _check_binary_one_pass(op, finite, hostile, monkeypatch, lambda k: op != "realdiv" or k == 2)
 
 
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "maximum", "minimum"])
+def test_fp16_binary_ops_with_an_operand_over_trailing_axes(op, monkeypatch):
+    """An operand spanning the last two or three axes (an EinsumDense bias (heads, dim) over (batch, time, heads,
+    dim), with or without leading ones, either side): one value per position of that block, the one-pass kernel
+    where finite, the 16-bit kernels' bits and statuses either way; a block that is not trailing, or two
+    different blocks, is not taken."""
+    shape = (4, 40, 4, 8)   # above chain.MIN_ELEMENTS
+    finite = [(_hostile(shape, np.float16, big=False), _hostile((4, 8), np.float16, big=False)),
+              (_hostile((1, 4, 8), np.float32, big=False), _hostile(shape, np.float16, big=False)),
+              (_hostile(shape, np.float16, big=False), _hostile((40, 4, 8), np.float16, big=False))]
+    hostile = [(_hostile(shape, np.float16, specials=True), _hostile((4, 8), np.float16, specials=True)),
+               (_hostile(shape, np.float16), _hostile((4, 8), np.float32, scale=3e4))]
+    _check_binary_one_pass(op, finite, hostile, monkeypatch, lambda k: True)
+    full = _hostile(shape, np.float16, big=False)
+    assert nchain.chain_to_f16([full, _hostile((4, 1), np.float16)], [("add", 0, 1)]) is None
+    assert nchain.chain_to_f16([full, _hostile((40, 1, 8), np.float16)], [("add", 0, 1)]) is None
+    assert nchain.chain_to_f16([full, _hostile((4, 8), np.float16), _hostile((40, 4, 8), np.float16)],
+                               [("add", 0, 1), ("add", -1, 2)]) is None
+
+
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv", "maximum", "minimum", "squared_difference"])
 def test_fp16_binary_ops_on_operands_of_one_shape(op, monkeypatch):
     """Two full-size fp16 operands: the one-pass kernel where every value is finite, the 16-bit kernels

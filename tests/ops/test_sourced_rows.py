@@ -32,18 +32,23 @@ def _run(fn, dtype, model, mode, *args, rows=True, monkeypatch=None):
     ctx = OpContext(dtype=np.dtype(dtype).name, op_model=model, overflow_mode=overflow, subnormals=sub,
                     impl_mode=impl)
     took = []
-    name = "_softmax_rows" if fn is sourced.softmax else "_layer_norm_rows"
-    real = getattr(sourced, name)
+    base = "_softmax_rows" if fn is sourced.softmax else "_layer_norm_rows"
+    names = (base, base + "_f16")   # the float32 row kernels and the fp16 one-pass ones (fp16 in and out)
+    reals = [getattr(sourced, name) for name in names]
 
-    def spy(*a):
-        y = real(*a) if rows else None
-        took.append(y is not None)
-        return y
-    monkeypatch.setattr(sourced, name, spy)
+    def spy(real):
+        def call(*a):
+            y = real(*a) if rows else None
+            took.append(y is not None)
+            return y
+        return call
+    for name, real in zip(names, reals):
+        monkeypatch.setattr(sourced, name, spy(real))
     with np.errstate(all="ignore"):
         y = fn(ctx, *args)
-    monkeypatch.setattr(sourced, name, real)
-    return y, ctx.status, bool(took and took[0])
+    for name, real in zip(names, reals):
+        monkeypatch.setattr(sourced, name, real)
+    return y, ctx.status, any(took)
 
 
 def _same(fn, dtype, model, mode, *args, monkeypatch):
@@ -83,6 +88,46 @@ def test_softmax_rows_finite(dtype, model, mode, monkeypatch):
     for x in _finite_softmax_inputs(dtype, rng):
         took = _same(sourced.softmax, dtype, model, mode, x, monkeypatch=monkeypatch)
         assert took == (mode[1] == "keep")
+
+
+def _every_difference(dtype):
+    """Rows of 256 of a 16-bit dtype holding +0 (each row's maximum) and every finite negative pattern and -0
+    once: x - max = x, so every d the row kernel's exp table can be asked for (d <= 0) occurs."""
+    bits = np.arange(0x8000, 0xFC00 if dtype == np.float16 else 0xFF80, dtype=np.uint32).astype(np.uint16)
+    per = 255
+    rows = -(-bits.size // per)
+    tail = np.zeros(rows * per, dtype=np.uint16)                   # the last row's tail: +0
+    tail[:bits.size] = bits
+    x = np.concatenate([np.zeros((rows, 1), dtype=np.uint16), tail.reshape(rows, per)], axis=1)   # column 0: +0
+    assert np.array_equal(np.unique(x), np.concatenate([[0], bits]))
+    return x.view(dtype)
+
+
+@pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_exp_table_is_the_vector_exp(dtype, impl):
+    """Every entry of the row kernel's exp table (all 65,536 16-bit patterns but NaNs) is the float32 vector
+    exp of the step path (ops.math_ops.vec) of that value, bit for bit."""
+    from ascend_emu.ops.math_ops import vec
+
+    w = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(dtype).astype(np.float32)
+    ctx = OpContext(dtype="float32", op_model="tbe_v220", impl_mode=impl)
+    with np.errstate(all="ignore"):
+        want = vec(ctx, "exp", w)
+    got = sourced._exp_table(dtype == BF16, impl == "high_precision")
+    keep = ~np.isnan(w)
+    assert keep.sum() == (63490 if dtype == np.float16 else 65282)   # all but the NaNs
+    assert np.array_equal(_bits(got)[keep], _bits(want)[keep])
+
+
+@pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_rows_exp_table_every_difference(dtype, impl, monkeypatch):
+    """The 16-bit x - max of TBE's softmax read from the kernel's exp table (kernels/composite.softmax_exp_table):
+    every reachable difference (every finite 16-bit value <= 0), against the step path's vexp, bit for bit."""
+    x = _every_difference(dtype)
+    took = _same(sourced.softmax, dtype, "tbe_v220", ("inf_nan", "keep", impl), x, monkeypatch=monkeypatch)
+    assert took
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -162,3 +207,33 @@ def test_layer_norm_rows_fall_back(dtype, model, mode, monkeypatch):
         took = _same(sourced.layer_norm, dtype, model, mode, c.astype(dtype), gamma, beta, 1e-5, axes,
                      monkeypatch=monkeypatch)
         assert not took
+
+
+@pytest.mark.parametrize("mode", MODES[:2], ids="-".join)
+def test_layer_norm_f16_rounding_overflow_falls_back(mode, monkeypatch):
+    """fp16 LayerNorm whose float32 result is finite but rounds past 65504 (gamma 1e5): the one-pass fp16 kernel
+    declines and the status and saturation are the steps' own."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((12, 64)) * 3).astype(np.float16)
+    g = np.full(64, 1e5, np.float32)
+    for model in MODELS:
+        _same(sourced.layer_norm, np.float16, model, mode, x, g, None, 1e-5, (1,), monkeypatch=monkeypatch)
+
+
+@pytest.mark.skipif(not __import__("ascend_emu.kernels.cast", fromlist=["HW_HALF"]).HW_HALF,
+                    reason="the fp16 one-pass kernels need the CPU's fp16 conversion")
+def test_fp16_rows_take_the_one_pass_kernels(monkeypatch):
+    """fp16 Softmax and LayerNorm with finite results run the fp16-in, fp16-out kernels (not the float32 row
+    kernels and a separate rounding)."""
+    from ascend_emu.kernels import composite as kc
+
+    def no(*a):
+        raise AssertionError("the float32 row kernel ran")
+    monkeypatch.setattr(kc, "softmax_rows", no)
+    monkeypatch.setattr(kc, "layer_norm_rows", no)
+    x = np.random.default_rng(8).standard_normal((20, 48)).astype(np.float16)
+    for model in MODELS:
+        ctx = OpContext(dtype="float16", op_model=model)
+        sourced.softmax(ctx, x, -1)
+        sourced.layer_norm(ctx, x, None, None, 1e-5, (1,))
+        assert ctx.status == 0
