@@ -106,4 +106,4 @@ def __dir__():
     return __all__
 
 
-_compat.install()
+_compat.install({f"ascend_emu.{k}": v for k, v in _SUBMODULES.items()})   # `import ascend_emu.torch` too

@@ -1,4 +1,5 @@
-"""Deprecated module names of the flat layout (before 0.2), kept importable.
+"""Deprecated module names of the flat layout (before 0.2), kept importable; and the package's public
+submodule names (``ascend_emu.torch``, ``ascend_emu.tf1``), importable as modules.
 
 ``import ascend_emu.device`` (and the other old module names) still works: a meta-path
 finder maps it to the module's new home in the layered package, with a
@@ -65,15 +66,19 @@ MOVED = {
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self):
         self._specs = {}
+        #: current public names of a submodule (``ascend_emu.torch``), importable as such without a warning
+        self.public: dict[str, str] = {}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED:
+        if fullname in MOVED or fullname in self.public:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def create_module(self, spec):
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} is deprecated; import {new}", DeprecationWarning, stacklevel=3)
+        new = self.public.get(spec.name)
+        if new is None:
+            new = MOVED[spec.name]
+            warnings.warn(f"{spec.name} is deprecated; import {new}", DeprecationWarning, stacklevel=3)
         module = importlib.import_module(new)
         self._specs[spec.name] = module.__spec__
         return module
@@ -86,6 +91,9 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _FINDER = _Alias()
 
 
-def install() -> None:
+def install(public: dict[str, str] | None = None) -> None:
+    """Map the old names; ``public`` adds the package's submodule attributes (``ascend_emu.torch`` ->
+    ``ascend_emu.npu.torch_run``), so ``import ascend_emu.torch`` works as ``ascend_emu.torch`` does."""
+    _FINDER.public.update(public or {})
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)

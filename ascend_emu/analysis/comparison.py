@@ -396,7 +396,7 @@ class Comparison:
             lines.append("also: " + ", ".join(extra))
         if cos:
             lines.append(f"lowest cosine {min(cos):.6f}; {sum(1 for x in cos if x < self.thresholds.cosine)} "
-                         f"tensor(s) below {self.thresholds.cosine}")
+                         f"tensor(s) below {self.thresholds.cosine} (the pass rule's cosine)")
         nan_rows = sum(1 for r in self.rows if r["Cosine"] == NAN)
         if nan_rows:
             lines.append(f"{nan_rows} tensor(s) whose inf/nan positions differ between NPU and bench (Nan)")

@@ -38,7 +38,8 @@ DIVERGENT = 1e-2
 
 BY_NAME_REFUSAL = ("--by name: CANN's modify_mixlist (ops_info.json) lists op types only, so a list of op "
                    "names cannot be written in it; CANN takes names only through ATC/AOE --keep_dtype (inference "
-                   "builds), which ascend-emu does not emulate yet; use --by type")
+                   "builds; replay --keep-dtype FILE emulates it), and the search does not write such a file yet; "
+                   "use --by type, or list the names in a --keep-dtype file yourself")
 
 
 _TARGET = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*([-+0-9.eE]+|inf)\s*$")

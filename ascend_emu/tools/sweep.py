@@ -294,6 +294,20 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: why a LocalCluster's workers fail to start from a script, and what to do
+UNGUARDED_SCRIPT = ("a script that runs a sweep (mixlist_search, fusion_bisect, sensitivity, fit, random_errors) "
+                    "on scheduler='local' must call it under `if __name__ == \"__main__\":`, because each worker "
+                    "process imports the script again; or pass scheduler='none'")
+
+
+def _importing_main_in_worker() -> bool:
+    """True while a spawned process (a LocalCluster's worker) re-imports the script that started it: a sweep
+    started there would spawn workers of its own, which multiprocessing refuses (the check is its own,
+    ``multiprocessing.spawn._check_not_importing_main``)."""
+    import multiprocessing
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
 class Sweep:
     """Runs batches of :class:`ReplayTask` on one scheduler; use as a context manager.
 
@@ -352,13 +366,20 @@ class Sweep:
         for name in ("distributed", "distributed.worker", "distributed.scheduler", "distributed.nanny"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         if self.scheduler == "local":
+            if _importing_main_in_worker():
+                raise AscendEmuError(UNGUARDED_SCRIPT)
             n = self.n_workers or default_workers()
             # one thread per worker, and one Numba thread: n processes already fill n cores
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                        # a failed call comes back to the caller, which names it in one line:
-                                        # the workers' own "Compute Failed" tracebacks stay quiet
-                                        silence_logs=logging.CRITICAL,
-                                        env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+            try:
+                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                            dashboard_address=":0",
+                                            # a failed call comes back to the caller, which names it in one
+                                            # line: the workers' own "Compute Failed" tracebacks stay quiet
+                                            silence_logs=logging.CRITICAL,
+                                            env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+            except RuntimeError as e:   # distributed's "Nanny failed to start." says nothing of why
+                raise AscendEmuError(f"the local Dask cluster's workers did not start ({e}); {UNGUARDED_SCRIPT}"
+                                     ) from None
             self.client = Client(self.cluster)
         else:
             try:

@@ -304,6 +304,7 @@ def warmup(jobs: int | None = None, stream=None, path: str = MANIFEST) -> dict:
             t.join()
         for i, p in enumerate(procs):
             p.wait()
+            p.stdout.close()    # else its pipe is "unclosed file" on collection: a warning line in make demo
             if p.returncode != 0:
                 errs[i].seek(0)
                 lines = [ln for ln in errs[i].read().strip().splitlines() if ln.strip()]

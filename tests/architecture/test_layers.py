@@ -207,3 +207,17 @@ def test_deprecated_module_names_still_import(old):
         sys.modules.pop(old, None)
         mod = importlib.import_module(old)
     assert mod is importlib.import_module(MOVED[old])
+
+
+def test_public_submodules_import_as_modules():
+    """`ae.torch.emulate` and `ae.tf1.wrap` are the README's spellings; `import ascend_emu.torch` and
+    `from ascend_emu.tf1 import wrap` are what a user writes next, and raised ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ascend_emu as ae; import ascend_emu.torch, ascend_emu.tf1; "
+            "from ascend_emu.torch import emulate; from ascend_emu.tf1 import wrap; "
+            "assert ascend_emu.torch is ae.torch is sys.modules['ascend_emu.npu.torch_run']; "
+            "assert ascend_emu.tf1 is sys.modules['ascend_emu.npu.tf1'] and emulate is ae.torch.emulate")
+    subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True, cwd=ROOT,
+                   timeout=120)

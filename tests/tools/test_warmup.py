@@ -143,6 +143,24 @@ def test_a_signature_that_no_longer_fits_is_skipped(tmp_path, monkeypatch):
     assert (res["compiled"], res["skipped"]) == (0, 1)
 
 
+def test_warmup_leaves_no_pipe_open(tmp_path, monkeypatch):
+    """`ascend-emu warmup --demo` (make demo's first step) printed two "unclosed file" warnings: the worker
+    processes' stdout pipes."""
+    import gc
+    import warnings
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    manifest = tmp_path / "stale.json"
+    manifest.write_text(json.dumps({"format": 1, "entries": [
+        {"module": "ascend_emu.kernels.cube.blocked", "qualname": "_no_such_kernel", "closure": "",
+         "signature": "(int64,)", "bytes": 1}]}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wu.warmup(jobs=1, stream=io.StringIO(), path=str(manifest))
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+
+
 def test_demo_flag_picks_the_demo_manifest(monkeypatch):
     seen = []
     monkeypatch.setattr(wu, "warmup", lambda jobs=None, stream=None, path=wu.MANIFEST: seen.append((jobs, path)))
