@@ -112,6 +112,32 @@ class _Prepared:
         self.precision, self.compute = precision, compute
 
 
+class _Light:
+    """A node whose device work is not arithmetic (a Const, a Placeholder, a host op such as Shape, an integer op
+    of shape arithmetic, a pure data movement such as Identity or Reshape that meets no cast), worked out once per
+    node as :class:`_Prepared` is: its op function with the attributes it takes, its input and output names and its
+    record's fields, so a replay skips the op lookup, the precision preamble, and (for the ops below that touch
+    neither numbers nor ``ctx``) the op context and the thread fit. The records are the ones the full path makes."""
+
+    __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "value", "compute",
+                 "precision", "fusion")
+
+    def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", value=None, compute=None,
+                 precision=None, fusion=None):
+        self.node, self.sig, self.kind, self.opdef = node, sig, kind, opdef
+        self.fn = opdef.fn if opdef is not None else None
+        self.attrs = ({} if opdef is None else dict(node.attrs) if opdef.takes_all_attrs
+                      else {k: v for k, v in node.attrs.items() if k in opdef.params})
+        self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
+        self.value, self.compute, self.precision, self.fusion = value, compute, precision, fusion
+
+
+#: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of
+#: them, a replay calls their function directly (:class:`_Light` "move")
+_PURE_MOVES = frozenset(("Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN", "Reshape", "Squeeze",
+                         "ExpandDims"))
+
+
 def _signature(args) -> tuple:
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
 
@@ -320,19 +346,30 @@ class _Run:
             node.__dict__["_outputs_checked"] = sig
         return outs
 
+    def _keep(self, node: Node, prep) -> None:
+        """Keep ``prep`` (:class:`_Prepared`, :class:`_Light`) for the next replays when ``node`` is of the walk."""
+        if self.prepared is not None and id(node) in self.prepared:
+            self.prepared[id(node)] = prep
+
     def _eval_node(self, node: Node, args: list) -> tuple:
-        if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
-            return self._const(node)
         prepared = self.prepared
         if prepared is not None:
             prep = prepared.get(id(node))
             if prep is not None and prep.node is node and prep.sig == _signature(args):
+                if type(prep) is _Light:
+                    return self._eval_light(prep, node, args)
                 return self._eval_prepared(prep, node, args)
+        if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
+            if type(node.attrs["value"]) is np.ndarray:
+                self._keep(node, _Light(node, (), "const", value=node.attrs["value"],
+                                        ascend_op=node.meta.get("ascend_type") or ascend_type("Const")))
+            return self._const(node)
         if node.op in CONTROL_FLOW:
             return self._control_flow(node, args)
         if node.op == "Placeholder":
+            self._keep(node, _Light(node, (), "placeholder"))
             out = self.feeds[node.name]
-            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", out.dtype.name, []), [out])
+            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
             return (out,)
         opdef = OPS.get(node.op)
         if opdef is None:
@@ -346,6 +383,7 @@ class _Run:
         refs = list(node.input_names())
         ascend_op = meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
+            self._keep(node, _Light(node, _signature(args), "host", opdef=opdef, refs=refs, ascend_op=ascend_op))
             ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             dt = dtype_name(outs[0].dtype) if outs else ""
@@ -363,6 +401,7 @@ class _Run:
             return outs
         if not float_idx and node.op != "Cast":
             # integer/bool op (shape arithmetic): exact in numpy; on constants the graph engine folds it
+            self._keep(node, _Light(node, _signature(args), "int", opdef=opdef, refs=refs, ascend_op=ascend_op))
             folded = all(r in self.const for r in refs)
             outs = self._run(opdef, node, args, self._context())
             if folded:
@@ -426,9 +465,52 @@ class _Run:
             compute = dec.dtype
         prep = _Prepared(node, _signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
                          made[1], compute)
-        if self.prepared is not None and id(node) in self.prepared:
-            self.prepared[id(node)] = prep
+        if node.op in _PURE_MOVES and not casts and opdef.kind == MOVE and type(compute) is str:
+            self._keep(node, _Light(node, prep.sig, "move", opdef=opdef, refs=refs, ascend_op=ascend_op,
+                                    compute=compute, precision=made[1], fusion=fusion))
+        else:
+            self._keep(node, prep)
         return self._eval_prepared(prep, node, args)
+
+    def _eval_light(self, prep: _Light, node: Node, args: list) -> tuple:
+        """A :class:`_Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""
+        kind = prep.kind
+        if kind == "const":
+            out = prep.value
+            self.const.update(prep.outs)
+            self._record(OpRecord(node.name, "Const", prep.ascend_op, "HOST", dtype_name(out.dtype), []), (out,),
+                         node.attrs)
+            return (out,)
+        if kind == "placeholder":
+            out = self.feeds[node.name]
+            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
+            return (out,)
+        if kind == "move":
+            try:
+                out = prep.fn(*args, ctx=None, **prep.attrs)
+            except Exception:   # inputs it cannot take (a Reshape to another batch): the full path's message
+                out = self._run(prep.opdef, node, args, self._context())
+            outs = out if type(out) is tuple else (out,)
+            self._record(OpRecord(node.name, node.op, prep.ascend_op, "AICORE", prep.compute, list(prep.refs), 0,
+                                  precision=dict(prep.precision), fusion=prep.fusion), outs, node.attrs)
+            return outs
+        refs = prep.refs
+        if kind == "host":
+            outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            self.const.update(prep.outs)
+            self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST", dtype_name(outs[0].dtype) if outs
+                                  else "", list(refs)), outs, node.attrs)
+            return outs
+        # "int": integer/bool shape arithmetic, folded on constants
+        const = self.const
+        folded = all(r in const for r in refs)
+        outs = self._run(prep.opdef, node, args, self._context())
+        if folded:
+            const.update(prep.outs)
+        self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST" if folded else "AICORE",
+                              dtype_name(outs[0].dtype) if outs else "", list(refs)), outs, node.attrs)
+        return outs
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context
