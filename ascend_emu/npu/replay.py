@@ -104,12 +104,22 @@ class _Prepared:
     (training steps) works it out once per node. See ``_Run._eval_node``."""
 
     __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
-                 "compute")
+                 "compute", "cdt", "attrs")
 
     def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
         self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
         self.fusion, self.float_idx, self.casts, self.dec = fusion, float_idx, casts, dec
         self.precision, self.compute = precision, compute
+        # the dtype of its op context: MX operands are float32 values (scale x element, exact), HiFloat8 values are
+        # exact in float16
+        self.cdt = ("float32" if type(compute) is str and compute.startswith("mx_")
+                    else "float16" if dec.dtype == "hifloat8" else dec.dtype)
+        # the attributes its function takes (what OpDef.__call__ picks out on every call)
+        self.attrs = _op_attrs(opdef, node)
+
+
+def _op_attrs(opdef, node) -> dict:
+    return dict(node.attrs) if opdef.takes_all_attrs else {k: v for k, v in node.attrs.items() if k in opdef.params}
 
 
 class _Light:
@@ -126,8 +136,7 @@ class _Light:
                  precision=None, fusion=None):
         self.node, self.sig, self.kind, self.opdef = node, sig, kind, opdef
         self.fn = opdef.fn if opdef is not None else None
-        self.attrs = ({} if opdef is None else dict(node.attrs) if opdef.takes_all_attrs
-                      else {k: v for k, v in node.attrs.items() if k in opdef.params})
+        self.attrs = {} if opdef is None else _op_attrs(opdef, node)
         self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
         self.value, self.compute, self.precision, self.fusion = value, compute, precision, fusion
 
@@ -531,15 +540,10 @@ class _Run:
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        cdt = dec.dtype
-        if type(prep.compute) is str and prep.compute.startswith("mx_"):
-            cdt = "float32"             # MX operands are float32 values (scale x element, exact)
-        elif cdt == "hifloat8":
-            cdt = "float16"             # HiFloat8 values are exact in float16
-        ctx = self._context(cdt, dec.cube_out, node)
+        ctx = self._context(prep.cdt, dec.cube_out, node)
         fusion = prep.fusion
         try:
-            outs = self._run(opdef, node, cargs, ctx)
+            outs = self._run(opdef, node, cargs, ctx, prep.attrs)
         except NotImplementedError as e:
             if fusion is not None:
                 # a fused op has no TensorFlow node to hand to the AI CPU: name the pass that made it
@@ -608,8 +612,9 @@ class _Run:
             self.scoped_outputs.update(env)
         return tuple(env[f"{names[node]}:{idx}"] for node, idx in map(split_tensor_name, fg.outputs))
 
-    def _run(self, opdef, node, args, ctx) -> tuple:
-        """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
+    def _run(self, opdef, node, args, ctx, attrs: dict | None = None) -> tuple:
+        """Run one op; a failure of an emulated kernel names the op instead of showing a traceback. ``attrs``: the
+        node's attributes the op's function takes, picked out already (``_Prepared.attrs``)."""
         size = 0
         for a in args:
             n = a.size if type(a) is np.ndarray else np.size(a)
@@ -617,7 +622,10 @@ class _Run:
                 size = n
         self.threads.fit(size, SMALL_OP_ELEMENTS if opdef.kind == CUBE else SMALL_VECTOR_ELEMENTS)
         try:
-            return opdef(*args, ctx=ctx, **node.attrs)
+            if attrs is None:
+                return opdef(*args, ctx=ctx, **node.attrs)
+            out = opdef.fn(*args, ctx=ctx, **attrs)
+            return out if isinstance(out, tuple) else (out,)
         except (NotImplementedError, AscendEmuError):
             raise
         except Exception as e:   # a kernel that cannot handle this node's inputs
