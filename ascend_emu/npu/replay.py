@@ -22,6 +22,7 @@ from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
+from .node_plan import PURE_MOVES, Light, Prepared, signature
 from .precision import ascend_type
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
@@ -97,60 +98,6 @@ class _Deferred:
         return self.convert()[0]
 
 
-class _Prepared:
-    """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
-    same every time the node meets inputs of the same dtypes (``sig``) in the same graph on the same device
-    (which inputs are constants or graph inputs is a property of the graph), so a graph replayed many times
-    (training steps) works it out once per node. See ``_Run._eval_node``."""
-
-    __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
-                 "compute", "cdt", "attrs")
-
-    def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
-        self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
-        self.fusion, self.float_idx, self.casts, self.dec = fusion, float_idx, casts, dec
-        self.precision, self.compute = precision, compute
-        # the dtype of its op context: MX operands are float32 values (scale x element, exact), HiFloat8 values are
-        # exact in float16
-        self.cdt = ("float32" if type(compute) is str and compute.startswith("mx_")
-                    else "float16" if dec.dtype == "hifloat8" else dec.dtype)
-        # the attributes its function takes (what OpDef.__call__ picks out on every call)
-        self.attrs = _op_attrs(opdef, node)
-
-
-def _op_attrs(opdef, node) -> dict:
-    return dict(node.attrs) if opdef.takes_all_attrs else {k: v for k, v in node.attrs.items() if k in opdef.params}
-
-
-class _Light:
-    """A node whose device work is not arithmetic (a Const, a Placeholder, a host op such as Shape, an integer op
-    of shape arithmetic, a pure data movement such as Identity or Reshape that meets no cast), worked out once per
-    node as :class:`_Prepared` is: its op function with the attributes it takes, its input and output names and its
-    record's fields, so a replay skips the op lookup, the precision preamble, and (for the ops below that touch
-    neither numbers nor ``ctx``) the op context and the thread fit. The records are the ones the full path makes."""
-
-    __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "value", "compute",
-                 "precision", "fusion")
-
-    def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", value=None, compute=None,
-                 precision=None, fusion=None):
-        self.node, self.sig, self.kind, self.opdef = node, sig, kind, opdef
-        self.fn = opdef.fn if opdef is not None else None
-        self.attrs = {} if opdef is None else _op_attrs(opdef, node)
-        self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
-        self.value, self.compute, self.precision, self.fusion = value, compute, precision, fusion
-
-
-#: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of
-#: them, a replay calls their function directly (:class:`_Light` "move")
-_PURE_MOVES = frozenset(("Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN", "Reshape", "Squeeze",
-                         "ExpandDims"))
-
-
-def _signature(args) -> tuple:
-    return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
-
-
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
@@ -177,7 +124,7 @@ class _Run:
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
-        #: id(node) -> _Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
+        #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
 
@@ -356,7 +303,7 @@ class _Run:
         return outs
 
     def _keep(self, node: Node, prep) -> None:
-        """Keep ``prep`` (:class:`_Prepared`, :class:`_Light`) for the next replays when ``node`` is of the walk."""
+        """Keep ``prep`` (:class:`Prepared`, :class:`Light`) for the next replays when ``node`` is of the walk."""
         if self.prepared is not None and id(node) in self.prepared:
             self.prepared[id(node)] = prep
 
@@ -364,19 +311,19 @@ class _Run:
         prepared = self.prepared
         if prepared is not None:
             prep = prepared.get(id(node))
-            if prep is not None and prep.node is node and prep.sig == _signature(args):
-                if type(prep) is _Light:
+            if prep is not None and prep.node is node and prep.sig == signature(args):
+                if type(prep) is Light:
                     return self._eval_light(prep, node, args)
                 return self._eval_prepared(prep, node, args)
         if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
             if type(node.attrs["value"]) is np.ndarray:
-                self._keep(node, _Light(node, (), "const", value=node.attrs["value"],
+                self._keep(node, Light(node, (), "const", value=node.attrs["value"],
                                         ascend_op=node.meta.get("ascend_type") or ascend_type("Const")))
             return self._const(node)
         if node.op in CONTROL_FLOW:
             return self._control_flow(node, args)
         if node.op == "Placeholder":
-            self._keep(node, _Light(node, (), "placeholder"))
+            self._keep(node, Light(node, (), "placeholder"))
             out = self.feeds[node.name]
             self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
             return (out,)
@@ -392,7 +339,7 @@ class _Run:
         refs = list(node.input_names())
         ascend_op = meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
-            self._keep(node, _Light(node, _signature(args), "host", opdef=opdef, refs=refs, ascend_op=ascend_op))
+            self._keep(node, Light(node, signature(args), "host", opdef=opdef, refs=refs, ascend_op=ascend_op))
             ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             dt = dtype_name(outs[0].dtype) if outs else ""
@@ -410,7 +357,7 @@ class _Run:
             return outs
         if not float_idx and node.op != "Cast":
             # integer/bool op (shape arithmetic): exact in numpy; on constants the graph engine folds it
-            self._keep(node, _Light(node, _signature(args), "int", opdef=opdef, refs=refs, ascend_op=ascend_op))
+            self._keep(node, Light(node, signature(args), "int", opdef=opdef, refs=refs, ascend_op=ascend_op))
             folded = all(r in self.const for r in refs)
             outs = self._run(opdef, node, args, self._context())
             if folded:
@@ -472,17 +419,17 @@ class _Run:
             compute = False     # a Cast computes in the dtype it converts to
         else:
             compute = dec.dtype
-        prep = _Prepared(node, _signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
+        prep = Prepared(node, signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
                          made[1], compute)
-        if node.op in _PURE_MOVES and not casts and opdef.kind == MOVE and type(compute) is str:
-            self._keep(node, _Light(node, prep.sig, "move", opdef=opdef, refs=refs, ascend_op=ascend_op,
+        if node.op in PURE_MOVES and not casts and opdef.kind == MOVE and type(compute) is str:
+            self._keep(node, Light(node, prep.sig, "move", opdef=opdef, refs=refs, ascend_op=ascend_op,
                                     compute=compute, precision=made[1], fusion=fusion))
         else:
             self._keep(node, prep)
         return self._eval_prepared(prep, node, args)
 
-    def _eval_light(self, prep: _Light, node: Node, args: list) -> tuple:
-        """A :class:`_Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""
+    def _eval_light(self, prep: Light, node: Node, args: list) -> tuple:
+        """A :class:`Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""
         kind = prep.kind
         if kind == "const":
             out = prep.value
@@ -531,7 +478,7 @@ class _Run:
                               dtype_name(out.dtype), []), (out,), node.attrs)
         return (out,)
 
-    def _eval_prepared(self, prep: _Prepared, node: Node, args: list) -> tuple:
+    def _eval_prepared(self, prep: Prepared, node: Node, args: list) -> tuple:
         """The rest of ``_eval_node`` for a node that computes on the AI Core: its casts, the op, its record."""
         opdef, refs, dec, float_idx = prep.opdef, prep.refs, prep.dec, prep.float_idx
         if prep.casts:
@@ -614,7 +561,7 @@ class _Run:
 
     def _run(self, opdef, node, args, ctx, attrs: dict | None = None) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback. ``attrs``: the
-        node's attributes the op's function takes, picked out already (``_Prepared.attrs``)."""
+        node's attributes the op's function takes, picked out already (``Prepared.attrs``)."""
         size = 0
         for a in args:
             n = a.size if type(a) is np.ndarray else np.size(a)

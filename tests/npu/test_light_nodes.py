@@ -1,4 +1,4 @@
-"""The device's work kept per node between replays (npu/replay.py ``_Prepared`` and ``_Light``: a Const, a Placeholder,
+"""The device's work kept per node between replays (npu/node_plan.py ``Prepared`` and ``Light``: a Const, a Placeholder,
 a host op, shape arithmetic, Identity/Reshape-like moves worked out once) changes no bit: a replay that uses it makes
 the records and outputs of the replay that worked it out, and Keras training under ``ae.emulate`` ends with the same
 weights, logs and step records as with nothing kept (every node on the full path every step)."""
@@ -12,6 +12,7 @@ keras = pytest.importorskip("keras")
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.npu import replay as replay_mod  # noqa: E402
+from ascend_emu.npu.node_plan import Light  # noqa: E402
 from ascend_emu.npu.training import step_feeds  # noqa: E402
 
 RNG = np.random.default_rng(15)
@@ -77,7 +78,7 @@ def test_a_replay_with_light_nodes_records_what_the_full_path_did():
     dev = ae.Device("allow_mix_precision")
     first = dev.replay(step.graph, feeds, progress=False, keep_tensors=False, phases=step.phase)
     ((_, _, _, (_, _, prepared)),) = dev._plan_cache.values()
-    kinds = {p.kind for p in prepared.values() if type(p) is replay_mod._Light}
+    kinds = {p.kind for p in prepared.values() if type(p) is Light}
     assert {"const", "placeholder", "host", "int", "move"} <= kinds
     second = dev.replay(step.graph, feeds, progress=False, keep_tensors=False, phases=step.phase)
     assert first.records == second.records
