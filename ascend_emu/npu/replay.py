@@ -22,6 +22,7 @@ from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
+from .node_plan import PURE_MOVES, Light, Prepared, signature
 from .precision import ascend_type
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
@@ -97,25 +98,6 @@ class _Deferred:
         return self.convert()[0]
 
 
-class _Prepared:
-    """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
-    same every time the node meets inputs of the same dtypes (``sig``) in the same graph on the same device
-    (which inputs are constants or graph inputs is a property of the graph), so a graph replayed many times
-    (training steps) works it out once per node. See ``_Run._eval_node``."""
-
-    __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
-                 "compute")
-
-    def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
-        self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
-        self.fusion, self.float_idx, self.casts, self.dec = fusion, float_idx, casts, dec
-        self.precision, self.compute = precision, compute
-
-
-def _signature(args) -> tuple:
-    return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
-
-
 class _Run:
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
@@ -142,7 +124,7 @@ class _Run:
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.deterministic = device.numerics.deterministic_level != 0
-        #: id(node) -> _Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
+        #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
 
@@ -320,19 +302,30 @@ class _Run:
             node.__dict__["_outputs_checked"] = sig
         return outs
 
+    def _keep(self, node: Node, prep) -> None:
+        """Keep ``prep`` (:class:`Prepared`, :class:`Light`) for the next replays when ``node`` is of the walk."""
+        if self.prepared is not None and id(node) in self.prepared:
+            self.prepared[id(node)] = prep
+
     def _eval_node(self, node: Node, args: list) -> tuple:
-        if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
-            return self._const(node)
         prepared = self.prepared
         if prepared is not None:
             prep = prepared.get(id(node))
-            if prep is not None and prep.node is node and prep.sig == _signature(args):
+            if prep is not None and prep.node is node and prep.sig == signature(args):
+                if type(prep) is Light:
+                    return self._eval_light(prep, node, args)
                 return self._eval_prepared(prep, node, args)
+        if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
+            if type(node.attrs["value"]) is np.ndarray:
+                self._keep(node, Light(node, (), "const", value=node.attrs["value"],
+                                        ascend_op=node.meta.get("ascend_type") or ascend_type("Const")))
+            return self._const(node)
         if node.op in CONTROL_FLOW:
             return self._control_flow(node, args)
         if node.op == "Placeholder":
+            self._keep(node, Light(node, (), "placeholder"))
             out = self.feeds[node.name]
-            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", out.dtype.name, []), [out])
+            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
             return (out,)
         opdef = OPS.get(node.op)
         if opdef is None:
@@ -346,6 +339,7 @@ class _Run:
         refs = list(node.input_names())
         ascend_op = meta.get("ascend_type") or ascend_type(node.op)
         if opdef.kind == HOST:
+            self._keep(node, Light(node, signature(args), "host", opdef=opdef, refs=refs, ascend_op=ascend_op))
             ctx = self._context()
             outs = opdef(*args, ctx=ctx, **node.attrs)
             dt = dtype_name(outs[0].dtype) if outs else ""
@@ -363,6 +357,7 @@ class _Run:
             return outs
         if not float_idx and node.op != "Cast":
             # integer/bool op (shape arithmetic): exact in numpy; on constants the graph engine folds it
+            self._keep(node, Light(node, signature(args), "int", opdef=opdef, refs=refs, ascend_op=ascend_op))
             folded = all(r in self.const for r in refs)
             outs = self._run(opdef, node, args, self._context())
             if folded:
@@ -424,11 +419,54 @@ class _Run:
             compute = False     # a Cast computes in the dtype it converts to
         else:
             compute = dec.dtype
-        prep = _Prepared(node, _signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
+        prep = Prepared(node, signature(args), opdef, refs, ascend_op, fusion, float_idx, tuple(casts), dec,
                          made[1], compute)
-        if self.prepared is not None and id(node) in self.prepared:
-            self.prepared[id(node)] = prep
+        if node.op in PURE_MOVES and not casts and opdef.kind == MOVE and type(compute) is str:
+            self._keep(node, Light(node, prep.sig, "move", opdef=opdef, refs=refs, ascend_op=ascend_op,
+                                    compute=compute, precision=made[1], fusion=fusion))
+        else:
+            self._keep(node, prep)
         return self._eval_prepared(prep, node, args)
+
+    def _eval_light(self, prep: Light, node: Node, args: list) -> tuple:
+        """A :class:`Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""
+        kind = prep.kind
+        if kind == "const":
+            out = prep.value
+            self.const.update(prep.outs)
+            self._record(OpRecord(node.name, "Const", prep.ascend_op, "HOST", dtype_name(out.dtype), []), (out,),
+                         node.attrs)
+            return (out,)
+        if kind == "placeholder":
+            out = self.feeds[node.name]
+            self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
+            return (out,)
+        if kind == "move":
+            try:
+                out = prep.fn(*args, ctx=None, **prep.attrs)
+            except Exception:   # inputs it cannot take (a Reshape to another batch): the full path's message
+                out = self._run(prep.opdef, node, args, self._context())
+            outs = out if type(out) is tuple else (out,)
+            self._record(OpRecord(node.name, node.op, prep.ascend_op, "AICORE", prep.compute, list(prep.refs), 0,
+                                  precision=dict(prep.precision), fusion=prep.fusion), outs, node.attrs)
+            return outs
+        refs = prep.refs
+        if kind == "host":
+            outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            self.const.update(prep.outs)
+            self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST", dtype_name(outs[0].dtype) if outs
+                                  else "", list(refs)), outs, node.attrs)
+            return outs
+        # "int": integer/bool shape arithmetic, folded on constants
+        const = self.const
+        folded = all(r in const for r in refs)
+        outs = self._run(prep.opdef, node, args, self._context())
+        if folded:
+            const.update(prep.outs)
+        self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST" if folded else "AICORE",
+                              dtype_name(outs[0].dtype) if outs else "", list(refs)), outs, node.attrs)
+        return outs
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context
@@ -440,7 +478,7 @@ class _Run:
                               dtype_name(out.dtype), []), (out,), node.attrs)
         return (out,)
 
-    def _eval_prepared(self, prep: _Prepared, node: Node, args: list) -> tuple:
+    def _eval_prepared(self, prep: Prepared, node: Node, args: list) -> tuple:
         """The rest of ``_eval_node`` for a node that computes on the AI Core: its casts, the op, its record."""
         opdef, refs, dec, float_idx = prep.opdef, prep.refs, prep.dec, prep.float_idx
         if prep.casts:
@@ -449,15 +487,10 @@ class _Run:
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        cdt = dec.dtype
-        if type(prep.compute) is str and prep.compute.startswith("mx_"):
-            cdt = "float32"             # MX operands are float32 values (scale x element, exact)
-        elif cdt == "hifloat8":
-            cdt = "float16"             # HiFloat8 values are exact in float16
-        ctx = self._context(cdt, dec.cube_out, node)
+        ctx = self._context(prep.cdt, dec.cube_out, node)
         fusion = prep.fusion
         try:
-            outs = self._run(opdef, node, cargs, ctx)
+            outs = self._run(opdef, node, cargs, ctx, prep.attrs)
         except NotImplementedError as e:
             if fusion is not None:
                 # a fused op has no TensorFlow node to hand to the AI CPU: name the pass that made it
@@ -526,8 +559,9 @@ class _Run:
             self.scoped_outputs.update(env)
         return tuple(env[f"{names[node]}:{idx}"] for node, idx in map(split_tensor_name, fg.outputs))
 
-    def _run(self, opdef, node, args, ctx) -> tuple:
-        """Run one op; a failure of an emulated kernel names the op instead of showing a traceback."""
+    def _run(self, opdef, node, args, ctx, attrs: dict | None = None) -> tuple:
+        """Run one op; a failure of an emulated kernel names the op instead of showing a traceback. ``attrs``: the
+        node's attributes the op's function takes, picked out already (``Prepared.attrs``)."""
         size = 0
         for a in args:
             n = a.size if type(a) is np.ndarray else np.size(a)
@@ -535,7 +569,10 @@ class _Run:
                 size = n
         self.threads.fit(size, SMALL_OP_ELEMENTS if opdef.kind == CUBE else SMALL_VECTOR_ELEMENTS)
         try:
-            return opdef(*args, ctx=ctx, **node.attrs)
+            if attrs is None:
+                return opdef(*args, ctx=ctx, **node.attrs)
+            out = opdef.fn(*args, ctx=ctx, **attrs)
+            return out if isinstance(out, tuple) else (out,)
         except (NotImplementedError, AscendEmuError):
             raise
         except Exception as e:   # a kernel that cannot handle this node's inputs

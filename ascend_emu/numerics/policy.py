@@ -300,10 +300,23 @@ def dtype_name(dtype) -> str:
             return aliases[dtype]
         raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32")
     try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):   # not seen yet, or unhashable
+        pass
+    try:
         name = np.dtype(dtype).name
     except TypeError:
         raise AscendEmuError(f"unknown dtype {dtype!r}; choose one of: float16, bfloat16, float32") from None
+    try:
+        _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
     return name
+
+
+#: dtype (numpy dtype or type) -> its name: numpy computes a dtype's name in Python (~3 us a call; reductions and
+#: cube ops ask for it on every call)
+_DTYPE_NAMES: dict = {}
 
 
 def compute_dtype(dtype) -> np.dtype:

@@ -11,6 +11,8 @@ _FLOAT_SET = frozenset(np.dtype(d) for d in FLOAT_DTYPES)   # a hash lookup, not
 
 
 def is_float(x) -> bool:
+    if type(x) is np.ndarray:   # (no np.asarray call: called for every input of every op of a replay)
+        return x.dtype in _FLOAT_SET
     return np.asarray(x).dtype in _FLOAT_SET
 
 

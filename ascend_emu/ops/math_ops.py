@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics.policy import FTZ_OPS
+from ..numerics.vector import vector
 from ._util import as_int_list, is_float
 from .registry import VECTOR, Source, register
 
@@ -68,9 +70,6 @@ _INT_FUNCS = {
 def vec(ctx, op, *xs, impl_mode=None, **attrs):
     """Run vector op ``op`` on ``xs`` in ``ctx``'s compute dtype (or exactly, for integers);
     ``impl_mode`` overrides ``ctx.impl_mode``."""
-    from ..numerics.policy import FTZ_OPS
-    from ..numerics.vector import vector
-
     if all(is_float(x) for x in xs if not (op == "select" and x is xs[0])):
         # the 950's cce_ftz: these ops' INTRINSIC algorithm reads subnormals as zero and flushes them
         sub = "flush" if ctx.ftz and op in FTZ_OPS else ctx.subnormals

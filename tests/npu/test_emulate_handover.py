@@ -10,6 +10,8 @@ was copied out and written back and each metric's result was computed eagerly.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,46 @@ def test_train_on_batch_logs_are_keras_metrics_of_the_emulated_values():
         m.optimizer.learning_rate.assign(0.5)     # the script's write between steps is what the next step uses
         m.train_on_batch(X[:8], Y[:8])
     assert float(lr.numpy()) == 0.5 and len(run.steps) == 4
+
+
+class _CountingMean(keras.metrics.Mean):
+    """A metric that resets itself its own way (a Python counter besides its variables)."""
+
+    resets = 0
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        return super().update_state(y_pred[:, 0], sample_weight)
+
+    def reset_state(self):
+        type(self).resets += 1
+        super().reset_state()
+
+
+def test_train_on_batch_resets_the_metrics_before_each_call():
+    """Under emulate, Keras' ``reset_metrics`` runs as one traced call: every metric variable is zero after it, and
+    each call's logs are that batch's alone (the loss is the step's own loss); a metric with a ``reset_state`` of its
+    own is reset eagerly, its Python run on every call."""
+    m = _model()
+    with ae.emulate("allow_mix_precision", loss_scale="dynamic") as run:
+        for i in range(3):
+            logs = m.train_on_batch(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], return_dict=True)
+            assert logs["loss"] == pytest.approx(run.steps[-1]["loss"], rel=1e-6)
+        assert any(float(np.abs(v.numpy()).max()) > 0 for v in m.metrics_variables)
+        m.reset_metrics()
+        assert all(float(np.abs(v.numpy()).max()) == 0 for v in m.metrics_variables)
+        assert len(m.metrics_variables) >= 4
+        assert run._hooks.keras._resets      # (the traced reset ran)
+    counts = []
+    for emulated in (False, True):
+        m2 = _model()
+        m2.compile(optimizer=keras.optimizers.Adam(1e-2),
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=[_CountingMean()])
+        _CountingMean.resets = 0
+        with ae.emulate("allow_mix_precision", loss_scale="dynamic") if emulated else contextlib.nullcontext():
+            for i in range(3):
+                m2.train_on_batch(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8])
+        counts.append(_CountingMean.resets)
+    # (Keras' compiled metrics are built by the first step: its first reset does not reach them)
+    assert counts[1] == counts[0] >= 2
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    assert "reset_metrics" not in TensorFlowTrainer.__dict__      # Keras' own again after the context

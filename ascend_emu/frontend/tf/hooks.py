@@ -297,6 +297,8 @@ class Hooks:
         o["make_predict_function"] = TensorFlowTrainer.make_predict_function
         o["function_call"] = Function.__call__
         o["session_run"] = BaseSession.run
+        o["reset_metrics"] = TensorFlowTrainer.reset_metrics
+        o["own_reset_metrics"] = "reset_metrics" in TensorFlowTrainer.__dict__
 
         def current() -> "Hooks":
             return _installed[-1]
@@ -320,6 +322,12 @@ class Hooks:
             model.predict_function = lambda data: current().keras.predict(model, data)
             return model.predict_function
 
+        def reset_metrics(model):
+            # (train_on_batch resets the metrics before every call: one traced call instead of an assign each)
+            if _bypassed() or not any(m is model for m in current().keras.models):
+                return o["reset_metrics"](model)
+            return current().keras.reset_metrics(model, o["reset_metrics"])
+
         def function_call(fn, *args, **kwargs):
             if _bypassed() or not tf.executing_eagerly():
                 return o["function_call"](fn, *args, **kwargs)
@@ -333,6 +341,7 @@ class Hooks:
         TensorFlowTrainer.make_train_function = make_train_function
         TensorFlowTrainer.make_test_function = make_test_function
         TensorFlowTrainer.make_predict_function = make_predict_function
+        TensorFlowTrainer.reset_metrics = reset_metrics
         Function.__call__ = function_call
         BaseSession.run = session_run
         _installed.append(self)
@@ -350,5 +359,9 @@ class Hooks:
             TensorFlowTrainer.make_train_function = o["make_train_function"]
             TensorFlowTrainer.make_test_function = o["make_test_function"]
             TensorFlowTrainer.make_predict_function = o["make_predict_function"]
+            if o["own_reset_metrics"]:
+                TensorFlowTrainer.reset_metrics = o["reset_metrics"]
+            else:       # Keras' Trainer's, inherited
+                del TensorFlowTrainer.reset_metrics
             Function.__call__ = o["function_call"]
             BaseSession.run = o["session_run"]

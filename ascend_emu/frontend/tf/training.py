@@ -112,11 +112,15 @@ class TrainStep:
     def phase(self, op_name: str) -> str:
         """The phase of op ``op_name``: its node's ``meta["phase"]`` (see :func:`assign_phases`), else by
         name (ops inside a loop body, ``<loop>/body/<k>/...``, take their name scope's phase)."""
-        if self._phases is None:
-            self._phases = {n.name: n.meta["phase"] for n in self.graph.nodes if "phase" in n.meta}
-        # a Cast the device inserts before an op (``<op>/ascend_cast_...``) runs in that op's phase
-        return self._phases.get(op_name) or self._phases.get(op_name.split("/ascend_cast_")[0]) \
-            or phase_of(op_name)
+        phases = self._phases
+        if phases is None:
+            phases = self._phases = {n.name: n.meta["phase"] for n in self.graph.nodes if "phase" in n.meta}
+        p = phases.get(op_name)
+        if p is None:
+            # a Cast the device inserts before an op (``<op>/ascend_cast_...``) runs in that op's phase; a fused op
+            # has the name of the op it ends. Kept for the next replay (asked for every record of every step)
+            p = phases[op_name] = phases.get(op_name.split("/ascend_cast_")[0]) or phase_of(op_name)
+        return p
 
     _phases: dict | None = field(default=None, repr=False, compare=False)
 

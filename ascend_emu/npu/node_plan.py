@@ -1,0 +1,63 @@
+"""The device's work kept per node between replays of one graph (training steps replay the same fused graph every
+step): what :class:`ascend_emu.npu.replay._Run` works out for a node from the dtypes of its inputs, once, in the
+device's per-graph plan (``Device._plan``), and checks against each replay's inputs (``signature``)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Prepared:
+    """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
+    same every time the node meets inputs of the same dtypes (``sig``) in the same graph on the same device
+    (which inputs are constants or graph inputs is a property of the graph), so a graph replayed many times
+    (training steps) works it out once per node. See ``_Run._eval_node``."""
+
+    __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
+                 "compute", "cdt", "attrs")
+
+    def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
+        self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
+        self.fusion, self.float_idx, self.casts, self.dec = fusion, float_idx, casts, dec
+        self.precision, self.compute = precision, compute
+        # the dtype of its op context: MX operands are float32 values (scale x element, exact), HiFloat8 values are
+        # exact in float16
+        self.cdt = ("float32" if type(compute) is str and compute.startswith("mx_")
+                    else "float16" if dec.dtype == "hifloat8" else dec.dtype)
+        # the attributes its function takes (what OpDef.__call__ picks out on every call)
+        self.attrs = op_attrs(opdef, node)
+
+
+def op_attrs(opdef, node) -> dict:
+    """The attributes of ``node`` that the function of ``opdef`` takes (``OpDef.__call__``'s choice)."""
+    return dict(node.attrs) if opdef.takes_all_attrs else {k: v for k, v in node.attrs.items() if k in opdef.params}
+
+
+class Light:
+    """A node whose device work is not arithmetic (a Const, a Placeholder, a host op such as Shape, an integer op
+    of shape arithmetic, a pure data movement such as Identity or Reshape that meets no cast), worked out once per
+    node as :class:`Prepared` is: its op function with the attributes it takes, its input and output names and its
+    record's fields, so a replay skips the op lookup, the precision preamble, and (for :data:`PURE_MOVES`, which
+    touch neither numbers nor ``ctx``) the op context and the thread fit. The records are the ones the full path
+    makes (``_Run._eval_light``). ``kind``: "const", "placeholder", "host", "int" or "move"."""
+
+    __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "value", "compute",
+                 "precision", "fusion")
+
+    def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", value=None, compute=None,
+                 precision=None, fusion=None):
+        self.node, self.sig, self.kind, self.opdef = node, sig, kind, opdef
+        self.fn = opdef.fn if opdef is not None else None
+        self.attrs = {} if opdef is None else op_attrs(opdef, node)
+        self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
+        self.value, self.compute, self.precision, self.fusion = value, compute, precision, fusion
+
+
+#: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of
+#: them, a replay calls their function directly (:class:`Light` "move")
+PURE_MOVES = frozenset(("Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN", "Reshape", "Squeeze",
+                        "ExpandDims"))
+
+
+def signature(args) -> tuple:
+    """The dtypes of a node's inputs (the types of its non-array inputs): what a kept node is valid for."""
+    return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
