@@ -69,13 +69,24 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         #: current public names of a submodule (``ascend_emu.torch``), importable as such without a warning
         self.public: dict[str, str] = {}
 
+    def _public(self, fullname):
+        """The real name of a public alias or of a module inside one (``ascend_emu.torch.run`` ->
+        ``ascend_emu.npu.torch_run.run``): imported under the alias's path, the file would run a second time as a
+        module of its own whose relative imports resolve against the wrong package."""
+        if fullname in self.public:
+            return self.public[fullname]
+        for alias, real in self.public.items():
+            if fullname.startswith(alias + "."):
+                return real + fullname[len(alias):]
+        return None
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED or fullname in self.public:
+        if fullname in MOVED or self._public(fullname) is not None:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def create_module(self, spec):
-        new = self.public.get(spec.name)
+        new = self._public(spec.name)
         if new is None:
             new = MOVED[spec.name]
             warnings.warn(f"{spec.name} is deprecated; import {new}", DeprecationWarning, stacklevel=3)
@@ -96,4 +107,5 @@ def install(public: dict[str, str] | None = None) -> None:
     ``ascend_emu.npu.torch_run``), so ``import ascend_emu.torch`` works as ``ascend_emu.torch`` does."""
     _FINDER.public.update(public or {})
     if _FINDER not in sys.meta_path:
-        sys.meta_path.append(_FINDER)
+        # first: a module inside a public alias would otherwise be found by the path finder under the alias's name
+        sys.meta_path.insert(0, _FINDER)

@@ -218,6 +218,9 @@ def test_public_submodules_import_as_modules():
     code = ("import sys, ascend_emu as ae; import ascend_emu.torch, ascend_emu.tf1; "
             "from ascend_emu.torch import emulate; from ascend_emu.tf1 import wrap; "
             "assert ascend_emu.torch is ae.torch is sys.modules['ascend_emu.npu.torch_run']; "
-            "assert ascend_emu.tf1 is sys.modules['ascend_emu.npu.tf1'] and emulate is ae.torch.emulate")
+            "assert ascend_emu.tf1 is sys.modules['ascend_emu.npu.tf1'] and emulate is ae.torch.emulate; "
+            # a module inside the alias is the real module, not a second copy of its file
+            "import ascend_emu.torch.launch, ascend_emu.npu.torch_run.launch as real; "
+            "assert ascend_emu.torch.launch is real and real.__name__ == 'ascend_emu.npu.torch_run.launch'")
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True, cwd=ROOT,
                    timeout=120)
