@@ -26,6 +26,7 @@ import functools
 import math
 import os
 import shutil
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -378,8 +379,13 @@ class Sweep:
                                             silence_logs=logging.CRITICAL,
                                             env={"NUMBA_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
             except RuntimeError as e:   # distributed's "Nanny failed to start." says nothing of why
-                raise AscendEmuError(f"the local Dask cluster's workers did not start ({e}); {UNGUARDED_SCRIPT}"
-                                     ) from None
+                main = sys.modules.get("__main__")
+                # the missing guard is the likely cause only when a script file started the process (an
+                # interactive session or `python -c` is not re-imported); ports or memory fail the same way
+                hint = (f"if the script does not run the sweep under `if __name__ == \"__main__\":`, that is "
+                        f"the likely cause: {UNGUARDED_SCRIPT}" if getattr(main, "__file__", None)
+                        else "pass scheduler='none' to run serially")
+                raise AscendEmuError(f"the local Dask cluster's workers did not start ({e}); {hint}") from None
             self.client = Client(self.cluster)
         else:
             try:
