@@ -162,7 +162,8 @@ def leaky_relu_grad(dy, x, *, ctx, alpha=0.2):
 
 
 _ELU_NOTE = ("the kernel's float32 steps, exp(min(x, 0)) - 1 (no expm1: an fp16 x above -2^-24 gives 0), one "
-             "rounding; op_model exact: float64 expm1, one rounding")
+             "rounding (a float32 input's vrelu path gives the same finite values; its NaN and signed zeros are not "
+             "checked); op_model exact: float64 expm1, one rounding")
 
 
 @register("Elu", kind=VECTOR, source=Source(
@@ -256,8 +257,9 @@ def div_no_nan(x, y, *, ctx):
 @register("MulNoNan", kind=VECTOR, source=Source(
     (_TBE + "mul_no_nan.py (mul_no_nan_compute: vmul)", "hicann/ops-math experimental/math/mul_no_nan/op_kernel/"
      "mul_no_nan_dag.h", "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), ("op_model",),
-    "TBE: a plain vmul (x 0 is -0 for a negative x, NaN for an infinite or NaN x); Ascend C (op_model ascendc) and "
-    "exact: select(y != 0, x y, 0), TensorFlow's rule"))
+    "TBE (the dynamic-shape kernel; the static impl/mul_no_nan.py's vcmpsel is TF's rule, and which one a static "
+    "graph gets is assumed, no parameter): a plain vmul (x 0 is -0 for a negative x, NaN for an infinite or NaN x); "
+    "Ascend C (op_model ascendc) and exact: select(y != 0, x y, 0), TensorFlow's rule"))
 def mul_no_nan(x, y, *, ctx):
     """TBE mul_no_nan_compute: x * y (one vmul); under ``op_model`` ``ascendc`` (the 950's kernel) or ``exact``,
     x * y and 0 where y == 0 (even for x Inf or NaN)."""

@@ -68,9 +68,11 @@ def _scan(x32, axis, exclusive, reverse):
      "input dtype; bf16 taken as float32)",
      "hicann/ops-math math/cumsum/op_kernel/arch35/cumsum_base/cumsum_core_sklansky.h (T promoted to PromtT float)",
      _INDEX_MODEL), ("op_model",),
-    "TBE (910, 910B): fp16 added in fp16, each running sum rounded (and saturated) before the next add; float32 and "
-    "bf16 a float32 running sum, each output rounded once; op_model ascendc / exact: float32 in scan order for every "
-    "dtype (the Ascend C kernel's float32, not its Sklansky order)"))
+    "TBE (910, 910B): fp16 added in fp16, each running sum rounded (and saturated) before the next add; float32 a "
+    "float32 running sum, each output rounded once; bf16 the same as float32 (the kernel's bf16 path is assumed, no "
+    "parameter); exclusive / reverse, which dynamic/cumsum.py's check_supported refuses (GE then takes the static "
+    "cumsum_d.py or the AI CPU), are assumed to add as the inclusive form (no parameter); op_model ascendc / exact: "
+    "float32 in scan order for every dtype (the Ascend C kernel's float32, not its Sklansky order)"))
 def cumsum(x, axis, *, ctx, exclusive=False, reverse=False):
     """Running sum along ``axis``. TBE (``op_model`` tbe_*): an fp16 ``x`` is summed by fp16 vadds, each running
     sum rounded to fp16; other float dtypes (and every dtype under ``ascendc`` / ``exact``) by float32 adds in scan

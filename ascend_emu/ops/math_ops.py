@@ -189,10 +189,11 @@ def bias_add(x, bias, *, ctx, data_format="NHWC"):
 
 
 @register("AddN", kind=VECTOR, eltwise="add", source=Source(
-    (_TBE + "add_n.py (add_n_compute: fp16 and bf16 cast to float32 where vadd takes float32, vadd in input order, "
-     "one cast back)", _ONCE), (),
-    "16-bit inputs widened, a float32 running sum in input order, one rounding (RINT); add_n_fusion_compute's adds "
-    "in the input dtype apply only inside a UB fusion, which no fusion rule here forms"))
+    (_TBE + "add_n.py (add_n_compute: fp16 cast to float32 where vadd takes float32, vadd in input order, one cast "
+     "back; its dtype list is fp16/float32/int32)", _ONCE), (),
+    "16-bit inputs widened, a float32 running sum in input order, one rounding (RINT); a bf16 AddN, which the kernel "
+    "does not list, is assumed to run the same way (no parameter); add_n_fusion_compute's adds in the input dtype "
+    "apply only inside a UB fusion, which no fusion rule here forms"))
 def add_n(*xs, ctx):
     """TBE add_n_compute: float32 inputs added in input order; fp16 / bf16 inputs widened to float32 (the 910 and
     910B have a float32 vadd), the float32 running sum rounded once to the compute dtype."""

@@ -246,14 +246,16 @@ _TBE = "canndev ops/built-in/tbe/impl/dynamic/"
 
 
 @register("AvgPool", kind=VECTOR, source=Source(
-    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/avg_pool_pass.cpp (AvgPoolFusionPass: a depthwise filter "
-     "of fp16(1/(kh kw)) for VALID, of ones and a Mul by fp16(1/area) for SAME; output width 1 left alone)",
+    ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/avg_pool_pass.cc (AvgPoolFusionPass: a depthwise filter "
+     "of fp16(1/(kh kw)) for VALID, of ones and a Mul node <name>_mul_layer by fp16(1/area) for SAME; output width 1 "
+     "or a stride over 63 left alone)",
      _TBE + "avg_pool.py (with a filter: conv2d, groups = C, on the cube)", "NUMERICS.md section 2 (composite ops)"),
     ("op_model", "cube_block_sum", "cube_extra_bits", "cube_normalize"),
-    "fp16, static shape, output width > 1: the depthwise convolution on the cube (fp16 products exact, float32 "
-    "accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area); otherwise (float32, bf16, output "
-    "width 1, op_model exact) the window's mean in float64, one rounding (the composite rule: assumed; the vector "
-    "kernel's reduce_avg adds in the input dtype are not modelled)"))
+    "fp16, static shape, output width > 1, strides <= 63: the depthwise convolution on the cube (fp16 products exact, "
+    "float32 accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area), which a real dump holds as "
+    "its own op <name>_mul_layer (AvgPool's own output there is the window sum) and this record folds in; otherwise "
+    "(float32, bf16, output width 1, larger strides, op_model exact) the window's mean in float64, one rounding (the "
+    "composite rule: assumed; the vector kernel's reduce_avg adds in the input dtype are not modelled)"))
 def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     """AvgPool as GE runs an fp16 one (AvgPoolFusionPass + the TBE AvgPool with a filter): a depthwise convolution
     on the cube by fp16(1/(kh*kw)) (VALID), or by ones followed by an fp16 multiply by fp16(1/area) per output
@@ -261,7 +263,9 @@ def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
     _nhwc(data_format)
     x = np.asarray(x)
     v, cnt = _windows(to64(x), ksize, strides, padding, 0.0)
-    if x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model != "exact" and v.shape[2] != 1:
+    # AvgPoolFusionPass leaves the node to the vector kernel for a stride over 63 (its check) or an output width of 1
+    if (x.dtype == np.float16 and ctx.dtype_name == "float16" and ctx.op_model != "exact" and v.shape[2] != 1
+            and max(_hw(strides)) <= 63):
         from ..numerics.cube import depthwise_conv2d
         from .math_ops import vec
 
@@ -335,7 +339,8 @@ def softmax(x, *, ctx):
      "hicann/ops-nn activation/log_softmax_v2/op_kernel/arch35/log_softmax_v2_ar_full_load.h"),
     ("op_model", "impl_mode"),
     "TBE: max and x - max in the input dtype, then float32 exp, sum, log and difference; Ascend C: all float32; one "
-    "rounding; sum order assumed"))
+    "rounding; sum order assumed; bf16, which the TBE kernel does not list (fp16/float32), is assumed to take the "
+    "fp16 steps in bf16 (no parameter)"))
 def log_softmax(x, *, ctx):
     """x - max - log(sum(exp(x - max))) over the last axis: CANN's kernel step by step, or exact (float64)."""
     if ctx.op_model != "exact":

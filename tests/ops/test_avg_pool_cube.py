@@ -48,3 +48,15 @@ def test_fp16_avg_pool_differs_from_the_mean_and_keeps_it_for_width_one():
     (a,) = run_op("AvgPool", x, ctx=OpContext(dtype="float16"), **g)
     (b,) = run_op("AvgPool", x, ctx=OpContext(dtype="float16", op_model="exact"), **g)
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_stride_over_63_is_left_to_the_vector_kernel():
+    """AvgPoolFusionPass (avg_pool_pass.cc) returns without a filter when stridesH or stridesW is above 63: such a
+    pooling keeps the vector kernel's model (the mean here), while stride 63 still takes the cube form."""
+    x = (np.random.default_rng(5).standard_normal((1, 130, 130, 2)) * 8).astype(np.float16)
+    for stride, cube in ((64, False), (63, True)):
+        kw = dict(ksize=[1, 3, 3, 1], strides=[1, stride, stride, 1], padding="VALID")
+        (ours,) = run_op("AvgPool", x, ctx=OpContext(dtype="float16"), **kw)
+        (mean,) = run_op("AvgPool", x, ctx=OpContext(dtype="float16", op_model="exact"), **kw)
+        assert ours.shape[2] > 1
+        assert (ours != mean).any() == cube, stride
