@@ -40,16 +40,16 @@ class Light:
     touch neither numbers nor ``ctx``) the op context and the thread fit. The records are the ones the full path
     makes (``_Run._eval_light``). ``kind``: "const", "placeholder", "host", "int" or "move"."""
 
-    __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "value", "compute",
+    __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "compute",
                  "precision", "fusion")
 
-    def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", value=None, compute=None,
+    def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", compute=None,
                  precision=None, fusion=None):
         self.node, self.sig, self.kind, self.opdef = node, sig, kind, opdef
         self.fn = opdef.fn if opdef is not None else None
         self.attrs = {} if opdef is None else op_attrs(opdef, node)
         self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
-        self.value, self.compute, self.precision, self.fusion = value, compute, precision, fusion
+        self.compute, self.precision, self.fusion = compute, precision, fusion
 
 
 #: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of

@@ -317,7 +317,7 @@ class _Run:
                 return self._eval_prepared(prep, node, args)
         if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
             if type(node.attrs["value"]) is np.ndarray:
-                self._keep(node, Light(node, (), "const", value=node.attrs["value"],
+                self._keep(node, Light(node, (), "const",
                                         ascend_op=node.meta.get("ascend_type") or ascend_type("Const")))
             return self._const(node)
         if node.op in CONTROL_FLOW:
@@ -432,7 +432,11 @@ class _Run:
         """A :class:`Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""
         kind = prep.kind
         if kind == "const":
-            out = prep.value
+            # read again each replay: the graph's constant may be a new array since (an edited graph, a test's
+            # swap); the value kept in the Light would be served stale
+            out = node.attrs["value"]
+            if type(out) is not np.ndarray:
+                return self._const(node)
             self.const.update(prep.outs)
             self._record(OpRecord(node.name, "Const", prep.ascend_op, "HOST", dtype_name(out.dtype), []), (out,),
                          node.attrs)
