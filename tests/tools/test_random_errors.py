@@ -74,7 +74,12 @@ def test_training_with_an_embedding_parts_at_a_named_step_and_op(tmp_path):
     res = random_errors(m, runs=4, out_dir=tmp_path / "off", dump_steps=[0], report=tmp_path / "re.html", **kw)
     f = res.first
     assert (f["step"], f["phase"], f["tf_type"], f["source"]) == (0, "backward", "UnsortedSegmentSum", True)
-    assert res.first_loss_step is not None and res.loss_spread["runs"] == 4 and res.loss_spread["max_abs"] > 0
+    assert res.first_loss_step is not None and res.loss_spread["runs"] == 4 and res.loss_spread["max_abs"] >= 0
+    # the curves part from the first differing step on; the final losses may meet again (since the float32 steps
+    # of the cross-entropy kernel, this seed's 20th losses coincide in all four runs)
+    curves = np.array([r["losses"] for r in res.runs])
+    assert (curves[:, res.first_loss_step] != curves[0, res.first_loss_step]).any()
+    assert not (curves[:, :res.first_loss_step] != curves[0, :res.first_loss_step]).any()
     text = res.format_text()
     assert "step 0" in text and "UnsortedSegmentSum" in text and "final loss spread over 4 runs" in text
     html = (tmp_path / "re.html").read_text()
