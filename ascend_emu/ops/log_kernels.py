@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._util import HALF, finish, to_f32
+from ._util import finish, to_f32
 from .math_ops import vec
 from .registry import OpContext
-from .sourced import _f32ctx, _max, _sum
+from .sourced import _f32ctx, _sum, shifted
 
 #: -ln 2 as the kernels' float32 constant (softplus.py NEG_LN_2, softplus_dag.h constNegLn2)
 _NEG_LN2 = np.float32(-0.69314718055994530941723212145818)
@@ -27,15 +27,7 @@ def log_softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     then casts to float32: vexp, reduce_sum, vlog, vsub. The Ascend C kernel (log_softmax_v2_ar_full_load.h)
     loads the input as float32 and subtracts there.
     """
-    x = np.asarray(x)
-    c32 = _f32ctx(ctx)
-    w = to_f32(x)
-    with np.errstate(invalid="ignore"):
-        m = _max(x, w, axis) if x.dtype in HALF else np.max(x, axis=axis, keepdims=True)
-    if ctx.op_model == "ascendc":
-        d = vec(c32, "sub", w, to_f32(m))
-    else:
-        d = to_f32(vec(ctx, "sub", x, m))
+    c32, d = shifted(ctx, np.asarray(x), axis)
     e = vec(c32, "exp", d)
     y = vec(c32, "sub", d, vec(c32, "log", _sum(c32, e, axis)))
     ctx.record(c32.status)

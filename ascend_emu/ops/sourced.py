@@ -46,6 +46,20 @@ def _sum(c32: OpContext, x, axes) -> np.ndarray:
     return y
 
 
+def shifted(ctx: OpContext, x: np.ndarray, axis):
+    """The float32 context and ``x - max(x)`` over ``axis`` as Softmax and LogSoftmax compute it: TBE subtracts in
+    the input dtype (a 16-bit difference rounded to it), then widens; Ascend C (``op_model`` ascendc) widens first
+    and subtracts in float32."""
+    c32 = _f32ctx(ctx)
+    w = to_f32(x)
+    with np.errstate(invalid="ignore"):
+        # exact in any dtype; NaN propagates
+        m = _max(x, w, axis) if x.dtype in HALF else np.max(x, axis=axis, keepdims=True)
+    if ctx.op_model == "ascendc":
+        return c32, vec(c32, "sub", w, to_f32(m))
+    return c32, to_f32(vec(ctx, "sub", x, m))
+
+
 def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     """exp(x - max) / sum(exp(x - max)) over ``axis``.
 
@@ -60,15 +74,7 @@ def softmax(ctx: OpContext, x, axis=-1) -> np.ndarray:
     y = _softmax_rows(ctx, x, axis)
     if y is not None:
         return finish(ctx, y)
-    c32 = _f32ctx(ctx)
-    w = to_f32(x)
-    with np.errstate(invalid="ignore"):
-        # exact in any dtype; NaN propagates
-        m = _max(x, w, axis) if x.dtype in HALF else np.max(x, axis=axis, keepdims=True)
-    if ctx.op_model == "ascendc":
-        d = vec(c32, "sub", w, to_f32(m))
-    else:
-        d = to_f32(vec(ctx, "sub", x, m))
+    c32, d = shifted(ctx, x, axis)
     e = vec(c32, "exp", d)
     y = vec(c32, "realdiv", e, _sum(c32, e, axis))
     ctx.record(c32.status)
