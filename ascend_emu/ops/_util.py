@@ -42,13 +42,7 @@ def finish(ctx, y) -> np.ndarray:
     y = np.asarray(y)
     if ctx.dtype == np.float32:
         with np.errstate(over="ignore", invalid="ignore"):
-            out = y.astype(np.float32)
-        bad = ~np.isfinite(out)
-        if bad.any():
-            ctx.record(STATUS_FP_OVERFLOW)
-            if ctx.overflow_mode == "saturation":
-                fmax = np.finfo(np.float32).max
-                out = np.where(np.isnan(out), np.float32(0), np.clip(out, -fmax, fmax)).astype(np.float32)
+            out = step32(ctx, y.astype(np.float32))   # a float32 result is one more step's rounding and status
         if ctx.subnormals == "flush":  # as every other float32 result under flush: subnormals -> signed zero
             flush_f32_subnormals(out)
         return out

@@ -208,16 +208,26 @@ def _layer_norm_rows_f16(ctx: OpContext, x, gamma, beta, epsilon, axes, cof, exp
     rows = _f16_rows(ctx, x, axes)
     if not rows:
         return None
+    params = _norm_params(ctx, x, gamma, beta, axes, explog)
+    if params is None:
+        return None
+    g, b, mode = params
+    xb = np.ascontiguousarray(x).reshape(rows, -1).view(np.uint16)
+    out = np.empty(xb.shape, dtype=np.uint16)
+    if not _kc.layer_norm_rows_f16(xb, g, b, out, cof, np.float32(epsilon), mode):
+        return None
+    return out.view(np.float16).reshape(x.shape)
+
+
+def _norm_params(ctx: OpContext, x, gamma, beta, axes, explog):
+    """The row kernels' gamma and beta rows and rstd mode for ``x`` normalised over its trailing ``axes``, or None
+    when gamma or beta varies along a kept axis (the steps then run)."""
     trailing = tuple(x.shape[x.ndim - len(axes):])
     g, b = _row_param(gamma, trailing), _row_param(beta, trailing)
     if g is None or b is None:
         return None
-    xb = np.ascontiguousarray(x).reshape(rows, -1).view(np.uint16)
-    out = np.empty(xb.shape, dtype=np.uint16)
     mode = (_kc.RSTD_EXPLOG64 if ctx.impl_mode == "high_precision" else _kc.RSTD_EXPLOG32) if explog else _kc.RSTD_DIV
-    if not _kc.layer_norm_rows_f16(xb, g, b, out, cof, np.float32(epsilon), mode):
-        return None
-    return out.view(np.float16).reshape(x.shape)
+    return g, b, mode
 
 
 def _row_param(p, trailing):
@@ -246,13 +256,12 @@ def _layer_norm_rows(ctx: OpContext, x32, gamma, beta, epsilon, axes, cof, explo
     rows = _rows(x32, axes)
     if not rows:
         return None
-    trailing = tuple(x32.shape[x32.ndim - len(axes):])
-    g, b = _row_param(gamma, trailing), _row_param(beta, trailing)
-    if g is None or b is None:
+    params = _norm_params(ctx, x32, gamma, beta, axes, explog)
+    if params is None:
         return None
+    g, b, mode = params
     x2 = np.ascontiguousarray(x32).reshape(rows, -1)
     out = np.empty(x2.shape, dtype=np.float32)
-    mode = (_kc.RSTD_EXPLOG64 if ctx.impl_mode == "high_precision" else _kc.RSTD_EXPLOG32) if explog else _kc.RSTD_DIV
     if not _kc.layer_norm_rows(x2, g, b, out, cof, np.float32(epsilon), mode):
         return None
     return out.reshape(x32.shape)
