@@ -43,7 +43,8 @@ TRAIN_PRECISION_DEFAULT.update({alias: TRAIN_PRECISION_DEFAULT[name] for alias, 
 #: the cube op types of each allow_hf32 family (TF types; fused ops by their ``base``)
 HF32_FAMILY = {**dict.fromkeys(("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "Conv2DBackpropFilter",
                                 "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter",
-                                "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"), "conv"),
+                                "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+                                "Conv2DTranspose"), "conv"),
                **dict.fromkeys(("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"), "matmul")}
 
 

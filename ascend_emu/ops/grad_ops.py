@@ -79,6 +79,25 @@ def conv2d_backprop_input(input_sizes, w, dy, *, ctx, strides, padding, dilation
     return _record(ctx, backprop_input(dy, w, strides, pads, dil, **_cube_kw(ctx)))
 
 
+@register("Conv2DTranspose", kind=CUBE, source=Source(
+    CONV_SOURCE.files + ("hicann/ops-nn conv/convolution_forward/op_host/op_api/convolution.cpp (ConvTranspose2d: "
+                         "Conv2DTranspose with the bias as an input)",), CONV_SOURCE.assumed,
+    "Conv2DBackpropInput's model (the transposed convolution of x is the input gradient of the convolution it "
+    "transposes); the bias into the float32 accumulator, as Conv2D's (assumed: the kernel takes it as an input)"))
+def conv2d_transpose(input_size, x, w, *, ctx, strides, pads, dilations=(1, 1, 1, 1), data_format="NHWC",
+                     bias=None):
+    """CANN's Conv2DTranspose (aclnnConvolution with ``transposed``): the input gradient of the convolution whose
+    input has ``input_size`` (the output here, CANN's ``output_padding`` rows and columns included) and whose filter
+    is ``w`` (KH, KW, out channels, x's channels); ``pads`` (top, bottom, left, right) are that convolution's."""
+    from ..numerics.cube import conv2d_backprop_input as backprop_input
+
+    _nhwc(data_format)
+    pt, pb, pl, pr = as_int_list(pads)
+    explicit = [0, 0, pt, pb, pl, pr, 0, 0]
+    geometry, st, dil, _ = _dz_pads(input_size, w, x, strides, "EXPLICIT", dilations, explicit)
+    return _record(ctx, backprop_input(x, w, st, geometry, dil, **_cube_kw(ctx, bias)))
+
+
 @register("Conv2DBackpropFilter", kind=CUBE, source=CONV_SOURCE)
 def conv2d_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1),
                            explicit_paddings=(), data_format="NHWC"):

@@ -36,12 +36,22 @@ def _ndhwc(data_format):
                              "(channels_last)")
 
 
-def _pads3(padding, size, ksize, strides, dilations):
-    """[(before, after)] per spatial axis and the output sizes, by TF's SAME / VALID rule."""
+def _pads3(padding, size, ksize, strides, dilations, explicit_paddings=()):
+    """[(before, after)] per spatial axis and the output sizes, by TF's SAME / VALID rule, or ``EXPLICIT`` with
+    ``explicit_paddings`` as Conv2D's (ten sizes, NDHWC order: the batch and channel pairs 0), as aclnnConvolution
+    passes a torch convolution's pads."""
     pads, out = [], []
-    for n, k, s, d in zip(size, ksize, strides, dilations):
+    if padding == "EXPLICIT":
+        p = as_int_list(explicit_paddings)
+        if len(p) != 10 or any(v < 0 for v in p) or p[:2] != [0, 0] or p[8:] != [0, 0]:
+            raise AscendEmuError(f"explicit_paddings {p}: ten sizes >= 0 (NDHWC pairs, batch and channel 0)")
+    for i, (n, k, s, d) in enumerate(zip(size, ksize, strides, dilations)):
         span = (k - 1) * d + 1
-        if padding == "SAME":
+        if padding == "EXPLICIT":
+            before, after = p[2 + 2 * i], p[3 + 2 * i]
+            o = (n + before + after - span) // s + 1
+            pads.append((before, after))
+        elif padding == "SAME":
             o = -(-n // s)
             tot = max((o - 1) * s + span - n, 0)
             pads.append((tot // 2, tot - tot // 2))
@@ -49,7 +59,7 @@ def _pads3(padding, size, ksize, strides, dilations):
             o = (n - span) // s + 1
             pads.append((0, 0))
         else:
-            raise AscendEmuError(f"3D padding {padding!r} is not supported (SAME or VALID)")
+            raise AscendEmuError(f"3D padding {padding!r} is not supported (SAME, VALID or EXPLICIT)")
         if o <= 0:
             raise AscendEmuError(f"the window {tuple(ksize)} (dilations {tuple(dilations)}) does not fit the input "
                                  f"of spatial shape {tuple(size)}")
@@ -89,7 +99,10 @@ def conv3d_filter_rows(w, order: str) -> np.ndarray:
 
 
 @register("Conv3D", kind=CUBE, source=CONV_K_SOURCE)
-def conv3d(x, w, *, ctx, strides=(1, 1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1, 1), data_format="NDHWC"):
+def conv3d(x, w, *, ctx, strides=(1, 1, 1, 1, 1), padding="VALID", dilations=(1, 1, 1, 1, 1), data_format="NDHWC",
+           explicit_paddings=(), bias=None):
+    """``bias`` (per output channel, float32) goes into the accumulator, as Conv2D's (aclnnConvolution's Conv3DV2
+    takes it as an input: NUMERICS.md section 16)."""
     from ..numerics.cube import matmul
 
     _ndhwc(data_format)
@@ -98,10 +111,10 @@ def conv3d(x, w, *, ctx, strides=(1, 1, 1, 1, 1), padding="VALID", dilations=(1,
         raise AscendEmuError(f"Conv3D needs an NDHWC input and a (KD, KH, KW, Cin, Cout) filter with Cin equal to the "
                              f"input's channels, got {x.shape} and {w.shape}")
     st, dl = _dhw(strides, "strides"), _dhw(dilations, "dilations")
-    pads, out = _pads3(padding, x.shape[1:4], w.shape[:3], st, dl)
+    pads, out = _pads3(padding, x.shape[1:4], w.shape[:3], st, dl, explicit_paddings)
     order = ctx.cube_model.conv_k_order
     a = conv3d_patches(x, w.shape[:3], st, dl, pads, out, order)
-    y = _record(ctx, matmul(a, conv3d_filter_rows(w, order), **_cube_kw(ctx)))
+    y = _record(ctx, matmul(a, conv3d_filter_rows(w, order), **_cube_kw(ctx, bias)))
     return y.reshape(x.shape[0], *out, w.shape[4])
 
 
@@ -140,15 +153,15 @@ def avg_pool3d(x, *, ctx, ksize, strides, padding, data_format="NDHWC"):
 
 # ------------------------------------------------------------------------------ the gradients of Conv3D
 
-def _geometry(strides, dilations, padding, in_shape, ksize):
+def _geometry(strides, dilations, padding, in_shape, ksize, explicit_paddings=()):
     st, dl = _dhw(strides, "strides"), _dhw(dilations, "dilations")
-    pads, out = _pads3(padding, in_shape, ksize, st, dl)
+    pads, out = _pads3(padding, in_shape, ksize, st, dl, explicit_paddings)
     return st, dl, pads, out
 
 
 @register("Conv3DBackpropInputV2", kind=CUBE, source=CONV_SOURCE)
 def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
-                             data_format="NDHWC"):
+                             data_format="NDHWC", explicit_paddings=()):
     """dx as Conv2DBackpropInput's model in 3D (NUMERICS.md section 8): the stride-1 VALID convolution (dilations
     kept) of dy with ``stride - 1`` zeros inserted between its voxels, padded by ``(K-1)*d - pad_before`` in front
     (negative: cropped), with the filter rotated by 180 degrees and its channels swapped; K = KD*KH*KW*Cout in
@@ -158,7 +171,7 @@ def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilat
     _ndhwc(data_format)
     shape = as_int_list(input_sizes)
     w, dy = np.asarray(w), np.asarray(dy)
-    st, dl, pads, out = _geometry(strides, dilations, padding, shape[1:4], w.shape[:3])
+    st, dl, pads, out = _geometry(strides, dilations, padding, shape[1:4], w.shape[:3], explicit_paddings)
     if list(dy.shape) != [shape[0], *out, w.shape[4]]:
         raise AscendEmuError(f"Conv3DBackpropInputV2: out_backprop of shape {dy.shape} does not match the forward "
                              f"output {[shape[0], *out, w.shape[4]]}")
@@ -183,7 +196,7 @@ def conv3d_backprop_input_v2(input_sizes, w, dy, *, ctx, strides, padding, dilat
 
 @register("Conv3DBackpropFilterV2", kind=CUBE, source=CONV_SOURCE)
 def conv3d_backprop_filter_v2(x, filter_sizes, dy, *, ctx, strides, padding, dilations=(1, 1, 1, 1, 1),
-                              data_format="NDHWC"):
+                              data_format="NDHWC", explicit_paddings=()):
     """dw = im2col(x)^T @ dy as one matmul, K = N*OD*OH*OW in (n, od, oh, ow) order (Conv2DBackpropFilter's
     model, NUMERICS.md section 8)."""
     from ..numerics.cube import matmul
@@ -191,7 +204,7 @@ def conv3d_backprop_filter_v2(x, filter_sizes, dy, *, ctx, strides, padding, dil
     _ndhwc(data_format)
     fs = as_int_list(filter_sizes)
     x, dy = np.asarray(x), np.asarray(dy)
-    st, dl, pads, out = _geometry(strides, dilations, padding, x.shape[1:4], fs[:3])
+    st, dl, pads, out = _geometry(strides, dilations, padding, x.shape[1:4], fs[:3], explicit_paddings)
     p = conv3d_patches(x, fs[:3], st, dl, pads, out, "hwc")
     y = _record(ctx, matmul(p, np.ascontiguousarray(dy.reshape(-1, fs[4])), transpose_a=True, **_cube_kw(ctx)))
     return y.reshape(fs)

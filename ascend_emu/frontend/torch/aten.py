@@ -398,7 +398,7 @@ def baddbmm(k, c, a, b, beta=1, alpha=1):
     return _out(y)
 
 
-# -- cube: convolution (NCHW / OIHW in torch, NHWC / HWIO in the registry) ---------------------------------
+# -- layouts (NCHW in torch, NHWC in the registry); the convolutions are in :mod:`.aten_conv` ---------------
 def _nhwc(t):
     return np.ascontiguousarray(np.transpose(to_numpy(t), (0, 2, 3, 1)))
 
@@ -410,78 +410,6 @@ def _nhwc_view(t):
 
 def _nchw(a, dtype=None):
     return from_numpy(np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2))), dtype)
-
-
-def _conv_attrs(stride, padding, dilation):
-    s, p, d = list(stride), list(padding), list(dilation)
-    return dict(strides=[1, s[0], s[1], 1], padding="EXPLICIT",
-                explicit_paddings=[0, 0, p[0], p[0], p[1], p[1], 0, 0], dilations=[1, d[0], d[1], 1])
-
-
-def _as_2d(x, w, stride, padding, dilation, transposed):
-    """A 1-D convolution as the 2-D one aclnnConvolution runs (H = 1: View1dAs2d, [NN] conv/convolution_forward/
-    op_host/op_api/aclnn_convolution.cpp): (x, w, stride, padding, dilation) with the H axis added, else as given."""
-    if transposed or x.dim() != 3 or w.dim() != 3 or isinstance(padding, str) or \
-            not (len(stride) == len(padding) == len(dilation) == 1):
-        return x, w, stride, padding, dilation
-    return (x.unsqueeze(2), w.unsqueeze(2), [1, stride[0]], [0, padding[0]], [1, dilation[0]])
-
-
-def _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding):
-    if transposed or x.dim() != 4 or w.dim() != 4 or isinstance(padding, str):
-        raise Fallback("only 2-D, not transposed convolutions run on the emulated cube")
-    if len(stride) != 2 or len(padding) != 2 or len(dilation) != 2:
-        raise Fallback("convolution geometry")
-
-
-@aten("aten.convolution")
-def convolution(k, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """aclnnConvolution (cubeMathType from ``conv.allow_hf32`` alone, ASCEND-FACTS 13.1): the registry's Conv2D
-    on NHWC (a 1-D convolution with H = 1); the bias goes into the float32 accumulator (aclnnConvolution converts it
-    to FLOAT, 13.3)."""
-    one_d = x.dim() == 3
-    x, w, stride, padding, dilation = _as_2d(x, w, stride, padding, dilation, transposed)
-    _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
-    dt = _cube_dtype(x, w)
-    b = None if bias is None else to_numpy(bias.detach().to(torch.float32))
-    (y,) = k.op("Conv2D", np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
-                np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0))), family="conv", bias=b,
-                **_conv_attrs(stride, padding, dilation))
-    y = _nchw(y, dt)
-    return y.squeeze(2) if one_d and x.dim() == 4 else y
-
-
-@aten("aten.convolution_backward")
-def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
-                         output_mask):
-    if x.dim() == 3 and dy.dim() == 3 and not transposed:
-        # a 1-D convolution's gradients: the 2-D ones with H = 1 (View1dAs2d), the H axis dropped again
-        x2, w2, st, pd, dl = _as_2d(x, w, stride, padding, dilation, transposed)
-        if x2.dim() == 4:
-            grads = convolution_backward(k, dy.unsqueeze(2), x2, w2, bias_sizes, st, pd, dl, transposed,
-                                         [0, 0], groups, output_mask)
-            return tuple(None if t is None or i == 2 else t.squeeze(2) for i, t in enumerate(grads[:2])) + \
-                (grads[2],)
-    _conv2d_only(x, w, stride, padding, dilation, transposed, output_padding)
-    if groups != 1:
-        raise Fallback("grouped convolution backward")
-    dt = _cube_dtype(dy, x, w)
-    attrs = _conv_attrs(stride, padding, dilation)
-    g = np.ascontiguousarray(np.transpose(_arg(dy, dt), (0, 2, 3, 1)))
-    dx = dw = db = None
-    if output_mask[0]:
-        (r,) = k.op("Conv2DBackpropInput", np.asarray([x.shape[0], x.shape[2], x.shape[3], x.shape[1]], np.int32),
-                    np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0))), g, family="conv", **attrs)
-        dx = _nchw(r, dt)
-    if output_mask[1]:
-        (r,) = k.op("Conv2DBackpropFilter", np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1))),
-                    np.asarray([w.shape[2], w.shape[3], w.shape[1], w.shape[0]], np.int32), g, family="conv",
-                    **attrs)
-        dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
-    if output_mask[2]:
-        (r,) = k.op("BiasAddGrad", np.transpose(_arg(dy, dt), (0, 2, 3, 1)))   # (its sum reads any strides)
-        db = _out(r, dt)
-    return dx, dw, db
 
 
 # -- normalisation and pooling ---------------------------------------------------------------------------------

@@ -120,6 +120,11 @@ class Launcher:
         ASCEND-FACTS 13.1), so ``"ascendc"``; None (the device's TBE model) before."""
         return "ascendc" if self.run.chip.fp32_cube else None
 
+    def bias_after_transposed_conv(self) -> bool:
+        """Whether aclnnConvolution adds a transposed convolution's bias with its own Add (the 950: IsSupportND, arch
+        3510, the one SoC of the ``ascendc`` op model) rather than passing it to Conv2DTranspose."""
+        return self.run.chip.op_model == "ascendc"
+
     def fa_available(self) -> bool:
         """FlashAttentionScore: torch_npu's SDPA on the 910B and later (ASCEND-FACTS 13.5)."""
         return self.run.chip.fp32_cube
@@ -171,10 +176,10 @@ class Launcher:
                 n_operands = {"_FlashAttentionScore": 3, "_FlashAttentionScoreGrad": 4}.get(tf_type, 2)
                 idx = [i for i in range(min(n_operands, len(arrays)))
                        if isinstance(arrays[i], np.ndarray) and arrays[i].dtype == np.float32]
-                if tf_type == "Conv2DBackpropInput":
-                    idx = [1, 2]
-                elif tf_type == "Conv2DBackpropFilter":
-                    idx = [0, 2]
+                if tf_type in ("Conv2DBackpropInput", "Conv2DTranspose", "Conv3DBackpropInputV2"):
+                    idx = [1, 2]        # (sizes, the two operands)
+                elif tf_type in ("Conv2DBackpropFilter", "Conv3DBackpropFilterV2"):
+                    idx = [0, 2]        # (x, sizes, dy)
                 if how == "hfloat32":
                     from ...numerics.hf32 import to_hf32
 

@@ -12,6 +12,7 @@ from torch.utils.weak import WeakIdKeyDictionary  # noqa: E402
 from ...errors import AscendEmuError
 from ...fileio import check_output_dir
 from ...frontend.torch import aten as _aten
+from ...frontend.torch import aten_conv  # noqa: F401  (registers the convolution lowerings into aten.ATEN)
 from ...frontend.torch import aten_fused  # noqa: F401  (registers the attention and fused kernels' lowerings)
 from ...frontend.torch import aten_grad  # noqa: F401  (registers the backward kernels' lowerings into aten.ATEN)
 from ...frontend.torch.autocast import AutocastMode

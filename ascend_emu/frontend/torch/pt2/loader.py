@@ -27,6 +27,7 @@ import torch
 from ....errors import AscendEmuError
 from ....graph.core import Graph, InputSpec, Node, feeding
 from .. import aten as _aten
+from .. import aten_conv  # noqa: F401  (registers the convolution lowerings into aten.ATEN)
 from .. import aten_fused  # noqa: F401  (registers the attention and fused kernels' lowerings into aten.ATEN)
 from ..convert import dtype_name, to_numpy
 from .archive import load_exported_program

@@ -25,6 +25,7 @@ from ....numerics.policy import NumericsPolicy
 from ....ops import OPS
 from ....ops.registry import OpContext
 from .. import aten as _aten
+from .. import aten_conv as _aten_conv
 from .. import aten_fused as _aten_fused
 from .. import convert as _convert
 from ..options import NpuOptions
@@ -42,7 +43,7 @@ class ExactCall(Exception):
 TAINT = "<derived>"
 _LOCK = threading.Lock()
 #: the modules whose lowerings a trace runs: each one's conversions are swapped for the tracer's
-_LOWERING_MODULES = (_aten, _aten_fused)
+_LOWERING_MODULES = (_aten, _aten_conv, _aten_fused)
 _FLOATS = ("float16", "bfloat16", "float32")
 
 
@@ -123,6 +124,9 @@ class Tracer:
 
     def aclnn_model(self):
         return None     # the graph's kernels are the device's (the replay's op model)
+
+    def bias_after_transposed_conv(self) -> bool:
+        return False    # traced without a device: the graph's Conv2DTranspose takes the bias (all SoCs but the 950)
 
     def fa_available(self) -> bool:
         # FlashAttentionScore exists from the 910B on: the graph holds it, and the call itself for the replay to run
