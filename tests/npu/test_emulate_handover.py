@@ -134,3 +134,36 @@ def test_train_on_batch_resets_the_metrics_before_each_call():
     assert counts[1] == counts[0] >= 2
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
     assert "reset_metrics" not in TensorFlowTrainer.__dict__      # Keras' own again after the context
+
+
+def test_small_variables_are_written_together_and_large_ones_alone():
+    """``assign_variables``: the variables under ``ALONE_BYTES`` go in one traced call (one packed array per dtype:
+    the float32 weights and slots, the int64 iteration), the larger ones each by itself; every value lands exactly,
+    a read taken before keeps its values, and a second write of the same set reuses the traced writer."""
+    from ascend_emu.frontend.tf import stateful
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(2)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(200), keras.layers.Dense(3)])   # 8x200: small
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    step = _step(m)
+    big = next(v for v in m.trainable_variables if v.path.endswith("dense/kernel"))
+    old = stateful.ALONE_BYTES
+    try:
+        stateful.ALONE_BYTES = big.numpy().nbytes      # the first kernel (and its slots) alone, the rest packed
+        for round_ in range(2):
+            state = read_variables(step)
+            held = {k: np.array(v, copy=True) for k, v in state.items()}
+            new = {k: (v + np.asarray(round_ + 1, v.dtype)).astype(v.dtype) for k, v in state.items()}
+            views = dict(state)
+            assign_variables(step, new, state)
+            after = read_variables(step)
+            for k in new:
+                assert after[k].dtype == new[k].dtype and after[k].tobytes() == new[k].tobytes(), k
+                assert views[k].tobytes() == held[k].tobytes(), k
+        packed = [keys for keys in step._writers]
+        assert len(packed) == 1 and len(packed[0]) >= 8
+        assert any(step.handles[k][1].name == "int64" for k in packed[0])
+        assert not any(k.endswith("dense/kernel") for k in packed[0])
+    finally:
+        stateful.ALONE_BYTES = old
