@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from .intercept import _numpy, passthrough
-from .stateful import assign_variables, read_variables, train_step_from_tf_function
+from .stateful import assign_variables, fast_call, read_variables, train_step_from_tf_function
 from .tf import first_line, import_keras, import_tf
 
 
@@ -126,7 +126,7 @@ class KerasSteps:
         if fn is None:
             tf = import_tf()
             try:
-                fn = tf.function(model.get_metrics_result, autograph=False).get_concrete_function()
+                fn = fast_call(tf.function(model.get_metrics_result, autograph=False).get_concrete_function())
             except Exception:   # a get_metrics_result of the script's own that only runs eagerly
                 fn = model.get_metrics_result
             self._metrics[key] = fn
@@ -143,7 +143,7 @@ class KerasSteps:
         fn = self._resets.get(key)
         if fn is None:
             tf = import_tf()
-            fn = self._resets[key] = tf.function(lambda: reset(model), autograph=False).get_concrete_function()
+            fn = self._resets[key] = fast_call(tf.function(lambda: reset(model), autograph=False).get_concrete_function())
         fn()
 
     # -- forward (evaluate, predict) --------------------------------------------------------------
