@@ -87,6 +87,8 @@ def test_train_on_batch_logs_are_keras_metrics_of_the_emulated_values():
             eager = {k: float(v) for k, v in m.get_metrics_result().items()}
             assert set(logs) == {"loss", "accuracy", "sparse_top_k_categorical_accuracy"}
             assert logs == eager
+        step = next(iter(run._hooks.keras._train.values()))[0]
+        assert any(then is not None for _, then in step._writers)     # (the logs were traced into the write)
         lr = m.optimizer.learning_rate
         m.optimizer.learning_rate.assign(0.5)     # the script's write between steps is what the next step uses
         m.train_on_batch(X[:8], Y[:8])
@@ -161,9 +163,29 @@ def test_small_variables_are_written_together_and_large_ones_alone():
             for k in new:
                 assert after[k].dtype == new[k].dtype and after[k].tobytes() == new[k].tobytes(), k
                 assert views[k].tobytes() == held[k].tobytes(), k
-        packed = [keys for keys in step._writers]
+        packed = [keys for keys, then in step._writers]
         assert len(packed) == 1 and len(packed[0]) >= 8
         assert any(step.handles[k][1].name == "int64" for k in packed[0])
         assert not any(k.endswith("dense/kernel") for k in packed[0])
     finally:
         stateful.ALONE_BYTES = old
+
+
+def test_logs_that_cannot_be_traced_are_computed_eagerly_after_the_write(monkeypatch):
+    """The logs are traced into the variables' write; logs that only run eagerly (here ``.numpy()``) are Keras' own
+    ``get_metrics_result`` after the write instead."""
+    from ascend_emu.frontend.tf.keras_hooks import KerasSteps
+
+    fns = {}
+
+    def eager_only(self, model):
+        return fns.setdefault(id(model), lambda: {k: float(v.numpy()) for k, v in model.get_metrics_result().items()})
+    monkeypatch.setattr(KerasSteps, "_logs_fn", eager_only)
+    m = _model()
+    with ae.emulate("allow_mix_precision", loss_scale="dynamic") as run:
+        for i in range(2):
+            logs = m.train_on_batch(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], return_dict=True)
+            assert logs == {k: float(v) for k, v in m.get_metrics_result().items()}
+            assert logs["loss"] == pytest.approx(run.steps[-1]["loss"], rel=1e-6)
+        step = next(iter(run._hooks.keras._train.values()))[0]
+    assert any(w is None for w in step._writers.values())       # the traced write with the logs: refused

@@ -442,34 +442,44 @@ ALONE_BYTES = 1 << 16
 _PACKED = ("float32", "float16", "float64", "int32", "int64")
 
 
-def _packed_writer(step: TrainStep, keys: tuple):
+def _packed_writer(step: TrainStep, keys: tuple, then=None):
     """``write(*packed)``: the variables ``keys`` written in one traced call from one 1-D array per dtype (their
-    values raveled and concatenated in ``keys``' order), made once per step and set of keys."""
+    values raveled and concatenated in ``keys``' order), then ``then()`` traced into the same call (its reads of
+    the variables come after the writes: automatic control dependencies) and returned; made once per step, set of
+    keys and ``then`` (None: the call cannot be traced, see :func:`assign_variables`)."""
     writers = step.__dict__.setdefault("_writers", {})
-    w = writers.get(keys)
-    if w is None:
-        tf = import_tf()
-        groups: dict = {}
-        for k in keys:
-            h, dt = step.handles[k]
-            groups.setdefault(dt.name, []).append(k)
-        order = tuple(groups)
-        shapes = {k: step._shapes[k] for k in keys}
+    wkey = (keys, then)
+    if wkey in writers:
+        return writers[wkey]
+    tf = import_tf()
+    groups: dict = {}
+    for k in keys:
+        h, dt = step.handles[k]
+        groups.setdefault(dt.name, []).append(k)
+    order = tuple(groups)
+    shapes = {k: step._shapes[k] for k in keys}
 
-        def write(*packed):
-            for name, flat in zip(order, packed):
-                ks = groups[name]
-                parts = tf.split(flat, [int(np.prod(shapes[k], dtype=np.int64)) for k in ks]) if len(ks) > 1 else [flat]
-                for k, part in zip(ks, parts):
-                    tf.raw_ops.AssignVariableOp(resource=step.handles[k][0], value=tf.reshape(part, shapes[k]))
-        specs = [tf.TensorSpec((sum(int(np.prod(shapes[k], dtype=np.int64)) for k in groups[n]),), tf.as_dtype(n))
-                 for n in order]
+    def write(*packed):
+        for name, flat in zip(order, packed):
+            ks = groups[name]
+            parts = tf.split(flat, [int(np.prod(shapes[k], dtype=np.int64)) for k in ks]) if len(ks) > 1 else [flat]
+            for k, part in zip(ks, parts):
+                tf.raw_ops.AssignVariableOp(resource=step.handles[k][0], value=tf.reshape(part, shapes[k]))
+        return then() if then is not None else None
+    specs = [tf.TensorSpec((sum(int(np.prod(shapes[k], dtype=np.int64)) for k in groups[n]),), tf.as_dtype(n))
+             for n in order]
+    try:
         cf = tf.function(write, autograph=False).get_concrete_function(*specs)
-        w = writers[keys] = (order, groups, fast_call(cf))
+    except Exception:
+        if then is None:
+            raise
+        writers[wkey] = None       # ``then`` only runs eagerly
+        return None
+    w = writers[wkey] = (order, groups, fast_call(cf))
     return w
 
 
-def assign_variables(step: TrainStep, state: dict, before: dict | None = None) -> None:
+def assign_variables(step: TrainStep, state: dict, before: dict | None = None, then=None):
     """Write ``state`` (state key -> value) into the variables of a :func:`train_step_from_tf_function` step;
     with ``before`` (the state as read), only the values that are not the very arrays read (a training step
     hands back the array it was given for a variable it leaves alone, and nothing for a skipped step).
@@ -477,7 +487,11 @@ def assign_variables(step: TrainStep, state: dict, before: dict | None = None) -
     TensorFlow has no op writing several variables, and one inside a traced function copies its input, so a large
     variable (``ALONE_BYTES`` or more) is one eager ``AssignVariableOp``: its 64-byte-aligned array (the device's
     large outputs are, ``kernels/alloc.py``) becomes the variable's buffer without a copy. The small ones go in one
-    traced call, their values packed into one array per dtype (a dispatch costs more than copying them)."""
+    traced call, their values packed into one array per dtype (a dispatch costs more than copying them).
+
+    ``then``: a function of no arguments (Keras' ``get_metrics_result``) traced after the writes into the same call
+    when there is one to make (small variables were written), its result returned; else :data:`NOT_RUN` is returned
+    and the caller runs it."""
     tf = import_tf()
     assign = step.__dict__.get("_assign")
     if assign is None:
@@ -496,9 +510,22 @@ def assign_variables(step: TrainStep, state: dict, before: dict | None = None) -
             small.append(k)
             continue
         assign(h, v)
-    if len(small) > 1:
-        order, groups, write = _packed_writer(step, tuple(small))
-        write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
-                            else np.ravel(state[groups[n][0]])) for n in order])
-    elif small:
-        assign(step.handles[small[0]][0], state[small[0]])
+    if len(small) > 1 or (then is not None and small):
+        made = _packed_writer(step, tuple(small), then)
+        if made is not None:
+            order, groups, write = made
+            return write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
+                                       else np.ravel(state[groups[n][0]])) for n in order])
+        made = _packed_writer(step, tuple(small)) if len(small) > 1 else None
+        if made is not None:
+            order, groups, write = made
+            write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
+                                else np.ravel(state[groups[n][0]])) for n in order])
+            small = []
+    for k in small:
+        assign(step.handles[k][0], state[k])
+    return NOT_RUN if then is not None else None
+
+
+#: what :func:`assign_variables` returns when its ``then`` did not run
+NOT_RUN = object()
