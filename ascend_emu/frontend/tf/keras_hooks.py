@@ -95,7 +95,7 @@ class KerasSteps:
         return self._train[key]
 
     def train(self, model, iterator):
-        logs = None
+        logs = then = None
         with passthrough():
             for x, y in _arrays(model, iterator):
                 step, lso = self._train_step(model, x, y)
@@ -155,7 +155,8 @@ class KerasSteps:
         fn = self._resets.get(key)
         if fn is None:
             tf = import_tf()
-            fn = self._resets[key] = fast_call(tf.function(lambda: reset(model), autograph=False).get_concrete_function())
+            cf = tf.function(lambda: reset(model), autograph=False).get_concrete_function()
+            fn = self._resets[key] = fast_call(cf)
         fn()
 
     # -- forward (evaluate, predict) --------------------------------------------------------------
