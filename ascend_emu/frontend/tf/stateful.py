@@ -513,14 +513,9 @@ def assign_variables(step: TrainStep, state: dict, before: dict | None = None, t
     if len(small) > 1 or (then is not None and small):
         made = _packed_writer(step, tuple(small), then)
         if made is not None:
-            order, groups, write = made
-            return write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
-                                       else np.ravel(state[groups[n][0]])) for n in order])
-        made = _packed_writer(step, tuple(small)) if len(small) > 1 else None
-        if made is not None:
-            order, groups, write = made
-            write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
-                                else np.ravel(state[groups[n][0]])) for n in order])
+            return _write_packed(made, state)
+        if len(small) > 1:
+            _write_packed(_packed_writer(step, tuple(small)), state)
             small = []
     for k in small:
         assign(step.handles[k][0], state[k])
@@ -529,3 +524,11 @@ def assign_variables(step: TrainStep, state: dict, before: dict | None = None, t
 
 #: what :func:`assign_variables` returns when its ``then`` did not run
 NOT_RUN = object()
+
+
+def _write_packed(made, state: dict):
+    """Call a :func:`_packed_writer` on ``state``'s values, one 1-D array per dtype."""
+    tf = import_tf()
+    order, groups, write = made
+    return write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
+                               else np.ravel(state[groups[n][0]])) for n in order])
