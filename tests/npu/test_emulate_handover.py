@@ -87,6 +87,8 @@ def test_train_on_batch_logs_are_keras_metrics_of_the_emulated_values():
             eager = {k: float(v) for k, v in m.get_metrics_result().items()}
             assert set(logs) == {"loss", "accuracy", "sparse_top_k_categorical_accuracy"}
             assert logs == eager
+        step = next(iter(run._hooks.keras._train.values()))[0]
+        assert any(then is not None for _, then in step._writers)     # (the logs were traced into the write)
         lr = m.optimizer.learning_rate
         m.optimizer.learning_rate.assign(0.5)     # the script's write between steps is what the next step uses
         m.train_on_batch(X[:8], Y[:8])
@@ -134,3 +136,56 @@ def test_train_on_batch_resets_the_metrics_before_each_call():
     assert counts[1] == counts[0] >= 2
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
     assert "reset_metrics" not in TensorFlowTrainer.__dict__      # Keras' own again after the context
+
+
+def test_small_variables_are_written_together_and_large_ones_alone():
+    """``assign_variables``: the variables under ``ALONE_BYTES`` go in one traced call (one packed array per dtype:
+    the float32 weights and slots, the int64 iteration), the larger ones each by itself; every value lands exactly,
+    a read taken before keeps its values, and a second write of the same set reuses the traced writer."""
+    from ascend_emu.frontend.tf import stateful
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(2)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(200), keras.layers.Dense(3)])   # 8x200: small
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    step = _step(m)
+    big = next(v for v in m.trainable_variables if v.path.endswith("dense/kernel"))
+    old = stateful.ALONE_BYTES
+    try:
+        stateful.ALONE_BYTES = big.numpy().nbytes      # the first kernel (and its slots) alone, the rest packed
+        for round_ in range(2):
+            state = read_variables(step)
+            held = {k: np.array(v, copy=True) for k, v in state.items()}
+            new = {k: (v + np.asarray(round_ + 1, v.dtype)).astype(v.dtype) for k, v in state.items()}
+            views = dict(state)
+            assign_variables(step, new, state)
+            after = read_variables(step)
+            for k in new:
+                assert after[k].dtype == new[k].dtype and after[k].tobytes() == new[k].tobytes(), k
+                assert views[k].tobytes() == held[k].tobytes(), k
+        packed = [keys for keys, then in step._writers]
+        assert len(packed) == 1 and len(packed[0]) >= 8
+        assert any(step.handles[k][1].name == "int64" for k in packed[0])
+        assert not any(k.endswith("dense/kernel") for k in packed[0])
+    finally:
+        stateful.ALONE_BYTES = old
+
+
+def test_logs_that_cannot_be_traced_are_computed_eagerly_after_the_write(monkeypatch):
+    """The logs are traced into the variables' write; logs that only run eagerly (here ``.numpy()``) are Keras' own
+    ``get_metrics_result`` after the write instead."""
+    from ascend_emu.frontend.tf.keras_hooks import KerasSteps
+
+    fns = {}
+
+    def eager_only(self, model):
+        return fns.setdefault(id(model), lambda: {k: float(v.numpy()) for k, v in model.get_metrics_result().items()})
+    monkeypatch.setattr(KerasSteps, "_logs_fn", eager_only)
+    m = _model()
+    with ae.emulate("allow_mix_precision", loss_scale="dynamic") as run:
+        for i in range(2):
+            logs = m.train_on_batch(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], return_dict=True)
+            assert logs == {k: float(v) for k, v in m.get_metrics_result().items()}
+            assert logs["loss"] == pytest.approx(run.steps[-1]["loss"], rel=1e-6)
+        step = next(iter(run._hooks.keras._train.values()))[0]
+    assert any(w is None for w in step._writers.values())       # the traced write with the logs: refused

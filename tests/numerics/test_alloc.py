@@ -99,3 +99,15 @@ def test_the_most_recently_handed_out_free_buffer_comes_first():
     del d, e
     gc.collect()
     assert addr(alloc.empty((n,), np.float32)) == second   # e (c's buffer) was handed out last
+
+
+def test_arrays_from_64_kib_on_start_on_a_64_byte_boundary():
+    """TensorFlow adopts a 64-byte-aligned numpy array as a tensor without a copy (a training step's new weights
+    written into the script's variables): every array of 64 KiB or more, pooled or not, new or reused."""
+    for n in (1 << 14, 3 << 15, MB // 4, MB, 3 * MB + 7):
+        a = alloc.empty((n,), np.float32)
+        assert a.ctypes.data % 64 == 0 and a.shape == (n,) and a.flags.c_contiguous and a.flags.writeable
+        del a
+        gc.collect()
+        b = alloc.empty((n,), np.float32)
+        assert b.ctypes.data % 64 == 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import AscendEmuError
 from .intercept import _numpy, passthrough
-from .stateful import assign_variables, read_variables, train_step_from_tf_function
+from .stateful import NOT_RUN, assign_variables, fast_call, read_variables, train_step_from_tf_function
 from .tf import first_line, import_keras, import_tf
 
 
@@ -95,7 +95,7 @@ class KerasSteps:
         return self._train[key]
 
     def train(self, model, iterator):
-        logs = None
+        logs = then = None
         with passthrough():
             for x, y in _arrays(model, iterator):
                 step, lso = self._train_step(model, x, y)
@@ -109,13 +109,25 @@ class KerasSteps:
                 before = dict(state)
                 key = ("keras", id(model), step.graph.name, x.shape[1:], y.shape[1:])
                 self.runner.train(step, x, y, state, key=key, loss_scale=spec)
-                assign_variables(step, state, before)
+                # one batch a call (train_on_batch, fit's default): the logs traced into the variables' write
+                then = self._logs_fn(model) if lso is None and getattr(model, "steps_per_execution", 1) == 1 else None
+                logs = assign_variables(step, state, before, then=then)
                 if lso is not None:
                     scale, good = self.runner.manager_state(key)
                     lso.dynamic_scale.assign(scale)
                     lso.step_counter.assign(good)
-            logs = self._metrics_result(model)
+            if then is None or logs is NOT_RUN:
+                logs = self._metrics_result(model)
         return logs
+
+    def _logs_fn(self, model):
+        """``model.get_metrics_result`` as one function object per model and set of metrics (the key of the write
+        it is traced into, :func:`~ascend_emu.frontend.tf.stateful.assign_variables`)."""
+        key = ("logs", id(model), tuple(map(id, model.metrics)))
+        fn = self._metrics.get(key)
+        if fn is None:
+            fn = self._metrics[key] = lambda: model.get_metrics_result()
+        return fn
 
     def _metrics_result(self, model):
         """``model.get_metrics_result()`` (the logs Keras hands its callbacks) in one call: traced once per model
@@ -126,7 +138,7 @@ class KerasSteps:
         if fn is None:
             tf = import_tf()
             try:
-                fn = tf.function(model.get_metrics_result, autograph=False).get_concrete_function()
+                fn = fast_call(tf.function(model.get_metrics_result, autograph=False).get_concrete_function())
             except Exception:   # a get_metrics_result of the script's own that only runs eagerly
                 fn = model.get_metrics_result
             self._metrics[key] = fn
@@ -143,7 +155,8 @@ class KerasSteps:
         fn = self._resets.get(key)
         if fn is None:
             tf = import_tf()
-            fn = self._resets[key] = tf.function(lambda: reset(model), autograph=False).get_concrete_function()
+            cf = tf.function(lambda: reset(model), autograph=False).get_concrete_function()
+            fn = self._resets[key] = fast_call(cf)
         fn()
 
     # -- forward (evaluate, predict) --------------------------------------------------------------

@@ -366,6 +366,26 @@ def train_step_from_tf_function(fn, x_example, y_example, variables=None, *, opt
     return step
 
 
+def fast_call(cf):
+    """``cf()`` (a ConcreteFunction taking tensors only) called the way TensorFlow's own ``_call_flat`` calls it when no
+    gradient tape watches: its atomic function on the arguments and the captures, without the Python of binding the
+    arguments to the signature and checking for tapes (~60-80 us a call). The emulator's own hand-over functions
+    (variable reads and writes, metric results and resets) are never differentiated. ``cf`` itself where TensorFlow
+    lacks that path or a capture is made anew per call."""
+    try:
+        call = cf._inference_function.call_preflattened
+        caps = list(cf._captured_inputs)
+    except AttributeError:
+        return cf
+    if any(callable(c) for c in caps):
+        return cf
+    caps = list(cf.captured_inputs)
+
+    def run(*args):
+        return call(list(args) + caps)
+    return run
+
+
 def _reader(step: TrainStep):
     """The step's variables read in one call (a traced function of ReadVariableOps, made once per step): the
     eager reads cost a dispatch each."""
@@ -376,7 +396,7 @@ def _reader(step: TrainStep):
 
         def read_all():
             return [tf.raw_ops.ReadVariableOp(resource=h, dtype=dt) for h, dt in handles]
-        reader = step.__dict__["_reader"] = tf.function(read_all, autograph=False).get_concrete_function()
+        reader = step.__dict__["_reader"] = fast_call(tf.function(read_all, autograph=False).get_concrete_function())
     return reader
 
 
@@ -397,15 +417,118 @@ def _view(t) -> np.ndarray:
         return np.asarray(t.numpy())
 
 
-def assign_variables(step: TrainStep, state: dict, before: dict | None = None) -> None:
+def _assigner():
+    """``assign(handle, array)``: one eager ``AssignVariableOp`` through TensorFlow's C fast path (the op by name, no
+    ``tf.raw_ops`` wrapper: 27 against 35-40 us an assign); ``tf.raw_ops`` where that path is missing."""
+    tf = import_tf()
+    try:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import context
+
+        execute = pywrap_tfe.TFE_Py_FastPathExecute
+        ctx = context.context()
+    except (ImportError, AttributeError):
+        return lambda h, v: tf.raw_ops.AssignVariableOp(resource=h, value=v)
+
+    def assign(h, v):
+        execute(ctx, "AssignVariableOp", None, h, v, "validate_shape", False)
+    return assign
+
+
+#: a variable of this many bytes or more is written on its own (its aligned array becomes the variable's buffer
+#: without a copy); smaller ones together in one call (their copies cost less than a dispatch each)
+ALONE_BYTES = 1 << 16
+#: the dtypes the packed write carries (a 1-D array per dtype, split in the traced writer: exact)
+_PACKED = ("float32", "float16", "float64", "int32", "int64")
+
+
+def _packed_writer(step: TrainStep, keys: tuple, then=None):
+    """``write(*packed)``: the variables ``keys`` written in one traced call from one 1-D array per dtype (their
+    values raveled and concatenated in ``keys``' order), then ``then()`` traced into the same call (its reads of
+    the variables come after the writes: automatic control dependencies) and returned; made once per step, set of
+    keys and ``then`` (None: the call cannot be traced, see :func:`assign_variables`)."""
+    writers = step.__dict__.setdefault("_writers", {})
+    wkey = (keys, then)
+    if wkey in writers:
+        return writers[wkey]
+    tf = import_tf()
+    groups: dict = {}
+    for k in keys:
+        h, dt = step.handles[k]
+        groups.setdefault(dt.name, []).append(k)
+    order = tuple(groups)
+    shapes = {k: step._shapes[k] for k in keys}
+
+    def write(*packed):
+        for name, flat in zip(order, packed):
+            ks = groups[name]
+            parts = tf.split(flat, [int(np.prod(shapes[k], dtype=np.int64)) for k in ks]) if len(ks) > 1 else [flat]
+            for k, part in zip(ks, parts):
+                tf.raw_ops.AssignVariableOp(resource=step.handles[k][0], value=tf.reshape(part, shapes[k]))
+        return then() if then is not None else None
+    specs = [tf.TensorSpec((sum(int(np.prod(shapes[k], dtype=np.int64)) for k in groups[n]),), tf.as_dtype(n))
+             for n in order]
+    try:
+        cf = tf.function(write, autograph=False).get_concrete_function(*specs)
+    except Exception:
+        if then is None:
+            raise
+        writers[wkey] = None       # ``then`` only runs eagerly
+        return None
+    w = writers[wkey] = (order, groups, fast_call(cf))
+    return w
+
+
+def assign_variables(step: TrainStep, state: dict, before: dict | None = None, then=None):
     """Write ``state`` (state key -> value) into the variables of a :func:`train_step_from_tf_function` step;
     with ``before`` (the state as read), only the values that are not the very arrays read (a training step
-    hands back the array it was given for a variable it leaves alone, and nothing for a skipped step)."""
+    hands back the array it was given for a variable it leaves alone, and nothing for a skipped step).
+
+    TensorFlow has no op writing several variables, and one inside a traced function copies its input, so a large
+    variable (``ALONE_BYTES`` or more) is one eager ``AssignVariableOp``: its 64-byte-aligned array (the device's
+    large outputs are, ``kernels/alloc.py``) becomes the variable's buffer without a copy. The small ones go in one
+    traced call, their values packed into one array per dtype (a dispatch costs more than copying them).
+
+    ``then``: a function of no arguments (Keras' ``get_metrics_result``) traced after the writes into the same call
+    when there is one to make (small variables were written), its result returned; else :data:`NOT_RUN` is returned
+    and the caller runs it."""
     tf = import_tf()
+    assign = step.__dict__.get("_assign")
+    if assign is None:
+        assign = step.__dict__["_assign"] = _assigner()
+    shapes = step.__dict__.get("_shapes")
+    if shapes is None:
+        shapes = step.__dict__["_shapes"] = {k: tuple(s.shape) for k, s in read_variables(step).items()}
+    small = []
     for k, (h, dt) in step.handles.items():
         v = state[k]
         if before is not None and v is before.get(k):
             continue
         if v.dtype != dt.as_numpy_dtype:
             v = tf.constant(v, dtype=dt)
-        tf.raw_ops.AssignVariableOp(resource=h, value=v)
+        elif v.nbytes < ALONE_BYTES and dt.name in _PACKED and tuple(v.shape) == shapes[k]:
+            small.append(k)
+            continue
+        assign(h, v)
+    if len(small) > 1 or (then is not None and small):
+        made = _packed_writer(step, tuple(small), then)
+        if made is not None:
+            return _write_packed(made, state)
+        if len(small) > 1:
+            _write_packed(_packed_writer(step, tuple(small)), state)
+            small = []
+    for k in small:
+        assign(step.handles[k][0], state[k])
+    return NOT_RUN if then is not None else None
+
+
+#: what :func:`assign_variables` returns when its ``then`` did not run
+NOT_RUN = object()
+
+
+def _write_packed(made, state: dict):
+    """Call a :func:`_packed_writer` on ``state``'s values, one 1-D array per dtype."""
+    tf = import_tf()
+    order, groups, write = made
+    return write(*[tf.constant(np.concatenate([np.ravel(state[k]) for k in groups[n]]) if len(groups[n]) > 1
+                               else np.ravel(state[groups[n][0]])) for n in order])
