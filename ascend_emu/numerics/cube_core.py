@@ -19,7 +19,6 @@ from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
 from ..kernels.cube import epilogue as _ke
-from ..kernels.cube import fused16 as _kf
 from ..kernels import multicore as _km
 from . import memo as _memo
 from .vector import flush_f32_subnormals
@@ -364,61 +363,6 @@ def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm
     return acc.reshape(len(ia), M, N)
 
 
-def _one_region(a3, bv, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
-    """Whether the product runs as :func:`_one_region_product`: the fast model on A already in the 16-bit operand
-    dtype, a product larger than the small kernel's, in the orientation C = A B (see _nan_free)."""
-    if not (pol.fast and pol.operand != "float32" and a3.dtype == config.COMPUTE_DTYPES[pol.operand]
-            and min(M, N, K) > 0 and items * M * N * _kp(K) > _SMALL_TERMS):
-        return False
-    if _transposed(M, N):
-        # a NaN operand keeps the orientation it always had; the widening keeps NaN (flush touches subnormals)
-        bits = np.ascontiguousarray(a3).view(np.uint16).reshape(-1)
-        return not _k.has_nan(bits, 2 if pol.operand == "bfloat16" else 1) and _nan_free(bv)
-    return True
-
-
-def _run_of(a: np.ndarray):
-    """(the memory of the 3-D 16-bit view ``a`` as one 1-D run of elements from its first, its strides in elements
-    as (0, stack, row, column, rows)) for matmul_tree16_f16: a transposed view is read in place, not copied. A view
-    with a negative or odd stride is copied first."""
-    if any(s < 0 or s % 2 for s in a.strides):
-        a = np.ascontiguousarray(a)
-    st = [s // 2 for s in a.strides]
-    n = 1 + sum((d - 1) * s for d, s in zip(a.shape, st))
-    run = np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(2,))
-    return run, np.array([0] + st + [a.shape[1]], dtype=np.int64)
-
-
-def _one_region_product(a3, bv, ia, ib, biasv, pol: _Policy, out_shape, K: int, const_b: bool, epilogue, sb: int):
-    """_batched's (array, status) through kernels/cube/fused16.py: one parallel region widens A's rows per work
-    item, multiplies and, without an epilogue, rounds to the 16-bit output (the same values as the passes
-    _operand_values, _accumulate and _finish make one after another)."""
-    _, M, _ = a3.shape
-    N = bv.shape[2]
-    kp = _kp(K)
-    if const_b:
-        Bp = _memo.memo(bv, ("packed slabs", kp), lambda: _packed(_padded(bv, 1, kp)))
-    else:
-        Bp = _packed(_padded(bv, 1, kp))
-    nb = len(ia)
-    mc = _k.row_block(M, nb * Bp.shape[1], numba.get_num_threads())
-    abuf = _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, mc * min(kp, _kf.KPANEL)))
-    to_16 = epilogue is None and pol.out != "float32"
-    if to_16:
-        out16, out32 = _alloc.empty((nb, M, N), np.uint16), np.zeros((1, 1, 1), dtype=np.float32)
-    else:
-        out16, out32 = np.zeros((1, 1, 1), dtype=np.uint16), _alloc.empty((nb, M, N), np.float32)
-    A, ast = _run_of(a3.view(np.uint16))
-    st = _kf.matmul_tree16_f16(A, ast, len(a3), K, Bp, biasv, False, ia, ib, out32, out16,
-                               _tiles(), abuf, pol.operand == "bfloat16",
-                               pol.subnormal == config.SUBNORMAL_MODES["flush"], pol.exact_products, mc, to_16,
-                               pol.out == "bfloat16", pol.overflow, pol.subnormal)
-    if to_16:
-        return out16.view(config.COMPUTE_DTYPES[pol.out]).reshape(out_shape), sb | int(st)
-    out, sf = _finish(out32, pol, epilogue, out_shape)
-    return out.reshape(out_shape), sb | sf
-
-
 def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
              b_const=None):
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
@@ -429,6 +373,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     and packed slabs are computed once per weight and policy, not once per call."""
     _, M, K = a3.shape
     N = b3.shape[2]
+    av, sa = _operand_values(a3, pol)
     const_b = b_const is not None and _memo.frozen(b_const)
     if const_b:
         # the operand rounding is a function of b3's bits (b3: b_const reshaped, the key holds its shape)
@@ -443,9 +388,6 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     if multicore is not None:
         bounds = (multicore.batch_bounds(samples, K // samples) if samples
                   else multicore.splitk_bounds(len(ia), M, N, K))
-    if bounds is None and _one_region(a3, bv, pol, len(ia), M, N, K):
-        return _one_region_product(a3, bv, ia, ib, biasv, pol, out_shape, K, const_b, epilogue, sb)
-    av, sa = _operand_values(a3, pol)
     if bounds is not None:
         acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
