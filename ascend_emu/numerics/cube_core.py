@@ -326,7 +326,7 @@ def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: b
          Bp=None) -> np.ndarray:
     """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order. ``const_b``: bv is a
     constant's memoized operand values (frozen): its padded, packed slabs are computed once and kept with it.
-    ``Bp``: B's slabs packed already (bv None; _strided_pack_ok: the fast kernel, C = A B)."""
+    ``Bp``: B's slabs packed already (bv None; the fast kernel in the C = A B orientation: _batched decided it)."""
     kp = _kp(K)
     if Bp is not None:
         acc = _alloc.empty((len(ia), M, N), np.float32)
@@ -371,16 +371,20 @@ def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm
 
 def _strided_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
     """Whether the cube packs the 16-bit view ``b`` (stacks that merge only by a copy) from its strides
-    (:func:`_pack_strided`): the fast model's C = A B orientation (no NaN check on its values needed, see
-    _nan_free), a product larger than the small kernel's, at most two stack axes."""
+    (:func:`_pack_strided`): the fast model, a product larger than the small kernel's, at most two stack axes, and
+    columns that are not contiguous (numpy's copy of those is the slow one: the attention keys' (8, 4, 64, 128) view
+    0.31 ms; with contiguous columns, the values' (8, 4, 128, 64), copy, widening and pack_b took 0.33 ms, the
+    strided packing 0.40)."""
     return (pol.fast and pol.operand != "float32" and b.dtype == config.COMPUTE_DTYPES[pol.operand]
-            and b.ndim <= 4 and min(M, N, K) > 0 and items * M * N * _kp(K) > _SMALL_TERMS and not _transposed(M, N))
+            and b.ndim <= 4 and b.strides[-1] != b.itemsize and min(M, N, K) > 0
+            and items * M * N * _kp(K) > _SMALL_TERMS)
 
 
-def _pack_strided(b, pol: _Policy, K: int, N: int) -> np.ndarray:
-    """The fast kernel's slabs of the 16-bit (stack, [stack,] K, N) view ``b`` widened and packed in one pass
-    (kernels/cube/operands.pack_b16): the same floats as _packed(_padded(_operand_values(b)[0], 1, Kp)) of its
-    contiguous copy (the widening of a value already in the operand dtype raises no status)."""
+def _pack_strided(b, pol: _Policy, K: int, N: int):
+    """(the fast kernel's slabs of the 16-bit (stack, [stack,] K, N) view ``b`` widened and packed in one pass
+    (kernels/cube/operands.pack_b16), whether b holds a NaN): the same floats as
+    _packed(_padded(_operand_values(b)[0], 1, Kp)) of its contiguous copy (the widening of a value already in the
+    operand dtype raises no status)."""
     y = b.view(np.uint16)
     if y.ndim == 3:
         y = y[None]
@@ -390,9 +394,9 @@ def _pack_strided(b, pol: _Policy, K: int, N: int) -> np.ndarray:
     run = np.lib.stride_tricks.as_strided(y, shape=(1 + sum((d - 1) * s for d, s in zip(y.shape, st)),),
                                           strides=(2,))
     Bp = _k.empty_slabs(_k.slab_shape(y.shape[0] * y.shape[1], N, _kp(K)))
-    _k.pack_b16(run, np.array(st, dtype=np.int64), y.shape[1], K, N, Bp, pol.operand == "bfloat16",
-                pol.subnormal == config.SUBNORMAL_MODES["flush"])
-    return Bp
+    nan = _k.pack_b16(run, np.array(st, dtype=np.int64), y.shape[1], K, N, Bp, pol.operand == "bfloat16",
+                      pol.subnormal == config.SUBNORMAL_MODES["flush"])
+    return Bp, bool(nan)
 
 
 def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
@@ -414,13 +418,15 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
         bounds = (multicore.batch_bounds(samples, K // samples) if samples
                   else multicore.splitk_bounds(len(ia), M, N, K))
     const_b = b_const is not None and _memo.frozen(b_const)
+    av, sa = _operand_values(a3, pol)
     Bp = None
     if b3.ndim != 3:
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
-            Bp = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
-        else:
+            Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
+            if _transposed(M, N) and (nan or not _nan_free(av)):
+                Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
+        if Bp is None:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
-    av, sa = _operand_values(a3, pol)
     if Bp is not None:
         bv, sb = None, 0
     elif const_b:

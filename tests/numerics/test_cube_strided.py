@@ -35,13 +35,14 @@ def _operand(rng, shape, dtype):
     return x.astype(dtype)
 
 
-# (4-D memory, its transposition to (B, N, K, columns), M): the keys as the attention scores read them
-# (B S N H -> B N H S: K the unit-stride axis), the values (B S N H -> B N S H: the columns unit-stride)
-CASES = [((2, 260, 2, 24), (0, 2, 3, 1), 8), ((2, 40, 2, 24), (0, 2, 1, 3), 24), ((2, 257, 2, 17), (0, 2, 3, 1), 4)]
+# (4-D memory, its transposition to (B, N, K, columns), M): keys as the attention scores read them (B S N H ->
+# B N H S: K the unit-stride axis, the columns strided; packed from the strides)
+CASES = [((2, 260, 2, 16), (0, 2, 3, 1), 8), ((2, 17, 2, 300), (0, 2, 3, 1), 6), ((2, 257, 2, 17), (0, 2, 3, 1), 4),
+         ((2, 40, 2, 20), (0, 2, 3, 1), 50)]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", CASES, ids=["keys", "values", "odd_k"])
+@pytest.mark.parametrize("case", CASES, ids=["keys", "long_k", "odd_k", "more_rows"])
 def test_strided_second_operand_matches_oracle(monkeypatch, case, dtype):
     shape, perm, M = case
     rng = np.random.default_rng(sum(shape) + M)
@@ -64,3 +65,23 @@ def test_strided_second_operand_matches_oracle(monkeypatch, case, dtype):
                 assert_same_bits(ours[i, j], ref, f"stack {i},{j} {kw}")
                 rst |= s
         assert st == rst
+
+
+@pytest.mark.parametrize("nan_in", ["none", "a", "b"])
+def test_strided_operand_keeps_the_orientation_of_its_copy(nan_in):
+    """More rows than 8..255 columns: NaN-free operands take C = A B (cube_core._nan_free), a NaN in either keeps the
+    transposed product of the contiguous copy; the bits (NaN payloads too) and status are the copy's."""
+    rng = np.random.default_rng(11)
+    y = _operand(rng, (2, 40, 2, 20), np.float16)
+    a = _operand(rng, (2, 2, 60, 20), np.float16)
+    if nan_in == "a":
+        a[1, 0, 7, 3] = np.nan
+    elif nan_in == "b":
+        y[0, 5, 1, 2] = np.nan
+    bt = y.transpose(0, 2, 3, 1)                   # (B, N, K 20, 40 strided columns): M 60 > 40 columns
+    assert cube_core._transposed(60, 40)
+    for kw in ({}, {"out_dtype": "float32"}):
+        ours, st = cube.batch_matmul(a, bt, **kw)
+        copy, st_copy = cube.batch_matmul(a, np.ascontiguousarray(bt), **kw)
+        u = np.uint16 if ours.itemsize == 2 else np.uint32
+        assert st == st_copy and np.array_equal(ours.view(u), copy.view(u))
