@@ -11,13 +11,14 @@ no numpy operation can change their bits without first flipping a flag back on p
 writeable array is never memoized (its result is computed every time, as before): a cache that
 returned the result of a constant since changed in place would be wrong bits. Entries are keyed
 by the identity of the array that owns the memory (the end of the view's ``base`` chain), with the
-view's byte offset into it, dtype, shape and strides in the key, and die with it (a weak reference), so a
-new array at the same address never meets an old entry. A frozen view's bits are those of its owner's
-frozen memory at that offset and layout, so a new view made the same way (a replay's Reshape of a weight,
-made afresh every replay) meets the entries of the one before it. The library freezes what it owns and nobody else holds: the constants
-the fusion passes fold and the memoized results themselves. What this cannot see: an array made
-writeable, changed and frozen again between two calls keeps its old entries (the library never does
-that to the arrays it freezes; a memo call that finds the array writeable drops them).
+view's byte offset into it, dtype, shape and strides in the key, and die with it (a weak reference),
+so a new array at the same address never meets an old entry. A frozen view's bits are those of its
+owner's frozen memory at that offset and layout, so a new view made the same way (a replay's Reshape
+of a weight, made afresh every replay) meets the entries of the one before it. The library freezes
+what it owns and nobody else holds: the constants the fusion passes fold and the memoized results
+themselves. What this cannot see: an array made writeable, changed and frozen again between two calls
+keeps its old entries (the library never does that to the arrays it freezes; a memo call that finds
+the owner writeable drops them).
 """
 from __future__ import annotations
 
