@@ -32,6 +32,15 @@ def _contiguous_t(b: np.ndarray, transposed):
     return _memo.memo(b, ("transposed last two axes",), lambda: np.ascontiguousarray(transposed()))
 
 
+def _stacks(b: np.ndarray, K: int, N: int) -> np.ndarray:
+    """b (..., K, N) as (stacks, K, N) where that is a view; else b itself (a transposed view, e.g. an Einsum's
+    operand: the cube packs a 16-bit one from its strides instead of copying it first, cube_core._batched)."""
+    try:
+        return np.reshape(b, (-1, K, N), copy=False)
+    except ValueError:
+        return b
+
+
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype="float16", out_dtype="float16",
            overflow_mode="inf_nan", subnormals="keep", model=None, multicore=None, samples=None, epilogue=None):
     """Matrix product on the emulated cube unit (TF MatMul).
@@ -92,7 +101,7 @@ def batch_matmul(a, b, adj_x=False, adj_y=False, bias=None, operand_dtype="float
                              f"and b of shape {b.shape}") from None
     ia = np.broadcast_to(np.arange(int(np.prod(ba)), dtype=np.int64).reshape(ba), batch).ravel()
     ib = np.broadcast_to(np.arange(int(np.prod(bb)), dtype=np.int64).reshape(bb), batch).ravel()
-    return _batched(at.reshape((-1, M, K)), bt.reshape((-1, K, N)), ia, ib, bias, pol, tuple(batch) + (M, N),
+    return _batched(at.reshape((-1, M, K)), _stacks(bt, K, N), ia, ib, bias, pol, tuple(batch) + (M, N),
                     multicore, epilogue=epilogue, b_const=bt)
 
 

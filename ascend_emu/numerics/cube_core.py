@@ -322,10 +322,16 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
 
-def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: bool = False) -> np.ndarray:
+def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: bool = False,
+         Bp=None) -> np.ndarray:
     """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order. ``const_b``: bv is a
-    constant's memoized operand values (frozen): its padded, packed slabs are computed once and kept with it."""
+    constant's memoized operand values (frozen): its padded, packed slabs are computed once and kept with it.
+    ``Bp``: B's slabs packed already (bv None; the fast kernel in the C = A B orientation: _batched decided it)."""
     kp = _kp(K)
+    if Bp is not None:
+        acc = _alloc.empty((len(ia), M, N), np.float32)
+        _accumulate(_padded(av, 2, kp), None, ia, ib, biasv, False, acc, K, pol, Bp)
+        return acc
     if pol.fast and len(ia) * M * N * kp <= _SMALL_TERMS:
         # a small product: the same sums on one thread, no padding, packing or transposition (a NaN
         # result: the packed kernel itself, whose vector code decides which NaN)
@@ -363,6 +369,36 @@ def _split_acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, bounds, perm
     return acc.reshape(len(ia), M, N)
 
 
+def _strided_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
+    """Whether the cube packs the 16-bit view ``b`` (stacks that merge only by a copy) from its strides
+    (:func:`_pack_strided`): the fast model, a product larger than the small kernel's, at most two stack axes, and
+    columns that are not contiguous (numpy's copy of those is the slow one: the attention keys' (8, 4, 64, 128) view
+    0.31 ms; with contiguous columns, the values' (8, 4, 128, 64), copy, widening and pack_b took 0.33 ms, the
+    strided packing 0.40)."""
+    return (pol.fast and pol.operand != "float32" and b.dtype == config.COMPUTE_DTYPES[pol.operand]
+            and b.ndim <= 4 and b.strides[-1] != b.itemsize and min(M, N, K) > 0
+            and items * M * N * _kp(K) > _SMALL_TERMS)
+
+
+def _pack_strided(b, pol: _Policy, K: int, N: int):
+    """(the fast kernel's slabs of the 16-bit (stack, [stack,] K, N) view ``b`` widened and packed in one pass
+    (kernels/cube/operands.pack_b16), whether b holds a NaN): the same floats as
+    _packed(_padded(_operand_values(b)[0], 1, Kp)) of its contiguous copy (the widening of a value already in the
+    operand dtype raises no status)."""
+    y = b.view(np.uint16)
+    if y.ndim == 3:
+        y = y[None]
+    if any(s < 0 or s % 2 for s in y.strides):
+        y = np.ascontiguousarray(y)
+    st = [s // 2 for s in y.strides]
+    run = np.lib.stride_tricks.as_strided(y, shape=(1 + sum((d - 1) * s for d, s in zip(y.shape, st)),),
+                                          strides=(2,))
+    Bp = _k.empty_slabs(_k.slab_shape(y.shape[0] * y.shape[1], N, _kp(K)))
+    nan = _k.pack_b16(run, np.array(st, dtype=np.int64), y.shape[1], K, N, Bp, pol.operand == "bfloat16",
+                      pol.subnormal == config.SUBNORMAL_MODES["flush"])
+    return Bp, bool(nan)
+
+
 def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
              b_const=None):
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
@@ -370,28 +406,40 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     ``multicore`` (a non-deterministic :class:`~ascend_emu.numerics.multicore.Launch`) may split K over
     cores: by whole samples when ``samples`` says K holds that many samples' terms, else split-K.
     ``b_const``: the frozen array b3 is a view of (a loaded weight; numerics/memo.py): b3's operand values
-    and packed slabs are computed once per weight and policy, not once per call."""
+    and packed slabs are computed once per weight and policy, not once per call. b3 may also be
+    (BB1, BB2, K, N), stacks that do not merge without a copy (an Einsum's transposed operand): stack t is
+    [t // BB2, t % BB2]."""
     _, M, K = a3.shape
-    N = b3.shape[2]
-    av, sa = _operand_values(a3, pol)
-    const_b = b_const is not None and _memo.frozen(b_const)
-    if const_b:
-        # the operand rounding is a function of b3's bits (b3: b_const reshaped, the key holds its shape)
-        bv, sb = _memo.memo(b_const, ("cube operand values", pol.operand, pol.overflow, pol.subnormal, b3.shape),
-                            lambda: _operand_values(b3, pol))
-    else:
-        bv, sb = _operand_values(b3, pol)
-    biasv = _bias_vector(bias, N, out_shape)
+    N = b3.shape[-1]
     ia = np.ascontiguousarray(ia, dtype=np.int64)
     ib = np.ascontiguousarray(ib, dtype=np.int64)
     bounds = None
     if multicore is not None:
         bounds = (multicore.batch_bounds(samples, K // samples) if samples
                   else multicore.splitk_bounds(len(ia), M, N, K))
+    const_b = b_const is not None and _memo.frozen(b_const)
+    av, sa = _operand_values(a3, pol)
+    Bp = None
+    if b3.ndim != 3:
+        if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
+            Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
+            if _transposed(M, N) and (nan or not _nan_free(av)):
+                Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
+        if Bp is None:
+            b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
+    if Bp is not None:
+        bv, sb = None, 0
+    elif const_b:
+        # the operand rounding is a function of b3's bits (b3: b_const reshaped, the key holds its shape)
+        bv, sb = _memo.memo(b_const, ("cube operand values", pol.operand, pol.overflow, pol.subnormal, b3.shape),
+                            lambda: _operand_values(b3, pol))
+    else:
+        bv, sb = _operand_values(b3, pol)
+    biasv = _bias_vector(bias, N, out_shape)
     if bounds is not None:
         acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
-        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K, const_b)
+        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K, const_b, Bp)
     out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sa | sb | sf
 

@@ -10,11 +10,15 @@ Only for *frozen* arrays (:func:`frozen`): read-only, and every array they view 
 no numpy operation can change their bits without first flipping a flag back on purpose. A
 writeable array is never memoized (its result is computed every time, as before): a cache that
 returned the result of a constant since changed in place would be wrong bits. Entries are keyed
-by the array's identity and die with it (a weak reference), so a new array at the same address
-never meets an old entry. The library freezes what it owns and nobody else holds: the constants
-the fusion passes fold and the memoized results themselves. What this cannot see: an array made
-writeable, changed and frozen again between two calls keeps its old entries (the library never does
-that to the arrays it freezes; a memo call that finds the array writeable drops them).
+by the identity of the array that owns the memory (the end of the view's ``base`` chain), with the
+view's byte offset into it, dtype, shape and strides in the key, and die with it (a weak reference),
+so a new array at the same address never meets an old entry. A frozen view's bits are those of its
+owner's frozen memory at that offset and layout, so a new view made the same way (a replay's Reshape
+of a weight, made afresh every replay) meets the entries of the one before it. The library freezes
+what it owns and nobody else holds: the constants the fusion passes fold and the memoized results
+themselves. What this cannot see: an array made writeable, changed and frozen again between two calls
+keeps its old entries (the library never does that to the arrays it freezes; a memo call that finds
+the owner writeable drops them).
 """
 from __future__ import annotations
 
@@ -58,20 +62,31 @@ def _forget(ident: int, ref, entries=_ENTRIES) -> None:
         entries.pop(ident, None)
 
 
+def _owner(a):
+    """The last ndarray of ``a``'s base chain: the array whose memory ``a`` views (``a`` itself if it owns it)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 def memo(a: np.ndarray, key, build):
     """``build()``, computed once per frozen array ``a`` and hashable ``key``; every time otherwise.
 
     ``key`` must name everything besides ``a``'s bits that the result depends on. Results that are
     arrays are frozen, so no consumer can change a cached result in place."""
+    root = _owner(a) if isinstance(a, np.ndarray) else a
     if not frozen(a):
-        entry = _ENTRIES.get(id(a))
-        if entry is not None and entry[0]() is a:
-            _ENTRIES.pop(id(a), None)   # it may change now: its old results must not come back
+        if isinstance(root, np.ndarray) and root.flags.writeable:
+            entry = _ENTRIES.get(id(root))
+            if entry is not None and entry[0]() is root:
+                _ENTRIES.pop(id(root), None)   # it may change now: its old results must not come back
         return build()
-    key = (key, a.dtype, a.shape, a.strides)   # attributes numpy lets one set in place
-    ident = id(a)
+    # the view's place in its owner's memory and the attributes numpy lets one set in place
+    offset = 0 if root is a else a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    key = (key, a.dtype, a.shape, a.strides, offset)
+    ident = id(root)
     entry = _ENTRIES.get(ident)
-    if entry is not None and entry[0]() is a:
+    if entry is not None and entry[0]() is root:
         hit = entry[1].get(key)
         if hit is not None:
             return hit
@@ -80,8 +95,8 @@ def memo(a: np.ndarray, key, build):
         if isinstance(v, np.ndarray):
             freeze(v)
     entry = _ENTRIES.get(ident)
-    if entry is None or entry[0]() is not a:
-        entry = (weakref.ref(a, lambda r, i=ident, forget=_forget: forget(i, r)), {})
+    if entry is None or entry[0]() is not root:
+        entry = (weakref.ref(root, lambda r, i=ident, forget=_forget: forget(i, r)), {})
         _ENTRIES[ident] = entry
     entry[1][key] = value
     return value

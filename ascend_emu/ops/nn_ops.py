@@ -172,8 +172,17 @@ def einsum(*xs, ctx, equation, bias=None, epilogue=None):
                                  "columns; switch MatMulBiasAddFusionPass off for this model")
         # spread the bias over the flattened free labels of the second operand
         bvec = b1[np.indices([size[c] for c in free_b])[free_b.index(out[-1])].reshape(-1)]
-    z = _record(ctx, batch_matmul(contiguous(xt).reshape(nb, m, k),
-                                  contiguous(yt).reshape(nb, k, n), **_cube_kw(ctx, bvec, epilogue)))
+    # the second operand as (batch..., k, n) where that is a view: the cube packs a transposed 16-bit one from its
+    # strides (the attention scores' keys, BSNH read as BNHS: numpy's copy of it cost more than the packing)
+    bshape = [size[c] for c in batch] + [k, n]
+    try:
+        yb = np.reshape(yt, bshape, copy=False) if len(batch) == 2 else None
+    except ValueError:
+        yb = None
+    if yb is None:
+        yb = contiguous(yt).reshape(nb, k, n)
+    z = _record(ctx, batch_matmul(contiguous(xt).reshape([size[c] for c in batch] + [m, k]) if yb.ndim == 4
+                                  else contiguous(xt).reshape(nb, m, k), yb, **_cube_kw(ctx, bvec, epilogue)))
     labels = batch + free_a + free_b
     z = z.reshape([size[c] for c in labels])
     return contiguous(np.transpose(z, [labels.index(c) for c in out]))

@@ -1,4 +1,5 @@
-"""Cube operands: values rounded to the operand dtype (fp16 or bf16) as float32, or widened from it.
+"""Cube operands: values rounded to the operand dtype (fp16 or bf16) as float32, or widened from it (and packed
+into the fast kernel's slabs straight from a strided 16-bit view: :func:`pack_b16`).
 
 The cube multiplies operands held in the 16-bit format; the kernels take them as float32
 arrays holding those values exactly. Rounding is RINT under the cast's overflow and
@@ -13,6 +14,7 @@ from ..cast import bf16_bits_to_f32, f16_bits_to_f32, f32_to_16_bits, f64_to_16_
 from ..codes import RINT
 from ..parallel import or_all
 from .fixpipe import _CHUNK, _fast16
+from .tree16 import NC, _tail_columns
 
 
 @njit(cache=True)
@@ -103,3 +105,69 @@ def round_f64_operands(src, out, bf16, overflow, subnormal):
             s |= s1
         st[c] = s
     return or_all(st)
+
+
+@njit(cache=True)
+def _widen_row(src, dst, n, m, bf16, flush):
+    """dst[k] = float32 bits of the 16-bit src[k] (widen_operands' values) for k < n, +0 for n <= k < m; returns
+    whether a NaN was among them."""
+    nbad = 0  # pass 1 (vectorised where src is contiguous): normal numbers and zeros
+    if bf16:   # (the format's choice outside the loops: inside, it kept them from vectorising)
+        for k in range(np.uintp(0), np.uintp(n)):   # unsigned: no wraparound test
+            b = np.uint32(src[k])
+            sub = (b & np.uint32(0x7F80)) == 0 and (b & np.uint32(0x7F)) != 0
+            dst[k] = (b & np.uint32(0x8000)) << np.uint32(16) if (sub and flush) else b << np.uint32(16)
+            nbad += 1 if (b & np.uint32(0x7FFF)) > np.uint32(0x7F80) else 0   # a NaN
+    else:
+        for k in range(np.uintp(0), np.uintp(n)):
+            b = np.uint32(src[k])
+            e = b & np.uint32(0x7C00)
+            sgn = (b & np.uint32(0x8000)) << np.uint32(16)
+            dst[k] = _normal16_f32bits(b, False) if e != 0 else sgn
+            special = e == np.uint32(0x7C00) or (e == 0 and (b & np.uint32(0x3FF)) != 0 and not flush)
+            nbad += 1 if special else 0
+    nan = False
+    if nbad > 0:  # pass 2: fp16 Inf/NaN and kept subnormals, exactly; is one a NaN?
+        for k in range(n):
+            b = np.uint32(src[k])
+            nan |= (b & np.uint32(0x7FFF)) > (np.uint32(0x7F80) if bf16 else np.uint32(0x7C00))
+            e = b & np.uint32(0x7C00)
+            if not bf16 and (e == np.uint32(0x7C00) or (e == 0 and (b & np.uint32(0x3FF)) != 0 and not flush)):
+                dst[k] = np.float32(f16_bits_to_f32(b)).view(np.uint32)
+    for k in range(n, m):
+        dst[k] = np.uint32(0)
+    return nan
+
+
+@njit(cache=True, parallel=True)
+def pack_b16(Y, ys, nb2, K, N, Bp, bf16, flush):
+    """tree16.pack_b of the widened 16-bit B, read through its strides: Bp[t, jt, q, l, j] = float32 of B[t, 16q + l,
+    jt*NC + j] (widen_operands' values; +0 for the rows K..Kp and from column N up to the 2x2 block edge), where
+    stack t of B is (t // nb2, t % nb2) of the memory run Y (uint16) with strides ``ys`` = (stack, stack, row,
+    column) in elements: a transposed view (an Einsum's operand) packed without a contiguous copy first. Returns
+    whether B holds a NaN (the orientation of the product depends on it: numerics/cube_core._nan_free)."""
+    nb, njt, nkb = Bp.shape[0], Bp.shape[1], Bp.shape[2]
+    nw = nb * njt * nkb
+    found = np.zeros(nw, dtype=np.uint8)
+    for w in prange(nw):
+        t = w // (njt * nkb)
+        jt = (w // nkb) % njt
+        q = w % nkb
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        tail = _tail_columns(jn)
+        base = (t // nb2) * ys[0] + (t % nb2) * ys[1] + j0 * ys[3]
+        nan = False
+        for l in range(16):
+            k = 16 * q + l
+            dst = Bp[t, jt, q, l].view(np.uint32)
+            if k >= K:   # the padded rows: +0 products
+                _widen_row(Y[:0], dst, 0, tail, bf16, flush)
+            elif ys[3] == 1:   # contiguous columns: a C-layout slice, so the row vectorises
+                b0 = base + k * ys[2]
+                nan |= _widen_row(Y[b0:b0 + jn], dst, jn, tail, bf16, flush)
+            else:
+                b0 = base + k * ys[2]
+                nan |= _widen_row(Y[b0:b0 + (jn - 1) * ys[3] + 1:ys[3]], dst, jn, tail, bf16, flush)
+        found[w] = 1 if nan else 0
+    return found.any()

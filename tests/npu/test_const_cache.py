@@ -149,6 +149,32 @@ def test_memo_keys_arrays_by_identity_and_only_frozen_ones():
     assert memo.frozen(np.frombuffer(b"12345678"))
 
 
+def test_memo_keys_a_view_by_its_owner_and_place():
+    """A frozen view is keyed by the array owning its memory and its place in it: a new view made the same way
+    (a replay's Reshape of a weight, made afresh each replay) meets the old entry; another place or layout, or
+    an owner seen writeable, does not."""
+    calls = []
+
+    def build():
+        calls.append(1)
+        return np.zeros(1)
+
+    w = memo.freeze(np.arange(24.0))
+    r1 = memo.memo(w.reshape(4, 6), "k", build)
+    r2 = memo.memo(w.reshape(4, 6), "k", build)             # a new view object, the same bits
+    assert len(calls) == 1 and r1 is r2 and id(w) in memo._ENTRIES
+    memo.memo(w[6:].reshape(3, 6), "k", build)              # another offset
+    memo.memo(w.reshape(6, 4), "k", build)                  # another shape
+    memo.memo(w.reshape(4, 6).T, "k", build)                # other strides
+    assert len(calls) == 4
+    w.flags.writeable = True                                # the owner writeable: a view of it is not frozen,
+    memo.memo(w.reshape(4, 6), "k", build)                  # its entries are dropped
+    assert id(w) not in memo._ENTRIES
+    memo.freeze(w)
+    memo.memo(w.reshape(4, 6), "k", build)
+    assert len(calls) == 6
+
+
 def _matmul_graph(w):
     nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [64, 48]}),
              Node("w", "Const", [], {"dtype": "float32", "value": w}),

@@ -1,0 +1,87 @@
+"""A 16-bit second operand whose stacks merge only by a copy (an Einsum's transposed keys or values) is widened
+and packed into the fast kernel's slabs from its strides (kernels/cube/operands.pack_b16): the oracle's bits
+(tests/naive_cube.py), per stack, as for its contiguous copy."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ascend_emu.numerics import cube, cube_core
+
+try:
+    from . import naive_cube as naive
+except ImportError:
+    import naive_cube as naive
+
+
+def assert_same_bits(ours, ref, what):
+    """Equal bit patterns; NaN matches NaN (payloads are not modelled)."""
+    u = np.uint16 if ours.dtype.itemsize == 2 else np.uint32
+    with np.errstate(invalid="ignore"):
+        nan_o, nan_r = np.isnan(ours.astype(np.float64)), np.isnan(ref.astype(np.float64))
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape, what
+    assert (nan_o == nan_r).all(), what
+    assert np.array_equal(ours.view(u)[~nan_o], ref.view(u)[~nan_r]), what
+
+
+def _operand(rng, shape, dtype):
+    # every binade from subnormals to the top, both signs, and a few infinities
+    x = (rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-25.0, 15.9, shape))).astype(np.float16)
+    x = x.astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.random(flat.size) < 0.01] = np.inf
+    flat[rng.random(flat.size) < 0.01] = -np.inf
+    return x.astype(dtype)
+
+
+# (4-D memory, its transposition to (B, N, K, columns), M): keys as the attention scores read them (B S N H ->
+# B N H S: K the unit-stride axis, the columns strided; packed from the strides)
+CASES = [((2, 260, 2, 16), (0, 2, 3, 1), 8), ((2, 17, 2, 300), (0, 2, 3, 1), 6), ((2, 257, 2, 17), (0, 2, 3, 1), 4),
+         ((2, 40, 2, 20), (0, 2, 3, 1), 50)]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=["keys", "long_k", "odd_k", "more_rows"])
+def test_strided_second_operand_matches_oracle(monkeypatch, case, dtype):
+    shape, perm, M = case
+    rng = np.random.default_rng(sum(shape) + M)
+    y = _operand(rng, shape, dtype)
+    bt = y.transpose(perm)                         # (B, N, K, columns): does not merge to (B*N, K, columns)
+    B, N, K, _ = bt.shape
+    a = _operand(rng, (B, N, M, K), dtype)
+    packed = []
+    real = cube_core._pack_strided
+    monkeypatch.setattr(cube_core, "_pack_strided", lambda *x: packed.append(1) or real(*x))
+    operand = "float16" if dtype == np.float16 else "bfloat16"
+    for kw in ({}, {"out_dtype": "float32", "subnormals": "flush"}, {"overflow_mode": "saturation"}):
+        packed.clear()
+        ours, st = cube.batch_matmul(a, bt, operand_dtype=operand, **kw)
+        assert packed == [1]                       # read through its strides, no contiguous copy first
+        rst = 0
+        for i in range(B):
+            for j in range(N):
+                ref, s = naive.matmul(a[i, j], np.ascontiguousarray(bt[i, j]), operand_dtype=operand, **kw)
+                assert_same_bits(ours[i, j], ref, f"stack {i},{j} {kw}")
+                rst |= s
+        assert st == rst
+
+
+@pytest.mark.parametrize("nan_in", ["none", "a", "b"])
+def test_strided_operand_keeps_the_orientation_of_its_copy(nan_in):
+    """More rows than 8..255 columns: NaN-free operands take C = A B (cube_core._nan_free), a NaN in either keeps the
+    transposed product of the contiguous copy; the bits (NaN payloads too) and status are the copy's."""
+    rng = np.random.default_rng(11)
+    y = _operand(rng, (2, 40, 2, 20), np.float16)
+    a = _operand(rng, (2, 2, 60, 20), np.float16)
+    if nan_in == "a":
+        a[1, 0, 7, 3] = np.nan
+    elif nan_in == "b":
+        y[0, 5, 1, 2] = np.nan
+    bt = y.transpose(0, 2, 3, 1)                   # (B, N, K 20, 40 strided columns): M 60 > 40 columns
+    assert cube_core._transposed(60, 40)
+    for kw in ({}, {"out_dtype": "float32"}):
+        ours, st = cube.batch_matmul(a, bt, **kw)
+        copy, st_copy = cube.batch_matmul(a, np.ascontiguousarray(bt), **kw)
+        u = np.uint16 if ours.itemsize == 2 else np.uint32
+        assert st == st_copy and np.array_equal(ours.view(u), copy.view(u))
