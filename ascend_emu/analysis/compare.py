@@ -27,6 +27,9 @@ from .metrics import (CHUNK, ERROR, METRIC_COLUMNS, NA, NAN, PASS, WARNING, Thre
 #: how a row's Result is decided: ours (msprobe's former cosine rule) or msprobe 26.x's checkers
 RULES = ("ascend-emu", "msprobe")
 CAST_MARK = "/ascend_cast"
+#: nodes a graph fusion pass of GE adds after an op, named ``<op><suffix>`` in a dump: the suffix -> the op types
+#: they follow (AvgPoolFusionPass: a SAME fp16 AvgPool gives the window sum, its Mul ``_mul_layer`` the mean)
+ADDED_NODES = {"_mul_layer": ("AvgPool",)}
 
 
 def _fmt_shape(shape):
@@ -140,6 +143,24 @@ def _kind(dt: np.dtype) -> str:
     return "int"
 
 
+def _added_after(npu: Dump, bench: Dump, op: dict) -> str | None:
+    """For an NPU node a fusion pass added after an op (:data:`ADDED_NODES`; no bench op of its name): the name of
+    that op, whose bench output it gives (both dumps hold the op), else None."""
+    for suffix, types in ADDED_NODES.items():
+        base = op["name"][:-len(suffix)]
+        if (op["name"].endswith(suffix) and base in npu and base in bench
+                and (bench.op(base).get("tf_type") in types or bench.op(base).get("ascend_type") in types)):
+            return base
+    return None
+
+
+def _split_ops(npu: Dump, bench: Dump) -> dict:
+    """The NPU ops whose output a node added after them carries on (their own output is another thing than the
+    bench op of their name: AvgPool's window sum against the mean): op name -> the added node's name."""
+    return {base: op["name"] for op in npu.ops if op["name"] not in bench
+            for base in [_added_after(npu, bench, op)] if base is not None}
+
+
 def _cast_source(npu: Dump, bench: Dump, op: dict):
     """For an inserted Cast absent from the bench dump: the bench (op, output) holding the value it casts,
     looking through chains of inserted casts."""
@@ -223,6 +244,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             "of the same model")
     fused = {f["name"]: f for f in npu.fused_away}
     internal = _internal(npu)
+    split = _split_ops(npu, bench)
     left_out: list[str] = []
     keyed: list[tuple[tuple, dict, _Info]] = []
     deferred: list = []   # the pairs' metric computations, run together below
@@ -238,7 +260,27 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             _fill_op_columns(row, op, out)
             bout = bop["outputs"][out["index"]] if bop is not None and out["index"] < len(bop["outputs"]) else None
             kind = "npu only"
-            if bout is not None:
+            base = _added_after(npu, bench, op) if bop is None else None
+            if op["name"] in split:
+                # not the bench op of its name: never compared as if it were
+                for c in METRIC_COLUMNS:
+                    row[c] = NA
+                row["Result"] = NA
+                row["Err_message"] = (f"not compared: on the NPU a fusion pass splits {op['name']} ({op.get('tf_type')}) "
+                                      f"and {split[op['name']]} carries its output on (AvgPoolFusionPass: this is the "
+                                      f"window sum); {split[op['name']]} is compared with the bench {op['name']}.")
+                info = _Info(kind, op["name"], None, out["index"], op["index"])
+            elif base is not None:
+                sop = bench.op(base)
+                sout = sop["outputs"][out["index"]] if out["index"] < len(sop["outputs"]) else None
+                if sout is None:
+                    continue
+                _fill_side(row, "Bench", bench, sop, sout)
+                note = (f"added by a fusion pass after {base} (AvgPoolFusionPass's Mul): compared with the bench "
+                        f"{base}, whose output it gives.")
+                kind = _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note)
+                info = _Info(kind, op["name"], base, out["index"], op["index"], sout["index"])
+            elif bout is not None:
                 _fill_side(row, "Bench", bench, bop, bout)
                 kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred)
                 info = _Info(kind, op["name"], bop["name"], out["index"], op["index"], out["index"])
