@@ -62,8 +62,9 @@ def _fill_op_columns(row: dict, op: dict, out: dict | None) -> None:
 
 
 def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop: dict, bout: dict,
-                  t: Thresholds, chunk: int, defer: list, note: str | None = None) -> str:
-    """Fill the metric columns of a matched tensor pair; returns the row's kind.
+                  t: Thresholds, chunk: int, defer: list, note: str | None = None, exact_ints: bool = True) -> str:
+    """Fill the metric columns of a matched tensor pair; returns the row's kind. ``exact_ints``: an integer or
+    boolean pair is compared exact or not (:func:`_fill_exact`; msprobe's rules measure it as any tensor).
 
     The tensors' metrics (the only slow part: both files streamed) are left to a function appended to
     ``defer``, which fills the row when called; ``note`` leads the row's message."""
@@ -98,6 +99,10 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Err_message"] = " ".join(msgs + [msg])
         return "stats only"
 
+    if exact_ints and _kind(ndt) != "float" and _kind(ndt) == _kind(bdt):
+        defer.append(lambda: _fill_exact(row, npu, nop, nout, bench, bop, bout, chunk, msgs))
+        return "matched"
+
     def fill():
         m = tensor_metrics(npu.chunks(nop["name"], nout["index"], chunk),
                            bench.chunks(bop["name"], bout["index"], chunk), bench_dtype=bdt, thresholds=t, chunk=chunk)
@@ -110,6 +115,29 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Err_message"] = " ".join(msgs)
     defer.append(fill)
     return "matched"
+
+
+def _fill_exact(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop: dict, bout: dict, chunk: int,
+                msgs: list) -> None:
+    """An integer (or boolean) pair: exact or not. Its values are indices, counts, masks, not measurements, so no
+    accuracy metric applies (a cosine of two index tensors says nothing); the row counts the elements that differ:
+    pass when none does, warning when some do (an argmax a tie or a rounding moved is not an accuracy error by
+    itself: the float outputs that use it carry any error on)."""
+    n = m = 0
+    for a, b in zip(npu.chunks(nop["name"], nout["index"], chunk), bench.chunks(bop["name"], bout["index"], chunk)):
+        n += int(np.count_nonzero(np.asarray(a, np.int64) != np.asarray(b, np.int64)))
+        m += a.size
+    for c in METRIC_COLUMNS:
+        row[c] = NA
+    what = "booleans" if _kind(np.dtype(_dt(nout["dtype"]))) == "bool" else "integers"
+    if n == 0:
+        row["Result"] = PASS
+        msgs.append(f"{what}: exact ({m} of {m} equal; compared exact or not, no accuracy metric).")
+    else:
+        row["Result"] = WARNING
+        msgs.append(f"{what} differ at {n} of {m} (match rate {(m - n) / m:.4%}; compared exact or not, no accuracy "
+                    "metric).")
+    row["Err_message"] = " ".join(msgs)
 
 
 def _run_deferred(jobs: list, workers: int) -> None:
@@ -245,6 +273,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
     fused = {f["name"]: f for f in npu.fused_away}
     internal = _internal(npu)
     split = _split_ops(npu, bench)
+    exact = rules != "msprobe"     # msprobe's checkers measure integer tensors like any other (its numbers kept)
     left_out: list[str] = []
     keyed: list[tuple[tuple, dict, _Info]] = []
     deferred: list = []   # the pairs' metric computations, run together below
@@ -278,11 +307,11 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
                 _fill_side(row, "Bench", bench, sop, sout)
                 note = (f"added by a fusion pass after {base} (AvgPoolFusionPass's Mul): compared with the bench "
                         f"{base}, whose output it gives.")
-                kind = _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note)
+                kind = _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note, exact)
                 info = _Info(kind, op["name"], base, out["index"], op["index"], sout["index"])
             elif bout is not None:
                 _fill_side(row, "Bench", bench, bop, bout)
-                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred)
+                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred, exact_ints=exact)
                 info = _Info(kind, op["name"], bop["name"], out["index"], op["index"], out["index"])
             else:
                 src = _cast_source(npu, bench, op) if bop is None else None
@@ -290,7 +319,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
                     sop, sout = src
                     _fill_side(row, "Bench", bench, sop, sout)
                     note = f"inserted Cast: compared with the bench value it casts ({sop['name']}:{sout['index']})."
-                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note)
+                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note, exact)
                     kind = "cast"
                     info = _Info(kind, op["name"], sop["name"], out["index"], op["index"], sout["index"])
                 else:
