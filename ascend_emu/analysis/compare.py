@@ -171,22 +171,18 @@ def _kind(dt: np.dtype) -> str:
     return "int"
 
 
-def _added_after(npu: Dump, bench: Dump, op: dict) -> str | None:
-    """For an NPU node a fusion pass added after an op (:data:`ADDED_NODES`; no bench op of its name): the name of
-    that op, whose bench output it gives (both dumps hold the op), else None."""
-    for suffix, types in ADDED_NODES.items():
-        base = op["name"][:-len(suffix)]
-        if (op["name"].endswith(suffix) and base in npu and base in bench
-                and (bench.op(base).get("tf_type") in types or bench.op(base).get("ascend_type") in types)):
-            return base
-    return None
-
-
-def _split_ops(npu: Dump, bench: Dump) -> dict:
-    """The NPU ops whose output a node added after them carries on (their own output is another thing than the
-    bench op of their name: AvgPool's window sum against the mean): op name -> the added node's name."""
-    return {base: op["name"] for op in npu.ops if op["name"] not in bench
-            for base in [_added_after(npu, bench, op)] if base is not None}
+def added_nodes(dump: Dump) -> dict:
+    """The ops of ``dump`` that a fusion pass split (:data:`ADDED_NODES`): op name -> the name of the node added after
+    it, which gives what the graph's consumers read as the op's output ``<op>:0`` (AvgPool's mean; the op's own
+    output is the window sum)."""
+    out = {}
+    for op in dump.ops:
+        for suffix, types in ADDED_NODES.items():
+            base = op["name"][:-len(suffix)]
+            if op["name"].endswith(suffix) and base in dump and (dump.op(base).get("tf_type") in types
+                                                                 or dump.op(base).get("ascend_type") in types):
+                out[base] = op["name"]
+    return out
 
 
 def _cast_source(npu: Dump, bench: Dump, op: dict):
@@ -272,7 +268,10 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             "of the same model")
     fused = {f["name"]: f for f in npu.fused_away}
     internal = _internal(npu)
-    split = _split_ops(npu, bench)
+    # an op split by a fusion pass: its own output is another thing than the bench op of its name, and the node
+    # added after it gives that op's output
+    split = {base: added for base, added in added_nodes(npu).items() if base in bench and added not in bench}
+    after = {added: base for base, added in split.items()}
     exact = rules != "msprobe"     # msprobe's checkers measure integer tensors like any other (its numbers kept)
     left_out: list[str] = []
     keyed: list[tuple[tuple, dict, _Info]] = []
@@ -289,7 +288,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             _fill_op_columns(row, op, out)
             bout = bop["outputs"][out["index"]] if bop is not None and out["index"] < len(bop["outputs"]) else None
             kind = "npu only"
-            base = _added_after(npu, bench, op) if bop is None else None
+            base = after.get(op["name"])
             if op["name"] in split:
                 # not the bench op of its name: never compared as if it were
                 for c in METRIC_COLUMNS:

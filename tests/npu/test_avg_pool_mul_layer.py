@@ -67,6 +67,14 @@ def test_same_fp16_avg_pool_dumps_the_window_sum_and_its_mul_layer(tmp_path):
     assert m["Bench Name"] == f"{name}:0" and m["Result"] == "pass" and m["Cosine"] > 0.999, m
     assert "AvgPoolFusionPass" in m["Err_message"]
 
+    # fit reruns every op on the dump's tensors: the AvgPool's consumers read <name>_mul_layer's mean (not the
+    # AvgPool's own sum), and the device that made the dump reproduces all of it
+    from ascend_emu.tools.fit import fit
+
+    res = fit(str(tmp_path / "npu"), model, device=Device("force_fp16", soc="Ascend910B"), progress=False,
+              params=["cube_block_sum"])
+    assert res.identical == 1.0 and res.tensors >= 5 and not res.notes, res.format_text()
+
 
 def test_valid_and_float32_avg_pool_keep_one_record():
     """VALID (the filter holds fp16(1/(kh kw)), no Mul) and a float32 AvgPool (the pass needs fp16): one record."""
