@@ -294,9 +294,10 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
                 for c in METRIC_COLUMNS:
                     row[c] = NA
                 row["Result"] = NA
-                row["Err_message"] = (f"not compared: on the NPU a fusion pass splits {op['name']} ({op.get('tf_type')}) "
-                                      f"and {split[op['name']]} carries its output on (AvgPoolFusionPass: this is the "
-                                      f"window sum); {split[op['name']]} is compared with the bench {op['name']}.")
+                row["Err_message"] = (f"not compared: on the NPU a fusion pass splits {op['name']} "
+                                      f"({op.get('tf_type')}) and {split[op['name']]} carries its output on "
+                                      f"(AvgPoolFusionPass: this is the window sum); {split[op['name']]} is compared "
+                                      f"with the bench {op['name']}.")
                 info = _Info(kind, op["name"], None, out["index"], op["index"])
             elif base is not None:
                 sop = bench.op(base)
