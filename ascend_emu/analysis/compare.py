@@ -27,6 +27,9 @@ from .metrics import (CHUNK, ERROR, METRIC_COLUMNS, NA, NAN, PASS, WARNING, Thre
 #: how a row's Result is decided: ours (msprobe's former cosine rule) or msprobe 26.x's checkers
 RULES = ("ascend-emu", "msprobe")
 CAST_MARK = "/ascend_cast"
+#: nodes a graph fusion pass of GE adds after an op, named ``<op><suffix>`` in a dump: the suffix -> the op types
+#: they follow (AvgPoolFusionPass: a SAME fp16 AvgPool gives the window sum, its Mul ``_mul_layer`` the mean)
+ADDED_NODES = {"_mul_layer": ("AvgPool",)}
 
 
 def _fmt_shape(shape):
@@ -59,8 +62,9 @@ def _fill_op_columns(row: dict, op: dict, out: dict | None) -> None:
 
 
 def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop: dict, bout: dict,
-                  t: Thresholds, chunk: int, defer: list, note: str | None = None) -> str:
-    """Fill the metric columns of a matched tensor pair; returns the row's kind.
+                  t: Thresholds, chunk: int, defer: list, note: str | None = None, exact_ints: bool = True) -> str:
+    """Fill the metric columns of a matched tensor pair; returns the row's kind. ``exact_ints``: an integer or
+    boolean pair is compared exact or not (:func:`_fill_exact`; msprobe's rules measure it as any tensor).
 
     The tensors' metrics (the only slow part: both files streamed) are left to a function appended to
     ``defer``, which fills the row when called; ``note`` leads the row's message."""
@@ -95,6 +99,10 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Err_message"] = " ".join(msgs + [msg])
         return "stats only"
 
+    if exact_ints and _kind(ndt) != "float" and _kind(ndt) == _kind(bdt):
+        defer.append(lambda: _fill_exact(row, npu, nop, nout, bench, bop, bout, chunk, msgs))
+        return "matched"
+
     def fill():
         m = tensor_metrics(npu.chunks(nop["name"], nout["index"], chunk),
                            bench.chunks(bop["name"], bout["index"], chunk), bench_dtype=bdt, thresholds=t, chunk=chunk)
@@ -107,6 +115,29 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Err_message"] = " ".join(msgs)
     defer.append(fill)
     return "matched"
+
+
+def _fill_exact(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop: dict, bout: dict, chunk: int,
+                msgs: list) -> None:
+    """An integer (or boolean) pair: exact or not. Its values are indices, counts, masks, not measurements, so no
+    accuracy metric applies (a cosine of two index tensors says nothing); the row counts the elements that differ:
+    pass when none does, warning when some do (an argmax a tie or a rounding moved is not an accuracy error by
+    itself: the float outputs that use it carry any error on)."""
+    n = m = 0
+    for a, b in zip(npu.chunks(nop["name"], nout["index"], chunk), bench.chunks(bop["name"], bout["index"], chunk)):
+        n += int(np.count_nonzero(np.asarray(a, np.int64) != np.asarray(b, np.int64)))
+        m += a.size
+    for c in METRIC_COLUMNS:
+        row[c] = NA
+    what = "booleans" if _kind(np.dtype(_dt(nout["dtype"]))) == "bool" else "integers"
+    if n == 0:
+        row["Result"] = PASS
+        msgs.append(f"{what}: exact ({m} of {m} equal; compared exact or not, no accuracy metric).")
+    else:
+        row["Result"] = WARNING
+        msgs.append(f"{what} differ at {n} of {m} (match rate {(m - n) / m:.4%}; compared exact or not, no accuracy "
+                    "metric).")
+    row["Err_message"] = " ".join(msgs)
 
 
 def _run_deferred(jobs: list, workers: int) -> None:
@@ -138,6 +169,20 @@ def _kind(dt: np.dtype) -> str:
     if dt.kind == "b":
         return "bool"
     return "int"
+
+
+def added_nodes(dump: Dump) -> dict:
+    """The ops of ``dump`` that a fusion pass split (:data:`ADDED_NODES`): op name -> the name of the node added after
+    it, which gives what the graph's consumers read as the op's output ``<op>:0`` (AvgPool's mean; the op's own
+    output is the window sum)."""
+    out = {}
+    for op in dump.ops:
+        for suffix, types in ADDED_NODES.items():
+            base = op["name"][:-len(suffix)]
+            if op["name"].endswith(suffix) and base in dump and (dump.op(base).get("tf_type") in types
+                                                                 or dump.op(base).get("ascend_type") in types):
+                out[base] = op["name"]
+    return out
 
 
 def _cast_source(npu: Dump, bench: Dump, op: dict):
@@ -223,6 +268,11 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             "of the same model")
     fused = {f["name"]: f for f in npu.fused_away}
     internal = _internal(npu)
+    # an op split by a fusion pass: its own output is another thing than the bench op of its name, and the node
+    # added after it gives that op's output
+    split = {base: added for base, added in added_nodes(npu).items() if base in bench and added not in bench}
+    after = {added: base for base, added in split.items()}
+    exact = rules != "msprobe"     # msprobe's checkers measure integer tensors like any other (its numbers kept)
     left_out: list[str] = []
     keyed: list[tuple[tuple, dict, _Info]] = []
     deferred: list = []   # the pairs' metric computations, run together below
@@ -238,9 +288,30 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
             _fill_op_columns(row, op, out)
             bout = bop["outputs"][out["index"]] if bop is not None and out["index"] < len(bop["outputs"]) else None
             kind = "npu only"
-            if bout is not None:
+            base = after.get(op["name"])
+            if op["name"] in split:
+                # not the bench op of its name: never compared as if it were
+                for c in METRIC_COLUMNS:
+                    row[c] = NA
+                row["Result"] = NA
+                row["Err_message"] = (f"not compared: on the NPU a fusion pass splits {op['name']} "
+                                      f"({op.get('tf_type')}) and {split[op['name']]} carries its output on "
+                                      f"(AvgPoolFusionPass: this is the window sum); {split[op['name']]} is compared "
+                                      f"with the bench {op['name']}.")
+                info = _Info(kind, op["name"], None, out["index"], op["index"])
+            elif base is not None:
+                sop = bench.op(base)
+                sout = sop["outputs"][out["index"]] if out["index"] < len(sop["outputs"]) else None
+                if sout is None:
+                    continue
+                _fill_side(row, "Bench", bench, sop, sout)
+                note = (f"added by a fusion pass after {base} (AvgPoolFusionPass's Mul): compared with the bench "
+                        f"{base}, whose output it gives.")
+                kind = _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note, exact)
+                info = _Info(kind, op["name"], base, out["index"], op["index"], sout["index"])
+            elif bout is not None:
                 _fill_side(row, "Bench", bench, bop, bout)
-                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred)
+                kind = _compare_pair(row, npu, op, out, bench, bop, bout, t, chunk, deferred, exact_ints=exact)
                 info = _Info(kind, op["name"], bop["name"], out["index"], op["index"], out["index"])
             else:
                 src = _cast_source(npu, bench, op) if bop is None else None
@@ -248,7 +319,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
                     sop, sout = src
                     _fill_side(row, "Bench", bench, sop, sout)
                     note = f"inserted Cast: compared with the bench value it casts ({sop['name']}:{sout['index']})."
-                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note)
+                    _compare_pair(row, npu, op, out, bench, sop, sout, t, chunk, deferred, note, exact)
                     kind = "cast"
                     info = _Info(kind, op["name"], sop["name"], out["index"], op["index"], sout["index"])
                 else:

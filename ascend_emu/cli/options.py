@@ -245,9 +245,10 @@ def _shapes(a):
 
 def _sweep_args(p):
     p.add_argument("--scheduler", default=None, metavar="none|local|tcp://HOST:PORT",
-                   help="where the replays run: local (default with Dask installed: a Dask LocalCluster of worker "
-                        "processes), none (serial, in this process; the default without Dask) or the address of "
-                        "a running Dask scheduler")
+                   help="where the replays run: local (a Dask LocalCluster of worker processes; the default with "
+                        "Dask installed on 3 or more cores), none (serial, in this process; the default on 1 or 2 "
+                        "cores, where a cluster's start costs more than the second core gives, or without Dask) or "
+                        "the address of a running Dask scheduler")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="workers of --scheduler local (default: the cores)")
     p.add_argument("--serial", action="store_true",

@@ -358,6 +358,7 @@ class Device:
         outputs = {t: env[t] for t in graph.outputs}
         if keep_tensors:
             env.update(run.cast_outputs)
+            env.update(run.added_outputs)
             env.update(run.scoped_outputs)
         return ReplayResult(graph, outputs, env, run.records, run.status, summary,
                             dump=str(dump_dir) if dump_dir is not None else None, inputs=feeds)

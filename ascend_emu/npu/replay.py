@@ -88,6 +88,7 @@ class _Run:
         self.casts: dict = {}               # (tensor, dtype) -> cast output
         self.cast_dtypes: dict = {}         # tensor -> the dtypes it has casts to (what forget drops)
         self.cast_outputs: dict = {}        # inserted Cast op's tensor name -> output
+        self.added_outputs: dict = {}       # outputs of the nodes a fusion pass adds after an op (OpContext.split)
         self.scoped_outputs: dict = {}      # tensors of control-flow bodies, by scoped name
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
         self.counts: dict = {}
@@ -486,8 +487,26 @@ class _Run:
             compute = dtype_name(outs[0].dtype)
         rec = OpRecord(node.name, node.op, prep.ascend_op, "AICORE", compute, list(refs), ctx.status,
                        precision=dict(prep.precision), fusion=fusion, fp32_check=fp32_check)
+        if ctx.split is not None:
+            self._record_split(rec, ctx.split, node.attrs)
+            return outs
         self._record(rec, outs, node.attrs)
         return outs
+
+    def _record_split(self, rec: OpRecord, split: tuple, attrs) -> None:
+        """An op GE splits into nodes a real dump records one by one (``OpContext.split``: AvgPoolFusionPass's
+        ``<name>_mul_layer``): the op with its own outputs, then each added node, named ``<name><suffix>``, reading
+        the one before it. The graph's consumers read what the last one gives (the tensor ``<name>:0``)."""
+        own, added = split
+        self._record(rec, own, attrs)
+        prev = rec.name
+        for suffix, tf_type, outs, status, why in added:
+            name = rec.name + suffix
+            self._record(OpRecord(name, tf_type, ascend_type(tf_type), "AICORE", rec.compute_dtype, [f"{prev}:0"],
+                                  int(status), precision={"list": None, "reason": why}, inserted=True), outs)
+            if self.keep:
+                self.added_outputs.update({f"{name}:{i}": o for i, o in enumerate(outs)})
+            prev = name
 
     def _control_flow(self, node: Node, args: list) -> tuple:
         """A While/If/Case: its bodies run op by op on this device, each op recorded under its scope."""
@@ -667,7 +686,7 @@ class _Run:
         overflowing = [r.name for r in self.records if r.status]
         return {
             "ops": len(self.records),
-            "inserted_casts": sum(1 for r in self.records if r.inserted),
+            "inserted_casts": sum(1 for r in self.records if r.inserted and r.tf_type == "Cast"),
             "per_engine_dtype": per_engine,
             "overflowing_ops": len(overflowing),
             "first_overflow": overflowing[0] if overflowing else None,

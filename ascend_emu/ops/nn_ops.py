@@ -261,8 +261,8 @@ _TBE = "canndev ops/built-in/tbe/impl/dynamic/"
      _TBE + "avg_pool.py (with a filter: conv2d, groups = C, on the cube)", "NUMERICS.md section 2 (composite ops)"),
     ("op_model", "cube_block_sum", "cube_extra_bits", "cube_normalize"),
     "fp16, static shape, output width > 1, strides <= 63: the depthwise convolution on the cube (fp16 products exact, "
-    "float32 accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area), which a real dump holds as "
-    "its own op <name>_mul_layer (AvgPool's own output there is the window sum) and this record folds in; otherwise "
+    "float32 accumulation, the fixpipe's rounding), SAME then an fp16 Mul by fp16(1/area), recorded as a real dump "
+    "holds it: its own op <name>_mul_layer after the AvgPool, whose own output is the window sum; otherwise "
     "(float32, bf16, output width 1, larger strides, op_model exact) the window's mean in float64, one rounding (the "
     "composite rule: assumed; the vector kernel's reduce_avg adds in the input dtype are not modelled)"))
 def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
@@ -286,8 +286,15 @@ def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
         kwargs["out_dtype"] = "float16"
         y = _record(ctx, depthwise_conv2d(x, w, strides=_hw(strides), padding=padding, **kwargs))
         if padding == "SAME":
+            # the pass's Mul node <name>_mul_layer: its own op on the NPU (and in a dump), so its own status
             coffe = np.vectorize(area16, otypes=[np.float16])(np.maximum(cnt[:1, :, :, :1], 1))
-            y = vec(ctx, "mul", y, coffe)
+            own = ctx.status
+            ctx.status = 0
+            mean = vec(ctx, "mul", y, coffe)
+            ctx.split = ((y,), [("_mul_layer", "Mul", (mean,), ctx.status,
+                                 "added by AvgPoolFusionPass: the window sum times fp16(1/area) per output position")])
+            ctx.status = own
+            return mean
         return y
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)
 

@@ -71,6 +71,10 @@ class OpContext:
     multicore: object = None
     #: the SoC flushes subnormals in the vector ops of ``numerics.policy.FTZ_OPS`` (``cce_ftz``)
     ftz: bool = False
+    #: set by an op that a graph fusion pass of GE splits into nodes a real dump records one by one (AvgPoolFusionPass's
+    #: Mul ``<name>_mul_layer``): ``(its own outputs, [(name suffix, TF type, outputs, status, why), ...])``; the op
+    #: returns what the last added node gives (what the graph's consumers read) and ``status`` holds its own bits
+    split: tuple | None = None
 
     def __post_init__(self):
         self.dtype = compute_dtype(self.dtype)

@@ -245,7 +245,8 @@ def fusion_bisect(model, inputs=None, *, device=None, device_kwargs=None, signat
     progress : bool
         Show a progress bar (one step per replay).
     scheduler : "none" (default), "local", a Dask address ("tcp://host:8786") or None
-        Where the replays run (:mod:`ascend_emu.tools.sweep`); None: local if Dask is installed.
+        Where the replays run (:mod:`ascend_emu.tools.sweep`); None: its ``default_scheduler`` (local with Dask
+        on 3 or more cores, else none).
         Each ddmin round's candidate sets are replayed side by side, so the configurations
         tried, and the result, are the same under every scheduler.
     n_workers : int, optional

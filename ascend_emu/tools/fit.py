@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from ..numerics import assumptions as _asm
+from ..analysis.compare import added_nodes
 from ..analysis.dump.format import CODED_FORMATS
 from ..npu.precision import HIF8_MODES
 
@@ -128,6 +129,11 @@ def read_context(dump: str, dm, model, fingerprint: str, device, signature=None,
         for o in op.get("outputs", []):
             if o.get("file") and not o.get("skipped"):
                 tensors[f"{op['name']}:{o['index']}"] = np.array(dm.tensor(op["name"], int(o["index"]), mmap=False))
+    for base, added in added_nodes(dm).items():
+        # an op a fusion pass split (AvgPool and its <name>_mul_layer): the graph's op gives, and its consumers
+        # read, what the added node dumped (the op's own output, the window sum, is not the graph's tensor)
+        if f"{added}:0" in tensors:
+            tensors[f"{base}:0"] = tensors[f"{added}:0"]
     coded = frozenset(op["name"] for op in dm.ops if op.get("outputs") and op["outputs"][0].get("dtype")
                       in CODED_FORMATS)
     # the graph engine's constants; not the model's inputs (HOST in the dump too): a move of an input (an ONNX
@@ -633,7 +639,9 @@ def fit(dump, model, inputs=None, *, device=None, device_kwargs=None, signature=
                         "max_abs_err_at_best": (at[2] if at and math.isfinite(at[2]) else None),
                         "candidates": {_label(c): (r[0] / n if n else 1.0) for c, r in zip(combos, row)}})
     notes = []
+    added = set(added_nodes(dm).values())     # (scored as the op they follow: its output is theirs)
     left = [o["name"] for o in dm.ops if o.get("engine") not in ("HOST", "AICPU") and o["name"] not in final
+            and o["name"] not in added
             and o.get("tf_type") not in ("Placeholder",) and any(out.get("file") for out in o.get("outputs", []))
             and any(str(out.get("dtype")) in ("float16", "bfloat16", "float32", "hifloat8") for out in o.get("outputs", []))]
     if left:

@@ -8,7 +8,9 @@ runs them
 - ``scheduler="none"``: one after the other in this process;
 - ``scheduler="local"``: on a ``dask.distributed`` LocalCluster of worker processes on this machine
   (one thread each, as many workers as cores unless ``n_workers`` says otherwise);
-- ``scheduler="tcp://host:8786"`` (any Dask address): on an existing cluster, unchanged.
+- ``scheduler="tcp://host:8786"`` (any Dask address): on an existing cluster, unchanged;
+- ``scheduler=None``: :func:`default_scheduler`, serial on 1 or 2 cores (a cluster's start costs more than the
+  second core gives), local from 3 with Dask.
 
 Each worker keeps what it has loaded (a model file's graph, by path, modification time and size, checked
 against the fingerprint) and its compiled kernels across sweeps; a task returns a :class:`TaskResult` (final-output metrics against the reference,
@@ -77,12 +79,26 @@ def dask_available() -> bool:
     return True
 
 
+#: the fewest cores this process may use for ``scheduler=None`` to mean a LocalCluster. On 2 cores the cluster's
+#: start (each worker process imports TensorFlow and loads the model) and the shipping outweigh the second core:
+#: ``mixlist-search`` of the demo CNN took 34.7 and 52.5 s on 2 local workers against 8.5 and 13.4 s serially
+#: (A/B alternating, load 3-4; session 15: 28.7-36.5 s against 8.6-10.9 s), and 16 MobileNetV2 replays 0.57-1.25x
+#: (benchmarks/RESULTS.md); with one core its one worker only adds its start
+LOCAL_MIN_CORES = 3
+
+
+def default_scheduler(cores: int | None = None) -> str:
+    """What ``scheduler=None`` means: ``"local"`` when Dask is installed and this process may use at least
+    :data:`LOCAL_MIN_CORES` cores (``cores``: that count, default :func:`default_workers`), else ``"none"``."""
+    cores = default_workers() if cores is None else cores
+    return "local" if cores >= LOCAL_MIN_CORES and dask_available() else "none"
+
+
 def check_scheduler(scheduler) -> str:
-    """``None`` (local if Dask is installed and this process may use more than one core, else none), ``"none"``,
-    ``"local"`` or a Dask address."""
+    """``None`` (:func:`default_scheduler`: local with Dask on at least :data:`LOCAL_MIN_CORES` cores, else none),
+    ``"none"``, ``"local"`` or a Dask address."""
     if scheduler is None:
-        # one core: a LocalCluster's one worker only adds its start and the shipping
-        return "local" if dask_available() and default_workers() > 1 else "none"
+        return default_scheduler()
     s = str(scheduler).strip()
     if s in ("none", "local"):
         pass
@@ -315,7 +331,8 @@ class Sweep:
     Parameters
     ----------
     scheduler : None, "none", "local" or a Dask address ("tcp://host:8786")
-        None: local if Dask is installed, else none.
+        None: :func:`default_scheduler` (local if Dask is installed and this process may use 3 or more cores,
+        else none).
     n_workers : int, optional
         Workers of the LocalCluster (default: the cores this process may use).
     progress : bool

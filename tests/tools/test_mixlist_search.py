@@ -287,12 +287,27 @@ def test_target_not_met_writes_nothing(planted, tmp_path):
 
 
 def test_scheduler_names():
-    from ascend_emu.tools.sweep import check_scheduler, dask_available, default_workers
+    from ascend_emu.tools.sweep import check_scheduler, dask_available, default_scheduler, default_workers
 
     assert check_scheduler("none") == "none"
-    assert check_scheduler(None) == ("local" if dask_available() and default_workers() > 1 else "none")
+    assert check_scheduler(None) == ("local" if dask_available() and default_workers() >= 3 else "none")
+    # the default: serial on 1 or 2 cores (a cluster's start outweighs the second core), local from 3 with Dask
+    assert default_scheduler(1) == default_scheduler(2) == "none"
+    assert default_scheduler(3) == default_scheduler(16) == ("local" if dask_available() else "none")
     if dask_available():
         assert check_scheduler("tcp://10.0.0.1:8786") == "tcp://10.0.0.1:8786"
     for bad in ("", "loc", "tcp://", "tcp://h", "tcp://h:x", "http://h:1"):
         with pytest.raises(AscendEmuError, match="scheduler"):
             check_scheduler(bad)
+
+
+def test_default_scheduler_is_serial_on_two_cores(planted, monkeypatch):
+    """scheduler=None (the CLI's default) on a 2-core machine runs in this process: no LocalCluster is started."""
+    from ascend_emu.tools import sweep
+
+    monkeypatch.setattr(sweep, "default_workers", lambda: 2)
+    monkeypatch.setattr(sweep.Sweep, "_connect", lambda self: pytest.fail("a Dask cluster was started"))
+    res = mixlist_search(planted["graph"], planted["inputs"], target="cosine>=0.9999999999",
+                         device=Device("allow_mix_precision", modify_mixlist=BASE), max_steps=1, scheduler=None,
+                         progress=False)
+    assert res.scheduler == "none" and res.replays == 5

@@ -11,7 +11,8 @@ backward meets the same casts (``ToCopyBackward``) as on the NPU.
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
+
+from .user_warnings import UserLineMode
 
 #: lower_precision_fp (the CUDA list; torch function names, free functions and Tensor methods)
 LOWER = frozenset((
@@ -61,7 +62,7 @@ def _widest(args) -> torch.dtype | None:
     return best
 
 
-class AutocastMode(TorchFunctionMode):
+class AutocastMode(UserLineMode):   # (its functions' warnings name the user's line)
     """Casts the inputs of the listed ops while ``options().autocast_enabled`` (``options`` gives the run's
     :class:`~ascend_emu.frontend.torch.options.NpuOptions`)."""
 

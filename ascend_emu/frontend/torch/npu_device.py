@@ -5,12 +5,12 @@ worker's shared memory, torch.accelerator's device index) and the device's prope
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ...errors import AscendEmuError
 from ...numerics.policy import SOCS
 from .options import current
+from .user_warnings import UserLineMode
 
 
 def _is_npu(d) -> bool:
@@ -40,7 +40,7 @@ def _to_cpu(t, src):
     return t
 
 
-class NpuDeviceMode(TorchFunctionMode):
+class NpuDeviceMode(UserLineMode):   # (its functions' warnings name the user's line)
     """Every ``npu`` device a torch function is given becomes the CPU (``device=`` anywhere, ``Tensor.to``'s
     positional target), so a script's ``.to("npu")`` and ``device="npu"`` run on CPU tensors."""
 
