@@ -31,6 +31,7 @@ _ALIGN = 64
 _ALIGN_BYTES = 1 << 16
 
 _buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), least recently handed out first
+_pooled: set = set()  # id() of those buffers (pooled)
 _lock = threading.Lock()
 _made = [0]           # bytes made since the last look for free buffers beyond _FREE_BYTES
 
@@ -51,6 +52,7 @@ def _trim(keep) -> None:
             break
         bucket = _buffers[(b.size - _ALIGN).bit_length()]   # (filed under the size asked for)
         bucket.pop(next(i for i, x in enumerate(bucket) if x is b))
+        _pooled.discard(id(b))
         total -= b.size
 
 
@@ -81,11 +83,18 @@ def _buffer(nbytes: int) -> np.ndarray:
         buf = np.empty(nbytes + _ALIGN, np.uint8)
         buf[::_PAGE] = 0
         _buffers.setdefault(k, []).append(buf)
+        _pooled.add(id(buf))
         _made[0] += nbytes
         if _made[0] > _FREE_BYTES // 4:
             _made[0] = 0
             _trim(buf)
         return _aligned(buf, nbytes)
+
+
+def pooled(a) -> bool:
+    """Whether ``a`` is one of the buffers ``empty`` hands out again: its memory outlives every array made from it
+    (``numerics.memo`` keys such an array's results by the hand-out's own view, never by the buffer)."""
+    return id(a) in _pooled
 
 
 def empty(shape, dtype) -> np.ndarray:

@@ -21,6 +21,7 @@ from ..graph.core import split_tensor_name
 from .comparison import (COLUMNS, EXTRA_COLUMNS, MSPROBE_COLUMNS, STAT_COLUMNS, Comparison,  # noqa: F401
                          Divergence, _Info)
 from .dump import VARIANT, Dump, load_dump
+from .dump.format import CODED_FORMATS
 from .metrics import (CHUNK, ERROR, METRIC_COLUMNS, NA, NAN, PASS, WARNING, Thresholds,  # noqa: F401
                       _stats_compare, accuracy_reached, dtype_eps, tensor_metrics)
 
@@ -99,7 +100,8 @@ def _compare_pair(row: dict, npu: Dump, nop: dict, nout: dict, bench: Dump, bop:
         row["Err_message"] = " ".join(msgs + [msg])
         return "stats only"
 
-    if exact_ints and _kind(ndt) != "float" and _kind(ndt) == _kind(bdt):
+    if exact_ints and _kind(ndt) != "float" and _kind(ndt) == _kind(bdt) and \
+            nout["dtype"] not in CODED_FORMATS and bout["dtype"] not in CODED_FORMATS:
         defer.append(lambda: _fill_exact(row, npu, nop, nout, bench, bop, bout, chunk, msgs))
         return "matched"
 
@@ -164,7 +166,9 @@ def _dt(name: str):
 
 
 def _kind(dt: np.dtype) -> str:
-    if dt.kind in "fV":
+    """float (also complex and the coded low formats, whose codes are stored as uint8 but decode to floats), bool or
+    int: which tensors are compared exact or not."""
+    if dt.kind in "fVc":
         return "float"
     if dt.kind == "b":
         return "bool"

@@ -497,7 +497,7 @@ class _Run:
         """An op GE splits into nodes a real dump records one by one (``OpContext.split``: AvgPoolFusionPass's
         ``<name>_mul_layer``): the op with its own outputs, then each added node, named ``<name><suffix>``, reading
         the one before it. The graph's consumers read what the last one gives (the tensor ``<name>:0``)."""
-        own, added = split
+        own, rec.status, added = split
         self._record(rec, own, attrs)
         prev = rec.name
         for suffix, tf_type, outs, status, why in added:

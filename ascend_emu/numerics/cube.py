@@ -35,10 +35,15 @@ def _contiguous_t(b: np.ndarray, transposed):
 def _stacks(b: np.ndarray, K: int, N: int) -> np.ndarray:
     """b (..., K, N) as (stacks, K, N) where that is a view; else b itself (a transposed view, e.g. an Einsum's
     operand: the cube packs a 16-bit one from its strides instead of copying it first, cube_core._batched)."""
-    try:
-        return np.reshape(b, (-1, K, N), copy=False)
-    except ValueError:
-        return b
+    v = reshaped_view(b, (-1, K, N))
+    return b if v is None else v
+
+
+def reshaped_view(a: np.ndarray, shape):
+    """``a`` reshaped to ``shape`` when that is a view of it, else None (numpy's ``reshape(copy=False)`` is 2.1's;
+    the project supports numpy from 1.26)."""
+    v = a.reshape(shape)
+    return v if v.size == 0 or np.may_share_memory(v, a) else None
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, operand_dtype="float16", out_dtype="float16",

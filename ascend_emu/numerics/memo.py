@@ -10,7 +10,8 @@ Only for *frozen* arrays (:func:`frozen`): read-only, and every array they view 
 no numpy operation can change their bits without first flipping a flag back on purpose. A
 writeable array is never memoized (its result is computed every time, as before): a cache that
 returned the result of a constant since changed in place would be wrong bits. Entries are keyed
-by the identity of the array that owns the memory (the end of the view's ``base`` chain), with the
+by the identity of the array that owns the memory (the end of the view's ``base`` chain; for the kernels'
+pooled buffers, which are handed out again, the view of one hand-out), with the
 view's byte offset into it, dtype, shape and strides in the key, and die with it (a weak reference),
 so a new array at the same address never meets an old entry. A frozen view's bits are those of its
 owner's frozen memory at that offset and layout, so a new view made the same way (a replay's Reshape
@@ -25,6 +26,8 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+
+from ..kernels import alloc as _alloc
 
 # id(array) -> (weak reference to it, {key: result}). No lock: single dict operations are atomic under
 # the GIL, and a weak reference's callback (run whenever an array dies, possibly inside this module)
@@ -63,8 +66,12 @@ def _forget(ident: int, ref, entries=_ENTRIES) -> None:
 
 
 def _owner(a):
-    """The last ndarray of ``a``'s base chain: the array whose memory ``a`` views (``a`` itself if it owns it)."""
+    """The last ndarray of ``a``'s base chain: the array whose memory ``a`` views (``a`` itself if it owns it); for
+    memory of the kernels' buffer pool (``kernels.alloc``), which is handed out again once its arrays die, the view
+    of this hand-out instead (it dies with them, and its entries with it)."""
     while isinstance(a.base, np.ndarray):
+        if _alloc.pooled(a.base):
+            return a
         a = a.base
     return a
 

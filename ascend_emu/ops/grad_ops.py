@@ -92,9 +92,20 @@ def conv2d_transpose(input_size, x, w, *, ctx, strides, pads, dilations=(1, 1, 1
     from ..numerics.cube import conv2d_backprop_input as backprop_input
 
     _nhwc(data_format)
-    pt, pb, pl, pr = as_int_list(pads)
-    explicit = [0, 0, pt, pb, pl, pr, 0, 0]
-    geometry, st, dil, _ = _dz_pads(input_size, w, x, strides, "EXPLICIT", dilations, explicit)
+    p, size = as_int_list(pads), as_int_list(input_size)
+    if len(p) != 4 or min(p) < 0:
+        raise AscendEmuError(f"Conv2DTranspose pads {p}: four sizes >= 0 (top, bottom, left, right)")
+    if x.ndim != 4 or w.ndim != 4 or len(size) != 4:
+        raise AscendEmuError(f"Conv2DTranspose needs a 4-D x, a 4-D filter and four input_size entries, got x "
+                             f"{x.shape}, filter {w.shape}, input_size {size}")
+    explicit = [0, 0, p[0], p[1], p[2], p[3], 0, 0]
+    geometry, st, dil, (_, h, wd) = _dz_pads(size, w, x, strides, "EXPLICIT", dilations, explicit)
+    khe, kwe = (w.shape[0] - 1) * dil[0] + 1, (w.shape[1] - 1) * dil[1] + 1
+    fwd = ((h + p[0] + p[1] - khe) // st[0] + 1, (wd + p[2] + p[3] - kwe) // st[1] + 1)
+    if fwd != tuple(x.shape[1:3]):
+        raise AscendEmuError(f"Conv2DTranspose: an output of size {size} convolved back (strides {st}, pads {p}, "
+                             f"filter {tuple(w.shape[:2])}) gives {fwd}, not x's {tuple(x.shape[1:3])}; check "
+                             "input_size against x")
     return _record(ctx, backprop_input(x, w, st, geometry, dil, **_cube_kw(ctx, bias)))
 
 

@@ -146,7 +146,7 @@ def einsum(*xs, ctx, equation, bias=None, epilogue=None):
     (numerics.cube.Epilogue): a fused chain applied to the product before the output's transpose,
     so only one of single values (elementwise, it commutes with the transpose).
     """
-    from ..numerics.cube import batch_matmul
+    from ..numerics.cube import batch_matmul, reshaped_view
 
     if len(xs) != 2:
         raise NotImplementedError(f"Einsum with {len(xs)} operands")
@@ -175,10 +175,7 @@ def einsum(*xs, ctx, equation, bias=None, epilogue=None):
     # the second operand as (batch..., k, n) where that is a view: the cube packs a transposed 16-bit one from its
     # strides (the attention scores' keys, BSNH read as BNHS: numpy's copy of it cost more than the packing)
     bshape = [size[c] for c in batch] + [k, n]
-    try:
-        yb = np.reshape(yt, bshape, copy=False) if len(batch) == 2 else None
-    except ValueError:
-        yb = None
+    yb = reshaped_view(yt, bshape) if len(batch) == 2 else None
     if yb is None:
         yb = contiguous(yt).reshape(nb, k, n)
     z = _record(ctx, batch_matmul(contiguous(xt).reshape([size[c] for c in batch] + [m, k]) if yb.ndim == 4
@@ -291,9 +288,10 @@ def avg_pool(x, *, ctx, ksize, strides, padding, data_format="NHWC"):
             own = ctx.status
             ctx.status = 0
             mean = vec(ctx, "mul", y, coffe)
-            ctx.split = ((y,), [("_mul_layer", "Mul", (mean,), ctx.status,
-                                 "added by AvgPoolFusionPass: the window sum times fp16(1/area) per output position")])
-            ctx.status = own
+            ctx.split = ((y,), own, [("_mul_layer", "Mul", (mean,), ctx.status,
+                                      "added by AvgPoolFusionPass: the window sum times fp16(1/area) per output "
+                                      "position")])
+            ctx.status |= own       # a caller that records the op as one (not the replay) sees both nodes' bits
             return mean
         return y
     return finish(ctx, v.sum(axis=(-1, -2)) / cnt)

@@ -72,8 +72,9 @@ class OpContext:
     #: the SoC flushes subnormals in the vector ops of ``numerics.policy.FTZ_OPS`` (``cce_ftz``)
     ftz: bool = False
     #: set by an op that a graph fusion pass of GE splits into nodes a real dump records one by one (AvgPoolFusionPass's
-    #: Mul ``<name>_mul_layer``): ``(its own outputs, [(name suffix, TF type, outputs, status, why), ...])``; the op
-    #: returns what the last added node gives (what the graph's consumers read) and ``status`` holds its own bits
+    #: Mul ``<name>_mul_layer``): ``(its own outputs, its own status, [(name suffix, TF type, outputs, status, why),
+    #: ...])``; the op returns what the last added node gives (what the graph's consumers read) and ``status`` holds
+    #: the bits of all of them (the replay records each node with its own)
     split: tuple | None = None
 
     def __post_init__(self):

@@ -432,3 +432,26 @@ def test_the_cli_names_the_first_divergent_op_once(tmp_path, capsys):
     assert main(["compare", str(npu), str(bench)]) == 0
     out = capsys.readouterr().out
     assert out.count("first divergent op") == 1 and "first divergent op: none (every op passes)" in out, out
+
+
+def test_integer_outputs_exact_or_not_but_coded_floats_as_floats(tmp_path):
+    """An int32 output is compared exact or not (no metric); a hifloat8 output, stored as uint8 codes, is a float
+    tensor and gets the float metrics (its decoded values truncated to integers would have compared equal)."""
+    from ascend_emu.analysis.compare import compare
+    from ascend_emu.analysis.dump import Coded, DumpWriter
+
+    def write(name, ints, hif8):
+        with DumpWriter(tmp_path / name, kind="npu", config={"kind": "npu"}, model={"name": "m", "fingerprint": "m"},
+                        inputs_sha256="0") as w:
+            w.add_op("idx", "ArgMax", "ArgMaxV2", "AICORE", "int32", [], [np.asarray(ints, np.int32)])
+            w.add_op("q", "Cast", "Cast", "AICORE", "hifloat8", [], [Coded(np.asarray(hif8, np.float32), "hifloat8")])
+            w.finish({})
+        return tmp_path / name
+
+    n = write("npu", [0, 1, 2, 3], [0.5, 0.25, 0.125, 0.75])
+    b = write("bench", [0, 1, 2, 2], [0.25, 0.125, 0.5, 0.5])
+    rows = {r["NPU Name"]: r for r in compare(n, b).rows}
+    assert rows["idx:0"]["Result"] == "warning" and "integers differ at 1 of 4" in rows["idx:0"]["Err_message"]
+    assert rows["idx:0"]["Cosine"] == "N/A"
+    assert rows["q:0"]["Result"] == "error" and "integers" not in rows["q:0"]["Err_message"]
+    assert isinstance(rows["q:0"]["Cosine"], float) and rows["q:0"]["Cosine"] < 0.9

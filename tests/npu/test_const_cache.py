@@ -7,7 +7,7 @@ import pytest
 
 from ascend_emu import Device
 from ascend_emu.graph import Graph, InputSpec, Node
-from ascend_emu.numerics import memo
+from ascend_emu.numerics import cube, memo
 from fp32mode import fp32  # the tests' fp32 mode
 
 RNG = np.random.default_rng(17)
@@ -226,3 +226,31 @@ def test_an_array_dying_at_interpreter_exit_prints_nothing():
             "del a\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_a_pooled_buffer_handed_out_again_meets_no_old_entry():
+    """Large arrays live in kernels.alloc's pool, whose buffers are handed out again once their arrays die: a frozen
+    weight in a reused buffer must not meet the memo entries (rounded, packed operands) of the dead weight that was
+    there before, though it has the same owner buffer, offset, dtype, shape and strides (review of session 16)."""
+    import gc
+
+    from ascend_emu.kernels import alloc
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 512)).astype(np.float16)
+    for _ in range(4):
+        w = alloc.empty((512, 1024), np.float16)     # 1 MiB: from the pool
+        assert alloc.pooled(_owner_of(w))
+        w[...] = rng.standard_normal((512, 1024)).astype(np.float16)
+        memo.freeze(w)
+        got = cube.matmul(a, w)[0]
+        want = cube.matmul(a, w.copy())[0]      # writeable: never memoized
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+        del w, got, want
+        gc.collect()
+
+
+def _owner_of(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a

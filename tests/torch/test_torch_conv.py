@@ -126,12 +126,14 @@ def test_what_the_cube_does_not_take_runs_on_the_ai_cpu():
     torch.manual_seed(2)
     g = torch.nn.ConvTranspose2d(4, 6, 3, groups=2)
     t3 = torch.nn.ConvTranspose3d(2, 3, 2)
-    x, x3 = torch.randn(1, 4, 5, 5), torch.randn(1, 2, 3, 3, 3)
+    g3 = torch.nn.Conv3d(4, 6, 2, groups=2)
+    x, x3, x4 = torch.randn(1, 4, 5, 5), torch.randn(1, 2, 3, 3, 3), torch.randn(1, 4, 3, 3, 3)
     with ae.torch.emulate("Ascend910B", allow_hf32_conv=False) as run, torch.no_grad():
-        y, y3 = g(x), t3(x3)
+        y, y3, y4 = g(x), t3(x3), g3(x4)
     with torch.no_grad():
         assert torch.allclose(y, g(x), atol=1e-6) and torch.allclose(y3, t3(x3), atol=1e-6)
-    assert [r.engine for r in run.records if "convolution" in r.aten] == ["AICPU", "AICPU"]
+        assert torch.allclose(y4, g3(x4), atol=1e-6)
+    assert [r.engine for r in run.records if "convolution" in r.aten] == ["AICPU", "AICPU", "AICPU"]
 
 
 def test_hf32_rounds_the_transposed_operands_by_default(tmp_path):
@@ -166,3 +168,19 @@ def test_explicit_3d_paddings_are_checked():
     for bad in ([0, 0, 1, 1, 1, 1, 1, 1], [0, 0, -1, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]):
         with pytest.raises(AscendEmuError, match="explicit_paddings"):
             run_op("Conv3D", x, w, ctx=OpContext(dtype="float32"), padding="EXPLICIT", explicit_paddings=bad)
+
+
+def test_conv2d_transpose_checks_its_geometry():
+    """The registry's Conv2DTranspose: pads of another length, or an input_size the convolution would not map back
+    onto x's size (it used to zero-fill the rest), are one line each."""
+    from ascend_emu.errors import AscendEmuError
+    from ascend_emu.ops import OpContext, run_op
+
+    x, w = np.ones((1, 3, 3, 2), np.float32), np.ones((2, 2, 1, 2), np.float32)
+    ctx = OpContext(dtype="float32")
+    (y,) = run_op("Conv2DTranspose", np.int32([1, 4, 4, 1]), x, w, ctx=ctx, strides=[1, 1, 1, 1], pads=[0, 0, 0, 0])
+    assert y.shape == (1, 4, 4, 1)
+    with pytest.raises(AscendEmuError, match="four sizes"):
+        run_op("Conv2DTranspose", np.int32([1, 4, 4, 1]), x, w, ctx=ctx, strides=[1, 1, 1, 1], pads=[0, 0])
+    with pytest.raises(AscendEmuError, match="check input_size against x"):
+        run_op("Conv2DTranspose", np.int32([1, 9, 9, 1]), x, w, ctx=ctx, strides=[1, 1, 1, 1], pads=[0, 0, 0, 0])

@@ -4,12 +4,13 @@ registry's channels-last layouts (torch's NCHW / NCDHW transposed, exactly). The
 :mod:`.aten_fused` does (the run, the .pt2 loader and its tracer import this module). NUMERICS.md section 16.
 
 What aclnnConvolution runs ([NN] ``conv/convolution_forward/op_host/op_api/aclnn_convolution.cpp`` and
-``convolution.cpp``): a convolution is Conv2D (Conv3DV2 in 3-D) with the bias as an input; a transposed 2-D convolution is Conv2DTranspose,
-the bias an input too, except on the 950 (``IsSupportND``: arch 3510), whose PostProcess adds the bias with a separate
-Add after the convolution. The backward runs the two gradients as Conv2DBackpropInput / Conv2DBackpropFilter
-(Conv3DBackpropInputV2 / FilterV2) and the bias gradient as a reduction; a transposed convolution's input gradient is
-the forward convolution of dy and its filter gradient the filter gradient with x and dy swapped. Grouped transposed
-and grouped backward convolutions, transposed 3-D ones, and padding by name run on the AI CPU (:class:`.Fallback`).
+``convolution.cpp``): a convolution is Conv2D (Conv3DV2 in 3-D) with the bias as an input; a transposed 2-D
+convolution is Conv2DTranspose, the bias an input too, except on the 950 (``IsSupportND``: arch 3510), whose
+PostProcess adds the bias with a separate Add after the convolution. The backward runs the two gradients as
+Conv2DBackpropInput / Conv2DBackpropFilter (Conv3DBackpropInputV2 / FilterV2) and the bias gradient as a reduction;
+a transposed convolution's input gradient is the forward convolution of dy and its filter gradient the filter
+gradient with x and dy swapped. Grouped transposed, grouped 3-D and grouped backward convolutions, transposed 3-D
+ones, and padding by name run on the AI CPU (:class:`.Fallback`).
 """
 from __future__ import annotations
 
@@ -80,6 +81,8 @@ def convolution(k, x, w, bias, stride, padding, dilation, transposed, output_pad
     dt = _cube_dtype(x, w)
     b = None if bias is None else to_numpy(bias.detach().to(torch.float32))
     if kind == "3d":
+        if groups != 1:
+            raise Fallback("grouped 3-D convolution")
         (y,) = k.op("Conv3D", _ndhwc(_arg(x, dt)), np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 4, 1, 0))),
                     family="conv", bias=b, **_conv3d_attrs(stride, padding, dilation))
         return _ncdhw(y, dt)
