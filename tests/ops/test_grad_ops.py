@@ -88,6 +88,7 @@ CASES = {
     "StridedSliceGrad": ({"shape": i32(4, 5, 6), "begin": i32(1, 0, 4), "end": i32(3, 0, 0),
                           "strides": i32(1, 1, -2), "dy": f(2, 5, 2)}, {"begin_mask": 2, "end_mask": 2}, {}),
     "NoOp": None,   # no outputs: tested in test_host_ops
+    "Conv2DTranspose": None,   # CANN's, no TF op: test_conv2d_transpose_is_tf_backprop_input below
     # ref-variable updates: against TF's resource forms in test_optimizer_updates_match_tensorflow
     "ApplyGradientDescent": None, "ApplyMomentum": None, "ApplyKerasMomentum": None, "ApplyAdam": None,
     "ApplyRMSProp": None,
@@ -518,3 +519,17 @@ def test_max_pool_grad_ties_go_to_the_first_maximum(padding):
     ref = tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy, **attrs).numpy()
     (ours,) = run_op("MaxPoolGrad", x, y, dy, **attrs)
     np.testing.assert_array_equal(ours, ref)
+
+
+def test_conv2d_transpose_is_tf_backprop_input():
+    """CANN's Conv2DTranspose (the torch door's transposed convolution) is the input gradient of the convolution it
+    transposes: TF's Conv2DBackpropInput with the same explicit pads, in float32; bias into the result."""
+    import tensorflow as tf
+
+    x, w, b = f(2, 4, 5, 5), f(3, 2, 3, 5), f(3)
+    size = i32(2, 8, 9, 3)   # strides 2: (8 + 1 + 0 - 3) // 2 + 1 = 4, (9 + 1 + 1 - 2) // 2 + 1 = 5
+    attrs = dict(strides=[1, 2, 2, 1], dilations=[1, 1, 1, 1])   # (TF's CPU kernel has no dilation here)
+    want = np.asarray(tf.raw_ops.Conv2DBackpropInput(input_sizes=size, filter=w, out_backprop=x, padding="EXPLICIT",
+                                                     explicit_paddings=[0, 0, 1, 0, 1, 1, 0, 0], **attrs))
+    (got,) = run_op("Conv2DTranspose", size, x, w, ctx=OpContext(dtype="float32"), pads=[1, 0, 1, 1], bias=b, **attrs)
+    np.testing.assert_allclose(got, want + b, rtol=1e-5, atol=1e-5)
