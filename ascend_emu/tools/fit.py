@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import AscendEmuError
-from ..numerics import assumptions as _asm
 from ..analysis.compare import added_nodes
 from ..analysis.dump.format import CODED_FORMATS
+from ..errors import AscendEmuError
+from ..numerics import assumptions as _asm
 from ..npu.precision import HIF8_MODES
 
 #: the groups fitted jointly, in the order they are fitted: HF32's first, as its casts are scored alone and the

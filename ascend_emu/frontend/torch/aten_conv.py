@@ -127,26 +127,30 @@ def convolution_backward(k, dy, x, w, bias_sizes, stride, padding, dilation, tra
         return _backward_3d(k, dy, x, w, dt, stride, padding, dilation, output_mask)
     attrs = _conv_attrs(stride, padding, dilation)
     g = np.ascontiguousarray(np.transpose(_arg(dy, dt), (0, 2, 3, 1)))
-    xn = np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1)))
-    wn = np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0)))
+    hwio = np.asarray([w.shape[2], w.shape[3], w.shape[1], w.shape[0]], np.int32)   # the registry's filter sizes
+
+    def xn():   # x and w in the registry's layouts, made only for the gradients asked for
+        return np.ascontiguousarray(np.transpose(_arg(x, dt), (0, 2, 3, 1)))
+
+    def wn():
+        return np.ascontiguousarray(np.transpose(_arg(w, dt), (2, 3, 1, 0)))
     dx = dw = db = None
     if kind == "transposed2d":
         # y = Conv2DTranspose(x, w): dx is the convolution of dy by w, dw the filter gradient of that convolution
         # with dy as its input and x as its output gradient; w is (Cin of x, Cout, kh, kw): HWIO (kh, kw, Cout, Cin)
         if output_mask[0]:
-            (r,) = k.op("Conv2D", g, wn, family="conv", **attrs)
+            (r,) = k.op("Conv2D", g, wn(), family="conv", **attrs)
             dx = _nchw(r, dt)
         if output_mask[1]:
-            (r,) = k.op("Conv2DBackpropFilter", g, np.asarray(wn.shape, np.int32), xn, family="conv", **attrs)
+            (r,) = k.op("Conv2DBackpropFilter", g, hwio, xn(), family="conv", **attrs)
             dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
     else:
         if output_mask[0]:
             (r,) = k.op("Conv2DBackpropInput", np.asarray([x.shape[0], x.shape[2], x.shape[3], x.shape[1]], np.int32),
-                        wn, g, family="conv", **attrs)
+                        wn(), g, family="conv", **attrs)
             dx = _nchw(r, dt)
         if output_mask[1]:
-            (r,) = k.op("Conv2DBackpropFilter", xn, np.asarray([w.shape[2], w.shape[3], w.shape[1], w.shape[0]],
-                                                              np.int32), g, family="conv", **attrs)
+            (r,) = k.op("Conv2DBackpropFilter", xn(), hwio, g, family="conv", **attrs)
             dw = from_numpy(np.ascontiguousarray(np.transpose(r, (3, 2, 0, 1))), dt)
     if output_mask[2]:
         (r,) = k.op("BiasAddGrad", np.transpose(_arg(dy, dt), (0, 2, 3, 1)))   # (its sum reads any strides)
