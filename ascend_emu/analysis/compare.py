@@ -24,6 +24,7 @@ from .dump import VARIANT, Dump, load_dump
 from .dump.format import CODED_FORMATS
 from .metrics import (CHUNK, ERROR, METRIC_COLUMNS, NA, NAN, PASS, WARNING, Thresholds,  # noqa: F401
                       _stats_compare, accuracy_reached, dtype_eps, tensor_metrics)
+from .noise import rounding_noise
 
 #: how a row's Result is decided: ours (msprobe's former cosine rule) or msprobe 26.x's checkers
 RULES = ("ascend-emu", "msprobe")
@@ -403,6 +404,8 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
     if workers is None:
         workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
     _run_deferred(deferred, int(workers))
+    if rules == "ascend-emu":
+        _mark_noise(npu, keyed)
     keyed.sort(key=lambda x: x[0])
     cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules, forced, left_out)
     if rules == "msprobe":
@@ -410,6 +413,24 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
 
         apply_msprobe_rules(cmp)
     return cmp
+
+
+def _mark_noise(npu: Dump, keyed: list) -> None:
+    """Failing float rows that are rounding noise of an exact 0 on both sides (:mod:`.noise`): their message says
+    so and the first divergent op passes them over. ascend-emu's rules only; the Result stays the metric rule's."""
+    for _, row, info in keyed:
+        if row["Result"] != ERROR or info.kind != "matched" or info.npu_op is None or row["Cosine"] == NAN:
+            continue
+        try:
+            ndt, bdt = np.dtype(_dt(row["NPU Dtype"])), np.dtype(_dt(row["Bench Dtype"]))
+        except Exception:      # a dtype this numpy cannot name: no rule
+            continue
+        if _kind(ndt) != "float" or _kind(bdt) != "float":
+            continue
+        msg = rounding_noise(npu, npu.op(info.npu_op), info.output, row, dtype_eps(bdt))
+        if msg:
+            info.noise = True
+            row["Err_message"] = f"{row['Err_message']} {msg}".strip()
 
 
 def _internal(npu: Dump):

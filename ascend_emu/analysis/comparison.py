@@ -51,6 +51,7 @@ class _Info:
     output: int
     npu_index: int | None          # execution index in the NPU dump
     bench_output: int | None = None  # output index on the bench side (differs for inserted casts)
+    noise: bool = False            # both sides float32 rounding noise of an exact 0 (analysis.noise)
 
 
 class Comparison:
@@ -83,6 +84,7 @@ class Comparison:
         for r, i in zip(rows, info):
             self._by_op.setdefault(i.npu_op or i.bench_op, []).append(r)
         self._first = False
+        self._noise_ops: list = []
         #: NPU ops left out of the rows: steps inside a lowering (a .pt2 program's), not tensors of the model
         self.internal = tuple(internal)
 
@@ -216,9 +218,15 @@ class Comparison:
         state = set(self.npu.state_inputs)
         carried: list = []       # ops passed over: failing only as their inputs' error, scaled (see _carries)
         carried_tensors: set = set()
+        noise = self.noise_tensors()
+        self._noise_ops = []     # ops passed over: every failing output is rounding noise of an exact 0
         for op in self.npu.ops:
             outs = [r for r in self.rows_of(op["name"])]
             if op["name"] in state or not any(r["Result"] == ERROR for r in outs):
+                continue
+            if all(r["NPU Name"] in noise for r in outs if r["Result"] == ERROR):
+                # its consumers read a failing tensor, so they are passed over as any op after an error is
+                self._noise_ops.append(op["name"])
                 continue
             inputs = []
             ok = True
@@ -244,6 +252,7 @@ class Comparison:
                     if d.rounding:
                         d.exceeds = self._first_exceeding(op, by_tensor)
                 d.carried = [c[0]["name"] for c in carried]
+                d.noise = list(self._noise_ops)
                 return d
         if carried:
             # no op made the error grow: name the first that failed, as before, and say how it failed
@@ -253,8 +262,19 @@ class Comparison:
                            chain_rows=[(self.rows_of(n) or [None])[0] for n in chain],
                            is_output=op["name"] in self.final_outputs())
             d.scaled_only = True
+            d.noise = list(self._noise_ops)
             return d
         return None
+
+    def noise_tensors(self) -> set:
+        """NPU tensor names (``name:index``) of the failing rows that are float32 rounding noise of an exact 0 on both
+        sides (:mod:`ascend_emu.analysis.noise`; ascend-emu's rules only)."""
+        return {r["NPU Name"] for r, i in zip(self.rows, self._info) if i.noise}
+
+    def noise_ops(self) -> list:
+        """The ops :meth:`first_divergent` passed over because every failing output of theirs is rounding noise."""
+        self.first_divergent()
+        return list(self._noise_ops)
 
     def _format_rounding(self, op: dict) -> str | None:
         """The format (float16, bfloat16) when Cast ``op``'s output is exactly the value it casts (its bench
@@ -413,8 +433,33 @@ class Comparison:
         fd = self.first_divergent()
         if first_divergent or fd is None:
             lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
-                                                    if fd else "none (every op passes)"))
+                                                    if fd else self.no_divergence_reason()))
+        if self._noise_ops:
+            lines.append(self.noise_line())
         return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
+
+
+    def no_divergence_reason(self) -> str:
+        """When :meth:`first_divergent` names no op, why: every op passes, or the failing tensors are passed over
+        (rounding noise of an exact 0, a training step's state inputs, or ops reading them)."""
+        self.first_divergent()
+        if not self.counts().get("error"):
+            return "none (every op passes)"
+        why = (["rounding noise of an exact 0"] if self._noise_ops else []) + \
+            (["a training step's state inputs"] if self.state_differences() else [])
+        return "none: the failing tensors are " + (" or ".join(why) or "read from failing tensors") + \
+            (", or ops reading them" if why else "")
+
+    def noise_line(self) -> str:
+        """One line naming the ops passed over as rounding noise ("" when none was)."""
+        self.first_divergent()
+        return _noise_line(self._noise_ops) if self._noise_ops else ""
+
+
+def _noise_line(ops: list) -> str:
+    return ("passed over as rounding noise (an additive result whose exact value is 0; both sides within float32 "
+            "rounding of it, so their cosine compares two roundings of 0): " + ", ".join(ops[:5])
+            + (f" and {len(ops) - 5} more" if len(ops) > 5 else ""))
 
 
 @dataclass
@@ -438,6 +483,8 @@ class Divergence:
     carried: list = field(default_factory=list)
     #: no op made the error grow: this op is the first that failed, and it failed only as its inputs did
     scaled_only: bool = False
+    #: earlier ops whose failing outputs are all rounding noise of an exact 0 (analysis.noise): passed over
+    noise: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -454,7 +501,7 @@ class Divergence:
                 "status": self.op.get("status"), "outputs": self.outputs,
                 "inputs": [{"tensor": i["tensor"], "metrics": i["row"]} for i in self.inputs],
                 "chain": self.chain, "rounding": self.rounding, "exceeds": self.exceeds, "carried": self.carried,
-                "scaled_only": self.scaled_only}
+                "scaled_only": self.scaled_only, "noise": self.noise}
 
     def format_text(self) -> str:
         op = self.op
@@ -485,6 +532,8 @@ class Divergence:
                          "and no lower cosine than their inputs: a scaling, not where the error enters): "
                          + ", ".join(self.carried[:5]) + (f" and {len(self.carried) - 5} more" if len(self.carried) > 5
                                                          else ""))
+        if self.noise:
+            lines.append("  " + _noise_line(self.noise))
         if self.scaled_only:
             lines.append("  its relative error and cosine are its inputs' (a scaling such as a loss scale's multiply); "
                          "no op after it makes the error larger")

@@ -337,8 +337,12 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
                  "One Thousandth Err Ratio", "Result", "Err_message"]
         body = (f"<pre>{_e(first.format_text())}</pre><h3>Inputs</h3>"
                 + _table(irows, ["input"] + fcols[1:]) + "<h3>Outputs</h3>" + _table(first.outputs, fcols))
-    else:
+    elif not cmp.counts()["error"]:
         body = "<p>Every op passes the accuracy rule: no divergent op.</p>"
+    else:
+        body = f"<p>No divergent op: {_e(cmp.no_divergence_reason().removeprefix('none: '))}.</p>"
+    if cmp.noise_line():
+        body += f'<p class="muted">{_e(cmp.noise_line())}</p>'
     parts.append('<section id="first-divergent"><h2>First divergent op</h2>'
                  '<p class="muted">The earliest op whose output fails while all its inputs pass: where the error '
                  'enters rather than where it is passed on.</p>' + body + "</section>")

@@ -70,11 +70,19 @@ def test_cnn_and_llama_block_through_the_real_msprobe(tmp_path):
             assert abs(r["Cosine"] - cos) <= 1e-6, (name, key, r["Cosine"], cos)
             checked += 1
         assert checked >= 20
-        # ascend-emu's own rules name the first divergent op; msprobe sees the same numbers there
-        first = ae.compare(npu, bench).first_divergent()
-        assert first is not None and first.name.startswith("Aten."), name
-        row = next(r for r in first.outputs if r["Result"] == ERROR)
-        t = paired[f"{first.name}.output.{row['NPU Name'].rsplit(':', 1)[1]}"]
+        # ascend-emu's own rules name the first divergent op; msprobe sees the same numbers there. The CNN's only
+        # failing op is its first convolution's bias gradient, rounding noise of an exact 0 (the batch norm cancels
+        # the bias), which they pass over: msprobe sees the same numbers there too
+        c = ae.compare(npu, bench)
+        first = c.first_divergent()
+        if name == "cnn":
+            assert first is None and len(c.noise_ops()) == 1, c.summary_text()
+            op_name, outs = c.noise_ops()[0], c.rows_of(c.noise_ops()[0])
+        else:
+            assert first is not None and first.name.startswith("Aten."), name
+            op_name, outs = first.name, first.outputs
+        row = next(r for r in outs if r["Result"] == ERROR)
+        t = paired[f"{op_name}.output.{row['NPU Name'].rsplit(':', 1)[1]}"]
         assert float(t["MaxAbsErr"]) == pytest.approx(row["MaxAbsErr"], rel=1e-6, abs=1e-9)
         if name == "llama":
             assert first.op["tf_type"] in ("MatMul", "MatMulV2", "BatchMatMulV2") and first.op["compute_dtype"] == \
