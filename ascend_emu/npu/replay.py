@@ -16,6 +16,7 @@ from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
+from ..numerics import shared as _shared
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
@@ -96,6 +97,7 @@ class _Run:
         self.threads = Threads()
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
+        self.operands: dict = {}            # what the cube ops derive from the tensors they share (numerics/shared.py)
         self.deterministic = device.numerics.deterministic_level != 0
         #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
@@ -562,7 +564,10 @@ class _Run:
             n = a.size if type(a) is np.ndarray else np.size(a)
             if n > size:
                 size = n
-        self.threads.fit(size, SMALL_OP_ELEMENTS if opdef.kind == CUBE else SMALL_VECTOR_ELEMENTS)
+        cube = opdef.kind == CUBE
+        self.threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
+        # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
+        token = _shared.begin(self.operands) if cube else None
         try:
             if attrs is None:
                 return opdef(*args, ctx=ctx, **node.attrs)
@@ -576,6 +581,9 @@ class _Run:
                                  f"{type(e).__name__}: {e} (inputs this op cannot take: check the model, e.g. "
                                  "with onnx.checker or TensorFlow; if the model is valid, a limitation of "
                                  "ascend-emu's kernel for this op: please report it with the model)") from e
+        finally:
+            if token is not None:
+                _shared.end(token)
 
     def _fp32_check(self, opdef, node, args) -> dict:
         """msprobe-style verdict input: rerun the op in float32 on the same inputs."""
