@@ -97,7 +97,7 @@ class _Run:
         self.threads = Threads()
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
-        self.operands: dict = {}            # what the cube ops derive from the tensors they share (numerics/shared.py)
+        self.operands = _shared.Store()     # what the cube ops derive from the tensors they share (numerics/shared.py)
         self.deterministic = device.numerics.deterministic_level != 0
         #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)

@@ -52,7 +52,7 @@ def test_shared_operands_same_bits(C, CO, stride, case):
         x[0, :4] = np.float16(3e-6)   # fp16 subnormals
         subnormals = "flush"
     plain = _layer(x, w, dy, stride, subnormals)
-    store = {}
+    store = shared.Store()
     token = shared.begin(store)
     try:
         kept = _layer(x, w, dy, stride, subnormals)
@@ -62,7 +62,7 @@ def test_shared_operands_same_bits(C, CO, stride, case):
     _same(plain, kept)
     _same(plain, again)
     assert not shared.active()
-    kinds = {k[1][0] for k in store}
+    kinds = {k[0] for _, values in store.entries.values() for k in values}
     assert "any nan" in kinds
     if case in ("plain", "flush") and x.dtype == np.float16:
         # the forward convolution's x operand made once for the layer's filter gradient too
@@ -79,7 +79,7 @@ def test_no_store_builds_every_time():
 
 def test_store_keys_by_array_and_key():
     a, b = np.zeros(3), np.zeros(3)
-    store = {}
+    store = shared.Store()
     token = shared.begin(store)
     try:
         assert shared.shared(a, ("k",), lambda: 1) == 1
@@ -88,5 +88,23 @@ def test_store_keys_by_array_and_key():
         assert shared.shared(a, ("j",), lambda: 4) == 4
         assert shared.shared(a, ("k",), lambda: 5, usable=lambda v: v > 1) == 5   # refused: rebuilt, replaced
         assert shared.shared(a, ("k",), lambda: 6) == 5
+    finally:
+        shared.end(token)
+
+
+def test_entries_die_with_their_array_and_bytes_are_bounded(monkeypatch):
+    store = shared.Store()
+    token = shared.begin(store)
+    try:
+        a = np.zeros(10)
+        buf = shared.shared(a, ("buf",), lambda: (np.ones(100, np.float32), 0))
+        assert store.nbytes == 400 and shared.shared(a, ("buf",), lambda: None) is buf
+        del a, buf      # the tensor released: its derived buffer goes with it
+        assert store.entries == {} and store.nbytes == 0
+        monkeypatch.setattr(shared, "LIMIT_BYTES", 1000)
+        b = np.zeros(10)
+        big = shared.shared(b, ("big",), lambda: np.ones(300, np.float32))   # 1200 bytes: built, not kept
+        assert store.nbytes == 0 and shared.shared(b, ("big",), lambda: "again") == "again"
+        assert big.size == 300
     finally:
         shared.end(token)
