@@ -92,7 +92,6 @@ class _Run:
         self.added_outputs: dict = {}       # outputs of the nodes a fusion pass adds after an op (OpContext.split)
         self.scoped_outputs: dict = {}      # tensors of control-flow bodies, by scoped name
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
-        self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
         self.threads = Threads()
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
@@ -119,9 +118,8 @@ class _Run:
         if self.phases is not None:
             rec.phase = self.phases(rec.name)
         self.records.append(rec)
-        self.status.record(rec.status)
-        key = (rec.engine, rec.compute_dtype)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        if rec.status:
+            self.status.record(rec.status)
         if self.writer is not None:
             self.writer.add_op(rec.name, rec.tf_type, rec.ascend_type, rec.engine, rec.compute_dtype, rec.inputs,
                                list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
@@ -688,8 +686,12 @@ class _Run:
         return outs
 
     def summary(self, seconds: float, fused) -> dict:
+        counts: dict = {}   # (engine, compute dtype) -> ops: counted here, not per record
+        for r in self.records:
+            key = (r.engine, r.compute_dtype)
+            counts[key] = counts.get(key, 0) + 1
         per_engine: dict = {}
-        for (engine, dt), n in sorted(self.counts.items()):
+        for (engine, dt), n in sorted(counts.items()):
             per_engine.setdefault(engine, {})[dt or "-"] = n
         overflowing = [r.name for r in self.records if r.status]
         return {
