@@ -16,6 +16,7 @@ from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
+from ..numerics import shared as _shared
 from ..numerics.status import FloatStatus, decode_status
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
@@ -91,11 +92,11 @@ class _Run:
         self.added_outputs: dict = {}       # outputs of the nodes a fusion pass adds after an op (OpContext.split)
         self.scoped_outputs: dict = {}      # tensors of control-flow bodies, by scoped name
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
-        self.counts: dict = {}
         self.graph_inputs = {f"{name}:0" for name in feeds}
         self.threads = Threads()
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
+        self.operands = _shared.Store()     # what the cube ops derive from the tensors they share (numerics/shared.py)
         self.deterministic = device.numerics.deterministic_level != 0
         #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
@@ -117,9 +118,8 @@ class _Run:
         if self.phases is not None:
             rec.phase = self.phases(rec.name)
         self.records.append(rec)
-        self.status.record(rec.status)
-        key = (rec.engine, rec.compute_dtype)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        if rec.status:
+            self.status.record(rec.status)
         if self.writer is not None:
             self.writer.add_op(rec.name, rec.tf_type, rec.ascend_type, rec.engine, rec.compute_dtype, rec.inputs,
                                list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
@@ -562,7 +562,10 @@ class _Run:
             n = a.size if type(a) is np.ndarray else np.size(a)
             if n > size:
                 size = n
-        self.threads.fit(size, SMALL_OP_ELEMENTS if opdef.kind == CUBE else SMALL_VECTOR_ELEMENTS)
+        cube = opdef.kind == CUBE
+        self.threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
+        # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
+        token = _shared.begin(self.operands) if cube else None
         try:
             if attrs is None:
                 return opdef(*args, ctx=ctx, **node.attrs)
@@ -576,6 +579,9 @@ class _Run:
                                  f"{type(e).__name__}: {e} (inputs this op cannot take: check the model, e.g. "
                                  "with onnx.checker or TensorFlow; if the model is valid, a limitation of "
                                  "ascend-emu's kernel for this op: please report it with the model)") from e
+        finally:
+            if token is not None:
+                _shared.end(token)
 
     def _fp32_check(self, opdef, node, args) -> dict:
         """msprobe-style verdict input: rerun the op in float32 on the same inputs."""
@@ -680,8 +686,12 @@ class _Run:
         return outs
 
     def summary(self, seconds: float, fused) -> dict:
+        counts: dict = {}   # (engine, compute dtype) -> ops: counted here, not per record
+        for r in self.records:
+            key = (r.engine, r.compute_dtype)
+            counts[key] = counts.get(key, 0) + 1
         per_engine: dict = {}
-        for (engine, dt), n in sorted(self.counts.items()):
+        for (engine, dt), n in sorted(counts.items()):
             per_engine.setdefault(engine, {})[dt or "-"] = n
         overflowing = [r.name for r in self.records if r.status]
         return {

@@ -8,14 +8,16 @@ straight into the kernels' layouts (``kernels/cube/conv.py``).
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
 
 from . import memo as _memo
 from . import policy as config
+from . import shared as _shared
 from .cube_core import (Epilogue, _Policy, _accumulate, _bias_vector, _finish, _kp, _numeric, _operand_values, _padded,
-                        _padded_input, _policy, _tiles, _transposed)
+                        _padded_input, _padded_input_flat, _policy, _tiles, _transposed)
 from ..errors import AscendEmuError
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
@@ -224,9 +226,13 @@ def _conv2d(x, w, sh, sw, dh, dw, pads, OH, OW, bias, pol: _Policy, epilogue, ro
     planar = (_IMPLICIT and transposed and pol.fast and sw == 1 and OW % 16 == 0 and not _filter_nan(w)
               and not _any_nan(x))
     if planar:
-        xp, sx = _planar_operands(x, pol, pads, Cp + 1)   # channels C.. Cp: +0, the K padding's plane
+        xp, sx = _planar_shared(x, pol, pads, Cp + 1)   # channels C.. Cp: +0, the K padding's plane
     elif bits16:
         xp, sx = np.ascontiguousarray(x).view(np.uint16), 0
+    elif _shared.active() and Cp == C and any(map(any, pads)):
+        # the padded input the layer's Conv2DBackpropFilter reads too (numerics/shared.py)
+        flat, shape, sx = _padded_shared(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), 0)
+        xp = flat[:math.prod(shape)].reshape(shape)
     else:
         xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, Cp - C)))
     wide = (pol.operand == "bfloat16", pol.subnormal)   # how im2col widens 16-bit bits
@@ -341,6 +347,37 @@ def _planar_operands(x: np.ndarray, pol: _Policy, pads, channels: int):
     return out, st
 
 
+#: the +0 floats a padded input made for a replay's store (numerics/shared.py) carries past its end: more than
+#: conv2d_backprop_filter's gather reads there (under one column group of 2 * LANES floats), so the forward
+#: convolution's buffer serves it
+_SHARED_SLACK = 2 * _k.LANES
+
+
+def _pads_key(pads) -> tuple:
+    return tuple(tuple(int(v) for v in p) for p in pads)
+
+
+def _padded_shared(x: np.ndarray, pol: _Policy, pads, slack: int):
+    """_padded_input_flat(x, pol, pads, slack): (flat, shape, status), made once per replay for the cube ops that
+    read the same x with the same padding (numerics/shared.py: the forward Conv2D and its Conv2DBackpropFilter),
+    then with _SHARED_SLACK +0 floats past its end (a kernel reads at most ``slack`` of them)."""
+    if not _shared.active() or slack > _SHARED_SLACK:
+        return _padded_input_flat(x, pol, pads, slack)
+    return _shared.shared(x, ("padded", _pads_key(pads), pol.operand, pol.overflow, pol.subnormal),
+                          lambda: _padded_input_flat(x, pol, pads, _SHARED_SLACK))
+
+
+def _planar_shared(x: np.ndarray, pol: _Policy, pads, channels: int, exact: bool = True):
+    """_planar_operands(x, pol, pads, channels), made once per replay for the cube ops that read the same x with
+    the same padding (numerics/shared.py). ``exact``: exactly ``channels`` planes per sample (the caller's layout),
+    else at least that many (the planes past x's channels are +0, the caller reads the count from the shape)."""
+    if not _shared.active():
+        return _planar_operands(x, pol, pads, channels)
+    return _shared.shared(x, ("planar", _pads_key(pads), pol.operand, pol.overflow, pol.subnormal),
+                          lambda: _planar_operands(x, pol, pads, channels),
+                          (lambda v: v[0].shape[1] == channels) if exact else (lambda v: v[0].shape[1] >= channels))
+
+
 def _filter_nan(w: np.ndarray) -> bool:
     """_any_nan of a filter, once per frozen constant (numerics/memo.py: a replay's weights; ResNet50's 53
     filters took 74 ms a replay as a float32 copy tested with isnan)."""
@@ -348,7 +385,12 @@ def _filter_nan(w: np.ndarray) -> bool:
 
 
 def _any_nan(a: np.ndarray) -> bool:
-    """Whether the operand array holds a NaN (16-bit floats tested on their bits)."""
+    """Whether the operand array holds a NaN (16-bit floats tested on their bits); once per replay for an array
+    several cube ops read (numerics/shared.py: a layer's x and dy)."""
+    return _shared.shared(a, ("any nan",), lambda: _has_nan(a))
+
+
+def _has_nan(a: np.ndarray) -> bool:
     if a.dtype == np.float16 or a.dtype == config.bfloat16:
         bits = np.ascontiguousarray(a).reshape(-1).view(np.uint16)
         if bits.size < 1 << 16:   # (a filter: no parallel launch)

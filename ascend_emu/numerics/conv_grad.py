@@ -13,9 +13,10 @@ import numpy as np
 
 from . import conv as _fwd
 from . import policy as config
-from .conv import _IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _k_offsets, _planar_operands, conv2d
+from .conv import (_IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _k_offsets, _padded_shared, _planar_operands,
+                   _planar_shared, conv2d)
 from .cube_core import (_Policy, _batched, _bias_vector, _kp, _numeric, _operand_values, _padded, _padded_input,
-                        _padded_input_flat, _policy, _tiles)
+                        _policy, _tiles)
 from ..kernels import alloc as _alloc
 from ..kernels import cube as _k
 from ..kernels import multicore as _km
@@ -69,7 +70,8 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
     if taps_rows:
         return _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol, multicore)
     if gather:
-        xflat, xshape, sx = _padded_input_flat(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
+        # (the forward convolution's padded x when it made one in this replay: numerics/shared.py)
+        xflat, xshape, sx = _padded_shared(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
         xp = xflat[:int(np.prod(xshape))].reshape(xshape)
         bg = (np.arange(KH, dtype=np.uintp)[:, None] * np.uintp(dh * xshape[2] * C)
               + np.arange(gather[1], dtype=np.uintp)[None, :] * np.uintp(2 * _k.LANES)).reshape(-1)
@@ -138,7 +140,9 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     N, H, W, C = x.shape
     CO = dy.shape[3]
     R, Kc = N * OH * OW, KH * KW * C
-    xpl, sx = _planar_operands(x, pol, pads, C)
+    # (the forward convolution's planar x when it made one in this replay, with its +0 plane: numerics/shared.py)
+    xpl, sx = _planar_shared(x, pol, pads, C, exact=False)
+    P = xpl.shape[1]   # planes per sample
     if sx:   # the status is the patches' (the pixels some tap reads), not the whole input's
         ys, xs = (_covered(n_, k, s_, d, p[0], o) for n_, k, s_, d, p, o in
                   ((H, KH, sh, dh, pads[0], OH), (W, KW, 1, dw, pads[1], OW)))
@@ -169,7 +173,7 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
         r0, r1 = int(bounds[part]), int(bounds[part + 1])
         p = np.arange(r0, r1, 16, dtype=np.int64)   # each K block's first pixel (n, oh, ow)
         n, oh, ow = p // (OH * OW), (p // OW) % OH, p % OW
-        a_q = np.ascontiguousarray((n * C * Hp + oh * sh) * Wp + ow, dtype=np.uintp)
+        a_q = np.ascontiguousarray((n * P * Hp + oh * sh) * Wp + ow, dtype=np.uintp)
         b_q = np.ascontiguousarray(p * CO, dtype=np.uintp)
         _k.matmul_tree16_gather(xpl, a_rows, a_q, dyb, b_q, b_g, CO, bias, False, parts[part].reshape(Kc, CO),
                                 tiles, pol.exact_products, _k.row_block(Kc, 1, numba.get_num_threads()))
