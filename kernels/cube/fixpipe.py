@@ -82,6 +82,19 @@ def to16(v, bf16, overflow, subnormal):
     return f32_to_16_bits(v, bf16, RINT, overflow, subnormal)
 
 
+@njit(cache=True)
+def _tiny16(u, flush):
+    """(fp16 bits, tiny) of the float32 bit pattern u: tiny when |u| < 2**-14, the bits then RNE's zero,
+    subnormal or 2**-14 (signed; subnormals to a signed zero under ``flush``), as f32_to_16_bits gives them
+    with no status; branch-free."""
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
+    # |u| + 0.5 in float32 rounds |u| to a multiple of 2**-24 (the fp16 subnormals' step: ulp(0.5)) to nearest
+    # even, the multiple landing in the low bits (0x400 when it rounds up to 2**-14)
+    m = np.uint32(np.float32(a.view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000))
+    m &= np.uint32(0x400) if flush else np.uint32(0x7FF)   # flush: only 2**-14 itself stays
+    return np.uint16(m | ((u >> np.uint32(16)) & np.uint32(0x8000))), a < np.uint32(0x38800000)
+
+
 @njit(cache=True, parallel=True)
 def finish_to_16(acc, out, bf16, overflow, subnormal):
     """out[i] = fp16 (or bf16) bits of fixpipe(acc[i]) rounded RNE; returns the OR of statuses."""
@@ -89,21 +102,31 @@ def finish_to_16(acc, out, bf16, overflow, subnormal):
     nch = (n + _CHUNK - 1) // _CHUNK
     st = np.zeros(nch, dtype=np.int32)
     sat = overflow == SATURATION
+    flush = subnormal == FLUSH
     bits = acc.view(np.uint32)
     for c in prange(nch):
         s = np.int32(0)
         for b0 in range(c * _CHUNK, min(n, (c + 1) * _CHUNK), 256):
             b1 = min(n, b0 + 256)
-            # pass 1, branch-free so it vectorises: the normal-result shortcut everywhere
+            # pass 1, branch-free so it vectorises: the normal-result shortcut everywhere, and for fp16 the
+            # zeros and subnormals too (a ReLU layer's weight gradient: 7% zeros, 0.3% subnormal, spread so that
+            # most blocks of 256 went through pass 2 for them: 3.7 ns an element, 0.9 without)
             nbad = 0
-            for i in range(np.uintp(b0), np.uintp(b1)):  # unsigned: no wraparound test, so it vectorises
-                b, ok = _fast16(bits[i], bf16)
-                out[i] = b
-                nbad += 0 if ok else 1
+            if bf16:
+                for i in range(np.uintp(b0), np.uintp(b1)):  # unsigned: no wraparound test, so it vectorises
+                    b, ok = _fast16(bits[i], True)
+                    out[i] = b
+                    nbad += 0 if ok else 1
+            else:
+                for i in range(np.uintp(b0), np.uintp(b1)):
+                    b, ok = _fast16(bits[i], False)
+                    t, tiny = _tiny16(bits[i], flush)
+                    out[i] = t if tiny else b
+                    nbad += 0 if (ok or tiny) else 1
             if nbad > 0:  # pass 2: overflow, subnormal and non-finite results through Fixpipe and the cast
                 for i in range(b0, b1):
                     b, ok = _fast16(bits[i], bf16)
-                    if not ok:
+                    if not ok and (bf16 or (bits[i] & np.uint32(0x7FFFFFFF)) >= np.uint32(0x38800000)):
                         v, s1 = _fixpipe_f32(acc[i], sat)
                         b, s2 = to16(v, bf16, overflow, subnormal)
                         out[i] = b
