@@ -420,12 +420,14 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     const_b = b_const is not None and _memo.frozen(b_const)
     av, sa = _operand_values(a3, pol)
     Bp = None
-    if b3.ndim != 3:
+    if b3.ndim != 3 or not b3.flags.c_contiguous:
+        # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
+        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us)
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
             Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
             if _transposed(M, N) and (nan or not _nan_free(av)):
                 Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
-        if Bp is None:
+        if Bp is None and b3.ndim != 3:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
     if Bp is not None:
         bv, sb = None, 0
