@@ -328,7 +328,8 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
         st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
         return acc, int(st)
     bits = _alloc.empty(acc.shape, np.uint16)
-    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal)
+    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal,
+                         _ke.HW_HALF)
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
 

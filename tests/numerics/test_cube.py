@@ -738,13 +738,17 @@ def test_fixpipe_shortcut_matches_cast_at_boundaries(bf16):
     assert count(0, 1 << 32, 997, bf16, 0, 0) == 0
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
-def test_finish_to_16_matches_cast_on_tiny_results(bf16):
+@pytest.mark.parametrize("bf16, hw", [(False, False), (False, True), (True, False)], ids=["fp16", "fp16-hw", "bf16"])
+def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
     """finish_to_16's first pass (the normal shortcut, and for fp16 the zeros, subnormals and 2**-14 by the
-    float32 ``|x| + 0.5`` rounding) equals the cast kernel bit for bit, status included, in every overflow /
-    subnormal mode: every pattern of the binades where fp16 results turn subnormal, zero or 2**-14 (2**-26 to
-    2**-24 and 2**-15 to 2**-13), every 4099th of all finite ones, both signs."""
+    float32 ``|x| + 0.5`` rounding; or the CPU's conversion, ``hw``) equals the cast kernel bit for bit, status
+    included, in every overflow / subnormal mode: every pattern of the binades where fp16 results turn subnormal,
+    zero or 2**-14 (2**-26 to 2**-24 and 2**-15 to 2**-13), every 4099th of all finite ones, both signs; the
+    largest finite values and the overflows around 65520."""
     from ascend_emu.kernels import cast as kcast
+
+    if hw and not kcast.HW_HALF:
+        pytest.skip("no hardware fp16 conversion on this host")
 
     dense = [np.arange(e << 23, (e + 1) << 23, dtype=np.uint32) for e in (0, 101, 102, 103, 112, 113)]
     sparse = np.arange(0, 0x7F800000, 4099, dtype=np.uint32)
@@ -766,11 +770,19 @@ def test_finish_to_16_matches_cast_on_tiny_results(bf16):
             for lo in range(0, src.size, 1 << 22):
                 chunk = src[lo:lo + (1 << 22)]
                 got, want = np.empty(chunk.size, np.uint16), np.empty(chunk.size, np.uint16)
-                st = kcube.finish_to_16(chunk, got, bf16, ovf, sub)
+                st = kcube.finish_to_16(chunk, got, bf16, ovf, sub, hw)
                 assert st == reference(chunk, want, bf16, ovf, sub), (sign, ovf, sub, lo)
                 bad = np.flatnonzero(got != want)
                 assert bad.size == 0, (sign, ovf, sub, hex(chunk.view(np.uint32)[bad[0]]), hex(got[bad[0]]),
                                        hex(want[bad[0]]))
+    # Inf and NaN accumulators (Fixpipe's 0x400, saturation's +-65504 and 0) as the path without the conversion
+    special = np.array([0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF], np.uint32)
+    special = np.concatenate([special, special | np.uint32(1 << 31), np.full(300, 0x3F800000, np.uint32)])
+    for ovf, sub in ((0, 0), (1, 1)):
+        got, want = np.empty(special.size, np.uint16), np.empty(special.size, np.uint16)
+        st = kcube.finish_to_16(special.view(np.float32), got, bf16, ovf, sub, hw)
+        assert st == kcube.finish_to_16(special.view(np.float32), want, bf16, ovf, sub, False)
+        assert np.array_equal(got, want), (ovf, sub)
 
 
 # Every float32 pattern through the Fixpipe conversion, bits and each one's status: in the cast sweep
