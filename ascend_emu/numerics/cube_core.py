@@ -113,7 +113,7 @@ def _operand_values(x: np.ndarray, pol: _Policy):
     if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
         bits = np.ascontiguousarray(x).view(np.uint16)
         _k.widen_operands(bits.reshape(-1), out.reshape(-1).view(np.uint32), bf16,
-                          pol.subnormal == config.SUBNORMAL_MODES["flush"])
+                          pol.subnormal == config.SUBNORMAL_MODES["flush"], _ke.HW_HALF)
     elif x.dtype == np.float32:
         status = _k.round_f32_operands(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), bf16, pol.overflow,
                                        pol.subnormal)

@@ -822,13 +822,23 @@ def test_operand_rounding_matches_cast(bf16):
         assert st == rst
 
 
+@pytest.mark.parametrize("hw", [False, True], ids=["", "hw"])
 @pytest.mark.parametrize("flush", [False, True], ids=["keep", "flush"])
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
-def test_operand_widening_every_pattern(bf16, flush):
-    """All 65,536 16-bit patterns widen exactly to float32 (subnormals to signed zeros under flush)."""
+def test_operand_widening_every_pattern(bf16, flush, hw):
+    """All 65,536 16-bit patterns widen exactly to float32 (subnormals to signed zeros under flush), by the integer
+    path and by the CPU's conversion (``hw``, fp16 on HW_HALF hosts: the integer path's bits, NaNs included)."""
+    from ascend_emu.kernels import cast as kcast
+
+    if hw and not kcast.HW_HALF:
+        pytest.skip("no hardware fp16 conversion on this host")
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     out = np.empty(bits.size, np.uint32)
-    kcube.widen_operands(bits, out, bf16, flush)
+    kcube.widen_operands(bits, out, bf16, flush, hw)
+    if hw:
+        plain = np.empty(bits.size, np.uint32)
+        kcube.widen_operands(bits, plain, bf16, flush, False)
+        assert np.array_equal(out, plain)
     with np.errstate(invalid="ignore"):  # signalling NaN patterns
         ref = bits.view(BF16 if bf16 else np.float16).astype(np.float64)
         if flush:
