@@ -743,14 +743,14 @@ def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
     """finish_to_16's first pass (the normal shortcut, and for fp16 the zeros, subnormals and 2**-14 by the
     float32 ``|x| + 0.5`` rounding; or the CPU's conversion, ``hw``) equals the cast kernel bit for bit, status
     included, in every overflow / subnormal mode: every pattern of the binades where fp16 results turn subnormal,
-    zero or 2**-14 (2**-26 to 2**-24 and 2**-15 to 2**-13), every 4099th of all finite ones, both signs; the
+    zero or 2**-14 (2**-25 to 2**-23 and 2**-15 to 2**-13), every 4099th of all finite ones, both signs; the
     largest finite values and the overflows around 65520."""
     from ascend_emu.kernels import cast as kcast
 
     if hw and not kcast.HW_HALF:
         pytest.skip("no hardware fp16 conversion on this host")
 
-    dense = [np.arange(e << 23, (e + 1) << 23, dtype=np.uint32) for e in (0, 101, 102, 103, 112, 113)]
+    dense = [np.arange(e << 23, (e + 1) << 23, dtype=np.uint32) for e in (102, 103, 112, 113)]
     sparse = np.arange(0, 0x7F800000, 4099, dtype=np.uint32)
     mags = np.concatenate(dense + [sparse, np.array([0, 1, 0x387FEFFF, 0x387FF000, 0x387FF001, 0x38800000,
                                                      0x33000000, 0x33000001, 0x337FFFFF, 0x32FFFFFF], np.uint32)])
