@@ -1,8 +1,10 @@
 """Fixpipe: the cube's float32 accumulator (L0C) to the output dtype.
 
 A non-finite accumulator raises status 0x400 and, under saturation, becomes the largest
-finite value (NaN: 0); the value is then rounded to fp16 or bf16 with RINT, through an
-integer shortcut for normal results (:func:`_fast16`) and the cast kernel otherwise.
+finite value (NaN: 0); the value is then rounded to fp16 or bf16 with RINT, through the CPU's
+fp16 conversion where its result is finite (``finish_to_16``'s ``hw``), or an integer shortcut for
+normal results (:func:`_fast16`) and fp16 zeros and subnormals (:func:`_tiny16`), and the cast kernel
+otherwise.
 """
 from __future__ import annotations
 
