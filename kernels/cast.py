@@ -510,10 +510,32 @@ def _widen_span(src, out, bf16, subnormal):
     return np.int64(0)
 
 
-# One parallel driver for the six array casts: it runs a span on chunks of _CHUNK elements and ORs
+@njit(cache=True)
+def _f16_to_f32_hw_span(src, out, subnormal):
+    """out[i] = float32 bits of the fp16 pattern src[i] by the CPU's conversion (exact), Inf and NaN patterns
+    (a signalling NaN's quiet bit) by f16_bits_to_f32_bits, as _widen_span gives them all."""
+    # a 512 x 512 gradient: 179 us by the integer widening (int64 lanes), 40-60 this way (one thread)
+    flush = subnormal == FLUSH
+    for b0 in range(0, src.size, 256):
+        b1 = min(src.size, b0 + 256)
+        nbad = np.uint32(0)
+        for i in range(np.uintp(b0), np.uintp(b1)):
+            b = np.uint16(src[i])
+            v = np.float32(f16_to_f32_hw(b)).view(np.uint32)
+            e = b & np.uint16(0x7C00)
+            out[i] = (v & np.uint32(0x80000000)) if (flush and e == 0) else v
+            nbad |= np.uint32(e == np.uint16(0x7C00))
+        if nbad != 0:
+            for i in range(b0, b1):
+                if (src[i] & 0x7C00) == 0x7C00:
+                    out[i] = f16_bits_to_f32_bits(src[i], subnormal)
+    return np.int64(0)
+
+
+# One parallel driver for the seven array casts: it runs a span on chunks of _CHUNK elements and ORs
 # their statuses. The factory closes over an integer naming the cast (a constant: the other calls are
 # pruned before typing), never over a span, so the drivers load from the on-disk cache.
-_F32_16, _F32_F16_HW, _F64_16, _F64_F32, _WIDEN, _F32_HF32 = range(6)
+_F32_16, _F32_F16_HW, _F64_16, _F64_F32, _WIDEN, _F32_HF32, _F16_F32_HW = range(7)
 
 
 def _cast_driver(kind, doc):
@@ -537,6 +559,8 @@ def _cast_driver(kind, doc):
                 st[c] = _f32_to_f16_rint_hw_span(x, y, *params)
             elif kind == _F32_HF32:
                 st[c] = hf32_span(x, y, *params)
+            elif kind == _F16_F32_HW:
+                st[c] = _f16_to_f32_hw_span(x, y, *params)
             else:
                 st[c] = _widen_span(x, y, *params)
         return or_all(st)
@@ -555,6 +579,8 @@ cast_f64_to_16 = _cast_driver(_F64_16, """cast_f64_to_16(src, out, bf16, roundin
     (bf16 if bf16) of float64 bits src[i] in one rounding; returns the OR of all statuses.""")
 cast_f64_to_f32 = _cast_driver(_F64_F32, """cast_f64_to_f32(src, out, rounding, overflow, subnormal): out[i] = float32
     bits of float64 bits src[i] under the codes; returns the OR of all statuses.""")
+cast_f16_to_f32_hw = _cast_driver(_F16_F32_HW, """cast_f16_to_f32_hw(src, out, subnormal): out[i] = float32 bits
+    of fp16 bits src[i] by the CPU's conversion (HW_HALF hosts only; cast_16_to_f32's bits); returns 0.""")
 cast_16_to_f32 = _cast_driver(_WIDEN, """cast_16_to_f32(src, out, bf16, subnormal): out[i] = float32 bits of fp16 (bf16
     if bf16) bits src[i] (exact); returns 0.""")
 
@@ -562,3 +588,4 @@ cast_16_to_f32 = _cast_driver(_WIDEN, """cast_16_to_f32(src, out, bf16, subnorma
 #: than starting the region (2 us against 0.3 us for 16 values on one thread); the same bits and status
 span_f32_to_f16_rint_hw = _f32_to_f16_rint_hw_span
 span_16_to_f32 = _widen_span
+span_f16_to_f32_hw = _f16_to_f32_hw_span

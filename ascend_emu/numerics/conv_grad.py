@@ -18,6 +18,7 @@ from .conv import (_IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _k_offset
 from .cube_core import (_Policy, _batched, _bias_vector, _kp, _numeric, _operand_values, _padded, _padded_input,
                         _policy, _tiles)
 from ..kernels import alloc as _alloc
+from ..kernels import cast as _kc
 from ..kernels import cube as _k
 from ..kernels import multicore as _km
 
@@ -155,7 +156,7 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     target = config.COMPUTE_DTYPES.get(pol.operand)
     if pol.operand != "float32" and dy.dtype == target:
         _k.widen_operands(np.ascontiguousarray(dy).reshape(-1).view(np.uint16), dyb[:R * CO].view(np.uint32),
-                          pol.operand == "bfloat16", pol.subnormal == config.SUBNORMAL_MODES["flush"])
+                          pol.operand == "bfloat16", pol.subnormal == config.SUBNORMAL_MODES["flush"], _kc.HW_HALF)
         sd = 0
     else:
         dv, sd = _operand_values(dy, pol)

@@ -7,6 +7,7 @@ conversion of the fp32 accumulator to the output dtype by the Fixpipe stage (NUM
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numba
@@ -112,7 +113,7 @@ def _operand_values(x: np.ndarray, pol: _Policy):
     if x.dtype == target:  # no conversion on the way in (widening is exact); subnormals may still be flushed
         bits = np.ascontiguousarray(x).view(np.uint16)
         _k.widen_operands(bits.reshape(-1), out.reshape(-1).view(np.uint32), bf16,
-                          pol.subnormal == config.SUBNORMAL_MODES["flush"])
+                          pol.subnormal == config.SUBNORMAL_MODES["flush"], _ke.HW_HALF)
     elif x.dtype == np.float32:
         status = _k.round_f32_operands(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), bf16, pol.overflow,
                                        pol.subnormal)
@@ -176,10 +177,19 @@ def _kp(k: int) -> int:
     return -(-k // 16) * 16
 
 
+_scratch = threading.local()
+
+
 def _tiles() -> np.ndarray:
     """The fast kernel's accumulator tiles, one per Numba thread (allocated by the caller: a tile
-    malloc'ed per work item inside the parallel loop ran up to 2x slower, depending on malloc's state)."""
-    return _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
+    malloc'ed per work item inside the parallel loop ran up to 2x slower, depending on malloc's state).
+    Scratch that no result refers to (each work item initialises its tile from the bias and stores it before
+    the call returns), so one set per Python thread is kept: made per call, the 256 KiB took 13-28 us, a
+    tenth of a Dense layer's 32-row product."""
+    t = getattr(_scratch, "tiles", None)
+    if t is None:
+        t = _scratch.tiles = _k.empty_slabs((numba.config.NUMBA_NUM_THREADS, _k.TILE))
+    return t
 
 
 def _packed(B: np.ndarray) -> np.ndarray:
@@ -318,7 +328,8 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
         st = _k.finish_f32(acc.reshape(-1), sat, pol.subnormal == config.SUBNORMAL_MODES["flush"])
         return acc, int(st)
     bits = _alloc.empty(acc.shape, np.uint16)
-    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal)
+    st = _k.finish_to_16(acc.reshape(-1), bits.reshape(-1), pol.out == "bfloat16", pol.overflow, pol.subnormal,
+                         _ke.HW_HALF)
     return bits.view(config.COMPUTE_DTYPES[pol.out]), int(st)
 
 
@@ -420,12 +431,14 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     const_b = b_const is not None and _memo.frozen(b_const)
     av, sa = _operand_values(a3, pol)
     Bp = None
-    if b3.ndim != 3:
+    if b3.ndim != 3 or not b3.flags.c_contiguous:
+        # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
+        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us)
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
             Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
             if _transposed(M, N) and (nan or not _nan_free(av)):
                 Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
-        if Bp is None:
+        if Bp is None and b3.ndim != 3:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
     if Bp is not None:
         bv, sb = None, 0

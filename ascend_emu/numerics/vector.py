@@ -225,8 +225,12 @@ def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", 
     flat = np.ascontiguousarray(a).reshape(-1)
     if src in ("float16", "bfloat16"):
         wide = _alloc.empty(flat.size, np.uint32)
-        widen = _kc.span_16_to_f32 if flat.size <= _SERIAL_CAST else _kc.cast_16_to_f32
-        widen(flat.view(np.uint16), wide, src == "bfloat16", sc)
+        if src == "float16" and _kc.HW_HALF:   # the CPU's conversion: the same bits (kernels/cast.py)
+            widen = _kc.span_f16_to_f32_hw if flat.size <= _SERIAL_CAST else _kc.cast_f16_to_f32_hw
+            widen(flat.view(np.uint16), wide, sc)
+        else:
+            widen = _kc.span_16_to_f32 if flat.size <= _SERIAL_CAST else _kc.cast_16_to_f32
+            widen(flat.view(np.uint16), wide, src == "bfloat16", sc)
         wide = wide.view(np.float32)
         if dst == "float32":
             return wide.reshape(shape), 0

@@ -257,6 +257,21 @@ def test_16_to_f32_every_pattern(fmt):
     assert np.array_equal(wide[~nan], ref[~nan].astype(np.float64))
 
 
+@pytest.mark.skipif(not kc.HW_HALF, reason="no hardware fp16 conversion on this host")
+def test_f16_to_f32_hw_is_the_integer_widening():
+    """The CPU's fp16 -> float32 conversion (cast() takes it on HW_HALF hosts) gives the integer widening's bits
+    for all 65,536 patterns, NaN payloads and signalling NaNs included, subnormals kept or flushed; parallel
+    driver and serial span alike."""
+    bits = np.arange(65536, dtype=np.uint16)
+    for sub in ("keep", "flush"):
+        want = np.empty(bits.size, np.uint32)
+        kc.cast_16_to_f32(bits, want, False, SC[sub])
+        for kernel in (kc.cast_f16_to_f32_hw, kc.span_f16_to_f32_hw):
+            got = np.empty(bits.size, np.uint32)
+            assert kernel(bits, got, SC[sub]) == 0
+            assert np.array_equal(got, want), sub
+
+
 def test_16_to_16_rounds_once():
     bits = np.arange(65536, dtype=np.uint16)
     for src, dst in (("float16", "bfloat16"), ("bfloat16", "float16")):

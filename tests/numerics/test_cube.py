@@ -738,6 +738,53 @@ def test_fixpipe_shortcut_matches_cast_at_boundaries(bf16):
     assert count(0, 1 << 32, 997, bf16, 0, 0) == 0
 
 
+@pytest.mark.parametrize("bf16, hw", [(False, False), (False, True), (True, False)], ids=["fp16", "fp16-hw", "bf16"])
+def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
+    """finish_to_16's first pass (the normal shortcut, and for fp16 the zeros, subnormals and 2**-14 by the
+    float32 ``|x| + 0.5`` rounding; or the CPU's conversion, ``hw``) equals the cast kernel bit for bit, status
+    included, in every overflow / subnormal mode: every pattern of the binades where fp16 results turn subnormal,
+    zero or 2**-14 (2**-25 to 2**-23 and 2**-15 to 2**-13), every 4099th of all finite ones, both signs; the
+    largest finite values and the overflows around 65520."""
+    from ascend_emu.kernels import cast as kcast
+
+    if hw and not kcast.HW_HALF:
+        pytest.skip("no hardware fp16 conversion on this host")
+
+    dense = [np.arange(e << 23, (e + 1) << 23, dtype=np.uint32) for e in (102, 103, 112, 113)]
+    sparse = np.arange(0, 0x7F800000, 4099, dtype=np.uint32)
+    mags = np.concatenate(dense + [sparse, np.array([0, 1, 0x387FEFFF, 0x387FF000, 0x387FF001, 0x38800000,
+                                                     0x33000000, 0x33000001, 0x337FFFFF, 0x32FFFFFF], np.uint32)])
+
+    @numba.njit
+    def reference(src, out, bf16, overflow, subnormal):
+        st = 0
+        for i in range(src.size):
+            b, s = kcast.f32_to_16_bits(src[i], bf16, 0, overflow, subnormal)
+            out[i] = b
+            st |= s
+        return st
+
+    for sign in (0, 1):
+        src = (mags | np.uint32(sign << 31)).view(np.float32)
+        for ovf, sub in ((0, 0), (1, 1), (0, 1), (1, 0)):
+            for lo in range(0, src.size, 1 << 22):
+                chunk = src[lo:lo + (1 << 22)]
+                got, want = np.empty(chunk.size, np.uint16), np.empty(chunk.size, np.uint16)
+                st = kcube.finish_to_16(chunk, got, bf16, ovf, sub, hw)
+                assert st == reference(chunk, want, bf16, ovf, sub), (sign, ovf, sub, lo)
+                bad = np.flatnonzero(got != want)
+                assert bad.size == 0, (sign, ovf, sub, hex(chunk.view(np.uint32)[bad[0]]), hex(got[bad[0]]),
+                                       hex(want[bad[0]]))
+    # Inf and NaN accumulators (Fixpipe's 0x400, saturation's +-65504 and 0) as the path without the conversion
+    special = np.array([0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF], np.uint32)
+    special = np.concatenate([special, special | np.uint32(1 << 31), np.full(300, 0x3F800000, np.uint32)])
+    for ovf, sub in ((0, 0), (1, 1)):
+        got, want = np.empty(special.size, np.uint16), np.empty(special.size, np.uint16)
+        st = kcube.finish_to_16(special.view(np.float32), got, bf16, ovf, sub, hw)
+        assert st == kcube.finish_to_16(special.view(np.float32), want, bf16, ovf, sub, False)
+        assert np.array_equal(got, want), (ovf, sub)
+
+
 # Every float32 pattern through the Fixpipe conversion, bits and each one's status: in the cast sweep
 # (tests/numerics/test_cast.py::test_f32_to_16_every_pattern), against the oracle the cast kernel meets there.
 
@@ -775,13 +822,23 @@ def test_operand_rounding_matches_cast(bf16):
         assert st == rst
 
 
+@pytest.mark.parametrize("hw", [False, True], ids=["", "hw"])
 @pytest.mark.parametrize("flush", [False, True], ids=["keep", "flush"])
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
-def test_operand_widening_every_pattern(bf16, flush):
-    """All 65,536 16-bit patterns widen exactly to float32 (subnormals to signed zeros under flush)."""
+def test_operand_widening_every_pattern(bf16, flush, hw):
+    """All 65,536 16-bit patterns widen exactly to float32 (subnormals to signed zeros under flush), by the integer
+    path and by the CPU's conversion (``hw``, fp16 on HW_HALF hosts: the integer path's bits, NaNs included)."""
+    from ascend_emu.kernels import cast as kcast
+
+    if hw and not kcast.HW_HALF:
+        pytest.skip("no hardware fp16 conversion on this host")
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     out = np.empty(bits.size, np.uint32)
-    kcube.widen_operands(bits, out, bf16, flush)
+    kcube.widen_operands(bits, out, bf16, flush, hw)
+    if hw:
+        plain = np.empty(bits.size, np.uint32)
+        kcube.widen_operands(bits, plain, bf16, flush, False)
+        assert np.array_equal(out, plain)
     with np.errstate(invalid="ignore"):  # signalling NaN patterns
         ref = bits.view(BF16 if bf16 else np.float16).astype(np.float64)
         if flush:

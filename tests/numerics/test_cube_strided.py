@@ -85,3 +85,27 @@ def test_strided_operand_keeps_the_orientation_of_its_copy(nan_in):
         copy, st_copy = cube.batch_matmul(a, np.ascontiguousarray(bt), **kw)
         u = np.uint16 if ours.itemsize == 2 else np.uint32
         assert st == st_copy and np.array_equal(ours.view(u), copy.view(u))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("M, K, N", [(32, 20, 80), (5, 33, 260), (100, 17, 40)], ids=["dense_dx", "wide", "tall"])
+def test_transposed_2d_operand_matches_oracle(monkeypatch, M, K, N, dtype):
+    """MatMul's transpose_b of a 16-bit weight (a Dense layer's input gradient: dY W^T) and BatchMatMul's adj_y:
+    the transposed view packed from its strides, the oracle's bits and status."""
+    rng = np.random.default_rng(M + K + N)
+    w = _operand(rng, (N, K), dtype)
+    a = _operand(rng, (M, K), dtype)
+    packed = []
+    real = cube_core._pack_strided
+    monkeypatch.setattr(cube_core, "_pack_strided", lambda *x: packed.append(1) or real(*x))
+    operand = "float16" if dtype == np.float16 else "bfloat16"
+    for kw in ({}, {"out_dtype": "float32", "subnormals": "flush"}, {"overflow_mode": "saturation"}):
+        ref, rst = naive.matmul(a, np.ascontiguousarray(w.T), operand_dtype=operand, **kw)
+        packed.clear()
+        ours, st = cube.matmul(a, w, transpose_b=True, operand_dtype=operand, **kw)
+        assert packed == [1]
+        assert_same_bits(ours, ref, f"matmul {kw}")
+        assert st == rst
+        ours, st = cube.batch_matmul(a[None], w[None], adj_y=True, operand_dtype=operand, **kw)
+        assert_same_bits(ours[0], ref, f"batch_matmul {kw}")
+        assert st == rst
