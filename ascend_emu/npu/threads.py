@@ -32,3 +32,68 @@ class Threads:
 
     def restore(self) -> None:
         self.fit(SMALL_OP_ELEMENTS + 1)
+
+
+#: the opt-in to pin a replay's Numba threads one to a CPU (``ASCEND_EMU_PIN_THREADS=1``). On the 2-vCPU VM this
+#: project is measured on, the kernel woke the OpenMP worker (sleeping between kernels: passive wait, set by
+#: ``import ascend_emu``) on the replaying thread's vCPU even with the other one idle, so the two threads of every
+#: cube product ran one after the other: the zoo Transformer's replay 44.7 / 58.4 ms (best / median) unpinned,
+#: 30.9 / 41.2 ms pinned in quiet moments. Beside other busy processes a pinned thread cannot leave a vCPU that
+#: another process holds: 16-21% slower there, hence not the default (benchmarks/RESULTS.md, session 17).
+PIN_ENV = "ASCEND_EMU_PIN_THREADS"
+
+
+class Pinned:
+    """While entered (around one replay), with ``ASCEND_EMU_PIN_THREADS=1``: the calling thread pinned to the CPU it
+    is on, each other Numba thread of its OpenMP team to another CPU it may run on; on exit every thread's former
+    CPU set back. A no-op without the variable, with one Numba thread, or with fewer CPUs allowed than threads.
+    Results do not depend on it (where a thread runs decides no bit)."""
+
+    def __init__(self):
+        self.saved: list = []
+
+    def __enter__(self):
+        import os
+
+        if os.environ.get(PIN_ENV, "") not in ("1", "true", "yes") or not hasattr(os, "sched_setaffinity"):
+            return self
+        n = numba.get_num_threads()
+        allowed = sorted(os.sched_getaffinity(0))
+        if n < 2 or len(allowed) < n:
+            return self
+        import numpy as np
+
+        from ..kernels.parallel import thread_ids
+
+        ids = np.zeros(n, np.int64)
+        thread_ids(ids)
+        here = _current_cpu()
+        cpus = ([here] if here in allowed else []) + [c for c in allowed if c != here]
+        try:
+            for tid, cpu in zip(ids.tolist(), cpus):
+                self.saved.append((tid, os.sched_getaffinity(tid)))
+                os.sched_setaffinity(tid, {cpu})
+        except OSError:   # a thread gone, or a CPU set the system refuses: leave every thread as it was
+            self.__exit__(None, None, None)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        for tid, cpus in self.saved:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass   # the thread ended
+        self.saved = []
+        return False
+
+
+def _current_cpu() -> int:
+    """The CPU the calling thread runs on (glibc's sched_getcpu; -1 where unknown)."""
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None).sched_getcpu())
+    except (OSError, AttributeError):
+        return -1
