@@ -89,11 +89,16 @@ class Pinned:
         return False
 
 
+_LIBC: list = []   # the C library's handle, opened on first use
+
+
 def _current_cpu() -> int:
     """The CPU the calling thread runs on (glibc's sched_getcpu; -1 where unknown)."""
     import ctypes
 
     try:
-        return int(ctypes.CDLL(None).sched_getcpu())
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None))
+        return int(_LIBC[0].sched_getcpu())
     except (OSError, AttributeError):
         return -1
