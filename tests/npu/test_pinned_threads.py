@@ -68,3 +68,28 @@ def test_a_pinned_replay_gives_the_bits_of_an_unpinned_one_and_unpins(monkeypatc
     assert _result(dev.replay(g, feeds, progress=False, keep_tensors=True)) == free
     assert seen == [[1] * len(before)]
     assert {t: os.sched_getaffinity(t) for t in before} == before
+
+
+def test_auto_pins_only_when_other_processes_left_the_cpus_idle(monkeypatch):
+    """``auto``'s look at /proc/stat: the busy ticks since the previous look, less this process's own CPU time,
+    against AUTO_OTHERS_SHARE (1/4) of all ticks; no decision to pin at the first look."""
+    import time
+
+    tick = os.sysconf("SC_CLK_TCK")   # Linux's USER_HZ
+    ticks = iter([{0: (0, 0), 1: (0, 0)},
+                  {0: (10, 100), 1: (20, 100)},      # 30 of 200 ticks busy, 20 of them this process's
+                  {0: (110, 200), 1: (20, 200)},     # 100 of 200 busy, none ours: another process
+                  {0: (150, 300), 1: (30, 300)}])    # 50 of 200 busy, none ours: just the share, not below
+    cpu = iter([0.0, 20 / tick, 20 / tick, 20 / tick])
+    monkeypatch.setattr(_threads, "_ticks", lambda allowed: next(ticks))
+    monkeypatch.setattr(time, "process_time", lambda: next(cpu))
+    monkeypatch.setattr(_threads, "_LAST", [])
+    assert _threads._others_idle([0, 1]) is False   # the first look
+    assert _threads._others_idle([0, 1]) is True    # others: 10 ticks < 50
+    assert _threads._others_idle([0, 1]) is False   # others: 100 ticks
+    assert _threads._others_idle([0, 1]) is False   # others: 50 ticks, not below 50
+
+
+def test_auto_reads_real_cpu_ticks():
+    got = _threads._ticks({0})
+    assert set(got) == {0} and 0 <= got[0][0] <= got[0][1]
