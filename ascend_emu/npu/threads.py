@@ -68,12 +68,17 @@ class Pinned:
 
         from ..kernels.parallel import thread_ids
 
+        import threading
+
         ids = np.zeros(n, np.int64)
         thread_ids(ids)
+        me = threading.get_native_id()
+        # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
+        team = [me] + [t for t in dict.fromkeys(ids.tolist()) if t != me]
         here = _current_cpu()
         cpus = ([here] if here in allowed else []) + [c for c in allowed if c != here]
         try:
-            for tid, cpu in zip(ids.tolist(), cpus):
+            for tid, cpu in zip(team, cpus):
                 self.saved.append((tid, os.sched_getaffinity(tid)))
                 os.sched_setaffinity(tid, {cpu})
         except OSError:   # a thread gone, or a CPU set the system refuses: leave every thread as it was
