@@ -9,6 +9,13 @@ what TensorFlow's first call does for it: tracing, grappler); TensorFlow's is on
 reports the median of the rounds and their spread (min-max) in its note. A second row per model replays the
 Keras model object itself (``dev.replay(model, ...)``), which the device loads once and then takes from its
 graph cache (``ascend_emu.frontend.tf.graph_cache``).
+
+Beside each round's wall time the child records, outside the timed window, the process's CPU time, the calling
+thread's own CPU time, the time its threads spent runnable but queued for a CPU (the kernel's schedstat), minor
+page faults and Python GC collections of the call (the runs' ``cpu``, ``thread``, ``run_delay``, ``minflt``,
+``gc``; seconds and counts): CPU / wall near 1 for a replay says its two Numba threads ran one after another (on
+one vCPU, or the second one waiting to run), near 2 that they ran side by side; ``run_delay`` how much of a slow
+call its threads spent queued behind other threads (RESULTS.md, "Session 17: the Transformer's slow replays").
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import sys
 from .common import row
 
 _CHILD = r"""
-import json, os, sys, time
+import gc, json, os, resource, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 which, batch, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 import numpy as np
@@ -48,11 +55,35 @@ def ref():
     out = cf(xt)
     (out[0] if isinstance(out, (list, tuple)) else out).numpy()
 emu(); emu_model(); ref(); ref()
+collections = [0]
+gc.callbacks.append(lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "start")))
+def waited():
+    # seconds the process's threads spent runnable but not running (/proc/self/task/<tid>/schedstat's second
+    # field, ns: on a run queue behind another thread), summed; None without the kernel's schedstat
+    total = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                pass   # a thread that ended meanwhile
+    except OSError:
+        return None
+    return total * 1e-9
 times = {"emu": [], "emu_model": [], "ref": []}
+diag = {name: {"cpu": [], "thread": [], "run_delay": [], "minflt": [], "gc": []} for name in times}
 for r in range(rounds):
     for name, fn in (("emu", emu), ("emu_model", emu_model), ("ref", ref)):
         time.sleep(0.25)   # let the other side's worker threads go idle
+        q = waited()
+        g, f, p, th = collections[0], resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(), time.thread_time()
         t = time.perf_counter(); fn(); times[name].append(time.perf_counter() - t)
+        d = diag[name]   # diagnostics of the call just timed, read outside its window
+        d["thread"].append(time.thread_time() - th); d["cpu"].append(time.process_time() - p)
+        d["minflt"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f); d["gc"].append(collections[0] - g)
+        d["run_delay"].append(None if q is None else waited() - q)
+times["diag"] = diag
 print(json.dumps(times))
 """
 
@@ -64,6 +95,18 @@ def _median(v):
     v = sorted(v)
     n = len(v)
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _cpu_per_wall(cpu, wall) -> str:
+    """min-max over the rounds of process CPU time / wall time."""
+    r = [c / w for c, w in zip(cpu, wall)]
+    return f"{min(r):.2f}-{max(r):.2f}"
+
+
+def _waits(d) -> str:
+    """min-max over the rounds of the time the process's threads waited on a run queue during the call (ms)."""
+    w = [x for x in d["run_delay"] if x is not None]
+    return f"{min(w) * 1e3:.3g}-{max(w) * 1e3:.3g} ms" if w else "not known (no schedstat)"
 
 
 def run(quick: bool = False, rounds: int = 3) -> list[dict]:
@@ -78,16 +121,21 @@ def run(quick: bool = False, rounds: int = 3) -> list[dict]:
         ours, base = _median(t["emu"]), _median(t["ref"])
         spread = (f"emulated {min(t['emu']):.3g}-{max(t['emu']):.3g} s, TF {min(t['ref']):.3g}-{max(t['ref']):.3g} s "
                   f"over {rounds} alternating rounds")
+        diag = t["diag"]
         r = row("replay", f"{label if not quick else which}, no dump: time", ours, base,
                 "TF float32 ConcreteFunction", "s", target=1 / 1.5, higher_is_better=False,
-                note=f"medians; {spread}; issue 34's target: emulated <= 1.5x TF")
-        r["runs"] = {"ours": t["emu"], "baseline": t["ref"]}
+                note=f"medians; {spread}; issue 34's target: emulated <= 1.5x TF; process CPU / wall "
+                     f"{_cpu_per_wall(diag['emu']['cpu'], t['emu'])} emulated, "
+                     f"{_cpu_per_wall(diag['ref']['cpu'], t['ref'])} TF; run-queue wait {_waits(diag['emu'])} "
+                     f"emulated, {_waits(diag['ref'])} TF")
+        r["runs"] = {"ours": t["emu"], "baseline": t["ref"], "ours_diag": diag["emu"], "baseline_diag": diag["ref"]}
         rows.append(r)
         again = _median(t["emu_model"])
         r = row("replay", f"{label if not quick else which}, Device.replay(model) again, no dump: time", again, base,
                 "TF float32 ConcreteFunction", "s", target=1 / 1.8, higher_is_better=False,
                 note=f"medians; the Keras model object replayed again (its graph from the cache, issue 34's target "
                      f"<= 1.8x TF); emulated {min(t['emu_model']):.3g}-{max(t['emu_model']):.3g} s")
-        r["runs"] = {"ours": t["emu_model"], "baseline": t["ref"]}
+        r["runs"] = {"ours": t["emu_model"], "baseline": t["ref"], "ours_diag": diag["emu_model"],
+                     "baseline_diag": diag["ref"]}
         rows.append(r)
     return rows

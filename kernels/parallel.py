@@ -4,7 +4,7 @@ work items does not matter)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange, types
 
 
 @njit(cache=True)
@@ -26,3 +26,17 @@ def or_all_or_fail(st):
             return np.int64(-1)
         r |= np.int64(st[c])
     return r
+
+
+# glibc's gettid() (2.30+), called by name: the linker resolves it in the running process, so the compiled
+# kernel caches like any other
+_gettid = types.ExternalFunction("gettid", types.int32())
+
+
+@njit(cache=True, parallel=True)
+def thread_ids(out):
+    """out[i] = the Linux thread id of the Numba thread running iteration i, for out.size == the current
+    thread count: with Numba's static split every thread runs exactly one iteration, the calling thread the
+    first (the ids of the OpenMP team that runs this thread's parallel kernels)."""
+    for i in prange(out.size):
+        out[i] = _gettid()

@@ -30,6 +30,7 @@ from .precision import HF32_FAMILY, PrecisionPolicy, ascend_type, resolve_mode
 from ..numerics.status import FloatStatus
 
 from .replay import OpRecord, _Run  # noqa: F401  (OpRecord is part of this module's API)
+from .threads import Pinned
 
 
 @dataclass
@@ -310,6 +311,7 @@ class Device:
         # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
         tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
                                              layout=writer is None and not keep_tensors)
+        pinned = Pinned().__enter__()   # ASCEND_EMU_PIN_THREADS=1 only (npu/threads.py)
         try:
             if writer is not None:
                 writer.__enter__()
@@ -353,6 +355,7 @@ class Device:
             raise
         finally:
             run.threads.restore()
+            pinned.__exit__(None, None, None)
             if bar is not None:
                 bar.close()
         outputs = {t: env[t] for t in graph.outputs}

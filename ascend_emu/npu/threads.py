@@ -32,3 +32,124 @@ class Threads:
 
     def restore(self) -> None:
         self.fit(SMALL_OP_ELEMENTS + 1)
+
+
+#: the opt-in to pin a replay's Numba threads one to a CPU (``ASCEND_EMU_PIN_THREADS=1``). On the 2-vCPU VM this
+#: project is measured on, the kernel woke the OpenMP worker (sleeping between kernels: passive wait, set by
+#: ``import ascend_emu``) on the replaying thread's vCPU even with the other one idle, so the two threads of every
+#: cube product ran one after the other: the zoo Transformer's replay 44.7 / 58.4 ms (best / median) unpinned,
+#: 30.9 / 41.2 ms pinned in quiet moments. Beside other busy processes a pinned thread cannot leave a vCPU that
+#: another process holds: 16-21% slower there, hence not the default (benchmarks/RESULTS.md, session 17).
+#: ``ASCEND_EMU_PIN_THREADS=auto`` pins a replay only when the CPUs were nearly idle of other processes.
+PIN_ENV = "ASCEND_EMU_PIN_THREADS"
+
+
+class Pinned:
+    """While entered (around one replay), with ``ASCEND_EMU_PIN_THREADS=1``: the calling thread pinned to the CPU it
+    is on, each other Numba thread of its OpenMP team to another CPU it may run on; on exit every thread's former
+    CPU set back. With ``ASCEND_EMU_PIN_THREADS=auto`` only when other processes left the CPUs nearly idle since
+    the previous replay (:func:`_others_idle`). A no-op without the variable, with one Numba thread, or with
+    fewer CPUs allowed than threads. Results do not depend on it (where a thread runs decides no bit)."""
+
+    def __init__(self):
+        self.saved: list = []
+
+    def __enter__(self):
+        import os
+
+        mode = os.environ.get(PIN_ENV, "")
+        if mode not in ("1", "true", "yes", "auto") or not hasattr(os, "sched_setaffinity"):
+            return self
+        n = numba.get_num_threads()
+        allowed = sorted(os.sched_getaffinity(0))
+        if n < 2 or len(allowed) < n or (mode == "auto" and not _others_idle(allowed)):
+            return self
+        import numpy as np
+
+        from ..kernels.parallel import thread_ids
+
+        import threading
+
+        ids = np.zeros(n, np.int64)
+        thread_ids(ids)
+        me = threading.get_native_id()
+        # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
+        team = [me] + [t for t in dict.fromkeys(ids.tolist()) if t != me]
+        here = _current_cpu()
+        cpus = ([here] if here in allowed else []) + [c for c in allowed if c != here]
+        try:
+            for tid, cpu in zip(team, cpus):
+                self.saved.append((tid, os.sched_getaffinity(tid)))
+                os.sched_setaffinity(tid, {cpu})
+        except OSError:   # a thread gone, or a CPU set the system refuses: leave every thread as it was
+            self.__exit__(None, None, None)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        for tid, cpus in self.saved:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass   # the thread ended
+        self.saved = []
+        return False
+
+
+#: ``ASCEND_EMU_PIN_THREADS=auto`` pins only when other processes used less than this share of the allowed CPUs'
+#: time since the previous look (a pinned thread loses only where another process holds its CPU)
+AUTO_OTHERS_SHARE = 0.25
+_LAST: list = []   # (process CPU seconds, {cpu: (busy, total) ticks}) at the previous look
+
+
+def _ticks(allowed) -> dict:
+    """{cpu: (busy ticks, all ticks)} of /proc/stat for the allowed CPUs ({} where unreadable)."""
+    out = {}
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("cpu") and line[3].isdigit():
+                    v = line.split()
+                    cpu = int(v[0][3:])
+                    if cpu in allowed:
+                        t = [int(x) for x in v[1:9]]
+                        out[cpu] = (sum(t) - t[3] - t[4], sum(t))   # all but idle and iowait
+    except OSError:
+        return {}
+    return out
+
+
+def _others_idle(allowed) -> bool:
+    """Whether other processes used less than AUTO_OTHERS_SHARE of the allowed CPUs' time since the previous
+    look (False at the first look and where /proc/stat is unreadable): this process's own CPU time is taken out
+    of the busy ticks."""
+    import os
+    import time
+
+    now = (time.process_time(), _ticks(set(allowed)))
+    last = _LAST[0] if _LAST else None
+    _LAST[:] = [now]
+    if last is None or not now[1] or set(now[1]) != set(last[1]):
+        return False
+    busy = sum(now[1][c][0] - last[1][c][0] for c in now[1])
+    total = sum(now[1][c][1] - last[1][c][1] for c in now[1])
+    if total <= 0:
+        return False
+    ours = (now[0] - last[0]) * os.sysconf("SC_CLK_TCK")
+    return busy - ours < AUTO_OTHERS_SHARE * total
+
+
+_LIBC: list = []   # the C library's handle, opened on first use
+
+
+def _current_cpu() -> int:
+    """The CPU the calling thread runs on (glibc's sched_getcpu; -1 where unknown)."""
+    import ctypes
+
+    try:
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None))
+        return int(_LIBC[0].sched_getcpu())
+    except (OSError, AttributeError):
+        return -1
