@@ -405,7 +405,7 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
         workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
     _run_deferred(deferred, int(workers))
     if rules == "ascend-emu":
-        _mark_noise(npu, keyed)
+        _mark_noise(npu, bench, keyed)
     keyed.sort(key=lambda x: x[0])
     cmp = Comparison(npu, bench, [k[1] for k in keyed], [k[2] for k in keyed], t, rules, forced, left_out)
     if rules == "msprobe":
@@ -415,19 +415,27 @@ def compare(npu_dump, bench_dump, *, thresholds=None, rules: str = "ascend-emu",
     return cmp
 
 
-def _mark_noise(npu: Dump, keyed: list) -> None:
+def _mark_noise(npu: Dump, bench: Dump, keyed: list) -> None:
     """Failing float rows that are rounding noise of an exact 0 on both sides (:mod:`.noise`): their message says
-    so and the first divergent op passes them over. ascend-emu's rules only; the Result stays the metric rule's."""
+    so and the first divergent op passes them over. ascend-emu's rules only; the Result stays the metric rule's.
+    Only rows the metrics judged (a number for a cosine: not a shape mismatch, not an inf/nan mismatch)."""
     for _, row, info in keyed:
-        if row["Result"] != ERROR or info.kind != "matched" or info.npu_op is None or row["Cosine"] == NAN:
+        if row["Result"] != ERROR or info.kind != "matched" or info.npu_op is None or info.bench_op is None \
+                or not isinstance(row["Cosine"], float) or row["NPU Tensor Shape"] != row["Bench Tensor Shape"]:
             continue
         try:
             ndt, bdt = np.dtype(_dt(row["NPU Dtype"])), np.dtype(_dt(row["Bench Dtype"]))
         except Exception:      # a dtype this numpy cannot name: no rule
             continue
-        if _kind(ndt) != "float" or _kind(bdt) != "float":
+        if _kind(ndt) != "float" or _kind(bdt) != "float" or row["NPU Dtype"] in CODED_FORMATS \
+                or row["Bench Dtype"] in CODED_FORMATS:
             continue
-        msg = rounding_noise(npu, npu.op(info.npu_op), info.output, row, dtype_eps(bdt))
+        try:
+            nv = npu.tensor(info.npu_op, info.output)
+            bv = bench.tensor(info.bench_op, info.bench_output if info.bench_output is not None else info.output)
+        except Exception:      # statistics only, or no tensor file: nothing to judge element by element
+            continue
+        msg = rounding_noise(npu, npu.op(info.npu_op), info.output, nv, bv)
         if msg:
             info.noise = True
             row["Err_message"] = f"{row['Err_message']} {msg}".strip()

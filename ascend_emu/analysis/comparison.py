@@ -434,7 +434,7 @@ class Comparison:
         if first_divergent or fd is None:
             lines.append("first divergent op: " + (f"[{fd.op['tf_type']}][{fd.op['index']}] {fd.op['name']}"
                                                     if fd else self.no_divergence_reason()))
-        if self._noise_ops:
+        if self._noise_ops and (first_divergent or fd is None):   # else the caller's Divergence.format_text names them
             lines.append(self.noise_line())
         return "\n".join(map(printable, lines))    # a name from the dump never starts a line of its own
 
@@ -447,8 +447,9 @@ class Comparison:
             return "none (every op passes)"
         why = (["rounding noise of an exact 0"] if self._noise_ops else []) + \
             (["a training step's state inputs"] if self.state_differences() else [])
-        return "none: the failing tensors are " + (" or ".join(why) or "read from failing tensors") + \
-            (", or ops reading them" if why else "")
+        if not why:
+            return "none: every failing op reads a failing tensor"
+        return "none: the failing tensors are " + " or ".join(why) + ", or ops reading them"
 
     def noise_line(self) -> str:
         """One line naming the ops passed over as rounding noise ("" when none was)."""

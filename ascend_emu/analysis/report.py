@@ -341,7 +341,7 @@ def write_report(npu_dump, bench_dump, path, *, comparison: Comparison | None = 
         body = "<p>Every op passes the accuracy rule: no divergent op.</p>"
     else:
         body = f"<p>No divergent op: {_e(cmp.no_divergence_reason().removeprefix('none: '))}.</p>"
-    if cmp.noise_line():
+    if first is None and cmp.noise_line():    # else the first divergent op's text names them
         body += f'<p class="muted">{_e(cmp.noise_line())}</p>'
     parts.append('<section id="first-divergent"><h2>First divergent op</h2>'
                  '<p class="muted">The earliest op whose output fails while all its inputs pass: where the error '
