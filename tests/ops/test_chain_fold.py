@@ -101,8 +101,8 @@ def test_nothing_to_fold():
     shape = SHAPES[0]
     full = _hostile(shape, np.float16)
     # the prefix would be the whole chain (its broadcast view shapes the result): no fold
-    _check([_step("Mul", 0, 1), _step("AddV2", -1, 1)], [_channel(shape, np.float16, True), np.asarray(2.0, np.float32)],
-           folds=False)
+    _check([_step("Mul", 0, 1), _step("AddV2", -1, 1)],
+           [_channel(shape, np.float16, True), np.asarray(2.0, np.float32)], folds=False)
     # the first step reads the full-size tensor: no prefix
     _check([_step("Mul", 0, 1), _step("AddV2", -1, 1)], [full, _channel(shape, np.float32, False)], folds=False)
 

@@ -41,7 +41,8 @@ def _step(op, *args):
 #: the chains of the Keras CNN's BN (variance + eps, then Rsqrt; mean * scale subtracted from the offset) and others
 CHAINS = {
     "add_rsqrt": ([_step("AddV2", 0, 1), _step("Rsqrt", -1)], lambda rng, f: (f(rng, (16,), True), np.array(F(1e-3)))),
-    "mul_sub": ([_step("Mul", 0, 1), _step("Sub", 2, -1)], lambda rng, f: (f(rng, (32,)), f(rng, (32,)), f(rng, (32,)))),
+    "mul_sub": ([_step("Mul", 0, 1), _step("Sub", 2, -1)],
+                lambda rng, f: (f(rng, (32,)), f(rng, (32,)), f(rng, (32,)))),
     "div_mul_relu": ([_step("RealDiv", 0, 1), _step("Mul", -1, 2), _step("Relu", -1)],
                      lambda rng, f: (f(rng, (4, 8)), f(rng, (8,)), f(rng, ()))),
     "rsqrt_div_relu6": ([_step("Rsqrt", 0), _step("RealDiv", 1, -1), _step("Relu6", -1)],
