@@ -100,13 +100,16 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
 
 def _rsqrt_f32(x):
     # the sourced kernels' two float32 instructions (kernels/sourced.py RSQRT_F32: vsqrt, then vdiv(1, .)), each
-    # one correctly rounded IEEE operation, as numpy computes them
-    s = np.sqrt(x)
+    # one correctly rounded IEEE operation, as numpy computes them (into an array: a 0-d input gives a scalar)
+    s = np.sqrt(x, out=np.empty(np.shape(x), np.float32))
     return np.divide(np.float32(1), s, out=s)
 
 
-#: the steps of a small float32 chain computed in one go (_chain_small_f32): _NUMPY_STEPS and the sourced Rsqrt
-_SMALL_STEPS = {**_NUMPY_STEPS, "Rsqrt": _rsqrt_f32}
+#: the steps of a small float32 chain computed in one go (_chain_small_f32): _NUMPY_STEPS and the sourced Rsqrt;
+#: the selections write into a new array (their in-place second ufunc needs one where a 0-d value gives a scalar)
+_SMALL_STEPS = {**_NUMPY_STEPS, "Rsqrt": _rsqrt_f32,
+                "Relu": lambda x: _relu_f32(x, out=np.empty(np.shape(x), np.float32)),
+                "Relu6": lambda x: _relu6_f32(x, out=np.empty(np.shape(x), np.float32))}
 #: operands of at most this many elements: BN's per-channel Rsqrt and shift chains (16-32 floats), where the
 #: step-by-step path's ~50-110 us a chain were Python calls (vec -> vector per step, a context per step)
 SMALL_CHAIN = 4096
@@ -135,10 +138,10 @@ def _chain_small_f32(ctx: OpContext, xs, chain):
             if fn is None or (op == "Rsqrt" and ctx.op_model == "exact") or (
                     attrs and attrs.get("data_format", "NHWC") not in ("NHWC", "N..C")):
                 return None
-            value = fn(*[value if a == -1 else xs[a] for a in step["args"]])
+            value = np.asarray(fn(*[value if a == -1 else xs[a] for a in step["args"]]))
             if not np.isfinite(value).all():
                 return None
-    return value if type(value) is np.ndarray and value.dtype == _F32 else None
+    return value if value is not None and value.dtype == _F32 else None
 
 
 def _chain(ctx: OpContext, value, inputs, chain) -> np.ndarray:

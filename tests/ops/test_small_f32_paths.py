@@ -20,7 +20,7 @@ F = np.float32
 def _hostile(rng, shape, positive=False):
     x = np.asarray(rng.standard_normal(shape).astype(F) * F(2.0) ** rng.integers(-140, 100, shape).astype(F), F)
     if positive:
-        x = np.abs(x)
+        x = np.asarray(np.abs(x), F)
     flat = x.reshape(-1)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 1.1754942e-38, 3.4028235e38, -1.0], F)
     if flat.size > 1:
@@ -31,7 +31,7 @@ def _hostile(rng, shape, positive=False):
 
 def _finite(rng, shape, positive=False, lo=-20, hi=20):
     x = np.asarray(rng.standard_normal(shape).astype(F) * F(2.0) ** rng.integers(lo, hi, shape).astype(F), F)
-    return np.abs(x) if positive else x   # 0-d: an array, as the replay hands them over
+    return np.asarray(np.abs(x), F) if positive else x   # 0-d: an array, as the replay hands them over
 
 
 def _step(op, *args):
@@ -47,6 +47,8 @@ CHAINS = {
                      lambda rng, f: (f(rng, (4, 8)), f(rng, (8,)), f(rng, ()))),
     "rsqrt_div_relu6": ([_step("Rsqrt", 0), _step("RealDiv", 1, -1), _step("Relu6", -1)],
                         lambda rng, f: (f(rng, (5,), True), f(rng, (3, 5)))),
+    "scalars": ([_step("Mul", 0, 1), _step("Rsqrt", -1), _step("Sub", -1, 2), _step("Relu", -1), _step("Relu6", -1)],
+                lambda rng, f: (f(rng, (), True), f(rng, (), True), f(rng, ()))),
 }
 CONTEXTS = [{}, {"overflow_mode": "saturation"}, {"subnormals": "flush"}, {"ftz": True}, {"op_model": "exact"},
             {"op_model": "ascendc"}, {"op_model": "tbe_v220", "overflow_mode": "saturation"}]
