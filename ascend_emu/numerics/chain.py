@@ -114,6 +114,53 @@ def _trailing_block(inputs, shape) -> tuple:
     return block or ()
 
 
+#: the steps a chain's leading run on small operands can be worked out on once (:func:`_fold_prefix`): one IEEE
+#: float32 operation each, numpy's own (the kernel's _step loops compute the same operation per element)
+_FOLD = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}
+
+
+def _fold_prefix(inputs, steps, shape, c, block):
+    """(inputs, steps) with the chain's leading steps that read only one-value or per-channel inputs (BN's
+    gradient ``mean_grad / n * 2`` before it meets the full-size tensor) computed once on their distinct values,
+    in float32 as the kernel computes them at every element, and put in as one input; the same (inputs, steps)
+    when there is no such prefix or folding it would change the result's shape; None when a folded value is
+    Inf or NaN (the kernel's check of that step fails at every element that reads it: the full path runs)."""
+    n = int(math.prod(shape))
+    small = {}
+    for k, x in enumerate(inputs):
+        cut = distinct_view(np.asarray(x))
+        if cut.size < n and cut.dtype in (_F16, _F32):
+            small[k] = cut
+    value, p = None, 0
+    for name, a, b in steps:
+        fn = _FOLD.get(name)
+        args = (a, b)
+        if fn is None or not all((k == -1 and value is not None) or k in small for k in args):
+            break
+        with np.errstate(all="ignore"):
+            x, y = (value if k == -1 else small[k].astype(_F32) for k in args)
+            value = np.asarray(fn(x, y), dtype=_F32)
+        p += 1
+    if p == 0:
+        return inputs, steps
+    rest = steps[p:]
+    used = {k for _, a, b in rest for k in (a, b) if k >= 0}
+    if not rest or not any(np.shape(inputs[k]) == shape for k in used):
+        return inputs, steps          # the folded prefix would be all there is, or would shape the result
+    if not (value.size == 1 or (value.size == c and (value.shape[-1] == c or _squeezed(value.shape) == block))):
+        return inputs, steps
+    if not np.isfinite(value).all():
+        return None
+    keep = sorted(used)
+    index = {k: i for i, k in enumerate(keep)}
+    new = len(keep)
+    remap = lambda k: new if k == -1 else (k if k == -2 else index[k])  # noqa: E731
+    first = rest[0]
+    out = [(first[0], remap(first[1]), remap(first[2]) if first[0] not in ("relu", "relu6", "round16") else first[2])]
+    out += [(name, a if a < 0 else index[a], b if b < 0 else index[b]) for name, a, b in rest[1:]]
+    return [inputs[k] for k in keep] + [value], out
+
+
 def chain_to_f16(inputs, steps):
     """The fp16 result of ``steps`` on ``inputs``, or None.
 
@@ -148,6 +195,14 @@ def chain_to_f16(inputs, steps):
     block = _trailing_block(inputs, shape)
     if block:
         c = math.prod(block)
+    folded = _fold_prefix(inputs, steps, shape, c, block)
+    if folded is None:
+        return None
+    if folded[1] is not steps:
+        inputs, steps = folded
+        prog = _program(tuple(steps), len(inputs))
+        if prog is None:
+            return None
     h16, f32, src = [], [], []
     channel = False
     for x in inputs:

@@ -219,6 +219,36 @@ def sign(x, *, ctx):
 _DIV_NO_NAN_HELP = {"float16": (2.0 ** -24, 2.0 ** 12, 2.0 ** 12, 1), "float32": (2.0 ** -126, 2.0 ** 38, 2.0 ** 44, 2)}
 
 
+#: DivNoNan's operands of at most this many elements take _div_no_nan_small_f32 (the loss's sum / count scalars: its
+#: nine vec calls of numpy scalars, which miss vec's float32 fast path, took ~250 us a node in the Keras step)
+SMALL_DIV_NO_NAN = 4096
+_F32 = np.dtype(np.float32)
+
+
+def _div_no_nan_small_f32(ctx, x, y, tiny, r1, r2):
+    """The TBE kernel's float32 instructions below (div_no_nan) in numpy on small float32 operands, or None. Taken
+    where every operand and every instruction's result is finite: each is then one IEEE float32 operation (or an
+    exact selection: abs, minimum) with no status and no saturation, numpy's own result; anything else (an Inf/NaN
+    anywhere, flushed subnormals, cce_ftz's division) runs the instructions one by one."""
+    if ctx.dtype != _F32 or ctx.subnormals != "keep" or ctx.ftz:
+        return None
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype != _F32 or y.dtype != _F32 or x.size > SMALL_DIV_NO_NAN or y.size > SMALL_DIV_NO_NAN:
+        return None
+    f = np.float32
+    with np.errstate(all="ignore"):
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):
+            return None
+        idx = np.multiply(np.multiply(np.multiply(np.minimum(np.abs(y), f(tiny)), f(r1)), f(r2)), f(r2))
+        divisor = np.add(y, np.add(idx, f(-1)))
+        q = np.divide(x, divisor)
+        out = np.multiply(q, idx)
+        # idx and divisor are finite for a finite y (idx <= 1); the quotient and the product are checked
+        if not (np.isfinite(q).all() and np.isfinite(out).all()):
+            return None
+    return np.asarray(out, dtype=_F32)
+
+
 @register("DivNoNan", kind=VECTOR, source=Source(
     (_TBE + "div_no_nan.py (div_no_nan_compute)", "hicann/ops-math math/div_no_nan/op_kernel/arch35/div_no_nan_dag.h",
      "NUMERICS.md section 8 (DivNoNan, MulNoNan)"), ("op_model",),
@@ -241,6 +271,9 @@ def div_no_nan(x, y, *, ctx):
         q = vec(ctx, "realdiv", x, d)
         return vec(ctx, "select", np.broadcast_to(zero, q.shape), np.zeros((), q.dtype), q)
     tiny, r1, r2, twice = _DIV_NO_NAN_HELP["float16" if ctx.dtype_name == "float16" else "float32"]
+    small = _div_no_nan_small_f32(ctx, x, y, tiny, r1, r2)
+    if small is not None:
+        return small
     dt = np.dtype(ctx.dtype)
     # fp16's help_min 2^-24 is itself subnormal: the kernel needs the vector unit to keep subnormals, so the index
     # steps keep them whatever ``subnormals`` says (|y| is read under it)

@@ -98,6 +98,52 @@ def _chain_numpy(ctx: OpContext, value, inputs, chain):
     return value
 
 
+def _rsqrt_f32(x):
+    # the sourced kernels' two float32 instructions (kernels/sourced.py RSQRT_F32: vsqrt, then vdiv(1, .)), each
+    # one correctly rounded IEEE operation, as numpy computes them (into an array: a 0-d input gives a scalar)
+    s = np.sqrt(x, out=np.empty(np.shape(x), np.float32))
+    return np.divide(np.float32(1), s, out=s)
+
+
+#: the steps of a small float32 chain computed in one go (_chain_small_f32): _NUMPY_STEPS and the sourced Rsqrt;
+#: the selections write into a new array (their in-place second ufunc needs one where a 0-d value gives a scalar)
+_SMALL_STEPS = {**_NUMPY_STEPS, "Rsqrt": _rsqrt_f32,
+                "Relu": lambda x: _relu_f32(x, out=np.empty(np.shape(x), np.float32)),
+                "Relu6": lambda x: _relu6_f32(x, out=np.empty(np.shape(x), np.float32))}
+#: operands of at most this many elements: BN's per-channel Rsqrt and shift chains (16-32 floats), where the
+#: step-by-step path's ~50-110 us a chain were Python calls (vec -> vector per step, a context per step)
+SMALL_CHAIN = 4096
+_F32 = np.dtype(np.float32)
+
+
+def _chain_small_f32(ctx: OpContext, xs, chain):
+    """The float32 result of a float32 chain on small float32 operands in one go, or None (then the other paths
+    run). Taken only where every operand and every step's result is finite: each step is then one IEEE float32
+    operation (or an exact selection) with no status and no saturation, which is numpy's own result; anything
+    else (an Inf/NaN anywhere, flushed subnormals, the exact op model's float64 Rsqrt) declines."""
+    if ctx.dtype != _F32 or ctx.subnormals != "keep" or ctx.ftz:
+        return None
+    for x in xs:
+        if type(x) is not np.ndarray or x.dtype != _F32 or x.size > SMALL_CHAIN:
+            return None
+    value = None
+    with np.errstate(all="ignore"):
+        for x in xs:
+            if not np.isfinite(x).all():
+                return None
+        for step in chain:
+            op = step["op"]
+            fn = _SMALL_STEPS.get(op)
+            attrs = step.get("attrs")
+            if fn is None or (op == "Rsqrt" and ctx.op_model == "exact") or (
+                    attrs and attrs.get("data_format", "NHWC") not in ("NHWC", "N..C")):
+                return None
+            value = np.asarray(fn(*[value if a == -1 else xs[a] for a in step["args"]]))
+            if not np.isfinite(value).all():
+                return None
+    return value if value is not None and value.dtype == _F32 else None
+
+
 def _chain(ctx: OpContext, value, inputs, chain) -> np.ndarray:
     """Apply the elementwise ``chain`` in float32 (the Unified Buffer); the float32 result."""
     fast = _chain_numpy(ctx, value, inputs, chain)
@@ -242,6 +288,9 @@ def _chain_one_pass(ctx: OpContext, xs, chain):
     "UB fusion builds is not public)"))
 def eltwise_chain(*xs, ctx, chain):
     """AutomaticUbFusion: the chain's steps in float32, one rounding to the compute dtype."""
+    small = _chain_small_f32(ctx, xs, chain)
+    if small is not None:   # float32 data: the final rounding to float32 is exact, its status 0 (all finite)
+        return small
     fast = _chain_one_pass(ctx, xs, chain)
     if fast is not None:
         return fast
