@@ -246,33 +246,40 @@ class Epilogue:
         self.fused = bool(fused)
         self.applied = False
 
-    def _program(self, out_shape, C: int, rb: int):
-        """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit."""
+    #: (steps, the read operands' (index, shape, dtype), out_shape, rb) -> _plan's result: what depends only on
+    #: the shapes, made once (a training step's forward layers meet the same shapes every step; ~50 us of
+    #: Python a layer was the same program rebuilt for new bias values). Bounded: cleared when full.
+    _PLANS: dict = {}
+    _PLANS_MAX = 256
 
+    def _plan(self, shapes, out_shape, C: int, rb: int):
+        """(prog, [(operand, kind, slot)], n tiles, f32 placeholder, f16 placeholder, f16bf) for the operands'
+        shapes and dtypes ``shapes`` ((index, shape, dtype) per read operand), or None if one does not fit."""
         R = int(np.prod(out_shape[:-1], dtype=np.int64)) if len(out_shape) else 1
-        tiles, f32s, f16s, f16bf, kinds = [], [], [], [], {}
-        for k in sorted({a for _, args in self.steps for a in args if a >= 0}):
-            x = np.asarray(self.operands[k])
-            if x.dtype not in (np.float16, np.float32, np.float64, config.bfloat16) or x.ndim > len(out_shape):
+        kinds, fills, n_tiles, n_f32, n_f16, f16bf = {}, [], 0, 0, 0, []
+        for k, shape, dtype in shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            if dtype not in (np.float16, np.float32, np.float64, config.bfloat16) or len(shape) > len(out_shape):
                 return None
             try:
-                if np.broadcast_shapes(x.shape, out_shape) != tuple(out_shape):
+                if np.broadcast_shapes(shape, out_shape) != tuple(out_shape):
                     return None
             except ValueError:
                 return None
-            if x.size == 1 or (x.shape[-1] == C and x.size == C):   # a scalar or a per-last-axis vector
-                v = np.asarray(x, dtype=np.float32).reshape(-1)     # exact for fp16/bf16, RNE from float64
-                kinds[k] = (_ke.TILE, len(tiles))
-                tiles.append(np.tile(np.broadcast_to(v, (C,)), rb))
-            elif x.size == R * C:                                   # the result's shape (leading 1s aside)
-                flat = np.ascontiguousarray(x).reshape(-1)
-                if x.dtype in (np.float16, config.bfloat16):
-                    kinds[k] = (_ke.F16, len(f16s))
-                    f16s.append(_alloc.readonly(flat.view(np.uint16)))   # one tuple type (alloc.readonly)
-                    f16bf.append(int(x.dtype == config.bfloat16))
+            if size == 1 or (shape[-1] == C and size == C):   # a scalar or a per-last-axis vector
+                kinds[k] = (_ke.TILE, n_tiles)
+                fills.append((k, _ke.TILE, n_tiles))
+                n_tiles += 1
+            elif size == R * C:                                 # the result's shape (leading 1s aside)
+                if dtype in (np.float16, config.bfloat16):
+                    kinds[k] = (_ke.F16, n_f16)
+                    fills.append((k, _ke.F16, n_f16))
+                    f16bf.append(int(dtype == config.bfloat16))
+                    n_f16 += 1
                 else:
-                    kinds[k] = (_ke.F32, len(f32s))
-                    f32s.append(_alloc.readonly(np.asarray(flat, dtype=np.float32)))
+                    kinds[k] = (_ke.F32, n_f32)
+                    fills.append((k, _ke.F32, n_f32))
+                    n_f32 += 1
             else:
                 return None
         prog = np.zeros((len(self.steps), 5), dtype=np.int64)
@@ -280,10 +287,39 @@ class Epilogue:
             prog[i, 0] = self._CODES[name]
             for j, a in enumerate(args):
                 prog[i, 1 + 2 * j:3 + 2 * j] = (_ke.RUN, 0) if a < 0 else kinds[a]
-        tiles = np.stack(tiles) if tiles else np.zeros((1, rb * C), dtype=np.float32)
-        f32s = tuple(f32s) if f32s else (np.zeros(1, dtype=np.float32),)
-        f16s = tuple(f16s) if f16s else (np.zeros(1, dtype=np.uint16),)
-        return prog, tiles, f32s, f16s, np.array(f16bf or [0], dtype=np.int64)
+        return (prog, fills, n_tiles, n_f32, n_f16, np.array(f16bf or [0], dtype=np.int64),
+                np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.uint16))
+
+    def _program(self, out_shape, C: int, rb: int):
+        """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit.
+        The kernel reads them (never writes): the plan's arrays are shared by every call of the same shapes."""
+        xs = {k: np.asarray(self.operands[k]) for k in sorted({a for _, args in self.steps for a in args if a >= 0})}
+        shapes = tuple((k, x.shape, x.dtype) for k, x in xs.items())
+        key = (tuple(self.steps), shapes, tuple(out_shape), rb)
+        plan = self._PLANS.get(key)
+        if plan is None:
+            plan = self._plan(shapes, out_shape, C, rb)
+            if len(self._PLANS) >= self._PLANS_MAX:
+                self._PLANS.clear()
+            self._PLANS[key] = plan
+        if plan is None:
+            return None
+        prog, fills, n_tiles, n_f32, n_f16, f16bf, zero32, zero16 = plan
+        tiles = np.empty((max(n_tiles, 1), rb * C), dtype=np.float32)
+        if not n_tiles:
+            tiles[:] = 0
+        f32s, f16s = [None] * n_f32, [None] * n_f16
+        for k, kind, slot in fills:
+            x = xs[k]
+            if kind == _ke.TILE:
+                # the C values (or the scalar) repeated for each of the block's rb rows; exact for fp16/bf16,
+                # RNE from float64
+                tiles[slot].reshape(rb, C)[...] = np.asarray(x, dtype=np.float32).reshape(-1)
+            elif kind == _ke.F16:
+                f16s[slot] = _alloc.readonly(np.ascontiguousarray(x).reshape(-1).view(np.uint16))  # one tuple type
+            else:
+                f32s[slot] = _alloc.readonly(np.asarray(np.ascontiguousarray(x).reshape(-1), dtype=np.float32))
+        return (prog, tiles, tuple(f32s) if f32s else (zero32,), tuple(f16s) if f16s else (zero16,), f16bf)
 
     def apply(self, acc: np.ndarray, pol: _Policy, out_shape, transposed: bool = False):
         """(the rounded result of shape ``out_shape``, status) from the float32 accumulator ``acc``
