@@ -247,14 +247,16 @@ class Epilogue:
         self.applied = False
 
     #: (steps, the read operands' (index, shape, dtype), out_shape, rb) -> _plan's result: what depends only on
-    #: the shapes, made once (a training step's forward layers meet the same shapes every step; ~50 us of
-    #: Python a layer was the same program rebuilt for new bias values). Bounded: cleared when full.
+    #: the shapes, made once (a training step's forward layers meet the same shapes every step: 42-68 us of
+    #: Python a call alone, ~110 in the replay, rebuilt the same program for new bias values). Bounded: cleared
+    #: when full.
     _PLANS: dict = {}
     _PLANS_MAX = 256
 
     def _plan(self, shapes, out_shape, C: int, rb: int):
-        """(prog, [(operand, kind, slot)], n tiles, f32 placeholder, f16 placeholder, f16bf) for the operands'
-        shapes and dtypes ``shapes`` ((index, shape, dtype) per read operand), or None if one does not fit."""
+        """(prog, [(operand index, kind, slot)], tile count, float32 operand count, 16-bit operand count, f16bf,
+        the float32 and the uint16 placeholder) for the operands' shapes and dtypes ``shapes`` ((index, shape,
+        dtype) per operand the steps read), or None if one does not fit."""
         R = int(np.prod(out_shape[:-1], dtype=np.int64)) if len(out_shape) else 1
         kinds, fills, n_tiles, n_f32, n_f16, f16bf = {}, [], 0, 0, 0, []
         for k, shape, dtype in shapes:
@@ -433,8 +435,8 @@ def _pack_strided(b, pol: _Policy, K: int, N: int):
     _packed(_padded(_operand_values(b)[0], 1, Kp)) of its contiguous copy (the widening of a value already in the
     operand dtype raises no status). A transposed view of a C-contiguous (stack, N, K) array (MatMul's transpose_b
     of a weight, BatchMatMul's adj_y) is widened in its own layout and packed by pack_bt in 16 x 16 blocks: a
-    512 x 512 fp16 weight 659 -> 302 us (thread CPU, best of 9 x 50), where pack_b16's row-by-row strided reads
-    missed L1 at every element; the NaN test, only the orientation needs it, then costs 27 us more."""
+    512 x 512 fp16 weight 659 -> 302 us (thread CPU, best of 9 x 50; pack_b16's row-by-row reads of it are 1 KiB
+    apart); the NaN test, only the orientation needs it, then costs 27 us more."""
     if b.ndim == 3 and b.transpose(0, 2, 1).flags.c_contiguous:
         wv, _ = _operand_values(b.transpose(0, 2, 1), pol)
         Bp = _k.empty_slabs(_k.slab_shape(b.shape[0], N, _kp(K)))
@@ -477,7 +479,8 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     Bp = None
     if b3.ndim != 3 or not b3.flags.c_contiguous:
         # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
-        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us)
+        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us, widened in its own
+        # layout and packed by pack_bt ~300 us: _pack_strided)
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
             Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
             if _transposed(M, N) and (nan() or not _nan_free(av)):
