@@ -246,33 +246,42 @@ class Epilogue:
         self.fused = bool(fused)
         self.applied = False
 
-    def _program(self, out_shape, C: int, rb: int):
-        """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit."""
+    #: (steps, the read operands' (index, shape, dtype), out_shape, rb) -> _plan's result: what depends only on
+    #: the shapes, made once (a training step's forward layers meet the same shapes every step: 42-68 us of
+    #: Python a call alone, ~110 in the replay, rebuilt the same program for new bias values). Bounded: cleared
+    #: when full.
+    _PLANS: dict = {}
+    _PLANS_MAX = 256
 
+    def _plan(self, shapes, out_shape, C: int, rb: int):
+        """(prog, [(operand index, kind, slot)], tile count, float32 operand count, 16-bit operand count, f16bf,
+        the float32 and the uint16 placeholder) for the operands' shapes and dtypes ``shapes`` ((index, shape,
+        dtype) per operand the steps read), or None if one does not fit."""
         R = int(np.prod(out_shape[:-1], dtype=np.int64)) if len(out_shape) else 1
-        tiles, f32s, f16s, f16bf, kinds = [], [], [], [], {}
-        for k in sorted({a for _, args in self.steps for a in args if a >= 0}):
-            x = np.asarray(self.operands[k])
-            if x.dtype not in (np.float16, np.float32, np.float64, config.bfloat16) or x.ndim > len(out_shape):
+        kinds, fills, n_tiles, n_f32, n_f16, f16bf = {}, [], 0, 0, 0, []
+        for k, shape, dtype in shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            if dtype not in (np.float16, np.float32, np.float64, config.bfloat16) or len(shape) > len(out_shape):
                 return None
             try:
-                if np.broadcast_shapes(x.shape, out_shape) != tuple(out_shape):
+                if np.broadcast_shapes(shape, out_shape) != tuple(out_shape):
                     return None
             except ValueError:
                 return None
-            if x.size == 1 or (x.shape[-1] == C and x.size == C):   # a scalar or a per-last-axis vector
-                v = np.asarray(x, dtype=np.float32).reshape(-1)     # exact for fp16/bf16, RNE from float64
-                kinds[k] = (_ke.TILE, len(tiles))
-                tiles.append(np.tile(np.broadcast_to(v, (C,)), rb))
-            elif x.size == R * C:                                   # the result's shape (leading 1s aside)
-                flat = np.ascontiguousarray(x).reshape(-1)
-                if x.dtype in (np.float16, config.bfloat16):
-                    kinds[k] = (_ke.F16, len(f16s))
-                    f16s.append(_alloc.readonly(flat.view(np.uint16)))   # one tuple type (alloc.readonly)
-                    f16bf.append(int(x.dtype == config.bfloat16))
+            if size == 1 or (shape[-1] == C and size == C):   # a scalar or a per-last-axis vector
+                kinds[k] = (_ke.TILE, n_tiles)
+                fills.append((k, _ke.TILE, n_tiles))
+                n_tiles += 1
+            elif size == R * C:                                 # the result's shape (leading 1s aside)
+                if dtype in (np.float16, config.bfloat16):
+                    kinds[k] = (_ke.F16, n_f16)
+                    fills.append((k, _ke.F16, n_f16))
+                    f16bf.append(int(dtype == config.bfloat16))
+                    n_f16 += 1
                 else:
-                    kinds[k] = (_ke.F32, len(f32s))
-                    f32s.append(_alloc.readonly(np.asarray(flat, dtype=np.float32)))
+                    kinds[k] = (_ke.F32, n_f32)
+                    fills.append((k, _ke.F32, n_f32))
+                    n_f32 += 1
             else:
                 return None
         prog = np.zeros((len(self.steps), 5), dtype=np.int64)
@@ -280,10 +289,39 @@ class Epilogue:
             prog[i, 0] = self._CODES[name]
             for j, a in enumerate(args):
                 prog[i, 1 + 2 * j:3 + 2 * j] = (_ke.RUN, 0) if a < 0 else kinds[a]
-        tiles = np.stack(tiles) if tiles else np.zeros((1, rb * C), dtype=np.float32)
-        f32s = tuple(f32s) if f32s else (np.zeros(1, dtype=np.float32),)
-        f16s = tuple(f16s) if f16s else (np.zeros(1, dtype=np.uint16),)
-        return prog, tiles, f32s, f16s, np.array(f16bf or [0], dtype=np.int64)
+        return (prog, fills, n_tiles, n_f32, n_f16, np.array(f16bf or [0], dtype=np.int64),
+                np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.uint16))
+
+    def _program(self, out_shape, C: int, rb: int):
+        """(prog, tiles, f32s, f16s, f16bf) for the kernel, or None if an operand does not fit.
+        The kernel reads them (never writes): the plan's arrays are shared by every call of the same shapes."""
+        xs = {k: np.asarray(self.operands[k]) for k in sorted({a for _, args in self.steps for a in args if a >= 0})}
+        shapes = tuple((k, x.shape, x.dtype) for k, x in xs.items())
+        key = (tuple(self.steps), shapes, tuple(out_shape), rb)
+        plan = self._PLANS.get(key)
+        if plan is None:
+            plan = self._plan(shapes, out_shape, C, rb)
+            if len(self._PLANS) >= self._PLANS_MAX:
+                self._PLANS.clear()
+            self._PLANS[key] = plan
+        if plan is None:
+            return None
+        prog, fills, n_tiles, n_f32, n_f16, f16bf, zero32, zero16 = plan
+        tiles = np.empty((max(n_tiles, 1), rb * C), dtype=np.float32)
+        if not n_tiles:
+            tiles[:] = 0
+        f32s, f16s = [None] * n_f32, [None] * n_f16
+        for k, kind, slot in fills:
+            x = xs[k]
+            if kind == _ke.TILE:
+                # the C values (or the scalar) repeated for each of the block's rb rows; exact for fp16/bf16,
+                # RNE from float64
+                tiles[slot].reshape(rb, C)[...] = np.asarray(x, dtype=np.float32).reshape(-1)
+            elif kind == _ke.F16:
+                f16s[slot] = _alloc.readonly(np.ascontiguousarray(x).reshape(-1).view(np.uint16))  # one tuple type
+            else:
+                f32s[slot] = _alloc.readonly(np.asarray(np.ascontiguousarray(x).reshape(-1), dtype=np.float32))
+        return (prog, tiles, tuple(f32s) if f32s else (zero32,), tuple(f16s) if f16s else (zero16,), f16bf)
 
     def apply(self, acc: np.ndarray, pol: _Policy, out_shape, transposed: bool = False):
         """(the rounded result of shape ``out_shape``, status) from the float32 accumulator ``acc``
@@ -393,9 +431,17 @@ def _strided_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> boo
 
 def _pack_strided(b, pol: _Policy, K: int, N: int):
     """(the fast kernel's slabs of the 16-bit (stack, [stack,] K, N) view ``b`` widened and packed in one pass
-    (kernels/cube/operands.pack_b16), whether b holds a NaN): the same floats as
+    (kernels/cube/operands.pack_b16), a function saying whether b holds a NaN): the same floats as
     _packed(_padded(_operand_values(b)[0], 1, Kp)) of its contiguous copy (the widening of a value already in the
-    operand dtype raises no status)."""
+    operand dtype raises no status). A transposed view of a C-contiguous (stack, N, K) array (MatMul's transpose_b
+    of a weight, BatchMatMul's adj_y) is widened in its own layout and packed by pack_bt in 16 x 16 blocks: a
+    512 x 512 fp16 weight 659 -> 302 us (thread CPU, best of 9 x 50; pack_b16's row-by-row reads of it are 1 KiB
+    apart); the NaN test, only the orientation needs it, then costs 27 us more."""
+    if b.ndim == 3 and b.transpose(0, 2, 1).flags.c_contiguous:
+        wv, _ = _operand_values(b.transpose(0, 2, 1), pol)
+        Bp = _k.empty_slabs(_k.slab_shape(b.shape[0], N, _kp(K)))
+        _k.pack_bt(wv, K, Bp)
+        return Bp, lambda: not _nan_free(wv)
     y = b.view(np.uint16)
     if y.ndim == 3:
         y = y[None]
@@ -405,9 +451,9 @@ def _pack_strided(b, pol: _Policy, K: int, N: int):
     run = np.lib.stride_tricks.as_strided(y, shape=(1 + sum((d - 1) * s for d, s in zip(y.shape, st)),),
                                           strides=(2,))
     Bp = _k.empty_slabs(_k.slab_shape(y.shape[0] * y.shape[1], N, _kp(K)))
-    nan = _k.pack_b16(run, np.array(st, dtype=np.int64), y.shape[1], K, N, Bp, pol.operand == "bfloat16",
-                      pol.subnormal == config.SUBNORMAL_MODES["flush"])
-    return Bp, bool(nan)
+    nan = bool(_k.pack_b16(run, np.array(st, dtype=np.int64), y.shape[1], K, N, Bp, pol.operand == "bfloat16",
+                           pol.subnormal == config.SUBNORMAL_MODES["flush"]))
+    return Bp, lambda: nan
 
 
 def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
@@ -433,10 +479,11 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     Bp = None
     if b3.ndim != 3 or not b3.flags.c_contiguous:
         # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
-        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us)
+        # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us, widened in its own
+        # layout and packed by pack_bt ~300 us: _pack_strided)
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
             Bp, nan = _pack_strided(b3, pol, K, N)   # no contiguous copy, widening and packing one after another
-            if _transposed(M, N) and (nan or not _nan_free(av)):
+            if _transposed(M, N) and (nan() or not _nan_free(av)):
                 Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
         if Bp is None and b3.ndim != 3:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))

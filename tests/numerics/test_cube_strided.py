@@ -109,3 +109,37 @@ def test_transposed_2d_operand_matches_oracle(monkeypatch, M, K, N, dtype):
         ours, st = cube.batch_matmul(a[None], w[None], adj_y=True, operand_dtype=operand, **kw)
         assert_same_bits(ours[0], ref, f"batch_matmul {kw}")
         assert st == rst
+
+
+@pytest.mark.parametrize("fmt, flush", [("fp16", False), ("fp16", True), ("bf16", False), ("bf16", True)])
+@pytest.mark.parametrize("N, K", [(256, 256), (300, 225)], ids=["square", "odd_k"])
+def test_transposed_weight_packing_every_16_bit_pattern(fmt, flush, N, K):
+    """A transposed C-contiguous weight (dY W^T: widened in its own layout, packed by pack_bt) holding every 16-bit
+    pattern: each slab value is the pattern's float32 value (subnormals -> signed zero under flush), the rows past K
+    and the columns past N up to the 2x2 block edge +0, and the NaN answer is whether a NaN pattern is there."""
+    from ascend_emu.kernels import cube as kcube
+    from ascend_emu.kernels.cube.tree16 import _tail_columns
+
+    dt = np.float16 if fmt == "fp16" else ml_dtypes.bfloat16
+    bits = np.arange(N * K, dtype=np.uint32) % (1 << 16)
+    w = bits.astype(np.uint16).view(dt).reshape(N, K)
+    pol = cube_core._policy(dt, dt, "inf_nan", "flush" if flush else "keep", None)
+    Bp, nan = cube_core._pack_strided(w.T[None], pol, K, N)
+    with np.errstate(invalid="ignore"):
+        ref = w.T.astype(np.float64)
+        if flush:
+            tiny = 2.0 ** -14 if fmt == "fp16" else 2.0 ** -126
+            ref = np.where((ref != 0) & (np.abs(ref) < tiny), np.copysign(0.0, ref), ref)
+        ref = ref.astype(np.float32)
+    Kp = -(-K // 16) * 16
+    full = np.zeros((Kp, N), np.float32)
+    full[:K] = ref
+    assert nan() == bool(np.isnan(ref).any())
+    for jt in range(Bp.shape[1]):
+        j0 = jt * kcube.NC
+        jn = min(N, j0 + kcube.NC) - j0
+        tc = _tail_columns(jn)
+        got = Bp[0, jt, :, :, :tc].reshape(Kp, tc)
+        want = np.zeros((Kp, tc), np.float32)
+        want[:, :jn] = full[:, j0:j0 + jn]
+        assert_same_bits(got, want, f"{fmt} flush={flush} slab {jt}")

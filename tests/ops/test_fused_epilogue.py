@@ -275,3 +275,16 @@ def test_read_only_operands_mixed_with_writable_ones(monkeypatch):
         kw = dict(chain=chain, strides=(1, 1, 1, 1), padding="SAME")
         _compare("_FusedConv2D", (x, w, full, frozen), kw, dict(dtype="float16"), monkeypatch)
     assert count.applied >= 2
+
+
+def test_kept_plans_take_each_calls_own_operand_values(monkeypatch):
+    """The epilogue's plan is kept per shapes (``Epilogue._PLANS``: a training step's layers meet the same shapes
+    every step with new biases): later calls of the same shapes reuse it and still read their own values."""
+    monkeypatch.setattr(Epilogue, "_PLANS", {})
+    count = _Count(monkeypatch)
+    chain, specs = CHAINS["bn_relu6"]
+    for _ in range(3):
+        xs = [_values("normal", (40, 32)).astype(np.float16), _values("normal", (32, 20), 0.3).astype(np.float16)]
+        xs += [_operand(s, (40, 20), "normal", np.float16) for s in specs]
+        _compare("_FusedMatMul", xs, dict(chain=chain), dict(dtype="float16"), monkeypatch)
+    assert count.applied == 3 and len(Epilogue._PLANS) == 1
