@@ -123,23 +123,22 @@ def _fold_prefix(inputs, steps, shape, c, block):
     """(inputs, steps) with the chain's leading steps that read only one-value or per-channel inputs (BN's
     gradient ``mean_grad / n * 2`` before it meets the full-size tensor) computed once on their distinct values,
     in float32 as the kernel computes them at every element, and put in as one input; the same (inputs, steps)
-    when there is no such prefix or folding it would change the result's shape; None when a folded value is
-    Inf or NaN (the kernel's check of that step fails at every element that reads it: the full path runs)."""
+    when there is no such prefix or folding it would change the result's shape; None when any step of the prefix
+    gives an Inf or NaN (the kernel's check of that step fails at every element that reads it: the full path runs,
+    with its status)."""
     n = int(math.prod(shape))
     small = {}
     for k, x in enumerate(inputs):
         cut = distinct_view(np.asarray(x))
         if cut.size < n and cut.dtype in (_F16, _F32):
             small[k] = cut
-    value, p = None, 0
+    # the prefix and what folding it gives are worked out from the shapes first: nothing is computed for a chain
+    # that will not be folded (an outer broadcast of two small inputs is the whole output)
+    p, shapes = 0, []
     for name, a, b in steps:
-        fn = _FOLD.get(name)
-        args = (a, b)
-        if fn is None or not all((k == -1 and value is not None) or k in small for k in args):
+        if _FOLD.get(name) is None or not all((k == -1 and p > 0) or k in small for k in (a, b)):
             break
-        with np.errstate(all="ignore"):
-            x, y = (value if k == -1 else small[k].astype(_F32) for k in args)
-            value = np.asarray(fn(x, y), dtype=_F32)
+        shapes += [small[k].shape for k in (a, b) if k != -1]
         p += 1
     if p == 0:
         return inputs, steps
@@ -147,10 +146,22 @@ def _fold_prefix(inputs, steps, shape, c, block):
     used = {k for _, a, b in rest for k in (a, b) if k >= 0}
     if not rest or not any(np.shape(inputs[k]) == shape for k in used):
         return inputs, steps          # the folded prefix would be all there is, or would shape the result
-    if not (value.size == 1 or (value.size == c and (value.shape[-1] == c or _squeezed(value.shape) == block))):
+    try:
+        folded = np.broadcast_shapes(*shapes)
+    except ValueError:
         return inputs, steps
-    if not np.isfinite(value).all():
-        return None
+    size = int(math.prod(folded))
+    if not (size == 1 or (size == c and ((folded and folded[-1] == c) or _squeezed(folded) == block))):
+        return inputs, steps
+    value = None
+    for name, a, b in steps[:p]:
+        with np.errstate(all="ignore"):
+            x, y = (value if k == -1 else small[k].astype(_F32) for k in (a, b))
+            value = np.asarray(_FOLD[name](x, y), dtype=_F32)
+        if not np.isfinite(value).all():
+            # the kernel checks every step's result: an Inf or NaN at any step (a later division can make it
+            # finite again) fails that check at every element reading it, and the full path runs (its status)
+            return None
     keep = sorted(used)
     index = {k: i for i, k in enumerate(keep)}
     new = len(keep)

@@ -120,3 +120,23 @@ def test_inf_and_nan_in_the_folded_values_go_back_to_the_full_path(shape):
     # a folded value that overflows float32
     _check(BN_GRAD, [_channel(shape, np.float32, False), np.asarray(1e-38, np.float32), np.asarray(3e38, np.float32),
                      full], folds=True)
+
+
+@pytest.mark.parametrize("c", [np.float16(2), np.float32(3e38)], ids=["fp16", "float32-max"])
+def test_an_inf_inside_the_prefix_made_finite_again_goes_back_to_the_full_path(c):
+    # 1 / 0 = Inf, then c / Inf = 0: the prefix's last value is finite, its second step's was not; the kernel
+    # checks every step (status 0x20, and saturation turns the Inf into FLT_MAX: c / FLT_MAX is not 0). Found by
+    # session 17's review: the fold checked only its last value
+    full = np.linspace(-3, 3, 8192).astype(np.float16).reshape(2, 4096)
+    _check([_step("RealDiv", 0, 1), _step("RealDiv", 2, -1), _step("Mul", 3, -1)],
+           [np.asarray(1, c.dtype), np.asarray(0, c.dtype), np.asarray(c), full], folds=True)
+
+
+def test_an_outer_broadcast_of_small_inputs_computes_no_prefix(monkeypatch):
+    # (4096, 1) + (1, 4096): both inputs small, the result full size; nothing is folded, so nothing is computed
+    calls = []
+    monkeypatch.setitem(nchain._FOLD, "add", lambda x, y: calls.append(1) or np.add(x, y))
+    a = _hostile((4096, 1), np.float16)
+    b = _hostile((1, 4096), np.float16)
+    _check([_step("AddV2", 0, 1), _step("Mul", -1, 0)], [a, b], folds=False)
+    assert calls == []
