@@ -311,8 +311,9 @@ class Device:
         # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
         tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
                                              layout=writer is None and not keep_tensors)
-        pinned = Pinned().__enter__()   # ASCEND_EMU_PIN_THREADS=1 only (npu/threads.py)
+        pinned = Pinned()   # ASCEND_EMU_PIN_THREADS=1 or auto only (npu/threads.py)
         try:
+            pinned.__enter__()
             if writer is not None:
                 writer.__enter__()
                 if not tf1:    # (with TF1 control flow, recorded as each execution of the fused op runs)
@@ -354,8 +355,8 @@ class Device:
                 writer.__exit__(type(e), e, e.__traceback__)
             raise
         finally:
-            run.threads.restore()
             pinned.__exit__(None, None, None)
+            run.threads.restore()
             if bar is not None:
                 bar.close()
         outputs = {t: env[t] for t in graph.outputs}

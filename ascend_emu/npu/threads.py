@@ -83,6 +83,9 @@ class Pinned:
                 os.sched_setaffinity(tid, {cpu})
         except OSError:   # a thread gone, or a CPU set the system refuses: leave every thread as it was
             self.__exit__(None, None, None)
+        except BaseException:   # an interrupt half way: every thread as it was, then the interrupt
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
