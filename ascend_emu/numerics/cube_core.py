@@ -423,9 +423,9 @@ def _strided_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> boo
     (:func:`_pack_strided`): the fast model, a product larger than the small kernel's, at most two stack axes, and
     columns that are not contiguous (numpy's copy of those is the slow one: the attention keys' (8, 4, 64, 128) view
     0.31 ms; with contiguous columns, the values' (8, 4, 128, 64), copy, widening and pack_b took 0.33 ms, the
-    strided packing 0.40)."""
+    strided packing 0.40), nor broadcast along the columns (a zero stride: a BroadcastTo's view; copied)."""
     return (pol.fast and pol.operand != "float32" and b.dtype == config.COMPUTE_DTYPES[pol.operand]
-            and b.ndim <= 4 and b.strides[-1] != b.itemsize and min(M, N, K) > 0
+            and b.ndim <= 4 and b.strides[-1] not in (b.itemsize, 0) and min(M, N, K) > 0
             and items * M * N * _kp(K) > _SMALL_TERMS)
 
 

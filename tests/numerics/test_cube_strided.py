@@ -143,3 +143,21 @@ def test_transposed_weight_packing_every_16_bit_pattern(fmt, flush, N, K):
         want = np.zeros((Kp, tc), np.float32)
         want[:, :jn] = full[:, j0:j0 + jn]
         assert_same_bits(got, want, f"{fmt} flush={flush} slab {jt}")
+
+
+@pytest.mark.parametrize("shape", [(4, 2048), (2, 3, 40, 300)], ids=["2-D", "4-D"])
+def test_a_broadcast_second_operand_is_copied_not_packed_from_its_strides(shape):
+    # a BroadcastTo's view (zero strides, the columns included) as MatMul's b: a weight-gradient product of a
+    # Keras model's long_sum layer raised "slice step cannot be zero" in pack_b16 (session 17's whole suite)
+    rng = np.random.default_rng(3)
+    k = shape[-2]
+    a = _operand(rng, shape[:-2] + (k, 24), np.float16)
+    row = _operand(rng, shape[:-2] + (1, 1), np.float16)
+    b = np.broadcast_to(row, shape)
+    if len(shape) == 2:
+        run = lambda bb: cube.matmul(a, bb, transpose_a=True)  # noqa: E731
+    else:
+        run = lambda bb: cube.batch_matmul(a, bb, adj_x=True)  # noqa: E731
+    (ours, s1), (ref, s2) = run(b), run(np.ascontiguousarray(b))
+    assert_same_bits(ours, ref, shape)
+    assert s1 == s2
