@@ -12,6 +12,7 @@ from ascend_emu.numerics import policy as config
 from ascend_emu.numerics import cube
 from ascend_emu.numerics.policy import CubeModel
 from ascend_emu.errors import AscendEmuError
+from ascend_emu.kernels import cast as _kcast
 from ascend_emu.kernels import cube as kcube
 
 try:
@@ -738,6 +739,18 @@ def test_fixpipe_shortcut_matches_cast_at_boundaries(bf16):
     assert count(0, 1 << 32, 997, bf16, 0, 0) == 0
 
 
+@numba.njit
+def cast_reference(src, out, bf16, overflow, subnormal):
+    """The cast kernel's scalar conversion element by element (the oracle the cast tests check): the bits and the
+    OR of the statuses."""
+    st = 0
+    for i in range(src.size):
+        b, s = _kcast.f32_to_16_bits(src[i], bf16, 0, overflow, subnormal)
+        out[i] = b
+        st |= s
+    return st
+
+
 @pytest.mark.parametrize("bf16, hw", [(False, False), (False, True), (True, False)], ids=["fp16", "fp16-hw", "bf16"])
 def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
     """finish_to_16's first pass (the normal shortcut, and for fp16 the zeros, subnormals and 2**-14 by the
@@ -755,14 +768,6 @@ def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
     mags = np.concatenate(dense + [sparse, np.array([0, 1, 0x387FEFFF, 0x387FF000, 0x387FF001, 0x38800000,
                                                      0x33000000, 0x33000001, 0x337FFFFF, 0x32FFFFFF], np.uint32)])
 
-    @numba.njit
-    def reference(src, out, bf16, overflow, subnormal):
-        st = 0
-        for i in range(src.size):
-            b, s = kcast.f32_to_16_bits(src[i], bf16, 0, overflow, subnormal)
-            out[i] = b
-            st |= s
-        return st
 
     for sign in (0, 1):
         src = (mags | np.uint32(sign << 31)).view(np.float32)
@@ -771,7 +776,7 @@ def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
                 chunk = src[lo:lo + (1 << 22)]
                 got, want = np.empty(chunk.size, np.uint16), np.empty(chunk.size, np.uint16)
                 st = kcube.finish_to_16(chunk, got, bf16, ovf, sub, hw)
-                assert st == reference(chunk, want, bf16, ovf, sub), (sign, ovf, sub, lo)
+                assert st == cast_reference(chunk, want, bf16, ovf, sub), (sign, ovf, sub, lo)
                 bad = np.flatnonzero(got != want)
                 assert bad.size == 0, (sign, ovf, sub, hex(chunk.view(np.uint32)[bad[0]]), hex(got[bad[0]]),
                                        hex(want[bad[0]]))
@@ -792,19 +797,6 @@ def test_finish_to_16_matches_cast_on_tiny_results(bf16, hw):
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
 def test_operand_rounding_matches_cast(bf16):
     """round_f32_operands (shortcut + cast fallback) equals the cast kernel then an exact widening."""
-    from numba import njit
-
-    from ascend_emu.kernels import cast as kcast
-
-    @njit
-    def reference(src, out, bf16, overflow, subnormal):
-        st = 0
-        for i in range(src.size):
-            b, s = kcast.f32_to_16_bits(src[i], bf16, 0, overflow, subnormal)
-            out[i] = b
-            st |= s
-        return st
-
     rng = np.random.default_rng(14)
     exps = (0, 1, 254, 255) if bf16 else (102, 112, 113, 142, 143, 255)
     parts = [rng.integers(0, 2 ** 32, 1 << 20, dtype=np.uint64).astype(np.uint32)]
@@ -817,7 +809,7 @@ def test_operand_rounding_matches_cast(bf16):
         out = np.empty_like(src)
         st = kcube.round_f32_operands(src, out, bf16, ovf, sub)
         bits = np.empty(src.size, np.uint16)
-        rst = reference(src, bits, bf16, ovf, sub)
+        rst = cast_reference(src, bits, bf16, ovf, sub)
         assert_same_bits(out, bits.view(dt).astype(np.float32), f"ovf={ovf} sub={sub}")
         assert st == rst
 
