@@ -24,7 +24,7 @@ from .dump import VARIANT, Dump, load_dump
 from .dump.format import CODED_FORMATS
 from .metrics import (CHUNK, ERROR, METRIC_COLUMNS, NA, NAN, PASS, WARNING, Thresholds,  # noqa: F401
                       _stats_compare, accuracy_reached, dtype_eps, tensor_metrics)
-from .noise import rounding_noise
+from .noise import additive_terms, rounding_noise
 
 #: how a row's Result is decided: ours (msprobe's former cosine rule) or msprobe 26.x's checkers
 RULES = ("ascend-emu", "msprobe")
@@ -430,12 +430,15 @@ def _mark_noise(npu: Dump, bench: Dump, keyed: list) -> None:
         if _kind(ndt) != "float" or _kind(bdt) != "float" or row["NPU Dtype"] in CODED_FORMATS \
                 or row["Bench Dtype"] in CODED_FORMATS:
             continue
+        op = npu.op(info.npu_op)
+        if additive_terms(npu, op, info.output) is None:
+            continue           # not a sum: no tensor read (a failing MatMul or Mul is never noise)
         try:
             nv = npu.tensor(info.npu_op, info.output)
             bv = bench.tensor(info.bench_op, info.bench_output if info.bench_output is not None else info.output)
         except Exception:      # statistics only, or no tensor file: nothing to judge element by element
             continue
-        msg = rounding_noise(npu, npu.op(info.npu_op), info.output, nv, bv)
+        msg = rounding_noise(npu, op, info.output, nv, bv)
         if msg:
             info.noise = True
             row["Err_message"] = f"{row['Err_message']} {msg}".strip()
