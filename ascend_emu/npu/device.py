@@ -285,6 +285,8 @@ class Device:
         fused = self._fused(graph)
         self._check_supported(fused.nodes)
         self._warn_unmatched_keep_dtype(graph, fused.nodes)
+        # ASCEND_EMU_PIN_THREADS: auto (the default), 1 or 0 (npu/threads.py); entered at the first op on all threads
+        pinned = Pinned()
         writer = None
         if dump_dir is not None and disk_check:
             from ..analysis.dump import graph_dump_bytes, op_selector
@@ -311,9 +313,8 @@ class Device:
         # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
         tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
                                              layout=writer is None and not keep_tensors)
-        pinned = Pinned()   # ASCEND_EMU_PIN_THREADS=1 or auto only (npu/threads.py)
+        run.threads.pin = pinned
         try:
-            pinned.__enter__()
             if writer is not None:
                 writer.__enter__()
                 if not tf1:    # (with TF1 control flow, recorded as each execution of the fused op runs)
@@ -355,8 +356,8 @@ class Device:
                 writer.__exit__(type(e), e, e.__traceback__)
             raise
         finally:
-            pinned.__exit__(None, None, None)
             run.threads.restore()
+            pinned.__exit__(None, None, None)
             if bar is not None:
                 bar.close()
         outputs = {t: env[t] for t in graph.outputs}

@@ -23,46 +23,68 @@ class Threads:
 
     def __init__(self):
         self.full = self.current = numba.get_num_threads()
+        self.pin = None   # a Pinned to enter at the replay's first op on all threads (a replay of small ops: never)
 
     def fit(self, elements: int, limit: int = SMALL_OP_ELEMENTS) -> None:
         want = 1 if elements <= limit else self.full
         if want != self.current:
             numba.set_num_threads(want)
             self.current = want
+        if want > 1 and self.pin is not None:
+            pin, self.pin = self.pin, None
+            pin.__enter__()
 
     def restore(self) -> None:
+        self.pin = None
         self.fit(SMALL_OP_ELEMENTS + 1)
 
 
-#: the opt-in to pin a replay's Numba threads one to a CPU (``ASCEND_EMU_PIN_THREADS=1``). On the 2-vCPU VM this
-#: project is measured on, the kernel woke the OpenMP worker (sleeping between kernels: passive wait, set by
-#: ``import ascend_emu``) on the replaying thread's vCPU even with the other one idle, so the two threads of every
-#: cube product ran one after the other: the zoo Transformer's replay 44.7 / 58.4 ms (best / median) unpinned,
-#: 30.9 / 41.2 ms pinned in quiet moments. Beside other busy processes a pinned thread cannot leave a vCPU that
-#: another process holds: 16-21% slower there, hence not the default (benchmarks/RESULTS.md, session 17).
-#: ``ASCEND_EMU_PIN_THREADS=auto`` pins a replay only when the CPUs were nearly idle of other processes.
+#: how a replay's Numba threads are placed (``ASCEND_EMU_PIN_THREADS``: ``auto``, the default; ``1``; ``0``). On the
+#: 2-vCPU VM this project is measured on, the kernel woke the OpenMP worker (sleeping between kernels: passive wait,
+#: set by ``import ascend_emu``) on the replaying thread's vCPU even with the other one idle, so the two threads of
+#: every cube product ran one after the other: the zoo Transformer's replay 44.0 / 54.3 ms (best / median of 46
+#: quiet rounds) unpinned, 31.2 / 42.5 ms pinned. Beside other busy processes a pinned thread cannot leave a vCPU
+#: that another process holds (16-21% slower with ``1``), so ``auto`` pins a replay only when the CPUs were nearly
+#: idle of other processes: in 385 busy rounds its median was the unpinned one's (benchmarks/RESULTS.md, session 17).
 PIN_ENV = "ASCEND_EMU_PIN_THREADS"
+_PIN_OFF = ("0", "false", "no", "off")
+_PIN_ON = ("1", "true", "yes", "on")
 
 
 class Pinned:
-    """While entered (around one replay), with ``ASCEND_EMU_PIN_THREADS=1``: the calling thread pinned to the CPU it
-    is on, each other Numba thread of its OpenMP team to another CPU it may run on; on exit every thread's former
-    CPU set back. With ``ASCEND_EMU_PIN_THREADS=auto`` only when other processes left the CPUs nearly idle since
-    the previous replay (:func:`_others_idle`). A no-op without the variable, with one Numba thread, or with
-    fewer CPUs allowed than threads. Results do not depend on it (where a thread runs decides no bit)."""
+    """While entered (around one replay): the calling thread pinned to the CPU it is on, each other Numba thread of
+    its OpenMP team to a CPU of another core it may run on; on exit every thread's former CPU set back, and a
+    thread started meanwhile (it inherited the caller's one CPU) given the caller's former set. By default
+    (``ASCEND_EMU_PIN_THREADS`` unset or ``auto``) only when other processes left the CPUs nearly idle since the
+    previous replay (:func:`_others_idle`); ``1`` always; ``0`` never. A no-op with one Numba thread or with fewer
+    cores allowed than threads (two SMT siblings of one core are one core here: pinning the threads onto one
+    core's siblings is what must not happen). Results do not depend on it (where a thread runs decides no bit)."""
 
     def __init__(self):
+        import os
+
+        mode = os.environ.get(PIN_ENV, "auto").strip().lower() or "auto"
+        if mode not in _PIN_OFF and mode not in _PIN_ON and mode != "auto":
+            from ..errors import AscendEmuError
+
+            raise AscendEmuError(f"{PIN_ENV}={mode!r} is not a thread placement: set it to auto, 1 or 0")
+        self.mode = "off" if mode in _PIN_OFF else "auto" if mode == "auto" else "on"
         self.saved: list = []
+        self.born_from: tuple = ()   # (the task ids before pinning, the caller's former CPU set, its pinned CPU)
 
     def __enter__(self):
         import os
 
-        mode = os.environ.get(PIN_ENV, "")
-        if mode not in ("1", "true", "yes", "auto") or not hasattr(os, "sched_setaffinity"):
+        mode = self.mode
+        if mode == "off" or not hasattr(os, "sched_setaffinity"):
             return self
         n = numba.get_num_threads()
         allowed = sorted(os.sched_getaffinity(0))
         if n < 2 or len(allowed) < n or (mode == "auto" and not _others_idle(allowed)):
+            return self
+        here = _current_cpu()
+        cpus = _one_per_core(([here] if here in allowed else []) + [c for c in allowed if c != here])
+        if len(cpus) < n:
             return self
         import numpy as np
 
@@ -75,12 +97,12 @@ class Pinned:
         me = threading.get_native_id()
         # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
         team = [me] + [t for t in dict.fromkeys(ids.tolist()) if t != me]
-        here = _current_cpu()
-        cpus = ([here] if here in allowed else []) + [c for c in allowed if c != here]
         try:
+            tasks = _tasks()
             for tid, cpu in zip(team, cpus):
                 self.saved.append((tid, os.sched_getaffinity(tid)))
                 os.sched_setaffinity(tid, {cpu})
+            self.born_from = (tasks, self.saved[0][1], {cpus[0]})
         except OSError:   # a thread gone, or a CPU set the system refuses: leave every thread as it was
             self.__exit__(None, None, None)
         except BaseException:   # an interrupt half way: every thread as it was, then the interrupt
@@ -96,8 +118,51 @@ class Pinned:
                 os.sched_setaffinity(tid, cpus)
             except OSError:
                 pass   # the thread ended
+        if self.born_from and self.born_from[0] is not None:
+            # a thread started during the replay (a callback's pool, a library's lazily started workers) inherited
+            # the caller's one CPU: the caller's former set, unless it has chosen a CPU set of its own since
+            before, former, pinned = self.born_from
+            for tid in set(_tasks() or ()) - before:
+                try:
+                    if os.sched_getaffinity(tid) == pinned:
+                        os.sched_setaffinity(tid, former)
+                except OSError:
+                    pass   # the thread ended
         self.saved = []
+        self.born_from = ()
         return False
+
+
+def _tasks():
+    """The ids of this process's threads (None where /proc is unreadable)."""
+    import os
+
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return None
+
+
+def _one_per_core(cpus: list) -> list:
+    """The CPUs in order, dropping each one whose core an earlier one already has (:func:`_core_of`)."""
+    seen, out = set(), []
+    for c in cpus:
+        core = _core_of(c)
+        if core not in seen:
+            seen.add(core)
+            out.append(c)
+    return out
+
+
+def _core_of(cpu: int):
+    """The core a CPU belongs to (its package and core id in sysfs); a CPU whose topology is unreadable counts as
+    a core of its own."""
+    try:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        with open(base + "physical_package_id") as f, open(base + "core_id") as g:
+            return int(f.read()), int(g.read())
+    except (OSError, ValueError):
+        return "cpu", cpu
 
 
 #: ``ASCEND_EMU_PIN_THREADS=auto`` pins only when other processes used less than this share of the allowed CPUs'
@@ -112,7 +177,9 @@ def _ticks(allowed) -> dict:
     try:
         with open("/proc/stat") as f:
             for line in f:
-                if line.startswith("cpu") and line[3].isdigit():
+                if not line.startswith("cpu"):
+                    break   # the CPU lines come first; the rest (the interrupt counts) is long
+                if line[3].isdigit():
                     v = line.split()
                     cpu = int(v[0][3:])
                     if cpu in allowed:
