@@ -26,7 +26,7 @@ _API = {
     "cast": "ascend_emu.numerics.vector",
     "vector": "ascend_emu.numerics.vector",
     "to_hf32": "ascend_emu.numerics.hf32",
-    "reduce": "ascend_emu.numerics.vector",
+    "reduce": "ascend_emu.numerics.reduction",
     "VECTOR_OPS": "ascend_emu.numerics.vector",
     "matmul": "ascend_emu.numerics.cube",
     "matmul_lowfloat": "ascend_emu.numerics.lowfloat",

@@ -10,6 +10,7 @@ the cube (matrix) unit, the float status register. No TensorFlow, no graphs.
 """
 from .policy import CubeModel, NumericsPolicy  # noqa: F401
 from .status import FloatStatus, decode_status  # noqa: F401
-from .vector import REDUCE_OPS, VECTOR_OPS, cast, flush_f32_subnormals, reduce, vector  # noqa: F401
+from .reduction import REDUCE_OPS, reduce  # noqa: F401
+from .vector import VECTOR_OPS, cast, flush_f32_subnormals, vector  # noqa: F401
 from .trig import trig  # noqa: F401
 from .cube import batch_matmul, conv2d, depthwise_conv2d, matmul  # noqa: F401

@@ -25,7 +25,7 @@ def snapshot(multicore):
 
 def sums(mode: int, x: np.ndarray, g, mu, rstd, *, overflow_mode: str, subnormals: str, multicore):
     """The two per-channel float32 sums of ``mode`` (``kernels/batchnorm.py`` ``bn_sums_f32``) of float32
-    (N, H, W, C) ``x`` (and ``g``), split over the vector cores as ``numerics.vector.reduce`` splits a Sum under
+    (N, H, W, C) ``x`` (and ``g``), split over the vector cores as ``numerics.reduction.reduce`` splits a Sum under
     ``multicore`` (one arrival order drawn per sum, in the order of the sums; SUM: one sum, one draw); None if a
     sum is not finite."""
     n, c = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]

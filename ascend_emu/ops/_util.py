@@ -122,7 +122,7 @@ def sum_f32(ctx, x, axes) -> np.ndarray:
     """Sequential float32 sum of float32 ``x`` over ``axes`` (the vector unit's ReduceSum in
     float32, NUMERICS.md section 2), split over cores under ``ctx.multicore`` (section 11); its
     status goes into ``ctx``."""
-    from ..numerics.vector import reduce
+    from ..numerics.reduction import reduce
 
     y, st = reduce("sum", x, axis=axes, dtype="float32", accumulate="float32", overflow_mode=ctx.overflow_mode,
                    subnormals=ctx.subnormals, multicore=ctx.multicore)

@@ -177,7 +177,7 @@ def depthwise_backprop_filter(x, filter_sizes, dy, *, ctx, strides, padding, dil
     "a float32 sum, one rounding, as the kernel; the summation order assumed"))
 def bias_add_grad(dy, *, ctx, data_format="NHWC"):
     """Sum of dy over every axis but the channel axis, accumulated as the other reductions."""
-    from ..numerics.vector import reduce
+    from ..numerics.reduction import reduce
 
     if data_format not in ("NHWC", "N..C", None):
         raise NotImplementedError(f"BiasAddGrad data_format {data_format}")

@@ -3,7 +3,7 @@
 Both take the log of a sum of exponentials; the kernels do it in float32 steps that the float64 composite model
 (one rounding) smooths over. Every vector instruction is one float32 step of the vector unit (rounded, and
 saturated and flagged under ``saturation``), exp and log its float32 transcendentals (``impl_mode``), sums the
-float32 ReduceSum of :func:`ascend_emu.numerics.vector.reduce`; the result is cast back once (RINT). The ops call
+float32 ReduceSum of :func:`ascend_emu.numerics.reduction.reduce`; the result is cast back once (RINT). The ops call
 these unless ``ctx.op_model`` is ``exact``.
 """
 from __future__ import annotations

@@ -270,7 +270,7 @@ def _reduce(name, tf_type):
         if not is_float(x):
             fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}[name]
             return np.asarray(fn(x, axis=axes, keepdims=bool(keep_dims))).astype(x.dtype)
-        from ..numerics.vector import reduce
+        from ..numerics.reduction import reduce
 
         y, st = reduce(name, x, axis=axes, keepdims=bool(keep_dims), dtype=ctx.dtype_name,
                        # the fp16-accumulator option concerns fp16 reductions only

@@ -3,7 +3,7 @@
 Softmax, LayerNorm and inference BatchNorm as CANN's published kernels compute them: the
 input widened exactly to float32, every vector instruction one float32 step (rounded, and
 saturated under saturation, by the vector unit's own float32 ops), reductions in a float32
-accumulator in the order of :func:`ascend_emu.numerics.vector.reduce`, and one cast back to
+accumulator in the order of :func:`ascend_emu.numerics.reduction.reduce`, and one cast back to
 the compute dtype at the end. ``ctx.op_model`` picks the kernel family: ``tbe_v100`` /
 ``tbe_v220`` (the TBE kernels Ascend910 / Ascend910B run) or ``ascendc`` (ops-nn's Ascend C
 kernels); the ops call these only when it is not ``exact``.
@@ -15,7 +15,8 @@ import numpy as np
 from ..kernels import cast as _kcast
 from ..kernels import composite as _kc
 from ..numerics.policy import bfloat16
-from ..numerics.vector import cast, reduce
+from ..numerics.reduction import reduce
+from ..numerics.vector import cast
 from ._util import HALF, finish, to_f32
 from .math_ops import vec
 from .registry import OpContext

@@ -11,7 +11,7 @@ import pytest
 from ascend_emu.errors import AscendEmuError
 from ascend_emu.numerics.cube import matmul
 from ascend_emu.numerics.multicore import Launch, MultiCoreModel, even_bounds, resolve_level, segment_add
-from ascend_emu.numerics.vector import reduce
+from ascend_emu.numerics.reduction import reduce
 from ascend_emu.ops import OPS, OpContext
 from ascend_emu.ops.multicore import MULTICORE_OPS
 
