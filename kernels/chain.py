@@ -210,3 +210,42 @@ def chain_to_f16(h16, f32, src, steps, c, blk, out):
     for it in range(nitem):
         r |= bad[it]
     return r
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def affine_to_f16(x, p, q, lo, hi, out):
+    """out[i] = fp16 RNE of ``v = x[i] * p[j] + q[j]; v = min(v, hi); v = v > lo ? v : +0`` in float32, x fp16 bits
+    widened, j = i % p.size; returns non-zero if ``x[i] * p[j]`` or ``v`` before the selections is Inf or NaN, or the
+    output is (out is then not the chain's).
+
+    One pass per element for the chains :func:`chain_to_f16` runs in one loop per step (BN's ``Mul, AddV2, Relu``): a
+    missing step is its exact identity (``* 1``, ``+ -0``, a subtraction the addition of the negated row, ``hi``
+    +Inf, ``lo`` -Inf), so one loop serves every form. p and q are rows of a block (a multiple of the channels)."""
+    n = out.size
+    blk = p.size
+    per = max(1, _CHUNK // blk)          # blocks per work item
+    nblk = (n + blk - 1) // blk
+    nitem = (nblk + per - 1) // per
+    bad = np.zeros(nitem, dtype=np.int64)
+    zero = np.float32(0.0)
+    for it in prange(nitem):
+        good = True
+        for b in range(it * per, min(nblk, (it + 1) * per)):
+            lo0 = b * blk
+            m = min(blk, n - lo0)
+            xs = x[lo0:lo0 + m]
+            o = out[lo0:lo0 + m]
+            for j in range(m):
+                v = f16_to_f32_hw(xs[j]) * p[j]
+                good &= abs(v) <= FLT_MAX
+                v = v + q[j]
+                good &= abs(v) <= FLT_MAX
+                v = v if v < hi else hi
+                h = f32_to_f16_hw(v if v > lo else zero)
+                o[j] = h
+                good &= (h & np.uint16(0x7FFF)) < np.uint16(0x7C00)
+        bad[it] = not good
+    r = np.int64(0)
+    for it in range(nitem):
+        r |= bad[it]
+    return r

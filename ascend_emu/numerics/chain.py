@@ -172,6 +172,73 @@ def _fold_prefix(inputs, steps, shape, c, block):
     return [inputs[k] for k in keep] + [value], out
 
 
+_ONE_F32, _NEG_ZERO, _INF = np.float32(1.0), np.float32(-0.0), np.float32(np.inf)
+
+
+def _row(src, h16, f32, k, blk, c, negate=False):
+    """Input ``k`` (per channel or one value) as the float32 row of a block: element j reads channel ``j % c``."""
+    which, idx, layout = src[k]
+    vals = h16[idx].view(np.float16).astype(_F32) if which == 0 else np.asarray(f32[idx], _F32)
+    if negate:
+        vals = np.negative(vals)   # exact: a - b is a + (-b) in IEEE arithmetic
+    return np.full(blk, vals[0], _F32) if layout == 2 else np.tile(vals, blk // c)
+
+
+def _affine_form(prog, src, h16, f32, blk, c):
+    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, lo, hi) when the program is, in this order,
+    an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional ``Add`` (either
+    order) or ``Sub`` (the running value first) of one, an optional ``Relu`` / ``Relu6``, at least two steps of them
+    and no other: the chain in one pass per element, every step the same float32 operation (a multiplication and an
+    addition are commutative in IEEE arithmetic, bit for bit); None otherwise (the step-by-step kernel runs)."""
+    ns = prog.shape[0]
+    if ns < 2 or ns > 3:
+        return None
+    steps = prog.tolist()
+
+    def full16(k):
+        return k >= 0 and src[k][0] == 0 and src[k][2] == 0
+
+    def small(k):
+        return k >= 0 and src[k][2] != 0
+
+    x = p = q = None
+    neg = False
+    s = 0
+    code, a, b = steps[0]
+    if code == MUL:
+        if full16(a) and small(b):
+            x, p = a, b
+        elif full16(b) and small(a):
+            x, p = b, a
+        else:
+            return None
+        s = 1
+    if s < ns and steps[s][0] in (ADD, SUB):
+        code, a, b = steps[s]
+        run = (lambda k: k == -1) if x is not None else full16
+        if run(a) and small(b):
+            xk, q, neg = a, b, code == SUB
+        elif code == ADD and run(b) and small(a):
+            xk, q = b, a
+        else:
+            return None
+        if x is None:
+            x = xk
+        s += 1
+    if x is None:
+        return None
+    lo, hi = -_INF, _INF
+    if s < ns and steps[s][0] in (CHAIN_RELU, CHAIN_RELU6) and steps[s][1] == -1:
+        lo = np.float32(0.0)
+        hi = np.float32(6.0) if steps[s][0] == CHAIN_RELU6 else _INF
+        s += 1
+    if s != ns:
+        return None
+    prow = _row(src, h16, f32, p, blk, c) if p is not None else np.full(blk, _ONE_F32)
+    qrow = _row(src, h16, f32, q, blk, c, neg) if q is not None else np.full(blk, _NEG_ZERO)
+    return h16[src[x][1]], prow, qrow, lo, hi
+
+
 def chain_to_f16(inputs, steps):
     """The fp16 result of ``steps`` on ``inputs``, or None.
 
@@ -243,6 +310,12 @@ def chain_to_f16(inputs, steps):
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK
     out = _alloc.empty(n, np.uint16)
+    affine = _affine_form(prog, src, h16, f32, blk, c)
+    if affine is not None:
+        # one pass per element (BN's Mul, AddV2, Relu): the step-by-step loops read and write a block once a step
+        if _kch.affine_to_f16(*affine, out):
+            return None
+        return out.view(np.float16).reshape(shape)
     bad = _kch.chain_to_f16(_slots(h16, _EMPTY16), _slots(f32, _EMPTY32), np.array(src, np.int64), prog, c, blk,
                             out)
     if bad:
