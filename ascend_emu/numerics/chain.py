@@ -185,13 +185,15 @@ def _row(src, h16, f32, k, blk, c, negate=False):
 
 
 def _affine_form(prog, src, h16, f32, blk, c):
-    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, lo, hi) when the program is, in this order,
-    an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional ``Add`` (either
-    order) or ``Sub`` (the running value first) of one, an optional ``Relu`` / ``Relu6``, at least two steps of them
-    and no other: the chain in one pass per element, every step the same float32 operation (a multiplication and an
-    addition are commutative in IEEE arithmetic, bit for bit); None otherwise (the step-by-step kernel runs)."""
+    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, mode, z, lo, hi) when the program is, in
+    this order, an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional
+    ``Add`` (either order) or ``Sub`` (the running value first) of one, then either nothing, or a rounding to fp16
+    and the running value's square (SquaredDifference), or an ``Add`` of a full-size fp16 input (an AddN), then an
+    optional ``Relu`` / ``Relu6``: at least two steps and no other, the chain in one pass per element, each step the
+    same float32 operation (a multiplication and an addition are commutative in IEEE arithmetic, bit for bit);
+    None otherwise (the step-by-step kernel runs)."""
     ns = prog.shape[0]
-    if ns < 2 or ns > 3:
+    if ns < 2 or ns > 5:
         return None
     steps = prog.tolist()
 
@@ -201,7 +203,7 @@ def _affine_form(prog, src, h16, f32, blk, c):
     def small(k):
         return k >= 0 and src[k][2] != 0
 
-    x = p = q = None
+    x = p = q = z = None
     neg = False
     s = 0
     code, a, b = steps[0]
@@ -221,12 +223,20 @@ def _affine_form(prog, src, h16, f32, blk, c):
         elif code == ADD and run(b) and small(a):
             xk, q = b, a
         else:
-            return None
-        if x is None:
-            x = xk
-        s += 1
+            xk = None
+        if xk is not None:
+            x = x if x is not None else xk
+            s += 1
     if x is None:
         return None
+    mode = _kch.PLAIN
+    if s + 1 < ns and steps[s][0] == CHAIN_ROUND16 and steps[s][1] == -1 and steps[s + 1] == [MUL, -1, -1]:
+        mode, s = _kch.SQUARE, s + 2
+    elif s < ns and steps[s][0] == ADD and -1 in steps[s][1:]:
+        _, a, b = steps[s]
+        other = b if a == -1 else a
+        if full16(other):
+            mode, z, s = _kch.PLUS, other, s + 1
     lo, hi = -_INF, _INF
     if s < ns and steps[s][0] in (CHAIN_RELU, CHAIN_RELU6) and steps[s][1] == -1:
         lo = np.float32(0.0)
@@ -236,7 +246,8 @@ def _affine_form(prog, src, h16, f32, blk, c):
         return None
     prow = _row(src, h16, f32, p, blk, c) if p is not None else np.full(blk, _ONE_F32)
     qrow = _row(src, h16, f32, q, blk, c, neg) if q is not None else np.full(blk, _NEG_ZERO)
-    return h16[src[x][1]], prow, qrow, lo, hi
+    xb = h16[src[x][1]]
+    return xb, prow, qrow, mode, (h16[src[z][1]] if z is not None else xb), lo, hi
 
 
 def chain_to_f16(inputs, steps):
@@ -312,7 +323,8 @@ def chain_to_f16(inputs, steps):
     out = _alloc.empty(n, np.uint16)
     affine = _affine_form(prog, src, h16, f32, blk, c)
     if affine is not None:
-        # one pass per element (BN's Mul, AddV2, Relu): the step-by-step loops read and write a block once a step
+        # one pass per element (BN's Mul, AddV2, Relu; SquaredDifference; an AddN): the step-by-step kernel's
+        # loops read and write a block once a step
         if _kch.affine_to_f16(*affine, out):
             return None
         return out.view(np.float16).reshape(shape)

@@ -1,7 +1,8 @@
 """The one-pass-per-element form of the fp16 chain kernel (``kernels/chain.affine_to_f16``, chosen by
 ``numerics/chain._affine_form``): BN's ``Mul, AddV2, Relu`` and the other chains of an optional multiplication, an
-optional addition or subtraction and an optional relu / relu6 on a full-size fp16 tensor and per-channel or one-value
-operands. Against an oracle written from the definition (each step one IEEE float32 operation as numpy computes it,
+optional addition or subtraction (per-channel or one-value operands) on a full-size fp16 tensor, then a rounding to
+fp16 and a square (SquaredDifference) or the addition of another full-size fp16 tensor (an AddN), then an optional
+relu / relu6. Against an oracle written from the definition (each step one IEEE float32 operation as numpy computes it,
 the fp16 result by numpy's round-to-nearest-even conversion, None wherever a step result, a relu's operand or the
 fp16 output is Inf or NaN), on every finite fp16 value of the tensor, and against the step-by-step kernel it stands
 in for.
@@ -29,7 +30,9 @@ def _oracle(xs, steps):
         cur = None
         for name, a, b in steps:
             x = cur if a == -1 else vals[a]
-            if name in ("relu", "relu6"):
+            if name == "round16":
+                cur = x.astype(np.float16).astype(np.float32)
+            elif name in ("relu", "relu6"):
                 if not np.isfinite(x).all():
                     return None
                 v = np.minimum(x, np.float32(6)) if name == "relu6" else x
@@ -57,8 +60,12 @@ def _channel(dt, rng, scale):
     return v.astype(dt)
 
 
-# (steps, inputs' roles): 0 the full-size fp16 tensor, 1 and 2 the small operands
+# (steps, inputs' roles): 0 the full-size fp16 tensor, 1 and 2 the small operands, 3 another full-size fp16 tensor
 FORMS = [
+    [("sub", 0, 2), ("round16", -1, -2), ("mul", -1, -1)],                      # SquaredDifference
+    [("mul", 0, 1), ("add", -1, 2), ("round16", -1, -2), ("mul", -1, -1), ("relu6", -1, -2)],
+    [("add", 0, 2), ("add", -1, 3)],                                            # an AddN
+    [("mul", 1, 0), ("add", 3, -1), ("relu", -1, -2)],
     [("mul", 0, 1), ("add", -1, 2), ("relu", -1, -2)],      # BN's forward and the ReLU
     [("mul", 1, 0), ("add", 2, -1)],                        # the operands the other way round
     [("mul", 0, 1), ("sub", -1, 2), ("relu6", -1, -2)],
@@ -67,18 +74,27 @@ FORMS = [
     [("mul", 0, 1), ("relu", -1, -2)],
     [("add", 2, 0), ("mul", -1, 1)],                        # not the form: the step-by-step kernel
     [("sub", 2, 0), ("relu", -1, -2)],                      # the running value second: not the form
+    [("sub", 0, 2), ("round16", -1, -2), ("relu", -1, -2)],  # a rounding without the square: not the form
+    [("add", 0, 3), ("relu", -1, -2)],                      # two full-size tensors first: not the form
 ]
+IN_FORM = 10
+IDS = ["sqdiff", "bn_square_relu6", "add_n", "mul_plus_relu", "bn_relu", "swapped", "sub_relu6", "add_relu",
+       "sub_relu6_only", "mul_relu", "not_add_mul", "not_rsub", "not_round_relu", "not_two_full"]
 
 
-def _inputs(steps, x, p, q):
+def _inputs(steps, x, p, q, z=None):
     used = sorted({k for _, a, b in steps for k in (a, b) if k >= 0})
     remap = {k: i for i, k in enumerate(used)}
     prog = [(n, remap.get(a, a), remap.get(b, b)) for n, a, b in steps]
-    return [(x, p, q)[k] for k in used], prog
+    return [(x, p, q, z)[k] for k in used], prog
 
 
-@pytest.mark.parametrize("steps", FORMS, ids=["bn_relu", "swapped", "sub_relu6", "add_relu", "sub_relu6_only",
-                                              "mul_relu", "not_add_mul", "not_rsub"])
+def _other(x, rng):
+    """A second full-size fp16 tensor: ``x``'s values shuffled and scaled by 2^-8 (sums stay inside fp16)."""
+    return (rng.permutation(x.reshape(-1)).astype(np.float32) / 256).astype(np.float16).reshape(x.shape)
+
+
+@pytest.mark.parametrize("steps", FORMS, ids=IDS)
 @pytest.mark.parametrize("dt", ["float16", "float32"])
 def test_every_finite_fp16_value(steps, dt, monkeypatch):
     """Every finite fp16 value of the tensor through the chain with per-channel operands of either dtype (and
@@ -86,13 +102,17 @@ def test_every_finite_fp16_value(steps, dt, monkeypatch):
     step-by-step one, and both give the same bits."""
     rng = np.random.default_rng(46)
     x = _finite_fp16()
+    if any(name == "round16" for name, _, _ in steps):
+        # squares stay inside fp16: every fp16 value of magnitude below 128 (45,056 patterns)
+        x = x.reshape(-1)[np.abs(x.reshape(-1).astype(np.float32)) < 128].reshape(-1, C)
     p, q = _channel(dt, rng, 0.5), _channel(dt, rng, 2.0)
-    in_form = nchain._affine_form is not None and steps in FORMS[:6]
+    z = _other(x, rng)
+    in_form = steps in FORMS[:IN_FORM]
     calls = []
     real = nchain._kch.affine_to_f16
     monkeypatch.setattr(nchain._kch, "affine_to_f16", lambda *a: calls.append(1) or real(*a))
     for p_, q_ in ((p, q), (np.asarray(p[7]), np.asarray(q[9])), (np.broadcast_to(p, x.shape), q)):
-        xs, prog = _inputs(steps, x, p_, q_)
+        xs, prog = _inputs(steps, x, p_, q_, z)
         want = _oracle(xs, prog)
         assert want is not None
         got = nchain.chain_to_f16(xs, prog)
@@ -104,8 +124,7 @@ def test_every_finite_fp16_value(steps, dt, monkeypatch):
     assert len(calls) == (3 if in_form else 0)
 
 
-@pytest.mark.parametrize("steps", FORMS[:6], ids=["bn_relu", "swapped", "sub_relu6", "add_relu", "sub_relu6_only",
-                                                  "mul_relu"])
+@pytest.mark.parametrize("steps", FORMS[:IN_FORM], ids=IDS[:IN_FORM])
 def test_inf_nan_and_overflow_hand_the_chain_back(steps):
     """An Inf or NaN in the tensor or an operand, a float32 product or sum that overflows, an fp16 result that
     overflows (a relu would not hide an Inf before it): None, as the oracle says, where the relu and relu6 would
@@ -129,9 +148,14 @@ def test_inf_nan_and_overflow_hand_the_chain_back(steps):
     cases.append((big, np.full(C, 3e34, np.float32), q))        # float32 overflow of the product
     cases.append((big, np.full(C, 2.0, np.float32), q))         # fp16 overflow of the result
     cases.append((big, p, np.full(C, -3.4e38, np.float32)))     # -Inf from the sum (relu would make it 0)
+    z = _other(base, rng)
+    zz = z.copy()
+    zz[2, 2, 2] = np.nan
+    cases.append((base, p, q, zz))                              # a NaN in the second tensor
+    cases.append((base * np.float16(60), p, q, z))              # squares overflow fp16 at the rounding's square
     seen = 0
-    for x, p_, q_ in cases:
-        xs, prog = _inputs(steps, x, p_, q_)
+    for x, p_, q_, *rest in cases:
+        xs, prog = _inputs(steps, x, p_, q_, rest[0] if rest else z)
         want = _oracle(xs, prog)
         got = nchain.chain_to_f16(xs, prog)
         assert (got is None) == (want is None), (steps, x.max(), p_, q_)
