@@ -119,6 +119,11 @@ def _trailing_block(inputs, shape) -> tuple:
 _FOLD = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}
 
 
+def _whole(x, shape) -> bool:
+    """Whether ``x`` holds a value per element of ``shape`` (of that shape, no zero strides): no folding reads it."""
+    return type(x) is np.ndarray and x.shape == shape and 0 not in x.strides
+
+
 def _fold_prefix(inputs, steps, shape, c, block):
     """(inputs, steps) with the chain's leading steps that read only one-value or per-channel inputs (BN's
     gradient ``mean_grad / n * 2`` before it meets the full-size tensor) computed once on their distinct values,
@@ -126,6 +131,9 @@ def _fold_prefix(inputs, steps, shape, c, block):
     when there is no such prefix or folding it would change the result's shape; None when any step of the prefix
     gives an Inf or NaN (the kernel's check of that step fails at every element that reads it: the full path runs,
     with its status)."""
+    name, a, b = steps[0]
+    if name not in _FOLD or a < 0 or b < 0 or _whole(inputs[a], shape) or _whole(inputs[b], shape):
+        return inputs, steps      # no prefix (most chains start on the full-size tensor): nothing to look at
     n = int(math.prod(shape))
     small = {}
     for k, x in enumerate(inputs):
@@ -184,16 +192,21 @@ def _row(src, h16, f32, k, blk, c, negate=False):
     return np.full(blk, vals[0], _F32) if layout == 2 else np.tile(vals, blk // c)
 
 
-def _affine_form(prog, src, h16, f32, blk, c):
-    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, mode, z, lo, hi) when the program is, in
-    this order, an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional
-    ``Add`` (either order) or ``Sub`` (the running value first) of one, then either nothing, or a rounding to fp16
-    and the running value's square (SquaredDifference), or an ``Add`` of a full-size fp16 input (an AddN), then an
-    optional ``Relu`` / ``Relu6``: at least two steps and no other, the chain in one pass per element, each step the
-    same float32 operation (a multiplication and an addition are commutative in IEEE arithmetic, bit for bit);
-    None otherwise (the step-by-step kernel runs)."""
-    ns = prog.shape[0]
+@functools.lru_cache(maxsize=1024)
+def _affine_plan(steps: tuple, src: tuple):
+    """Which inputs ``kernels/chain.affine_to_f16`` takes and how (x, p, q, negate q, mode, z, lo, hi; None for a
+    missing step) when the chain ``steps`` on inputs laid out as ``src`` (see :func:`chain_to_f16`) is, in this
+    order, an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional ``Add``
+    (either order) or ``Sub`` (the running value first) of one, then either nothing, or a rounding to fp16 and the
+    running value's square (SquaredDifference), or an ``Add`` of a full-size fp16 input (an AddN), then an optional
+    ``Relu`` / ``Relu6``: at least two steps and no other, the chain in one pass per element, each step the same
+    float32 operation (a multiplication and an addition are commutative in IEEE arithmetic, bit for bit); None
+    otherwise (the step-by-step kernel runs). Worked out once per chain and layout."""
+    ns = len(steps)
     if ns < 2 or ns > 5:
+        return None
+    prog = _program(steps, len(src))
+    if prog is None:
         return None
     steps = prog.tolist()
 
@@ -244,6 +257,16 @@ def _affine_form(prog, src, h16, f32, blk, c):
         s += 1
     if s != ns:
         return None
+    return x, p, q, neg, mode, z, lo, hi
+
+
+def _affine_form(steps, src, h16, f32, blk, c):
+    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, mode, z, lo, hi) for the chain ``steps``
+    on the inputs ``h16`` / ``f32`` laid out as ``src`` when :func:`_affine_plan` finds its form, else None."""
+    plan = _affine_plan(tuple(steps), tuple(src))
+    if plan is None:
+        return None
+    x, p, q, neg, mode, z, lo, hi = plan
     prow = _row(src, h16, f32, p, blk, c) if p is not None else np.full(blk, _ONE_F32)
     qrow = _row(src, h16, f32, q, blk, c, neg) if q is not None else np.full(blk, _NEG_ZERO)
     xb = h16[src[x][1]]
@@ -321,7 +344,7 @@ def chain_to_f16(inputs, steps):
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK
     out = _alloc.empty(n, np.uint16)
-    affine = _affine_form(prog, src, h16, f32, blk, c)
+    affine = _affine_form(steps, src, h16, f32, blk, c)
     if affine is not None:
         # one pass per element (BN's Mul, AddV2, Relu; SquaredDifference; an AddN): the step-by-step kernel's
         # loops read and write a block once a step
