@@ -202,3 +202,31 @@ def bn_apply_f32(mode, x, g, a, b, s, flush, flush_out, out):
                     out[n, h, w, c] = _flushed(y, flush_out)
         bad[n] = nb
     return bad.sum() == 0
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def bn_apply_f32_rows(mode, x, g, a, b, s, flush, flush_out, out):
+    """:func:`bn_apply_f32`'s chains, the same float32 operations per element, an element row (n, h, w) at a time
+    with its channels innermost: for x, g and out whose channels are adjacent in memory (NHWC), where the
+    channel-outer loop strides through the tensor once per channel. Returns True when every result is finite."""
+    N, H, W, C = x.shape
+    bad = np.zeros(N, dtype=np.int64)
+    for n in prange(N):
+        good = True
+        for h in range(H):
+            for w in range(W):
+                xs = x[n, h, w]
+                o = out[n, h, w]
+                if mode == FORWARD:
+                    for c in range(C):
+                        y = a[c] * _flushed(xs[c], flush) + b[c]
+                        good &= abs(y) <= _MAX
+                        o[c] = _flushed(y, flush_out)
+                else:
+                    gs = g[n, h, w]
+                    for c in range(C):
+                        y = ((_flushed(gs[c], flush) + a[c] * _flushed(xs[c], flush)) + b[c]) * s[c]
+                        good &= abs(y) <= _MAX
+                        o[c] = _flushed(y, flush_out)
+        bad[n] = not good
+    return bad.sum() == 0

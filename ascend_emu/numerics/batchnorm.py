@@ -52,8 +52,11 @@ def apply(mode: int, x: np.ndarray, g, a, b, s, *, subnormals: str, flush_out: b
     result is not finite."""
     f32 = np.float32
     out = np.empty_like(x, dtype=f32)
-    ok = _kb.bn_apply_f32(mode, x, x if g is None else g, np.asarray(a, f32), np.asarray(b, f32),
-                          np.asarray(s, f32), subnormals == "flush", bool(flush_out), out)
+    # channels adjacent in memory (NHWC): a row of channels at a time; else the channel-outer loop
+    rows = x.strides[3] == 4 and out.strides[3] == 4 and (g is None or g.strides[3] == 4)
+    kernel = _kb.bn_apply_f32_rows if rows else _kb.bn_apply_f32
+    ok = kernel(mode, x, x if g is None else g, np.asarray(a, f32), np.asarray(b, f32),
+                np.asarray(s, f32), subnormals == "flush", bool(flush_out), out)
     return out if ok else None
 
 

@@ -188,7 +188,7 @@ def test_bias_add_grad_pass_matches_the_oracle_and_the_reduction(monkeypatch):
 @pytest.mark.parametrize("channels", [16, 40])
 def test_channels_side_by_side_match_the_numpy_chain_and_the_channel_loop(monkeypatch, channels):
     """NHWC inputs of more channels than one side-by-side block holds (16; 40 = 16 + 16 + 8): the batch norm ops'
-    sums by ``bn_sums_f32_rows`` against their numpy formulation, whole and split over cores, subnormals kept and
+    sums by ``bn_sums_f32_rows`` and chains by ``bn_apply_f32_rows`` against their numpy formulation, whole and split over cores, subnormals kept and
     flushed, and each sum's bits against the channel-by-channel kernel's."""
     from ascend_emu.kernels import batchnorm as kb
 
@@ -198,9 +198,10 @@ def test_channels_side_by_side_match_the_numpy_chain_and_the_channel_loop(monkey
     dy = rng.standard_normal(shape).astype(np.float32)
     x[0, 0, :, 3] *= np.float32(1e-39)                          # subnormals in one channel of each block
     dy[1, 2, :, 17 % channels] *= np.float32(1e-39)
-    calls = []
-    real = kb.bn_sums_f32_rows
+    calls, applied = [], []
+    real, real_apply = kb.bn_sums_f32_rows, kb.bn_apply_f32_rows
     monkeypatch.setattr(kb, "bn_sums_f32_rows", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kb, "bn_apply_f32_rows", lambda *a: applied.append(1) or real_apply(*a))
     for sub in ("keep", "flush"):
         for split in (False, True):
             got = _run(x, dy, "float32", sub, "inf_nan", split, channels)
@@ -221,4 +222,4 @@ def test_channels_side_by_side_match_the_numpy_chain_and_the_channel_loop(monkey
                                  multicore=_launch(5) if split else None)
                 for u, v in zip(a, b):
                     np.testing.assert_array_equal(_bits(u), _bits(v))
-    assert len(calls) >= 4 * 2 + 4 * 3
+    assert len(calls) >= 4 * 2 + 4 * 3 and len(applied) == 4 * 2    # BN's y and dx: the rows kernel
