@@ -37,10 +37,13 @@ def sums(mode: int, x: np.ndarray, g, mu, rstd, *, overflow_mode: str, subnormal
         p2 = multicore.row_orders(c, len(bounds) - 1) if mode != SUM else p1
     out1, out2 = np.empty(c, np.float32), np.empty(c, np.float32)
     f32 = np.float32
-    ok = _kb.bn_sums_f32(mode, x, x if g is None else g, np.asarray(mu, f32), np.asarray(rstd, f32), bounds,
-                         p1.reshape(c, -1) if p1.size else np.zeros((c, 0), np.int64),
-                         p2.reshape(c, -1) if p2.size else np.zeros((c, 0), np.int64), subnormals == "flush",
-                         config.overflow_code(overflow_mode), config.subnormal_code(subnormals), out1, out2)
+    # channels adjacent in memory (NHWC): several channels' running sums side by side; else channel by channel
+    rows = x.strides[3] == 4 and (g is None or g.strides[3] == 4)
+    kernel = _kb.bn_sums_f32_rows if rows else _kb.bn_sums_f32
+    ok = kernel(mode, x, x if g is None else g, np.asarray(mu, f32), np.asarray(rstd, f32), bounds,
+                p1.reshape(c, -1) if p1.size else np.zeros((c, 0), np.int64),
+                p2.reshape(c, -1) if p2.size else np.zeros((c, 0), np.int64), subnormals == "flush",
+                config.overflow_code(overflow_mode), config.subnormal_code(subnormals), out1, out2)
     return (out1, out2) if ok else None
 
 
@@ -49,8 +52,11 @@ def apply(mode: int, x: np.ndarray, g, a, b, s, *, subnormals: str, flush_out: b
     result is not finite."""
     f32 = np.float32
     out = np.empty_like(x, dtype=f32)
-    ok = _kb.bn_apply_f32(mode, x, x if g is None else g, np.asarray(a, f32), np.asarray(b, f32),
-                          np.asarray(s, f32), subnormals == "flush", bool(flush_out), out)
+    # channels adjacent in memory (NHWC): a row of channels at a time; else the channel-outer loop
+    rows = x.strides[3] == 4 and out.strides[3] == 4 and (g is None or g.strides[3] == 4)
+    kernel = _kb.bn_apply_f32_rows if rows else _kb.bn_apply_f32
+    ok = kernel(mode, x, x if g is None else g, np.asarray(a, f32), np.asarray(b, f32),
+                np.asarray(s, f32), subnormals == "flush", bool(flush_out), out)
     return out if ok else None
 
 

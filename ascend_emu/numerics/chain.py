@@ -119,6 +119,11 @@ def _trailing_block(inputs, shape) -> tuple:
 _FOLD = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}
 
 
+def _whole(x, shape) -> bool:
+    """Whether ``x`` holds a value per element of ``shape`` (of that shape, no zero strides): no folding reads it."""
+    return type(x) is np.ndarray and x.shape == shape and 0 not in x.strides
+
+
 def _fold_prefix(inputs, steps, shape, c, block):
     """(inputs, steps) with the chain's leading steps that read only one-value or per-channel inputs (BN's
     gradient ``mean_grad / n * 2`` before it meets the full-size tensor) computed once on their distinct values,
@@ -126,6 +131,9 @@ def _fold_prefix(inputs, steps, shape, c, block):
     when there is no such prefix or folding it would change the result's shape; None when any step of the prefix
     gives an Inf or NaN (the kernel's check of that step fails at every element that reads it: the full path runs,
     with its status)."""
+    name, a, b = steps[0]
+    if name not in _FOLD or a < 0 or b < 0 or _whole(inputs[a], shape) or _whole(inputs[b], shape):
+        return inputs, steps      # no prefix (most chains start on the full-size tensor): nothing to look at
     n = int(math.prod(shape))
     small = {}
     for k, x in enumerate(inputs):
@@ -170,6 +178,99 @@ def _fold_prefix(inputs, steps, shape, c, block):
     out = [(first[0], remap(first[1]), remap(first[2]) if first[0] not in ("relu", "relu6", "round16") else first[2])]
     out += [(name, a if a < 0 else index[a], b if b < 0 else index[b]) for name, a, b in rest[1:]]
     return [inputs[k] for k in keep] + [value], out
+
+
+_ONE_F32, _NEG_ZERO, _INF = np.float32(1.0), np.float32(-0.0), np.float32(np.inf)
+
+
+def _row(src, h16, f32, k, blk, c, negate=False):
+    """Input ``k`` (per channel or one value) as the float32 row of a block: element j reads channel ``j % c``."""
+    which, idx, layout = src[k]
+    vals = h16[idx].view(np.float16).astype(_F32) if which == 0 else np.asarray(f32[idx], _F32)
+    if negate:
+        vals = np.negative(vals)   # exact: a - b is a + (-b) in IEEE arithmetic
+    return np.full(blk, vals[0], _F32) if layout == 2 else np.tile(vals, blk // c)
+
+
+@functools.lru_cache(maxsize=1024)
+def _affine_plan(steps: tuple, src: tuple):
+    """Which inputs ``kernels/chain.affine_to_f16`` takes and how (x, p, q, negate q, mode, z, lo, hi; None for a
+    missing step) when the chain ``steps`` on inputs laid out as ``src`` (see :func:`chain_to_f16`) is, in this
+    order, an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional ``Add``
+    (either order) or ``Sub`` (the running value first) of one, then either nothing, or a rounding to fp16 and the
+    running value's square (SquaredDifference), or an ``Add`` of a full-size fp16 input (an AddN), then an optional
+    ``Relu`` / ``Relu6``: at least two steps and no other, the chain in one pass per element, each step the same
+    float32 operation (a multiplication and an addition are commutative in IEEE arithmetic, bit for bit); None
+    otherwise (the step-by-step kernel runs). Worked out once per chain and layout."""
+    ns = len(steps)
+    if ns < 2 or ns > 5:
+        return None
+    prog = _program(steps, len(src))
+    if prog is None:
+        return None
+    steps = prog.tolist()
+
+    def full16(k):
+        return k >= 0 and src[k][0] == 0 and src[k][2] == 0
+
+    def small(k):
+        return k >= 0 and src[k][2] != 0
+
+    x = p = q = z = None
+    neg = False
+    s = 0
+    code, a, b = steps[0]
+    if code == MUL:
+        if full16(a) and small(b):
+            x, p = a, b
+        elif full16(b) and small(a):
+            x, p = b, a
+        else:
+            return None
+        s = 1
+    if s < ns and steps[s][0] in (ADD, SUB):
+        code, a, b = steps[s]
+        run = (lambda k: k == -1) if x is not None else full16
+        if run(a) and small(b):
+            xk, q, neg = a, b, code == SUB
+        elif code == ADD and run(b) and small(a):
+            xk, q = b, a
+        else:
+            xk = None
+        if xk is not None:
+            x = x if x is not None else xk
+            s += 1
+    if x is None:
+        return None
+    mode = _kch.PLAIN
+    if s + 1 < ns and steps[s][0] == CHAIN_ROUND16 and steps[s][1] == -1 and steps[s + 1] == [MUL, -1, -1]:
+        mode, s = _kch.SQUARE, s + 2
+    elif s < ns and steps[s][0] == ADD and -1 in steps[s][1:]:
+        _, a, b = steps[s]
+        other = b if a == -1 else a
+        if full16(other):
+            mode, z, s = _kch.PLUS, other, s + 1
+    lo, hi = -_INF, _INF
+    if s < ns and steps[s][0] in (CHAIN_RELU, CHAIN_RELU6) and steps[s][1] == -1:
+        lo = np.float32(0.0)
+        hi = np.float32(6.0) if steps[s][0] == CHAIN_RELU6 else _INF
+        s += 1
+    if s != ns:
+        return None
+    return x, p, q, neg, mode, z, lo, hi
+
+
+def _affine_form(steps, src, h16, f32, blk, c):
+    """The arguments of ``kernels/chain.affine_to_f16`` (x, p row, q row, mode, z, lo, hi) for the chain ``steps``
+    on the inputs ``h16`` / ``f32`` laid out as ``src`` when :func:`_affine_plan` finds its form, else None."""
+    plan = _affine_plan(tuple(steps), tuple(src))
+    if plan is None:
+        return None
+    x, p, q, neg, mode, z, lo, hi = plan
+    prow = _row(src, h16, f32, p, blk, c) if p is not None else np.full(blk, _ONE_F32)
+    qrow = _row(src, h16, f32, q, blk, c, neg) if q is not None else np.full(blk, _NEG_ZERO)
+    xb = h16[src[x][1]]
+    return xb, prow, qrow, mode, (h16[src[z][1]] if z is not None else xb), lo, hi
 
 
 def chain_to_f16(inputs, steps):
@@ -243,6 +344,13 @@ def chain_to_f16(inputs, steps):
         return None
     blk = c * max(1, _BLOCK // c) if channel else _BLOCK
     out = _alloc.empty(n, np.uint16)
+    affine = _affine_form(steps, src, h16, f32, blk, c)
+    if affine is not None:
+        # one pass per element (BN's Mul, AddV2, Relu; SquaredDifference; an AddN): the step-by-step kernel's
+        # loops read and write a block once a step
+        if _kch.affine_to_f16(*affine, out):
+            return None
+        return out.view(np.float16).reshape(shape)
     bad = _kch.chain_to_f16(_slots(h16, _EMPTY16), _slots(f32, _EMPTY32), np.array(src, np.int64), prog, c, blk,
                             out)
     if bad:

@@ -183,3 +183,43 @@ def test_bias_add_grad_pass_matches_the_oracle_and_the_reduction(monkeypatch):
                                                     None if bounds is None else list(bounds), orders[c])
                                   for c in range(3)]
                         np.testing.assert_array_equal(_bits(got), _bits(np.asarray(oracle, np.float32)))
+
+
+@pytest.mark.parametrize("channels", [16, 40])
+def test_channels_side_by_side_match_the_numpy_chain_and_the_channel_loop(monkeypatch, channels):
+    """NHWC inputs of more channels than one side-by-side block holds (16; 40 = 16 + 16 + 8): the batch norm ops'
+    sums by ``bn_sums_f32_rows`` and chains by ``bn_apply_f32_rows`` against their numpy formulation, whole and split over cores, subnormals kept and
+    flushed, and each sum's bits against the channel-by-channel kernel's."""
+    from ascend_emu.kernels import batchnorm as kb
+
+    rng = np.random.default_rng(channels)
+    shape = (3, 5, 7, channels)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, :, 3] *= np.float32(1e-39)                          # subnormals in one channel of each block
+    dy[1, 2, :, 17 % channels] *= np.float32(1e-39)
+    calls, applied = [], []
+    real, real_apply = kb.bn_sums_f32_rows, kb.bn_apply_f32_rows
+    monkeypatch.setattr(kb, "bn_sums_f32_rows", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kb, "bn_apply_f32_rows", lambda *a: applied.append(1) or real_apply(*a))
+    for sub in ("keep", "flush"):
+        for split in (False, True):
+            got = _run(x, dy, "float32", sub, "inf_nan", split, channels)
+            with monkeypatch.context() as m:
+                m.setattr(nbn, "sums", lambda *a, **k: None)
+                want = _run(x, dy, "float32", sub, "inf_nan", split, channels)
+            assert got[1] == want[1] and got[2] == want[2]
+            for g, w in zip(got[0], want[0]):
+                np.testing.assert_array_equal(_bits(g), _bits(w))
+            mu, rs = rng.standard_normal(channels).astype(np.float32), rng.random(channels).astype(np.float32)
+            for mode in (nbn.FORWARD, nbn.BACKWARD, nbn.SUM):
+                g_ = dy if mode == nbn.BACKWARD else None
+                a = nbn.sums(mode, x, g_, mu, rs, overflow_mode="inf_nan", subnormals=sub,
+                             multicore=_launch(5) if split else None)
+                with monkeypatch.context() as m:
+                    m.setattr(kb, "bn_sums_f32_rows", kb.bn_sums_f32)
+                    b = nbn.sums(mode, x, g_, mu, rs, overflow_mode="inf_nan", subnormals=sub,
+                                 multicore=_launch(5) if split else None)
+                for u, v in zip(a, b):
+                    np.testing.assert_array_equal(_bits(u), _bits(v))
+    assert len(calls) >= 4 * 2 + 4 * 3 and len(applied) == 4 * 2    # BN's y and dx: the rows kernel
