@@ -41,7 +41,7 @@ class Light:
     makes (``_Run._eval_light``). ``kind``: "const", "placeholder", "host", "int" or "move"."""
 
     __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "compute",
-                 "precision", "fusion")
+                 "precision", "fusion", "fold")
 
     def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", compute=None,
                  precision=None, fusion=None):
@@ -50,6 +50,9 @@ class Light:
         self.attrs = {} if opdef is None else op_attrs(opdef, node)
         self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
         self.compute, self.precision, self.fusion = compute, precision, fusion
+        #: a "host" or "int" node's last (fold_key of its inputs, its outputs): GE computes shape arithmetic once,
+        #: when it compiles the graph; a replay that meets the same input values hands the same outputs on
+        self.fold = None
 
 
 #: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of
@@ -61,3 +64,30 @@ PURE_MOVES = frozenset(("Identity", "StopGradient", "Snapshot", "PreventGradient
 def signature(args) -> tuple:
     """The dtypes of a node's inputs (the types of its non-array inputs): what a kept node is valid for."""
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
+
+
+#: the largest input (elements) of a "host" or "int" node whose outputs a replay keeps for the next one: its inputs
+#: are compared by value each replay (shape vectors, axes, a few indices: a few bytes each)
+FOLD_ELEMENTS = 64
+
+#: host ops whose outputs depend on their inputs' shapes alone (and their attributes), whatever the inputs' size
+SHAPE_ONLY = frozenset(("Shape", "Size", "Rank", "ShapeN"))
+
+
+def fold_key(op: str, args) -> tuple | None:
+    """What the outputs of a "host" or "int" node (a registry function of its inputs and attributes: no registry op
+    draws random numbers or keeps state) depend on: its inputs' shapes, dtypes and bytes (their shapes and dtypes
+    alone for :data:`SHAPE_ONLY`). None: an input is not an array, or is larger than :data:`FOLD_ELEMENTS`
+    (nothing kept: comparing it would cost what computing does)."""
+    key = []
+    shape_only = op in SHAPE_ONLY
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+        if shape_only:
+            key.append((a.shape, a.dtype))
+        elif a.size <= FOLD_ELEMENTS:
+            key.append((a.shape, a.dtype, a.tobytes()))
+        else:
+            return None
+    return tuple(key)

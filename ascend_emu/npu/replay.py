@@ -20,12 +20,15 @@ from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
-from .node_plan import PURE_MOVES, Light, Prepared, signature
+from .node_plan import PURE_MOVES, Light, Prepared, fold_key, signature
 from .precision import ascend_type
 from .records import OpRecord, Records  # noqa: F401  (OpRecord: device.py's API imports it from here)
 from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
+
+#: the largest output (elements) of a shape computation kept for the next replay (``_Run._fold``)
+FOLD_OUTPUT_ELEMENTS = 65536
 
 _AICPU_REASON = "no AI Core kernel: runs on the AI CPU in its original dtype"
 
@@ -79,6 +82,10 @@ class _Run(Records):
         #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
+        #: nobody sees a tensor but the graph's ops (no dump, no kept tensors): a shape computation's outputs may be
+        #: handed on from the last replay (``Light.fold``)
+        self.fold_ok = writer is None and not keep
+        self.graph_outputs = frozenset(graph.outputs)
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -355,9 +362,18 @@ class _Run(Records):
                                   precision=dict(prep.precision), fusion=prep.fusion), outs, node.attrs)
             return outs
         refs = prep.refs
+        # shape arithmetic met with the inputs of the last replay: its outputs again (nobody but the graph's ops sees
+        # them: no dump, no kept tensors; the graph's outputs are never kept)
+        key = fold_key(node.op, args) if self.fold_ok else None
+        fold = prep.fold
         if kind == "host":
-            outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            if key is not None and fold is not None and fold[0] == key:
+                outs = fold[1]
+            else:
+                outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                if key is not None:
+                    self._fold(prep, key, outs)
             self.const.update(prep.outs)
             self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST", dtype_name(outs[0].dtype) if outs
                                   else "", list(refs)), outs, node.attrs)
@@ -365,12 +381,27 @@ class _Run(Records):
         # "int": integer/bool shape arithmetic, folded on constants
         const = self.const
         folded = all(r in const for r in refs)
-        outs = self._run(prep.opdef, node, args, self._context())
+        if key is not None and fold is not None and fold[0] == key:
+            outs = fold[1]
+        else:
+            outs = self._run(prep.opdef, node, args, self._context())
+            if key is not None:
+                self._fold(prep, key, outs)
         if folded:
             const.update(prep.outs)
         self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST" if folded else "AICORE",
                               dtype_name(outs[0].dtype) if outs else "", list(refs)), outs, node.attrs)
         return outs
+
+    def _fold(self, prep: Light, key: tuple, outs: tuple) -> None:
+        """Keep ``outs`` of a "host" or "int" node for the next replay that meets inputs of key ``key``
+        (:func:`~ascend_emu.npu.node_plan.fold_key`): arrays of at most :data:`FOLD_OUTPUT_ELEMENTS` each, never a
+        graph output (the caller's to keep)."""
+        for o in outs:
+            if type(o) is not np.ndarray or o.size > FOLD_OUTPUT_ELEMENTS:
+                return
+        if self.graph_outputs.isdisjoint(prep.outs):
+            prep.fold = (key, outs)
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context
