@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.multicore import MULTICORE_OPS
+
 
 class Prepared:
     """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
@@ -13,7 +15,7 @@ class Prepared:
     (training steps) works it out once per node. See ``_Run._eval_node``."""
 
     __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
-                 "compute", "cdt", "attrs")
+                 "compute", "cdt", "attrs", "ctx_key", "multicore")
 
     def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
         self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
@@ -25,6 +27,9 @@ class Prepared:
                     else "float16" if dec.dtype == "hifloat8" else dec.dtype)
         # the attributes its function takes (what OpDef.__call__ picks out on every call)
         self.attrs = op_attrs(opdef, node)
+        # its op context: the run's one for (cdt, cube_out), copied; a launch of its own where determinism is off
+        self.ctx_key = (self.cdt, dec.cube_out)
+        self.multicore = node.op in MULTICORE_OPS
 
 
 def op_attrs(opdef, node) -> dict:

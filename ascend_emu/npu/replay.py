@@ -200,7 +200,14 @@ class _Run(Records):
 
     # -- one node ----------------------------------------------------------------------------
     def eval_node(self, node: Node, args: list) -> tuple:
-        outs = self._eval_node(node, args)
+        # a node kept in the plan for inputs of these dtypes: its kept work (here, one call less a node)
+        prepared = self.prepared
+        prep = prepared.get(id(node)) if prepared is not None else None
+        if prep is not None and prep.node is node and prep.sig == signature(args):
+            outs = (self._eval_light(prep, node, args) if type(prep) is Light
+                    else self._eval_prepared(prep, node, args))
+        else:
+            outs = self._eval_node(node, args)
         # a wrong shape or dtype is caught at the op that made it; the check is a function of the node
         # and the outputs' shapes and dtypes, so a node remembers the last ones it passed with
         sig = tuple([(o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs])
@@ -215,13 +222,8 @@ class _Run(Records):
             self.prepared[id(node)] = prep
 
     def _eval_node(self, node: Node, args: list) -> tuple:
-        prepared = self.prepared
-        if prepared is not None:
-            prep = prepared.get(id(node))
-            if prep is not None and prep.node is node and prep.sig == signature(args):
-                if type(prep) is Light:
-                    return self._eval_light(prep, node, args)
-                return self._eval_prepared(prep, node, args)
+        """A node met for the first time in this plan (or with inputs of other dtypes): worked out, kept
+        (``_keep``), run."""
         if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
             if type(node.attrs["value"]) is np.ndarray:
                 self._keep(node, Light(node, (), "const",
@@ -422,7 +424,16 @@ class _Run(Records):
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        ctx = self._context(prep.cdt, dec.cube_out, node)
+        # the run's context for the node's dtypes, copied (``_context`` without its calls), unless the op gets a
+        # non-deterministic launch of its own
+        if prep.multicore and not self.deterministic:
+            ctx = self.dev.context(prep.cdt, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
+        else:
+            proto = self.contexts.get(prep.ctx_key)
+            if proto is None:
+                proto = self.contexts[prep.ctx_key] = self.dev.context(prep.cdt, dec.cube_out)
+            ctx = object.__new__(OpContext)
+            ctx.__dict__.update(proto.__dict__)
         fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx, prep.attrs)
@@ -494,13 +505,15 @@ class _Run(Records):
     def _run(self, opdef, node, args, ctx, attrs: dict | None = None) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback. ``attrs``: the
         node's attributes the op's function takes, picked out already (``Prepared.attrs``)."""
-        size = 0
-        for a in args:
-            n = a.size if type(a) is np.ndarray else np.size(a)
-            if n > size:
-                size = n
         cube = opdef.kind == CUBE
-        self.threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
+        threads = self.threads
+        if threads.full != 1:      # (one Numba thread: every op runs on one, nothing to fit)
+            size = 0
+            for a in args:
+                n = a.size if type(a) is np.ndarray else np.size(a)
+                if n > size:
+                    size = n
+            threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
         # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
         token = _shared.begin(self.operands) if cube else None
         try:
