@@ -16,6 +16,7 @@ from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
 from ..numerics import shared as _shared
 from ..numerics.status import FloatStatus
+from ..numerics.vector import cast
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
@@ -119,8 +120,6 @@ class _Run(Records):
                     return out.value
                 out = self.casts[key] = out.compute()
             return out
-        from ..numerics.vector import cast
-
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
         self.threads.fit(value.size, SMALL_VECTOR_ELEMENTS)
         mode, subnormals = self.dev.overflow_mode, self.dev.subnormals
