@@ -142,19 +142,26 @@ class Records:
 
     def summary(self, seconds: float, fused) -> dict:
         counts: dict = {}   # (engine, compute dtype) -> ops: counted here, not per record
-        for r in self.records:
+        overflowing = inserted = 0
+        first = None
+        for r in self.records:      # (one pass: a training step's summary is made every step)
             key = (r.engine, r.compute_dtype)
             counts[key] = counts.get(key, 0) + 1
+            if r.status:
+                if first is None:
+                    first = r.name
+                overflowing += 1
+            if r.inserted and r.tf_type == "Cast":
+                inserted += 1
         per_engine: dict = {}
         for (engine, dt), n in sorted(counts.items()):
             per_engine.setdefault(engine, {})[dt or "-"] = n
-        overflowing = [r.name for r in self.records if r.status]
         return {
             "ops": len(self.records),
-            "inserted_casts": sum(1 for r in self.records if r.inserted and r.tf_type == "Cast"),
+            "inserted_casts": inserted,
             "per_engine_dtype": per_engine,
-            "overflowing_ops": len(overflowing),
-            "first_overflow": overflowing[0] if overflowing else None,
+            "overflowing_ops": overflowing,
+            "first_overflow": first,
             "float_status": self.status.get(),
             "float_status_names": decode_status(self.status.get()),
             "fusion_counts": dict(fused.counts),
