@@ -55,8 +55,9 @@ class Light:
         self.attrs = {} if opdef is None else op_attrs(opdef, node)
         self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
         self.compute, self.precision, self.fusion = compute, precision, fusion
-        #: a "host" or "int" node's last (fold_key of its inputs, its outputs): GE computes shape arithmetic once,
-        #: when it compiles the graph; a replay that meets the same input values hands the same outputs on
+        #: a "host" or "int" node's last (fold_key of its inputs, its outputs, fold_key of its outputs): GE computes
+        #: shape arithmetic once, when it compiles the graph; a replay that meets the same input values hands the
+        #: same outputs on (``_Run._fold``)
         self.fold = None
 
 
@@ -71,8 +72,8 @@ def signature(args) -> tuple:
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
 
 
-#: the largest input (elements) of a "host" or "int" node whose outputs a replay keeps for the next one: its inputs
-#: are compared by value each replay (shape vectors, axes, a few indices: a few bytes each)
+#: the largest input and output (elements) of a "host" or "int" node whose outputs a replay keeps for the next one:
+#: both are compared by value each replay (shape vectors, axes, a few indices: a few bytes each)
 FOLD_ELEMENTS = 64
 
 #: host ops whose outputs depend on their inputs' shapes alone (and their attributes), whatever the inputs' size

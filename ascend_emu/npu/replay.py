@@ -28,9 +28,6 @@ from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
 
-#: the largest output (elements) of a shape computation kept for the next replay (``_Run._fold``)
-FOLD_OUTPUT_ELEMENTS = 65536
-
 _AICPU_REASON = "no AI Core kernel: runs on the AI CPU in its original dtype"
 
 
@@ -368,7 +365,7 @@ class _Run(Records):
         key = fold_key(node.op, args) if self.fold_ok else None
         fold = prep.fold
         if kind == "host":
-            if key is not None and fold is not None and fold[0] == key:
+            if key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]:
                 outs = fold[1]
             else:
                 outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
@@ -382,7 +379,7 @@ class _Run(Records):
         # "int": integer/bool shape arithmetic, folded on constants
         const = self.const
         folded = all(r in const for r in refs)
-        if key is not None and fold is not None and fold[0] == key:
+        if key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]:
             outs = fold[1]
         else:
             outs = self._run(prep.opdef, node, args, self._context())
@@ -396,13 +393,12 @@ class _Run(Records):
 
     def _fold(self, prep: Light, key: tuple, outs: tuple) -> None:
         """Keep ``outs`` of a "host" or "int" node for the next replay that meets inputs of key ``key``
-        (:func:`~ascend_emu.npu.node_plan.fold_key`): arrays of at most :data:`FOLD_OUTPUT_ELEMENTS` each, never a
-        graph output (the caller's to keep)."""
-        for o in outs:
-            if type(o) is not np.ndarray or o.size > FOLD_OUTPUT_ELEMENTS:
-                return
-        if self.graph_outputs.isdisjoint(prep.outs):
-            prep.fold = (key, outs)
+        (:func:`~ascend_emu.npu.node_plan.fold_key`), with their own key: arrays of at most ``FOLD_ELEMENTS`` each
+        (shape vectors), compared again before they are handed on, so a kept output changed in place since (by a
+        consumer, or by a caller reading it through an Identity) is computed afresh; never a graph output."""
+        check = fold_key("", outs)
+        if check is not None and self.graph_outputs.isdisjoint(prep.outs):
+            prep.fold = (key, outs, check)
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context

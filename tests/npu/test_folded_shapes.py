@@ -87,3 +87,15 @@ def test_nothing_is_kept_when_tensors_are_kept_or_dumped(tmp_path):
     for i in range(2):
         dev.replay(g, _x(4), tmp_path / f"d{i}", progress=False, keep_tensors=False)
     assert not any(_folds(dev).values())
+
+
+def test_a_kept_output_changed_in_place_is_computed_afresh():
+    g = _graph()
+    dev = Device("allow_mix_precision")
+    for _ in range(2):
+        dev.replay(g, _x(4), progress=False, keep_tensors=False)
+    kept = _folds(dev)["newshape"][1][0]
+    kept[...] = [4, 3, 2]       # as a consumer (or a caller through an Identity) could
+    res = dev.replay(g, _x(4), progress=False, keep_tensors=False)
+    assert res.outputs["out:0"].shape == (4, 2, 3)
+    assert _result(res) == _result(Device("allow_mix_precision").replay(g, _x(4), progress=False, keep_tensors=True))
