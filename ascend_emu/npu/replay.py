@@ -364,8 +364,9 @@ class _Run(Records):
         # them: no dump, no kept tensors; the graph's outputs are never kept)
         key = fold_key(node.op, args) if self.fold_ok else None
         fold = prep.fold
+        kept = key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]
         if kind == "host":
-            if key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]:
+            if kept:
                 outs = fold[1]
             else:
                 outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
@@ -379,7 +380,7 @@ class _Run(Records):
         # "int": integer/bool shape arithmetic, folded on constants
         const = self.const
         folded = all(r in const for r in refs)
-        if key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]:
+        if kept:
             outs = fold[1]
         else:
             outs = self._run(prep.opdef, node, args, self._context())
