@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.multicore import MULTICORE_OPS
+
 
 class Prepared:
     """What the device worked out for a node that computes on the AI Core from the dtypes of its inputs: the
@@ -13,7 +15,7 @@ class Prepared:
     (training steps) works it out once per node. See ``_Run._eval_node``."""
 
     __slots__ = ("node", "sig", "opdef", "refs", "ascend_op", "fusion", "float_idx", "casts", "dec", "precision",
-                 "compute", "cdt", "attrs")
+                 "compute", "cdt", "attrs", "ctx_key", "multicore")
 
     def __init__(self, node, sig, opdef, refs, ascend_op, fusion, float_idx, casts, dec, precision, compute):
         self.node, self.sig, self.opdef, self.refs, self.ascend_op = node, sig, opdef, refs, ascend_op
@@ -25,6 +27,9 @@ class Prepared:
                     else "float16" if dec.dtype == "hifloat8" else dec.dtype)
         # the attributes its function takes (what OpDef.__call__ picks out on every call)
         self.attrs = op_attrs(opdef, node)
+        # its op context: the run's one for (cdt, cube_out), copied; a launch of its own where determinism is off
+        self.ctx_key = (self.cdt, dec.cube_out)
+        self.multicore = node.op in MULTICORE_OPS
 
 
 def op_attrs(opdef, node) -> dict:
@@ -41,7 +46,7 @@ class Light:
     makes (``_Run._eval_light``). ``kind``: "const", "placeholder", "host", "int" or "move"."""
 
     __slots__ = ("node", "sig", "kind", "fn", "attrs", "refs", "outs", "ascend_op", "opdef", "compute",
-                 "precision", "fusion")
+                 "precision", "fusion", "fold")
 
     def __init__(self, node, sig, kind, *, opdef=None, refs=(), ascend_op="", compute=None,
                  precision=None, fusion=None):
@@ -50,6 +55,10 @@ class Light:
         self.attrs = {} if opdef is None else op_attrs(opdef, node)
         self.refs, self.outs, self.ascend_op = list(refs), tuple(node.output_names()), ascend_op
         self.compute, self.precision, self.fusion = compute, precision, fusion
+        #: a "host" or "int" node's last (fold_key of its inputs, its outputs, fold_key of its outputs): GE computes
+        #: shape arithmetic once, when it compiles the graph; a replay that meets the same input values hands the
+        #: same outputs on (``_Run._fold``)
+        self.fold = None
 
 
 #: data movements that return their input's bits rearranged and read nothing of ``ctx``: with no cast in front of
@@ -61,3 +70,30 @@ PURE_MOVES = frozenset(("Identity", "StopGradient", "Snapshot", "PreventGradient
 def signature(args) -> tuple:
     """The dtypes of a node's inputs (the types of its non-array inputs): what a kept node is valid for."""
     return tuple([a.dtype if type(a) is np.ndarray else type(a) for a in args])
+
+
+#: the largest input and output (elements) of a "host" or "int" node whose outputs a replay keeps for the next one:
+#: both are compared by value each replay (shape vectors, axes, a few indices: a few bytes each)
+FOLD_ELEMENTS = 64
+
+#: host ops whose outputs depend on their inputs' shapes alone (and their attributes), whatever the inputs' size
+SHAPE_ONLY = frozenset(("Shape", "Size", "Rank", "ShapeN"))
+
+
+def fold_key(op: str, args) -> tuple | None:
+    """What the outputs of a "host" or "int" node (a registry function of its inputs and attributes: no registry op
+    draws random numbers or keeps state) depend on: its inputs' shapes, dtypes and bytes (their shapes and dtypes
+    alone for :data:`SHAPE_ONLY`). None: an input is not an array, or is larger than :data:`FOLD_ELEMENTS`
+    (nothing kept: comparing it would cost what computing does)."""
+    key = []
+    shape_only = op in SHAPE_ONLY
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+        if shape_only:
+            key.append((a.shape, a.dtype))
+        elif a.size <= FOLD_ELEMENTS:
+            key.append((a.shape, a.dtype, a.tobytes()))
+        else:
+            return None
+    return tuple(key)

@@ -2,11 +2,9 @@
 (AI Core kernel, host, AI CPU fallback), status bits and the dump record.
 
 :class:`ascend_emu.npu.device.Device` builds a :class:`_Run` per replay and hands its node evaluator to
-the interpreter; ``OpRecord`` is what the run records per op.
+the interpreter; ``OpRecord`` (npu/records.py, with the record-keeping) is what the run records per op.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,18 +15,18 @@ from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_na
 from ..graph.interpreter import interpret
 from ..numerics import memo as _memo
 from ..numerics import shared as _shared
-from ..numerics.status import FloatStatus, decode_status
+from ..numerics.status import FloatStatus
+from ..numerics.vector import cast
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
 from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
-from .node_plan import PURE_MOVES, Light, Prepared, signature
+from .node_plan import PURE_MOVES, Light, Prepared, fold_key, signature
 from .precision import ascend_type
+from .records import OpRecord, Records  # noqa: F401  (OpRecord: device.py's API imports it from here)
 from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
-
-
 
 _AICPU_REASON = "no AI Core kernel: runs on the AI CPU in its original dtype"
 
@@ -38,25 +36,6 @@ def _float32_op(node: Node, args) -> list:
     framework node to run (an exported PyTorch program's lowered ops)."""
     with np.errstate(all="ignore"):
         return list(OPS[node.op](*args, ctx=OpContext(dtype="float32"), **node.attrs))
-
-
-@dataclass
-class OpRecord:
-    """What the device did for one op (also what goes into the dump)."""
-
-    name: str
-    tf_type: str
-    ascend_type: str
-    engine: str
-    compute_dtype: str
-    inputs: list
-    status: int = 0
-    precision: dict | None = None
-    fusion: dict | None = None
-    fp32_check: dict | None = None
-    inserted: bool = False
-    phase: str | None = None
-
 
 
 class _Deferred:
@@ -71,7 +50,7 @@ class _Deferred:
         return self.convert()[0]
 
 
-class _Run:
+class _Run(Records):
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
     def __init__(self, device, graph: Graph, feeds: dict, writer, keep: bool = True, phases=None, launch: int = 0):
@@ -101,6 +80,10 @@ class _Run:
         #: id(node) -> Prepared, for the nodes of the top-level walk (Device._plan: shared by every replay
         #: of the same fused graph on this device); None: nothing kept (a run of its own)
         self.prepared: dict | None = None
+        #: nobody sees a tensor but the graph's ops (no dump, no kept tensors): a shape computation's outputs may be
+        #: handed on from the last replay (``Light.fold``)
+        self.fold_ok = writer is None and not keep
+        self.graph_outputs = frozenset(graph.outputs)
 
     # -- helpers -----------------------------------------------------------------------------
     def _orig_dtype(self, node: Node, args) -> str:
@@ -114,16 +97,6 @@ class _Run:
                 return "float32" if name in ("float16", "bfloat16") else name
         return "float32"
 
-    def _record(self, rec: OpRecord, outs, attrs=None):
-        if self.phases is not None:
-            rec.phase = self.phases(rec.name)
-        self.records.append(rec)
-        if rec.status:
-            self.status.record(rec.status)
-        if self.writer is not None:
-            self.writer.add_op(rec.name, rec.tf_type, rec.ascend_type, rec.engine, rec.compute_dtype, rec.inputs,
-                               list(outs), rec.status, attrs=attrs, precision=rec.precision, fusion=rec.fusion,
-                               fp32_check=rec.fp32_check, phase=rec.phase)
 
     def forget(self, ref: str) -> None:
         # (called for every tensor at its last use: only the casts it has, not every dtype a cast can have)
@@ -144,8 +117,6 @@ class _Run:
                     return out.value
                 out = self.casts[key] = out.compute()
             return out
-        from ..numerics.vector import cast
-
         # widening casts are exact (but honour subnormal flushing); narrowing ones round with rint
         self.threads.fit(value.size, SMALL_VECTOR_ELEMENTS)
         mode, subnormals = self.dev.overflow_mode, self.dev.subnormals
@@ -209,47 +180,6 @@ class _Run:
             self.const.add(rec.name + ":0")
         return out
 
-    def _cast_record(self, ref: str, value: np.ndarray, dtype: str, folded: bool, ctx_status) -> OpRecord:
-        """The record of the Cast op inserted in front of tensor ``ref``."""
-        node, idx = ref.rsplit(":", 1)
-        if dtype.startswith("mx:"):
-            fmt, axis = dtype.split(":")[1:]
-            # the K axis is part of the name: one weight meets forward (K = 0) and backward (K = 1) matmuls
-            short = "mx" + fmt.replace("float", "fp").replace("_", "") + f"_k{axis.replace('-', 'm')}"
-        elif dtype.startswith("hfloat32:"):
-            # one name per tensor; a second tie rule of the same tensor (it feeds a conv and a matmul) its own
-            other = any(k[0] == ref and k[1].startswith("hfloat32:") and k[1] != dtype for k in self.casts)
-            short = "hf32" + (f"_{dtype.split(':')[1]}" if other else "")
-        else:
-            short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "hifloat8": "hif8"}[dtype]
-        name = f"{node}/ascend_cast_{idx}_to_{short}"
-        if dtype.startswith("mx:"):
-            why = (f"cube_mx what-if: MX block quantization ({dtype.split(':')[1]} elements, one E8M0 scale per 32 "
-                   f"along K = axis {dtype.split(':')[2]}) before the cube's products")
-            dtype = "mx_" + dtype.split(":")[1]
-        elif dtype.startswith("hfloat32:"):
-            n = self.dev.numerics
-            why = (f"HF32: a float32 cube operand rounded to {n.hf32_bits} stored significand bits "
-                   f"({dtype.split(':')[1]}) before the cube's products "
-                   f"(allow_hf32={','.join(n.allow_hf32)} on {n.soc})")
-            dtype = "hfloat32"
-        elif dtype == "hifloat8":
-            n = self.dev.numerics
-            why = (f"HiFloat8: a cube operand rounded to HiFloat8 ({n.hif8_rounding}) under "
-                   f"{self.dev.precision.mode} on {n.soc}")
-        else:
-            why = f"inserted at a precision boundary ({dtype_name(value.dtype)} -> {dtype})"
-        rec = OpRecord(name, "Cast", "Cast", "HOST" if folded else "AICORE", dtype, [ref], int(ctx_status),
-                       precision={"list": None, "reason": why + ("; constant-folded by the graph engine" if folded
-                                                                else "")},
-                       inserted=True)
-        if ctx_status:
-            # float32 view of the same cast: the value itself (it is the cast that overflows)
-            v = np.asarray(value, dtype=np.float64)
-            fin = np.isfinite(v)
-            rec.fp32_check = {"overflow": not bool(fin.all()),
-                              "max_abs": float(np.abs(v[fin]).max()) if fin.any() else 0.0, "status": 0}
-        return rec
 
     def _context(self, dtype: str = "float32", cube_out=None, node: Node | None = None) -> OpContext:
         """``Device.context`` of one op: a copy of the run's context for (dtype, cube_out) unless the op
@@ -266,7 +196,14 @@ class _Run:
 
     # -- one node ----------------------------------------------------------------------------
     def eval_node(self, node: Node, args: list) -> tuple:
-        outs = self._eval_node(node, args)
+        # a node kept in the plan for inputs of these dtypes: its kept work (here, one call less a node)
+        prepared = self.prepared
+        prep = prepared.get(id(node)) if prepared is not None else None
+        if prep is not None and prep.node is node and prep.sig == signature(args):
+            outs = (self._eval_light(prep, node, args) if type(prep) is Light
+                    else self._eval_prepared(prep, node, args))
+        else:
+            outs = self._eval_node(node, args)
         # a wrong shape or dtype is caught at the op that made it; the check is a function of the node
         # and the outputs' shapes and dtypes, so a node remembers the last ones it passed with
         sig = tuple([(o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs])
@@ -281,13 +218,8 @@ class _Run:
             self.prepared[id(node)] = prep
 
     def _eval_node(self, node: Node, args: list) -> tuple:
-        prepared = self.prepared
-        if prepared is not None:
-            prep = prepared.get(id(node))
-            if prep is not None and prep.node is node and prep.sig == signature(args):
-                if type(prep) is Light:
-                    return self._eval_light(prep, node, args)
-                return self._eval_prepared(prep, node, args)
+        """A node met for the first time in this plan (or with inputs of other dtypes): worked out, kept
+        (``_keep``), run."""
         if node.op == "Const" and not args and "aten_elsewhere" not in node.meta:
             if type(node.attrs["value"]) is np.ndarray:
                 self._keep(node, Light(node, (), "const",
@@ -428,9 +360,19 @@ class _Run:
                                   precision=dict(prep.precision), fusion=prep.fusion), outs, node.attrs)
             return outs
         refs = prep.refs
+        # shape arithmetic met with the inputs of the last replay: its outputs again (nobody but the graph's ops sees
+        # them: no dump, no kept tensors; the graph's outputs are never kept)
+        key = fold_key(node.op, args) if self.fold_ok else None
+        fold = prep.fold
+        kept = key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]
         if kind == "host":
-            outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            if kept:
+                outs = fold[1]
+            else:
+                outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                if key is not None:
+                    self._fold(prep, key, outs)
             self.const.update(prep.outs)
             self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST", dtype_name(outs[0].dtype) if outs
                                   else "", list(refs)), outs, node.attrs)
@@ -438,12 +380,26 @@ class _Run:
         # "int": integer/bool shape arithmetic, folded on constants
         const = self.const
         folded = all(r in const for r in refs)
-        outs = self._run(prep.opdef, node, args, self._context())
+        if kept:
+            outs = fold[1]
+        else:
+            outs = self._run(prep.opdef, node, args, self._context())
+            if key is not None:
+                self._fold(prep, key, outs)
         if folded:
             const.update(prep.outs)
         self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST" if folded else "AICORE",
                               dtype_name(outs[0].dtype) if outs else "", list(refs)), outs, node.attrs)
         return outs
+
+    def _fold(self, prep: Light, key: tuple, outs: tuple) -> None:
+        """Keep ``outs`` of a "host" or "int" node for the next replay that meets inputs of key ``key``
+        (:func:`~ascend_emu.npu.node_plan.fold_key`), with their own key: arrays of at most ``FOLD_ELEMENTS`` each
+        (shape vectors), compared again before they are handed on, so a kept output changed in place since (by a
+        consumer, or by a caller reading it through an Identity) is computed afresh; never a graph output."""
+        check = fold_key("", outs)
+        if check is not None and self.graph_outputs.isdisjoint(prep.outs):
+            prep.fold = (key, outs, check)
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context
@@ -464,7 +420,16 @@ class _Run:
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        ctx = self._context(prep.cdt, dec.cube_out, node)
+        # the run's context for the node's dtypes, copied (``_context`` without its calls), unless the op gets a
+        # non-deterministic launch of its own
+        if prep.multicore and not self.deterministic:
+            ctx = self.dev.context(prep.cdt, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
+        else:
+            proto = self.contexts.get(prep.ctx_key)
+            if proto is None:
+                proto = self.contexts[prep.ctx_key] = self.dev.context(prep.cdt, dec.cube_out)
+            ctx = object.__new__(OpContext)
+            ctx.__dict__.update(proto.__dict__)
         fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx, prep.attrs)
@@ -493,20 +458,6 @@ class _Run:
         self._record(rec, outs, node.attrs)
         return outs
 
-    def _record_split(self, rec: OpRecord, split: tuple, attrs) -> None:
-        """An op GE splits into nodes a real dump records one by one (``OpContext.split``: AvgPoolFusionPass's
-        ``<name>_mul_layer``): the op with its own outputs, then each added node, named ``<name><suffix>``, reading
-        the one before it. The graph's consumers read what the last one gives (the tensor ``<name>:0``)."""
-        own, rec.status, added = split
-        self._record(rec, own, attrs)
-        prev = rec.name
-        for suffix, tf_type, outs, status, why in added:
-            name = rec.name + suffix
-            self._record(OpRecord(name, tf_type, ascend_type(tf_type), "AICORE", rec.compute_dtype, [f"{prev}:0"],
-                                  int(status), precision={"list": None, "reason": why}, inserted=True), outs)
-            if self.keep:
-                self.added_outputs.update({f"{name}:{i}": o for i, o in enumerate(outs)})
-            prev = name
 
     def _control_flow(self, node: Node, args: list) -> tuple:
         """A While/If/Case: its bodies run op by op on this device, each op recorded under its scope."""
@@ -520,13 +471,6 @@ class _Run:
                                          f"recorded under {node.name}/..."}), outs, node.attrs)
         return outs
 
-    def record_control(self, node: Node, outs) -> None:
-        """A TF1 routing op that ran (a cond's Merge, a loop's Exit or LoopCond): it only forwards a tensor."""
-        dt = outs[0].dtype.name if hasattr(outs[0], "dtype") else ""
-        self._record(OpRecord(node.name, node.op, ascend_type(node.op), "HOST", dt,
-                              [tensor_name(r) for r in node.inputs],
-                              precision={"list": None, "reason": "TF1 control flow: forwards a tensor"}),
-                     outs, node.attrs)
 
     def _call(self, fname: str, args: tuple, scope: str) -> tuple:
         """Run function ``fname`` of the graph on ``args``, its nodes named ``scope/<node>``."""
@@ -557,13 +501,15 @@ class _Run:
     def _run(self, opdef, node, args, ctx, attrs: dict | None = None) -> tuple:
         """Run one op; a failure of an emulated kernel names the op instead of showing a traceback. ``attrs``: the
         node's attributes the op's function takes, picked out already (``Prepared.attrs``)."""
-        size = 0
-        for a in args:
-            n = a.size if type(a) is np.ndarray else np.size(a)
-            if n > size:
-                size = n
         cube = opdef.kind == CUBE
-        self.threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
+        threads = self.threads
+        if threads.full != 1:      # (one Numba thread: every op runs on one, nothing to fit)
+            size = 0
+            for a in args:
+                n = a.size if type(a) is np.ndarray else np.size(a)
+                if n > size:
+                    size = n
+            threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
         # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
         token = _shared.begin(self.operands) if cube else None
         try:
@@ -685,25 +631,3 @@ class _Run:
                      outs, node.attrs)
         return outs
 
-    def summary(self, seconds: float, fused) -> dict:
-        counts: dict = {}   # (engine, compute dtype) -> ops: counted here, not per record
-        for r in self.records:
-            key = (r.engine, r.compute_dtype)
-            counts[key] = counts.get(key, 0) + 1
-        per_engine: dict = {}
-        for (engine, dt), n in sorted(counts.items()):
-            per_engine.setdefault(engine, {})[dt or "-"] = n
-        overflowing = [r.name for r in self.records if r.status]
-        return {
-            "ops": len(self.records),
-            "inserted_casts": sum(1 for r in self.records if r.inserted and r.tf_type == "Cast"),
-            "per_engine_dtype": per_engine,
-            "overflowing_ops": len(overflowing),
-            "first_overflow": overflowing[0] if overflowing else None,
-            "float_status": self.status.get(),
-            "float_status_names": decode_status(self.status.get()),
-            "fusion_counts": dict(fused.counts),
-            "fused_away": len(fused.fused_away),
-            "outputs": list(self.graph.outputs),
-            "seconds": round(seconds, 3),
-        }
