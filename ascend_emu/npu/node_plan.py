@@ -88,8 +88,8 @@ def fold_key(op: str, args) -> tuple | None:
     key = []
     shape_only = op in SHAPE_ONLY
     for a in args:
-        if type(a) is not np.ndarray:
-            return None
+        if type(a) is not np.ndarray or a.dtype.hasobject:
+            return None   # (objects' bytes are their addresses)
         if shape_only:
             key.append((a.shape, a.dtype))
         elif a.size <= FOLD_ELEMENTS:

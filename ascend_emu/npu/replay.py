@@ -18,7 +18,6 @@ from ..numerics import shared as _shared
 from ..numerics.status import FloatStatus
 from ..numerics.vector import cast
 from ..ops import CUBE, HOST, MOVE, OPS, OpContext
-from ..ops.multicore import MULTICORE_OPS
 from ..ops._util import is_float
 from .fusion import apply_fusion
 from .node_plan import PURE_MOVES, Light, Prepared, fold_key, signature
@@ -96,7 +95,6 @@ class _Run(Records):
                 name = dtype_name(a.dtype)
                 return "float32" if name in ("float16", "bfloat16") else name
         return "float32"
-
 
     def forget(self, ref: str) -> None:
         # (called for every tensor at its last use: only the casts it has, not every dtype a cast can have)
@@ -180,16 +178,12 @@ class _Run(Records):
             self.const.add(rec.name + ":0")
         return out
 
-
-    def _context(self, dtype: str = "float32", cube_out=None, node: Node | None = None) -> OpContext:
-        """``Device.context`` of one op: a copy of the run's context for (dtype, cube_out) unless the op
-        gets a non-deterministic launch (the same fields: the device's policy, frozen for the run); no
-        ``node``: a host or integer op's context (no launch)."""
-        if node is not None and not self.deterministic and node.op in MULTICORE_OPS:
-            return self.dev.context(dtype, cube_out, op=node.name, tf_type=node.op, launch=self.launch)
-        proto = self.contexts.get((dtype, cube_out))
+    def _context(self, key: tuple = ("float32", None)) -> OpContext:
+        """``Device.context`` of one op for (dtype, cube_out): a copy of the run's prototype (the same fields: the
+        device's policy, frozen for the run); no key: a host or integer op's context."""
+        proto = self.contexts.get(key)
         if proto is None:
-            proto = self.contexts[(dtype, cube_out)] = self.dev.context(dtype, cube_out)
+            proto = self.contexts[key] = self.dev.context(*key)
         ctx = object.__new__(OpContext)
         ctx.__dict__.update(proto.__dict__)
         return ctx
@@ -364,15 +358,17 @@ class _Run(Records):
         # them: no dump, no kept tensors; the graph's outputs are never kept)
         key = fold_key(node.op, args) if self.fold_ok else None
         fold = prep.fold
-        kept = key is not None and fold is not None and fold[0] == key and fold_key("", fold[1]) == fold[2]
+        # (an "int" node reads node.attrs each replay: an attribute edited in place is met as the computation would)
+        kept = (key is not None and fold is not None and fold[0] == key
+                and (kind == "host" or _same_attrs(node.attrs, fold[2])))
         if kind == "host":
             if kept:
-                outs = fold[1]
+                outs = tuple([o.copy() for o in fold[1]])
             else:
                 outs = prep.fn(*args, ctx=self._context(), **prep.attrs)
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 if key is not None:
-                    self._fold(prep, key, outs)
+                    self._fold(prep, key, outs, None)
             self.const.update(prep.outs)
             self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST", dtype_name(outs[0].dtype) if outs
                                   else "", list(refs)), outs, node.attrs)
@@ -381,25 +377,32 @@ class _Run(Records):
         const = self.const
         folded = all(r in const for r in refs)
         if kept:
-            outs = fold[1]
+            outs = tuple([o.copy() for o in fold[1]])
         else:
             outs = self._run(prep.opdef, node, args, self._context())
             if key is not None:
-                self._fold(prep, key, outs)
+                self._fold(prep, key, outs, node.attrs)
         if folded:
             const.update(prep.outs)
         self._record(OpRecord(node.name, node.op, prep.ascend_op, "HOST" if folded else "AICORE",
                               dtype_name(outs[0].dtype) if outs else "", list(refs)), outs, node.attrs)
         return outs
 
-    def _fold(self, prep: Light, key: tuple, outs: tuple) -> None:
+    def _fold(self, prep: Light, key: tuple, outs: tuple, attrs) -> None:
         """Keep ``outs`` of a "host" or "int" node for the next replay that meets inputs of key ``key``
-        (:func:`~ascend_emu.npu.node_plan.fold_key`), with their own key: arrays of at most ``FOLD_ELEMENTS`` each
-        (shape vectors), compared again before they are handed on, so a kept output changed in place since (by a
-        consumer, or by a caller reading it through an Identity) is computed afresh; never a graph output."""
-        check = fold_key("", outs)
-        if check is not None and self.graph_outputs.isdisjoint(prep.outs):
-            prep.fold = (key, outs, check)
+        (:func:`~ascend_emu.npu.node_plan.fold_key`) and, for an "int" node, attributes equal to ``attrs``: copies
+        of arrays of at most ``FOLD_ELEMENTS`` each (shape vectors), handed on as copies again, so that no consumer,
+        caller or later replay shares memory with another replay's outputs or inputs; never a graph output."""
+        if fold_key("", outs) is None or not self.graph_outputs.isdisjoint(prep.outs):
+            return
+        if attrs is not None:
+            import copy
+
+            snap = copy.deepcopy(attrs)
+            if not _same_attrs(attrs, snap):
+                return   # attributes that do not compare (arrays): computed each replay
+            attrs = snap
+        prep.fold = (key, tuple([o.copy() for o in outs]), attrs)
 
     def _const(self, node: Node) -> tuple:
         """A Const node: the host hands its value over (the registry's Const, without building an op context
@@ -420,16 +423,11 @@ class _Run(Records):
                 cargs[i] = self._cast(refs[i], args[i], target, opdef.reads_half)
         else:
             cargs = args
-        # the run's context for the node's dtypes, copied (``_context`` without its calls), unless the op gets a
-        # non-deterministic launch of its own
+        # the run's context for the node's dtypes, unless the op gets a non-deterministic launch of its own
         if prep.multicore and not self.deterministic:
             ctx = self.dev.context(prep.cdt, dec.cube_out, op=node.name, tf_type=node.op, launch=self.launch)
         else:
-            proto = self.contexts.get(prep.ctx_key)
-            if proto is None:
-                proto = self.contexts[prep.ctx_key] = self.dev.context(prep.cdt, dec.cube_out)
-            ctx = object.__new__(OpContext)
-            ctx.__dict__.update(proto.__dict__)
+            ctx = self._context(prep.ctx_key)
         fusion = prep.fusion
         try:
             outs = self._run(opdef, node, cargs, ctx, prep.attrs)
@@ -458,7 +456,6 @@ class _Run(Records):
         self._record(rec, outs, node.attrs)
         return outs
 
-
     def _control_flow(self, node: Node, args: list) -> tuple:
         """A While/If/Case: its bodies run op by op on this device, each op recorded under its scope."""
         first = len(self.records)
@@ -470,7 +467,6 @@ class _Run(Records):
                               precision={"list": None, "reason": f"control flow: its bodies ran {ran} ops, "
                                          f"recorded under {node.name}/..."}), outs, node.attrs)
         return outs
-
 
     def _call(self, fname: str, args: tuple, scope: str) -> tuple:
         """Run function ``fname`` of the graph on ``args``, its nodes named ``scope/<node>``."""
@@ -631,3 +627,10 @@ class _Run(Records):
                      outs, node.attrs)
         return outs
 
+
+def _same_attrs(a: dict, b: dict) -> bool:
+    """Whether two nodes' attributes are equal (False where they do not compare: an array among them)."""
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
