@@ -15,6 +15,14 @@ MUL, REALDIV), negation, ``x * x`` and the correctly rounded square root (CHAIN_
 CHAIN_SQRT; ``b`` is ignored). The kernel does not model overflow: it returns non-zero when any step result
 is Inf or NaN, and its outputs are then not the program's (the caller runs the ops one by one, which raise
 the status and apply the overflow mode).
+
+Adam's update (Keras 3's formulation, the benchmark MLP's optimizer) is recognised in the program and run
+in one pass with every value in registers: the same IEEE float32 operations in the same order, so the same
+bits; the blocked steps (``_blocked``) make twelve passes over L1 rows (RESULTS "Session 18: the Adam MLP
+step": a 512 x 512 weight's update 676 -> 176 us alone). Its status needs only the steps whose non-finite value
+could vanish: every step here passes an Inf or NaN operand on to its result except a division's divisor
+(x / Inf = 0), so a value is non-finite somewhere in the chain exactly when the last step's or the divisor's
+is (``_adam_pass``).
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-from .codes import ADD, CHAIN_NEG, CHAIN_SQUARE, FLT_MAX, MUL, REALDIV, SUB
+from .codes import ADD, CHAIN_NEG, CHAIN_SQRT, CHAIN_SQUARE, FLT_MAX, MUL, REALDIV, SUB
 
 #: elements per block: the rows of a program of a dozen steps stay within L1 and L2
 BLOCK = 1024
@@ -104,18 +112,101 @@ def _step(code, x, y, r, m):
     return good
 
 
+#: Keras 3 Adam (keras/src/optimizers/adam.py ``update_step``: ``m += (g - m) * (1 - beta_1)``,
+#: ``v += (square(g) - v) * (1 - beta_2)``, ``w -= (m * alpha) / (sqrt(v) + epsilon)``) as the program's
+#: full-size steps, in order: ``(code, a, b)`` where an operand is an earlier step of the template (0-11), a
+#: full-size input (100 g, 101 m, 102 v, 103 w) or a single value (200 + i); a unary step repeats ``a``
+_ADAM = np.array([
+    (SUB, 100, 101), (MUL, 0, 200), (ADD, 101, 1),                            # 2: m
+    (CHAIN_SQUARE, 100, 100), (SUB, 3, 102), (MUL, 4, 201), (ADD, 102, 5),    # 6: v
+    (MUL, 2, 202), (CHAIN_SQRT, 6, 6), (ADD, 8, 203), (REALDIV, 7, 9),        # 10: the step
+    (SUB, 103, 10)], dtype=np.int64)                                            # 11: w
+#: the template steps the outputs may be: m, v, w
+_ADAM_OUT = (2, 6, 11)
+
+
+@njit(cache=True, error_model="numpy")
+def _adam_match(fill, prog, out_rows, nrows):
+    """How the program is Adam's (``_ADAM``), or None: (the full-size input of g, m, v, w; the single values'
+    slots; the output of m, v, w). Follows the value each row holds, so the rows' reuse does not matter."""
+    held = np.full(max(nrows, 1), -1, np.int64)       # 1000 + input k, or 2000 + template step
+    for k in range(fill.shape[0]):
+        held[fill[k]] = 1000 + k
+    ins = np.full(4, -1, np.int64)
+    sc = np.full(4, -1, np.int64)
+    t = 0
+    for s in range(prog.shape[0]):
+        if prog[s, 5] == 0:
+            continue
+        if t == _ADAM.shape[0] or prog[s, 0] != _ADAM[t, 0]:
+            return None
+        for o in range(2):
+            kind, at, ref = prog[s, 1 + 2 * o], prog[s, 2 + 2 * o], _ADAM[t, 1 + o]
+            if ref >= 200:
+                if kind != 0 or (sc[ref - 200] >= 0 and sc[ref - 200] != at):
+                    return None
+                sc[ref - 200] = at
+            elif ref >= 100:
+                if kind != 1 or not 1000 <= held[at] < 2000:
+                    return None
+                if ins[ref - 100] >= 0 and ins[ref - 100] != held[at] - 1000:
+                    return None
+                ins[ref - 100] = held[at] - 1000
+            elif kind != 1 or held[at] != 2000 + ref:
+                return None
+        held[prog[s, 6]] = 2000 + t
+        t += 1
+    if t != _ADAM.shape[0] or out_rows.shape[0] != 3:
+        return None
+    outk = np.full(3, -1, np.int64)
+    for k in range(3):
+        for q in range(3):
+            if held[out_rows[k]] == 2000 + _ADAM_OUT[q]:
+                outk[q] = k
+    for q in range(3):
+        if outk[q] < 0:
+            return None
+    return ins, sc, outk
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
-def chain_f32(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
+def _adam_pass(g, m, v, w, c1, c2, alpha, eps, mo, vo, wo, n):
+    """Adam's steps (``_ADAM``) element by element, each an IEEE float32 operation (no contraction: with
+    Numba's default float flags a product and a sum stay two roundings); returns non-zero if a step's value is Inf or
+    NaN somewhere. Only the last step and the divisor are tested: each other step's Inf or NaN reaches one of
+    them (an operand's Inf or NaN gives an Inf or NaN result in + - * sqrt and in a dividend)."""
+    nitem = (n + _CHUNK - 1) // _CHUNK
+    bad = np.zeros(nitem, dtype=np.int64)
+    for it in prange(nitem):
+        good = True
+        for j in range(it * _CHUNK, min(n, (it + 1) * _CHUNK)):
+            gj = g[j]
+            mj = m[j]
+            vj = v[j]
+            m2 = mj + (gj - mj) * c1
+            v2 = vj + (gj * gj - vj) * c2
+            d = np.sqrt(v2) + eps
+            w2 = w[j] - (m2 * alpha) / d
+            mo[j] = m2
+            vo[j] = v2
+            wo[j] = w2
+            good &= abs(d) <= FLT_MAX
+            good &= abs(w2) <= FLT_MAX
+        bad[it] = np.int64(not good)
+    r = np.int64(0)
+    for it in range(nitem):
+        r |= bad[it]
+    return r
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
+    """The program over blocks of ``blk`` elements, step by step over the block's rows."""
+    ns = prog.shape[0]
+
     """outs[k][i] = the program's value out_rows[k] at element i (float32 steps on the full-size inputs
     ``full`` and the single values ``scal``, which receives the single-valued step results); returns
     non-zero if some step result is Inf or NaN (the outputs are then not the program's)."""
-    ns = prog.shape[0]
-    for s in range(ns):
-        if prog[s, 5] == 0:
-            v = _op(prog[s, 0], scal[prog[s, 2]], scal[prog[s, 4]])
-            scal[prog[s, 6]] = v
-            if not abs(v) <= FLT_MAX:
-                return np.int64(1)
     nf = fill.shape[0]
     no = out_rows.shape[0]
     per = max(1, _CHUNK // blk)          # blocks per work item
@@ -153,3 +244,22 @@ def chain_f32(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
     for it in range(nitem):
         r |= bad[it]
     return r
+
+
+@njit(cache=True, error_model="numpy")
+def chain_f32(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
+    """outs[k][i] = the program's value out_rows[k] at element i (float32 steps on the full-size inputs
+    ``full`` and the single values ``scal``, which receives the single-valued step results); returns
+    non-zero if some step result is Inf or NaN (the outputs are then not the program's)."""
+    for s in range(prog.shape[0]):
+        if prog[s, 5] == 0:
+            v = _op(prog[s, 0], scal[prog[s, 2]], scal[prog[s, 4]])
+            scal[prog[s, 6]] = v
+            if not abs(v) <= FLT_MAX:
+                return np.int64(1)
+    adam = _adam_match(fill, prog, out_rows, nrows)
+    if adam is not None:
+        ins, sc, outk = adam
+        return _adam_pass(full[ins[0]], full[ins[1]], full[ins[2]], full[ins[3]], scal[sc[0]], scal[sc[1]],
+                          scal[sc[2]], scal[sc[3]], outs[outk[0]], outs[outk[1]], outs[outk[2]], n)
+    return _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk)

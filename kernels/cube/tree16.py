@@ -259,42 +259,71 @@ def pack_b(B, Bp):
             Bp[t, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
 
 
+@intrinsic
+def _copy16(typingctx, dst, src):
+    """16 floats from address ``src`` to address ``dst``: one vector load and store (LLVM does not vectorise
+    a 16-float loop between two arrays it cannot tell apart: its alias checks cost more than the copy)."""
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.FloatType(), LANES).as_pointer()
+        v = builder.load(builder.inttoptr(args[1], vt), align=4)
+        builder.store(v, builder.inttoptr(args[0], vt), align=4)
+        return context.get_dummy_value()
+    return types.void(types.uintp, types.uintp), codegen
+
+
 @njit(cache=True)
 def _tile_init(C, bias, tc, bias_rows, i0, i1, j0, jn, npair, ng):
     """A work item's tile (npair, ng, 4, LANES) from the bias: row tc of ``bias``, one value per output row
     if ``bias_rows``, else per column j0 + j (j < jn)."""
-    for p in range(npair):
-        for s in range(4):
-            i = min(i0 + 2 * p + (s & 1), i1 - 1)  # an odd last row is computed twice, stored once
-            for g in range(ng):
-                jb = 2 * LANES * g + LANES * (s >> 1)
-                if bias_rows:   # one value per row: a fill
-                    v = bias[tc, i]
+    if bias_rows:   # one value per row: a fill
+        for p in range(npair):
+            for s in range(4):
+                v = bias[tc, min(i0 + 2 * p + (s & 1), i1 - 1)]  # an odd last row is computed twice, stored once
+                for g in range(ng):
                     for l in range(LANES):
                         C[p, g, s, l] = v
-                elif jb + LANES <= jn:   # whole vectors of columns: a copy
-                    for l in range(LANES):
-                        C[p, g, s, l] = bias[tc, j0 + jb + l]
-                else:   # the columns past the tile's last repeat its last one's bias (never stored)
-                    for l in range(LANES):
-                        C[p, g, s, l] = bias[tc, j0 + min(jb + l, jn - 1)]
+        return
+    if npair == 0:
+        return
+    # per column: every row pair's (ng, 4, LANES) block is the same, made once and copied in one long loop
+    # (the vectorised copy: 16 floats at a time per (p, s, g) measured 113 us for a 512 x 512 product's
+    # tiles, this 27); the columns past the tile's last repeat its last one's bias (never stored)
+    for s in range(4):
+        for g in range(ng):
+            jb = 2 * LANES * g + LANES * (s >> 1)
+            for l in range(LANES):
+                C[0, g, s, l] = bias[tc, j0 + min(jb + l, jn - 1)]
+    flat = C.reshape(npair, ng * 4 * LANES)
+    first = flat[0]
+    for p in range(1, npair):
+        row = flat[p]
+        for x in range(ng * 4 * LANES):
+            row[x] = first[x]
 
 
 @njit(cache=True)
 def _tile_store(C, out, i0, i1, j0, jn, npair, ng):
     """out[i, j0 + j] = the tile's element for rows i0 <= i < i1 and columns j < jn (2-D out)."""
+    # whole 16-column vectors of a row with contiguous columns by _copy16 (130 -> 65 us for a 512 x 512
+    # product), out's row in increasing columns; the rest element by element
+    contiguous = out.strides[1] == 4 and C.strides[3] == 4 and C.strides[2] == 4 * LANES and C.strides[1] == 16 * LANES \
+        and C.strides[0] == 16 * LANES * ng
+    whole = jn // LANES if contiguous else 0
+    cb = C.ctypes.data
+    ob = out.ctypes.data
     for p in range(npair):
-        for s in range(4):
-            i = i0 + 2 * p + (s & 1)
-            if i < i1:
-                for g in range(ng):
-                    jb = 2 * LANES * g + LANES * (s >> 1)
-                    if jb + LANES <= jn:
-                        for l in range(LANES):
-                            out[i, j0 + jb + l] = C[p, g, s, l]
-                    else:
-                        for l in range(max(0, jn - jb)):
-                            out[i, j0 + jb + l] = C[p, g, s, l]
+        for r in range(2):
+            i = i0 + 2 * p + r
+            if i >= i1:
+                break
+            for v in range(2 * ng):
+                g, h = v >> 1, v & 1
+                if v < whole:
+                    _copy16(ob + np.uintp(i * out.strides[0] + (j0 + LANES * v) * 4),
+                            cb + np.uintp((((p * ng + g) * 4 + 2 * h + r) * LANES) * 4))
+                else:
+                    for l in range(max(0, min(LANES, jn - LANES * v))):
+                        out[i, j0 + LANES * v + l] = C[p, g, 2 * h + r, l]
 
 
 @njit(cache=True)

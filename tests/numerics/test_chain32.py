@@ -181,3 +181,65 @@ def test_rows_are_reused_without_clobbering():
         assert got is not None
         for g, o in zip(got, outs):
             np.testing.assert_array_equal(_bits(g), _bits(want[o - 2]))
+
+
+def _adam_inputs(n, g=None, v=None):
+    full = _data((n,), 4, "finite")
+    full[2] = np.abs(full[2])
+    if g is not None:
+        full[0][:len(g)] = g
+    if v is not None:
+        full[2][:len(v)] = v
+    return full + [np.array(x, np.float32) for x in SINGLES["adam"]]
+
+
+def _adam_match(steps, outputs, kinds):
+    from ascend_emu.kernels import chain32
+    prog, fill, out_rows, nrows = nchain._program32(tuple(steps), tuple(outputs), tuple(kinds))[:4]
+    return chain32._adam_match(fill, prog, out_rows, nrows)
+
+
+def test_adam_runs_in_its_one_pass_kernel_and_near_misses_do_not():
+    """Adam's program is recognised (kernels/chain32.py ``_ADAM``: the inputs and outputs bound whatever their
+    order); a program that differs in one operand's order, one step or one output is left to the blocked
+    steps; both give the oracle's bits."""
+    steps, outputs, nfull, nsingle = PROGRAMS["adam"]
+    kinds = (1,) * nfull + (0,) * nsingle
+    ins, sc, outk = _adam_match(steps, outputs, kinds)
+    assert list(ins) == [0, 1, 2, 3] and list(sc) == [0, 1, 2, 3] and list(outk) == [1, 2, 0]
+    # the same chain with its inputs listed in another order (m, g, w, v) and its outputs too (m, v, w)
+    perm = [1, 0, 3, 2, 4, 5, 6, 7, 8]
+    where = {old: new for new, old in enumerate(perm)}
+    moved = [(nm, where.get(a, a), where.get(b, b)) for nm, a, b in steps]
+    ins, sc, outk = _adam_match(moved, (11, 15, outputs[0]), kinds)
+    assert list(ins) == [1, 0, 3, 2] and list(outk) == [0, 1, 2]
+    misses = {"m + t as t + m": [(n, b, a) if k == 2 else (n, a, b) for k, (n, a, b) in enumerate(steps)],
+              "g * g for square(g)": [("mul", 0, 0) if k == 3 else s for k, s in enumerate(steps)],
+              "nesterov": PROGRAMS["adam_nesterov"][0]}
+    for what, other in misses.items():
+        outs = PROGRAMS["adam_nesterov"][1] if what == "nesterov" else outputs
+        assert _adam_match(other, outs, kinds) is None, what
+    assert _adam_match(steps, outputs[:2], kinds) is None                   # w and m only
+    assert _adam_match(steps, outputs + (12,), kinds) is None               # and an intermediate
+    inputs = _adam_inputs(3000)
+    for other, outs in [(steps, outputs), (moved, (11, 15, outputs[0])), (misses["m + t as t + m"], outputs)]:
+        ins_ = [inputs[p] for p in perm] if other is moved else inputs
+        got = nchain.chain_f32(ins_, other, outs)
+        want = naive.program32(ins_, other, outs)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+@pytest.mark.parametrize("n", [1, 33, 70000])
+def test_adam_hands_back_a_divisor_that_overflowed(n):
+    """sqrt(v) + eps = Inf makes the step m alpha / Inf = 0 and w finite again: only the divisor shows the
+    overflow the ops would raise (``_adam_pass`` tests it with the last step); one element is enough."""
+    steps, outputs, _, _ = PROGRAMS["adam"]
+    g = np.array([1e20], np.float32)                 # g^2 overflows, v becomes Inf
+    inputs = _adam_inputs(n, g=g)
+    every = naive.program32(inputs, steps, range(9, 9 + len(steps)))
+    assert np.isfinite(every[-1]).all() and not np.isfinite(every[-3]).all()
+    assert nchain.chain_f32(inputs, steps, outputs) is None
+    inputs = _adam_inputs(n, v=np.array([-1.0], np.float32))   # a negative second moment: sqrt gives NaN
+    assert nchain.chain_f32(inputs, steps, outputs) is None
+    assert nchain.chain_f32(_adam_inputs(n), steps, outputs) is not None

@@ -77,3 +77,32 @@ def test_the_8_and_16_lane_micro_kernels_give_the_same_bits(tmp_path, monkeypatc
         assert y.dtype == wide[name].dtype and y.shape == wide[name].shape, name
         assert not np.isnan(y).any() and np.isinf(y).any() == (y.dtype == np.float16), name
         assert np.array_equal(y.view(np.uint8), wide[name].view(np.uint8)), name
+
+
+@pytest.mark.parametrize("i0, i1, j0, jn", [(0, 128, 0, 512), (128, 255, 512, 300), (0, 5, 0, 10), (6, 8, 16, 33)])
+def test_tile_init_and_store_follow_the_tile_layout(i0, i1, j0, jn):
+    """A work item's tile (kernels/cube/tree16.py): element (p, g, s, l) is output row i0 + 2p + (s & 1), column
+    j0 + 32g + 16(s >> 1) + l. ``_tile_init`` fills it from the bias (per column: past the last column the last
+    one's; per row: an odd last row repeats the row before), ``_tile_store`` writes the rows and columns inside
+    the item, by whole 16-column vectors where out's columns are contiguous and one by one where not."""
+    rng = np.random.default_rng(i1 + jn)
+    npair = (i1 - i0 + 1) // 2
+    ng = tree16._tail_columns(jn) // 32
+    p, g, s, l = np.indices((npair, ng, 4, 16))
+    rows = np.minimum(i0 + 2 * p + (s & 1), i1 - 1)
+    cols = 32 * g + 16 * (s >> 1) + l
+    bias = rng.standard_normal((2, 1024)).astype(np.float32)
+    tile = np.empty((npair, ng, 4, 16), np.float32)
+    tree16._tile_init(tile, bias, 1, False, i0, i1, j0, jn, npair, ng)
+    np.testing.assert_array_equal(tile, bias[1, j0 + np.minimum(cols, jn - 1)])
+    tree16._tile_init(tile, bias, 0, True, i0, i1, j0, jn, npair, ng)
+    np.testing.assert_array_equal(tile, bias[0, rows])
+    tile = rng.standard_normal((npair, ng, 4, 16)).astype(np.float32)
+    inside = (i0 + 2 * p + (s & 1) < i1) & (cols < jn)
+    for step in (1, 3):
+        whole = np.full((300, 1024 * step), -7.0, np.float32)
+        out = whole[:, ::step]
+        tree16._tile_store(tile, out, i0, i1, j0, jn, npair, ng)
+        want = np.full((300, 1024), -7.0, np.float32)
+        want[rows[inside], j0 + cols[inside]] = tile[inside]
+        np.testing.assert_array_equal(out, want)
