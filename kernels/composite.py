@@ -584,19 +584,16 @@ def _sum8(e, r, ss):
 
 @njit(cache=True, error_model="numpy")
 def _softmax_exp_f16_table(x, m, hb, out, tab):
-    """_softmax_exp's SUB_F16_HW table path for one row: hb = fp16 bits of x - m (RNE), out = tab[hb]; 1 if some
-    difference is Inf or NaN (on its bits: a loop over 16-bit lanes). x NaN makes x - m NaN, so _softmax_exp's NaN
-    scan of x is this check too; exp's own check is left to the row's sum (a sum with an Inf or NaN term is Inf or
-    NaN, and _softmax_div checks it)."""
+    """_softmax_exp's SUB_F16_HW table path for one row: hb = fp16 bits of x - m (RNE), out = tab[hb], with ``tab``
+    NaN at every Inf and NaN pattern (ops/sourced._exp_table_nonfinite_nan). No check here: a difference that is
+    Inf or NaN (x NaN makes it NaN, so this covers _softmax_exp's NaN scan of x) reads a NaN, and a finite one
+    (<= 0, x - max) an exp in [0, 1]; the row's sum is NaN exactly when some difference was bad, and
+    _softmax_div_f16 checks the sum."""
     n = x.size
-    big = np.uint16(0)
     for j in range(n):
-        h = f32_to_f16_hw(x[j] - m)
-        big |= np.uint16((h & np.uint16(0x7C00)) == np.uint16(0x7C00))
-        hb[j] = h
+        hb[j] = f32_to_f16_hw(x[j] - m)
     for j in range(n):
         out[j] = tab[hb[j]]
-    return np.int64(big)
 
 
 @njit(cache=True, error_model="numpy")
@@ -615,7 +612,8 @@ def _softmax_div_f16(e, s, ob):
 def _softmax_f16_table_chunk(xb, r0, x, e, hb, ob, tab):
     """softmax_rows_f16's SUB_F16_HW table path for the rows xb[r0:r0 + len(x)]: widened into x, exp into e
     (both the thread's own rows), fp16 results into ob; 1 if some step was bad. The same float32 operations as
-    _softmax_chunk + _round_rows_f16, with the checks on 16-bit lanes (_softmax_exp_f16_table, _softmax_div_f16)."""
+    _softmax_chunk + _round_rows_f16, with the checks on the row sums and the results' fp16 bits
+    (_softmax_exp_f16_table, _softmax_div_f16)."""
     nr = x.shape[0]
     _widen_rows_f16(xb, r0, x)
     mx = np.empty(8, dtype=np.float32)
@@ -635,7 +633,7 @@ def _softmax_f16_table_chunk(xb, r0, x, e, hb, ob, tab):
             mx[0] = mm
             m = 1
         for t in range(m):
-            k |= _softmax_exp_f16_table(x[r + t], mx[t], hb, e[r + t], tab)
+            _softmax_exp_f16_table(x[r + t], mx[t], hb, e[r + t], tab)
         if m == 8:
             _sum8(e, r, ss)
         else:
@@ -655,7 +653,8 @@ def softmax_rows_f16(xb, ob, sub_mode, exp64, tab):
     """softmax_rows of fp16 rows given as their bits (rows, n) uint16, widened exactly, the result rounded
     to fp16 (nearest even) into ``ob``, a block of rows at a time in the thread's own float32 rows (one pass
     over the data, not three); True when no step was Inf or NaN and no result rounded to Inf (else ob is not
-    to be used). Hosts with the CPU's fp16 conversion (kernels/cast.HW_HALF) only."""
+    to be used). Hosts with the CPU's fp16 conversion (kernels/cast.HW_HALF) only. ``tab`` for SUB_F16_HW:
+    the fp16 exp table with NaN at the Inf and NaN patterns (ops/sourced._exp_table_nonfinite_nan)."""
     rows, n = xb.shape
     nch = (rows + _ROWS - 1) // _ROWS
     bad = np.zeros(nch, dtype=np.int64)

@@ -120,6 +120,18 @@ def test_softmax_exp_table_is_the_vector_exp(dtype, impl):
     assert np.array_equal(_bits(got)[keep], _bits(want)[keep])
 
 
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_f16_kernel_table_nan_where_nonfinite(impl):
+    """The fp16 one-pass kernel's table (all 65,536 patterns): the exp table where the pattern is finite, NaN at
+    every Inf and NaN pattern (so a bad x - max makes its row's sum NaN, the kernel's one check)."""
+    plain = sourced._exp_table(False, impl == "high_precision")
+    got = sourced._exp_table_nonfinite_nan(impl == "high_precision")
+    bad = ~np.isfinite(np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16))
+    assert bad.sum() == 2048 and np.isnan(got[bad]).all()
+    assert np.array_equal(_bits(got)[~bad], _bits(plain)[~bad])
+    assert not got.flags.writeable
+
+
 @pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
 def test_softmax_rows_exp_table_every_difference(dtype, impl, monkeypatch):
