@@ -39,6 +39,20 @@ def _bad(v):
 
 
 @njit(cache=True, error_model="numpy")
+def _flag16(big, h):
+    """big with bit 15 set if the fp16 bits h are Inf or NaN (|h| >= 0x7C00: + 0x400 carries into bit 15), kept in
+    16 bits (an OR of comparisons widened to int64 lanes took twice as long: 0.11-0.14 against 0.065 ms for LayerNorm's
+    output loop over 262,144 values)."""
+    return np.uint16(big | np.uint16(np.uint16(h & np.uint16(0x7FFF)) + np.uint16(0x0400)))
+
+
+@njit(cache=True, error_model="numpy")
+def _flagged16(big):
+    """1 if _flag16 saw an Inf or NaN."""
+    return np.int64(big >> np.uint16(15))
+
+
+@njit(cache=True, error_model="numpy")
 def _ln_terms_bad(x, mean, cof):
     """1 if some term x[j] cof (mean None) or some d = x[j] - mean, d d or d d cof is Inf or NaN (the sums'
     terms, checked apart from the sums so that this loop vectorises)."""
@@ -214,9 +228,9 @@ def _widen_rows_f16_check(xb, r0, x):
         nonfinite = np.uint16(0)
         for j in range(dst.size):
             h = src[j]
-            nonfinite |= np.uint16((h & np.uint16(0x7C00)) == np.uint16(0x7C00))
+            nonfinite = _flag16(nonfinite, h)
             dst[j] = f16_to_f32_hw(h)
-        bad |= np.int64(nonfinite)
+        bad |= _flagged16(nonfinite)
     return bad
 
 
@@ -252,24 +266,24 @@ def _ln_out_f16(x, g, b, ob, mean, rstd):
     if g.size > 0 and b.size > 0:
         for j in range(n):
             h = f32_to_f16_hw(((x[j] - mean) * rstd) * g[j] + b[j])
-            big |= np.uint16((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+            big = _flag16(big, h)
             ob[j] = h
     elif g.size > 0:
         for j in range(n):
             h = f32_to_f16_hw(((x[j] - mean) * rstd) * g[j])
-            big |= np.uint16((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+            big = _flag16(big, h)
             ob[j] = h
     elif b.size > 0:
         for j in range(n):
             h = f32_to_f16_hw((x[j] - mean) * rstd + b[j])
-            big |= np.uint16((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+            big = _flag16(big, h)
             ob[j] = h
     else:
         for j in range(n):
             h = f32_to_f16_hw((x[j] - mean) * rstd)
-            big |= np.uint16((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+            big = _flag16(big, h)
             ob[j] = h
-    return np.int64(big)
+    return _flagged16(big)
 
 
 @njit(cache=True, error_model="numpy")
@@ -603,9 +617,9 @@ def _softmax_div_f16(e, s, ob):
     big = np.uint16(0)
     for j in range(e.size):
         h = f32_to_f16_hw(e[j] / s)
-        big |= np.uint16((h & np.uint16(0x7FFF)) >= np.uint16(0x7C00))
+        big = _flag16(big, h)
         ob[j] = h
-    return _bad(s) | np.int64(big)
+    return _bad(s) | _flagged16(big)
 
 
 @njit(cache=True, error_model="numpy")
