@@ -553,29 +553,19 @@ def softmax_rows(x, out, sub_mode, exp64, tab):
 
 
 @njit(cache=True, error_model="numpy")
-def _max8(x, r, mx):
-    """mx[k] = _softmax_row's maximum of row x[r + k], k < 8 (the 8 rows' chains of selections interleaved)."""
-    n = x.shape[1]
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[r], x[r + 1], x[r + 2], x[r + 3], x[r + 4], x[r + 5], x[r + 6], x[r + 7]
-    m0, m1, m2, m3, m4, m5, m6, m7 = x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]
-    for j in range(1, n):
-        v = x0[j]
-        m0 = v if v > m0 else m0
-        v = x1[j]
-        m1 = v if v > m1 else m1
-        v = x2[j]
-        m2 = v if v > m2 else m2
-        v = x3[j]
-        m3 = v if v > m3 else m3
-        v = x4[j]
-        m4 = v if v > m4 else m4
-        v = x5[j]
-        m5 = v if v > m5 else m5
-        v = x6[j]
-        m6 = v if v > m6 else m6
-        v = x7[j]
-        m7 = v if v > m7 else m7
-    mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7] = m0, m1, m2, m3, m4, m5, m6, m7
+def _max16(row):
+    """The fp16 bits of the largest value of the fp16 bits ``row``, on keys ordered as the values (a negative
+    pattern's magnitude bits flipped), in a 16-bit maximum that vectorises (0.03 ms against 0.12 for the float32
+    selections of 524,288 values). With NaN in the row the result is any pattern (x - max of the NaN is NaN: the row
+    goes back to the steps anyway). The one difference from _softmax_row's ``v > m``: -0 orders below +0, which
+    the float comparison calls equal, so a row whose maximum is a zero may get +0 where it got -0; x - max then
+    differs only in the sign of a zero difference, whose exp is 1 either way (tab[0x0000] = tab[0x8000] = 1)."""
+    m = np.int16(-32768)
+    for j in range(row.size):
+        h = row[j]
+        k = np.int16(h ^ np.uint16(np.uint16(np.int16(h) >> np.int16(15)) & np.uint16(0x7FFF)))
+        m = k if k > m else m
+    return np.uint16(np.uint16(m) ^ np.uint16(np.uint16(m >> np.int16(15)) & np.uint16(0x7FFF)))
 
 
 @njit(cache=True, error_model="numpy")
@@ -597,15 +587,15 @@ def _sum8(e, r, ss):
 
 
 @njit(cache=True, error_model="numpy")
-def _softmax_exp_f16_table(x, m, hb, out, tab):
+def _softmax_exp_f16_table(xbits, m, hb, out, tab):
     """_softmax_exp's SUB_F16_HW table path for one row: hb = fp16 bits of x - m (RNE), out = tab[hb], with ``tab``
     NaN at every Inf and NaN pattern (ops/sourced._exp_table_nonfinite_nan). No check here: a difference that is
     Inf or NaN (x NaN makes it NaN, so this covers _softmax_exp's NaN scan of x) reads a NaN, and a finite one
     (<= 0, x - max) an exp in [0, 1]; the row's sum is NaN exactly when some difference was bad, and
     _softmax_div_f16 checks the sum."""
-    n = x.size
+    n = xbits.size
     for j in range(n):
-        hb[j] = f32_to_f16_hw(x[j] - m)
+        hb[j] = f32_to_f16_hw(f16_to_f32_hw(xbits[j]) - m)   # x widened exactly, as _widen_rows_f16 does
     for j in range(n):
         out[j] = tab[hb[j]]
 
@@ -623,31 +613,20 @@ def _softmax_div_f16(e, s, ob):
 
 
 @njit(cache=True, error_model="numpy")
-def _softmax_f16_table_chunk(xb, r0, x, e, hb, ob, tab):
-    """softmax_rows_f16's SUB_F16_HW table path for the rows xb[r0:r0 + len(x)]: widened into x, exp into e
-    (both the thread's own rows), fp16 results into ob; 1 if some step was bad. The same float32 operations as
-    _softmax_chunk + _round_rows_f16, with the checks on the row sums and the results' fp16 bits
-    (_softmax_exp_f16_table, _softmax_div_f16)."""
-    nr = x.shape[0]
-    _widen_rows_f16(xb, r0, x)
-    mx = np.empty(8, dtype=np.float32)
+def _softmax_f16_table_chunk(xb, r0, e, hb, ob, tab):
+    """softmax_rows_f16's SUB_F16_HW table path for the rows xb[r0:r0 + len(e)]: exp into e (the thread's own
+    rows), fp16 results into ob; 1 if some step was bad. The same float32 operations as _widen_rows_f16 +
+    _softmax_chunk + _round_rows_f16 (x widened where it is read), with the maximum on the fp16 bits (_max16) and
+    the checks on the row sums and the results' fp16 bits (_softmax_exp_f16_table, _softmax_div_f16)."""
+    nr = e.shape[0]
     ss = np.empty(8, dtype=np.float32)
     k = np.int64(0)
     r = 0
     while r < nr:
-        if r + 8 <= nr:
-            _max8(x, r, mx)
-            m = 8
-        else:
-            row = x[r]
-            mm = row[0]
-            for j in range(row.size):
-                v = row[j]
-                mm = v if v > mm else mm
-            mx[0] = mm
-            m = 1
+        m = 8 if r + 8 <= nr else 1
         for t in range(m):
-            _softmax_exp_f16_table(x[r + t], mx[t], hb, e[r + t], tab)
+            row = xb[r0 + r + t]
+            _softmax_exp_f16_table(row, f16_to_f32_hw(_max16(row)), hb, e[r + t], tab)
         if m == 8:
             _sum8(e, r, ss)
         else:
@@ -676,12 +655,12 @@ def softmax_rows_f16(xb, ob, sub_mode, exp64, tab):
     for c in prange(nch):
         r0 = c * _ROWS
         nr = min(rows, r0 + _ROWS) - r0
-        x = np.empty((nr, n), dtype=np.float32)
         y = np.empty((nr, n), dtype=np.float32)
         if table:
             hb = np.empty(n, dtype=np.uint16)
-            bad[c] = _softmax_f16_table_chunk(xb, r0, x, y, hb, ob, tab)
+            bad[c] = _softmax_f16_table_chunk(xb, r0, y, hb, ob, tab)
             continue
+        x = np.empty((nr, n), dtype=np.float32)
         d = np.empty(n, dtype=np.float32)
         _widen_rows_f16(xb, r0, x)
         k = _softmax_chunk(x, 0, nr, d, y, sub_mode, exp64, tab)

@@ -270,6 +270,17 @@ def test_softmax_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     rng = np.random.default_rng(11)
     base = (rng.standard_normal((ROWS, 24)) * 3).astype(np.float16)
     assert _same(sourced.softmax, np.float16, model, mode, base, monkeypatch=monkeypatch)
+    # rows whose maximum is a zero (composite._max16 orders -0 below +0), in 8-blocks and alone, the largest and
+    # smallest finite values
+    z = base.copy()
+    z[[2, 9, 42, 44]] = -np.abs(z[[2, 9, 42, 44]])
+    z[2, :2] = [-0.0, 0.0]
+    z[9, :2] = [0.0, -0.0]
+    z[42, ::3] = -0.0
+    z[44, 5] = 0.0
+    z[30, :3] = [65504.0, 65000.0, 6e-8]
+    z[43, :] = -65504.0
+    assert _same(sourced.softmax, np.float16, model, mode, z, monkeypatch=monkeypatch)
     for i, r in enumerate(PLACES):
         for v in (np.nan, np.inf, -np.inf):
             x = base.copy()
