@@ -159,6 +159,20 @@ def _exp_table(bf16: bool, exp64: bool) -> np.ndarray:
     return t
 
 
+def _exp_table_nonfinite_nan(exp64: bool) -> np.ndarray:
+    """The fp16 exp table (:func:`_exp_table`) with NaN at every Inf and NaN pattern (exp(-Inf) = 0 there
+    otherwise): for kernels/composite.softmax_rows_f16, where an Inf or NaN x - max then makes the row's sum NaN,
+    which the kernel checks, instead of a check of every difference. Made once."""
+    key = ("nonfinite NaN", exp64)
+    t = _EXP_TABLES.get(key)
+    if t is None:
+        t = _exp_table(False, exp64).copy()
+        t[(np.arange(65536, dtype=np.uint32) & 0x7C00) == 0x7C00] = np.nan
+        t.flags.writeable = False
+        _EXP_TABLES[key] = t
+    return t
+
+
 def _softmax_rows(ctx: OpContext, x: np.ndarray, axis):
     """softmax's float32 result from the fused kernel, or None where the steps must run."""
     if ctx.subnormals != "keep" or x.ndim == 0 or x.dtype != ctx.dtype:
@@ -195,7 +209,7 @@ def _softmax_rows_f16(ctx: OpContext, x: np.ndarray, axis):
         return None
     sub = _kc.SUB_F32 if ctx.op_model == "ascendc" else _kc.SUB_F16_HW
     exp64 = ctx.impl_mode == "high_precision"
-    tab = _NO_TABLE if sub == _kc.SUB_F32 else _exp_table(False, exp64)
+    tab = _NO_TABLE if sub == _kc.SUB_F32 else _exp_table_nonfinite_nan(exp64)
     xb = np.ascontiguousarray(x).reshape(rows, -1).view(np.uint16)
     out = np.empty(xb.shape, dtype=np.uint16)
     if not _kc.softmax_rows_f16(xb, out, sub, exp64, tab):

@@ -120,6 +120,18 @@ def test_softmax_exp_table_is_the_vector_exp(dtype, impl):
     assert np.array_equal(_bits(got)[keep], _bits(want)[keep])
 
 
+@pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
+def test_softmax_f16_kernel_table_nan_where_nonfinite(impl):
+    """The fp16 one-pass kernel's table (all 65,536 patterns): the exp table where the pattern is finite, NaN at
+    every Inf and NaN pattern (so a bad x - max makes its row's sum NaN, the kernel's one check)."""
+    plain = sourced._exp_table(False, impl == "high_precision")
+    got = sourced._exp_table_nonfinite_nan(impl == "high_precision")
+    bad = ~np.isfinite(np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16))
+    assert bad.sum() == 2048 and np.isnan(got[bad]).all()
+    assert np.array_equal(_bits(got)[~bad], _bits(plain)[~bad])
+    assert not got.flags.writeable
+
+
 @pytest.mark.parametrize("dtype", (np.float16, BF16), ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("impl", ("high_precision", "high_performance"))
 def test_softmax_rows_exp_table_every_difference(dtype, impl, monkeypatch):
@@ -237,3 +249,86 @@ def test_fp16_rows_take_the_one_pass_kernels(monkeypatch):
         sourced.softmax(ctx, x, -1)
         sourced.layer_norm(ctx, x, None, None, 1e-5, (1,))
         assert ctx.status == 0
+
+
+# ---- the fp16 one-pass kernels check the input's and the output's fp16 bits instead of every step (their
+# docstrings say why): their verdict must still be the steps' own for a bad value in any place of a block of rows
+# (the first, an interleaved block of 8, the rows after the last full 8, a second block of 32 rows), in gamma or
+# beta, or a float32 step past FLT_MAX
+
+_HW = pytest.mark.skipif(not __import__("ascend_emu.kernels.cast", fromlist=["HW_HALF"]).HW_HALF,
+                         reason="the fp16 one-pass kernels need the CPU's fp16 conversion")
+F16_MODES = [("inf_nan", "keep", "high_precision"), ("saturation", "keep", "high_performance")]
+ROWS = 45          # one block of 32 rows (four of 8) and one of 13 (one of 8 and five rows alone)
+PLACES = (0, 7, 12, 31, 33, 40, 44)   # first row, an 8-block's last, ..., rows computed alone
+
+
+@pytest.mark.parametrize("mode", F16_MODES, ids="-".join)
+@pytest.mark.parametrize("model", ("tbe_v220", "ascendc"))
+@_HW
+def test_softmax_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
+    rng = np.random.default_rng(11)
+    base = (rng.standard_normal((ROWS, 24)) * 3).astype(np.float16)
+    assert _same(sourced.softmax, np.float16, model, mode, base, monkeypatch=monkeypatch)
+    # rows whose maximum is a zero (composite._max16 orders -0 below +0), in 8-blocks and alone, the largest and
+    # smallest finite values
+    z = base.copy()
+    z[[2, 9, 42, 44]] = -np.abs(z[[2, 9, 42, 44]])
+    z[2, :2] = [-0.0, 0.0]
+    z[9, :2] = [0.0, -0.0]
+    z[42, ::3] = -0.0
+    z[44, 5] = 0.0
+    z[30, :3] = [65504.0, 65000.0, 6e-8]
+    z[43, :] = -65504.0
+    assert _same(sourced.softmax, np.float16, model, mode, z, monkeypatch=monkeypatch)
+    for i, r in enumerate(PLACES):
+        for v in (np.nan, np.inf, -np.inf):
+            x = base.copy()
+            x[r, (i * 5) % 24] = v
+            assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
+        if model != "ascendc":      # TBE's x - max in fp16: -120000 overflows it
+            x = base.copy()
+            x[r, :2] = [60000.0, -60000.0]
+            assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("mode", F16_MODES, ids="-".join)
+@pytest.mark.parametrize("model", ("tbe_v100", "ascendc"))
+@_HW
+def test_layer_norm_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
+    rng = np.random.default_rng(12)
+    base = (rng.standard_normal((ROWS, 40)) * 4).astype(np.float16)
+    base[3, ::2] = -0.0              # -0 results kept through y * g and y + b (no beta: y stays -0)
+    base[3, 1::2] = 0.0
+    base[20, :] = np.float16(6e-8)   # var 0: rstd = 1 / sqrt(eps)
+    base[41, :] = 65504.0            # the largest fp16 in a row computed alone
+    g = (rng.standard_normal(40) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    for gamma, beta in ((g, b), (g, None), (None, b), (None, None)):
+        assert _same(sourced.layer_norm, np.float16, model, mode, base, gamma, beta, 1e-5, (1,),
+                     monkeypatch=monkeypatch)
+    for i, r in enumerate(PLACES):
+        for v in (np.nan, np.inf, -np.inf):
+            x = base.copy()
+            x[r, (i * 7) % 40] = v
+            assert not _same(sourced.layer_norm, np.float16, model, mode, x, g, b, 1e-5, (1,),
+                             monkeypatch=monkeypatch)
+    # gamma and beta: y * gamma past FLT_MAX (Inf before the rounding), Inf * 0 (NaN), a NaN gamma, an Inf beta,
+    # a y * gamma finite in float32 but past fp16's 65504 (only the rounding overflows), and eps 0 on a var-0 row
+    # (rstd = 1 / 0)
+    huge = g.copy()
+    huge[5] = 3e38
+    zero_inf = np.zeros(40, np.float32)
+    zero_inf[0] = np.inf
+    nan_g = g.copy()
+    nan_g[39] = np.nan
+    inf_b = b.copy()
+    inf_b[17] = -np.inf
+    big = np.full(40, 1e5, np.float32)
+    for gamma, beta, eps in ((huge, b, 1e-5), (zero_inf, None, 1e-5), (nan_g, b, 1e-5), (g, inf_b, 1e-5),
+                             (None, None, 0.0)):
+        assert not _same(sourced.layer_norm, np.float16, model, mode, base, gamma, beta, eps, (1,),
+                         monkeypatch=monkeypatch)
+    # only the rounding overflows: the float32 row kernel may take it, the fp16 one must not (its status is the
+    # rounding's, which _same compares)
+    _same(sourced.layer_norm, np.float16, model, mode, base, big, None, 1e-5, (1,), monkeypatch=monkeypatch)
