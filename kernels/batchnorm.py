@@ -86,12 +86,18 @@ def bn_sums_f32(mode, x, g, mu, rstd, bounds, perm1, perm2, flush, overflow, sub
             for j in range(nch):
                 t1 = t1 + p1[perm1[c, j]]
                 t2 = t2 + p2[perm2[c, j]]
-        y1, s1 = finish32(t1, overflow, subnormal)
-        y2, s2 = finish32(t2, overflow, subnormal)
-        out1[c] = y1
-        out2[c] = y2
-        bad[c] = s1 | s2
+        bad[c] = _finish_pair(t1, t2, overflow, subnormal, out1, out2, c)
     return bad.sum() == 0
+
+
+@njit(cache=True, error_model="numpy")
+def _finish_pair(t1, t2, overflow, subnormal, out1, out2, c):
+    """out1[c], out2[c] = the two sums t1, t2 finished as float32 results; their statuses ORed."""
+    y1, s1 = finish32(t1, overflow, subnormal)
+    y2, s2 = finish32(t2, overflow, subnormal)
+    out1[c] = y1
+    out2[c] = y2
+    return s1 | s2
 
 
 _CB = 16   # channels side by side in bn_sums_f32_rows: one work item each
@@ -170,11 +176,7 @@ def bn_sums_f32_rows(mode, x, g, mu, rstd, bounds, perm1, perm2, flush, overflow
                 for q in range(nch):
                     t1 = t1 + p1[perm1[c, q], j]
                     t2 = t2 + p2[perm2[c, q], j]
-            y1, s1 = finish32(t1, overflow, subnormal)
-            y2, s2 = finish32(t2, overflow, subnormal)
-            out1[c] = y1
-            out2[c] = y2
-            bad[c] = s1 | s2
+            bad[c] = _finish_pair(t1, t2, overflow, subnormal, out1, out2, c)
     return bad.sum() == 0
 
 

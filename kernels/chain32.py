@@ -201,12 +201,9 @@ def _adam_pass(g, m, v, w, c1, c2, alpha, eps, mo, vo, wo, n):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
-    """The program over blocks of ``blk`` elements, step by step over the block's rows."""
+    """The program over blocks of ``blk`` elements, step by step over the block's rows (any program: what
+    :func:`chain_f32` runs when it is not Adam's)."""
     ns = prog.shape[0]
-
-    """outs[k][i] = the program's value out_rows[k] at element i (float32 steps on the full-size inputs
-    ``full`` and the single values ``scal``, which receives the single-valued step results); returns
-    non-zero if some step result is Inf or NaN (the outputs are then not the program's)."""
     nf = fill.shape[0]
     no = out_rows.shape[0]
     per = max(1, _CHUNK // blk)          # blocks per work item

@@ -107,65 +107,19 @@ def _ln_finish(x, g, b, out, mean, var, eps, rstd_mode):
 def _layer_norm_row(x, g, b, out, cof, eps, rstd_mode):
     """One row: mean = sum(x cof), d = x - mean, var = sum((d d) cof), rstd, out = d rstd (g) (+ b);
     returns 1 if some step was Inf or NaN."""
-    n = x.size
-    acc = x[0] * cof
-    for j in range(1, n):
-        acc = acc + x[j] * cof
-    mean = acc
-    d = x[0] - mean
-    acc = (d * d) * cof
-    for j in range(1, n):
-        d = x[j] - mean
-        acc = acc + (d * d) * cof
+    mean, var = _ln_row_sums(x, cof)
     bad = _ln_terms_bad(x, None, cof) | _ln_terms_bad(x, mean, cof)
-    return bad | _ln_finish(x, g, b, out, mean, acc, eps, rstd_mode)
+    return bad | _ln_finish(x, g, b, out, mean, var, eps, rstd_mode)
 
 
 @njit(cache=True, error_model="numpy")
-def _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode):
-    """_layer_norm_row for the 8 rows x[r:r+8]: each row's two sums in its own order, the 8 rows' sums
-    interleaved (8 independent chains of float32 adds instead of one: the adder's latency hidden)."""
-    n = x.shape[1]
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[r], x[r + 1], x[r + 2], x[r + 3], x[r + 4], x[r + 5], x[r + 6], x[r + 7]
-    a0, a1, a2, a3 = x0[0] * cof, x1[0] * cof, x2[0] * cof, x3[0] * cof
-    a4, a5, a6, a7 = x4[0] * cof, x5[0] * cof, x6[0] * cof, x7[0] * cof
-    for j in range(1, n):
-        a0 = a0 + x0[j] * cof
-        a1 = a1 + x1[j] * cof
-        a2 = a2 + x2[j] * cof
-        a3 = a3 + x3[j] * cof
-        a4 = a4 + x4[j] * cof
-        a5 = a5 + x5[j] * cof
-        a6 = a6 + x6[j] * cof
-        a7 = a7 + x7[j] * cof
-    means = (a0, a1, a2, a3, a4, a5, a6, a7)
-    m0, m1, m2, m3, m4, m5, m6, m7 = means
-    d0, d1, d2, d3 = x0[0] - m0, x1[0] - m1, x2[0] - m2, x3[0] - m3
-    d4, d5, d6, d7 = x4[0] - m4, x5[0] - m5, x6[0] - m6, x7[0] - m7
-    a0, a1, a2, a3 = (d0 * d0) * cof, (d1 * d1) * cof, (d2 * d2) * cof, (d3 * d3) * cof
-    a4, a5, a6, a7 = (d4 * d4) * cof, (d5 * d5) * cof, (d6 * d6) * cof, (d7 * d7) * cof
-    for j in range(1, n):
-        d0 = x0[j] - m0
-        d1 = x1[j] - m1
-        d2 = x2[j] - m2
-        d3 = x3[j] - m3
-        d4 = x4[j] - m4
-        d5 = x5[j] - m5
-        d6 = x6[j] - m6
-        d7 = x7[j] - m7
-        a0 = a0 + (d0 * d0) * cof
-        a1 = a1 + (d1 * d1) * cof
-        a2 = a2 + (d2 * d2) * cof
-        a3 = a3 + (d3 * d3) * cof
-        a4 = a4 + (d4 * d4) * cof
-        a5 = a5 + (d5 * d5) * cof
-        a6 = a6 + (d6 * d6) * cof
-        a7 = a7 + (d7 * d7) * cof
-    vars_ = (a0, a1, a2, a3, a4, a5, a6, a7)
+def _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode, mv):
+    """_layer_norm_row for the 8 rows x[r:r+8]: the sums by _ln_sums8 (into the scratch mv, (2, 8) float32)."""
+    _ln_sums8(x, r, cof, mv)
     bad = np.int64(0)
     for k in range(8):
-        bad |= _ln_terms_bad(x[r + k], None, cof) | _ln_terms_bad(x[r + k], means[k], cof)
-        bad |= _ln_finish(x[r + k], g, b, out[r + k], means[k], vars_[k], eps, rstd_mode)
+        bad |= _ln_terms_bad(x[r + k], None, cof) | _ln_terms_bad(x[r + k], mv[0, k], cof)
+        bad |= _ln_finish(x[r + k], g, b, out[r + k], mv[0, k], mv[1, k], eps, rstd_mode)
     return bad
 
 
@@ -173,8 +127,9 @@ def _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode):
 def _layer_norm_chunk(x, r, r1, g, b, out, cof, eps, rstd_mode):
     """LayerNorm of rows r..r1 of x into out: eight rows at a time, then one by one; 1 if some step was bad."""
     k = np.int64(0)
+    mv = np.empty((2, 8), np.float32)
     while r + 8 <= r1:
-        k |= _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode)
+        k |= _layer_norm_rows8(x, r, g, b, out, cof, eps, rstd_mode, mv)
         r += 8
     for t in range(r, r1):
         k |= _layer_norm_row(x[t], g, b, out[t], cof, eps, rstd_mode)

@@ -106,3 +106,9 @@ def test_tile_init_and_store_follow_the_tile_layout(i0, i1, j0, jn):
         want = np.full((300, 1024), -7.0, np.float32)
         want[rows[inside], j0 + cols[inside]] = tile[inside]
         np.testing.assert_array_equal(out, want)
+        skipped = np.ones(whole.shape[1], bool)
+        skipped[::step] = False
+        assert (whole[:, skipped] == -7.0).all()   # nothing written between the view's columns
+        back = np.full((300, 1024), -7.0, np.float32)[::-1, ::-1]   # negative strides: no 16-column vectors
+        tree16._tile_store(tile, back, i0, i1, j0, jn, npair, ng)
+        np.testing.assert_array_equal(back, want)
