@@ -606,7 +606,9 @@ def softmax_rows_f16(xb, ob, sub_mode, exp64, tab):
     rows, n = xb.shape
     nch = (rows + _ROWS - 1) // _ROWS
     bad = np.zeros(nch, dtype=np.int64)
-    table = sub_mode == SUB_F16_HW and tab.size == 65536
+    # (the table must be the one with NaN at the Inf and NaN patterns: the plain one's exp(-Inf) = 0 would hide a bad
+    # x - max; anything else runs the checked path)
+    table = sub_mode == SUB_F16_HW and tab.size == 65536 and tab[0xFC00] != tab[0xFC00]
     for c in prange(nch):
         r0 = c * _ROWS
         nr = min(rows, r0 + _ROWS) - r0

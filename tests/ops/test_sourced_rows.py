@@ -263,6 +263,28 @@ ROWS = 45          # one block of 32 rows (four of 8) and one of 13 (one of 8 an
 PLACES = (0, 7, 12, 31, 33, 40, 44)   # first row, an 8-block's last, ..., rows computed alone
 
 
+@_HW
+def test_fp16_softmax_takes_rows_of_negative_values(monkeypatch):
+    """Rows whose maximum is negative (composite._max16 finds it on keys with the negative patterns' magnitude bits
+    flipped; a plain integer maximum of the bits would pick the smallest): the fp16 one-pass kernel takes them and
+    gives the steps' bits and status."""
+    from ascend_emu.kernels import composite as kc
+
+    def no(*a):
+        raise AssertionError("the float32 row kernel ran")
+    x = -np.abs(np.random.default_rng(21).standard_normal((64, 24))).astype(np.float16)
+    x[::4] -= np.float16(3)
+    x[1::8, 0] = -np.float16(0.0)
+    for model in MODELS:
+        for mode in F16_MODES:
+            want, wst, _ = _run(sourced.softmax, np.float16, model, mode, x, rows=False, monkeypatch=monkeypatch)
+            with monkeypatch.context() as m:
+                m.setattr(kc, "softmax_rows", no)
+                y, st, took = _run(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
+            assert took and st == wst
+            np.testing.assert_array_equal(_bits(y), _bits(want))
+
+
 @pytest.mark.parametrize("mode", F16_MODES, ids="-".join)
 @pytest.mark.parametrize("model", ("tbe_v220", "ascendc"))
 @_HW
