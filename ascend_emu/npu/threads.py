@@ -45,7 +45,7 @@ class Threads:
 #: every cube product ran one after the other: the zoo Transformer's replay 44.0 / 54.3 ms (best / median of 46
 #: quiet rounds) unpinned, 31.2 / 42.5 ms pinned. Beside other busy processes a pinned thread cannot leave a vCPU
 #: that another process holds (16-21% slower with ``1``), so ``auto`` pins a replay only when the CPUs were nearly
-#: idle of other processes: in 385 busy rounds its median was the unpinned one's (benchmarks/RESULTS.md, session 17).
+#: idle of other threads: in 385 busy rounds its median was the unpinned one's (benchmarks/RESULTS.md, session 17).
 PIN_ENV = "ASCEND_EMU_PIN_THREADS"
 _PIN_OFF = ("0", "false", "no", "off")
 _PIN_ON = ("1", "true", "yes", "on")
@@ -55,10 +55,10 @@ class Pinned:
     """While entered (around one replay): the calling thread pinned to the CPU it is on, each other Numba thread of
     its OpenMP team to a CPU of another core it may run on; on exit every thread's former CPU set back, and a
     thread started meanwhile (it inherited the caller's one CPU) given the caller's former set. By default
-    (``ASCEND_EMU_PIN_THREADS`` unset or ``auto``) only when other processes left the CPUs nearly idle since the
-    previous replay (:func:`_others_idle`); ``1`` always; ``0`` never. A no-op with one Numba thread or with fewer
-    cores allowed than threads (two SMT siblings of one core are one core here: pinning the threads onto one
-    core's siblings is what must not happen). Results do not depend on it (where a thread runs decides no bit)."""
+    (``ASCEND_EMU_PIN_THREADS`` unset or ``auto``) only when threads outside the replay's team left the CPUs
+    nearly idle since the previous replay (:func:`_others_idle`); ``1`` always; ``0`` never. A no-op with one
+    Numba thread or with fewer cores allowed than threads (two SMT siblings of one core are one core here: pinning
+    the threads onto one core's siblings is what must not happen). Results do not depend on it (where a thread runs decides no bit)."""
 
     def __init__(self):
         import os
@@ -80,7 +80,7 @@ class Pinned:
             return self
         n = numba.get_num_threads()
         allowed = sorted(os.sched_getaffinity(0))
-        if n < 2 or len(allowed) < n or (mode == "auto" and not _others_idle(allowed)):
+        if n < 2 or len(allowed) < n:
             return self
         here = _current_cpu()
         cpus = _one_per_core(([here] if here in allowed else []) + [c for c in allowed if c != here])
@@ -97,6 +97,8 @@ class Pinned:
         me = threading.get_native_id()
         # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
         team = [me] + [t for t in dict.fromkeys(ids.tolist()) if t != me]
+        if mode == "auto" and not _others_idle(allowed, team):
+            return self
         try:
             tasks = _tasks()
             for tid, cpu in zip(team, cpus):
@@ -165,10 +167,24 @@ def _core_of(cpu: int):
         return "cpu", cpu
 
 
-#: ``ASCEND_EMU_PIN_THREADS=auto`` pins only when other processes used less than this share of the allowed CPUs'
-#: time since the previous look (a pinned thread loses only where another process holds its CPU)
+#: ``ASCEND_EMU_PIN_THREADS=auto`` pins only when other threads (of other processes, and of this one outside the
+#: replay's team: TensorFlow's pools between the Keras steps of ``ae.emulate``) used less than this share of the
+#: allowed CPUs' time since the previous look: a pinned thread loses where another thread holds its CPU
 AUTO_OTHERS_SHARE = 0.25
-_LAST: list = []   # (process CPU seconds, {cpu: (busy, total) ticks}) at the previous look
+_LAST: list = []   # (the team, its threads' CPU seconds, {cpu: (busy, total) ticks}) at the previous look
+
+
+def _team_cpu(team) -> float | None:
+    """The CPU seconds the threads ``team`` of this process have run (/proc/self/task/<id>/schedstat; None where
+    unreadable)."""
+    total = 0
+    try:
+        for tid in team:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total * 1e-9
 
 
 def _ticks(allowed) -> dict:
@@ -190,23 +206,24 @@ def _ticks(allowed) -> dict:
     return out
 
 
-def _others_idle(allowed) -> bool:
-    """Whether other processes used less than AUTO_OTHERS_SHARE of the allowed CPUs' time since the previous
-    look (False at the first look and where /proc/stat is unreadable): this process's own CPU time is taken out
-    of the busy ticks."""
+def _others_idle(allowed, team) -> bool:
+    """Whether threads other than ``team`` (the replay's calling thread and its Numba workers) used less than
+    AUTO_OTHERS_SHARE of the allowed CPUs' time since the previous look (False at the first look of a team and
+    where /proc is unreadable): the team's own CPU time is taken out of the busy ticks."""
     import os
-    import time
 
-    now = (time.process_time(), _ticks(set(allowed)))
+    team = tuple(team)
+    now = (team, _team_cpu(team), _ticks(set(allowed)))
     last = _LAST[0] if _LAST else None
     _LAST[:] = [now]
-    if last is None or not now[1] or set(now[1]) != set(last[1]):
+    if last is None or last[0] != team or now[1] is None or last[1] is None or not now[2] \
+            or set(now[2]) != set(last[2]):
         return False
-    busy = sum(now[1][c][0] - last[1][c][0] for c in now[1])
-    total = sum(now[1][c][1] - last[1][c][1] for c in now[1])
+    busy = sum(now[2][c][0] - last[2][c][0] for c in now[2])
+    total = sum(now[2][c][1] - last[2][c][1] for c in now[2])
     if total <= 0:
         return False
-    ours = (now[0] - last[0]) * os.sysconf("SC_CLK_TCK")
+    ours = (now[1] - last[1]) * os.sysconf("SC_CLK_TCK")
     return busy - ours < AUTO_OTHERS_SHARE * total
 
 

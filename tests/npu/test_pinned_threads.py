@@ -46,7 +46,7 @@ def test_auto_is_the_default_and_does_not_pin_at_its_first_look(monkeypatch):
     monkeypatch.delenv(_threads.PIN_ENV, raising=False)
     monkeypatch.setattr(_threads, "_LAST", [])
     looks = []
-    monkeypatch.setattr(_threads, "_others_idle", lambda allowed: looks.append(allowed) or False)
+    monkeypatch.setattr(_threads, "_others_idle", lambda allowed, team: looks.append(allowed) or False)
     before = {t: os.sched_getaffinity(t) for t in _team()}
     with _threads.Pinned() as p:
         assert p.saved == [] and {t: os.sched_getaffinity(t) for t in before} == before
@@ -167,24 +167,40 @@ def test_a_pinned_replay_gives_the_bits_of_an_unpinned_one_and_unpins(monkeypatc
     assert {t: os.sched_getaffinity(t) for t in before} == before
 
 
-def test_auto_pins_only_when_other_processes_left_the_cpus_idle(monkeypatch):
-    """``auto``'s look at /proc/stat: the busy ticks since the previous look, less this process's own CPU time,
-    against AUTO_OTHERS_SHARE (1/4) of all ticks; no decision to pin at the first look."""
-    import time
-
+def test_auto_pins_only_when_other_threads_left_the_cpus_idle(monkeypatch):
+    """``auto``'s look at /proc/stat: the busy ticks since the previous look, less the replay team's own CPU time
+    (other threads of this process count as others: TensorFlow's between Keras steps), against AUTO_OTHERS_SHARE
+    (1/4) of all ticks; no decision to pin at the first look, nor at a new team's first."""
     tick = os.sysconf("SC_CLK_TCK")   # Linux's USER_HZ
     ticks = iter([{0: (0, 0), 1: (0, 0)},
-                  {0: (10, 100), 1: (20, 100)},      # 30 of 200 ticks busy, 20 of them this process's
-                  {0: (110, 200), 1: (20, 200)},     # 100 of 200 busy, none ours: another process
-                  {0: (150, 300), 1: (30, 300)}])    # 50 of 200 busy, none ours: just the share, not below
-    cpu = iter([0.0, 20 / tick, 20 / tick, 20 / tick])
+                  {0: (10, 100), 1: (20, 100)},      # 30 of 200 ticks busy, 20 of them the team's
+                  {0: (110, 200), 1: (20, 200)},     # 100 of 200 busy, none the team's: another thread
+                  {0: (150, 300), 1: (30, 300)},     # 50 of 200 busy, none the team's: just the share, not below
+                  {0: (150, 400), 1: (30, 400)},     # idle, but another team: its first look
+                  {0: (150, 500), 1: (30, 500)}])    # idle, the same team again
+    cpu = iter([0.0, 20 / tick, 20 / tick, 20 / tick, 0.0, 0.0])
     monkeypatch.setattr(_threads, "_ticks", lambda allowed: next(ticks))
-    monkeypatch.setattr(time, "process_time", lambda: next(cpu))
+    monkeypatch.setattr(_threads, "_team_cpu", lambda team: next(cpu))
     monkeypatch.setattr(_threads, "_LAST", [])
-    assert _threads._others_idle([0, 1]) is False   # the first look
-    assert _threads._others_idle([0, 1]) is True    # others: 10 ticks < 50
-    assert _threads._others_idle([0, 1]) is False   # others: 100 ticks
-    assert _threads._others_idle([0, 1]) is False   # others: 50 ticks, not below 50
+    assert _threads._others_idle([0, 1], [7, 8]) is False   # the first look
+    assert _threads._others_idle([0, 1], [7, 8]) is True    # others: 10 ticks < 50
+    assert _threads._others_idle([0, 1], [7, 8]) is False   # others: 100 ticks
+    assert _threads._others_idle([0, 1], [7, 8]) is False   # others: 50 ticks, not below 50
+    assert _threads._others_idle([0, 1], [9, 8]) is False   # a new team
+    assert _threads._others_idle([0, 1], [9, 8]) is True
+
+
+def test_a_team_cpu_time_from_the_kernel():
+    import threading
+    import time
+
+    me = threading.get_native_id()
+    t0 = _threads._team_cpu([me])
+    end = time.thread_time() + 0.05
+    while time.thread_time() < end:
+        pass
+    assert t0 is not None and _threads._team_cpu([me]) - t0 >= 0.04
+    assert _threads._team_cpu([2 ** 31 - 5]) is None   # no such thread
 
 
 def test_auto_reads_real_cpu_ticks():
