@@ -58,7 +58,8 @@ class Pinned:
     (``ASCEND_EMU_PIN_THREADS`` unset or ``auto``) only when threads outside the replay's team left the CPUs
     nearly idle since the previous replay (:func:`_others_idle`); ``1`` always; ``0`` never. A no-op with one
     Numba thread or with fewer cores allowed than threads (two SMT siblings of one core are one core here: pinning
-    the threads onto one core's siblings is what must not happen). Results do not depend on it (where a thread runs decides no bit)."""
+    the threads onto one core's siblings is what must not happen). Results do not depend on it (where a thread
+    runs decides no bit)."""
 
     def __init__(self):
         import os
