@@ -72,22 +72,7 @@ def _ln_terms_bad(x, mean, cof):
 def _ln_finish(x, g, b, out, mean, var, eps, rstd_mode):
     """rstd from var, out = (x - mean) rstd (g) (+ b); returns 1 if some step was Inf or NaN."""
     n = x.size
-    bad = np.int64(0)
-    ve = var + eps
-    bad |= _bad(mean) | _bad(var) | _bad(ve)
-    if rstd_mode == RSTD_DIV:
-        s = np.sqrt(ve)
-        rstd = np.float32(1.0) / s
-        bad |= _bad(s)
-    else:
-        if rstd_mode == RSTD_EXPLOG64:
-            lg = np.float32(np.log(np.float64(ve)))
-        else:
-            lg = np.log(ve)
-        m = lg * np.float32(-0.5)
-        rstd = exp_f32(m, rstd_mode == RSTD_EXPLOG64)
-        bad |= _bad(lg) | _bad(m)
-    bad |= _bad(rstd)
+    rstd, bad = _ln_rstd(mean, var, eps, rstd_mode)
     hg = g.size > 0
     hb = b.size > 0
     for j in range(n):
@@ -449,19 +434,8 @@ def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab):
     bad = np.int64(0)
     for k in range(8):
         bad |= _softmax_exp(x[r + k], ms[k], d, out[r + k], sub_mode, exp64, tab)
-    o0, o1, o2, o3 = out[r], out[r + 1], out[r + 2], out[r + 3]
-    o4, o5, o6, o7 = out[r + 4], out[r + 5], out[r + 6], out[r + 7]
-    s0, s1, s2, s3, s4, s5, s6, s7 = o0[0], o1[0], o2[0], o3[0], o4[0], o5[0], o6[0], o7[0]
-    for j in range(1, n):
-        s0 = s0 + o0[j]
-        s1 = s1 + o1[j]
-        s2 = s2 + o2[j]
-        s3 = s3 + o3[j]
-        s4 = s4 + o4[j]
-        s5 = s5 + o5[j]
-        s6 = s6 + o6[j]
-        s7 = s7 + o7[j]
-    ss = (s0, s1, s2, s3, s4, s5, s6, s7)
+    ss = np.empty(8, np.float32)
+    _sum8(out, r, ss)
     for k in range(8):
         bad |= _softmax_div(out[r + k], ss[k])
     return bad
