@@ -263,6 +263,16 @@ ROWS = 45          # one block of 32 rows (four of 8) and one of 13 (one of 8 an
 PLACES = (0, 7, 12, 31, 33, 40, 44)   # first row, an 8-block's last, ..., rows computed alone
 
 
+def _bad_at_places(fn, model, mode, base, step, *args, monkeypatch):
+    """A NaN, an Inf and a -Inf at each row of PLACES in turn (row i's column ``i * step``): the row kernels must
+    hand every one back, the full path's bits and status (``_same``)."""
+    for i, r in enumerate(PLACES):
+        for v in (np.nan, np.inf, -np.inf):
+            x = base.copy()
+            x[r, (i * step) % base.shape[1]] = v
+            assert not _same(fn, np.float16, model, mode, x, *args, monkeypatch=monkeypatch)
+
+
 @_HW
 def test_fp16_softmax_takes_rows_of_negative_values(monkeypatch):
     """Rows whose maximum is negative (composite._max16 finds it on keys with the negative patterns' magnitude bits
@@ -303,12 +313,9 @@ def test_softmax_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     z[30, :3] = [65504.0, 65000.0, 6e-8]
     z[43, :] = -65504.0
     assert _same(sourced.softmax, np.float16, model, mode, z, monkeypatch=monkeypatch)
-    for i, r in enumerate(PLACES):
-        for v in (np.nan, np.inf, -np.inf):
-            x = base.copy()
-            x[r, (i * 5) % 24] = v
-            assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
-        if model != "ascendc":      # TBE's x - max in fp16: -120000 overflows it
+    _bad_at_places(sourced.softmax, model, mode, base, 5, monkeypatch=monkeypatch)
+    if model != "ascendc":          # TBE's x - max in fp16: -120000 overflows it
+        for r in PLACES:
             x = base.copy()
             x[r, :2] = [60000.0, -60000.0]
             assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
@@ -329,12 +336,7 @@ def test_layer_norm_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     for gamma, beta in ((g, b), (g, None), (None, b), (None, None)):
         assert _same(sourced.layer_norm, np.float16, model, mode, base, gamma, beta, 1e-5, (1,),
                      monkeypatch=monkeypatch)
-    for i, r in enumerate(PLACES):
-        for v in (np.nan, np.inf, -np.inf):
-            x = base.copy()
-            x[r, (i * 7) % 40] = v
-            assert not _same(sourced.layer_norm, np.float16, model, mode, x, g, b, 1e-5, (1,),
-                             monkeypatch=monkeypatch)
+    _bad_at_places(sourced.layer_norm, model, mode, base, 7, g, b, 1e-5, (1,), monkeypatch=monkeypatch)
     # gamma and beta: y * gamma past FLT_MAX (Inf before the rounding), Inf * 0 (NaN), a NaN gamma, an Inf beta,
     # a y * gamma finite in float32 but past fp16's 65504 (only the rounding overflows), and eps 0 on a var-0 row
     # (rstd = 1 / 0)
