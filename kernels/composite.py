@@ -407,9 +407,10 @@ def _softmax_row(x, d, out, sub_mode, exp64, tab):
 
 
 @njit(cache=True, error_model="numpy")
-def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab):
+def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab, ss):
     """_softmax_row for the 8 rows x[r:r+8]: each row's maximum and sum in its own order, the 8 rows'
-    chains interleaved (8 independent chains of selections and of float32 adds instead of one)."""
+    chains interleaved (8 independent chains of selections and of float32 adds instead of one); the sums into
+    the scratch ss (8 float32)."""
     n = x.shape[1]
     x0, x1, x2, x3, x4, x5, x6, x7 = x[r], x[r + 1], x[r + 2], x[r + 3], x[r + 4], x[r + 5], x[r + 6], x[r + 7]
     m0, m1, m2, m3, m4, m5, m6, m7 = x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]
@@ -434,7 +435,6 @@ def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab):
     bad = np.int64(0)
     for k in range(8):
         bad |= _softmax_exp(x[r + k], ms[k], d, out[r + k], sub_mode, exp64, tab)
-    ss = np.empty(8, np.float32)
     _sum8(out, r, ss)
     for k in range(8):
         bad |= _softmax_div(out[r + k], ss[k])
@@ -458,8 +458,9 @@ def softmax_exp_table(bf16, exp64):
 def _softmax_chunk(x, r, r1, d, out, sub_mode, exp64, tab):
     """softmax of rows r..r1 of x into out: eight rows at a time, then one by one; 1 if some step was bad."""
     k = np.int64(0)
+    ss = np.empty(8, np.float32)
     while r + 8 <= r1:
-        k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab)
+        k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab, ss)
         r += 8
     for t in range(r, r1):
         k |= _softmax_row(x[t], d, out[t], sub_mode, exp64, tab)
