@@ -22,7 +22,8 @@ bits; the blocked steps (``_blocked``) make twelve passes over L1 rows (RESULTS 
 step": a 512 x 512 weight's update 676 -> 176 us alone). Its status needs only the steps whose non-finite value
 could vanish: every step here passes an Inf or NaN operand on to its result except a division's divisor
 (x / Inf = 0), so a value is non-finite somewhere in the chain exactly when the last step's or the divisor's
-is (``_adam_pass``).
+is (``_adam_pass``). Any other program's blocked steps test only the steps that argument leaves (``_tested_steps``:
+those no later step reads other than as a divisor), the same status as testing every step.
 """
 from __future__ import annotations
 
@@ -68,9 +69,34 @@ def _op(code, x, y):
 
 
 @njit(cache=True, error_model="numpy")
-def _step(code, x, y, r, m):
+def _step(code, x, y, r, m, check):
     """r[:m] = code(x, y) elementwise in float32 (x, y rows or single values: one compiled loop per
-    combination, the code chosen outside the loop); returns True if every result is finite."""
+    combination, the code chosen outside the loop); returns True if every result is finite or ``check`` is
+    False (a step whose Inf or NaN a later tested step shows: :func:`_tested_steps`)."""
+    if not check:
+        if code == ADD:
+            for j in range(m):
+                r[j] = _at(x, j) + _at(y, j)
+        elif code == SUB:
+            for j in range(m):
+                r[j] = _at(x, j) - _at(y, j)
+        elif code == MUL:
+            for j in range(m):
+                r[j] = _at(x, j) * _at(y, j)
+        elif code == REALDIV:
+            for j in range(m):
+                r[j] = _at(x, j) / _at(y, j)
+        elif code == CHAIN_NEG:
+            for j in range(m):
+                r[j] = -_at(x, j)
+        elif code == CHAIN_SQUARE:
+            for j in range(m):
+                v = _at(x, j)
+                r[j] = v * v
+        else:
+            for j in range(m):
+                r[j] = np.sqrt(_at(x, j))
+        return True
     # a boolean accumulator: an int64 one holds the loops to four lanes (kernels/chain.py)
     good = True
     if code == ADD:
@@ -199,10 +225,38 @@ def _adam_pass(g, m, v, w, c1, c2, alpha, eps, mo, vo, wo, n):
     return r
 
 
+@njit(cache=True, error_model="numpy")
+def _tested_steps(prog, nrows):
+    """Which full-size steps :func:`_blocked` tests for Inf and NaN: those whose value no later step reads
+    other than as a divisor. Every other step's Inf or NaN reaches a tested one: a step reading it as an
+    operand of + - * (x - Inf, Inf * 0 and Inf - Inf included), as a dividend, or as the operand of neg, square
+    or sqrt has an Inf or NaN result, and following such readers ends at a step no later step reads that way;
+    only a divisor can hide one (x / Inf = 0). So the chain has an Inf or NaN step result exactly when a tested
+    step has: the status is the one testing every step gives (``_adam_pass`` is the same argument for Adam's
+    program). Follows the value each row holds, so the rows' reuse does not matter."""
+    ns = prog.shape[0]
+    held = np.full(max(nrows, 1), -1, np.int64)     # the step whose value the row holds, -1 an input's
+    passed = np.zeros(ns, dtype=np.bool_)           # some later step reads the value other than as a divisor
+    for s in range(ns):
+        if prog[s, 5] == 0:
+            continue
+        code = prog[s, 0]
+        if prog[s, 1] == 1 and held[prog[s, 2]] >= 0:
+            passed[held[prog[s, 2]]] = True
+        binary = code != CHAIN_NEG and code != CHAIN_SQUARE and code != CHAIN_SQRT
+        if binary and code != REALDIV and prog[s, 3] == 1 and held[prog[s, 4]] >= 0:
+            passed[held[prog[s, 4]]] = True
+        held[prog[s, 6]] = s
+    test = np.zeros(ns, dtype=np.bool_)
+    for s in range(ns):
+        test[s] = prog[s, 5] == 1 and not passed[s]
+    return test
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
-def _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
+def _blocked(full, fill, scal, prog, test, outs, out_rows, n, nrows, blk):
     """The program over blocks of ``blk`` elements, step by step over the block's rows (any program: what
-    :func:`chain_f32` runs when it is not Adam's)."""
+    :func:`chain_f32` runs when it is not Adam's); only the steps ``test`` marks are tested for Inf and NaN."""
     ns = prog.shape[0]
     nf = fill.shape[0]
     no = out_rows.shape[0]
@@ -225,12 +279,13 @@ def _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
                 if prog[s, 5] == 0:
                     continue
                 code, ka, ia, kb, ib, ir = prog[s, 0], prog[s, 1], prog[s, 2], prog[s, 3], prog[s, 4], prog[s, 6]
+                t = test[s]
                 if ka == 1 and kb == 1:
-                    good &= _step(code, rows[ia], rows[ib], rows[ir], m)
+                    good &= _step(code, rows[ia], rows[ib], rows[ir], m, t)
                 elif ka == 1:
-                    good &= _step(code, rows[ia], scal[ib], rows[ir], m)
+                    good &= _step(code, rows[ia], scal[ib], rows[ir], m, t)
                 else:
-                    good &= _step(code, scal[ia], rows[ib], rows[ir], m)
+                    good &= _step(code, scal[ia], rows[ib], rows[ir], m, t)
             for k in range(no):
                 dst = outs[k][lo:lo + m]
                 src = rows[out_rows[k]]
@@ -259,4 +314,4 @@ def chain_f32(full, fill, scal, prog, outs, out_rows, n, nrows, blk):
         ins, sc, outk = adam
         return _adam_pass(full[ins[0]], full[ins[1]], full[ins[2]], full[ins[3]], scal[sc[0]], scal[sc[1]],
                           scal[sc[2]], scal[sc[3]], outs[outk[0]], outs[outk[1]], outs[outk[2]], n)
-    return _blocked(full, fill, scal, prog, outs, out_rows, n, nrows, blk)
+    return _blocked(full, fill, scal, prog, _tested_steps(prog, nrows), outs, out_rows, n, nrows, blk)

@@ -159,30 +159,14 @@ def _round_rows_f16(y, ob, r0):
 
 
 @njit(cache=True, error_model="numpy")
-def _widen_rows_f16_check(xb, r0, x):
-    """_widen_rows_f16, and 1 if some pattern is Inf or NaN (read on the bits: a loop over 16-bit lanes)."""
-    bad = np.int64(0)
-    for r in range(x.shape[0]):
-        src = xb[r0 + r]
-        dst = x[r]
-        nonfinite = np.uint16(0)
-        for j in range(dst.size):
-            h = src[j]
-            nonfinite = _flag16(nonfinite, h)
-            dst[j] = f16_to_f32_hw(h)
-        bad |= _flagged16(nonfinite)
-    return bad
-
-
-@njit(cache=True, error_model="numpy")
 def _ln_rstd(mean, var, eps, rstd_mode):
-    """(rstd, 1 if mean, var, var + eps or a step of rstd is Inf or NaN): _ln_finish's per-row part."""
+    """(rstd, 1 if mean, var, var + eps or a step of rstd is Inf or NaN): _ln_finish's per-row part. Two of those
+    are implied by others and not tested: var (an Inf or NaN var makes ve = var + eps Inf or NaN) and sqrt(ve)
+    (Inf only for an Inf ve; NaN only for a NaN or negative ve, whose 1 / NaN makes rstd NaN)."""
     ve = var + eps
-    bad = _bad(mean) | _bad(var) | _bad(ve)
+    bad = _bad(mean) | _bad(ve)
     if rstd_mode == RSTD_DIV:
-        s = np.sqrt(ve)
-        rstd = np.float32(1.0) / s
-        bad |= _bad(s)
+        rstd = np.float32(1.0) / np.sqrt(ve)
     else:
         if rstd_mode == RSTD_EXPLOG64:
             lg = np.float32(np.log(np.float64(ve)))
@@ -294,8 +278,10 @@ def layer_norm_rows_f16(xb, g, b, ob, cof, eps, rstd_mode):
 
     The same float32 operations as layer_norm_rows, with fewer checks: on fp16 data (|x| <= 65504) the sums'
     terms x cof, x - mean, its square and that times cof cannot be Inf or NaN unless x is (|x - mean| <= 2 x
-    65504 with a finite mean, checked per row, (2 x 65504)^2 < 2^35), so _ln_terms_bad's two passes are one check
-    of the input's bits; the output's steps are checked on its fp16 bits (_ln_out_f16)."""
+    65504 with a finite mean, checked per row, (2 x 65504)^2 < 2^35), and an x that is Inf or NaN needs no check
+    of its own: its term x cof is Inf or NaN (Inf 0 included), so the in-order sum that is the mean is Inf or NaN
+    (an add with an Inf or NaN operand gives Inf or NaN), which _ln_rstd checks; so _ln_terms_bad's two passes
+    are no pass at all. The output's steps are checked on its fp16 bits (_ln_out_f16)."""
     rows, n = xb.shape
     nch = (rows + _ROWS - 1) // _ROWS
     bad = np.zeros(nch, dtype=np.int64)
@@ -304,7 +290,8 @@ def layer_norm_rows_f16(xb, g, b, ob, cof, eps, rstd_mode):
         nr = min(rows, r0 + _ROWS) - r0
         x = np.empty((nr, n), dtype=np.float32)
         mv = np.empty((2, 8), dtype=np.float32)
-        k = _widen_rows_f16_check(xb, r0, x)
+        _widen_rows_f16(xb, r0, x)
+        k = np.int64(0)
         r = 0
         while r < nr:
             if r + 8 <= nr:
@@ -325,11 +312,15 @@ def layer_norm_rows_f16(xb, g, b, ob, cof, eps, rstd_mode):
 def _softmax_exp(x, m, d, out, sub_mode, exp64, tab):
     """d = x - m (rounded to the 16-bit format for SUB_F16 / SUB_BF16), out = exp(d); returns 1 if some
     step was Inf or NaN or x holds a NaN. ``tab`` (16-bit modes; empty for none): exp of every 16-bit
-    pattern (:func:`softmax_exp_table`), read instead of computing exp(d)."""
+    pattern (:func:`softmax_exp_table`), read instead of computing exp(d).
+
+    Only d is tested, for ``m`` the row's maximum by ``v > m`` (_softmax_row, _softmax_rows8). A NaN x needs no
+    test of its own: x - m is then NaN, and so its rounding. Nor does exp(d): if every d is finite, no x is NaN
+    (above) or +Inf (then m = +Inf and Inf - Inf is NaN) or -Inf (x - m = -Inf), so m is the largest of finite
+    values, each x - m <= 0 and its rounding too, and exp of a finite d <= 0 is in [0, 1] (computed, a table entry
+    or exp_span's), finite; if some d is not, the row goes back to the steps anyway."""
     n = x.size
     bad = np.int64(0)
-    for j in range(n):
-        bad |= np.int64(x[j] != x[j])
     if tab.size == 65536 and sub_mode != SUB_F32:
         # the 16-bit patterns of d into d's own memory (a loop that vectorises), then their exp read
         dbits = d.view(np.uint32)
@@ -346,9 +337,7 @@ def _softmax_exp(x, m, d, out, sub_mode, exp64, tab):
                 bad |= np.int64(st != 0) | _bad(bits16_to_f32(bits, bf16, KEEP))
                 dbits[j] = np.uint32(bits)
         for j in range(n):
-            e = tab[dbits[j]]
-            bad |= _bad(e)
-            out[j] = e
+            out[j] = tab[dbits[j]]
         return bad
     # one loop per mode (a branch inside would stop vectorisation)
     if sub_mode == SUB_F32:
@@ -373,9 +362,7 @@ def _softmax_exp(x, m, d, out, sub_mode, exp64, tab):
         bad |= np.int64(exp_span(d, out, INF_NAN, False) != 0)
     else:
         for j in range(n):
-            e = math.exp(d[j])
-            bad |= _bad(e)
-            out[j] = e
+            out[j] = math.exp(d[j])
     return bad
 
 
@@ -407,9 +394,10 @@ def _softmax_row(x, d, out, sub_mode, exp64, tab):
 
 
 @njit(cache=True, error_model="numpy")
-def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab):
+def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab, ss):
     """_softmax_row for the 8 rows x[r:r+8]: each row's maximum and sum in its own order, the 8 rows'
-    chains interleaved (8 independent chains of selections and of float32 adds instead of one)."""
+    chains interleaved (8 independent chains of selections and of float32 adds instead of one); the sums into
+    the scratch ss (8 float32)."""
     n = x.shape[1]
     x0, x1, x2, x3, x4, x5, x6, x7 = x[r], x[r + 1], x[r + 2], x[r + 3], x[r + 4], x[r + 5], x[r + 6], x[r + 7]
     m0, m1, m2, m3, m4, m5, m6, m7 = x0[0], x1[0], x2[0], x3[0], x4[0], x5[0], x6[0], x7[0]
@@ -434,7 +422,6 @@ def _softmax_rows8(x, r, d, out, sub_mode, exp64, tab):
     bad = np.int64(0)
     for k in range(8):
         bad |= _softmax_exp(x[r + k], ms[k], d, out[r + k], sub_mode, exp64, tab)
-    ss = np.empty(8, np.float32)
     _sum8(out, r, ss)
     for k in range(8):
         bad |= _softmax_div(out[r + k], ss[k])
@@ -458,8 +445,9 @@ def softmax_exp_table(bf16, exp64):
 def _softmax_chunk(x, r, r1, d, out, sub_mode, exp64, tab):
     """softmax of rows r..r1 of x into out: eight rows at a time, then one by one; 1 if some step was bad."""
     k = np.int64(0)
+    ss = np.empty(8, np.float32)
     while r + 8 <= r1:
-        k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab)
+        k |= _softmax_rows8(x, r, d, out, sub_mode, exp64, tab, ss)
         r += 8
     for t in range(r, r1):
         k |= _softmax_row(x[t], d, out[t], sub_mode, exp64, tab)

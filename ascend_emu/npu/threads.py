@@ -2,6 +2,8 @@
 on it: fixed chunks and work items, statuses ORed)."""
 from __future__ import annotations
 
+import functools
+
 import numba
 
 #: an op (or inserted cast) whose largest input has at most this many elements runs its kernels on one
@@ -87,17 +89,7 @@ class Pinned:
         cpus = _one_per_core(([here] if here in allowed else []) + [c for c in allowed if c != here])
         if len(cpus) < n:
             return self
-        import numpy as np
-
-        from ..kernels.parallel import thread_ids
-
-        import threading
-
-        ids = np.zeros(n, np.int64)
-        thread_ids(ids)
-        me = threading.get_native_id()
-        # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
-        team = [me] + [t for t in dict.fromkeys(ids.tolist()) if t != me]
+        team = _team(n)
         if mode == "auto" and not _others_idle(allowed, team):
             return self
         try:
@@ -136,6 +128,35 @@ class Pinned:
         return False
 
 
+_TEAMS: dict = {}   # {a calling thread's id: (Numba's thread count, its team: the caller first)}
+
+
+def _team(n: int) -> tuple:
+    """The ids of the threads that run the calling thread's parallel kernels at ``n`` Numba threads, the caller
+    first. Asked of the threads once (``thread_ids``: a parallel region, most of what a declining ``auto`` cost)
+    and kept per calling thread while the thread count is ``n`` and every team thread is alive
+    (/proc/self/task/<id>): an OpenMP team keeps its threads from one parallel region to the next."""
+    import os
+    import threading
+
+    me = threading.get_native_id()
+    kept = _TEAMS.get(me)
+    if kept is not None and kept[0] == n and all(os.path.exists(f"/proc/self/task/{t}") for t in kept[1][1:]):
+        return kept[1]
+    import numpy as np
+
+    from ..kernels.parallel import thread_ids
+
+    ids = np.zeros(n, np.int64)
+    thread_ids(ids)
+    # the calling thread first whatever the threading layer (OpenMP runs iteration 0 on it; a work queue may not)
+    team = (me,) + tuple(t for t in dict.fromkeys(ids.tolist()) if t != me)
+    if len(_TEAMS) >= 64:   # calling threads come and go (a server's request threads): forget the old ones
+        _TEAMS.clear()
+    _TEAMS[me] = (n, team)
+    return team
+
+
 def _tasks():
     """The ids of this process's threads (None where /proc is unreadable)."""
     import os
@@ -157,9 +178,11 @@ def _one_per_core(cpus: list) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _core_of(cpu: int):
     """The core a CPU belongs to (its package and core id in sysfs); a CPU whose topology is unreadable counts as
-    a core of its own."""
+    a core of its own. Read once per CPU (two sysfs files a CPU were ~90 us of every ``Pinned`` entry on 2 CPUs;
+    a CPU's core does not change while it exists)."""
     try:
         base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
         with open(base + "physical_package_id") as f, open(base + "core_id") as g:

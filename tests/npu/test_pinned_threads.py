@@ -206,3 +206,33 @@ def test_a_team_cpu_time_from_the_kernel():
 def test_auto_reads_real_cpu_ticks():
     got = _threads._ticks({0})
     assert set(got) == {0} and 0 <= got[0][0] <= got[0][1]
+
+
+def test_the_team_is_asked_once_per_calling_thread(monkeypatch):
+    """``_team`` runs the ``thread_ids`` parallel region once per calling thread and thread count, and again
+    when the count changes or a team thread is gone (/proc/self/task): a declining ``auto`` costs no region."""
+    import ascend_emu.kernels.parallel as kp
+
+    regions = []
+    real = kp.thread_ids
+    monkeypatch.setattr(kp, "thread_ids", lambda ids: regions.append(ids.size) or real(ids))
+    monkeypatch.setattr(_threads, "_TEAMS", {})
+    n = numba.get_num_threads()
+    team = _threads._team(n)
+    assert list(team) == _team() and _threads._team(n) == team and regions == [n]
+    assert _threads._team(n + 1) and regions == [n, n + 1]          # another thread count: asked again
+    me = threading.get_native_id()
+    _threads._TEAMS[me] = (n, (me, 2 ** 31 - 5))                     # a team thread gone: asked again
+    assert _threads._team(n) == team and regions == [n, n + 1, n]
+    other = []
+    t = threading.Thread(target=lambda: other.append(_threads._team(n)))
+    t.start()
+    t.join()
+    assert other[0][0] == t.native_id and regions == [n, n + 1, n, n]   # another calling thread: its own
+    if n >= 2 and len(_threads._one_per_core(sorted(os.sched_getaffinity(0)))) >= 2:
+        monkeypatch.setenv(_threads.PIN_ENV, "auto")
+        monkeypatch.setattr(_threads, "_others_idle", lambda allowed, team: False)
+        for _ in range(3):
+            with _threads.Pinned() as p:
+                assert p.saved == []
+        assert regions == [n, n + 1, n, n]                           # auto declined three times, no region

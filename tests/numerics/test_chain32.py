@@ -243,3 +243,70 @@ def test_adam_hands_back_a_divisor_that_overflowed(n):
     inputs = _adam_inputs(n, v=np.array([-1.0], np.float32))   # a negative second moment: sqrt gives NaN
     assert nchain.chain_f32(inputs, steps, outputs) is None
     assert nchain.chain_f32(_adam_inputs(n), steps, outputs) is not None
+
+
+#: operands that make the steps overflow (3e38 * 2, 3e38 + 3e38), underflow to 0, divide by 0 and give NaN
+#: (0 / 0, Inf * 0, Inf - Inf, sqrt(-1)) mid-chain
+_HOSTILE = np.array([0.0, -0.0, 1.0, -2.0, 0.5, 3e38, -3e38, 1e-30, np.inf, -np.inf, np.nan], np.float32)
+
+
+def test_hidden_intermediates_still_hand_the_chain_back():
+    """Only the steps no later step reads other than as a divisor are tested (kernels/chain32.py
+    ``_tested_steps``); the chain must still be handed back exactly when some step's value is Inf or NaN, as
+    when every step was tested (the ops would raise the status there). Random programs over mostly normal
+    values with a few hostile ones (non-Adam: the blocked steps) against the oracle's every step; both ways an
+    Inf or NaN leaves no trace in the outputs (a divisor: x / Inf = 0; a step no later step or output reads)
+    must occur, or the test would prove nothing."""
+    names = sorted(nchain.F32_STEP_CODES)
+    r = np.random.default_rng(4646)
+    by_divisor = unread = 0
+    for trial in range(900):
+        nfull, nsingle, nsteps = int(r.integers(1, 4)), int(r.integers(0, 3)), int(r.integers(1, 9))
+        n = int(r.integers(1, 2100)) if trial % 8 == 0 else int(r.integers(1, 6))
+        full = []
+        for _ in range(nfull):
+            x = r.standard_normal(n).astype(np.float32)
+            bad = r.random(n) < (0.3 if n < 6 else 0.002)
+            x[bad] = r.choice(_HOSTILE, int(bad.sum()))
+            full.append(x)
+        inputs = full + [np.array(r.choice(_HOSTILE[:8]), np.float32) for _ in range(nsingle)]
+        steps = []
+        for s in range(nsteps):
+            name = "realdiv" if r.random() < 0.3 else names[r.integers(len(names))]
+            a = int(r.integers(len(inputs) + s))
+            b = -1 if name in nchain.F32_UNARY else int(r.integers(len(inputs) + s))
+            steps.append((name, a, b))
+        k_in, nv = len(inputs), len(inputs) + nsteps
+        outputs = tuple(int(o) for o in r.choice(np.arange(nfull, nv), int(r.integers(1, 4))))
+        every = naive.program32(inputs, steps, range(k_in, nv))
+        finite = [bool(np.isfinite(w).all()) for w in every]
+        got = nchain.chain_f32(inputs, steps, outputs)
+        assert (got is not None) == all(finite), (trial, steps, outputs)
+        read = {a for _, a, _ in steps} | {b for nm, _, b in steps if nm not in nchain.F32_UNARY} | set(outputs)
+        seen = all(finite[o - k_in] for o in outputs if o >= k_in)
+        dead_ok = all(finite[v - k_in] for v in range(k_in, nv) if v not in read)
+        unread += seen and not dead_ok
+        by_divisor += seen and dead_ok and not all(finite)
+        if got is not None:
+            want = naive.program32(inputs, steps, outputs)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(_bits(g), _bits(w), err_msg=str((trial, steps, outputs)))
+    assert by_divisor >= 10 and unread >= 10, (by_divisor, unread)
+
+
+def _tested(name):
+    from ascend_emu.kernels import chain32
+    steps, outputs, nfull, nsingle = PROGRAMS[name]
+    prog, _, _, nrows = nchain._program32(tuple(steps), tuple(outputs), (1,) * nfull + (0,) * nsingle)[:4]
+    return {int(s) + nfull + nsingle for s in np.flatnonzero(chain32._tested_steps(prog, nrows))}
+
+
+def test_tested_steps_of_the_update_chains():
+    """The optimizers' chains test their last steps and their divisors only: SGD momentum its w (the
+    accumulator is read by w's step), RMSProp the divisor sqrt(ms + eps) and w, Adam (nesterov: the blocked
+    path) its divisor and w."""
+    assert _tested("momentum") == {8}
+    assert _tested("momentum_nesterov") == {11}
+    assert _tested("rmsprop") == {15, 19}
+    assert _tested("adam_nesterov") == {21, 23}
+    assert _tested("weight_decay") == {5}

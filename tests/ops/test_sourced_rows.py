@@ -263,6 +263,16 @@ ROWS = 45          # one block of 32 rows (four of 8) and one of 13 (one of 8 an
 PLACES = (0, 7, 12, 31, 33, 40, 44)   # first row, an 8-block's last, ..., rows computed alone
 
 
+def _bad_at_places(fn, model, mode, base, step, *args, monkeypatch):
+    """A NaN, an Inf and a -Inf at each row of PLACES in turn (row i's column ``i * step``): the row kernels must
+    hand every one back, the full path's bits and status (``_same``)."""
+    for i, r in enumerate(PLACES):
+        for v in (np.nan, np.inf, -np.inf):
+            x = base.copy()
+            x[r, (i * step) % base.shape[1]] = v
+            assert not _same(fn, np.float16, model, mode, x, *args, monkeypatch=monkeypatch)
+
+
 @_HW
 def test_fp16_softmax_takes_rows_of_negative_values(monkeypatch):
     """Rows whose maximum is negative (composite._max16 finds it on keys with the negative patterns' magnitude bits
@@ -303,12 +313,9 @@ def test_softmax_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     z[30, :3] = [65504.0, 65000.0, 6e-8]
     z[43, :] = -65504.0
     assert _same(sourced.softmax, np.float16, model, mode, z, monkeypatch=monkeypatch)
-    for i, r in enumerate(PLACES):
-        for v in (np.nan, np.inf, -np.inf):
-            x = base.copy()
-            x[r, (i * 5) % 24] = v
-            assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
-        if model != "ascendc":      # TBE's x - max in fp16: -120000 overflows it
+    _bad_at_places(sourced.softmax, model, mode, base, 5, monkeypatch=monkeypatch)
+    if model != "ascendc":          # TBE's x - max in fp16: -120000 overflows it
+        for r in PLACES:
             x = base.copy()
             x[r, :2] = [60000.0, -60000.0]
             assert not _same(sourced.softmax, np.float16, model, mode, x, monkeypatch=monkeypatch)
@@ -329,12 +336,7 @@ def test_layer_norm_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     for gamma, beta in ((g, b), (g, None), (None, b), (None, None)):
         assert _same(sourced.layer_norm, np.float16, model, mode, base, gamma, beta, 1e-5, (1,),
                      monkeypatch=monkeypatch)
-    for i, r in enumerate(PLACES):
-        for v in (np.nan, np.inf, -np.inf):
-            x = base.copy()
-            x[r, (i * 7) % 40] = v
-            assert not _same(sourced.layer_norm, np.float16, model, mode, x, g, b, 1e-5, (1,),
-                             monkeypatch=monkeypatch)
+    _bad_at_places(sourced.layer_norm, model, mode, base, 7, g, b, 1e-5, (1,), monkeypatch=monkeypatch)
     # gamma and beta: y * gamma past FLT_MAX (Inf before the rounding), Inf * 0 (NaN), a NaN gamma, an Inf beta,
     # a y * gamma finite in float32 but past fp16's 65504 (only the rounding overflows), and eps 0 on a var-0 row
     # (rstd = 1 / 0)
@@ -354,3 +356,88 @@ def test_layer_norm_f16_bad_anywhere_falls_back(model, mode, monkeypatch):
     # only the rounding overflows: the float32 row kernel may take it, the fp16 one must not (its status is the
     # rounding's, which _same compares)
     _same(sourced.layer_norm, np.float16, model, mode, base, big, None, 1e-5, (1,), monkeypatch=monkeypatch)
+
+
+def _ln_oracle(x, g, b, cof, eps):
+    """(fp16 result, some step Inf or NaN) of LayerNorm's steps on fp16 rows x, each step a numpy float32 operation,
+    every sum in order from the row's first element (ops/sourced.layer_norm's steps, rstd = 1 / sqrt(ve))."""
+    with np.errstate(all="ignore"):
+        xf = x.astype(np.float32)
+        terms = xf * cof
+        mean = np.add.accumulate(terms, axis=1, dtype=np.float32)[:, -1:]
+        d = xf - mean
+        q = (d * d) * cof
+        var = np.add.accumulate(q, axis=1, dtype=np.float32)[:, -1:]
+        ve = var + eps
+        s = np.sqrt(ve)
+        rstd = np.float32(1) / s
+        steps = [terms, mean, d, d * d, q, var, ve, s, rstd, d * rstd]
+        if g is not None:
+            steps.append(steps[-1] * g)
+        if b is not None:
+            steps.append(steps[-1] + b)
+        y = steps[-1].astype(np.float16)
+    return y, not all(np.isfinite(t).all() for t in steps + [y])
+
+
+def _softmax_oracle(x, sub16):
+    """(fp16 result, some step Inf or NaN) of Softmax's steps on fp16 rows x: m = max, d = x - m (rounded to fp16:
+    TBE), e = exp(d) (the float64 exp rounded once), in-order sum, e / sum; numpy float32 operations."""
+    with np.errstate(all="ignore"):
+        xf = x.astype(np.float32)
+        d = xf - xf.max(axis=1, keepdims=True)
+        if sub16:
+            d = d.astype(np.float16).astype(np.float32)
+        e = np.exp(d.astype(np.float64)).astype(np.float32)
+        s = np.add.accumulate(e, axis=1, dtype=np.float32)[:, -1:]
+        q = e / s
+        y = q.astype(np.float16)
+    return y, not all(np.isfinite(t).all() for t in (d, e, s, q, y))
+
+
+@_HW
+def test_f16_kernels_hand_back_every_non_finite_input_against_the_oracle():
+    """The fp16 one-pass LayerNorm and Softmax kernels (and the float32 Softmax rows they share) test neither the
+    inputs' bits, nor exp(d), nor var and sqrt(ve) (kernels/composite.py: implied by the checks kept): a NaN, Inf
+    or -Inf in a row of an 8-block or a row alone, overflow through gamma, and finite hostile rows, each against the
+    status (and on finite data the bits) of the steps computed one by one in numpy."""
+    from ascend_emu.kernels import composite as kc
+    from ascend_emu.ops import sourced as so
+
+    rng = np.random.default_rng(4647)
+    n = 24
+    base = (rng.standard_normal((ROWS, n)) * 3).astype(np.float16)
+    base[6] = 0.0
+    base[6, ::2] = -0.0
+    g = (rng.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    huge = g.copy()
+    huge[3] = 3e38
+    ext = base.copy()
+    ext[5, :2] = [65504.0, -65504.0]            # the extremes: d = -131008, whose fp16 is -Inf (TBE only)
+    cases = [base, ext]
+    for i, r in enumerate(PLACES):
+        for v in (np.nan, np.inf, -np.inf):
+            x = base.copy()
+            x[r, (i * 5) % n] = v
+            cases.append(x)
+    cof, eps = np.float32(1 / n), np.float32(1e-5)
+    plain, nan_tab = so._exp_table(False, True), so._exp_table_nonfinite_nan(True)
+    for x in cases:
+        xb = x.view(np.uint16)
+        for gg, bb in ((g, b), (huge, None), (None, b)):
+            want, bad = _ln_oracle(x, gg, bb, cof, eps)
+            ob = np.empty_like(xb)
+            ok = kc.layer_norm_rows_f16(xb, np.zeros(0, np.float32) if gg is None else gg,
+                                        np.zeros(0, np.float32) if bb is None else bb, ob, cof, eps, kc.RSTD_DIV)
+            assert ok == (not bad)
+            if ok:
+                np.testing.assert_array_equal(ob, want.view(np.uint16))
+        for sub, tab in ((kc.SUB_F32, np.zeros(0, np.float32)), (kc.SUB_F16_HW, plain), (kc.SUB_F16_HW, nan_tab)):
+            want, bad = _softmax_oracle(x, sub != kc.SUB_F32)
+            ob = np.empty_like(xb)
+            assert kc.softmax_rows_f16(xb, ob, sub, True, tab) == (not bad)
+            y = np.empty(x.shape, np.float32)
+            assert kc.softmax_rows(x.astype(np.float32), y, sub, True, tab) == (not bad)
+            if not bad:
+                np.testing.assert_array_equal(ob, want.view(np.uint16))
