@@ -193,7 +193,8 @@ def test_broadcast_view_binary_is_vectors_path(op, name, ctx_kw, monkeypatch):
 
 
 def test_broadcast_view_binary_skips_vector(monkeypatch):
-    """Finite float32 operands with a broadcast view never reach ``vector``; a result no smaller than the output does."""
+    """Finite float32 operands with a broadcast view never reach ``vector``; a result no smaller than the output
+    does."""
     from ascend_emu.ops import math_ops
 
     calls = []
