@@ -167,7 +167,24 @@ def _hw_kernel(op):
         r = x[base:base + w]
         for c in range(w):
             acc[c] = _elem32(op, f16_to_f32_hw(r[c]), cof, False)
-        for j in range(1, n):
+        j = 1
+        # four rows a pass: each column's steps are still one after another in row order (its value, then row j,
+        # j + 1, ...), held in a register between them; a row a pass paid its loop's set-up (the overlap checks
+        # of acc against x, acc's load and store) for 16-32 columns: BN's 16-channel sums 2-3x slower
+        while j + 4 <= n:
+            b = base + j * rows
+            r0 = x[b:b + w]
+            r1 = x[b + rows:b + rows + w]
+            r2 = x[b + 2 * rows:b + 2 * rows + w]
+            r3 = x[b + 3 * rows:b + 3 * rows + w]
+            for c in range(w):
+                a = acc[c]
+                a = _step(op, a, _elem32(op, f16_to_f32_hw(r0[c]), cof, False))
+                a = _step(op, a, _elem32(op, f16_to_f32_hw(r1[c]), cof, False))
+                a = _step(op, a, _elem32(op, f16_to_f32_hw(r2[c]), cof, False))
+                acc[c] = _step(op, a, _elem32(op, f16_to_f32_hw(r3[c]), cof, False))
+            j += 4
+        for j in range(j, n):
             b = base + j * rows
             r = x[b:b + w]
             for c in range(w):

@@ -81,7 +81,8 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
     if op not in _REDUCE:
         raise AscendEmuError(f"unknown reduce op {op!r}; choose one of: {', '.join(REDUCE_OPS)}")
     cdt = config.compute_dtype(dtype)
-    name = "bfloat16" if cdt == config.bfloat16 else cdt.name
+    # (numpy's dtype.name costs ~6 us a call: the float32 reductions of a training step's small tensors pay it)
+    name = "float32" if cdt == config.float32 else ("bfloat16" if cdt == config.bfloat16 else cdt.name)
     try:
         acc_name = config.dtype_name(accumulate)
     except AscendEmuError:
@@ -91,6 +92,11 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
                              f"choose one of: {', '.join(dict.fromkeys(('float32', name)))}")
     oc = config.overflow_code(overflow_mode)
     sc = config.subnormal_code(subnormals)
+    if (cdt == config.float32 and type(x) is np.ndarray and x.dtype == config.float32 and 0 < x.size <= SMALL
+            and sc == _KEEP and op in ("sum", "mean")):
+        y = _small_sum32(op, x, axis, keepdims, op_model, multicore)
+        if y is not None:
+            return y, 0
     if cdt == config.float32 and _kc.HW_HALF and type(x) is np.ndarray and x.dtype == config.float16:
         # fp16 data reduced in float32 over its leading axes: the kernel widens each element as it reads
         # it (exactly, as the cast would, which raises no status), so no widened copy is made
@@ -139,6 +145,43 @@ def reduce(op: str, x, axis=None, keepdims: bool = False, dtype="float16", accum
         status |= config.STATUS_FP_OVERFLOW
     shape = tuple(1 if d in axes else a.shape[d] for d in range(a.ndim)) if keepdims else tuple(a.shape[d] for d in kept)
     return out.view(cdt).reshape(shape), status
+
+
+#: float32 sums and means of at most this many elements take :func:`_small_sum32` (numpy's own float32 additions)
+SMALL = 4096
+
+
+def _small_sum32(op, x, axis, keepdims, op_model, multicore):
+    """:func:`reduce`'s sum or mean of a small float32 ``x`` (subnormals kept) in numpy, or None where it might
+    differ: a result that is Inf or NaN (the overflow mode and status are the kernel's), a split launch.
+
+    The row kernel's steps are IEEE float32 operations in a fixed order, which numpy computes alike: each output's
+    elements in row-major order over the reduced axes (``x`` transposed, the kept axes first), times the float32
+    ``1/n`` first for TBE's mean, then ``np.add.accumulate``, a running sum from the first element, one float32
+    addition per further element, in order (not numpy's pairwise ``sum``), then Ascend C's ``* 1/n`` or the exact
+    ``/ n``. The loss's and the dense layers' reductions of a training step (a scalar, 32 values, a (32, 10) bias
+    gradient) paid ~40 us of argument handling, a transposed copy and a kernel launch for a few additions."""
+    axes = _axes(axis, x.ndim)
+    kept = tuple(d for d in range(x.ndim) if d not in axes)
+    rows = int(math.prod([x.shape[d] for d in kept]))
+    inner = x.size // rows
+    if multicore is not None and multicore.reduce_bounds(rows, inner) is not None:
+        return None
+    code = _mean_code(op_model) if op == "mean" else _kr.SUM
+    x2 = (x if not kept or not axes else np.transpose(x, kept + axes)).reshape(rows, inner)
+    with np.errstate(all="ignore"):
+        if code == _kr.MEAN_SCALE_FIRST:
+            x2 = np.multiply(x2, np.float32(1.0) / np.float32(inner), dtype=np.float32)
+        y = np.add.accumulate(x2, axis=1, dtype=np.float32)[:, -1]
+        if code == _kr.MEAN:
+            y = np.divide(y, np.float32(inner), dtype=np.float32)
+        elif code == _kr.MEAN_SCALE_LAST:
+            y = np.multiply(y, np.float32(1.0) / np.float32(inner), dtype=np.float32)
+    if not np.isfinite(y).all():
+        return None
+    shape = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else \
+        tuple(x.shape[d] for d in kept)
+    return y.reshape(shape)
 
 
 def _mean_code(op_model):

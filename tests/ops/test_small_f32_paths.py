@@ -156,3 +156,53 @@ def test_small_div_no_nan_taken_and_oracle(monkeypatch):
     q = r(x.astype(np.float64) / r(y.astype(np.float64) + r(idx - 1.0)))
     _same(got, r(q * idx).astype(F))
     assert np.all(got[y == 0] == 0)
+
+
+#: float32 binary ops with broadcast-view operands (BN's gradient ``mean_grad / n`` on a BroadcastTo): ops/math_ops.vec
+#: computes them on the views' distinct values (``_f32_on_distinct``) instead of through ``vector``'s dispatch
+_VIEWS = {
+    "view_by_scalar": lambda rng, f: (np.broadcast_to(f(rng, (1, 1, 1, 16)), (4, 5, 3, 16)), f(rng, ())),
+    "scalar_by_view": lambda rng, f: (f(rng, ()), np.broadcast_to(f(rng, (16,)), (6, 16))),
+    "two_views": lambda rng, f: (np.broadcast_to(f(rng, (3, 1)), (3, 8)), np.broadcast_to(f(rng, (1, 8)), (3, 8))),
+    "view_and_full": lambda rng, f: (np.broadcast_to(f(rng, (8,)), (5, 8)), f(rng, (5, 8))),
+}
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "realdiv"])
+@pytest.mark.parametrize("name", _VIEWS)
+@pytest.mark.parametrize("ctx_kw", CONTEXTS, ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "default")
+def test_broadcast_view_binary_is_vectors_path(op, name, ctx_kw, monkeypatch):
+    from ascend_emu.ops import math_ops
+
+    rng = np.random.default_rng(len(name) * 7 + len(op) + len(ctx_kw))
+    for f in (_hostile, _finite, _hostile, _finite):
+        x, y = _VIEWS[name](rng, f)
+        ctx = OpContext(dtype="float32", **ctx_kw)
+        got = math_ops.vec(ctx, op, x, y)
+        with monkeypatch.context() as m:
+            m.setattr(math_ops, "_f32_on_distinct", lambda *a: None)
+            ref_ctx = OpContext(dtype="float32", **ctx_kw)
+            want = math_ops.vec(ref_ctx, op, x, y)
+        _same(got, want)
+        assert ctx.status == ref_ctx.status
+        assert (0 in np.asarray(got).strides) == (0 in np.asarray(want).strides)
+        if f is _finite and not ctx_kw.get("ftz") and ctx_kw.get("subnormals") != "flush":
+            # the oracle: the float64 operation rounded once to float32, element by element
+            fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "realdiv": np.divide}[op]
+            _same(got, fn(np.asarray(x, np.float64), np.asarray(y, np.float64)).astype(F))
+
+
+def test_broadcast_view_binary_skips_vector(monkeypatch):
+    """Finite float32 operands with a broadcast view never reach ``vector``; a result no smaller than the output
+    does."""
+    from ascend_emu.ops import math_ops
+
+    calls = []
+    real = math_ops.vector
+    monkeypatch.setattr(math_ops, "vector", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(5)
+    x = np.broadcast_to(_finite(rng, (1, 16)), (64, 16))
+    math_ops.vec(OpContext(dtype="float32"), "realdiv", x, _finite(rng, ()))
+    assert calls == []
+    math_ops.vec(OpContext(dtype="float32"), "mul", x, _finite(rng, (64, 16)))
+    assert calls == [1]
