@@ -181,7 +181,7 @@ def _small_sum32(op, x, axis, keepdims, op_model, multicore):
         return None
     shape = tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)) if keepdims else \
         tuple(x.shape[d] for d in kept)
-    return y.reshape(shape)
+    return np.ascontiguousarray(y).reshape(shape)   # a fresh array, as the kernel's (not a view of the sums)
 
 
 def _mean_code(op_model):

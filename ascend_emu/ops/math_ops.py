@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..numerics.chain import distinct_view
-from ..numerics.policy import FTZ_OPS
+from ..numerics.policy import FTZ_OPS, IMPL_MODES, OP_MODELS, OVERFLOW_MODES
 from ..numerics.vector import vector
 from ._util import as_int_list, is_float
 from .registry import VECTOR, Source, register
@@ -82,10 +82,11 @@ _SMALL16 = 4096
 def vec(ctx, op, *xs, impl_mode=None, **attrs):
     """Run vector op ``op`` on ``xs`` in ``ctx``'s compute dtype (or exactly, for integers);
     ``impl_mode`` overrides ``ctx.impl_mode``."""
-    if len(xs) == 2 and not attrs and op in _F32_BINARY:
-        # a float32 add / sub / mul / div of two float32 arrays, subnormals kept, none a broadcast view: vector's
-        # own fast path (the same numpy call, the same finite check; anything else, or an Inf / NaN result, takes
-        # vector below). The optimizer's and BN's small float32 ops paid ~10 us of checks for ~1 us of numpy
+    if len(xs) == 2 and not attrs and op in _F32_BINARY and _modes_known(ctx):
+        # a float32 add / sub / mul / div of two float32 arrays, subnormals kept: vector's own fast path (the same
+        # numpy call, the same finite check; a broadcast view computed on its distinct values as vector does); fp16
+        # ones on at most _SMALL16 values (_f16_small); anything else, or an Inf / NaN result, takes vector below.
+        # The optimizer's and BN's small float32 ops paid ~10 us of checks for ~1 us of numpy
         x, y = xs
         if (type(x) is np.ndarray and type(y) is np.ndarray and x.dtype == _F32 and y.dtype == _F32
                 and ctx.dtype == _F32 and ctx.subnormals == "keep" and not ctx.ftz):
@@ -140,6 +141,12 @@ def _f32_on_distinct(op, x, y):
     if not np.isfinite(out).all():
         return None
     return np.broadcast_to(out, shape)
+
+
+def _modes_known(ctx) -> bool:
+    """Whether ``ctx``'s overflow mode, impl_mode and op_model are ones :func:`vector` takes (it refuses others with
+    an AscendEmuError: a hand-built context's unknown mode must not pass through a fast path unnoticed)."""
+    return ctx.overflow_mode in OVERFLOW_MODES and ctx.impl_mode in IMPL_MODES and ctx.op_model in OP_MODELS
 
 
 def _f16_small(op, x, y):

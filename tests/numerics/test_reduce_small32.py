@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ascend_emu.kernels import reduce as kr
+from ascend_emu.kernels import reduce_lead as krl
 from ascend_emu.numerics import reduction
 from ascend_emu.numerics.reduction import reduce
 
@@ -96,6 +97,9 @@ def test_the_fast_path_runs_no_kernel_and_keeps_its_bounds(monkeypatch):
     calls = []
     real = kr.reduce_f32
     monkeypatch.setattr(kr, "reduce_f32", lambda *a: calls.append(1) or real(*a))
+    # the sum over the leading axis would take the leading-axes kernel: spied on too
+    real_lead = krl.reduce_lead_f32
+    monkeypatch.setattr(krl, "reduce_lead_f32", lambda *a: calls.append(2) or real_lead(*a))
     x = _data((32, 10), "normal")
     reduce("sum", x, axis=0, dtype="float32")
     reduce("mean", x, axis=1, dtype="float32")
@@ -104,3 +108,6 @@ def test_the_fast_path_runs_no_kernel_and_keeps_its_bounds(monkeypatch):
     reduce("max", x, axis=1, dtype="float32")
     reduce("sum", _data((reduction.SMALL + 1,), "normal"), axis=0, dtype="float32")
     assert len(calls) == 3
+    monkeypatch.setattr(reduction, "SMALL", 0)
+    reduce("sum", x, axis=0, dtype="float32")   # the spy sees the leading-axes kernel when the fast path is off
+    assert calls[3:] == [2]

@@ -82,3 +82,14 @@ def test_broadcast_views_and_sizes(op, monkeypatch):
     assert calls == []
     math_ops.vec(OpContext(dtype="float16"), op, *cases[2])
     assert calls == [1]
+
+
+@pytest.mark.parametrize("dt", ["float16", "float32"])
+@pytest.mark.parametrize("kw", [dict(overflow_mode="bogus"), dict(impl_mode="bogus"), dict(op_model="bogus")])
+def test_an_unknown_mode_in_the_context_is_refused_as_vector_refuses_it(dt, kw):
+    """The fast paths take only contexts vector would take: an unknown mode raises there, as in vector."""
+    from ascend_emu.errors import AscendEmuError
+
+    a = np.ones(8, dt)
+    with pytest.raises(AscendEmuError):
+        math_ops.vec(OpContext(dtype=dt, **kw), "add", a, a)
