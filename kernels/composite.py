@@ -507,7 +507,7 @@ def _sum8(e, r, ss):
 def _softmax_exp_f16_table(xbits, m, hb, out, tab):
     """_softmax_exp's SUB_F16_HW table path for one row: hb = fp16 bits of x - m (RNE), out = tab[hb], with ``tab``
     NaN at every Inf and NaN pattern (ops/sourced._exp_table_nonfinite_nan). No check here: a difference that is
-    Inf or NaN (x NaN makes it NaN, so this covers _softmax_exp's NaN scan of x) reads a NaN, and a finite one
+    Inf or NaN (x NaN makes it NaN: no scan of x is needed) reads a NaN, and a finite one
     (<= 0, x - max) an exp in [0, 1]; the row's sum is NaN exactly when some difference was bad, and
     _softmax_div_f16 checks the sum."""
     n = xbits.size
