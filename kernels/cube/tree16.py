@@ -390,49 +390,57 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
         _tile_store(C, out[t], i0, i1, j0, jn, npair, ng)
 
 
-def _tree16_2x2_tab_codegen(fused):
-    """LLVM code of _tree16_2x2 with B's rows where a table says: row l of column half h at
-    b_h + 4 * tab[l] bytes (tab: 16 uintp float offsets), so B can be read in place from a planar input."""
+def _tree16_2x2_at_codegen(fused):
+    """LLVM code of _tree16_2x2 with B's 16 rows at 16 addresses given as values (column half 1 ``d`` bytes on)."""
     def codegen(context, builder, signature, args):
-        c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr = args[:6]
         m = _IR(builder)
-        cp, xp, yp = (m.ptr(v) for v in (c_addr, x_addr, y_addr))
-        tp = builder.inttoptr(tab_addr, m.i64.as_pointer())
-        offs = [builder.load(m.at(tp, l), align=8) for l in range(16)]
-        two = ir.Constant(m.i64, 2)
-        m.block_2x2(cp, xp, yp, lambda l, h: builder.inttoptr(builder.add((b0_addr, b1_addr)[h],
-                                                                          builder.shl(offs[l], two)), m.fptr), fused)
+        cp, xp, yp = (m.ptr(v) for v in args[:3])
+        d, rows = args[3], args[4:20]
+        m.block_2x2(cp, xp, yp, lambda l, h: m.ptr(rows[l] if h == 0 else builder.add(rows[l], d)), fused)
         return context.get_dummy_value()
     return codegen
 
 
 @intrinsic(prefer_literal=True)
-def _tree16_2x2_tab(typingctx, c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr, fused):
-    """_tree16_2x2 with B's 16 rows at the offsets of a table (``fused`` a literal)."""
+def _tree16_2x2_at(typingctx, c_addr, x_addr, y_addr, d, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12,
+                   r13, r14, r15, fused):
+    """_tree16_2x2 with B's row l of column half 0 at address r_l and of half 1 at r_l + d (``fused`` a literal):
+    the rows' addresses as values, so a loop over row pairs keeps them rather than loading a table on every
+    block, so B can be read in place from rows anywhere (a planar input)."""
     if not isinstance(fused, types.BooleanLiteral):
         return None
     u = types.uintp
-    return types.void(u, u, u, u, u, u, fused), _tree16_2x2_tab_codegen(fused.literal_value)
+    return types.void(*([u] * 20), fused), _tree16_2x2_at_codegen(fused.literal_value)
 
 
 @njit(cache=True)
 def _k_loop_tab(fused, args):
     """One work item's K loop of matmul_tree16_tab (``fused`` a literal)."""
     literally(fused)
-    c_addr, a_addr, a_row, b_addr, tab_addr, g0, g1, i0, i1, nkb, npair, ng = args
+    c_addr, a_addr, a_row, b_addr, tab, g0, g1, i0, i1, nkb, npair, ng = args
     # column group outermost: its 16 x 32 B block of a K block (read from scattered rows) stays in L1 while
-    # the row pairs pass over it; each accumulator still takes the K blocks in increasing order
+    # the row pairs pass over it; each accumulator still takes the K blocks in increasing order. The block's
+    # 16 row addresses are worked out once per (group, K block), not per row pair: read from the table inside the
+    # micro-kernel they were reloaded on every block, as its stores to the tile may alias the table for LLVM (the
+    # CNN's tab products 6-10% faster, the same bits: benchmarks/RESULTS.md session 19)
+    four = np.uintp(4)
     for g in range(ng):
-        b0 = b_addr + np.uintp(4) * g0[g]
-        b1 = b_addr + np.uintp(4) * g1[g]
+        b0 = b_addr + four * g0[g]
+        d = four * g1[g] - four * g0[g]   # (modulo 2**64: half 1 may lie before half 0)
         cg = c_addr + np.uintp(g * 4 * LANES * 4)
         for q in range(nkb):
-            tq = tab_addr + np.uintp(q * 16 * 8)
+            r0, r1, r2, r3 = b0 + four * tab[q, 0], b0 + four * tab[q, 1], b0 + four * tab[q, 2], b0 + four * tab[q, 3]
+            r4, r5, r6, r7 = b0 + four * tab[q, 4], b0 + four * tab[q, 5], b0 + four * tab[q, 6], b0 + four * tab[q, 7]
+            r8, r9, r10, r11 = (b0 + four * tab[q, 8], b0 + four * tab[q, 9], b0 + four * tab[q, 10],
+                                b0 + four * tab[q, 11])
+            r12, r13, r14, r15 = (b0 + four * tab[q, 12], b0 + four * tab[q, 13], b0 + four * tab[q, 14],
+                                  b0 + four * tab[q, 15])
             for p in range(npair):
                 i = i0 + 2 * p
                 x = a_addr + np.uintp(i * a_row + 64 * q)
                 y = a_addr + np.uintp(min(i + 1, i1 - 1) * a_row + 64 * q)
-                _tree16_2x2_tab(cg + np.uintp(p * ng * 4 * LANES * 4), tq, b0, b1, x, y, fused)
+                _tree16_2x2_at(cg + np.uintp(p * ng * 4 * LANES * 4), x, y, d, r0, r1, r2, r3, r4, r5, r6, r7,
+                               r8, r9, r10, r11, r12, r13, r14, r15, fused)
 
 
 @njit(cache=True, parallel=True)
@@ -468,7 +476,6 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             raise ValueError("matmul_tree16_tab: an offset reads past b")
     nch = (M + mc - 1) // mc
     b_addr = b.ctypes.data
-    tab_addr = tab.ctypes.data
     At = A[0]
     for w in prange(nch * njt):
         i0 = (w // njt) * mc
@@ -481,7 +488,7 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
         C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
         _tile_init(C, bias, 0, bias_rows, i0, i1, j0, jn, npair, ng)
         gs = j0 // (2 * LANES)
-        args = (C.ctypes.data, At.ctypes.data, At.strides[0], b_addr, tab_addr, g0[gs:], g1[gs:], i0, i1, nkb,
+        args = (C.ctypes.data, At.ctypes.data, At.strides[0], b_addr, tab, g0[gs:], g1[gs:], i0, i1, nkb,
                 npair, ng)
         if fma:
             _k_loop_tab(True, args)
