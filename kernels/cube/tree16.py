@@ -130,9 +130,10 @@ class _IR:
                 bd.store(bd.fadd(acc, self.tree(rows[r], b, fused)), slot, align=4)
 
     def row_8(self, cp, r, p, brow, fused, halves=2):
-        """Row r of block_2x2 (A's row at p) in 8-lane vectors: its 4 (2 halves) column chunks K pair by K pair, each tree
-        summed as a binary counter (the same nodes with their operands in the same order as :meth:`tree`), so
-        at most 3 partial sums per chunk are live; each B vector is loaded where it is used (a memory operand)."""
+        """Row r of block_2x2 (A's row at p) in 8-lane vectors: its 4 column chunks (2 with ``halves`` 1) K pair by
+        K pair, each tree summed as a binary counter (the same nodes with their operands in the same order as
+        :meth:`tree`), so at most 3 partial sums per chunk are live; each B vector is loaded where it is used (a
+        memory operand)."""
         # measured on the Zen 3 (AVX2) host, one thread, in cache: ~1.5x the 16-lane block; 2 rows x 16
         # columns sharing B vectors (fewer loads) or 2 rows x 8 columns spill more and measured no faster
         bd = self.b
