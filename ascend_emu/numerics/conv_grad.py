@@ -74,8 +74,7 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         # (the forward convolution's padded x when it made one in this replay: numerics/shared.py)
         xflat, xshape, sx = _padded_shared(x, pol, ((0, 0), pads[0], pads[1], (0, 0)), gather[2])
         xp = xflat[:int(np.prod(xshape))].reshape(xshape)
-        bg = (np.arange(KH, dtype=np.uintp)[:, None] * np.uintp(dh * xshape[2] * C)
-              + np.arange(gather[1], dtype=np.uintp)[None, :] * np.uintp(2 * _k.LANES)).reshape(-1)
+        bg0, bg1 = _half_offsets(KH, gather[1], dh * xshape[2] * C)
     else:
         xp, sx = _padded_input(x, pol, ((0, 0), pads[0], pads[1], (0, 0)))
     if sx:
@@ -94,7 +93,7 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         bounds = np.array([0, R], dtype=np.int64)
     tiles = _tiles()
     zero = np.zeros(1, dtype=np.int64)
-    Nc = Kc if not gather else len(bg) * 2 * _k.LANES   # the product's columns
+    Nc = Kc if not gather else KH * gather[1] * _k.LANES   # the product's columns
     bias = np.zeros((1, Nc), dtype=np.float32)
     parts = np.empty((len(bounds) - 1, CO * Nc), dtype=np.float32)
     for c in range(len(bounds) - 1):  # dw^T = dy^T @ im2col(x): the taps x channels as the kernel's columns
@@ -104,13 +103,14 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         _k.rows_transposed(dys, r0, r1 - r0, a[0], *wide)
         out_c = parts[c].reshape(1, CO, Nc)
         if gather:
-            # K block q: the 16 pixels r0 + 16q.. of one output row, sw*C floats apart in xp; column group g:
-            # 32 consecutive floats of a tap row's run of (kw, c) (gather[1]); A's rows as rows_transposed wrote them
+            # K block q: the 16 pixels r0 + 16q.. of one output row, sw*C floats apart in xp; column group g: two
+            # halves of 16 consecutive floats of a tap row's run of (kw, c) (_half_offsets); A's rows as
+            # rows_transposed wrote them
             bq = _pixel_bases(xp.shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16)
             mc = _k.row_block(CO, 1, numba.get_num_threads())
             _k.matmul_tree16_gather(a, np.arange(CO, dtype=np.uintp) * np.uintp(kp),
-                                    np.arange(kp // 16, dtype=np.uintp) * np.uintp(16), xflat, bq, bg, sw * C,
-                                    bias, False, out_c[0], tiles, pol.exact_products, mc)
+                                    np.arange(kp // 16, dtype=np.uintp) * np.uintp(16), xflat, bq, bg0, sw * C,
+                                    bias, False, out_c[0], tiles, pol.exact_products, mc, bg1)
             continue
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
         _k.patch_rows_packed(xp, koff, sh, sw, OH, OW, r0 // (OH * OW), r1 - r0, bp)
@@ -195,20 +195,36 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
 def _filter_grad_gather(KH, KW, C, sh, sw, dh, dw, OH, OW):
     """How conv2d_backprop_filter's fast kernel may read its B operand (the patches: pixels as K, (kh, kw, c)
     as columns) in place from the padded input, or None: (the product column of each real column
-    (kh, kw, c), the column groups' offsets from a pixel's corner, the floats read past the input's end).
+    (kh, kw, c), the 16-column halves per tap row, the floats read past the input's end).
     It needs 16 consecutive output pixels of one row (OW a multiple of 16, so K blocks never straddle rows)
     a fixed sw*C floats apart (a width the kernel is compiled for) and, within a tap row kh, the columns
-    (kw, c) one contiguous run (dw = 1): the run is cut into groups of 32 floats, the last group's tail
-    reading past the run (columns computed, never kept)."""
+    (kw, c) one contiguous run (dw = 1): the run is cut into halves of 16 floats, the last half's tail
+    reading past the run (columns computed, never kept), and the tap rows' halves paired into the kernel's
+    32-column groups one after another (a group may hold the end of one tap row and the start of the next;
+    an odd last half is computed alone: matmul_tree16_gather)."""
     if OW % 16 or dw != 1 or sw * C not in _k.GATHER_WIDTHS or KH * KW * C == 0:
         return None
     run = KW * C
-    per = -(-run // (2 * _k.LANES))   # column groups per tap row
-    if 2 * KH * per > 3 * -(-KH * KW * C // (2 * _k.LANES)):
-        return None   # over half as many column groups again as packed patches need: those are cheaper
-    cols = (np.arange(KH)[:, None] * per * 2 * _k.LANES + np.arange(run)[None, :]).reshape(-1)
+    per = -(-run // _k.LANES)   # halves per tap row
+    if KH * per > 3 * -(-KH * KW * C // (2 * _k.LANES)):
+        return None   # over half as many columns again as packed patches need: those are cheaper
+    cols = (np.arange(KH)[:, None] * per * _k.LANES + np.arange(run)[None, :]).reshape(-1)
     cols.flags.writeable = False
-    return cols, per, per * 2 * _k.LANES - run
+    return cols, per, per * _k.LANES - run
+
+
+@functools.lru_cache(maxsize=64)
+def _half_offsets(KH, per, row):
+    """matmul_tree16_gather's column group tables (b_g, b_g1) for _filter_grad_gather's layout: half t = kh*per + s
+    (``per`` halves per tap row, ``row`` floats between tap rows in the padded input) at kh*row + 16s from a
+    pixel's corner, group g's halves 2g and 2g + 1 (an odd last half's partner repeats it: never computed)."""
+    t = np.arange(KH * per)
+    off = ((t // per) * row + (t % per) * _k.LANES).astype(np.uintp)
+    g0 = np.ascontiguousarray(off[0::2])
+    g1 = np.ascontiguousarray(off[1::2]) if off.size % 2 == 0 else np.append(off[1::2], off[-1])
+    for a in (g0, g1):
+        a.flags.writeable = False
+    return g0, g1
 
 
 def _pixel_bases(shape, sh, sw, OH, OW, p0, count, step):

@@ -111,31 +111,33 @@ class _IR:
             level = [bd.fadd(level[2 * m], level[2 * m + 1]) for m in range(len(level) // 2)]
         return level[0]
 
-    def block_2x2(self, cp, xp, yp, brow, fused):
-        """C[16s : 16s+16] += tree16(row r of A, column half h of B) for s = 2h + r, r, h in {0, 1}; A's rows
-        at xp and yp, row l of B's column half h at ``brow(l, h)`` (a float pointer). With VEC = LANES:
-        both rows' broadcast A values and each half's 16 B vectors loaded once; with VEC = 8: :meth:`row_8`."""
+    def block_2x2(self, cp, xp, yp, brow, fused, halves=2):
+        """C[16s : 16s+16] += tree16(row r of A, column half h of B) for s = 2h + r, r in {0, 1}, h < ``halves``
+        (2; 1: the first half only, the 2 x 16 block of a product's last 16 columns); A's rows at xp and yp,
+        row l of B's column half h at ``brow(l, h)`` (a float pointer). With VEC = LANES: both rows'
+        broadcast A values and each half's 16 B vectors loaded once; with VEC = 8: :meth:`row_8`."""
         if VEC != LANES:
             for r, p in enumerate((xp, yp)):
-                self.row_8(cp, r, p, brow, fused)
+                self.row_8(cp, r, p, brow, fused, halves)
             return
         bd = self.b
         rows = [[self.broadcast(p, l) for l in range(16)] for p in (xp, yp)]
-        for h in range(2):
+        for h in range(halves):
             b = [bd.load(bd.bitcast(brow(l, h), self.vptr), align=4) for l in range(16)]
             for r in range(2):
                 slot = bd.bitcast(self.at(cp, LANES * (2 * h + r)), self.vptr)
                 acc = bd.load(slot, align=4)
                 bd.store(bd.fadd(acc, self.tree(rows[r], b, fused)), slot, align=4)
 
-    def row_8(self, cp, r, p, brow, fused):
-        """Row r of block_2x2 (A's row at p) in 8-lane vectors: its 4 column chunks K pair by K pair, each tree
-        summed as a binary counter (the same nodes with their operands in the same order as :meth:`tree`), so
-        at most 3 partial sums per chunk are live; each B vector is loaded where it is used (a memory operand)."""
+    def row_8(self, cp, r, p, brow, fused, halves=2):
+        """Row r of block_2x2 (A's row at p) in 8-lane vectors: its 4 column chunks (2 with ``halves`` 1) K pair by
+        K pair, each tree summed as a binary counter (the same nodes with their operands in the same order as
+        :meth:`tree`), so at most 3 partial sums per chunk are live; each B vector is loaded where it is used (a
+        memory operand)."""
         # measured on the Zen 3 (AVX2) host, one thread, in cache: ~1.5x the 16-lane block; 2 rows x 16
         # columns sharing B vectors (fewer loads) or 2 rows x 8 columns spill more and measured no faster
         bd = self.b
-        parts = [(h, VEC * j) for h in range(2) for j in range(LANES // VEC)]
+        parts = [(h, VEC * j) for h in range(halves) for j in range(LANES // VEC)]
         stacks = [[] for _ in parts]   # per chunk: (level, partial sum), levels strictly decreasing
         for m in range(8):
             a0, a1 = self.broadcast(p, 2 * m), self.broadcast(p, 2 * m + 1)
@@ -389,49 +391,57 @@ def matmul_tree16(A, Bp, bias, bias_rows, ia, ib, out, tiles, fma=False, mc=MC):
         _tile_store(C, out[t], i0, i1, j0, jn, npair, ng)
 
 
-def _tree16_2x2_tab_codegen(fused):
-    """LLVM code of _tree16_2x2 with B's rows where a table says: row l of column half h at
-    b_h + 4 * tab[l] bytes (tab: 16 uintp float offsets), so B can be read in place from a planar input."""
+def _tree16_2x2_at_codegen(fused):
+    """LLVM code of _tree16_2x2 with B's 16 rows at 16 addresses given as values (column half 1 ``d`` bytes on)."""
     def codegen(context, builder, signature, args):
-        c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr = args[:6]
         m = _IR(builder)
-        cp, xp, yp = (m.ptr(v) for v in (c_addr, x_addr, y_addr))
-        tp = builder.inttoptr(tab_addr, m.i64.as_pointer())
-        offs = [builder.load(m.at(tp, l), align=8) for l in range(16)]
-        two = ir.Constant(m.i64, 2)
-        m.block_2x2(cp, xp, yp, lambda l, h: builder.inttoptr(builder.add((b0_addr, b1_addr)[h],
-                                                                          builder.shl(offs[l], two)), m.fptr), fused)
+        cp, xp, yp = (m.ptr(v) for v in args[:3])
+        d, rows = args[3], args[4:20]
+        m.block_2x2(cp, xp, yp, lambda l, h: m.ptr(rows[l] if h == 0 else builder.add(rows[l], d)), fused)
         return context.get_dummy_value()
     return codegen
 
 
 @intrinsic(prefer_literal=True)
-def _tree16_2x2_tab(typingctx, c_addr, tab_addr, b0_addr, b1_addr, x_addr, y_addr, fused):
-    """_tree16_2x2 with B's 16 rows at the offsets of a table (``fused`` a literal)."""
+def _tree16_2x2_at(typingctx, c_addr, x_addr, y_addr, d, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12,
+                   r13, r14, r15, fused):
+    """_tree16_2x2 with B's row l of column half 0 at address r_l and of half 1 at r_l + d (``fused`` a literal):
+    the rows' addresses as values, so a loop over row pairs keeps them rather than loading a table on every
+    block, so B can be read in place from rows anywhere (a planar input)."""
     if not isinstance(fused, types.BooleanLiteral):
         return None
     u = types.uintp
-    return types.void(u, u, u, u, u, u, fused), _tree16_2x2_tab_codegen(fused.literal_value)
+    return types.void(*([u] * 20), fused), _tree16_2x2_at_codegen(fused.literal_value)
 
 
 @njit(cache=True)
 def _k_loop_tab(fused, args):
     """One work item's K loop of matmul_tree16_tab (``fused`` a literal)."""
     literally(fused)
-    c_addr, a_addr, a_row, b_addr, tab_addr, g0, g1, i0, i1, nkb, npair, ng = args
+    c_addr, a_addr, a_row, b_addr, tab, g0, g1, i0, i1, nkb, npair, ng = args
     # column group outermost: its 16 x 32 B block of a K block (read from scattered rows) stays in L1 while
-    # the row pairs pass over it; each accumulator still takes the K blocks in increasing order
+    # the row pairs pass over it; each accumulator still takes the K blocks in increasing order. The block's
+    # 16 row addresses are worked out once per (group, K block), not per row pair: read from the table inside the
+    # micro-kernel they were reloaded on every block, as its stores to the tile may alias the table for LLVM (the
+    # CNN's tab products 6-10% faster, the same bits: benchmarks/RESULTS.md session 19)
+    four = np.uintp(4)
     for g in range(ng):
-        b0 = b_addr + np.uintp(4) * g0[g]
-        b1 = b_addr + np.uintp(4) * g1[g]
+        b0 = b_addr + four * g0[g]
+        d = four * g1[g] - four * g0[g]   # (modulo 2**64: half 1 may lie before half 0)
         cg = c_addr + np.uintp(g * 4 * LANES * 4)
         for q in range(nkb):
-            tq = tab_addr + np.uintp(q * 16 * 8)
+            r0, r1, r2, r3 = b0 + four * tab[q, 0], b0 + four * tab[q, 1], b0 + four * tab[q, 2], b0 + four * tab[q, 3]
+            r4, r5, r6, r7 = b0 + four * tab[q, 4], b0 + four * tab[q, 5], b0 + four * tab[q, 6], b0 + four * tab[q, 7]
+            r8, r9, r10, r11 = (b0 + four * tab[q, 8], b0 + four * tab[q, 9], b0 + four * tab[q, 10],
+                                b0 + four * tab[q, 11])
+            r12, r13, r14, r15 = (b0 + four * tab[q, 12], b0 + four * tab[q, 13], b0 + four * tab[q, 14],
+                                  b0 + four * tab[q, 15])
             for p in range(npair):
                 i = i0 + 2 * p
                 x = a_addr + np.uintp(i * a_row + 64 * q)
                 y = a_addr + np.uintp(min(i + 1, i1 - 1) * a_row + 64 * q)
-                _tree16_2x2_tab(cg + np.uintp(p * ng * 4 * LANES * 4), tq, b0, b1, x, y, fused)
+                _tree16_2x2_at(cg + np.uintp(p * ng * 4 * LANES * 4), x, y, d, r0, r1, r2, r3, r4, r5, r6, r7,
+                               r8, r9, r10, r11, r12, r13, r14, r15, fused)
 
 
 @njit(cache=True, parallel=True)
@@ -467,7 +477,6 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             raise ValueError("matmul_tree16_tab: an offset reads past b")
     nch = (M + mc - 1) // mc
     b_addr = b.ctypes.data
-    tab_addr = tab.ctypes.data
     At = A[0]
     for w in prange(nch * njt):
         i0 = (w // njt) * mc
@@ -480,7 +489,7 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
         C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
         _tile_init(C, bias, 0, bias_rows, i0, i1, j0, jn, npair, ng)
         gs = j0 // (2 * LANES)
-        args = (C.ctypes.data, At.ctypes.data, At.strides[0], b_addr, tab_addr, g0[gs:], g1[gs:], i0, i1, nkb,
+        args = (C.ctypes.data, At.ctypes.data, At.strides[0], b_addr, tab, g0[gs:], g1[gs:], i0, i1, nkb,
                 npair, ng)
         if fma:
             _k_loop_tab(True, args)
@@ -492,6 +501,29 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             _tile_store(C, out, i0, i1, j0, jn, npair, ng)
 
 
+def _tree16_2x2_halves_codegen(fused, width, halves):
+    """LLVM code of _tree16_2x2 with each column half's B at its own address (row l of half h at b_h + 4 * width * l
+    bytes) for the first ``halves`` halves."""
+    def codegen(context, builder, signature, args):
+        m = _IR(builder)
+        cp, b0, b1, xp, yp = (m.ptr(v) for v in args[:5])
+        m.block_2x2(cp, xp, yp, lambda l, h: m.at((b0, b1)[h], width * l), fused, halves)
+        return context.get_dummy_value()
+    return codegen
+
+
+@intrinsic(prefer_literal=True)
+def _tree16_2x2_halves(typingctx, c_addr, b0_addr, b1_addr, x_addr, y_addr, width, fused, halves):
+    """_tree16_2x2 with the two column halves' B at two addresses (``width``, ``fused`` and ``halves`` literals):
+    ``halves`` 1 computes the first half only (a 32-column group whose second half no stored column needs)."""
+    if not all(isinstance(v, types.IntegerLiteral) for v in (width, halves)) \
+            or not isinstance(fused, types.BooleanLiteral) or halves.literal_value not in (1, 2):
+        return None
+    u = types.uintp
+    sig = types.void(u, u, u, u, u, width, fused, halves)
+    return sig, _tree16_2x2_halves_codegen(fused.literal_value, width.literal_value, halves.literal_value)
+
+
 # the slab widths matmul_tree16_gather takes besides SLABS: a weight gradient's B read in place, 16 pixels
 # of one output row ``stride * channels`` floats apart (16 and 32: strides 1 and 2 over 16 channels)
 GATHER_WIDTHS = SLABS + (16, 32, 64)
@@ -500,11 +532,14 @@ GATHER_WIDTHS = SLABS + (16, 32, 64)
 @njit(cache=True)
 def _k_loop_gather(width, fused, args):
     """_k_loop with the operands read where offset tables say (floats from a_addr / b_addr):
-    row i of A's K block q at a_rows[i] + a_q[q], B's K block q, column group g at b_q[q] + b_g[g]
-    (its 16 rows ``width`` floats apart, its two 16-column halves 16 floats apart)."""
+    row i of A's K block q at a_rows[i] + a_q[q], B's K block q, column group g's first 16-column half at
+    b_q[q] + b_g[g], its second at b_q[q] + b_g1[g] (each half's 16 rows ``width`` floats apart)."""
     literally(width)
     literally(fused)
-    c_addr, a_addr, a_rows, a_q, b_addr, b_q, b_g, i0, i1, nkb, npair, ng = args
+    c_addr, a_addr, a_rows, a_q, b_addr, b_q, b_g, b_g1, i0, i1, nkb, npair, ng, half = args
+    # the last group's second half only where some stored column needs it (``half``: it computes its first
+    # 16 columns alone: a 16-column product does half the work)
+    nf = ng - 1 if half else ng
     for q in range(nkb):
         aq = a_addr + np.uintp(4) * a_q[q]
         bq = b_addr + np.uintp(4) * b_q[q]
@@ -513,8 +548,12 @@ def _k_loop_gather(width, fused, args):
             x = aq + np.uintp(4) * a_rows[i]
             y = aq + np.uintp(4) * a_rows[min(i + 1, i1 - 1)]
             c = c_addr + np.uintp(p * ng * 4 * LANES * 4)
-            for g in range(ng):
-                _tree16_2x2(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(4) * b_g[g], x, y, width, fused)
+            for g in range(nf):
+                _tree16_2x2_halves(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(4) * b_g[g],
+                                   bq + np.uintp(4) * b_g1[g], x, y, width, fused, 2)
+            if half:
+                _tree16_2x2_halves(c + np.uintp(nf * 4 * LANES * 4), bq + np.uintp(4) * b_g[nf],
+                                   bq + np.uintp(4) * b_g1[nf], x, y, width, fused, 1)
 
 
 @njit(cache=True)
@@ -540,14 +579,17 @@ def _max_offset(rows, blocks):
 
 
 @njit(cache=True, parallel=True)
-def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, out, tiles, fma=False, mc=MC):
+def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, out, tiles, fma=False, mc=MC,
+                         b_g1=None):
     """matmul_tree16's product with A and B read in place rather than from an im2col matrix and packed
     slabs (an implicit GEMM): out[i, j] = bias[0, j] (bias[0, i] if ``bias_rows``), then for every K block q
     ``out[i, j] += tree16(A[i, 16q:16q+16], B[16q:16q+16, j])`` as matmul_tree16 sums it, where
     A[i, 16q + l] = a.flat[a_rows[i] + a_q[q] + l] and B[16q + l, 32g + 16h + m] = b.flat[b_q[q] + b_g[g]
-    + width*l + 16h + m] (``a``, ``b`` float32; offset tables uintp; ``width`` one of GATHER_WIDTHS).
+    + width*l + 16h + m] (``a``, ``b`` float32; offset tables uintp; ``width`` one of GATHER_WIDTHS); with
+    ``b_g1``, a column group's second half at b.flat[b_q[q] + b_g1[g] + width*l + m] instead.
     The caller makes every one of those reads fall inside a and b, the K padding included (+0 products
-    there), for every column group up to the 2x2 block edge (columns past N are computed, never stored)."""
+    there), for every column group up to the 2x2 block edge (columns past N are computed, never stored),
+    except a last group's second half that holds no column below N: not computed."""
     M, N = out.shape
     nkb = a_q.size
     if not 1 <= mc <= MC:
@@ -556,11 +598,16 @@ def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, ou
         raise ValueError("matmul_tree16_gather: tiles must be (threads, TILE) float32, one row per Numba thread")
     njt = (N + NC - 1) // NC
     ngt = -(-N // (2 * LANES))
-    if (b_q.size != nkb or a_rows.size < M or b_g.size < ngt or not a.flags.c_contiguous
+    if b_g1 is None:
+        g1 = b_g + np.uintp(LANES)
+    else:
+        g1 = b_g1
+    if (b_q.size != nkb or a_rows.size < M or b_g.size < ngt or g1.size < ngt or not a.flags.c_contiguous
             or not b.flags.c_contiguous):
         raise ValueError("matmul_tree16_gather: offset tables do not match the product's shape")
     if nkb > 0 and M > 0 and N > 0 and (_max_offset(a_rows[:M], a_q) + 16 > a.size or
-                                        _max_offset(b_g[:ngt], b_q) + width * 15 + 2 * LANES > b.size):
+                                        _max_offset(b_g[:ngt], b_q) + width * 15 + LANES > b.size or
+                                        _max_offset(g1[:ngt], b_q) + width * 15 + LANES > b.size):
         raise ValueError("matmul_tree16_gather: an offset reads past the operand arrays")
     if width not in GATHER_WIDTHS:
         raise ValueError("matmul_tree16_gather: width must be one of GATHER_WIDTHS")
@@ -579,7 +626,9 @@ def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, ou
         npair = (i1 - i0 + 1) // 2
         C = tiles[get_thread_id(), :npair * ng * 4 * LANES].reshape(npair, ng, 4, LANES)
         _tile_init(C, bias, 0, bias_rows, i0, i1, j0, jn, npair, ng)
-        args = (C.ctypes.data, a_addr, a_rows, a_q, b_addr, b_q, b_g[j0 // (2 * LANES):], i0, i1, nkb, npair, ng)
+        gs = j0 // (2 * LANES)
+        args = (C.ctypes.data, a_addr, a_rows, a_q, b_addr, b_q, b_g[gs:], g1[gs:], i0, i1, nkb, npair, ng,
+                jn - 2 * LANES * (ng - 1) <= LANES)
         if width == SLABS[4]:
             _passes_gather(SLABS[4], fma, args)
         elif width == SLABS[3]:

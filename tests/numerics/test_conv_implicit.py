@@ -187,7 +187,8 @@ FILTER = [((2, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the benchmar
           ((2, 7, 16, 16), 2, 3, 5, (1, 1), "VALID", (2, 1)),     # Cout 5 (an odd row), dilated rows, OW 14: declines
           ((1, 9, 18, 16), 2, 3, 7, (1, 1), "VALID", (2, 1)),     # OW 16 with dilated rows, Cout 7
           ((1, 5, 31, 32), 3, 3, 48, (1, 2), "SAME", (1, 1)),     # 64 floats a pixel, odd width
-          ((3, 4, 16, 48), 1, 3, 3, (1, 1), "SAME", (1, 1))]      # 48 floats a pixel, Cout 3
+          ((3, 4, 16, 48), 1, 3, 3, (1, 1), "SAME", (1, 1)),      # 48 floats a pixel, Cout 3
+          ((1, 6, 32, 8), 3, 3, 24, (2, 2), "SAME", (1, 1))]      # tap rows of 24 floats: halves past the run
 FMODES_B = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), dict(subnormals="flush"),
             dict(operand_dtype="bfloat16", out_dtype="bfloat16"), dict(operand_dtype="float32", out_dtype="float32")]
 
@@ -255,7 +256,11 @@ def test_implicit_paths_decline_what_they_cannot_read_in_place():
     assert ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 12) is None      # OW not a multiple of 16
     assert ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 2, 16, 16) is None      # dilated columns
     cols, per, slack = ngrad._filter_grad_gather(3, 3, 16, 2, 2, 1, 1, 16, 16)
-    assert per == 2 and slack == 16 and cols.size == 144 and cols[48] == 64
+    assert per == 3 and slack == 0 and cols.size == 144 and cols[48] == 48   # 9 halves: 5 groups, the last alone
+    cols, per, slack = ngrad._filter_grad_gather(3, 3, 8, 2, 2, 1, 1, 16, 16)
+    assert per == 2 and slack == 8 and cols.size == 72 and cols[24] == 32
+    g0, g1 = ngrad._half_offsets(3, 3, 1000)   # tap rows' halves paired across rows; the odd last repeats
+    assert list(g0) == [0, 32, 1016, 2000, 2032] and list(g1) == [16, 1000, 1032, 2016, 2032]
 
 
 TAPS_ROWS = [((2, 9, 16, 3), 3, 3, 16, (1, 1), "SAME", (1, 1)),     # the benchmark's layer 1

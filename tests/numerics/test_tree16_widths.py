@@ -2,7 +2,8 @@
 one row at a time, on an x86 host without AVX-512; 16-lane vectors (the 2x2 block) elsewhere and in a portable
 build (``NUMBA_CPU_NAME`` set). A host runs only its own emission, so this test runs the other one in a
 subprocess compiled for the host's CPU by name (a portable build: 16 lanes) and compares products and an
-implicit-GEMM convolution (the ``_tab`` micro-kernel) bit for bit: fp16 overflow, signed zeros, subnormals
+implicit-GEMM convolution (the ``_tab`` micro-kernel) and two weight gradients (the ``_gather`` micro-kernel's
+32-column groups of two halves and first halves alone) bit for bit: fp16 overflow, signed zeros, subnormals
 and rounding ties, no NaN: where NaNs of both signs
 meet, the sign of the NaN that comes out may differ between the two (NUMERICS.md section 3)."""
 from __future__ import annotations
@@ -20,7 +21,11 @@ from ascend_emu.numerics import cube
 # the module (the package's ``tree16`` is the kernel function of that name)
 tree16 = importlib.import_module("ascend_emu.kernels.cube.tree16")
 
-_JOB = r"""
+# the weight gradients of the gather micro-kernel's half groups: Cout 16 with the taps as rows (one group, its first
+# half alone), and 16 channels at stride 2 (9 tap-row halves paired into 5 groups, the last alone)
+DW = [("dw16", "x3", "dy16", (1, 1), ((1, 1), (1, 1))), ("dw2", "x16", "dy32", (2, 2), ((0, 1), (0, 1)))]
+
+_JOB = "DW = " + repr(DW) + r"""
 import importlib
 import sys
 import numpy as np
@@ -32,6 +37,8 @@ out = {}
 for name, kw in (("mm16", {}), ("mm32", {"out_dtype": "float32"}), ("mmbias", {"bias": d["bias"]})):
     out[name] = cube.matmul(d["a"], d["b"], **kw)[0]
 out["conv"] = cube.conv2d(d["x"], d["w"], strides=(1, 1), padding="SAME", dilations=(1, 1), out_dtype="float32")[0]
+for name, xk, dyk, s, p in DW:
+    out[name] = cube.conv2d_backprop_filter(d[xk], d[dyk], (3, 3), s, p, (1, 1), out_dtype="float32")[0]
 np.savez(sys.argv[2], **out)
 """
 
@@ -48,7 +55,9 @@ def _operands():
 
     return {"a": values((133, 200), 4.0), "b": values((200, 97), 4.0),
             "bias": rng.standard_normal(97).astype(np.float32),
-            "x": values((2, 12, 32, 16), 2.0), "w": values((3, 3, 16, 40), 0.5)}
+            "x": values((2, 12, 32, 16), 2.0), "w": values((3, 3, 16, 40), 0.5),
+            "x3": values((2, 8, 16, 3), 2.0), "dy16": values((2, 8, 16, 16), 2.0),
+            "x16": values((2, 8, 32, 16), 2.0), "dy32": values((2, 4, 16, 32), 2.0)}
 
 
 def test_the_8_and_16_lane_micro_kernels_give_the_same_bits(tmp_path, monkeypatch):
@@ -65,14 +74,18 @@ def test_the_8_and_16_lane_micro_kernels_give_the_same_bits(tmp_path, monkeypatc
     wide = np.load(tmp_path / "out.npz")
     from ascend_emu.numerics import conv as nconv
 
-    tab = []
-    real = nconv._k.matmul_tree16_tab
+    tab, gather = [], []
+    real, real_g = nconv._k.matmul_tree16_tab, nconv._k.matmul_tree16_gather
     monkeypatch.setattr(nconv._k, "matmul_tree16_tab", lambda *a: (tab.append(1), real(*a))[1])
+    monkeypatch.setattr(nconv._k, "matmul_tree16_gather", lambda *a: (gather.append(a[9].shape), real_g(*a))[1])
     ours = {"mm16": cube.matmul(d["a"], d["b"])[0], "mm32": cube.matmul(d["a"], d["b"], out_dtype="float32")[0],
             "mmbias": cube.matmul(d["a"], d["b"], bias=d["bias"])[0],
             "conv": cube.conv2d(d["x"], d["w"], strides=(1, 1), padding="SAME", dilations=(1, 1),
                                 out_dtype="float32")[0]}
+    for name, xk, dyk, s, p in DW:
+        ours[name] = cube.conv2d_backprop_filter(d[xk], d[dyk], (3, 3), s, p, (1, 1), out_dtype="float32")[0]
     assert tab, "the convolution did not take the _tab micro-kernel"
+    assert gather == [(27, 16), (32, 144)], gather   # both weight gradients took the gather micro-kernel
     for name, y in ours.items():
         assert y.dtype == wide[name].dtype and y.shape == wide[name].shape, name
         assert not np.isnan(y).any() and np.isinf(y).any() == (y.dtype == np.float16), name
