@@ -24,6 +24,8 @@ The kernels, by idea:
 
 - :mod:`.tree16`: the default model (block 16, tree): B packed into slabs, an explicit
   LLVM micro-kernel over 2 rows x 32 columns, work items of MC x NC;
+- :mod:`.implicit`: the same product with the operands read in place at offsets from tables (the
+  convolutions' implicit GEMMs);
 - :mod:`.blocked`: every model (block size, TREE / SEQUENTIAL / ALIGNED step), one generic
   block step per K block;
 - :mod:`.conv`: convolution lowered to the matmul (im2col in three layouts) and the direct
@@ -35,9 +37,9 @@ from __future__ import annotations
 
 from ..codes import (ALIGNED, FLT_MAX, INF_NAN, NORM_RNE, NORM_TRUNCATE, RINT, SATURATION,  # noqa: F401
                      SEQUENTIAL, ST_CUBE_OVERFLOW, TREE)
-from .tree16 import (GATHER_WIDTHS, LANES, MC, NC, SLABS, TILE, empty_slabs, matmul_tree16,  # noqa: F401
-                     matmul_tree16_gather, matmul_tree16_small, matmul_tree16_tab, pack_b,
-                     row_block, slab_shape, slab_width, tree16)
+from .tree16 import (LANES, MC, NC, SLABS, TILE, empty_slabs, matmul_tree16, matmul_tree16_small,  # noqa: F401
+                     pack_b, row_block, slab_shape, slab_width, tree16)
+from .implicit import GATHER_WIDTHS, matmul_tree16_gather, matmul_tree16_tab  # noqa: F401
 from .blocked import NCG, aligned_block, matmul_blocked, tree_leaves  # noqa: F401
 from .conv import (depthwise_tree16, dw_im2col_t, has_nan, im2col, im2col_packed, im2col_t, pixel_offsets,  # noqa: F401
                    widen_padded)
