@@ -348,7 +348,7 @@ def _planar_operands(x: np.ndarray, pol: _Policy, pads, channels: int):
 
 
 #: the +0 floats a padded input made for a replay's store (numerics/shared.py) carries past its end: more than
-#: conv2d_backprop_filter's gather reads there (under one column group of 2 * LANES floats), so the forward
+#: conv2d_backprop_filter's gather reads there (at most 15 floats, within one column group of 2 * LANES), so the forward
 #: convolution's buffer serves it
 _SHARED_SLACK = 2 * _k.LANES
 

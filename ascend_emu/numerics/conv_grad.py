@@ -150,7 +150,8 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
         if len(ys) < H or len(xs) < W:
             sx = _operand_values(x[:, ys][:, :, xs], pol)[1]
     Hp, Wp = xpl.shape[2:]
-    # dy's operand values, then 32 floats of +0 (a 16-column product's unused half reads past the last row)
+    # dy's operand values, then 32 floats of +0 (the gather's up-front bounds check counts a whole column group past
+    # the last row; the half it does not compute is never read)
     dyb = _alloc.empty(R * CO + 2 * _k.LANES, np.float32)
     dyb[R * CO:] = 0
     target = config.COMPUTE_DTYPES.get(pol.operand)

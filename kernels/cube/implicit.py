@@ -211,8 +211,9 @@ def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, ou
     + width*l + 16h + m] (``a``, ``b`` float32; offset tables uintp; ``width`` one of GATHER_WIDTHS); with
     ``b_g1``, a column group's second half at b.flat[b_q[q] + b_g1[g] + width*l + m] instead.
     The caller makes every one of those reads fall inside a and b, the K padding included (+0 products
-    there), for every column group up to the 2x2 block edge (columns past N are computed, never stored),
-    except a last group's second half that holds no column below N: not computed."""
+    there), for every column group up to the 2x2 block edge (columns past N are computed, never stored); a
+    last group's second half that holds no column below N is not computed, yet its offset must still pass the
+    up-front bounds check (a read that would fall outside raises ValueError)."""
     M, N = out.shape
     nkb = a_q.size
     if not 1 <= mc <= MC:
