@@ -370,3 +370,52 @@ def test_backprop_input_implicit_gemm_declines(monkeypatch):
     assert ran.n == 0
     _input(monkeypatch, dy, w, strides, dzp, dil)
     assert ran.n == 4
+
+
+def test_the_gather_kernel_reads_second_halves_from_their_own_table():
+    """matmul_tree16_gather with arbitrary b_g / b_g1 tables (second halves before the first, overlapping, N % 32
+    in 1..16 and 17..31, several column tiles) against matmul_tree16_small on the B those tables describe, bit for
+    bit; and the up-front check covers b_g1 (its largest entry one float too far raises)."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.numerics.cube_core import _tiles
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        M = int(rng.choice([1, 2, 3, 17, 33]))
+        N = int(rng.choice([1, 5, 16, 17, 31, 32, 33, 48, 63, 520, 545]))
+        nkb = int(rng.integers(1, 4))
+        width = int(rng.choice([16, 32, 48, 64, 80]))
+        fma = bool(rng.integers(2))
+        a = rng.standard_normal((1, M, 16 * nkb)).astype(np.float32)
+        b = rng.standard_normal(4000 + int(rng.integers(0, 50))).astype(np.float32)
+        if fma:   # exact products only, as the fused first level needs
+            a, b = a.astype(np.float16).astype(np.float32), b.astype(np.float16).astype(np.float32)
+        ngt = -(-N // 32)
+        lim = b.size - 15 * width - 16
+        b_q = np.sort(rng.integers(0, lim // 2, nkb)).astype(np.uintp)
+        b_g = rng.integers(0, lim - int(b_q.max()), ngt).astype(np.uintp)
+        b_g1 = rng.integers(0, lim - int(b_q.max()), ngt).astype(np.uintp)
+        q, l, j = np.meshgrid(np.arange(nkb), np.arange(16), np.arange(N), indexing="ij")
+        g, h, m = j // 32, (j % 32) // 16, j % 16
+        B = b[b_q[q].astype(np.int64) + np.where(h == 1, b_g1[g], b_g[g]).astype(np.int64) + width * l + m]
+        B = B.reshape(1, 16 * nkb, N)
+        out = np.full((M, N), np.nan, np.float32)
+        bias = rng.standard_normal((1, N)).astype(np.float32)
+        a_rows = (np.arange(M) * 16 * nkb).astype(np.uintp)
+        a_q = (np.arange(nkb) * 16).astype(np.uintp)
+        kc.matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, False, out, _tiles(), fma,
+                                int(rng.choice([1, 2, 16, 128])), b_g1)
+        want = np.empty((1, M, N), np.float32)
+        kc.matmul_tree16_small(a, B, bias, np.zeros(1, np.int64), np.zeros(1, np.int64), want, 16 * nkb, fma)
+        assert np.array_equal(out.view(np.uint32), want[0].view(np.uint32)), (trial, M, N, nkb, width, fma)
+    b = np.zeros(1000, np.float32)
+    a = np.zeros((1, 2, 16), np.float32)
+    for last, raises in ((1000 - 15 * 16 - 16, False), (1000 - 15 * 16 - 15, True)):
+        args = (a, np.array([0, 16], np.uintp), np.zeros(1, np.uintp), b, np.zeros(1, np.uintp),
+                np.zeros(2, np.uintp), 16, np.zeros((1, 40), np.float32), False, np.zeros((2, 40), np.float32),
+                _tiles(), False, 128, np.array([0, last], np.uintp))
+        if raises:
+            with pytest.raises(ValueError):
+                kc.matmul_tree16_gather(*args)
+        else:
+            kc.matmul_tree16_gather(*args)
