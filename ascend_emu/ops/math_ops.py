@@ -123,19 +123,27 @@ def vec(ctx, op, *xs, impl_mode=None, **attrs):
     return _INT_FUNCS[op](*xs)
 
 
-def _f32_on_distinct(op, x, y):
-    """``vector``'s own path for a float32 add / sub / mul / div with a broadcast view (zero strides) among its
-    operands, without its dispatch: the numpy operation on the views' distinct values, broadcast again (read-only),
-    when that is fewer values than the output and all are finite; else None (``vector`` runs). BN's gradient
-    ``mean_grad / n`` on a BroadcastTo of 16-32 values cost 130-190 us a node for 16-32 divisions."""
+def _distinct(x, y):
+    """(x's and y's distinct values as views, their broadcast shape, the count of the distinct values' broadcast),
+    or None where they do not broadcast (``vector`` then raises its own error)."""
     cx, cy = distinct_view(x), distinct_view(y)
     try:
         shape = np.broadcast_shapes(x.shape, y.shape)
         small = np.broadcast_shapes(cx.shape, cy.shape)
     except ValueError:
         return None
-    if math.prod(small) >= math.prod(shape):
+    return cx, cy, shape, math.prod(small)
+
+
+def _f32_on_distinct(op, x, y):
+    """``vector``'s own path for a float32 add / sub / mul / div with a broadcast view (zero strides) among its
+    operands, without its dispatch: the numpy operation on the views' distinct values, broadcast again (read-only),
+    when that is fewer values than the output and all are finite; else None (``vector`` runs). BN's gradient
+    ``mean_grad / n`` on a BroadcastTo of 16-32 values cost 130-190 us a node for 16-32 divisions."""
+    d = _distinct(x, y)
+    if d is None or d[3] >= math.prod(d[2]):
         return None
+    cx, cy, shape, _ = d
     with np.errstate(all="ignore"):
         out = np.asarray(_F32_BINARY[op](cx, cy, order="C"))
     if not np.isfinite(out).all():
@@ -157,15 +165,10 @@ def _f16_small(op, x, y):
     ``vector`` gives it. None when a result is Inf or NaN (the overflow mode and status are the kernel's) or there are
     more values. The loss scale's unscaling of small fp16 weight gradients and the global average pool's gradient
     (a BroadcastTo divided by a scalar) cost 45-120 us in ``vector`` for a few hundred values."""
-    cx, cy = distinct_view(x), distinct_view(y)
-    try:
-        shape = np.broadcast_shapes(x.shape, y.shape)
-        small = np.broadcast_shapes(cx.shape, cy.shape)
-    except ValueError:
+    d = _distinct(x, y)
+    if d is None or d[3] > _SMALL16:
         return None
-    n = math.prod(small)
-    if n > _SMALL16:
-        return None
+    cx, cy, shape, n = d
     with np.errstate(all="ignore"):
         out = np.asarray(_F32_BINARY[op](cx.astype(_F32), cy.astype(_F32), order="C")).astype(_F16)
     if not np.isfinite(out).all():
