@@ -199,11 +199,13 @@ def _affine_plan(steps: tuple, src: tuple):
     order, an optional ``Mul`` of the full-size fp16 input by a per-channel or one-value one, an optional ``Add``
     (either order) or ``Sub`` (the running value first) of one, then either nothing, or a rounding to fp16 and the
     running value's square (SquaredDifference), or an ``Add`` of a full-size fp16 input (an AddN), then an optional
-    ``Relu`` / ``Relu6``: at least two steps and no other, the chain in one pass per element, each step the same
+    ``Relu`` / ``Relu6``: at least one step and no other, the chain in one pass per element, each step the same
     float32 operation (a multiplication and an addition are commutative in IEEE arithmetic, bit for bit); None
     otherwise (the step-by-step kernel runs). Worked out once per chain and layout."""
     ns = len(steps)
-    if ns < 2 or ns > 5:
+    # (one step too: a per-channel Mul, Sub or Add alone, BN's gradient x * scale and x - mean, is x * p + q with
+    # q = -0 or p = 1, each exact, in one loop: 113 us against the step kernel's 140 for 512K values)
+    if ns < 1 or ns > 5:
         return None
     prog = _program(steps, len(src))
     if prog is None:

@@ -72,14 +72,17 @@ FORMS = [
     [("add", 0, 2), ("relu", -1, -2)],                      # BiasAdd + Relu on the vector unit
     [("sub", 0, 2), ("relu6", -1, -2)],
     [("mul", 0, 1), ("relu", -1, -2)],
+    [("mul", 0, 1)],                                        # one step: BN's gradient x * scale
+    [("sub", 0, 2)],                                        # x - mean
+    [("add", 2, 0)],                                        # a bias, the operands the other way round
     [("add", 2, 0), ("mul", -1, 1)],                        # not the form: the step-by-step kernel
     [("sub", 2, 0), ("relu", -1, -2)],                      # the running value second: not the form
     [("sub", 0, 2), ("round16", -1, -2), ("relu", -1, -2)],  # a rounding without the square: not the form
     [("add", 0, 3), ("relu", -1, -2)],                      # two full-size tensors first: not the form
 ]
-IN_FORM = 10
+IN_FORM = 13
 IDS = ["sqdiff", "bn_square_relu6", "add_n", "mul_plus_relu", "bn_relu", "swapped", "sub_relu6", "add_relu",
-       "sub_relu6_only", "mul_relu", "not_add_mul", "not_rsub", "not_round_relu", "not_two_full"]
+       "sub_relu6_only", "mul_relu", "mul", "sub", "add", "not_add_mul", "not_rsub", "not_round_relu", "not_two_full"]
 
 
 def _inputs(steps, x, p, q, z=None):
