@@ -43,16 +43,33 @@ def _slots(arrays, filler):
 
 
 def broadcast_shape(shapes) -> tuple:
-    """``np.broadcast_shapes(*shapes)`` without its cost (several microseconds a call, which small ops pay
-    several times) when every shape is the same or a scalar's; the numpy function otherwise (its
-    ValueError for shapes that do not broadcast)."""
+    """``np.broadcast_shapes(*shapes)`` without its cost (2.6 us a call for BN's (32, 32, 32, 16) and two (16,),
+    which the chain nodes pay once or twice each): at once when every shape is the same or a scalar's, else numpy's
+    rule in Python (each axis, aligned from the right, of length 1 or the same; a ValueError where they do not
+    broadcast, as numpy raises)."""
     out = ()
     for s in shapes:
         if not s or s == out:
             continue
         if out:
-            return np.broadcast_shapes(*shapes)
+            return _broadcast_rule(shapes)
         out = s
+    return tuple(out)
+
+
+def _broadcast_rule(shapes) -> tuple:
+    """numpy's broadcasting of ``shapes`` (0.6-1 us for a few short shapes; ``np.broadcast_shapes`` 2.6)."""
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        at = nd - len(s)
+        for i, n in enumerate(s):
+            r = out[at + i]
+            if n == r or n == 1:
+                continue
+            if r != 1:
+                raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape: {tuple(shapes)}")
+            out[at + i] = int(n)
     return tuple(out)
 
 
@@ -189,7 +206,11 @@ def _row(src, h16, f32, k, blk, c, negate=False):
     vals = h16[idx].view(np.float16).astype(_F32) if which == 0 else np.asarray(f32[idx], _F32)
     if negate:
         vals = np.negative(vals)   # exact: a - b is a + (-b) in IEEE arithmetic
-    return np.full(blk, vals[0], _F32) if layout == 2 else np.tile(vals, blk // c)
+    if layout == 2:
+        return np.full(blk, vals[0], _F32)
+    row = np.empty(blk, _F32)   # vals repeated blk // c times (np.tile's values; 1 us against its 4.8)
+    row.reshape(-1, c)[...] = vals
+    return row
 
 
 @functools.lru_cache(maxsize=1024)
