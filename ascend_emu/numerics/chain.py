@@ -19,6 +19,7 @@ from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import chain as _kch
 from ..kernels import chain32 as _kch32
+from ..kernels import chain16 as _kch16
 from ..kernels.codes import (ADD, CHAIN_NEG, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, CHAIN_SQRT, CHAIN_SQUARE, MAXIMUM,
                              MINIMUM, MUL, REALDIV, SUB)
 
@@ -484,3 +485,75 @@ def chain_f32(inputs, steps, outputs):
         else:
             result.append(np.array(scal[at], np.float32))
     return result
+
+
+# ------------------------------------------------------------------------------ batch norm's input gradient, fp16
+
+def _per_channel16(v, c: int):
+    """``v`` (a per-channel operand: shape ending in ``c`` and ``c`` values, possibly a zero-stride view, or one
+    value) as the float32 values of its fp16 form (a float32 operand rounded to nearest-even fp16, as the device's
+    inserted cast rounds it), ``c`` of them (one value repeated); None if it is of another form or dtype, or its
+    fp16 form is Inf or NaN (the cast's overflow and status are its own)."""
+    if isinstance(v, np.generic):
+        v = np.asarray(v)
+    if type(v) is not np.ndarray or v.dtype not in (_F16, _F32):
+        return None
+    cut = distinct_view(v)
+    if cut.size == 1:
+        vals = np.full(c, cut.reshape(-1)[0], cut.dtype)
+    elif cut.size == c and cut.ndim >= 1 and cut.shape[-1] == c:
+        vals = cut.reshape(-1)
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        h = vals.astype(_F16)
+    if not np.isfinite(h).all():
+        return None
+    return h.astype(_F32)
+
+
+def bn_dx_f16(g, s, x, m, b, k_n, k, t):
+    """Batch norm's fp16 input gradient ``AddN(Mul(g, s), t, _EltwiseChain(b, k_n, k, Sub(x, m)))`` (the chain
+    ``RealDiv(b, k_n), Mul(k, .), Mul(., sub)``) as the four ops compute it one by one, in one pass
+    (``kernels/chain16.bn_dx_to_f16``), or None.
+
+    ``g`` and ``x`` are full-size fp16 arrays of one shape; ``s, m, b, t`` per-channel operands along the last axis
+    (of ``c`` values, zero-stride views included) or single values, ``k_n`` and ``k`` single values, each float32 or
+    fp16. Each op computes in fp16 (its float32 operands cast to fp16 on the way in, as the device inserts the casts):
+    ``A = rn16(g * s16)``, ``S = rn16(x - m16)``, ``C = rn16(((b16 / n16) * k16) * S)`` (the chain's float32 steps,
+    its per-channel prefix once per channel, one rounding), ``D = rn16((A + t16) + C)`` (AddN's float32 running sum
+    in input order, one rounding). Returns ``D`` (fp16, the shape of ``g``) with the ops' bits and no status (every
+    cast, step and rounding finite), or None wherever that might not hold (another form or dtype, a host without
+    hardware fp16 conversions, an Inf or NaN anywhere, an fp16 overflow): the caller runs the ops one by one."""
+    if not _kc.HW_HALF:
+        return None
+    if type(g) is not np.ndarray or type(x) is not np.ndarray or g.dtype != _F16 or x.dtype != _F16:
+        return None
+    shape = g.shape
+    if x.shape != shape or not shape or 0 in g.strides or 0 in x.strides:
+        return None
+    c = shape[-1]
+    n = int(math.prod(shape))
+    if c < 1 or c > _MAX_CHANNELS or n == 0:
+        return None
+    rows = [_per_channel16(v, c) for v in (s, m, b, t)]
+    scal = [_per_channel16(v, 1) for v in (k_n, k)]
+    if any(r is None for r in rows) or any(r is None for r in scal):
+        return None
+    s16, m16, b16, t16 = rows
+    with np.errstate(all="ignore"):
+        # the chain's per-channel prefix, each step one float32 operation (an Inf or NaN: its full path runs)
+        p = b16 / scal[0][0]
+        if not np.isfinite(p).all():
+            return None
+        p = scal[1][0] * p
+        if not np.isfinite(p).all():
+            return None
+    reps = max(1, _BLOCK // c)
+    s_row, m_row, p_row, t_row = (np.tile(np.asarray(r, _F32), reps) for r in (s16, m16, p, t16))
+    out = _alloc.empty(n, np.uint16)
+    bad = _kch16.bn_dx_to_f16(np.ascontiguousarray(g).reshape(-1).view(np.uint16),
+                              np.ascontiguousarray(x).reshape(-1).view(np.uint16), s_row, m_row, p_row, t_row, out)
+    if bad:
+        return None
+    return out.view(np.float16).reshape(shape)
