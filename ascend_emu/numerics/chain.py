@@ -489,27 +489,20 @@ def chain_f32(inputs, steps, outputs):
 
 # ------------------------------------------------------------------------------ batch norm's input gradient, fp16
 
-def _per_channel16(v, c: int):
-    """``v`` (a per-channel operand: shape ending in ``c`` and ``c`` values, possibly a zero-stride view, or one
-    value) as the float32 values of its fp16 form (a float32 operand rounded to nearest-even fp16, as the device's
-    inserted cast rounds it), ``c`` of them (one value repeated); None if it is of another form or dtype, or its
-    fp16 form is Inf or NaN (the cast's overflow and status are its own)."""
-    if isinstance(v, np.generic):
+def _channel_values(v, c: int):
+    """The distinct values of ``v`` (a per-channel operand: shape ending in ``c`` and ``c`` values, possibly a
+    zero-stride view, or one value) as a flat fp16 or float32 array of ``c`` values or one; None if it is of another
+    form or dtype."""
+    if type(v) is not np.ndarray:
+        if not isinstance(v, np.generic):
+            return None
         v = np.asarray(v)
-    if type(v) is not np.ndarray or v.dtype not in (_F16, _F32):
+    if v.dtype != _F16 and v.dtype != _F32:
         return None
     cut = distinct_view(v)
-    if cut.size == 1:
-        vals = np.full(c, cut.reshape(-1)[0], cut.dtype)
-    elif cut.size == c and cut.ndim >= 1 and cut.shape[-1] == c:
-        vals = cut.reshape(-1)
-    else:
-        return None
-    with np.errstate(all="ignore"):
-        h = vals.astype(_F16)
-    if not np.isfinite(h).all():
-        return None
-    return h.astype(_F32)
+    if cut.size == 1 or (cut.size == c and cut.ndim >= 1 and cut.shape[-1] == c):
+        return cut.reshape(-1)
+    return None
 
 
 def bn_dx_f16(g, s, x, m, b, k_n, k, t):
@@ -536,24 +529,25 @@ def bn_dx_f16(g, s, x, m, b, k_n, k, t):
     n = int(math.prod(shape))
     if c < 1 or c > _MAX_CHANNELS or n == 0:
         return None
-    rows = [_per_channel16(v, c) for v in (s, m, b, t)]
-    scal = [_per_channel16(v, 1) for v in (k_n, k)]
-    if any(r is None for r in rows) or any(r is None for r in scal):
-        return None
-    s16, m16, b16, t16 = rows
+    vals = np.empty((6, c), _F32)
+    for i, v in enumerate((s, m, b, t, k_n, k)):
+        cut = _channel_values(v, c)
+        if cut is None or (i >= 4 and cut.size != 1):
+            return None
+        vals[i] = cut       # (an fp16 operand widened: exact)
     with np.errstate(all="ignore"):
-        # the chain's per-channel prefix, each step one float32 operation (an Inf or NaN: its full path runs)
-        p = b16 / scal[0][0]
-        if not np.isfinite(p).all():
+        # the device's inserted casts of the float32 operands to fp16 (nearest-even; an fp16 operand unchanged),
+        # then the chain's per-channel prefix, each step one float32 operation (an Inf or NaN anywhere: the ops')
+        h = vals.astype(_F16).astype(_F32)
+        p = h[5] * (h[2] / h[4])
+        if not (np.isfinite(h).all() and np.isfinite(p).all()):
             return None
-        p = scal[1][0] * p
-        if not np.isfinite(p).all():
-            return None
-    reps = max(1, _BLOCK // c)
-    s_row, m_row, p_row, t_row = (np.tile(np.asarray(r, _F32), reps) for r in (s16, m16, p, t16))
+    h[2] = p
+    rows = np.tile(h[:4], (1, max(1, _BLOCK // c)))      # s, m, p, t as float32 rows of a block
     out = _alloc.empty(n, np.uint16)
     bad = _kch16.bn_dx_to_f16(np.ascontiguousarray(g).reshape(-1).view(np.uint16),
-                              np.ascontiguousarray(x).reshape(-1).view(np.uint16), s_row, m_row, p_row, t_row, out)
+                              np.ascontiguousarray(x).reshape(-1).view(np.uint16), rows[0], rows[1], rows[2], rows[3],
+                              out)
     if bad:
         return None
     return out.view(np.float16).reshape(shape)
