@@ -226,6 +226,8 @@ class _Run(Records):
             out = self.feeds[node.name]
             self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
             return (out,)
+        if node.op == "_BnDxChain":
+            return self._bn_dx(node, args)
         opdef = OPS.get(node.op)
         if opdef is None:
             if "aten_engine" in node.meta and node.meta["aten_engine"] != "AICPU":
@@ -326,6 +328,55 @@ class _Run(Records):
         else:
             self._keep(node, prep)
         return self._eval_prepared(prep, node, args)
+
+    def _bn_dx(self, node: Node, args: list) -> tuple:
+        """A ``_BnDxChain`` node (:mod:`ascend_emu.npu.bn_chain`): batch norm's fp16 input gradient in one pass
+        (``numerics.chain.bn_dx_f16``) once its four ops ran one by one here with these input dtypes computing in
+        fp16 and giving the one pass's bits; otherwise (and whenever the pass declines: an Inf or NaN, an fp16
+        overflow) the four (fused) nodes one by one, with their casts, records and status."""
+        from ..numerics.chain import bn_dx_f16
+
+        a, s, c, d = node.meta["bn_dx"]
+        sig = signature(args)
+        ok = node.__dict__.get("_bn_dx_ok")
+        fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
+        if fresh and ok[3]:
+            y = self._bn_dx_fast(bn_dx_f16, args)
+            if y is not None:
+                self._record(OpRecord(node.name, "_BnDxChain", node.meta.get("ascend_type") or "AddN", "AICORE",
+                                      "float16", list(node.input_names()), 0,
+                                      precision={"dtype": "float16", "reason": "the ops' own decisions (bn_chain)"},
+                                      fusion={"rule": "bn_dx", "replaces": [m.name for m in (a, s, c, d)]}),
+                             (y,))
+                return (y,)
+        env = dict(zip(node.input_names(), args))
+        start = len(self.records)
+        for m in (a, s, c, d):
+            outs = self.eval_node(m, [env[r] for r in m.input_names()])
+            env[f"{m.name}:0"] = outs[0]
+        out = env[f"{d.name}:0"]
+        if not fresh:
+            # the members' decisions (a function of the policy and the input dtypes): fp16, casts only to fp16;
+            # and the one pass gives their bits on this data (or declines)
+            mine = {m.name for m in (a, s, c, d)}
+            recs = self.records[start:]
+            good = (all(r.compute_dtype == "float16" for r in recs if r.name in mine)
+                    and sum(r.name in mine for r in recs) == 4
+                    and all(r.name in mine or (r.inserted and r.compute_dtype == "float16") for r in recs)
+                    and not self._context(("float16", None)).ftz)
+            if good:
+                y = self._bn_dx_fast(bn_dx_f16, args)
+                good = y is None or (type(out) is np.ndarray and out.dtype == np.float16 and out.shape == y.shape
+                                     and np.array_equal(out.view(np.uint16), y.view(np.uint16)))
+            node.__dict__["_bn_dx_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
+        return (out,)
+
+    @staticmethod
+    def _bn_dx_fast(bn_dx_f16, args):
+        g, sc, x, mean, b, n, k, t = args
+        if type(g) is np.ndarray and type(sc) is np.ndarray and g.shape != x.shape and sc.shape == x.shape:
+            g, sc = sc, g       # (the Mul's full-size operand second: a product is commutative, bit for bit)
+        return bn_dx_f16(g, sc, x, mean, b, n, k, t)
 
     def _eval_light(self, prep: Light, node: Node, args: list) -> tuple:
         """A :class:`Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""

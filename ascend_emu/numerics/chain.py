@@ -19,6 +19,7 @@ from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import chain as _kch
 from ..kernels import chain32 as _kch32
+from ..kernels import chain16 as _kch16
 from ..kernels.codes import (ADD, CHAIN_NEG, CHAIN_RELU, CHAIN_RELU6, CHAIN_ROUND16, CHAIN_SQRT, CHAIN_SQUARE, MAXIMUM,
                              MINIMUM, MUL, REALDIV, SUB)
 
@@ -507,3 +508,69 @@ def chain_f32(inputs, steps, outputs):
         else:
             result.append(np.array(scal[at], np.float32))
     return result
+
+
+# ------------------------------------------------------------------------------ batch norm's input gradient, fp16
+
+def _channel_values(v, c: int):
+    """The distinct values of ``v`` (a per-channel operand: shape ending in ``c`` and ``c`` values, possibly a
+    zero-stride view, or one value) as a flat fp16 or float32 array of ``c`` values or one; None if it is of another
+    form or dtype."""
+    if type(v) is not np.ndarray:
+        if not isinstance(v, np.generic):
+            return None
+        v = np.asarray(v)
+    if v.dtype != _F16 and v.dtype != _F32:
+        return None
+    cut = distinct_view(v)
+    if cut.size == 1 or (cut.size == c and cut.ndim >= 1 and cut.shape[-1] == c):
+        return cut.reshape(-1)
+    return None
+
+
+def bn_dx_f16(g, s, x, m, b, k_n, k, t):
+    """Batch norm's fp16 input gradient ``AddN(Mul(g, s), t, _EltwiseChain(b, k_n, k, Sub(x, m)))`` (the chain
+    ``RealDiv(b, k_n), Mul(k, .), Mul(., sub)``) as the four ops compute it one by one, in one pass
+    (``kernels/chain16.bn_dx_to_f16``), or None.
+
+    ``g`` and ``x`` are full-size fp16 arrays of one shape; ``s, m, b, t`` per-channel operands along the last axis
+    (of ``c`` values, zero-stride views included) or single values, ``k_n`` and ``k`` single values, each float32 or
+    fp16. Each op computes in fp16 (its float32 operands cast to fp16 on the way in, as the device inserts the casts):
+    ``A = rn16(g * s16)``, ``S = rn16(x - m16)``, ``C = rn16(((b16 / n16) * k16) * S)`` (the chain's float32 steps,
+    its per-channel prefix once per channel, one rounding), ``D = rn16((A + t16) + C)`` (AddN's float32 running sum
+    in input order, one rounding). Returns ``D`` (fp16, the shape of ``g``) with the ops' bits and no status (every
+    cast, step and rounding finite), or None wherever that might not hold (another form or dtype, a host without
+    hardware fp16 conversions, an Inf or NaN anywhere, an fp16 overflow): the caller runs the ops one by one."""
+    if not _kc.HW_HALF:
+        return None
+    if type(g) is not np.ndarray or type(x) is not np.ndarray or g.dtype != _F16 or x.dtype != _F16:
+        return None
+    shape = g.shape
+    if x.shape != shape or not shape or 0 in g.strides or 0 in x.strides:
+        return None
+    c = shape[-1]
+    n = int(math.prod(shape))
+    if c < 1 or c > _MAX_CHANNELS or n == 0:
+        return None
+    vals = np.empty((6, c), _F32)
+    for i, v in enumerate((s, m, b, t, k_n, k)):
+        cut = _channel_values(v, c)
+        if cut is None or (i >= 4 and cut.size != 1):
+            return None
+        vals[i] = cut       # (an fp16 operand widened: exact)
+    with np.errstate(all="ignore"):
+        # the device's inserted casts of the float32 operands to fp16 (nearest-even; an fp16 operand unchanged),
+        # then the chain's per-channel prefix, each step one float32 operation (an Inf or NaN anywhere: the ops')
+        h = vals.astype(_F16).astype(_F32)
+        p = h[5] * (h[2] / h[4])
+        if not (np.isfinite(h).all() and np.isfinite(p).all()):
+            return None
+    h[2] = p
+    rows = np.tile(h[:4], (1, max(1, _BLOCK // c)))      # s, m, p, t as float32 rows of a block
+    out = _alloc.empty(n, np.uint16)
+    bad = _kch16.bn_dx_to_f16(np.ascontiguousarray(g).reshape(-1).view(np.uint16),
+                              np.ascontiguousarray(x).reshape(-1).view(np.uint16), rows[0], rows[1], rows[2], rows[3],
+                              out)
+    if bad:
+        return None
+    return out.view(np.float16).reshape(shape)

@@ -297,6 +297,21 @@ def eltwise_chain(*xs, ctx, chain):
     return _round_to(ctx, _chain(ctx, None, xs, chain), ctx.dtype_name)
 
 
+@register("_BnDxChain", kind=VECTOR, source=Source(
+    ("NUMERICS.md section 6 (batch norm's fp16 input gradient in one pass: npu/bn_chain.py)",
+     "ops/math_ops.py Mul, Sub, AddN and _EltwiseChain (each op's own source)"), (),
+    "the four ops' own arithmetic and roundings in their order: their bits and status"))
+def bn_dx_chain(g, s, x, m, b, n, k, t, *, ctx):
+    """Batch norm's fp16 input gradient ``AddN(Mul(g, s), t, _EltwiseChain(b, n, k, Sub(x, m)))``
+    (:mod:`ascend_emu.npu.bn_chain`); the replay runs it itself (``replay._Run._bn_dx``: the ops' decisions, casts
+    and records). Here: the four ops in ``ctx``'s dtype one by one on operands already in it."""
+    a = OPS["Mul"](g, s, ctx=ctx)[0]
+    d = OPS["Sub"](x, m, ctx=ctx)[0]
+    chain = [{"op": "RealDiv", "args": [0, 1]}, {"op": "Mul", "args": [2, -1]}, {"op": "Mul", "args": [-1, 3]}]
+    c = OPS["_EltwiseChain"](b, n, k, d, ctx=ctx, chain=chain)[0]
+    return OPS["AddN"](a, t, c, ctx=ctx)
+
+
 @register("_LayerNorm", kind=VECTOR, source=Source(
     ("canndev ops/built-in/tbe/impl/dynamic/layer_norm.py (layer_norm_compute)", "hicann/ops-nn norm/layer_norm_v4/"
      "op_kernel/layer_norm_v4_align.h"), ("op_model", "impl_mode"),

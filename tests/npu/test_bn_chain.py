@@ -1,0 +1,110 @@
+"""Batch norm's fp16 input gradient as one node (npu/bn_chain.py: ``_BnDxChain``, run by ``replay._Run._bn_dx``
+with numerics/chain.py ``bn_dx_f16``): real training runs give the same bits with and without the rewrite.
+
+A small Keras CNN (two Conv2D + BatchNormalization + ReLU blocks, as the benchmark CNN) trains a few
+``train_on_batch`` steps under ``ae.emulate("allow_mix_precision")`` twice from the same seed: once as today (the
+step graph replayed as it is) and once with the rewrite, hashing every variable and every step's record (loss,
+scale, float status, skipped, first overflow, gradient zeros). A loss scale that overflows the fp16 gradients
+makes the node run its four ops one by one (their casts, records and status: the same first overflow).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+import ascend_emu as ae  # noqa: E402
+from ascend_emu.npu import device as D  # noqa: E402
+from ascend_emu.npu import training as T  # noqa: E402
+from ascend_emu.npu.bn_chain import bn_dx_graph  # noqa: E402
+
+RNG = np.random.default_rng(46)
+X = RNG.standard_normal((64, 8, 8, 3)).astype(np.float32)
+Y = RNG.integers(0, 4, 64)
+
+
+def _model():
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(3)
+    L = keras.layers
+    m = keras.Sequential([keras.Input((8, 8, 3)), L.Conv2D(8, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
+                          L.Conv2D(16, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
+                          L.GlobalAveragePooling2D(), L.Dense(4)], name="bn_cnn")
+    m.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def _digest(variables, steps) -> str:
+    h = hashlib.sha256()
+    for v in variables:
+        h.update(np.asarray(v).tobytes())
+    keys = ("loss", "loss_scale", "float_status", "skipped", "first_overflow", "grad_zeros")
+    h.update(repr([[s.get(k) for k in keys] for s in steps]).encode())
+    return h.hexdigest()
+
+
+def _run(monkeypatch, *, rewrite: bool, loss_scale="dynamic", steps=4):
+    """(digest, the steps' records, per step the number of _BnDxChain nodes and of one-pass _BnDxChain records)."""
+    m = _model()
+    nodes, fast = [], []
+    with monkeypatch.context() as mp:
+        if rewrite:
+            def counted(device, graph):
+                out = bn_dx_graph(device, graph)
+                nodes.append(sum(n.op == "_BnDxChain" for n in out.nodes))
+                return out
+            mp.setattr(T, "bn_dx_graph", counted)
+        else:
+            mp.setattr(T, "bn_dx_graph", lambda device, graph: graph)
+        replay = D.Device.replay
+
+        def replayed(self, *a, **k):
+            res = replay(self, *a, **k)
+            fast.append(sum(r.tf_type == "_BnDxChain" for r in res.records))
+            return res
+        mp.setattr(D.Device, "replay", replayed)
+        with ae.emulate("allow_mix_precision", loss_scale=loss_scale) as run:
+            for i in range(steps):
+                m.train_on_batch(X[16 * i:16 * i + 16], Y[16 * i:16 * i + 16])
+    variables = [v.numpy() for v in m.variables + m.optimizer.variables]
+    return _digest(variables, run.steps), run.steps, nodes, fast
+
+
+def test_train_on_batch_same_bits(monkeypatch):
+    new, steps, nodes, fast = _run(monkeypatch, rewrite=True)
+    # both BN layers' input gradients; one pass from the second step on (the first runs the ops one by one and
+    # checks their decisions)
+    assert nodes == [2] * 4 and fast == [0, 2, 2, 2]
+    old, old_steps, _, fast_old = _run(monkeypatch, rewrite=False)
+    assert new == old and fast_old == [0] * 4 and not any(s["skipped"] for s in steps)
+
+
+def test_overflow_runs_the_ops_one_by_one(monkeypatch):
+    """A loss scale that overflows the fp16 gradients: every step skipped, the first overflow the same op."""
+    new, steps, nodes, fast = _run(monkeypatch, rewrite=True, loss_scale="fixed:1099511627776", steps=2)
+    assert all(s["skipped"] and s["first_overflow"] for s in steps) and nodes == [2, 2] and fast == [0, 0]
+    old, old_steps, _, _ = _run(monkeypatch, rewrite=False, loss_scale="fixed:1099511627776", steps=2)
+    assert new == old and [s["first_overflow"] for s in steps] == [s["first_overflow"] for s in old_steps]
+
+
+def test_left_out(tmp_path):
+    """The graph as it is with flushed subnormals, and every op of a dumped step."""
+    m = _model()
+    step = T._prepare(m, (X, Y), loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
+                      batch_size=16, steps=1, epochs=None, loss_scale=None, shuffle=False, seed=0, dump_dir=None,
+                      dump_steps=None, overwrite=False).step_graph
+    dev = ae.Device("allow_mix_precision")
+    g = bn_dx_graph(dev, step.graph)
+    made = [n for n in g.nodes if n.op == "_BnDxChain"]
+    assert len(made) == 2 and all(n.meta["phase"] == "backward" and step.phase(n.name) == "backward" for n in made)
+    assert len(g.outputs) == len(step.graph.outputs) and bn_dx_graph(dev, step.graph) is g
+    assert bn_dx_graph(ae.Device("allow_mix_precision", subnormals="flush"), step.graph) is step.graph
+    from ascend_emu.analysis.dump import load_dump
+
+    dev.train(m, (X, Y), batch_size=16, steps=1, dump_dir=str(tmp_path), progress=False)
+    types = {op["tf_type"] for op in load_dump(str(tmp_path / "step-0")).ops}
+    assert "_BnDxChain" not in types and {"AddN", "Sub", "_EltwiseChain"} <= types
