@@ -20,7 +20,7 @@ is then not the chain's (the caller reruns the chain on its full path, which rai
 the overflow mode). Hosts with ``cast.HW_HALF`` only.
 
 :func:`affine_to_f16` runs the commonest chains (BN's ``Mul, AddV2, Relu`` per channel, SquaredDifference, an AddN of
-a per-channel term and a tensor) as one loop per element instead: the step loops' L1 passes cost as much again as the
+a per-channel term and a tensor; a lone per-channel Mul, Sub or Add) as one loop per element instead: the step loops' L1 passes cost as much again as the
 memory-bound first step (a three-step chain ~2.5x a one-step one).
 """
 from __future__ import annotations

@@ -226,7 +226,8 @@ def _affine_plan(steps: tuple, src: tuple):
     otherwise (the step-by-step kernel runs). Worked out once per chain and layout."""
     ns = len(steps)
     # (one step too: a per-channel Mul, Sub or Add alone, BN's gradient x * scale and x - mean, is x * p + q with
-    # q = -0 or p = 1, each exact, in one loop: 113 us against the step kernel's 140 for 512K values)
+    # q = -0 or p = 1, each exact, in one loop: 113 us against the step kernel's 140 for 512K values; not by one
+    # value, where the step kernel is the faster)
     if ns < 1 or ns > 5:
         return None
     prog = _program(steps, len(src))
@@ -281,6 +282,8 @@ def _affine_plan(steps: tuple, src: tuple):
         s += 1
     if s != ns:
         return None
+    if ns == 1 and src[p if p is not None else q][2] != 1:
+        return None   # a lone step by one value: the step kernel's loop is the faster (137 against 182 us for 512K)
     return x, p, q, neg, mode, z, lo, hi
 
 
