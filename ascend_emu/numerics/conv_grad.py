@@ -15,12 +15,16 @@ from . import conv as _fwd
 from . import policy as config
 from .conv import (_IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _k_offsets, _padded_shared, _planar_operands,
                    _planar_shared, conv2d)
-from .cube_core import (_Policy, _batched, _bias_vector, _kp, _numeric, _operand_values, _padded, _padded_input,
-                        _policy, _tiles)
+from .cube_core import (_Policy, _batched, _bias_vector, _finish, _kp, _numeric, _operand_values, _padded,
+                        _padded_input, _policy, _tiles)
 from ..kernels import alloc as _alloc
 from ..kernels import cast as _kc
 from ..kernels import cube as _k
 from ..kernels import multicore as _km
+
+# conv2d_backprop_input's implicit route: the pixel classes' products into one float32 output and one Fixpipe pass
+# (False: a finish_grid_rows per class, as before; the tests compare the two)
+_WHOLE_FIXPIPE = True
 
 
 def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0, 0)), dilations=(1, 1),
@@ -304,10 +308,6 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     drop = bias is None and bool(np.isfinite(wv).all())
     plan = _backprop_input_plan(KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop)
     (pt_, pb_), (pl_, pr_), classes = plan
-    if pol.out == "float32":
-        out = _alloc.empty(out_shape, np.float32)
-    else:
-        out = _alloc.empty(out_shape, np.uint16)
     tiles = _tiles()
     # an implicit GEMM where every kept K block is 16 channels of one tap and every class's grid rows are
     # runs of 16 pixels: the kernel reads dz's patches from planar dy in place (no packed slabs). Only without
@@ -317,6 +317,24 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
                                                           for (_, _, _, Wc, _, k) in classes) and not _any_nan(dy)):
         dyp, sd = _planar_operands(dy, pol, ((pt_, pb_), (pl_, pr_)), CO)
         Hp, Wp = dyp.shape[2:]
+        if _WHOLE_FIXPIPE and all(Hc * Wc for (_, _, Hc, Wc, _, _) in classes):
+            # every class's product stored straight into its pixels' rows of one float32 output (out_rows), then
+            # one Fixpipe pass over it (the classes cover every pixel once): the same values and statuses as a
+            # class-by-class finish_grid_rows, without its per-pixel scatter and short conversion blocks
+            acc = _alloc.empty((N * H * W, CI), np.float32)
+            for (ry, rx, Hc, Wc, keep, koff) in classes:
+                rows = _class_rows(N, Hc, Wc, H, W, ry, rx, sh, sw)
+                WTc = WT if keep is None else np.ascontiguousarray(WT[:, :, keep])
+                if WTc.shape[2] == 0:   # no tap reaches the class: +0, the accumulator's start (no bias here)
+                    acc[rows] = 0
+                    continue
+                g0, g1 = _class_runs(N, Hc, Wc, CO * Hp * Wp, Wp)
+                mc = _k.row_block(CI, -(-rows.size // _k.NC), numba.get_num_threads())
+                _k.matmul_tree16_tab(WTc, dyp.reshape(-1), koff.astype(np.uintp).reshape(-1, 16), g0, g1, biasv,
+                                     True, acc, tiles, pol.exact_products, mc, True, rows)
+            res, sf = _finish(acc, pol)
+            return res.reshape(out_shape), sd | sw_ | sf
+        out = _alloc.empty(out_shape, np.float32 if pol.out == "float32" else np.uint16)
         sf = 0
         for (ry, rx, Hc, Wc, keep, koff) in classes:
             R = N * Hc * Wc
@@ -343,6 +361,7 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     else:
         src, sd = _operand_values(dy, pol)
         wide = (False, 0)
+    out = _alloc.empty(out_shape, np.float32 if pol.out == "float32" else np.uint16)
     dyp = _alloc.empty((N, CO, pt_ + OH + pb_, pl_ + OW + pr_), src.dtype)
     _k.planar_padded(src, dyp, pt_, pl_)
     zero = np.zeros(1, dtype=np.int64)
@@ -367,6 +386,16 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     if pol.out != "float32":
         out = out.view(config.COMPUTE_DTYPES[pol.out])
     return out, sd | sw_ | sf
+
+
+@functools.lru_cache(maxsize=64)
+def _class_rows(N, Hc, Wc, H, W, ry, rx, sh, sw):
+    """The NHWC output's pixel row (n*H + ry + sh*i)*W + rx + sw*m of each grid pixel p = (n*Hc + i)*Wc + m of the
+    class (ry, rx) (matmul_tree16_tab's out_rows), uintp."""
+    n, i, m = np.meshgrid(np.arange(N), np.arange(Hc), np.arange(Wc), indexing="ij")
+    rows = np.ascontiguousarray(((n * H + ry + sh * i) * W + rx + sw * m).reshape(-1), dtype=np.uintp)
+    rows.flags.writeable = False
+    return rows
 
 
 @functools.lru_cache(maxsize=64)

@@ -67,15 +67,41 @@ def _k_loop_tab(fused, args):
                                r8, r9, r10, r11, r12, r13, r14, r15, fused)
 
 
+@njit(cache=True)
+def _tile_store_rows(C, out, rows, i0, i1, j0, jn, npair, ng):
+    """_tile_store_t with the columns' rows of ``out`` from a table: out[rows[j0 + j], i] for rows i0 <= i < i1 and
+    columns j < jn (the same elements as _tile_store_t, each written where the table puts its column)."""
+    for g in range(ng):
+        for h in range(2):
+            jb = 2 * LANES * g + LANES * h
+            for l in range(max(0, min(LANES, jn - jb))):
+                o = rows[j0 + jb + l]
+                for p in range(npair):
+                    for r in range(2):
+                        i = i0 + 2 * p + r
+                        if i < i1:
+                            out[o, i] = C[p, g, 2 * h + r, l]
+
+
 @njit(cache=True, parallel=True)
-def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC, store_t=False):
+def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC, store_t=False,
+                      out_rows=None):
     """matmul_tree16's product of A (1, M, Kp) and a B read in place: out[i, j] = bias[0, j] (bias[0, i] if
     ``bias_rows``), then for every K block q ``out[i, j] += tree16(A[0, i, 16q:16q+16], B[16q:16q+16, j])`` as
     matmul_tree16 sums it, where B[16q + l, 32g + 16h + m] = b[g_h[g] + tab[q, l] + m] (b flat float32, tab
     (Kp/16, 16) and g0 / g1 (one entry per 32-column group) uintp): each 16 columns of B are 16 consecutive
     floats, its rows anywhere. The caller makes every read fall inside b (columns past N included: computed,
-    never stored) and the K padding read +0. ``store_t``: ``out`` is (N, M), written transposed (out[j, i])."""
-    if store_t:
+    never stored) and the K padding read +0. ``store_t``: ``out`` is (N, M), written transposed (out[j, i]).
+    ``out_rows`` (uintp, one entry per column, with ``store_t``): out is (any rows, M) and column j goes to its row
+    out_rows[j] (out[out_rows[j], i]; N = out_rows.size): a pixel class written straight into the whole output."""
+    if out_rows is not None:
+        N, M = out_rows.size, out.shape[1]
+        if not store_t:
+            raise ValueError("matmul_tree16_tab: out_rows needs store_t")
+        for v in out_rows:
+            if v >= out.shape[0]:
+                raise ValueError("matmul_tree16_tab: an out_rows entry is past out's rows")
+    elif store_t:
         N, M = out.shape
     else:
         M, N = out.shape
@@ -118,7 +144,9 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             _k_loop_tab(True, args)
         else:
             _k_loop_tab(False, args)
-        if store_t:
+        if out_rows is not None:
+            _tile_store_rows(C, out, out_rows, i0, i1, j0, jn, npair, ng)
+        elif store_t:
             _tile_store_t(C, out, i0, i1, j0, jn, npair, ng)
         else:
             _tile_store(C, out, i0, i1, j0, jn, npair, ng)

@@ -419,3 +419,68 @@ def test_the_gather_kernel_reads_second_halves_from_their_own_table():
                 kc.matmul_tree16_gather(*args)
         else:
             kc.matmul_tree16_gather(*args)
+
+
+# ------------------------------------------------------------------------------ the whole-output Fixpipe
+
+def _whole_vs_classes(monkeypatch, dy, w, strides, dzp, dil, **kw):
+    """conv2d_backprop_input's implicit route with the classes' products in one float32 output and one Fixpipe
+    pass (conv_grad._WHOLE_FIXPIPE) against the same route's finish_grid_rows per class; returns how many
+    products went to the whole output."""
+    n = [0]
+    orig = nconv._k.matmul_tree16_tab
+
+    def counted(*a):
+        n[0] += len(a) > 12 and a[12] is not None
+        return orig(*a)
+    with monkeypatch.context() as m:
+        m.setattr(nconv._k, "matmul_tree16_tab", counted)
+        got = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+        whole = n[0]
+        m.setattr(ngrad, "_WHOLE_FIXPIPE", False)
+        want = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+    _same(got, want, f"whole Fixpipe dy {dy.shape} {dy.dtype} w {w.shape} {kw}")
+    return whole
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(IMODES)))
+def test_backprop_input_whole_fixpipe_is_the_class_by_class_fixpipe(kind, mode, monkeypatch):
+    """Hostile dy (+-Inf: Inf and NaN accumulators; 65504 and beyond, sums past fp16's range; subnormals; -0),
+    every Fixpipe mode and output dtype: the same bits and statuses as finish_grid_rows class by class."""
+    rng = np.random.default_rng(3900 + 10 * mode + len(kind))
+    whole = 0
+    for xs, KH, KW, CO, strides, padding, dil in INPUT:
+        _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+        w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3)
+        dt = np.float16 if mode != 4 else bfloat16
+        dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0 if kind != "big" else 300.0).astype(dt)
+        whole += _whole_vs_classes(monkeypatch, dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
+    assert whole >= 4 + 4 + 1 + 2   # the classes of the first four geometries, once at least
+
+
+def test_tab_kernel_out_rows_is_the_transposed_store():
+    """matmul_tree16_tab with out_rows writes each column's values to its row: the transposed store's values
+    (NaN and Inf operands included: the sums are the same code's), nothing else touched; a row past out raises."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.numerics.cube_core import _tiles
+    rng = np.random.default_rng(3950)
+    M, K, N, pitch = 13, 48, 80, 100
+    A = rng.standard_normal((1, M, K)).astype(np.float32)
+    b = rng.standard_normal(K * pitch + 64).astype(np.float32)
+    b[rng.choice(b.size, 40, replace=False)] = rng.choice([np.inf, -np.inf, np.nan, -0.0, 1e-42], 40)
+    tab = (np.arange(K, dtype=np.uintp) * np.uintp(pitch)).reshape(-1, 16)
+    g0 = np.arange(0, N, 32, dtype=np.uintp)
+    g1 = g0 + np.uintp(16)
+    bias = rng.standard_normal((1, M)).astype(np.float32)
+    want = np.full((N, M), 7.0, np.float32)
+    kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, want, _tiles(), False, 4, True)
+    rows = rng.permutation(N + 9)[:N].astype(np.uintp)
+    got = np.full((N + 9, M), 7.0, np.float32)
+    kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, got, _tiles(), False, 4, True, rows)
+    np.testing.assert_array_equal(got[rows.astype(np.int64)].view(np.uint32), want.view(np.uint32))
+    untouched = np.setdiff1d(np.arange(N + 9), rows.astype(np.int64))
+    assert (got[untouched] == 7.0).all()
+    with pytest.raises(ValueError):
+        kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, got[:N], _tiles(), False, 4, True, rows)
