@@ -484,3 +484,32 @@ def test_tab_kernel_out_rows_is_the_transposed_store():
     assert (got[untouched] == 7.0).all()
     with pytest.raises(ValueError):
         kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, got[:N], _tiles(), False, 4, True, rows)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("flush", [False, True])
+def test_planar_widened_is_the_operand_widening(bf16, flush):
+    """kernels.cube.planar_widened (NHWC 16-bit bits to planar padded float32) against numpy, on every 16-bit
+    pattern (NaN payloads, signalling NaNs, +-Inf, subnormals, -0): a few channels (the row-buffer loop) and
+    many (the per-pixel loop), channels past the input's and the padding +0, every element written."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.kernels.codes import FLUSH, KEEP
+    rng = np.random.default_rng(3960)
+    allb = rng.permutation(np.arange(65536, dtype=np.uint32)).astype(np.uint16)
+    for shape, (pt, pb, pl, pr), extra in [((4, 16, 32, 3), (1, 1, 1, 1), 1), ((4, 9, 8, 1), (1, 2, 0, 3), 3),
+                                           ((2, 33, 31, 7), (0, 0, 2, 0), 0), ((4, 16, 32, 32), (2, 1, 2, 1), 0),
+                                           ((3, 12, 16, 8), (0, 0, 0, 0), 2)]:
+        bits = np.resize(allb, int(np.prod(shape))).reshape(shape)
+        if bf16:
+            u = bits.astype(np.uint32) << np.uint32(16)
+            sub = ((bits & 0x7F80) == 0) & ((bits & 0x7F) != 0)
+        else:
+            u = bits.view(np.float16).astype(np.float32).view(np.uint32)
+            sub = ((bits & 0x7C00) == 0) & ((bits & 0x3FF) != 0)
+        if flush:
+            u = np.where(sub, (bits.astype(np.uint32) & 0x8000) << np.uint32(16), u)
+        want = np.zeros((shape[0], shape[3] + extra, shape[1] + pt + pb, shape[2] + pl + pr), np.uint32)
+        want[:, :shape[3], pt:pt + shape[1], pl:pl + shape[2]] = u.transpose(0, 3, 1, 2)
+        got = np.full(want.shape, 7.0, np.float32)
+        kc.planar_widened(bits, got, pt, pl, bf16, FLUSH if flush else KEEP)
+        np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=f"{shape} {pt, pb, pl, pr} {extra}")
