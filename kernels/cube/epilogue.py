@@ -203,6 +203,14 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             out_kind == OUT_F16 and hw)):
         fin = prog[S - 1, 0] - RELU + 1
         S_run = S - 1
+    # a first step adding a tile to the running value (a bias add) in the Fixpipe's copy loop: one pass over the
+    # block less (the CNN's conv2d + bias epilogues: ~410 -> ~320 and ~200 -> ~155 us, benchmarks/RESULTS.md
+    # session 20). The same float32 adds of the same operands in the same order; a block with a non-finite sum
+    # (a non-finite accumulator makes one) takes the separate passes again
+    fuse = S_run > 0 and prog[0, 0] == ADD and not transposed and (
+        (prog[0, 1] == RUN and prog[0, 3] == TILE) or (prog[0, 1] == TILE and prog[0, 3] == RUN))
+    run_a = prog[0, 1] == RUN if fuse else True
+    ti = (prog[0, 4] if run_a else prog[0, 2]) if fuse else 0
     for w in prange(nw):
         buf = np.empty(B, dtype=np.float32)
         sa = np.empty(B, dtype=np.float32)
@@ -214,9 +222,27 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
             nr = min(R, r0 + rb) - r0
             nb = nr * C
             base = np.uintp(r0 * C)   # unsigned indices: no wraparound test, so the loops vectorise
+            step0 = 0
+            if fuse:
+                tk = tiles[ti]
+                g = np.uint32(0)
+                if run_a:
+                    for k in range(np.uintp(nb)):
+                        y = acc[base + k] + tk[k]
+                        buf[k] = y
+                        g |= _bad(y)
+                else:
+                    for k in range(np.uintp(nb)):
+                        y = tk[k] + acc[base + k]
+                        buf[k] = y
+                        g |= _bad(y)
+                if g == 0:   # (a non-finite accumulator makes a non-finite sum)
+                    step0 = 1
             # Fixpipe: the accumulator into the block
             f = np.uint32(0)
-            if transposed:
+            if step0 == 1:
+                pass
+            elif transposed:
                 # row by row (contiguous writes; the C column streams each advance in order): twice
                 # as fast as column by column's scattered writes
                 for r in range(np.uintp(nr)):
@@ -238,7 +264,7 @@ def epilogue(acc, transposed, R, C, rb, prog, tiles, f32s, f16s, f16bf, out16, o
                     buf[k] = v
                     s |= s1
             bad = False
-            for i in range(S_run):
+            for i in range(step0, S_run):
                 op = prog[i, 0]
                 a = _operand(prog[i, 1], prog[i, 2], buf, sa, tiles, f32s, f16s, f16bf, base, nb)
                 b = _operand(prog[i, 3], prog[i, 4], buf, sb, tiles, f32s, f16s, f16bf, base, nb)

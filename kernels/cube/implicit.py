@@ -11,7 +11,7 @@ import numpy as np
 from numba import get_thread_id, literally, njit, prange, types
 from numba.extending import intrinsic
 
-from .tree16 import LANES, MC, NC, SLABS, TILE, _IR, _tail_columns, _tile_init, _tile_store, _tile_store_t
+from .tree16 import LANES, MC, NC, SLABS, TILE, _IR, _copy16, _tail_columns, _tile_init, _tile_store, _tile_store_t
 
 
 def _tree16_2x2_at_codegen(fused):
@@ -67,15 +67,41 @@ def _k_loop_tab(fused, args):
                                r8, r9, r10, r11, r12, r13, r14, r15, fused)
 
 
+@njit(cache=True)
+def _tile_store_rows(C, out, rows, i0, i1, j0, jn, npair, ng):
+    """_tile_store_t with the columns' rows of ``out`` from a table: out[rows[j0 + j], i] for rows i0 <= i < i1 and
+    columns j < jn (the same elements as _tile_store_t, each written where the table puts its column)."""
+    for g in range(ng):
+        for h in range(2):
+            jb = 2 * LANES * g + LANES * h
+            for l in range(max(0, min(LANES, jn - jb))):
+                o = rows[j0 + jb + l]
+                for p in range(npair):
+                    for r in range(2):
+                        i = i0 + 2 * p + r
+                        if i < i1:
+                            out[o, i] = C[p, g, 2 * h + r, l]
+
+
 @njit(cache=True, parallel=True)
-def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC, store_t=False):
+def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False, mc=MC, store_t=False,
+                      out_rows=None):
     """matmul_tree16's product of A (1, M, Kp) and a B read in place: out[i, j] = bias[0, j] (bias[0, i] if
     ``bias_rows``), then for every K block q ``out[i, j] += tree16(A[0, i, 16q:16q+16], B[16q:16q+16, j])`` as
     matmul_tree16 sums it, where B[16q + l, 32g + 16h + m] = b[g_h[g] + tab[q, l] + m] (b flat float32, tab
     (Kp/16, 16) and g0 / g1 (one entry per 32-column group) uintp): each 16 columns of B are 16 consecutive
     floats, its rows anywhere. The caller makes every read fall inside b (columns past N included: computed,
-    never stored) and the K padding read +0. ``store_t``: ``out`` is (N, M), written transposed (out[j, i])."""
-    if store_t:
+    never stored) and the K padding read +0. ``store_t``: ``out`` is (N, M), written transposed (out[j, i]).
+    ``out_rows`` (uintp, one entry per column, with ``store_t``): out is (any rows, M) and column j goes to its row
+    out_rows[j] (out[out_rows[j], i]; N = out_rows.size): a pixel class written straight into the whole output."""
+    if out_rows is not None:
+        N, M = out_rows.size, out.shape[1]
+        if not store_t:
+            raise ValueError("matmul_tree16_tab: out_rows needs store_t")
+        for v in out_rows:
+            if v >= out.shape[0]:
+                raise ValueError("matmul_tree16_tab: an out_rows entry is past out's rows")
+    elif store_t:
         N, M = out.shape
     else:
         M, N = out.shape
@@ -118,7 +144,9 @@ def matmul_tree16_tab(A, b, tab, g0, g1, bias, bias_rows, out, tiles, fma=False,
             _k_loop_tab(True, args)
         else:
             _k_loop_tab(False, args)
-        if store_t:
+        if out_rows is not None:
+            _tile_store_rows(C, out, out_rows, i0, i1, j0, jn, npair, ng)
+        elif store_t:
             _tile_store_t(C, out, i0, i1, j0, jn, npair, ng)
         else:
             _tile_store(C, out, i0, i1, j0, jn, npair, ng)
@@ -201,9 +229,34 @@ def _max_offset(rows, blocks):
     return m + n if rows.size and blocks.size else np.uintp(0)
 
 
+@njit(cache=True)
+def _tile_store_at(C, out, rows, i0, i1, j0, jn, npair, ng):
+    """_tile_store with the rows of ``out`` from a table: out[rows[i], j0 + j] for rows i0 <= i < i1 and columns
+    j < jn (the same elements, each row where the table puts it)."""
+    contiguous = out.strides[1] == 4 and C.strides[3] == 4 and C.strides[2] == 4 * LANES and C.strides[1] == 16 * LANES \
+        and C.strides[0] == 16 * LANES * ng
+    whole = jn // LANES if contiguous else 0
+    cb = C.ctypes.data
+    ob = out.ctypes.data
+    for p in range(npair):
+        for r in range(2):
+            i = i0 + 2 * p + r
+            if i >= i1:
+                break
+            o = rows[i]
+            for v in range(2 * ng):
+                g, h = v >> 1, v & 1
+                if v < whole:
+                    _copy16(ob + np.uintp(o * out.strides[0] + (j0 + LANES * v) * 4),
+                            cb + np.uintp((((p * ng + g) * 4 + 2 * h + r) * LANES) * 4))
+                else:
+                    for l in range(max(0, min(LANES, jn - LANES * v))):
+                        out[o, j0 + LANES * v + l] = C[p, g, 2 * h + r, l]
+
+
 @njit(cache=True, parallel=True)
 def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, out, tiles, fma=False, mc=MC,
-                         b_g1=None):
+                         b_g1=None, out_rows=None):
     """matmul_tree16's product with A and B read in place rather than from an im2col matrix and packed
     slabs (an implicit GEMM): out[i, j] = bias[0, j] (bias[0, i] if ``bias_rows``), then for every K block q
     ``out[i, j] += tree16(A[i, 16q:16q+16], B[16q:16q+16, j])`` as matmul_tree16 sums it, where
@@ -213,8 +266,16 @@ def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, ou
     The caller makes every one of those reads fall inside a and b, the K padding included (+0 products
     there), for every column group up to the 2x2 block edge (columns past N are computed, never stored); a
     last group's second half that holds no column below N is not computed, yet its offset must still pass the
-    up-front bounds check (a read that would fall outside raises ValueError)."""
-    M, N = out.shape
+    up-front bounds check (a read that would fall outside raises ValueError). ``out_rows`` (uintp, one entry per
+    row): out is (any rows, N) and row i goes to out[out_rows[i]] (M = out_rows.size): a pixel class written
+    straight into the whole output."""
+    if out_rows is not None:
+        M, N = out_rows.size, out.shape[1]
+        for v in out_rows:
+            if v >= out.shape[0]:
+                raise ValueError("matmul_tree16_gather: an out_rows entry is past out's rows")
+    else:
+        M, N = out.shape
     nkb = a_q.size
     if not 1 <= mc <= MC:
         raise ValueError("matmul_tree16_gather: mc (rows per work item) must be in 1..MC")
@@ -269,4 +330,7 @@ def matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, bias_rows, ou
             _passes_gather(16, fma, args)
         else:
             _passes_gather(64, fma, args)
-        _tile_store(C, out, i0, i1, j0, jn, npair, ng)
+        if out_rows is not None:
+            _tile_store_at(C, out, out_rows, i0, i1, j0, jn, npair, ng)
+        else:
+            _tile_store(C, out, i0, i1, j0, jn, npair, ng)

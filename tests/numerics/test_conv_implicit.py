@@ -330,6 +330,18 @@ def _input(monkeypatch, dy, w, strides, dzp, dil, **kw):
     _same(got, want, f"backprop input dy {dy.shape} {dy.dtype} w {w.shape} {kw}")
 
 
+class _Both:
+    """Counts the calls of either kernel conv2d_backprop_input's implicit route uses (matmul_tree16_tab, pixels as
+    columns; matmul_tree16_gather, pixels as rows: conv_grad._PIXEL_ROWS)."""
+
+    def __init__(self, monkeypatch):
+        self.tab, self.gather = _Ran(monkeypatch, "matmul_tree16_tab"), _Ran(monkeypatch, "matmul_tree16_gather")
+
+    @property
+    def n(self):
+        return self.tab.n + self.gather.n
+
+
 IMODES = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), dict(subnormals="flush"),
           dict(operand_dtype="bfloat16", out_dtype="bfloat16"), dict(operand_dtype="float32", out_dtype="float32")]
 
@@ -338,7 +350,7 @@ IMODES = [dict(), dict(overflow_mode="saturation"), dict(out_dtype="float32"), d
 @pytest.mark.parametrize("mode", range(len(IMODES)))
 def test_backprop_input_implicit_gemm_is_the_packed_classes_product(kind, mode, monkeypatch):
     rng = np.random.default_rng(3700 + 10 * mode + len(kind))
-    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    ran = _Both(monkeypatch)
     for xs, KH, KW, CO, strides, padding, dil in INPUT:
         _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
         dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
@@ -353,7 +365,7 @@ def test_backprop_input_implicit_gemm_is_the_packed_classes_product(kind, mode, 
 def test_backprop_input_implicit_gemm_declines(monkeypatch):
     """NaN in dy, a non-finite filter or a bias (no blocks dropped), the NC1HWC0 order: the packed classes."""
     rng = np.random.default_rng(3800)
-    ran = _Ran(monkeypatch, "matmul_tree16_tab")
+    ran = _Both(monkeypatch)
     xs, KH, KW, CO, strides, padding, dil = INPUT[0]
     _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
     dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
@@ -419,3 +431,159 @@ def test_the_gather_kernel_reads_second_halves_from_their_own_table():
                 kc.matmul_tree16_gather(*args)
         else:
             kc.matmul_tree16_gather(*args)
+
+
+# ------------------------------------------------------------------------------ the whole-output Fixpipe
+
+def _whole_vs_classes(monkeypatch, dy, w, strides, dzp, dil, **kw):
+    """conv2d_backprop_input's implicit route with the classes' products in one float32 output and one Fixpipe
+    pass (conv_grad._WHOLE_FIXPIPE) against the same route's finish_grid_rows per class; returns how many
+    products went to the whole output."""
+    n = [0]
+    orig = nconv._k.matmul_tree16_tab
+
+    def counted(*a):
+        n[0] += len(a) > 12 and a[12] is not None
+        return orig(*a)
+    with monkeypatch.context() as m:
+        m.setattr(nconv._k, "matmul_tree16_tab", counted)
+        got = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+        whole = n[0]
+        m.setattr(ngrad, "_WHOLE_FIXPIPE", False)
+        want = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **kw)
+    _same(got, want, f"whole Fixpipe dy {dy.shape} {dy.dtype} w {w.shape} {kw}")
+    return whole
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(IMODES)))
+def test_backprop_input_whole_fixpipe_is_the_class_by_class_fixpipe(kind, mode, monkeypatch):
+    """Hostile dy (+-Inf: Inf and NaN accumulators; 65504 and beyond, sums past fp16's range; subnormals; -0),
+    every Fixpipe mode and output dtype: the same bits and statuses as finish_grid_rows class by class."""
+    rng = np.random.default_rng(3900 + 10 * mode + len(kind))
+    monkeypatch.setattr(ngrad, "_PIXEL_ROWS", False)   # (the pixels-as-rows route: the next test)
+    whole = 0
+    for xs, KH, KW, CO, strides, padding, dil in INPUT:
+        _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+        w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3)
+        dt = np.float16 if mode != 4 else bfloat16
+        dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0 if kind != "big" else 300.0).astype(dt)
+        whole += _whole_vs_classes(monkeypatch, dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
+    assert whole >= 4 + 4 + 1 + 2   # the classes of the first four geometries, once at least
+
+
+def test_tab_kernel_out_rows_is_the_transposed_store():
+    """matmul_tree16_tab with out_rows writes each column's values to its row: the transposed store's values
+    (NaN and Inf operands included: the sums are the same code's), nothing else touched; a row past out raises."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.numerics.cube_core import _tiles
+    rng = np.random.default_rng(3950)
+    M, K, N, pitch = 13, 48, 80, 100
+    A = rng.standard_normal((1, M, K)).astype(np.float32)
+    b = rng.standard_normal(K * pitch + 64).astype(np.float32)
+    b[rng.choice(b.size, 40, replace=False)] = rng.choice([np.inf, -np.inf, np.nan, -0.0, 1e-42], 40)
+    tab = (np.arange(K, dtype=np.uintp) * np.uintp(pitch)).reshape(-1, 16)
+    g0 = np.arange(0, N, 32, dtype=np.uintp)
+    g1 = g0 + np.uintp(16)
+    bias = rng.standard_normal((1, M)).astype(np.float32)
+    want = np.full((N, M), 7.0, np.float32)
+    kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, want, _tiles(), False, 4, True)
+    rows = rng.permutation(N + 9)[:N].astype(np.uintp)
+    got = np.full((N + 9, M), 7.0, np.float32)
+    kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, got, _tiles(), False, 4, True, rows)
+    np.testing.assert_array_equal(got[rows.astype(np.int64)].view(np.uint32), want.view(np.uint32))
+    untouched = np.setdiff1d(np.arange(N + 9), rows.astype(np.int64))
+    assert (got[untouched] == 7.0).all()
+    with pytest.raises(ValueError):
+        kc.matmul_tree16_tab(A, b, tab, g0, g1, bias, True, got[:N], _tiles(), False, 4, True, rows)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("flush", [False, True])
+def test_planar_widened_is_the_operand_widening(bf16, flush):
+    """kernels.cube.planar_widened (NHWC 16-bit bits to planar padded float32) against numpy, on every 16-bit
+    pattern (NaN payloads, signalling NaNs, +-Inf, subnormals, -0): a few channels (the row-buffer loop) and
+    many (the per-pixel loop), channels past the input's and the padding +0, every element written."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.kernels.codes import FLUSH, KEEP
+    rng = np.random.default_rng(3960)
+    allb = rng.permutation(np.arange(65536, dtype=np.uint32)).astype(np.uint16)
+    for shape, (pt, pb, pl, pr), extra in [((4, 16, 32, 3), (1, 1, 1, 1), 1), ((4, 9, 8, 1), (1, 2, 0, 3), 3),
+                                           ((2, 33, 31, 7), (0, 0, 2, 0), 0), ((4, 16, 32, 32), (2, 1, 2, 1), 0),
+                                           ((3, 12, 16, 8), (0, 0, 0, 0), 2)]:
+        bits = np.resize(allb, int(np.prod(shape))).reshape(shape)
+        if bf16:
+            u = bits.astype(np.uint32) << np.uint32(16)
+            sub = ((bits & 0x7F80) == 0) & ((bits & 0x7F) != 0)
+        else:
+            u = bits.view(np.float16).astype(np.float32).view(np.uint32)
+            sub = ((bits & 0x7C00) == 0) & ((bits & 0x3FF) != 0)
+        if flush:
+            u = np.where(sub, (bits.astype(np.uint32) & 0x8000) << np.uint32(16), u)
+        want = np.zeros((shape[0], shape[3] + extra, shape[1] + pt + pb, shape[2] + pl + pr), np.uint32)
+        want[:, :shape[3], pt:pt + shape[1], pl:pl + shape[2]] = u.transpose(0, 3, 1, 2)
+        got = np.full(want.shape, 7.0, np.float32)
+        kc.planar_widened(bits, got, pt, pl, bf16, FLUSH if flush else KEEP)
+        np.testing.assert_array_equal(got.view(np.uint32), want, err_msg=f"{shape} {pt, pb, pl, pr} {extra}")
+
+
+INPUT_ROWS = INPUT + [((1, 8, 32, 32), 3, 3, 16, (2, 2), "SAME", (1, 1)),    # 32 input channels: full column groups
+                      ((2, 7, 16, 16), 2, 2, 32, (2, 1), [[1, 0], [0, 1]], (1, 1))]
+
+
+@pytest.mark.parametrize("kind", ["normal", "hostile", "big"])
+@pytest.mark.parametrize("mode", range(len(IMODES)))
+def test_backprop_input_pixel_rows_is_the_tab_product(kind, mode, monkeypatch):
+    """The classes' pixels as the product's rows (matmul_tree16_gather reading padded NHWC dy, conv_grad._PIXEL_ROWS)
+    against the tab product (pixels as columns, read from planar dy), both into the whole output: the same bits and
+    statuses on hostile data in every Fixpipe mode; the gather really ran."""
+    rng = np.random.default_rng(3970 + 10 * mode + len(kind))
+    n = [0]
+    orig = nconv._k.matmul_tree16_gather
+
+    def counted(*a):
+        n[0] += len(a) > 14 and a[14] is not None
+        return orig(*a)
+    for xs, KH, KW, CO, strides, padding, dil in INPUT_ROWS:
+        _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+        dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+        w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3)
+        dt = np.float16 if mode != 4 else bfloat16
+        dy = _values(rng, (xs[0], OH, OW, CO), kind, 3.0 if kind != "big" else 300.0).astype(dt)
+        with monkeypatch.context() as m:
+            m.setattr(nconv._k, "matmul_tree16_gather", counted)
+            got = ngrad.conv2d_backprop_input(dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
+            m.setattr(ngrad, "_PIXEL_ROWS", False)
+            want = ngrad.conv2d_backprop_input(dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
+        _same(got, want, f"pixel rows dy {dy.shape} {dy.dtype} w {w.shape} {IMODES[mode]}")
+    assert n[0] >= 4 + 1 + 4 + 2   # the classes of the 16- and 32-channel geometries (a class no tap reaches: none)
+
+
+def test_gather_kernel_out_rows_is_the_row_store():
+    """matmul_tree16_gather with out_rows writes each row's values to its row of out: the plain store's values
+    (NaN and Inf operands included: the sums are the same code's), nothing else touched; a row past out raises."""
+    from ascend_emu.kernels import cube as kc
+    from ascend_emu.numerics.cube_core import _tiles
+    rng = np.random.default_rng(3980)
+    for M, N, K in ((37, 16, 48), (21, 40, 32), (8, 64, 16)):
+        a = rng.standard_normal(M * K + 64).astype(np.float32)
+        a[rng.choice(a.size, 30, replace=False)] = rng.choice([np.inf, -np.inf, np.nan, -0.0, 1e-42], 30)
+        a_rows = (np.arange(M, dtype=np.uintp) * np.uintp(K))
+        a_q = np.arange(0, K, 16, dtype=np.uintp)
+        width = 16 if N <= 16 else 64
+        b = rng.standard_normal(K * width + 64).astype(np.float32)
+        b_q = np.arange(K // 16, dtype=np.uintp) * np.uintp(16 * width)
+        b_g = np.arange(0, max(N, 32), 32, dtype=np.uintp)
+        bias = rng.standard_normal((1, N)).astype(np.float32)
+        want = np.full((M, N), 7.0, np.float32)
+        kc.matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, False, want, _tiles(), False, 4)
+        rows = rng.permutation(M + 5)[:M].astype(np.uintp)
+        got = np.full((M + 5, N), 7.0, np.float32)
+        kc.matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, False, got, _tiles(), False, 4, None, rows)
+        np.testing.assert_array_equal(got[rows.astype(np.int64)].view(np.uint32), want.view(np.uint32))
+        untouched = np.setdiff1d(np.arange(M + 5), rows.astype(np.int64))
+        assert (got[untouched] == 7.0).all()
+        with pytest.raises(ValueError):
+            kc.matmul_tree16_gather(a, a_rows, a_q, b, b_q, b_g, width, bias, False, got[:M], _tiles(), False, 4, None,
+                                    rows)

@@ -100,6 +100,10 @@ CHAINS = {
     "relu_of_input": ([_step("Mul", -1, 2), _step("Relu", 3)], ["scalar", "full"]),
     # the running value as both operands of a step (the kernel's in-place loop reading it twice)
     "square_sub": ([_step("Mul", -1, -1), _step("Sub", -1, 2)], ["vec"]),
+    # a lone bias add, and a vector plus the running value: the first step's add in the Fixpipe's copy loop
+    # (both operand orders; a block with a non-finite sum falls back to the separate passes)
+    "bias": ([_step("BiasAdd", -1, 2)], ["vec"]),
+    "vec_plus_acc": ([_step("AddV2", 2, -1), _step("Mul", -1, 3)], ["vec", "scalar"]),
 }
 
 MODES = [dict(dtype="float16"), dict(dtype="float16", overflow_mode="saturation"),
