@@ -13,7 +13,8 @@ the one AutomaticUbFusion forms) into one ``_BnDxChain`` node named after ``D``,
 the replay (``replay._Run._bn_dx``) runs in one pass (``numerics/chain.bn_dx_f16``: each op's own arithmetic
 and roundings, the inserted casts of the float32 operands to fp16) when every value is finite and the ops
 computed in fp16 the first time the node ran; otherwise it runs the four ops one by one as the graph's own
-(fused) nodes, with their casts, records and status: the same bits and status as before.
+(fused) nodes, with their casts, records and status: the same bits and status as before, each member's
+records where the unrewritten graph makes them (``_anchors``: the same first overflowing op).
 
 What differs is the record: the replay records the group as one op ``D`` (its status 0: the fast path runs
 only when every cast, step and rounding is finite, where the ops' status is 0 too). A dumped step replays the
@@ -77,6 +78,21 @@ def _groups(fused_nodes: list) -> list:
     return out
 
 
+def _anchors(fused_nodes: list, members: tuple, groups: list) -> tuple:
+    """For each of ``members`` (A, S, C), the name of the node the fused graph runs last before it that the rewrite
+    keeps (None: none): where the member's records go when the replay runs the group op by op, so that the records
+    are in the order the unrewritten graph makes them (the step's ``first_overflow`` is the first record with a
+    status)."""
+    gone = {m.name for grp in groups for m in grp[:3]}
+    last, out, want = None, {}, {m.name for m in members}
+    for n in fused_nodes:
+        if n.name in want:
+            out[n.name] = last
+        if n.name not in gone:
+            last = n.name
+    return tuple(out.get(m.name) for m in members)
+
+
 def _rewrite(device, graph: Graph):
     """(the rewritten graph, the fused graph's nodes expected of it) or None."""
     fused = device._fused(graph)
@@ -103,7 +119,7 @@ def _rewrite(device, graph: Graph):
         t = d.input_names()[1]
         node = Node(name=d.name, op="_BnDxChain", inputs=[g, sc, x, mean, b, n, k, t], attrs={}, num_outputs=1,
                     meta={"ascend_type": d.meta.get("ascend_type"), "phase": "backward",
-                          "bn_dx": (a, s, c, d)},
+                          "bn_dx": (a, s, c, d), "bn_dx_after": _anchors(fused.nodes, (a, s, c), groups)},
                     output_shapes=d.output_shapes, output_dtypes=list(d.output_dtypes))
         gone |= names
         new_nodes[d.name] = node

@@ -337,7 +337,7 @@ class _Run(Records):
         from ..numerics.chain import bn_dx_f16
 
         a, s, c, d = node.meta["bn_dx"]
-        sig = signature(args)
+        sig = tuple([(x.dtype, x.shape) if type(x) is np.ndarray else type(x) for x in args])
         ok = node.__dict__.get("_bn_dx_ok")
         fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
         if fresh and ok[3]:
@@ -351,25 +351,45 @@ class _Run(Records):
                 return (y,)
         env = dict(zip(node.input_names(), args))
         start = len(self.records)
+        made = []
         for m in (a, s, c, d):
+            at = len(self.records)
             outs = self.eval_node(m, [env[r] for r in m.input_names()])
+            made.append(self.records[at:])
             env[f"{m.name}:0"] = outs[0]
         out = env[f"{d.name}:0"]
+        self._bn_dx_reorder(start, made, node.meta.get("bn_dx_after") or (None,) * 3)
         if not fresh:
             # the members' decisions (a function of the policy and the input dtypes): fp16, casts only to fp16;
             # and the one pass gives their bits on this data (or declines)
             mine = {m.name for m in (a, s, c, d)}
-            recs = self.records[start:]
+            recs = [r for rs in made for r in rs]
             good = (all(r.compute_dtype == "float16" for r in recs if r.name in mine)
                     and sum(r.name in mine for r in recs) == 4
                     and all(r.name in mine or (r.inserted and r.compute_dtype == "float16") for r in recs)
                     and not self._context(("float16", None)).ftz)
             if good:
                 y = self._bn_dx_fast(bn_dx_f16, args)
-                good = y is None or (type(out) is np.ndarray and out.dtype == np.float16 and out.shape == y.shape
-                                     and np.array_equal(out.view(np.uint16), y.view(np.uint16)))
+                if y is None:
+                    return (out,)   # the one pass declined (an Inf or NaN, an overflow): checked on a later replay
+                good = (type(out) is np.ndarray and out.dtype == np.float16 and out.shape == y.shape
+                        and np.array_equal(out.view(np.uint16), y.view(np.uint16)))
             node.__dict__["_bn_dx_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
         return (out,)
+
+    def _bn_dx_reorder(self, start: int, made: list, after: tuple) -> None:
+        """Put the records of a ``_BnDxChain``'s members A, S, C run one by one (``made``: each member's, from
+        ``start`` on) where the unrewritten graph makes them: after the last record of the node run before each
+        (``after``, from ``bn_chain._anchors``), D's at the end; the step's ``first_overflow`` is the first record
+        with a status, so it names the op the unrewritten graph's replay names."""
+        recs = self.records
+        del recs[start:]
+        for m in (2, 1, 0):   # the last member first: an insertion moves only the records after it
+            name, at = after[m], start
+            if name is not None:
+                at = next((i + 1 for i in range(start - 1, -1, -1) if recs[i].name == name), start)
+            recs[at:at] = made[m]
+        recs.extend(made[3])
 
     @staticmethod
     def _bn_dx_fast(bn_dx_f16, args):

@@ -108,3 +108,44 @@ def test_left_out(tmp_path):
     dev.train(m, (X, Y), batch_size=16, steps=1, dump_dir=str(tmp_path), progress=False)
     types = {op["tf_type"] for op in load_dump(str(tmp_path / "step-0")).ops}
     assert "_BnDxChain" not in types and {"AddN", "Sub", "_EltwiseChain"} <= types
+
+
+def test_an_overflow_in_a_member_and_after_it_names_the_member(monkeypatch):
+    """Review (session 20): A (``batchnorm/mul_1/Mul``) runs ~40 ops before D in the unrewritten graph; run one by one
+    at D's place, A's record came after ``mul_1/Mul_1``'s and the step's first overflow named that op. Both overflow
+    here (the second BN's scale and shift and the dense weights made large): every record with a status comes in the
+    unrewritten graph's order, and the first overflow is A."""
+    def model():
+        m = _model()
+        conv2, bn2, dense = m.layers[3], m.layers[4], m.layers[-1]
+        w, b = conv2.get_weights()
+        conv2.set_weights([w, b + 150])
+        g, beta, mm, mv = bn2.get_weights()
+        bn2.set_weights([g * 116, beta - 232, mm, mv])
+        dw, db = dense.get_weights()
+        dense.set_weights([dw * 20, db])
+        return m
+
+    def run(rewrite):
+        seen = []
+        with monkeypatch.context() as mp:
+            if not rewrite:
+                mp.setattr(T, "bn_dx_graph", lambda device, graph: graph)
+            replay = D.Device.replay
+
+            def replayed(self, *a, **k):
+                res = replay(self, *a, **k)
+                seen.append([(r.name, r.status) for r in res.records if r.status])
+                return res
+            mp.setattr(D.Device, "replay", replayed)
+            m = model()
+            with ae.emulate("allow_mix_precision", loss_scale=f"fixed:{2 ** 14.5}") as run_:
+                m.train_on_batch(X[:16], Y[:16])
+                m.train_on_batch(X[:16], Y[:16])
+        return run_.steps, seen
+
+    steps, seen = run(True)
+    old_steps, old_seen = run(False)
+    assert [s["first_overflow"] for s in steps] == [s["first_overflow"] for s in old_steps]
+    assert steps[0]["first_overflow"]["name"].endswith("batchnorm/mul_1/Mul")
+    assert seen == old_seen and len(seen[0]) > 1
