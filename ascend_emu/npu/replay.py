@@ -228,6 +228,8 @@ class _Run(Records):
             return (out,)
         if node.op == "_BnDxChain":
             return self._bn_dx(node, args)
+        if node.op == "_EltReduce":
+            return self._elt_reduce(node, args)
         opdef = OPS.get(node.op)
         if opdef is None:
             if "aten_engine" in node.meta and node.meta["aten_engine"] != "AICPU":
@@ -370,6 +372,60 @@ class _Run(Records):
                                      and np.array_equal(out.view(np.uint16), y.view(np.uint16)))
             node.__dict__["_bn_dx_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
         return (out,)
+
+    def _elt_reduce(self, node: Node, args: list) -> tuple:
+        """An ``_EltReduce`` node (:mod:`ascend_emu.npu.eltwise_reduce`): an fp16 elementwise op and the float32
+        reduction reading it in one pass (``numerics.eltwise_reduce.eltwise_reduce_f16``), its second output a
+        zero-stride fp16 array of the elementwise output's shape for its shape-only readers, once the two ops ran one
+        by one here with these input dtypes (the elementwise op in fp16, its inputs' casts only to fp16, its output
+        widened to float32 for the reduction, the reduction in float32) and gave the pass's bits; otherwise (and whenever the pass declines: an Inf or NaN, a split launch)
+        the two nodes one by one, with their casts, records and status."""
+        e, r = node.meta["elt_reduce"]
+        sig = signature(args)
+        ok = node.__dict__.get("_elt_reduce_ok")
+        fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
+        if fresh and ok[3]:
+            y = self._elt_reduce_fast(e, r, args)
+            if y is not None:
+                self._record(OpRecord(node.name, "_EltReduce", node.meta.get("ascend_type") or r.op, "AICORE",
+                                      "float32", list(node.input_names()), 0,
+                                      precision={"dtype": "float32", "reason": "the ops' own decisions (eltwise_reduce)"},
+                                      fusion={"rule": "eltwise_reduce", "replaces": [e.name, r.name]}),
+                             (y,))
+                return (y, np.broadcast_to(np.zeros((), np.float16), np.broadcast_shapes(np.shape(args[0]), np.shape(args[1]))))
+        env = dict(zip(node.input_names(), args))
+        start = len(self.records)
+        (ev,) = self.eval_node(e, [env[x] for x in e.input_names()])
+        env[f"{e.name}:0"] = ev
+        (out,) = self.eval_node(r, [env[x] for x in r.input_names()])
+        if not fresh:
+            recs = self.records[start:]
+            good = (sum(q.name == e.name for q in recs) == 1 and sum(q.name == r.name for q in recs) == 1
+                    and all((q.name == e.name and q.compute_dtype == "float16")
+                            or (q.name == r.name and q.compute_dtype == "float32")
+                            or (q.name not in (e.name, r.name) and q.inserted and q.compute_dtype == "float16")
+                            # (the reduction's float32 read of the fp16 output: the exact widening cast)
+                            or (q.inserted and q.name.startswith(f"{e.name}/") and q.compute_dtype == "float32")
+                            for q in recs)
+                    and type(ev) is np.ndarray and ev.dtype == np.float16
+                    and not self._context(("float16", None)).ftz)
+            if good:
+                y = self._elt_reduce_fast(e, r, args)
+                good = y is None or (type(out) is np.ndarray and out.dtype == np.float32 and out.shape == y.shape
+                                     and np.array_equal(out.view(np.uint32), y.view(np.uint32)))
+            node.__dict__["_elt_reduce_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
+        return (out, ev)
+
+    def _elt_reduce_fast(self, e: Node, r: Node, args: list):
+        from .eltwise_reduce import PAIRS
+        from ..numerics.eltwise_reduce import eltwise_reduce_f16
+
+        if not self.deterministic:
+            return None     # (the reduction may get a multi-core launch of its own)
+        elt, red = PAIRS[(e.op, r.op)]
+        ctx = self._context(("float32", None))
+        return eltwise_reduce_f16(elt, red, args[0], args[1], args[2], keepdims=bool(r.attrs.get("keep_dims")),
+                                  op_model=ctx.op_model, multicore=ctx.multicore)
 
     @staticmethod
     def _bn_dx_fast(bn_dx_f16, args):
