@@ -76,7 +76,7 @@ def eltwise_reduce_f16(elt: str, red: str, a, b, axis, keepdims: bool = False, o
             return None
         bb = _alloc.readonly(np.ascontiguousarray(a).reshape(-1).view(np.uint16))
     else:
-        row = np.zeros(1, _F32)
+        row = np.zeros(cols, _F32)          # (read, unused)
         bb = _alloc.readonly(np.ascontiguousarray(b).reshape(-1).view(np.uint16))
     code = _mean_code(op_model) if red == "mean" else _kr.SUM
     out = _alloc.empty(cols, _F32)
