@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ..graph.core import Graph, Node, split_tensor_name, tensor_name
 
 #: (the elementwise op, the reduction) pairs, and the numerics names of their ops
@@ -32,7 +34,20 @@ PAIRS = {("SquaredDifference", "Mean"): ("squared_difference", "mean"), ("Mul", 
 #: readers that need a tensor's shape alone
 _SHAPE_READERS = frozenset(("Shape",))
 
+#: the least known elements of E's output (the batch dim unknown: BN's 16 K a sample at 32x32x16, 8 K at 16x16x32)
+_MIN_ELEMENTS = 256
+
 _CACHE: dict = {}     # id(graph) -> (graph, precision, fusion, numerics, the graph to replay)
+
+
+def _large(e) -> bool:
+    """Whether E's known output dims make a tensor of at least ``_MIN_ELEMENTS`` (a small pair: the one pass saves
+    nothing, and a node the pass declines runs its ops outside the replay's kept node plans)."""
+    shape = (e.output_shapes or [None])[0]
+    if shape is None:
+        return False
+    known = [d for d in shape if d is not None]
+    return int(np.prod(known)) >= _MIN_ELEMENTS if known else False
 
 
 def _pairs(fused_nodes: list) -> list:
@@ -50,7 +65,8 @@ def _pairs(fused_nodes: list) -> list:
         e = by_name.get(name)
         if (e is None or port != 0 or (e.op, r.op) not in PAIRS or e.num_outputs != 1 or len(e.inputs) != 2
                 or e.meta.get("fusion") or e.control_inputs or e.meta.get("phase") != r.meta.get("phase")
-                or r.meta.get("phase") not in ("forward", "backward")):
+                or r.meta.get("phase") not in ("forward", "backward")
+                or not _large(e)):
             continue
         rd = readers.get(f"{e.name}:0", [])
         others = [n for n in rd if n is not r]
