@@ -90,7 +90,8 @@ def _anchors(fused_nodes: list, members: tuple, groups: list) -> tuple:
             out[n.name] = last
         if n.name not in gone:
             last = n.name
-    return tuple(out.get(m.name) for m in members)
+    # each a tuple of candidates, nearest first (a later rewrite that removes the node adds the one before it)
+    return tuple((out.get(m.name),) for m in members)
 
 
 def _rewrite(device, graph: Graph):

@@ -228,6 +228,8 @@ class _Run(Records):
             return (out,)
         if node.op == "_BnDxChain":
             return self._bn_dx(node, args)
+        if node.op == "_EltReduce":
+            return self._elt_reduce(node, args)
         opdef = OPS.get(node.op)
         if opdef is None:
             if "aten_engine" in node.meta and node.meta["aten_engine"] != "AICPU":
@@ -358,7 +360,7 @@ class _Run(Records):
             made.append(self.records[at:])
             env[f"{m.name}:0"] = outs[0]
         out = env[f"{d.name}:0"]
-        self._bn_dx_reorder(start, made, node.meta.get("bn_dx_after") or (None,) * 3)
+        self._put_records(start, made, node.meta.get("bn_dx_after") or ((None,),) * 3)
         if not fresh:
             # the members' decisions (a function of the policy and the input dtypes): fp16, casts only to fp16;
             # and the one pass gives their bits on this data (or declines)
@@ -377,19 +379,85 @@ class _Run(Records):
             node.__dict__["_bn_dx_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
         return (out,)
 
-    def _bn_dx_reorder(self, start: int, made: list, after: tuple) -> None:
-        """Put the records of a ``_BnDxChain``'s members A, S, C run one by one (``made``: each member's, from
-        ``start`` on) where the unrewritten graph makes them: after the last record of the node run before each
-        (``after``, from ``bn_chain._anchors``), D's at the end; the step's ``first_overflow`` is the first record
-        with a status, so it names the op the unrewritten graph's replay names."""
+    def _put_records(self, start: int, made: list, after: tuple) -> None:
+        """Put the records of a rewritten node's members run one by one (``made``: each member's, from ``start`` on,
+        in the order they ran) where the unrewritten graph makes them: each but the last after the last record of the
+        node run before it there (``after``: per member its candidates, nearest first: ``bn_chain._anchors``; a
+        candidate with no record, a node a later rewrite removed, gives way to the next; none: at ``start``), the last
+        member's at the end. The step's ``first_overflow`` is the first record with a status: so it names the op the
+        unrewritten graph's replay names."""
         recs = self.records
         del recs[start:]
-        for m in (2, 1, 0):   # the last member first: an insertion moves only the records after it
-            name, at = after[m], start
-            if name is not None:
-                at = next((i + 1 for i in range(start - 1, -1, -1) if recs[i].name == name), start)
-            recs[at:at] = made[m]
-        recs.extend(made[3])
+        for m in range(len(made) - 2, -1, -1):   # the last member first: an insertion moves only the records after it
+            at = start
+            for name in after[m]:
+                if name is None:
+                    break
+                at = next((i + 1 for i in range(start - 1, -1, -1) if recs[i].name == name), None)
+                if at is not None:
+                    break
+            recs[start if at is None else at:start if at is None else at] = made[m]
+        recs.extend(made[-1])
+
+    def _elt_reduce(self, node: Node, args: list) -> tuple:
+        """An ``_EltReduce`` node (:mod:`ascend_emu.npu.eltwise_reduce`): an fp16 elementwise op and the float32
+        reduction reading it in one pass (``numerics.eltwise_reduce.eltwise_reduce_f16``), its second output a
+        zero-stride fp16 array of the elementwise output's shape for its shape-only readers, once the two ops ran one
+        by one here with these input dtypes (the elementwise op in fp16, its inputs' casts only to fp16, its output
+        widened to float32 for the reduction, the reduction in float32) and gave the pass's bits; otherwise (and whenever the pass declines: an Inf or NaN, a split launch)
+        the two nodes one by one, with their casts, records and status."""
+        e, r = node.meta["elt_reduce"]
+        sig = tuple([(x.dtype, x.shape) if type(x) is np.ndarray else type(x) for x in args])
+        ok = node.__dict__.get("_elt_reduce_ok")
+        fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
+        if fresh and ok[3]:
+            y = self._elt_reduce_fast(e, r, args)
+            if y is not None:
+                self._record(OpRecord(node.name, "_EltReduce", node.meta.get("ascend_type") or r.op, "AICORE",
+                                      "float32", list(node.input_names()), 0,
+                                      precision={"dtype": "float32", "reason": "the ops' own decisions (eltwise_reduce)"},
+                                      fusion={"rule": "eltwise_reduce", "replaces": [e.name, r.name]}),
+                             (y,))
+                return (y, np.broadcast_to(np.zeros((), np.float16), np.broadcast_shapes(np.shape(args[0]), np.shape(args[1]))))
+        env = dict(zip(node.input_names(), args))
+        start = len(self.records)
+        (ev,) = self.eval_node(e, [env[x] for x in e.input_names()])
+        made = [self.records[start:]]
+        env[f"{e.name}:0"] = ev
+        at = len(self.records)
+        (out,) = self.eval_node(r, [env[x] for x in r.input_names()])
+        made.append(self.records[at:])
+        self._put_records(start, made, node.meta.get("elt_reduce_after") or ((None,),))
+        if not fresh:
+            recs = made[0] + made[1]
+            good = (sum(q.name == e.name for q in recs) == 1 and sum(q.name == r.name for q in recs) == 1
+                    and all((q.name == e.name and q.compute_dtype == "float16")
+                            or (q.name == r.name and q.compute_dtype == "float32")
+                            or (q.name not in (e.name, r.name) and q.inserted and q.compute_dtype == "float16")
+                            # (the reduction's float32 read of the fp16 output: the exact widening cast)
+                            or (q.inserted and q.name.startswith(f"{e.name}/") and q.compute_dtype == "float32")
+                            for q in recs)
+                    and type(ev) is np.ndarray and ev.dtype == np.float16
+                    and not self._context(("float16", None)).ftz)
+            if good:
+                y = self._elt_reduce_fast(e, r, args)
+                if y is None:
+                    return (out, ev)   # the pass declined (an Inf or NaN, a split launch): checked on a later replay
+                good = (type(out) is np.ndarray and out.dtype == np.float32 and out.shape == y.shape
+                        and np.array_equal(out.view(np.uint32), y.view(np.uint32)))
+            node.__dict__["_elt_reduce_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
+        return (out, ev)
+
+    def _elt_reduce_fast(self, e: Node, r: Node, args: list):
+        from .eltwise_reduce import PAIRS
+        from ..numerics.eltwise_reduce import eltwise_reduce_f16
+
+        if not self.deterministic:
+            return None     # (the reduction may get a multi-core launch of its own)
+        elt, red = PAIRS[(e.op, r.op)]
+        ctx = self._context(("float32", None))
+        return eltwise_reduce_f16(elt, red, args[0], args[1], args[2], keepdims=bool(r.attrs.get("keep_dims")),
+                                  op_model=ctx.op_model, multicore=ctx.multicore)
 
     @staticmethod
     def _bn_dx_fast(bn_dx_f16, args):

@@ -32,6 +32,7 @@ from ..frontend.inputs import check_seed, load_npz
 from .loss_scale import ExponentialUpdateLossScaleManager, FixedLossScaleManager
 from .train_result import TrainResult  # noqa: F401  (part of this module's API)
 from .bn_chain import bn_dx_graph
+from .eltwise_reduce import eltwise_reduce_graph
 from .update_chain import update_chain_graph
 
 #: Keras' LossScaleOptimizer defaults (ASCEND-FACTS section 10): 2**15, x2 after 2000 finite steps, /2 on overflow
@@ -413,9 +414,10 @@ def run_step(device, step_graph, x, y, i: int, state: dict, *, manager=None, ove
     scale = manager.get_loss_scale() if manager is not None else 1.0
     feeds = step_feeds(step_graph, x, y, i, scale, state)
     # without a dump, the optimizer's update chains run as one node each (the same bits and status)
-    # (and batch norm's fp16 input gradients as one node each: npu/bn_chain.py)
+    # (and batch norm's fp16 input gradients as one node each: npu/bn_chain.py; an fp16 elementwise node read only
+    # by a reduction, with that reduction: npu/eltwise_reduce.py)
     graph = (step_graph.graph if dump_dir is not None
-             else bn_dx_graph(device, update_chain_graph(device, step_graph.graph)))
+             else eltwise_reduce_graph(device, bn_dx_graph(device, update_chain_graph(device, step_graph.graph))))
     res = device.replay(graph, feeds, dump_dir, overwrite=overwrite, progress=False,
                         keep_tensors=False, phases=step_graph.phase, launch=i, disk_check=False,
                         **(dump_options or {}))
