@@ -354,6 +354,8 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     axis = (x.ndim - 1,)
     f32 = dict(dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, op_model=ctx.op_model,
                impl_mode=ctx.impl_mode)
+    if ctx.overflow_mode == "inf_nan":
+        return _sce_inf_nan(ctx, x, lab, axis, f32)
     with np.errstate(all="ignore"):
         s = step32(ctx, x - x.max(axis=-1, keepdims=True))
         e, st = vector("exp", s, **f32)
@@ -367,6 +369,36 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     return finish(ctx, loss), finish(ctx, back)
 
 
+def _sce_inf_nan(ctx, x, lab, axis, f32):
+    """softmax_cross_entropy's float32 steps under ``inf_nan``, where step32 returns every value as it is and only
+    records 0x20 for an Inf or NaN: the same steps in the same order without it (np.asarray(v, float32) is the
+    conversion step32 makes), and one finiteness test of the values it would have seen, at the end (a (32, 10)
+    loss: ten step32 calls were ~23 of its ~127 us; tests/ops/test_small_sce.py compares both on hostile data)."""
+    from ..numerics.policy import STATUS_FP_OVERFLOW
+    from ..numerics.vector import vector
+
+    f = np.float32
+    with np.errstate(all="ignore"):
+        s = np.asarray(x - x.max(axis=-1, keepdims=True), dtype=f)
+        e, st = vector("exp", s, **f32)
+        ctx.record(st)
+        total = np.asarray(sum_f32(ctx, np.ascontiguousarray(e), axis), dtype=f)[..., None]
+        q = np.asarray(e / total, dtype=f)
+        back = np.asarray(q - lab, dtype=f)
+        lg, st = vector("log", total, **f32)
+        ctx.record(st)
+        d = np.asarray(s - lg, dtype=f)
+        p = np.asarray(lab * d, dtype=f)
+        t = np.asarray(p * _NEG_ONE, dtype=f)
+        loss = np.asarray(sum_f32(ctx, np.ascontiguousarray(t), axis), dtype=f)
+    # the values step32 sees, s q back d p t total loss: a non-finite s, d or p makes the next one non-finite
+    # (x - y and x * y of an Inf or NaN x are Inf or NaN for every float32 y, 0 included), t makes its row's
+    # sequential float32 sum in loss, q back; total stands alone (e / Inf is 0)
+    if not (np.isfinite(loss).all() and np.isfinite(back).all() and np.isfinite(total).all()):
+        ctx.record(STATUS_FP_OVERFLOW)
+    return finish(ctx, loss), finish(ctx, back)
+
+
 @register("SparseSoftmaxCrossEntropyWithLogits", kind=VECTOR, source=Source(
     ("canndev ops/built-in/fusion_pass/graph_fusion/ai_core/sparse_softmax_cross_entropy_with_logits_fusion_pass.cc "
      "(OneHotD + SoftmaxCrossEntropyWithLogits)",
@@ -377,8 +409,9 @@ def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     """As SoftmaxCrossEntropyWithLogits with one-hot labels given as class indices."""
     lab = np.asarray(labels).astype(np.int64)
     nclass = logits.shape[-1]
-    if lab.size and (lab.min() < 0 or lab.max() >= nclass):
-        bad = int(lab.min() if lab.min() < 0 else lab.max())
+    lo, hi = (int(lab.min()), int(lab.max())) if lab.size else (0, 0)
+    if lo < 0 or hi >= nclass:
+        bad = lo if lo < 0 else hi
         raise AscendEmuError(f"SparseSoftmaxCrossEntropyWithLogits: label {bad} is outside the valid range "
                              f"[0, {nclass}); fix the labels")
     onehot = np.zeros(np.shape(logits), np.float64)
