@@ -354,8 +354,9 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     axis = (x.ndim - 1,)
     f32 = dict(dtype="float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals, op_model=ctx.op_model,
                impl_mode=ctx.impl_mode)
-    if ctx.overflow_mode == "inf_nan":
-        return _sce_inf_nan(ctx, x, lab, axis, f32)
+    fast = _sce_unstepped(ctx, x, lab, axis, f32)
+    if fast is not None:
+        return fast
     with np.errstate(all="ignore"):
         s = step32(ctx, x - x.max(axis=-1, keepdims=True))
         e, st = vector("exp", s, **f32)
@@ -369,33 +370,50 @@ def softmax_cross_entropy(logits, labels, *, ctx):
     return finish(ctx, loss), finish(ctx, back)
 
 
-def _sce_inf_nan(ctx, x, lab, axis, f32):
-    """softmax_cross_entropy's float32 steps under ``inf_nan``, where step32 returns every value as it is and only
-    records 0x20 for an Inf or NaN: the same steps in the same order without it (np.asarray(v, float32) is the
-    conversion step32 makes), and one finiteness test of the values it would have seen, at the end (a (32, 10)
-    loss: ten step32 calls were ~23 of its ~127 us; tests/ops/test_small_sce.py compares both on hostile data)."""
+def _sce_unstepped(ctx, x, lab, axis, f32):
+    """softmax_cross_entropy's float32 steps without step32 after each, or None. Where every value step32 would see
+    is finite, step32 returns each as it is and records nothing, in either overflow mode: the same steps in the same
+    order without it (np.asarray(v, float32) is the conversion step32 makes) give the same bits and status. Under
+    ``inf_nan`` step32 never changes a value, so an Inf or NaN only adds 0x20 at the end; under ``saturation`` it
+    would change one, so then None (nothing recorded: the statuses wait in ``status``) and the caller runs the
+    stepped path from the start (only without a multi-core launch, whose sums draw from the launch's generator).
+    A (32, 10) loss: ten step32 calls were ~23 of its ~127 us. tests/ops/test_small_vector_paths.py compares both
+    on hostile data."""
     from ..numerics.policy import STATUS_FP_OVERFLOW
+    from ..numerics.reduction import reduce
     from ..numerics.vector import vector
 
+    sat = ctx.overflow_mode != "inf_nan"
+    if sat and ctx.multicore is not None:
+        return None
     f = np.float32
+    rkw = dict(axis=axis, dtype="float32", accumulate="float32", overflow_mode=ctx.overflow_mode,
+               subnormals=ctx.subnormals, multicore=ctx.multicore)   # sum_f32's call, its status kept here
     with np.errstate(all="ignore"):
         s = np.asarray(x - x.max(axis=-1, keepdims=True), dtype=f)
-        e, st = vector("exp", s, **f32)
-        ctx.record(st)
-        total = np.asarray(sum_f32(ctx, np.ascontiguousarray(e), axis), dtype=f)[..., None]
+        e, status = vector("exp", s, **f32)
+        total, st = reduce("sum", np.ascontiguousarray(e), **rkw)
+        status |= st
+        total = np.asarray(total, dtype=f)[..., None]
         q = np.asarray(e / total, dtype=f)
         back = np.asarray(q - lab, dtype=f)
         lg, st = vector("log", total, **f32)
-        ctx.record(st)
+        status |= st
         d = np.asarray(s - lg, dtype=f)
         p = np.asarray(lab * d, dtype=f)
         t = np.asarray(p * _NEG_ONE, dtype=f)
-        loss = np.asarray(sum_f32(ctx, np.ascontiguousarray(t), axis), dtype=f)
-    # the values step32 sees, s q back d p t total loss: a non-finite s, d or p makes the next one non-finite
-    # (x - y and x * y of an Inf or NaN x are Inf or NaN for every float32 y, 0 included), t makes its row's
-    # sequential float32 sum in loss, q back; total stands alone (e / Inf is 0)
-    if not (np.isfinite(loss).all() and np.isfinite(back).all() and np.isfinite(total).all()):
-        ctx.record(STATUS_FP_OVERFLOW)
+        loss, st = reduce("sum", np.ascontiguousarray(t), **rkw)
+        status |= st
+        loss = np.asarray(loss, dtype=f)
+    # the values step32 sees: s q back d p t total loss. A non-finite s, d or p makes the next one non-finite (x - y
+    # and x * y of an Inf or NaN x are Inf or NaN for every float32 y, 0 included), so t stands for them, back for
+    # q; total and loss are the sums' results (which saturate on their own under saturation) and stand alone
+    if not (np.isfinite(t).all() and np.isfinite(back).all() and np.isfinite(total).all()
+            and np.isfinite(loss).all()):
+        if sat:
+            return None
+        status |= STATUS_FP_OVERFLOW
+    ctx.record(status)
     return finish(ctx, loss), finish(ctx, back)
 
 

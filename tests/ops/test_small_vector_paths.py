@@ -7,7 +7,7 @@ context that must decline it (saturation, flushed subnormals, cce_ftz, the op mo
   product / sum of float32 values rounded once to float32 (exact in float64: the IEEE float32 operation);
 - ``math_ops._f32_unary`` (neg, abs, square, sqrt, reciprocal of float32), against ``vector`` (switched off), and the
   float64 result rounded once;
-- ``grad_ops._sce_inf_nan`` ((Sparse)SoftmaxCrossEntropyWithLogits under inf_nan), against the op-by-op steps with
+- ``grad_ops._sce_unstepped`` ((Sparse)SoftmaxCrossEntropyWithLogits), against the op-by-op steps with
   step32 after every one (the code it replaced, written out here)."""
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_f32_unary_neg_of_nan_and_zero():
 # ------------------------------------------------------------------------------ softmax cross entropy
 
 def _sce_steps(ctx, logits, labels):
-    """The op-by-op float32 steps, step32 after every one (the code _sce_inf_nan stands for under inf_nan)."""
+    """The op-by-op float32 steps, step32 after every one (the code _sce_unstepped stands for)."""
     from ascend_emu.ops.activation_grad_ops import _NEG_ONE
     x, lab = np.broadcast_arrays(widen(ctx, logits), widen(ctx, labels))
     axis = (x.ndim - 1,)
@@ -183,7 +183,9 @@ def _sce_steps(ctx, logits, labels):
 
 
 SCE_CONTEXTS = [{}, {"subnormals": "flush"}, {"op_model": "ascendc"}, {"op_model": "tbe_v100"},
-                {"impl_mode": "high_performance"}, {"overflow_mode": "saturation"}]
+                {"impl_mode": "high_performance"}, {"overflow_mode": "saturation"},
+                {"overflow_mode": "saturation", "op_model": "tbe_v100"},
+                {"overflow_mode": "saturation", "subnormals": "flush"}]
 
 
 def _logits(rng, shape, kind, dtype):
@@ -246,3 +248,41 @@ def test_sparse_sce_bad_label_message():
         grad_ops.sparse_softmax_cross_entropy(np.zeros((2, 10), F), np.array([-1, 10]), ctx=OpContext())
     loss, back = grad_ops.sparse_softmax_cross_entropy(np.zeros((0, 10), F), np.zeros(0, np.int64), ctx=OpContext())
     assert loss.shape == (0,) and back.shape == (0, 10)
+
+
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_sce_unstepped_taken_and_declined(mode, monkeypatch):
+    """Finite logits: no step32 at all (the unstepped path); under saturation a row of -Inf (s = NaN) goes back to
+    the stepped path, under inf_nan it stays (and records 0x20)."""
+    from ascend_emu.ops import _util
+    calls = []
+    real = _util.step32
+    monkeypatch.setattr(_util, "step32", lambda ctx, v: calls.append(1) or real(ctx, v))
+    x = np.linspace(-3, 3, 40, dtype=F).reshape(4, 10)
+    lab = np.array([0, 3, 9, 5])
+    ctx = OpContext(dtype="float32", overflow_mode=mode)
+    grad_ops.sparse_softmax_cross_entropy(x, lab, ctx=ctx)
+    assert ctx.status == 0 and len(calls) == 2   # finish's two (float32 output)
+    x[1] = -np.inf
+    ctx = OpContext(dtype="float32", overflow_mode=mode)
+    grad_ops.sparse_softmax_cross_entropy(x, lab, ctx=ctx)
+    assert ctx.status == 0x20 and (len(calls) > 4) == (mode == "saturation")
+
+
+@pytest.mark.parametrize("ctx_kw", SCE_CONTEXTS, ids=_IDS)
+def test_dense_sce_overflowing_steps(ctx_kw):
+    """Labels that make lab * (s - lg) overflow (t Inf while its row's sum may saturate) and rows of finite t whose
+    sum overflows (loss Inf): each step's own Inf, the unstepped path must see it as the stepped path does."""
+    x = np.array([[0.0, -3.0, -7.5, 1.0], [2.0, -1.0, 0.5, -9.0], [0.0, 0.0, 0.0, 0.0], [-4.0, 4.0, 0.0, 1.0]], F)
+    for big in (1e38, 3e38, -3e38, 2e37, 1.7e38):
+        for row in range(4):
+            lab = np.zeros_like(x)
+            lab[row] = big
+            lab[(row + 1) % 4, :2] = (big, -big)
+            ctx = OpContext(dtype="float32", **ctx_kw)
+            loss, back = grad_ops.softmax_cross_entropy(x, lab, ctx=ctx)
+            ref = OpContext(dtype="float32", **ctx_kw)
+            wl, wb = _sce_steps(ref, x, lab)
+            _same(loss, wl)
+            _same(back, wb)
+            assert ctx.status == ref.status
