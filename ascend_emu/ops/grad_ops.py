@@ -432,8 +432,13 @@ def sparse_softmax_cross_entropy(logits, labels, *, ctx):
         bad = lo if lo < 0 else hi
         raise AscendEmuError(f"SparseSoftmaxCrossEntropyWithLogits: label {bad} is outside the valid range "
                              f"[0, {nclass}); fix the labels")
-    onehot = np.zeros(np.shape(logits), np.float64)
-    np.put_along_axis(onehot, lab[..., None], 1.0, axis=-1)
+    # float32 (0 and 1 are exact: what widen makes of them); a (batch, classes) one by an index pair, ~4 us less than
+    # put_along_axis's index arrays
+    onehot = np.zeros(np.shape(logits), np.float32)
+    if onehot.ndim == 2 and lab.shape == onehot.shape[:1]:
+        onehot[np.arange(lab.shape[0]), lab] = 1.0
+    else:
+        np.put_along_axis(onehot, lab[..., None], 1.0, axis=-1)
     return softmax_cross_entropy(logits, onehot, ctx=ctx)
 
 

@@ -286,3 +286,28 @@ def test_dense_sce_overflowing_steps(ctx_kw):
             _same(loss, wl)
             _same(back, wb)
             assert ctx.status == ref.status
+
+
+@pytest.mark.parametrize("ctx_kw", SCE_CONTEXTS + [{"op_model": "exact"}, {"op_model": "exact", "subnormals": "flush"}],
+                         ids=_IDS)
+def test_sparse_sce_is_the_dense_op_on_float64_one_hot(ctx_kw):
+    """The sparse op's float32 one-hot (an index pair for (batch, classes), put_along_axis otherwise) gives what the
+    dense op gives on main's float64 one-hot, exact op model included; 2-D and 3-D logits."""
+    rng = np.random.default_rng(3 + len(ctx_kw))
+    for shape in [(32, 10), (3, 4, 6), (1, 1), (2, 1, 5)]:
+        for kind in ("hostile", "plain"):
+            if len(shape) == 2:
+                x = _logits(rng, shape, kind, "float16")
+            else:
+                with np.errstate(over="ignore"):   # fp16 overflow: Inf logits wanted
+                    x = (_hostile(rng, shape) if kind == "hostile" else _finite(rng, shape)).astype(np.float16)
+            lab = rng.integers(0, shape[-1], shape[:-1])
+            onehot = np.zeros(shape, np.float64)
+            np.put_along_axis(onehot, lab[..., None], 1.0, axis=-1)
+            ctx = OpContext(dtype="float16", **ctx_kw)
+            got = grad_ops.sparse_softmax_cross_entropy(x, lab, ctx=ctx)
+            ref = OpContext(dtype="float16", **ctx_kw)
+            want = grad_ops.softmax_cross_entropy(x, onehot, ctx=ref)
+            for g, w in zip(got, want):
+                _same(g, w)
+            assert ctx.status == ref.status
