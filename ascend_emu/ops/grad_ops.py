@@ -428,7 +428,7 @@ def sparse_softmax_cross_entropy(logits, labels, *, ctx):
     lab = np.asarray(labels).astype(np.int64)
     nclass = logits.shape[-1]
     lo, hi = (int(lab.min()), int(lab.max())) if lab.size else (0, 0)
-    if lo < 0 or hi >= nclass:
+    if lab.size and (lo < 0 or hi >= nclass):
         bad = lo if lo < 0 else hi
         raise AscendEmuError(f"SparseSoftmaxCrossEntropyWithLogits: label {bad} is outside the valid range "
                              f"[0, {nclass}); fix the labels")
