@@ -121,6 +121,25 @@ def test_ring_steps_taken_and_declined(monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("name", ["RsqrtGrad", "SigmoidGrad", "ReciprocalGrad"])
+def test_ring_steps_scalar_against_empty(name, mode, monkeypatch):
+    """A 0-d y (or dy) broadcast against an empty one: the empty result is finite, but the 0-d steps (y * y = Inf)
+    are instructions whose Inf the register sees (0x20), as the path switched off records it."""
+    fn = RING[name][0]
+    for y, d in ((np.asarray(F(1e20)), np.zeros((0,), F)), (np.zeros((0, 3), F), np.asarray(F(3e38))),
+                 (np.full((1, 0), F(1e20)), np.ones((2, 1), F)), (np.zeros((0,), F), np.zeros((0,), F))):
+        ctx = OpContext(dtype="float32", overflow_mode=mode)
+        got = fn(y, d, ctx=ctx)
+        with monkeypatch.context() as m:
+            _off(m)
+            ref = OpContext(dtype="float32", overflow_mode=mode)
+            want = fn(y, d, ctx=ref)
+        _same(got, want)
+        assert ctx.status == ref.status, (y.shape, d.shape, ctx.status, ref.status)
+    assert ref.status == 0   # the last pair: empty steps, nothing to record
+
+
 # ------------------------------------------------------------------------------ f32 unary
 
 UNARY = {"neg": lambda x: -x, "abs": np.abs, "square": lambda x: x * x, "sqrt": np.sqrt,
