@@ -140,6 +140,30 @@ def test_ring_steps_scalar_against_empty(name, mode, monkeypatch):
     assert ref.status == 0   # the last pair: empty steps, nothing to record
 
 
+@pytest.mark.parametrize("ctx_kw", [{"subnormals": "flush"}, {"subnormals": "flush", "overflow_mode": "saturation"},
+                                    {"subnormals": "flush", "ftz": True}], ids=_IDS)
+@pytest.mark.parametrize("name", ["RsqrtGrad", "SigmoidGrad", "ReciprocalGrad"])
+def test_ring_steps_flushed_subnormals(name, ctx_kw, monkeypatch):
+    """Finite data whose steps make subnormals: under flushed subnormals f32_steps flushes each step (to +-0), so the
+    fast path must decline there (no Inf / NaN sends it back); the raw float32 steps keep them (the test bites)."""
+    fn = RING[name][0]
+    pairs = [(np.array([1e-45, 0.5, 2.0 ** -70, -2.0 ** -40, 2.0 ** -45], F), np.array([1.0, 1.0, 1.0, 3.0, 1.0], F)),
+             (np.array([2.0 ** -50, 3.0], F), np.array([2.0 ** -30, 1.0], F))]
+    differs = False
+    for y, d in pairs:
+        ctx = OpContext(dtype="float32", **ctx_kw)
+        got = fn(y, d, ctx=ctx)
+        with monkeypatch.context() as m:
+            _off(m)
+            ref = OpContext(dtype="float32", **ctx_kw)
+            want = fn(y, d, ctx=ref)
+        _same(got, want)
+        assert ctx.status == ref.status
+        raw = OpContext(dtype="float32")
+        differs |= not np.array_equal(got.view(np.uint32), fn(y, d, ctx=raw).view(np.uint32))
+    assert differs, "no step made a subnormal: the data does not test the subnormals guard"
+
+
 # ------------------------------------------------------------------------------ f32 unary
 
 UNARY = {"neg": lambda x: -x, "abs": np.abs, "square": lambda x: x * x, "sqrt": np.sqrt,
@@ -177,6 +201,30 @@ def test_f32_unary_neg_of_nan_and_zero():
     y = math_ops.vec(ctx, "neg", np.array([np.inf, 1.0], F))
     _same(y, np.array([-np.inf, -1.0], F))
     assert ctx.status == 0x20
+
+
+#: finite float32 data whose neg / abs / sqrt / reciprocal differ when subnormals are flushed (inputs or results)
+#: or under cce_ftz (sqrt of a subnormal, a reciprocal that is one): no Inf / NaN sends them back to vector
+_SUBNORMAL_DATA = {"neg": [1e-45, 2.0 ** -130, -2.0 ** -140, 4.0], "abs": [-1e-45, 2.0 ** -130, -2.0 ** -140, 4.0],
+                   "sqrt": [1e-45, 2.0 ** -130, 2.0 ** -140, 4.0], "reciprocal": [2.0 ** 127, -3e38, 1e-20, 4.0]}
+
+
+@pytest.mark.parametrize("ctx_kw", [{"ftz": True}, {"subnormals": "flush"}, {"ftz": True, "subnormals": "flush"},
+                                    {"ftz": True, "overflow_mode": "saturation"}], ids=_IDS)
+@pytest.mark.parametrize("op", _SUBNORMAL_DATA)
+def test_f32_unary_subnormal_contexts(op, ctx_kw, monkeypatch):
+    """Finite data only: the path must decline under cce_ftz and flushed subnormals by its guards alone."""
+    x = np.array(_SUBNORMAL_DATA[op], F)
+    ctx = OpContext(dtype="float32", **ctx_kw)
+    got = math_ops.vec(ctx, op, x)
+    with monkeypatch.context() as m:
+        m.setattr(math_ops, "_f32_unary", lambda *a: None)
+        ref = OpContext(dtype="float32", **ctx_kw)
+        want = math_ops.vec(ref, op, x)
+    _same(got, want)
+    assert ctx.status == ref.status
+    if ctx_kw.get("subnormals") or op in ("sqrt", "reciprocal"):   # (cce_ftz keeps neg's and abs's subnormals)
+        assert not np.array_equal(got.view(np.uint32), np.asarray(math_ops._F32_UNARY[op](x)).view(np.uint32))
 
 
 # ------------------------------------------------------------------------------ softmax cross entropy
