@@ -163,11 +163,12 @@ _F32_UNARY = {"neg": np.negative, "abs": np.absolute, "square": np.square, "sqrt
 
 def _f32_unary(ctx, op, x):
     """``vector``'s float32 neg / abs / square / sqrt / reciprocal (subnormals kept, no cce_ftz) of a float32 array
-    that is not a broadcast view, without its dispatch: the same numpy ufunc, returned where every result is finite
-    (the kernel then gives the same bits and no status); else None (``vector`` runs: an Inf or NaN result, a NaN's
-    sign and payload, the overflow mode, are the kernel's). BN's gradient Neg of 16-32 floats cost ~15 us a node."""
+    that is not a broadcast view nor empty, without its dispatch: the same numpy ufunc, returned where every result
+    is finite (the kernel then gives the same bits and no status); else None (``vector`` runs: an Inf or NaN result, a
+    NaN's sign and payload, the overflow mode, are the kernel's; and an empty one, whose numpy result has strides
+    (0, 0) where vector's has C strides). BN's gradient Neg of 16-32 floats cost ~15 us a node."""
     if not (type(x) is np.ndarray and x.dtype == _F32 and ctx.dtype == _F32 and ctx.subnormals == "keep"
-            and not ctx.ftz and 0 not in x.strides):
+            and not ctx.ftz and 0 not in x.strides and x.size):
         return None
     with np.errstate(all="ignore"):
         out = np.asarray(_F32_UNARY[op](x, order="C"))

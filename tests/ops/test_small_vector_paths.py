@@ -211,6 +211,23 @@ def test_f32_unary_neg_of_nan_and_zero():
     assert ctx.status == 0x20
 
 
+@pytest.mark.parametrize("op", UNARY)
+def test_f32_unary_empty_views(op, monkeypatch):
+    """Empty arrays of every stride pattern (a reshaped (0,) has no zero stride; numpy's ufunc gives its empty result
+    strides (0, 0), vector a fresh C array): the same view-ness as the path switched off."""
+    e = np.zeros(0, F)
+    for x in (e, e.reshape(3, 0), e.reshape(0, 3), e.reshape(0, 3).T, np.zeros((3, 0), F), np.zeros((2, 0, 4), F),
+              e.reshape(2, 0, 4)[:, :, ::2]):
+        ctx = OpContext(dtype="float32")
+        got = math_ops.vec(ctx, op, x)
+        with monkeypatch.context() as m:
+            m.setattr(math_ops, "_f32_unary", lambda *a: None)
+            ref = OpContext(dtype="float32")
+            want = math_ops.vec(ref, op, x)
+        _same(got, want)
+        assert ctx.status == ref.status == 0
+
+
 #: finite float32 data whose neg / abs / sqrt / reciprocal differ when subnormals are flushed (inputs or results)
 #: or under cce_ftz (sqrt of a subnormal, a reciprocal that is one): no Inf / NaN sends them back to vector
 _SUBNORMAL_DATA = {"neg": [1e-45, 2.0 ** -130, -2.0 ** -140, 4.0], "abs": [-1e-45, 2.0 ** -130, -2.0 ** -140, 4.0],
