@@ -363,6 +363,32 @@ def test_sce_unstepped_taken_and_declined(mode, monkeypatch):
     assert ctx.status == 0x20 and (len(calls) > 4) == (mode == "saturation")
 
 
+@pytest.mark.parametrize("mode", ["inf_nan", "saturation"])
+def test_sce_multicore_launch(mode):
+    """A multi-core launch (a row of 2,000 split in 7 sums, their order drawn from the launch's generator; 2 chunks
+    would commute): under saturation a non-finite value must not cost a first unstepped attempt (its sums would draw
+    the stepped path's order), so the op is the stepped path on a fresh launch, bits and status, finite rows and rows
+    with Inf / NaN / overflow."""
+    from ascend_emu.numerics.multicore import Launch
+    rng = np.random.default_rng(23)
+    seen = 0
+    for i in range(16):
+        x = _hostile(rng, (1, 2000)) if i % 4 == 3 else _finite(rng, (1, 2000), lo=-3, hi=4)
+        lab = _finite(rng, (1, 2000), lo=-2, hi=2)
+        if i % 4 in (1, 2):   # finite logits, so an order-sensitive row sum, and one label that makes back Inf
+            lab[0, 7] = F(np.inf) if i % 4 == 1 else F(3e38)
+        kw = dict(dtype="float32", overflow_mode=mode)
+        ctx = OpContext(multicore=Launch("reduce", "sce", 7, i, 32, 48), **kw)
+        loss, back = grad_ops.softmax_cross_entropy(x, lab, ctx=ctx)
+        ref = OpContext(multicore=Launch("reduce", "sce", 7, i, 32, 48), **kw)
+        wl, wb = _sce_steps(ref, x, lab)
+        _same(loss, wl)
+        _same(back, wb)
+        assert ctx.status == ref.status
+        seen += ctx.status != 0
+    assert seen   # some launch saw an Inf / NaN
+
+
 @pytest.mark.parametrize("ctx_kw", SCE_CONTEXTS, ids=_IDS)
 def test_dense_sce_overflowing_steps(ctx_kw):
     """Labels that make lab * (s - lg) overflow (t Inf while its row's sum may saturate) and rows of finite t whose
