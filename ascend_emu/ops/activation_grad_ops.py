@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from ._util import f32_chain, f32_steps, finish, is_float, to64
+from ._util import f32_chain, f32_ring_steps, f32_steps, finish, is_float, to64
 from .registry import VECTOR, Source, register
 
 # SELU's constants as TF defines them (tensorflow/core/kernels/relu_op_functor.h), as float32 scalars
@@ -119,19 +119,19 @@ def sigmoid_grad(y, dy, *, ctx):
     """TBE sigmoid_grad_compute: dx = (y - y*y) * dy; under ``op_model="ascendc"`` the arch35 kernel's
     (dy * (1 - y)) * y."""
     if ctx.op_model == "ascendc":
-        return f32_steps(ctx, lambda st, s, d: st(st(d * st(_ONE - s)) * s), y, dy)
-    return f32_steps(ctx, lambda st, s, d: st(st(s - st(s * s)) * d), y, dy)
+        return f32_ring_steps(ctx, lambda st, s, d: st(st(d * st(_ONE - s)) * s), y, dy)
+    return f32_ring_steps(ctx, lambda st, s, d: st(st(s - st(s * s)) * d), y, dy)
 
 
 @register("RsqrtGrad", kind=VECTOR, source=_GRAD_SOURCE["RsqrtGrad"])
 def rsqrt_grad(y, dy, *, ctx):
     """TBE rsqrt_grad_compute: dx = (((y*y) * y) * dy) * -0.5."""
-    return f32_steps(ctx, lambda st, s, d: st(st(st(st(s * s) * s) * d) * _NEG_HALF), y, dy)
+    return f32_ring_steps(ctx, lambda st, s, d: st(st(st(st(s * s) * s) * d) * _NEG_HALF), y, dy)
 
 
 def _reciprocal_grad(y, dy, *, ctx):
     """TBE reciprocal_grad_compute / inv_grad_compute: dx = ((y * -1) * y) * dy."""
-    return f32_steps(ctx, lambda st, s, d: st(st(st(s * _NEG_ONE) * s) * d), y, dy)
+    return f32_ring_steps(ctx, lambda st, s, d: st(st(st(s * _NEG_ONE) * s) * d), y, dy)
 
 
 register("ReciprocalGrad", kind=VECTOR, source=_GRAD_SOURCE["ReciprocalGrad"])(_reciprocal_grad)
