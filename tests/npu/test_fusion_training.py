@@ -122,3 +122,31 @@ def test_update_chain_op_is_its_ops_one_by_one(ctx_kw):
         for x, y in zip(got, (vals[o] for o in outputs)):
             assert x.dtype == y.dtype and x.shape == y.shape
             np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+
+
+@pytest.mark.parametrize("overflow_mode", ["inf_nan", "saturation"])
+def test_bn_dx_chain_op_is_the_one_pass(overflow_mode):
+    """``"_BnDxChain"`` (npu/bn_chain.py's node for batch norm's fp16 input gradient) as the registry runs it (its four
+    ops one by one in the context's fp16) against the replay's one pass (numerics.chain.bn_dx_f16, the kernel
+    kernels/chain16.py) on finite data with fp16-exact operands: the same bits, no status; and the op's status where
+    the one pass declines (a product past 65504)."""
+    from ascend_emu.numerics.chain import bn_dx_f16
+    from ascend_emu.ops import OPS, OpContext
+
+    rng = np.random.default_rng(20)
+    g = (rng.standard_normal((4, 8, 8, 16)) * 3).astype(np.float16)
+    x = (rng.standard_normal((4, 8, 8, 16)) * 2).astype(np.float16)
+    s, m, b, t = (rng.standard_normal(16).astype(np.float16).astype(np.float32) for _ in range(4))
+    n, k = np.float32(256.0), np.float32(-2.0)
+    ctx = OpContext(dtype="float16", overflow_mode=overflow_mode)
+    ops = OPS["_BnDxChain"](g, s.astype(np.float16), x, m.astype(np.float16), b.astype(np.float16),
+                            n.astype(np.float16), k.astype(np.float16), t.astype(np.float16), ctx=ctx)[0]
+    one = bn_dx_f16(g, s, x, m, b, n, k, t)
+    assert one is not None and ctx.status == 0
+    assert ops.dtype == np.float16 and np.array_equal(ops.view(np.uint16), one.view(np.uint16))
+    g[0, 0, 0, :2] = [60000.0, -60000.0]
+    s[:2] = 4.0
+    ctx = OpContext(dtype="float16", overflow_mode=overflow_mode)
+    OPS["_BnDxChain"](g, s.astype(np.float16), x, m.astype(np.float16), b.astype(np.float16), n.astype(np.float16),
+                      k.astype(np.float16), t.astype(np.float16), ctx=ctx)
+    assert bn_dx_f16(g, s, x, m, b, n, k, t) is None and ctx.status != 0

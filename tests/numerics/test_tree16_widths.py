@@ -1,15 +1,17 @@
 """The tree16 micro-kernel's two emissions give the same bits (kernels/cube/tree16.py ``VEC``): 8-lane vectors,
-one row at a time, on an x86 host without AVX-512; 16-lane vectors (the 2x2 block) elsewhere and in a portable
-build (``NUMBA_CPU_NAME`` set). A host runs only its own emission, so this test runs the other one in a
-subprocess compiled for the host's CPU by name (a portable build: 16 lanes) and compares products and an
-implicit-GEMM convolution (the ``_tab`` micro-kernel) and two weight gradients (the ``_gather`` micro-kernel's
-32-column groups of two halves and first halves alone) bit for bit: fp16 overflow, signed zeros, subnormals
-and rounding ties, no NaN: where NaNs of both signs
-meet, the sign of the NaN that comes out may differ between the two (NUMERICS.md section 3)."""
+one row at a time, on an x86 host with AVX2 but no AVX-512; 16-lane vectors (the 2x2 block) elsewhere and in a
+portable build (``NUMBA_CPU_NAME`` set). A host runs only its own emission, so this test runs the other one in a
+subprocess: on an AVX2 host compiled for the host's CPU by name (a portable build: 16 lanes), on an AVX-512 host with
+LLVM's host features seen without AVX-512 (8 lanes). It compares products, an implicit-GEMM convolution (the
+``_tab`` micro-kernel), two weight gradients (the ``_gather`` micro-kernel's 32-column groups of two halves and
+first halves alone) and an input gradient (its pixel classes as the gather's rows) bit for bit: fp16 overflow,
+signed zeros, subnormals and rounding ties, no NaN: where NaNs of both signs meet, the sign of the NaN that comes
+out may differ between the two (NUMERICS.md section 3)."""
 from __future__ import annotations
 
 import importlib
 import os
+import platform
 import subprocess
 import sys
 
@@ -25,13 +27,31 @@ tree16 = importlib.import_module("ascend_emu.kernels.cube.tree16")
 # half alone), and 16 channels at stride 2 (9 tap-row halves paired into 5 groups, the last alone)
 DW = [("dw16", "x3", "dy16", (1, 1), ((1, 1), (1, 1))), ("dw2", "x16", "dy32", (2, 2), ((0, 1), (0, 1)))]
 
+# on an AVX-512 host the subprocess is the 8-lane one: LLVM's host features seen without AVX-512 (tree16 decides VEC
+# from them at import), compiled for the host as the AVX2 host's own build is for it
+_NARROW = r"""
+from llvmlite import binding as _b
+_features = _b.get_host_cpu_features
+
+
+def _no_avx512():
+    f = _features()
+    for k in list(f):
+        if k.startswith("avx512"):
+            f[k] = False
+    return f
+
+
+_b.get_host_cpu_features = _no_avx512
+"""
+
 _JOB = "DW = " + repr(DW) + r"""
 import importlib
 import sys
 import numpy as np
 from ascend_emu.numerics import cube
 tree16 = importlib.import_module("ascend_emu.kernels.cube.tree16")
-assert tree16.VEC == tree16.LANES, tree16.VEC
+assert tree16.VEC == int(sys.argv[3]), (tree16.VEC, sys.argv[3])
 d = dict(np.load(sys.argv[1]))
 out = {}
 for name, kw in (("mm16", {}), ("mm32", {"out_dtype": "float32"}), ("mmbias", {"bias": d["bias"]})):
@@ -39,6 +59,7 @@ for name, kw in (("mm16", {}), ("mm32", {"out_dtype": "float32"}), ("mmbias", {"
 out["conv"] = cube.conv2d(d["x"], d["w"], strides=(1, 1), padding="SAME", dilations=(1, 1), out_dtype="float32")[0]
 for name, xk, dyk, s, p in DW:
     out[name] = cube.conv2d_backprop_filter(d[xk], d[dyk], (3, 3), s, p, (1, 1), out_dtype="float32")[0]
+out["dx"] = cube.conv2d_backprop_input(d["dy32"], d["w32"], (2, 2), ((1, 2), (1, 2)), (1, 1), out_dtype="float32")[0]
 np.savez(sys.argv[2], **out)
 """
 
@@ -57,19 +78,26 @@ def _operands():
             "bias": rng.standard_normal(97).astype(np.float32),
             "x": values((2, 12, 32, 16), 2.0), "w": values((3, 3, 16, 40), 0.5),
             "x3": values((2, 8, 16, 3), 2.0), "dy16": values((2, 8, 16, 16), 2.0),
-            "x16": values((2, 8, 32, 16), 2.0), "dy32": values((2, 4, 16, 32), 2.0)}
+            "x16": values((2, 8, 32, 16), 2.0), "dy32": values((2, 4, 16, 32), 2.0), "w32": values((3, 3, 16, 32), 0.5)}
 
 
 def test_the_8_and_16_lane_micro_kernels_give_the_same_bits(tmp_path, monkeypatch):
-    if tree16.VEC == tree16.LANES:
-        pytest.skip("this host runs the 16-lane micro-kernel only (it has AVX-512, or is not x86)")
     from llvmlite import binding
 
+    features = binding.get_host_cpu_features()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    if tree16.VEC == 8:
+        job, other = _JOB, tree16.LANES   # the portable build: 16 lanes
+        env["NUMBA_CPU_NAME"] = binding.get_host_cpu_name()
+    elif platform.machine().lower() in ("x86_64", "amd64") and features.get("avx2", False):
+        job, other = _NARROW + _JOB, 8
+        env.pop("NUMBA_CPU_NAME", None)
+    else:
+        pytest.skip("no 8-lane emission on this host (not an x86 host with AVX2)")
     d = _operands()
     np.savez(tmp_path / "in.npz", **d)
-    env = dict(os.environ, NUMBA_CPU_NAME=binding.get_host_cpu_name(), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, "-c", _JOB, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", job, str(tmp_path / "in.npz"), str(tmp_path / "out.npz"), str(other)],
+                       env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     wide = np.load(tmp_path / "out.npz")
     from ascend_emu.numerics import conv as nconv
@@ -86,6 +114,9 @@ def test_the_8_and_16_lane_micro_kernels_give_the_same_bits(tmp_path, monkeypatc
         ours[name] = cube.conv2d_backprop_filter(d[xk], d[dyk], (3, 3), s, p, (1, 1), out_dtype="float32")[0]
     assert tab, "the convolution did not take the _tab micro-kernel"
     assert gather == [(27, 16), (32, 144)], gather   # both weight gradients took the gather micro-kernel
+    ours["dx"] = cube.conv2d_backprop_input(d["dy32"], d["w32"], (2, 2), ((1, 2), (1, 2)), (1, 1),
+                                            out_dtype="float32")[0]
+    assert gather[2:] == [(512, 16)] * 4, gather   # the input gradient: its four pixel classes took the gather
     for name, y in ours.items():
         assert y.dtype == wide[name].dtype and y.shape == wide[name].shape, name
         assert not np.isnan(y).any() and np.isinf(y).any() == (y.dtype == np.float16), name
