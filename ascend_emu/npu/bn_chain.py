@@ -147,21 +147,30 @@ def _same_fusion(device, new: Graph, expect: list, old_fused) -> bool:
     return f.fused_away == kept_away
 
 
-def bn_dx_graph(device, graph: Graph) -> Graph:
-    """``graph`` (a training step's) with batch norm's fp16 input gradients as ``_BnDxChain`` nodes for replays on
-    ``device`` without a dump; ``graph`` itself when there is none or the rewrite could change anything but the
-    records (see the module's docstring). Worked out once per graph and device policy."""
+def rewritten(cache: dict, device, graph: Graph, rewrite, same_fusion) -> Graph:
+    """The graph a no-dump replay of ``graph`` on ``device`` runs under a rewrite of this module's kind (here and
+    :mod:`ascend_emu.npu.eltwise_reduce`): ``rewrite(device, graph)`` -> (new graph, the fused nodes expected of it,
+    the old fused graph) or None, kept where ``same_fusion(device, *made)`` holds; ``graph`` itself otherwise, with
+    flushed subnormals or control inputs. Worked out once per graph and device policy (``cache``: id(graph) -> ...,
+    holding the graph and the policy's objects so that a reused id cannot hit)."""
     key = id(graph)
-    hit = _CACHE.get(key)
+    hit = cache.get(key)
     if (hit is not None and hit[0] is graph and hit[1] is device.precision and hit[2] is device.fusion
             and hit[3] is device.numerics):
         return hit[4]
     out = graph
     if device.numerics.subnormals == "keep" and not any(n.control_inputs for n in graph.nodes):
-        made = _rewrite(device, graph)
-        if made is not None and _same_fusion(device, made[0], made[1], made[2]):
+        made = rewrite(device, graph)
+        if made is not None and same_fusion(device, made[0], made[1], made[2]):
             out = made[0]
-    if len(_CACHE) >= 8:
-        _CACHE.clear()
-    _CACHE[key] = (graph, device.precision, device.fusion, device.numerics, out)
+    if len(cache) >= 8:
+        cache.clear()
+    cache[key] = (graph, device.precision, device.fusion, device.numerics, out)
     return out
+
+
+def bn_dx_graph(device, graph: Graph) -> Graph:
+    """``graph`` (a training step's) with batch norm's fp16 input gradients as ``_BnDxChain`` nodes for replays on
+    ``device`` without a dump; ``graph`` itself when there is none or the rewrite could change anything but the
+    records (see the module's docstring). Worked out once per graph and device policy."""
+    return rewritten(_CACHE, device, graph, _rewrite, _same_fusion)

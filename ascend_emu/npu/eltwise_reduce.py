@@ -28,6 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..graph.core import Graph, Node, split_tensor_name, tensor_name
+from .bn_chain import rewritten
 
 #: (the elementwise op, the reduction) pairs, and the numerics names of their ops
 PAIRS = {("SquaredDifference", "Mean"): ("squared_difference", "mean"), ("Mul", "Sum"): ("mul", "sum")}
@@ -152,17 +153,4 @@ def eltwise_reduce_graph(device, graph: Graph) -> Graph:
     as an ``_EltReduce`` node for replays on ``device`` without a dump; ``graph`` itself when there is none or the
     rewrite could change anything but the records (see the module's docstring). Worked out once per graph and
     device policy."""
-    key = id(graph)
-    hit = _CACHE.get(key)
-    if (hit is not None and hit[0] is graph and hit[1] is device.precision and hit[2] is device.fusion
-            and hit[3] is device.numerics):
-        return hit[4]
-    out = graph
-    if device.numerics.subnormals == "keep" and not any(n.control_inputs for n in graph.nodes):
-        made = _rewrite(device, graph)
-        if made is not None and _same_fusion(device, made[0], made[1], made[2]):
-            out = made[0]
-    if len(_CACHE) >= 8:
-        _CACHE.clear()
-    _CACHE[key] = (graph, device.precision, device.fusion, device.numerics, out)
-    return out
+    return rewritten(_CACHE, device, graph, _rewrite, _same_fusion)
