@@ -201,11 +201,54 @@ def _f16_small(op, x, y):
 
 
 def _binary(name, tf_types):
+    if name == "mul":
+        return _mul(tf_types)
+
     @register(*tf_types, kind=VECTOR, eltwise=name, source=_SOURCE.get(name))
     def op(x, y, *, ctx):
         return vec(ctx, name, x, y)
     op.__name__ = name
     return op
+
+
+def _mul(tf_types):
+    # reads_half: a float32 Mul handed an fp16 input (the device's widening cast deferred) widens it as the cast
+    # would (numerics.vector.cast, the op's own modes), or, for an fp16 tensor times one float32 value, widens,
+    # multiplies and tests in one pass (kernels/scale16.py; the loss scale's unscaling of fp16 weight gradients)
+    @register(*tf_types, kind=VECTOR, eltwise="mul", reads_half=True, source=_SOURCE.get("mul"))
+    def mul(x, y, *, ctx):
+        if ctx.dtype == _F32 and ((type(x) is np.ndarray and x.dtype == _F16)
+                                  or (type(y) is np.ndarray and y.dtype == _F16)):
+            out = _widen_mul(ctx, x, y)
+            if out is not None:
+                return out
+            x, y = (_widen(ctx, a) for a in (x, y))
+        return vec(ctx, "mul", x, y)
+    return mul
+
+
+def _widen(ctx, a):
+    """``a``'s float32 cast as the device inserts it (exact; ``ctx``'s subnormal mode), for an fp16 ``a``."""
+    if not (type(a) is np.ndarray and a.dtype == _F16):
+        return a
+    from ..numerics.vector import cast
+
+    return cast(a, "float32", overflow_mode=ctx.overflow_mode, subnormals=ctx.subnormals)[0]
+
+
+def _widen_mul(ctx, x, y):
+    """fp16 ``x`` (C-contiguous) times a float32 0-d ``y`` in a float32 context, subnormals kept: ``vec``'s float32
+    fast path on ``x``'s cast (one IEEE float32 product each) in one pass, or None (an Inf or NaN product, or other
+    operands: the cast and ``vec``)."""
+    if not (type(x) is np.ndarray and x.dtype == _F16 and type(y) is np.ndarray and y.dtype == _F32
+            and y.ndim == 0 and x.flags.c_contiguous and x.size and ctx.subnormals == "keep" and not ctx.ftz
+            and _modes_known(ctx)):
+        return None
+    from ..kernels import alloc
+    from ..kernels.scale16 import widen_mul
+
+    out = alloc.empty(x.shape, _F32)
+    return out if widen_mul(x.view(np.uint16).reshape(-1), y[()], out.reshape(-1)) else None
 
 
 def _unary(name, tf_types):

@@ -87,3 +87,41 @@ def test_deferred_casts_change_nothing(kind, overflow_mode, subnormals, monkeypa
         # an overflowing reduction: its float32 check reruns it on the cast, computed then
         sums = [r for r in fast[1] if r["status"] and r["tf_type"] == "Sum"]
         assert sums and all(r["fp32_check"] is not None for r in sums)
+
+
+def _mul_graph():
+    # Mul reads fp16 too (its one pass for an fp16 tensor times a float32 value: kernels/scale16.py): h times a
+    # scalar (the loss scale's unscaling), times a large scalar (overflow), h times h (both deferred), h times a
+    # float32 tensor, and Log needing the cast afterwards
+    w = np.eye(SHAPE[3], dtype=np.float32).reshape(1, 1, SHAPE[3], SHAPE[3]) * np.float32(0.5)
+    f32 = {"T": "float32"}
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": SHAPE}),
+             Node("w", "Const", [], {"dtype": "float32", "value": w}),
+             Node("h", "Conv2D", ["x", "w"], {**f32, "strides": [1, 1, 1, 1], "padding": "SAME"}),
+             Node("c", "Const", [], {"dtype": "float32", "value": np.array(1 / 1024, np.float32)}),
+             Node("big", "Const", [], {"dtype": "float32", "value": np.array(2.0 ** 125, np.float32)}),
+             Node("m1", "Mul", ["h", "c"], f32),
+             Node("m2", "Mul", ["h", "big"], f32),
+             Node("m3", "Mul", ["h", "h"], f32),
+             Node("m4", "Mul", ["x", "h"], f32),
+             Node("l", "Log", ["h"], f32)]
+    return Graph(nodes=nodes, inputs=[InputSpec("x", "float32", SHAPE)],
+                 outputs=["m1:0", "m2:0", "m3:0", "m4:0", "l:0"])
+
+
+@pytest.mark.parametrize("kind", ["finite", "overflow", "special"])
+@pytest.mark.parametrize("overflow_mode", ["inf_nan", "saturation"])
+@pytest.mark.parametrize("subnormals", ["keep", "flush"])
+def test_deferred_casts_mul(kind, overflow_mode, subnormals):
+    # Mul on the black list: float32 on the device, its fp16 inputs cast (as the MLP's loss scale unscaling runs)
+    dev = Device("allow_mix_precision", overflow_mode=overflow_mode, subnormals=subnormals, fusion_switch="off",
+                 modify_mixlist={"black-list": {"to-add": ["Mul"]}})
+    feeds = _hostile(kind)
+    runs = []
+    for keep in (False, True):
+        res = dev.replay(_mul_graph(), feeds, progress=False, keep_tensors=keep)
+        runs.append(({k: (v.dtype.str, v.shape, np.ascontiguousarray(v).view(np.uint8).tobytes())
+                      for k, v in res.outputs.items()}, [dataclasses.asdict(r) for r in res.records],
+                     res.summary["float_status"]))
+    assert runs[0] == runs[1]
+    assert [r["tf_type"] for r in runs[0][1]].count("Mul") == 4
