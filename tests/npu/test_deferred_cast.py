@@ -10,6 +10,7 @@ import pytest
 
 from ascend_emu import Device
 from ascend_emu.graph import Graph, InputSpec, Node
+from ascend_emu.kernels import scale16
 from ascend_emu.npu import replay as R
 
 SHAPE = [4, 8, 8, 16]
@@ -112,16 +113,28 @@ def _mul_graph():
 @pytest.mark.parametrize("kind", ["finite", "overflow", "special"])
 @pytest.mark.parametrize("overflow_mode", ["inf_nan", "saturation"])
 @pytest.mark.parametrize("subnormals", ["keep", "flush"])
-def test_deferred_casts_mul(kind, overflow_mode, subnormals):
+def test_deferred_casts_mul(kind, overflow_mode, subnormals, monkeypatch):
     # Mul on the black list: float32 on the device, its fp16 inputs cast (as the MLP's loss scale unscaling runs)
     dev = Device("allow_mix_precision", overflow_mode=overflow_mode, subnormals=subnormals, fusion_switch="off",
                  modify_mixlist={"black-list": {"to-add": ["Mul"]}})
     feeds = _hostile(kind)
+    deferred, kernel = [], []
+    real, real_k = R._Deferred.__init__, scale16.widen_mul
+
+    def spy(self, *a, **k):
+        deferred.append(1)
+        real(self, *a, **k)
+    monkeypatch.setattr(R._Deferred, "__init__", spy)
+    monkeypatch.setattr(scale16, "widen_mul", lambda *a: kernel.append(1) or real_k(*a))
     runs = []
     for keep in (False, True):
+        deferred.clear()
         res = dev.replay(_mul_graph(), feeds, progress=False, keep_tensors=keep)
+        # the Muls' casts deferred without kept tensors (none with them)
+        assert (len(deferred) > 0) != keep
         runs.append(({k: (v.dtype.str, v.shape, np.ascontiguousarray(v).view(np.uint8).tobytes())
                       for k, v in res.outputs.items()}, [dataclasses.asdict(r) for r in res.records],
                      res.summary["float_status"]))
     assert runs[0] == runs[1]
+    assert bool(kernel) == (subnormals == "keep")   # the one pass only with subnormals kept
     assert [r["tf_type"] for r in runs[0][1]].count("Mul") == 4

@@ -120,3 +120,24 @@ def test_kernel_against_oracle(monkeypatch):
     x2 = x.copy()
     x2.reshape(-1)[5] = np.float16(np.nan)
     assert not scale16.widen_mul(x2.view(np.uint16).reshape(-1), F(1.0), np.empty(x.size, F))
+
+
+@pytest.mark.parametrize("hw", [False, True])
+def test_each_kernel_reports_a_non_finite_product(hw):
+    """Review (session 20): both kernels called directly, whichever the host picks: an overflowing product, a NaN
+    input and an Inf input make them report False; finite products True, each the float32 product."""
+    from ascend_emu.kernels import cast as kc
+    from ascend_emu.kernels import scale16
+
+    if hw and not kc.HW_HALF:
+        pytest.skip("no hardware fp16 conversion on this host")
+    fn = scale16._widen_mul_f32_hw if hw else scale16.widen_mul_f32
+    x = np.array([1.0, -2.5, 6e-8, -0.0, 65504.0], np.float16)
+    out = np.empty(x.size, np.float32)
+    assert fn(x.view(np.uint16), np.float32(0.75), out)
+    np.testing.assert_array_equal(out.view(np.uint32), (x.astype(np.float32) * np.float32(0.75)).view(np.uint32))
+    assert not fn(x.view(np.uint16), np.float32(2.0 ** 127), out)       # 65504 * 2^127 overflows float32
+    for bad in (np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[2] = bad
+        assert not fn(y.view(np.uint16), np.float32(0.75), out)
