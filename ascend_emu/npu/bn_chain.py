@@ -10,7 +10,7 @@ training step's backward phase) as four full-size fp16 vector ops, each a pass o
 (``s, m, b, t`` per channel along the last axis, zero-stride views included; ``n, k`` single values).
 :func:`bn_dx_graph` puts each such group (found in the graph the device's fusion passes make, so the chain is
 the one AutomaticUbFusion forms) into one ``_BnDxChain`` node named after ``D``, in the backward phase, that
-the replay (``replay._Run._bn_dx``) runs in one pass (``numerics/chain.bn_dx_f16``: each op's own arithmetic
+the replay (``rewritten_runs._bn_dx``) runs in one pass (``numerics/chain.bn_dx_f16``: each op's own arithmetic
 and roundings, the inserted casts of the float32 operands to fp16) when every value is finite and the ops
 computed in fp16 the first time the node ran; otherwise it runs the four ops one by one as the graph's own
 (fused) nodes, with their casts, records and status: the same bits and status as before, each member's
@@ -134,17 +134,23 @@ def _rewrite(device, graph: Graph):
     return new, expect, fused
 
 
-def _same_fusion(device, new: Graph, expect: list, old_fused) -> bool:
-    """Whether the fusion passes make of ``new`` the old fused graph with each group as its one node."""
+def same_fusion(op: str, device, new: Graph, expect: list, old_fused, kept_away=None) -> bool:
+    """Whether the fusion passes make of ``new`` (a rewrite's graph, its nodes of ``op`` the rewrite's) the old fused
+    graph ``expect`` with each group as its one node: the same nodes, each other node's fusion and inputs the same,
+    and the same fused-away list (``kept_away``: the old one less what the rewrite took, when it took some)."""
     f = device._fused(new)
     if [(n.name, n.op) for n in f.nodes] != [(n.name, n.op) for n in expect]:
         return False
-    if any(n.op != "_BnDxChain" and (n.meta.get("fusion") != e.meta.get("fusion") or n.inputs != e.inputs)
+    if any(n.op != op and (n.meta.get("fusion") != e.meta.get("fusion") or n.inputs != e.inputs)
            for n, e in zip(f.nodes, expect)):
         return False
+    return f.fused_away == (old_fused.fused_away if kept_away is None else kept_away)
+
+
+def _same_fusion(device, new: Graph, expect: list, old_fused) -> bool:
     chains = {n.meta["bn_dx"][2].name for n in new.nodes if n.op == "_BnDxChain"}
-    kept_away = [x for x in old_fused.fused_away if x["into"] not in chains]
-    return f.fused_away == kept_away
+    return same_fusion("_BnDxChain", device, new, expect, old_fused,
+                       [x for x in old_fused.fused_away if x["into"] not in chains])
 
 
 def rewritten(cache: dict, device, graph: Graph, rewrite, same_fusion) -> Graph:

@@ -10,7 +10,7 @@ reduction over N, H, W alone reads (each a pass over the tensor to write it and 
 :func:`eltwise_reduce_graph` puts each such pair (found in the graph the device's fusion passes make, neither member
 fused) into one ``_EltReduce`` node named after ``R`` in ``R``'s phase, with two outputs: ``R``'s, and a read-only
 zero-stride fp16 array of ``E``'s shape that the shape-only readers read instead of ``E``. The replay
-(``replay._Run._elt_reduce``) runs it in one pass (``numerics/eltwise_reduce.eltwise_reduce_f16``: the elementwise
+(``rewritten_runs._elt_reduce``) runs it in one pass (``numerics/eltwise_reduce.eltwise_reduce_f16``: the elementwise
 op's arithmetic and rounding, its inserted cast, the reduction's float32 steps in order) when every value is finite
 and the two ops computed as the pass does the first time the node ran (E in fp16, R in float32 reading fp16, the
 same bits); otherwise it runs the two nodes one by one, with their casts, records and status, and gives ``E``'s own
@@ -24,11 +24,12 @@ rewrite the fusion passes would treat otherwise (nothing is then changed).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
 from ..graph.core import Graph, Node, split_tensor_name, tensor_name
-from .bn_chain import rewritten
+from .bn_chain import rewritten, same_fusion
 
 #: (the elementwise op, the reduction) pairs, and the numerics names of their ops
 PAIRS = {("SquaredDifference", "Mean"): ("squared_difference", "mean"), ("Mul", "Sum"): ("mul", "sum")}
@@ -137,20 +138,9 @@ def _rewrite(device, graph: Graph):
     return new, expect, fused
 
 
-def _same_fusion(device, new: Graph, expect: list, old_fused) -> bool:
-    """Whether the fusion passes make of ``new`` the old fused graph with each pair as its one node."""
-    f = device._fused(new)
-    if [(n.name, n.op) for n in f.nodes] != [(n.name, n.op) for n in expect]:
-        return False
-    if any(n.op != "_EltReduce" and (n.meta.get("fusion") != e.meta.get("fusion") or n.inputs != e.inputs)
-           for n, e in zip(f.nodes, expect)):
-        return False
-    return f.fused_away == old_fused.fused_away
-
-
 def eltwise_reduce_graph(device, graph: Graph) -> Graph:
     """``graph`` (a training step's) with each fp16 elementwise node read only by a reduction (and shape readers)
     as an ``_EltReduce`` node for replays on ``device`` without a dump; ``graph`` itself when there is none or the
     rewrite could change anything but the records (see the module's docstring). Worked out once per graph and
     device policy."""
-    return rewritten(_CACHE, device, graph, _rewrite, _same_fusion)
+    return rewritten(_CACHE, device, graph, _rewrite, partial(same_fusion, "_EltReduce"))

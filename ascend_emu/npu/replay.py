@@ -23,6 +23,7 @@ from .fusion import apply_fusion
 from .node_plan import PURE_MOVES, Light, Prepared, fold_key, signature
 from .precision import ascend_type
 from .records import OpRecord, Records  # noqa: F401  (OpRecord: device.py's API imports it from here)
+from .rewritten_runs import RUNNERS, RewrittenRuns
 from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
@@ -49,7 +50,7 @@ class _Deferred:
         return self.convert()[0]
 
 
-class _Run(Records):
+class _Run(Records, RewrittenRuns):
     """State of one replay: dtype bookkeeping, inserted casts, records, status."""
 
     def __init__(self, device, graph: Graph, feeds: dict, writer, keep: bool = True, phases=None, launch: int = 0):
@@ -226,10 +227,9 @@ class _Run(Records):
             out = self.feeds[node.name]
             self._record(OpRecord(node.name, "Placeholder", "Data", "HOST", dtype_name(out.dtype), []), [out])
             return (out,)
-        if node.op == "_BnDxChain":
-            return self._bn_dx(node, args)
-        if node.op == "_EltReduce":
-            return self._elt_reduce(node, args)
+        rewritten = RUNNERS.get(node.op)
+        if rewritten is not None:    # a rewrite's node (npu/rewritten_runs.py)
+            return rewritten(self, node, args)
         opdef = OPS.get(node.op)
         if opdef is None:
             if "aten_engine" in node.meta and node.meta["aten_engine"] != "AICPU":
@@ -330,141 +330,6 @@ class _Run(Records):
         else:
             self._keep(node, prep)
         return self._eval_prepared(prep, node, args)
-
-    def _bn_dx(self, node: Node, args: list) -> tuple:
-        """A ``_BnDxChain`` node (:mod:`ascend_emu.npu.bn_chain`): batch norm's fp16 input gradient in one pass
-        (``numerics.chain.bn_dx_f16``) once its four ops ran one by one here with these input dtypes computing in
-        fp16 and giving the one pass's bits; otherwise (and whenever the pass declines: an Inf or NaN, an fp16
-        overflow) the four (fused) nodes one by one, with their casts, records and status."""
-        from ..numerics.chain import bn_dx_f16
-
-        a, s, c, d = node.meta["bn_dx"]
-        sig = tuple([(x.dtype, x.shape) if type(x) is np.ndarray else type(x) for x in args])
-        ok = node.__dict__.get("_bn_dx_ok")
-        fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
-        if fresh and ok[3]:
-            y = self._bn_dx_fast(bn_dx_f16, args)
-            if y is not None:
-                self._record(OpRecord(node.name, "_BnDxChain", node.meta.get("ascend_type") or "AddN", "AICORE",
-                                      "float16", list(node.input_names()), 0,
-                                      precision={"dtype": "float16", "reason": "the ops' own decisions (bn_chain)"},
-                                      fusion={"rule": "bn_dx", "replaces": [m.name for m in (a, s, c, d)]}),
-                             (y,))
-                return (y,)
-        env = dict(zip(node.input_names(), args))
-        start = len(self.records)
-        made = []
-        for m in (a, s, c, d):
-            at = len(self.records)
-            outs = self.eval_node(m, [env[r] for r in m.input_names()])
-            made.append(self.records[at:])
-            env[f"{m.name}:0"] = outs[0]
-        out = env[f"{d.name}:0"]
-        self._put_records(start, made, node.meta.get("bn_dx_after") or ((None,),) * 3)
-        if not fresh:
-            # the members' decisions (a function of the policy and the input dtypes): fp16, casts only to fp16;
-            # and the one pass gives their bits on this data (or declines)
-            mine = {m.name for m in (a, s, c, d)}
-            recs = [r for rs in made for r in rs]
-            good = (all(r.compute_dtype == "float16" for r in recs if r.name in mine)
-                    and sum(r.name in mine for r in recs) == 4
-                    and all(r.name in mine or (r.inserted and r.compute_dtype == "float16") for r in recs)
-                    and not self._context(("float16", None)).ftz)
-            if good:
-                y = self._bn_dx_fast(bn_dx_f16, args)
-                if y is None:
-                    return (out,)   # the one pass declined (an Inf or NaN, an overflow): checked on a later replay
-                good = (type(out) is np.ndarray and out.dtype == np.float16 and out.shape == y.shape
-                        and np.array_equal(out.view(np.uint16), y.view(np.uint16)))
-            node.__dict__["_bn_dx_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
-        return (out,)
-
-    def _put_records(self, start: int, made: list, after: tuple) -> None:
-        """Put the records of a rewritten node's members run one by one (``made``: each member's, from ``start`` on,
-        in the order they ran) where the unrewritten graph makes them: each but the last after the last record of the
-        node run before it there (``after``: per member its candidates, nearest first: ``bn_chain._anchors``; a
-        candidate with no record, a node a later rewrite removed, gives way to the next; none: at ``start``), the last
-        member's at the end. The step's ``first_overflow`` is the first record with a status: so it names the op the
-        unrewritten graph's replay names."""
-        recs = self.records
-        del recs[start:]
-        for m in range(len(made) - 2, -1, -1):   # the last member first: an insertion moves only the records after it
-            at = start
-            for name in after[m]:
-                if name is None:
-                    break
-                at = next((i + 1 for i in range(start - 1, -1, -1) if recs[i].name == name), None)
-                if at is not None:
-                    break
-            recs[start if at is None else at:start if at is None else at] = made[m]
-        recs.extend(made[-1])
-
-    def _elt_reduce(self, node: Node, args: list) -> tuple:
-        """An ``_EltReduce`` node (:mod:`ascend_emu.npu.eltwise_reduce`): an fp16 elementwise op and the float32
-        reduction reading it in one pass (``numerics.eltwise_reduce.eltwise_reduce_f16``), its second output a
-        zero-stride fp16 array of the elementwise output's shape for its shape-only readers, once the two ops ran one
-        by one here with these input dtypes (the elementwise op in fp16, its inputs' casts only to fp16, its output
-        widened to float32 for the reduction, the reduction in float32) and gave the pass's bits; otherwise (and whenever the pass declines: an Inf or NaN, a split launch)
-        the two nodes one by one, with their casts, records and status."""
-        e, r = node.meta["elt_reduce"]
-        sig = tuple([(x.dtype, x.shape) if type(x) is np.ndarray else type(x) for x in args])
-        ok = node.__dict__.get("_elt_reduce_ok")
-        fresh = ok is not None and ok[0] is self.dev.precision and ok[1] == sig and ok[2] is self.dev.numerics
-        if fresh and ok[3]:
-            y = self._elt_reduce_fast(e, r, args)
-            if y is not None:
-                self._record(OpRecord(node.name, "_EltReduce", node.meta.get("ascend_type") or r.op, "AICORE",
-                                      "float32", list(node.input_names()), 0,
-                                      precision={"dtype": "float32", "reason": "the ops' own decisions (eltwise_reduce)"},
-                                      fusion={"rule": "eltwise_reduce", "replaces": [e.name, r.name]}),
-                             (y,))
-                return (y, np.broadcast_to(np.zeros((), np.float16), np.broadcast_shapes(np.shape(args[0]), np.shape(args[1]))))
-        env = dict(zip(node.input_names(), args))
-        start = len(self.records)
-        (ev,) = self.eval_node(e, [env[x] for x in e.input_names()])
-        made = [self.records[start:]]
-        env[f"{e.name}:0"] = ev
-        at = len(self.records)
-        (out,) = self.eval_node(r, [env[x] for x in r.input_names()])
-        made.append(self.records[at:])
-        self._put_records(start, made, node.meta.get("elt_reduce_after") or ((None,),))
-        if not fresh:
-            recs = made[0] + made[1]
-            good = (sum(q.name == e.name for q in recs) == 1 and sum(q.name == r.name for q in recs) == 1
-                    and all((q.name == e.name and q.compute_dtype == "float16")
-                            or (q.name == r.name and q.compute_dtype == "float32")
-                            or (q.name not in (e.name, r.name) and q.inserted and q.compute_dtype == "float16")
-                            # (the reduction's float32 read of the fp16 output: the exact widening cast)
-                            or (q.inserted and q.name.startswith(f"{e.name}/") and q.compute_dtype == "float32")
-                            for q in recs)
-                    and type(ev) is np.ndarray and ev.dtype == np.float16
-                    and not self._context(("float16", None)).ftz)
-            if good:
-                y = self._elt_reduce_fast(e, r, args)
-                if y is None:
-                    return (out, ev)   # the pass declined (an Inf or NaN, a split launch): checked on a later replay
-                good = (type(out) is np.ndarray and out.dtype == np.float32 and out.shape == y.shape
-                        and np.array_equal(out.view(np.uint32), y.view(np.uint32)))
-            node.__dict__["_elt_reduce_ok"] = (self.dev.precision, sig, self.dev.numerics, good)
-        return (out, ev)
-
-    def _elt_reduce_fast(self, e: Node, r: Node, args: list):
-        from .eltwise_reduce import PAIRS
-        from ..numerics.eltwise_reduce import eltwise_reduce_f16
-
-        if not self.deterministic:
-            return None     # (the reduction may get a multi-core launch of its own)
-        elt, red = PAIRS[(e.op, r.op)]
-        ctx = self._context(("float32", None))
-        return eltwise_reduce_f16(elt, red, args[0], args[1], args[2], keepdims=bool(r.attrs.get("keep_dims")),
-                                  op_model=ctx.op_model, multicore=ctx.multicore)
-
-    @staticmethod
-    def _bn_dx_fast(bn_dx_f16, args):
-        g, sc, x, mean, b, n, k, t = args
-        if type(g) is np.ndarray and type(sc) is np.ndarray and g.shape != x.shape and sc.shape == x.shape:
-            g, sc = sc, g       # (the Mul's full-size operand second: a product is commutative, bit for bit)
-        return bn_dx_f16(g, sc, x, mean, b, n, k, t)
 
     def _eval_light(self, prep: Light, node: Node, args: list) -> tuple:
         """A :class:`Light` node: the records and outputs of the branches of ``_eval_node`` that made it."""

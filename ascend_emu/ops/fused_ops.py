@@ -303,7 +303,7 @@ def eltwise_chain(*xs, ctx, chain):
     "the four ops' own arithmetic and roundings in their order: their bits and status"))
 def bn_dx_chain(g, s, x, m, b, n, k, t, *, ctx):
     """Batch norm's fp16 input gradient ``AddN(Mul(g, s), t, _EltwiseChain(b, n, k, Sub(x, m)))``
-    (:mod:`ascend_emu.npu.bn_chain`); the replay runs it itself (``replay._Run._bn_dx``: the ops' decisions, casts
+    (:mod:`ascend_emu.npu.bn_chain`); the replay runs it itself (``rewritten_runs._bn_dx``: the ops' decisions, casts
     and records). Here: the four ops in ``ctx``'s dtype one by one on operands already in it."""
     a = OPS["Mul"](g, s, ctx=ctx)[0]
     d = OPS["Sub"](x, m, ctx=ctx)[0]

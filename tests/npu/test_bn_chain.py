@@ -1,4 +1,4 @@
-"""Batch norm's fp16 input gradient as one node (npu/bn_chain.py: ``_BnDxChain``, run by ``replay._Run._bn_dx``
+"""Batch norm's fp16 input gradient as one node (npu/bn_chain.py: ``_BnDxChain``, run by ``rewritten_runs._bn_dx``
 with numerics/chain.py ``bn_dx_f16``): real training runs give the same bits with and without the rewrite.
 
 A small Keras CNN (two Conv2D + BatchNormalization + ReLU blocks, as the benchmark CNN) trains a few
@@ -9,69 +9,20 @@ makes the node run its four ops one by one (their casts, records and status: the
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
+
+from bn_models import X, Y, model, run_rewrite  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.npu import device as D  # noqa: E402
 from ascend_emu.npu import training as T  # noqa: E402
 from ascend_emu.npu.bn_chain import bn_dx_graph  # noqa: E402
 
-RNG = np.random.default_rng(46)
-X = RNG.standard_normal((64, 8, 8, 3)).astype(np.float32)
-Y = RNG.integers(0, 4, 64)
 
-
-def _model():
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(3)
-    L = keras.layers
-    m = keras.Sequential([keras.Input((8, 8, 3)), L.Conv2D(8, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-                          L.Conv2D(16, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-                          L.GlobalAveragePooling2D(), L.Dense(4)], name="bn_cnn")
-    m.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return m
-
-
-def _digest(variables, steps) -> str:
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(np.asarray(v).tobytes())
-    keys = ("loss", "loss_scale", "float_status", "skipped", "first_overflow", "grad_zeros")
-    h.update(repr([[s.get(k) for k in keys] for s in steps]).encode())
-    return h.hexdigest()
-
-
-def _run(monkeypatch, *, rewrite: bool, loss_scale="dynamic", steps=4):
-    """(digest, the steps' records, per step the number of _BnDxChain nodes and of one-pass _BnDxChain records)."""
-    m = _model()
-    nodes, fast = [], []
-    with monkeypatch.context() as mp:
-        if rewrite:
-            def counted(device, graph):
-                out = bn_dx_graph(device, graph)
-                nodes.append(sum(n.op == "_BnDxChain" for n in out.nodes))
-                return out
-            mp.setattr(T, "bn_dx_graph", counted)
-        else:
-            mp.setattr(T, "bn_dx_graph", lambda device, graph: graph)
-        replay = D.Device.replay
-
-        def replayed(self, *a, **k):
-            res = replay(self, *a, **k)
-            fast.append(sum(r.tf_type == "_BnDxChain" for r in res.records))
-            return res
-        mp.setattr(D.Device, "replay", replayed)
-        with ae.emulate("allow_mix_precision", loss_scale=loss_scale) as run:
-            for i in range(steps):
-                m.train_on_batch(X[16 * i:16 * i + 16], Y[16 * i:16 * i + 16])
-    variables = [v.numpy() for v in m.variables + m.optimizer.variables]
-    return _digest(variables, run.steps), run.steps, nodes, fast
+def _run(monkeypatch, **kw):
+    return run_rewrite(monkeypatch, "bn_dx_graph", "_BnDxChain", **kw)
 
 
 def test_train_on_batch_same_bits(monkeypatch):
@@ -93,7 +44,7 @@ def test_overflow_runs_the_ops_one_by_one(monkeypatch):
 
 def test_left_out(tmp_path):
     """The graph as it is with flushed subnormals, and every op of a dumped step."""
-    m = _model()
+    m = model()
     step = T._prepare(m, (X, Y), loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
                       batch_size=16, steps=1, epochs=None, loss_scale=None, shuffle=False, seed=0, dump_dir=None,
                       dump_steps=None, overwrite=False).step_graph
@@ -115,8 +66,8 @@ def test_an_overflow_in_a_member_and_after_it_names_the_member(monkeypatch):
     at D's place, A's record came after ``mul_1/Mul_1``'s and the step's first overflow named that op. Both overflow
     here (the second BN's scale and shift and the dense weights made large): every record with a status comes in the
     unrewritten graph's order, and the first overflow is A."""
-    def model():
-        m = _model()
+    def big_model():
+        m = model()
         conv2, bn2, dense = m.layers[3], m.layers[4], m.layers[-1]
         w, b = conv2.get_weights()
         conv2.set_weights([w, b + 150])
@@ -138,7 +89,7 @@ def test_an_overflow_in_a_member_and_after_it_names_the_member(monkeypatch):
                 seen.append([(r.name, r.status) for r in res.records if r.status])
                 return res
             mp.setattr(D.Device, "replay", replayed)
-            m = model()
+            m = big_model()
             with ae.emulate("allow_mix_precision", loss_scale=f"fixed:{2 ** 14.5}") as run_:
                 m.train_on_batch(X[:16], Y[:16])
                 m.train_on_batch(X[:16], Y[:16])

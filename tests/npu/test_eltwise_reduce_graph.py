@@ -1,5 +1,5 @@
 """An fp16 elementwise node read only by a float32 reduction as one node (npu/eltwise_reduce.py: ``_EltReduce``, run
-by ``replay._Run._elt_reduce`` with numerics/eltwise_reduce.py ``eltwise_reduce_f16``): real training runs give the
+by ``rewritten_runs._elt_reduce`` with numerics/eltwise_reduce.py ``eltwise_reduce_f16``): real training runs give the
 same bits with and without the rewrite.
 
 A small Keras CNN (two Conv2D + BatchNormalization + ReLU blocks, as the benchmark CNN) trains a few
@@ -11,69 +11,19 @@ makes the backward nodes run their ops one by one (their casts, records and stat
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
 
+from bn_models import X, Y, model, run_rewrite  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
+
 import ascend_emu as ae  # noqa: E402
-from ascend_emu.npu import device as D  # noqa: E402
 from ascend_emu.npu import training as T  # noqa: E402
 from ascend_emu.npu.eltwise_reduce import eltwise_reduce_graph  # noqa: E402
 
-RNG = np.random.default_rng(46)
-X = RNG.standard_normal((64, 8, 8, 3)).astype(np.float32)
-Y = RNG.integers(0, 4, 64)
 
-
-def _model():
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(3)
-    L = keras.layers
-    m = keras.Sequential([keras.Input((8, 8, 3)), L.Conv2D(8, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-                          L.Conv2D(16, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
-                          L.GlobalAveragePooling2D(), L.Dense(4)], name="bn_cnn")
-    m.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return m
-
-
-def _digest(variables, steps) -> str:
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(np.asarray(v).tobytes())
-    keys = ("loss", "loss_scale", "float_status", "skipped", "first_overflow", "grad_zeros")
-    h.update(repr([[s.get(k) for k in keys] for s in steps]).encode())
-    return h.hexdigest()
-
-
-def _run(monkeypatch, *, rewrite: bool, loss_scale="dynamic", steps=4, **options):
-    """(digest, the steps' records, per step the number of _EltReduce nodes and of one-pass _EltReduce records)."""
-    m = _model()
-    nodes, fast = [], []
-    with monkeypatch.context() as mp:
-        if rewrite:
-            def counted(device, graph):
-                out = eltwise_reduce_graph(device, graph)
-                nodes.append(sum(n.op == "_EltReduce" for n in out.nodes))
-                return out
-            mp.setattr(T, "eltwise_reduce_graph", counted)
-        else:
-            mp.setattr(T, "eltwise_reduce_graph", lambda device, graph: graph)
-        replay = D.Device.replay
-
-        def replayed(self, *a, **k):
-            res = replay(self, *a, **k)
-            fast.append(sum(r.tf_type == "_EltReduce" for r in res.records))
-            return res
-        mp.setattr(D.Device, "replay", replayed)
-        with ae.emulate("allow_mix_precision", loss_scale=loss_scale, **options) as run:
-            for i in range(steps):
-                m.train_on_batch(X[16 * i:16 * i + 16], Y[16 * i:16 * i + 16])
-    variables = [v.numpy() for v in m.variables + m.optimizer.variables]
-    return _digest(variables, run.steps), run.steps, nodes, fast
+def _run(monkeypatch, **kw):
+    return run_rewrite(monkeypatch, "eltwise_reduce_graph", "_EltReduce", **kw)
 
 
 def test_train_on_batch_same_bits(monkeypatch):
@@ -98,7 +48,7 @@ def test_overflow_runs_the_ops_one_by_one(monkeypatch):
 
 def test_left_out(tmp_path):
     """The graph as it is with flushed subnormals, and every op of a dumped step."""
-    m = _model()
+    m = model()
     step = T._prepare(m, (X, Y), loss=None, optimizer=None, learning_rate=None, optimizer_options=None,
                       batch_size=16, steps=1, epochs=None, loss_scale=None, shuffle=False, seed=0, dump_dir=None,
                       dump_steps=None, overwrite=False).step_graph
