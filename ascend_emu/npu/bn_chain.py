@@ -153,10 +153,10 @@ def _same_fusion(device, new: Graph, expect: list, old_fused) -> bool:
                        [x for x in old_fused.fused_away if x["into"] not in chains])
 
 
-def rewritten(cache: dict, device, graph: Graph, rewrite, same_fusion) -> Graph:
+def rewritten(cache: dict, device, graph: Graph, rewrite, same) -> Graph:
     """The graph a no-dump replay of ``graph`` on ``device`` runs under a rewrite of this module's kind (here and
     :mod:`ascend_emu.npu.eltwise_reduce`): ``rewrite(device, graph)`` -> (new graph, the fused nodes expected of it,
-    the old fused graph) or None, kept where ``same_fusion(device, *made)`` holds; ``graph`` itself otherwise, with
+    the old fused graph) or None, kept where ``same(device, *made)`` holds; ``graph`` itself otherwise, with
     flushed subnormals or control inputs. Worked out once per graph and device policy (``cache``: id(graph) -> ...,
     holding the graph and the policy's objects so that a reused id cannot hit)."""
     key = id(graph)
@@ -167,7 +167,7 @@ def rewritten(cache: dict, device, graph: Graph, rewrite, same_fusion) -> Graph:
     out = graph
     if device.numerics.subnormals == "keep" and not any(n.control_inputs for n in graph.nodes):
         made = rewrite(device, graph)
-        if made is not None and same_fusion(device, made[0], made[1], made[2]):
+        if made is not None and same(device, made[0], made[1], made[2]):
             out = made[0]
     if len(cache) >= 8:
         cache.clear()

@@ -100,3 +100,12 @@ def test_an_overflow_in_a_member_and_after_it_names_the_member(monkeypatch):
     assert [s["first_overflow"] for s in steps] == [s["first_overflow"] for s in old_steps]
     assert steps[0]["first_overflow"]["name"].endswith("batchnorm/mul_1/Mul")
     assert seen == old_seen and len(seen[0]) > 1
+
+
+def test_flushed_subnormals_run_the_ops_one_by_one(monkeypatch):
+    """Review (session 21): with the CCE compiler's flush-to-zero (``cce_ftz=True``) the one pass, which keeps
+    fp16 subnormals, is never switched on: the four ops run one by one every step, the bits the unrewritten graph's."""
+    new, steps, nodes, fast = _run(monkeypatch, rewrite=True, steps=3, cce_ftz=True)
+    assert nodes == [2] * 3 and fast == [0] * 3
+    old, _, _, _ = _run(monkeypatch, rewrite=False, steps=3, cce_ftz=True)
+    assert new == old
