@@ -450,6 +450,16 @@ def _flip_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
             and items * M * N * _kp(K) > _SMALL_TERMS)
 
 
+def _widen_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
+    """Whether the cube widens the C-contiguous fp16 B ``b`` straight into the fast kernel's slabs
+    (kernels/cube/operands.widen_pack_f16: widen_operands' values, pack_b's layout, one pass instead of two; a Dense
+    layer's 512 x 512 weight in a training step, thread CPU: see benchmarks/RESULTS.md session 21): the fast model, an
+    fp16 host conversion (HW_HALF), a product larger than the small kernel's in the C = A B orientation."""
+    return (pol.fast and pol.operand == "float16" and b.dtype == np.float16 and _ke.HW_HALF and b.ndim == 3
+            and b.flags.c_contiguous and min(M, N, K) > 0 and not _transposed(M, N)
+            and items * M * N * _kp(K) > _SMALL_TERMS)
+
+
 def _pack_strided(b, pol: _Policy, K: int, N: int):
     """(the fast kernel's slabs of the 16-bit (stack, [stack,] K, N) view ``b`` widened and packed in one pass
     (kernels/cube/operands.pack_b16), a function saying whether b holds a NaN): the same floats as
@@ -514,6 +524,9 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
                 Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
         if Bp is None and b3.ndim != 3:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
+    if Bp is None and not flip and not const_b and bounds is None and _widen_pack_ok(b3, pol, len(ia), M, N, K):
+        Bp = _k.empty_slabs(_k.slab_shape(b3.shape[0], N, _kp(K)))
+        _k.widen_pack_f16(b3.view(np.uint16), Bp, pol.subnormal == config.SUBNORMAL_MODES["flush"])
     if flip:
         pass   # bv, sb: B^T's values viewed as B's
     elif Bp is not None:
