@@ -514,7 +514,10 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
         flip = _nan_free(wv) and _nan_free(av)   # a NaN operand keeps the orientation C = A B (see _nan_free)
         if flip:
             bv = wv.transpose(0, 2, 1)
-    if not flip and (b3.ndim != 3 or not b3.flags.c_contiguous):
+        else:   # _pack_strided's route for this B (M < N: not _transposed), from the values widened already
+            Bp = _k.empty_slabs(_k.slab_shape(b3.shape[0], N, _kp(K)))
+            _k.pack_bt(wv, K, Bp)
+    if not flip and Bp is None and (b3.ndim != 3 or not b3.flags.c_contiguous):
         # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
         # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us, widened in its own
         # layout and packed by pack_bt ~300 us: _pack_strided)

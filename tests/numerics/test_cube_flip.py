@@ -117,8 +117,15 @@ def test_a_nan_operand_keeps_the_product_unflipped(monkeypatch, nan_in):
     a = _hostile(rng, (32, 512), np.float16)
     (a if nan_in == "a" else w)[9, 17] = np.nan
     flips = _count_flips(monkeypatch)
-    cube.matmul(a, w, transpose_b=True)
-    assert flips == [False]
+    for kw in ({}, {"out_dtype": "float32"}):
+        flips.clear()
+        ours = cube.matmul(a, w, transpose_b=True, **kw)
+        assert flips == [False]
+        monkeypatch.setattr(cube_core, "_flip_ok", lambda *x: False)   # the C = A B route of _pack_strided
+        old = cube.matmul(a, w, transpose_b=True, **kw)
+        u = np.uint16 if old[0].itemsize == 2 else np.uint32
+        assert np.array_equal(ours[0].view(u), old[0].view(u)) and ours[1] == old[1]   # NaN payloads too
+        monkeypatch.setattr(cube_core, "_flip_ok", _FLIP_OK)
     assert cube_core._flip_ok(w.T[None], cube_core._policy("float16", "float16", "inf_nan", "keep", None), 1, 32, 512,
                               512)
 
