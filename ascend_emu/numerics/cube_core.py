@@ -372,10 +372,11 @@ def _finish(acc: np.ndarray, pol: _Policy, epilogue: Epilogue | None = None, out
 
 
 def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: bool = False,
-         Bp=None) -> np.ndarray:
+         Bp=None, flip: bool = False) -> np.ndarray:
     """The fp32 accumulators (len(ia), M, N) of av[ia] @ bv[ib] from the bias, K in order. ``const_b``: bv is a
     constant's memoized operand values (frozen): its padded, packed slabs are computed once and kept with it.
-    ``Bp``: B's slabs packed already (bv None; the fast kernel in the C = A B orientation: _batched decided it)."""
+    ``Bp``: B's slabs packed already (bv None; the fast kernel in the C = A B orientation: _batched decided it).
+    ``flip``: computed as C^T = B^T A^T (_batched decided it: :func:`_flip_ok`)."""
     kp = _kp(K)
     if Bp is not None:
         acc = _alloc.empty((len(ia), M, N), np.float32)
@@ -388,7 +389,7 @@ def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: b
         if not _k.matmul_tree16_small(np.ascontiguousarray(av), np.ascontiguousarray(bv), biasv, ia, ib, acc, K,
                                       pol.exact_products):
             return acc
-    if _transposed(M, N) and not (pol.fast and _nan_free(av) and _nan_free(bv)):
+    if flip or (_transposed(M, N) and not (pol.fast and _nan_free(av) and _nan_free(bv))):
         accT = _alloc.empty((len(ia), N, M), np.float32)
         _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
                     True, accT, K, pol)
@@ -426,6 +427,36 @@ def _strided_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> boo
     strided packing 0.40), nor broadcast along the columns (a zero stride: a BroadcastTo's view; copied)."""
     return (pol.fast and pol.operand != "float32" and b.dtype == config.COMPUTE_DTYPES[pol.operand]
             and b.ndim <= 4 and b.strides[-1] not in (b.itemsize, 0) and min(M, N, K) > 0
+            and items * M * N * _kp(K) > _SMALL_TERMS)
+
+
+# a product with a transposed B (_flip_ok) runs as C^T = B^T A^T for _FEW_COLS <= M <= _FLIP_ROWS rows of A,
+# N >= 8 M columns and K >= _MIN_COLS terms: in-process A/B, one thread, fp16 (M x K x N, medians of 25 paired
+# rounds): 32 x 512 x 512 861 -> 722 us, 64 x 512 x 512 -179 us, 8 x 1024 x 1024 -291, 16 x 512 x 1024 -149, 32 x 256
+# x 512 -47; outside: 128 x 512 x 256 +58, 100 x 300 x 200 +48, 32 x 512 x 64 +13, 1 x 512 x 512 +19, 32 x 64 x 512 +12
+_FLIP_ROWS = 64
+
+
+def _flip_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
+    """Whether the cube computes A B as C^T = B^T A^T for the 16-bit B ``b`` that is a transposed view of a
+    C-contiguous (stack, N, K) array (MatMul's transpose_b of a weight: a Dense layer's input gradient dY W^T, M the
+    batch): B^T's values are then widened in their own layout and read by the kernel as its rows, and only the small
+    A^T is packed, where C = A B packed all of B from across its rows (_pack_strided's pack_bt). The same products
+    summed in the same k order (the _transposed rule's other orientation); _batched takes it only for NaN-free
+    operands (see :func:`_nan_free`)."""
+    return (pol.fast and pol.operand != "float32" and b.dtype == config.COMPUTE_DTYPES[pol.operand]
+            and b.ndim == 3 and not b.flags.c_contiguous and b.transpose(0, 2, 1).flags.c_contiguous
+            and _FEW_COLS <= M <= _FLIP_ROWS and N >= 8 * M and K >= _MIN_COLS
+            and items * M * N * _kp(K) > _SMALL_TERMS)
+
+
+def _widen_pack_ok(b, pol: _Policy, items: int, M: int, N: int, K: int) -> bool:
+    """Whether the cube widens the C-contiguous fp16 B ``b`` straight into the fast kernel's slabs
+    (kernels/cube/operands.widen_pack_f16: widen_operands' values, pack_b's layout, one pass instead of two; a Dense
+    layer's 512 x 512 weight in a training step, thread CPU: see benchmarks/RESULTS.md session 21): the fast model, an
+    fp16 host conversion (HW_HALF), a product larger than the small kernel's in the C = A B orientation."""
+    return (pol.fast and pol.operand == "float16" and b.dtype == np.float16 and _ke.HW_HALF and b.ndim == 3
+            and b.flags.c_contiguous and min(M, N, K) > 0 and not _transposed(M, N)
             and items * M * N * _kp(K) > _SMALL_TERMS)
 
 
@@ -477,7 +508,16 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     const_b = b_const is not None and _memo.frozen(b_const)
     av, sa = _operand_values(a3, pol)
     Bp = None
-    if b3.ndim != 3 or not b3.flags.c_contiguous:
+    flip = False
+    if not const_b and bounds is None and _flip_ok(b3, pol, len(ia), M, N, K):
+        wv, sb = _operand_values(b3.transpose(0, 2, 1), pol)
+        flip = _nan_free(wv) and _nan_free(av)   # a NaN operand keeps the orientation C = A B (see _nan_free)
+        if flip:
+            bv = wv.transpose(0, 2, 1)
+        else:   # _pack_strided's route for this B (M < N: not _transposed), from the values widened already
+            Bp = _k.empty_slabs(_k.slab_shape(b3.shape[0], N, _kp(K)))
+            _k.pack_bt(wv, K, Bp)
+    if not flip and Bp is None and (b3.ndim != 3 or not b3.flags.c_contiguous):
         # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
         # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us, widened in its own
         # layout and packed by pack_bt ~300 us: _pack_strided)
@@ -487,7 +527,12 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
                 Bp = None   # a NaN operand keeps the orientation C^T = B^T A^T it always had (see _nan_free)
         if Bp is None and b3.ndim != 3:
             b3 = np.ascontiguousarray(b3).reshape((-1, K, N))
-    if Bp is not None:
+    if Bp is None and not flip and not const_b and bounds is None and _widen_pack_ok(b3, pol, len(ia), M, N, K):
+        Bp = _k.empty_slabs(_k.slab_shape(b3.shape[0], N, _kp(K)))
+        _k.widen_pack_f16(b3.view(np.uint16), Bp, pol.subnormal == config.SUBNORMAL_MODES["flush"])
+    if flip:
+        pass   # bv, sb: B^T's values viewed as B's
+    elif Bp is not None:
         bv, sb = None, 0
     elif const_b:
         # the operand rounding is a function of b3's bits (b3: b_const reshaped, the key holds its shape)
@@ -499,7 +544,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     if bounds is not None:
         acc = _split_acc(av, bv, ia, ib, biasv, pol, M, N, bounds, multicore.order(len(bounds) - 1))
     else:
-        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K, const_b, Bp)
+        acc = _acc(av, bv, ia, ib, biasv, pol, M, N, K, const_b, Bp, flip)
     out, sf = _finish(acc, pol, epilogue, out_shape)
     return out.reshape(out_shape), sa | sb | sf
 

@@ -44,5 +44,6 @@ from .blocked import NCG, aligned_block, matmul_blocked, tree_leaves  # noqa: F4
 from .conv import (depthwise_tree16, dw_im2col_t, has_nan, im2col, im2col_packed, im2col_t, pixel_offsets,  # noqa: F401
                    widen_padded)
 from .conv import dx_class_packed, patch_rows_packed, planar_padded, planar_widened, rows_transposed  # noqa: F401
-from .operands import pack_b16, pack_bt, round_f32_operands, round_f64_operands, widen_operands  # noqa: F401
+from .operands import (pack_b16, pack_bt, round_f32_operands, round_f64_operands, widen_operands,  # noqa: F401
+                       widen_pack_f16)
 from .fixpipe import finish_f32, finish_grid, finish_grid_rows, finish_to_16, to16  # noqa: F401

@@ -229,3 +229,29 @@ def pack_bt(W, K, Bp):
             Bp[t, jt, q, l, :jn] = np.float32(0.0)
         for l in range(16):
             Bp[t, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
+
+
+@njit(cache=True, parallel=True)
+def widen_pack_f16(Y, Bp, flush):
+    """pack_b of widen_operands(Y) (fp16, HW_HALF hosts) in one pass: Bp[t, jt, q, l, j] = float32 bits of the fp16
+    pattern Y[t, 16q + l, jt*NC + j] by cast.span_f16_to_f32_hw, widen_operands' own per-element conversion (exact;
+    subnormals -> signed zero under flush; Inf and NaN patterns exactly), +0 for the rows K..Kp and from column N up to
+    the 2x2 block edge. Y (nb, K, N) uint16, C-contiguous: a contiguous fp16 B (a Dense layer's weight) is not widened
+    into a float32 copy that pack_b then reads again."""
+    nb, K, N = Y.shape
+    njt, nkb = Bp.shape[1], Bp.shape[2]
+    sub = FLUSH if flush else KEEP
+    for w in prange(nb * njt * nkb):
+        t = w // (njt * nkb)
+        jt = (w // nkb) % njt
+        q = w % nkb
+        j0 = jt * NC
+        jn = min(N, j0 + NC) - j0
+        tc = _tail_columns(jn)
+        for l in range(16):
+            k = 16 * q + l
+            if k < K:
+                span_f16_to_f32_hw(Y[t, k, j0:j0 + jn], Bp[t, jt, q, l, :jn].view(np.uint32), sub)
+                Bp[t, jt, q, l, jn:tc] = np.float32(0.0)
+            else:   # the padded rows: +0 products
+                Bp[t, jt, q, l, :tc] = np.float32(0.0)

@@ -127,6 +127,11 @@ def _cases():
     yield ("_FusedMatMul", [_values("normal", (40, 32)), _values("normal", (32, 20), 0.3)], {}, (40, 20))
     yield ("_FusedMatMul", [_values("normal", (10, 24)), _values("normal", (300, 24), 0.3)],
            dict(transpose_b=True), (10, 300))
+    # the cube's one-pass fp16 operand routes: dY W^T as C^T (cube_core._flip_ok), a weight widened into its slabs
+    # (cube_core._widen_pack_ok)
+    yield ("_FusedMatMul", [_values("normal", (16, 256)), _values("normal", (256, 256), 0.05)],
+           dict(transpose_b=True), (16, 256))
+    yield ("_FusedMatMul", [_values("normal", (24, 64)), _values("normal", (64, 300), 0.1)], {}, (24, 300))
     yield ("_FusedBatchMatMul", [_values("normal", (3, 8, 16)), _values("normal", (3, 16, 12), 0.3)], {}, (3, 8, 12))
     del f
 
