@@ -13,7 +13,7 @@ from numba import njit, prange
 from numba import types
 from numba.extending import overload
 
-from ..cast import _widen_span
+from ..cast import HW_HALF, _widen_span, span_f16_to_f32_hw
 from ..codes import FLUSH
 from .tree16 import NC, _tail_columns, tree16
 
@@ -183,10 +183,21 @@ def im2col_packed(xp, koff, sh, sw, OH, OW, r0, rows, Bp, bf16=False, subnormal=
                 bf[d + j] = np.float32(0.0)
 
 
+@njit(cache=True)
+def _widen_row(src, out, bf16, subnormal, hw):
+    """out[i] = float32 bits of the 16-bit pattern src[i] (exact): fp16 by the CPU's conversion where ``hw``
+    (cast.HW_HALF hosts; Inf and NaN patterns by the exact widening: the same bits), else the integer widening."""
+    if hw and not bf16:
+        span_f16_to_f32_hw(src, out, subnormal)
+    else:
+        _widen_span(src, out, bf16, subnormal)
+
+
 @njit(cache=True, parallel=True)
-def widen_padded(bits, out, pt, pl, bf16, subnormal):
+def widen_padded(bits, out, pt, pl, bf16, subnormal, hw=HW_HALF):
     """out[n, pt + h, pl + w, c] = float32 bits of the 16-bit pattern bits[n, h, w, c] (exact; subnormals
-    as cast's code says); every other element of out (the padding: rows, columns, channels) +0."""
+    as cast's code says); every other element of out (the padding: rows, columns, channels) +0. ``hw``: fp16
+    by the CPU's conversion (as widen_operands; the CNN's 16-channel activations ~2x faster to widen)."""
     N, H, W, C = bits.shape
     _, Hp, Wp, Cp = out.shape
     for t in prange(N * Hp):
@@ -200,11 +211,11 @@ def widen_padded(bits, out, pt, pl, bf16, subnormal):
         row[(pl + W) * Cp:] = 0
         src = bits[n, y]
         if Cp == C:  # one contiguous span
-            _widen_span(src.reshape(-1), row[pl * Cp:(pl + W) * Cp], bf16, subnormal)
+            _widen_row(src.reshape(-1), row[pl * Cp:(pl + W) * Cp], bf16, subnormal, hw)
         else:
             for x in range(W):
                 o = (pl + x) * Cp
-                _widen_span(src[x], row[o:o + C], bf16, subnormal)
+                _widen_row(src[x], row[o:o + C], bf16, subnormal, hw)
                 row[o + C:o + Cp] = 0
 
 
