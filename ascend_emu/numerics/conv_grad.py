@@ -13,7 +13,7 @@ import numpy as np
 
 from . import conv as _fwd
 from . import policy as config
-from .conv import (_IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _k_offsets, _padded_shared, _planar_operands,
+from .conv import (_IM2COL_BYTES, _any_nan, _class_runs, _filter_rows, _padded_shared, _planar_operands,
                    _planar_shared, conv2d)
 from .cube_core import (_Policy, _batched, _bias_vector, _finish, _kp, _numeric, _operand_values, _padded,
                         _padded_input, _padded_input_flat, _policy, _tiles)
@@ -94,7 +94,8 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
         dys, sd = np.ascontiguousarray(dy).view(np.uint16).reshape(R, CO), 0
     else:
         dys, sd = _operand_values(dy.reshape(R, CO), pol)
-    koff = _k_offsets(KH, KW, C, xp.shape[2], dh, dw, "hwc")
+    # (the packed route's patch offsets, worked out once per geometry: _k_table; the gather reads none)
+    koff = None if gather else _fwd._k_table(KH, KW, C, xp.shape[2], dh, dw, "hwc")[0]
     bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
     if bounds is None:
         bounds = np.array([0, R], dtype=np.int64)
@@ -169,8 +170,7 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     else:
         dv, sd = _operand_values(dy, pol)
         dyb[:R * CO] = dv.reshape(-1)
-    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
-    a_rows = np.ascontiguousarray(((c * Hp + kh * dh) * Wp + kw * dw).reshape(-1), dtype=np.uintp)
+    a_rows = _taps_rows_a(KH, KW, C, Hp, Wp, dh, dw)
     b_g = np.arange(-(-CO // (2 * _k.LANES)), dtype=np.uintp) * np.uintp(2 * _k.LANES)
     bounds = multicore.batch_bounds(N, OH * OW) if multicore is not None else None
     if bounds is None:
@@ -180,10 +180,7 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     parts = np.empty((len(bounds) - 1, Kc * CO), dtype=np.float32)
     for part in range(len(bounds) - 1):
         r0, r1 = int(bounds[part]), int(bounds[part + 1])
-        p = np.arange(r0, r1, 16, dtype=np.int64)   # each K block's first pixel (n, oh, ow)
-        n, oh, ow = p // (OH * OW), (p // OW) % OH, p % OW
-        a_q = np.ascontiguousarray((n * P * Hp + oh * sh) * Wp + ow, dtype=np.uintp)
-        b_q = np.ascontiguousarray(p * CO, dtype=np.uintp)
+        a_q, b_q = _taps_rows_blocks(r0, r1, OH, OW, P, Hp, Wp, sh, CO)
         _k.matmul_tree16_gather(xpl, a_rows, a_q, dyb, b_q, b_g, CO, bias, False, parts[part].reshape(Kc, CO),
                                 tiles, pol.exact_products, _k.row_block(Kc, 1, numba.get_num_threads()))
     if len(bounds) > 2:  # the cores' fp32 partials, atomic-added in arrival order
@@ -197,6 +194,27 @@ def _filter_grad_taps_rows(x, dy, KH, KW, sh, dh, dw, pads, OH, OW, pol: _Policy
     if pol.out != "float32":
         out = out.view(config.COMPUTE_DTYPES[pol.out])
     return out, sx | sd | int(sf)
+
+
+@functools.lru_cache(maxsize=64)
+def _taps_rows_a(KH, KW, C, Hp, Wp, dh, dw):
+    """_filter_grad_taps_rows's A row table: tap (kh, kw) of channel c at (c*Hp + kh*dh)*Wp + kw*dw in a sample's
+    planar x, rows in (kh, kw, c) order (uintp; once per geometry: numpy's meshgrid every call cost more than
+    the kernel's launch; shared, the kernel only reads it)."""
+    kh, kw, c = np.meshgrid(np.arange(KH), np.arange(KW), np.arange(C), indexing="ij")
+    return np.ascontiguousarray(((c * Hp + kh * dh) * Wp + kw * dw).reshape(-1), dtype=np.uintp)
+
+
+@functools.lru_cache(maxsize=64)
+def _taps_rows_blocks(r0, r1, OH, OW, P, Hp, Wp, sh, CO):
+    """_filter_grad_taps_rows's K block tables for the pixels r0..r1 (once per geometry, shared, read only by the
+    kernel): each block's first pixel p = (n, oh, ow) as its offset in planar x (P planes of Hp x Wp a sample) and
+    as its offset p*CO in dy's rows."""
+    p = np.arange(r0, r1, 16, dtype=np.int64)   # each K block's first pixel (n, oh, ow)
+    n, oh, ow = p // (OH * OW), (p // OW) % OH, p % OW
+    a_q = np.ascontiguousarray((n * P * Hp + oh * sh) * Wp + ow, dtype=np.uintp)
+    b_q = np.ascontiguousarray(p * CO, dtype=np.uintp)
+    return a_q, b_q
 
 
 @functools.lru_cache(maxsize=64)

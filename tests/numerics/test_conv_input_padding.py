@@ -27,3 +27,26 @@ def test_widened_into_padding_equals_widen_then_pad(fmt, subnormals):
         want = np.pad(values, pads)
         assert status == want_status == 0 and got.dtype == np.float32 and got.shape == want.shape
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), pads
+
+
+@pytest.mark.parametrize("hw", [True, False])
+@pytest.mark.parametrize("subnormals", ["keep", "flush"])
+@pytest.mark.parametrize("pad_c", [0, 3])
+def test_widen_padded_fp16_against_numpy(hw, subnormals, pad_c):
+    """widen_padded of every fp16 pattern, by the CPU's conversion (hw, where the host has it) and by the integer
+    widening, against numpy's float16 -> float32 (NaN payloads kept), subnormals made signed zeros under flush,
+    then np.pad: one contiguous span per row (no channel padding) and pixel by pixel (channels padded)."""
+    from ascend_emu.kernels.cast import HW_HALF
+    from ascend_emu.kernels.cube import widen_padded
+    from ascend_emu.numerics.policy import SUBNORMAL_MODES
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(4, 64, 32, 8)
+    want = bits.view(np.float16).astype(np.float32)
+    if subnormals == "flush":
+        sub = ((bits & 0x7C00) == 0) & ((bits & 0x3FF) != 0)
+        want = np.where(sub, np.copysign(np.float32(0), want), want)
+    pads = ((0, 0), (2, 1), (1, 2), (0, pad_c))
+    want = np.pad(want, pads).view(np.uint32)
+    got = np.full(want.shape, 0xDEADBEEF, dtype=np.uint32)
+    widen_padded(bits, got, 2, 1, False, SUBNORMAL_MODES[subnormals], hw and HW_HALF)
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, f"{len(bad)} differ, first at {tuple(bad[0])}: {got[tuple(bad[0])]:#x} != {want[tuple(bad[0])]:#x}"
