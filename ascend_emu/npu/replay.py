@@ -194,14 +194,19 @@ class _Run(Records, RewrittenRuns):
         # a node kept in the plan for inputs of these dtypes: its kept work (here, one call less a node)
         prepared = self.prepared
         prep = prepared.get(id(node)) if prepared is not None else None
-        if prep is not None and prep.node is node and prep.sig == signature(args):
+        # (a node of no inputs, a Const or a Placeholder, has the empty signature: not worked out)
+        if prep is not None and prep.node is node and prep.sig == (signature(args) if args else ()):
             outs = (self._eval_light(prep, node, args) if type(prep) is Light
                     else self._eval_prepared(prep, node, args))
         else:
             outs = self._eval_node(node, args)
         # a wrong shape or dtype is caught at the op that made it; the check is a function of the node
         # and the outputs' shapes and dtypes, so a node remembers the last ones it passed with
-        sig = tuple([(o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs])
+        if len(outs) == 1:      # (most nodes: the same tuple, without a list made and turned into one)
+            o = outs[0]
+            sig = ((o.shape, o.dtype),) if type(o) is np.ndarray else (None,)
+        else:
+            sig = tuple([(o.shape, o.dtype) if type(o) is np.ndarray else None for o in outs])
         if node.__dict__.get("_outputs_checked") != sig or None in sig:
             check_outputs(node, outs)
             node.__dict__["_outputs_checked"] = sig

@@ -38,6 +38,7 @@ The runner's interface: ``train(step, x, y, state, key=, loss_scale=None) -> rec
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -322,10 +323,15 @@ class Hooks:
             model.predict_function = lambda data: current().keras.predict(model, data)
             return model.predict_function
 
+        train_on_batch = getattr(TensorFlowTrainer.train_on_batch, "__code__", None)
+
         def reset_metrics(model):
-            # (train_on_batch resets the metrics before every call: one traced call instead of an assign each)
+            # (train_on_batch resets the metrics before every call: one traced call instead of an assign each; the
+            # call train_on_batch makes right before its train function, ours, runs in that function's first read)
             if _bypassed() or not any(m is model for m in current().keras.models):
                 return o["reset_metrics"](model)
+            if train_on_batch is not None and sys._getframe(1).f_code is train_on_batch:
+                return current().keras.defer_reset(model, o["reset_metrics"])
             return current().keras.reset_metrics(model, o["reset_metrics"])
 
         def function_call(fn, *args, **kwargs):

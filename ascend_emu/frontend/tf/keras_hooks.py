@@ -71,11 +71,16 @@ class KerasSteps:
         self._forward: dict = {}
         self._metrics: dict = {}
         self._resets: dict = {}
+        self._pending: dict = {}        # id(model) -> (model, Keras' reset_metrics): a reset train_on_batch deferred
         self.models: list = []          # whose train/test/predict functions are ours (reset on exit)
 
     # -- training ----------------------------------------------------------------------------
+    @staticmethod
+    def _train_key(model, x, y) -> tuple:
+        return (id(model), x.shape[1:], x.dtype.str, y.shape[1:], y.dtype.str)
+
     def _train_step(self, model, x, y):
-        key = (id(model), x.shape[1:], x.dtype.str, y.shape[1:], y.dtype.str)
+        key = self._train_key(model, x, y)
         if key not in self._train:
             opt = getattr(model, "optimizer", None)
             if opt is None:
@@ -95,9 +100,25 @@ class KerasSteps:
         return self._train[key]
 
     def train(self, model, iterator):
+        logs = None
+        # the metrics' reset train_on_batch asked for just before (``defer_reset``): traced in front of the first
+        # read of the variables, one call for both; run on its own before a step is traced, and if nothing read
+        pending = self._pending.pop(id(model), None)
+        try:
+            logs = self._train_batches(model, iterator, pending)
+            pending = None
+        finally:
+            if pending is not None and pending[0]:
+                self.reset_metrics(model, pending[1])
+        return logs
+
+    def _train_batches(self, model, iterator, pending):
         logs = then = None
         with passthrough():
             for x, y in _arrays(model, iterator):
+                if pending is not None and pending[0] and self._train_key(model, x, y) not in self._train:
+                    pending[0] = False      # (a step traced now: the reset runs first, as Keras runs it)
+                    self.reset_metrics(model, pending[1])
                 step, lso = self._train_step(model, x, y)
                 spec = None
                 if lso is not None:
@@ -105,7 +126,10 @@ class KerasSteps:
                                     f"incr_every={int(lso.dynamic_growth_steps)},decr_every=1,incr_ratio=2,"
                                     "decr_ratio=0.5",
                             "good_steps": int(lso.step_counter.numpy())}
-                state = read_variables(step)
+                first = self._reset_fn(model, pending[1]) if pending is not None and pending[0] else None
+                state = read_variables(step, first)
+                if first is not None:
+                    pending[0] = False      # (run: a read that fails leaves it to ``train``'s own, a reset again)
                 before = dict(state)
                 key = ("keras", id(model), step.graph.name, x.shape[1:], y.shape[1:])
                 self.runner.train(step, x, y, state, key=key, loss_scale=spec)
@@ -143,6 +167,26 @@ class KerasSteps:
                 fn = model.get_metrics_result
             self._metrics[key] = fn
         return fn()
+
+    def defer_reset(self, model, reset) -> None:
+        """Keras' ``reset_metrics`` (``reset``) of ``model`` called by ``train_on_batch`` right before its train
+        function (ours: :meth:`train`): run by that function in front of its first read of the variables, in the
+        same traced call (a call less a step); now where it would run eagerly anyway."""
+        if not _keras_resets(model):
+            return reset(model)
+        old = self._pending.pop(id(model), None)
+        if old is not None and old[0]:
+            self.reset_metrics(model, old[1])     # (never consumed: run as it would have been)
+        self._pending[id(model)] = [True, reset]
+
+    def _reset_fn(self, model, reset):
+        """``reset(model)`` as one function object per model and set of metric variables (the key of the read it
+        is traced into, :func:`~ascend_emu.frontend.tf.stateful.read_variables`)."""
+        key = ("reset", id(model), tuple(map(id, model.metrics_variables)))
+        fn = self._resets.get(key)
+        if fn is None:
+            fn = self._resets[key] = lambda: reset(model)
+        return fn
 
     def reset_metrics(self, model, reset):
         """Keras' ``reset_metrics`` (``reset``) of ``model`` in one call: traced once per model and set of metric

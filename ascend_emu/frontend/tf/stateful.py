@@ -386,28 +386,45 @@ def fast_call(cf):
     return run
 
 
-def _reader(step: TrainStep):
-    """The step's variables read in one call (a traced function of ReadVariableOps, made once per step): the
-    eager reads cost a dispatch each."""
-    reader = step.__dict__.get("_reader")
-    if reader is None:
+def _reader(step: TrainStep, first=None):
+    """The step's variables read in one call (a traced function of ReadVariableOps, made once per step and ``first``):
+    the eager reads cost a dispatch each. ``first``: a function of no arguments traced in front of the reads (its
+    writes come first: automatic control dependencies), e.g. Keras' reset of the metrics; None where it cannot be
+    traced."""
+    readers = step.__dict__.setdefault("_readers", {})
+    reader = readers.get(first, False)
+    if reader is False:
         tf = import_tf()
         handles = list(step.handles.values())
 
         def read_all():
+            if first is not None:
+                first()
             return [tf.raw_ops.ReadVariableOp(resource=h, dtype=dt) for h, dt in handles]
-        reader = step.__dict__["_reader"] = fast_call(tf.function(read_all, autograph=False).get_concrete_function())
+        try:
+            reader = fast_call(tf.function(read_all, autograph=False).get_concrete_function())
+        except Exception:
+            if first is None:
+                raise
+            reader = None       # ``first`` only runs eagerly
+        readers[first] = reader
     return reader
 
 
-def read_variables(step: TrainStep) -> dict:
+def read_variables(step: TrainStep, first=None) -> dict:
     """State key -> the current value of each variable of a :func:`train_step_from_tf_function` step.
 
     The values are read-only views of the tensors the reads returned (no copy): TensorFlow never changes a
-    tensor it has handed out (a later write of the variable gets a buffer of its own while the read is alive)."""
+    tensor it has handed out (a later write of the variable gets a buffer of its own while the read is alive).
+    ``first``: a function of no arguments run before the reads, in the same traced call where it can be traced."""
     if step.handles is None:
         raise AscendEmuError("this TrainStep has no variables to read (build it with train_step_from_tf_function)")
-    return {k: _view(t) for k, t in zip(step.handles, _reader(step)())}
+    reader = _reader(step, first) if first is not None else None
+    if reader is None:
+        if first is not None:
+            first()
+        reader = _reader(step)
+    return {k: _view(t) for k, t in zip(step.handles, reader())}
 
 
 def _view(t) -> np.ndarray:
