@@ -26,8 +26,9 @@ from .vector import flush_f32_subnormals
 
 # The kernels vectorise over output columns; with fewer columns than this and more rows the first kernel
 # computed C^T = B^T A^T instead (the same products summed in the same k order). Below _FEW_COLS columns the
-# transposition of A costs more than the short column loops. The fast kernel keeps C = A B (_nan_free);
-# the blocked models and the convolutions still follow this rule.
+# transposition of A costs more than the short column loops. The fast kernel keeps C = A B (_nan_free), except for
+# a transposed 16-bit B with few rows of A (_flip_ok: a Dense layer's input gradient dY W^T); the blocked models and
+# the convolutions still follow this rule.
 _MIN_COLS = 256
 _FEW_COLS = 8
 # a product of at most this many terms (K padded to 16) runs matmul_tree16_small: the packing, the
@@ -393,7 +394,9 @@ def _acc(av, bv, ia, ib, biasv, pol: _Policy, M: int, N: int, K: int, const_b: b
         accT = _alloc.empty((len(ia), N, M), np.float32)
         _accumulate(_padded(np.swapaxes(bv, 1, 2), 2, kp), _padded(np.swapaxes(av, 1, 2), 1, kp), ib, ia, biasv,
                     True, accT, K, pol)
-        return np.ascontiguousarray(accT.transpose(0, 2, 1))
+        acc = _alloc.empty((len(ia), M, N), np.float32)   # (64-byte aligned: TensorFlow adopts it without a copy)
+        acc[...] = accT.transpose(0, 2, 1)
+        return acc
     acc = _alloc.empty((len(ia), M, N), np.float32)
     if const_b and pol.fast:
         Bp = _memo.memo(bv, ("packed slabs", kp), lambda: _packed(_padded(bv, 1, kp)))
@@ -518,7 +521,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
             Bp = _k.empty_slabs(_k.slab_shape(b3.shape[0], N, _kp(K)))
             _k.pack_bt(wv, K, Bp)
     if not flip and Bp is None and (b3.ndim != 3 or not b3.flags.c_contiguous):
-        # (a 3-D b3 too: MatMul's transpose_b, the weight of a Dense layer's input gradient: its transposed
+        # (a 3-D b3 too: MatMul's transpose_b outside _flip_ok's rows, the weight of an input gradient: its transposed
         # 512 x 512 fp16 copied, widened and packed 640 us, packed from its strides 410 us, widened in its own
         # layout and packed by pack_bt ~300 us: _pack_strided)
         if not const_b and bounds is None and _strided_pack_ok(b3, pol, len(ia), M, N, K):
