@@ -98,3 +98,29 @@ def test_a_deferred_reset_that_nothing_reads_still_runs(monkeypatch):
             m.train_on_batch(X[32:48], Y[32:48])
         monkeypatch.undo()
         assert all(not np.any(np.asarray(v.numpy())) for v in m.metrics_variables)
+
+
+def test_a_train_function_of_the_models_own_still_resets():
+    """Review (session 21): a class whose own make_train_function makes the train function (not the emulator's): the
+    reset train_on_batch asks for runs at once (deferred, nothing would run it: the metrics counted evaluate's samples
+    and the batch's)."""
+    class Own(keras.Sequential):
+        def make_train_function(self, force=False):
+            def f(it):
+                x, y, sw = next(it)
+                return self.train_step((tf.constant(x), tf.constant(y)))
+            self.train_function = f
+            return f
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(7)
+    L = keras.layers
+    m = Own([keras.Input((12,)), L.Dense(8, activation="relu"), L.Dense(3)], name="own_train")
+    m.compile(optimizer=keras.optimizers.SGD(1e-2), metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with ae.emulate("force_fp32"):
+        m.evaluate(X[:32], Y[:32], verbose=0)       # the model is now one of the emulator's
+        for i in range(2):
+            m.train_on_batch(X[16 * i:16 * i + 16], Y[16 * i:16 * i + 16])
+            counts = [float(v.numpy()) for v in m.metrics_variables if v.shape == () and "count" in v.path]
+            assert counts and all(c == 16.0 for c in counts), counts

@@ -310,7 +310,8 @@ class Hooks:
 
         def make_train_function(model, force=False):
             mine(model)
-            model.train_function = lambda iterator: current().keras.train(model, iterator)
+            model.train_function = fn = lambda iterator: current().keras.train(model, iterator)
+            fn.ascend_emu_train = True      # (reset_metrics defers only in front of this function)
             return model.train_function
 
         def make_test_function(model, force=False):
@@ -330,7 +331,10 @@ class Hooks:
             # call train_on_batch makes right before its train function, ours, runs in that function's first read)
             if _bypassed() or not any(m is model for m in current().keras.models):
                 return o["reset_metrics"](model)
-            if train_on_batch is not None and sys._getframe(1).f_code is train_on_batch:
+            # (deferred only when the train function train_on_batch calls next is ours: a class's own
+            # make_train_function leaves it to run the reset it would never consume)
+            if (train_on_batch is not None and sys._getframe(1).f_code is train_on_batch
+                    and getattr(getattr(model, "train_function", None), "ascend_emu_train", False)):
                 return current().keras.defer_reset(model, o["reset_metrics"])
             return current().keras.reset_metrics(model, o["reset_metrics"])
 

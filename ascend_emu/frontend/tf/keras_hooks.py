@@ -71,7 +71,7 @@ class KerasSteps:
         self._forward: dict = {}
         self._metrics: dict = {}
         self._resets: dict = {}
-        self._pending: dict = {}        # id(model) -> (model, Keras' reset_metrics): a reset train_on_batch deferred
+        self._pending: dict = {}        # id(model) -> [not run yet, Keras' reset_metrics]: a reset train_on_batch deferred
         self.models: list = []          # whose train/test/predict functions are ours (reset on exit)
 
     # -- training ----------------------------------------------------------------------------
