@@ -114,10 +114,9 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
             # K block q: the 16 pixels r0 + 16q.. of one output row, sw*C floats apart in xp; column group g: two
             # halves of 16 consecutive floats of a tap row's run of (kw, c) (_half_offsets); A's rows as
             # rows_transposed wrote them
-            bq = _pixel_bases(xp.shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16)
+            a_rows, a_q, bq = _gather_blocks(xp.shape, sh, sw, OH, OW, r0, kp, CO)
             mc = _k.row_block(CO, 1, numba.get_num_threads())
-            _k.matmul_tree16_gather(a, np.arange(CO, dtype=np.uintp) * np.uintp(kp),
-                                    np.arange(kp // 16, dtype=np.uintp) * np.uintp(16), xflat, bq, bg0, sw * C,
+            _k.matmul_tree16_gather(a, a_rows, a_q, xflat, bq, bg0, sw * C,
                                     bias, False, out_c[0], tiles, pol.exact_products, mc, bg1)
             continue
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
@@ -251,6 +250,15 @@ def _half_offsets(KH, per, row):
     for a in (g0, g1):
         a.flags.writeable = False
     return g0, g1
+
+
+@functools.lru_cache(maxsize=64)
+def _gather_blocks(shape, sh, sw, OH, OW, r0, kp, CO):
+    """conv2d_backprop_filter's gather tables for the pixels r0.. r0 + kp of padded x of NHWC ``shape``, once per
+    geometry: A's row offsets (CO rows of kp), its K blocks' offsets (16 apart) and B's K block bases
+    (_pixel_bases). Writable, as the kernel was compiled for them; only read."""
+    return (np.arange(CO, dtype=np.uintp) * np.uintp(kp), np.arange(kp // 16, dtype=np.uintp) * np.uintp(16),
+            _pixel_bases(shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16))
 
 
 def _pixel_bases(shape, sh, sw, OH, OW, p0, count, step):

@@ -218,6 +218,31 @@ def test_backprop_filter_implicit_gemm_is_the_packed_patches_product(kind, mode,
     assert ran.n >= 2 * (len(FILTER) - 1)
 
 
+def test_backprop_filter_gather_tables_per_geometry(monkeypatch):
+    """The filter gradient's cached gather tables (conv_grad._gather_blocks) never serve another geometry:
+    geometries sharing all but the batch, the stride, Cout or the padded width, interleaved, twice, in other
+    Fixpipe modes and over cube cores (other pixel ranges r0): every call the packed patches' bits and statuses."""
+    rng = np.random.default_rng(3450)
+    ran = _Ran(monkeypatch)
+    geos = [((2, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),
+            ((3, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another batch
+            ((2, 8, 32, 16), 3, 3, 16, (2, 2), "SAME", (1, 1)),      # another Cout
+            ((2, 8, 64, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another padded width
+            ((2, 8, 32, 16), 3, 3, 32, (1, 1), "SAME", (1, 1))]      # stride 1
+    hits = ngrad._gather_blocks.cache_info().hits
+    for rnd, modes in enumerate(([1, 0, 3, 2, 4], [3, 1, 0, 4, 2])):
+        for gi in (range(len(geos)) if rnd == 0 else reversed(range(len(geos)))):
+            xs, KH, KW, CO, strides, padding, dil = geos[gi]
+            pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+            mode = FMODES_B[modes[gi]]
+            dt = bfloat16 if mode.get("operand_dtype") == "bfloat16" else np.float16
+            dy = _values(rng, (xs[0], OH, OW, CO), "hostile", 3.0).astype(dt)
+            x = _values(rng, xs, "hostile").astype(dt)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=gi if rnd and gi % 2 else None, **mode)
+    assert ran.n >= 2 * len(geos)
+    assert ngrad._gather_blocks.cache_info().hits > hits
+
+
 @pytest.mark.parametrize("where", ["x", "dy", "both"])
 def test_backprop_filter_implicit_gemm_with_nan_operands(where, monkeypatch):
     """NaN operands take the packed patches' product (see test_conv2d_implicit_gemm_with_nan_operands)."""
