@@ -79,23 +79,38 @@ def _pads(padding, H, W, KH, KW, sh, sw, dh, dw):
 
 
 def _conv_geometry(op, x, w, strides, padding, dilations):
-    if x.ndim != 4 or w.ndim != 4:
-        raise AscendEmuError(f"{op} needs a 4-D NHWC input and a 4-D filter, got x of shape {x.shape} "
-                             f"and w of shape {w.shape}")
-    if w.shape[2] != x.shape[3]:
-        raise AscendEmuError(f"{op}: filter in-channels differ from input channels: x of shape {x.shape} (NHWC) "
-                             f"and w of shape {w.shape}")
+    """``(sh, sw), (dh, dw), ((top, bottom), (left, right)), (OH, OW)`` of a convolution, checked: worked out once
+    per (op, shapes, strides, padding, dilations) where these are hashable (a list is not: every call). Equal keys
+    give the same geometry: _hw and _pads read the values as ints (1 == 1.0 == True alike, NaN never equal)."""
+    args = (op, x.shape, w.shape, strides, padding, dilations)
+    try:
+        hash(args)
+    except TypeError:
+        return _geometry_of(*args)
+    return _geometry_cached(*args)
+
+
+def _geometry_of(op, xs, ws, strides, padding, dilations):
+    if len(xs) != 4 or len(ws) != 4:
+        raise AscendEmuError(f"{op} needs a 4-D NHWC input and a 4-D filter, got x of shape {xs} "
+                             f"and w of shape {ws}")
+    if ws[2] != xs[3]:
+        raise AscendEmuError(f"{op}: filter in-channels differ from input channels: x of shape {xs} (NHWC) "
+                             f"and w of shape {ws}")
     sh, sw = _hw(strides, "strides")
     dh, dw = _hw(dilations, "dilations")
-    _, H, W, _ = x.shape
-    KH, KW = w.shape[:2]
+    _, H, W, _ = xs
+    KH, KW = ws[:2]
     (pt, pb), (pl, pr) = _pads(padding, H, W, KH, KW, sh, sw, dh, dw)
     OH = (H + pt + pb - (KH - 1) * dh - 1) // sh + 1
     OW = (W + pl + pr - (KW - 1) * dw - 1) // sw + 1
     if OH <= 0 or OW <= 0 or KH == 0 or KW == 0:
-        raise AscendEmuError(f"{op}: the dilated filter of shape {w.shape} (dilations {(dh, dw)}) does not fit the "
-                             f"padded input of shape {x.shape} (padding {padding!r})")
+        raise AscendEmuError(f"{op}: the dilated filter of shape {ws} (dilations {(dh, dw)}) does not fit the "
+                             f"padded input of shape {xs} (padding {padding!r})")
     return (sh, sw), (dh, dw), ((pt, pb), (pl, pr)), (OH, OW)
+
+
+_geometry_cached = functools.lru_cache(maxsize=256)(_geometry_of)
 
 
 def _forward_geometry(op, x, w, strides, padding, dilations):

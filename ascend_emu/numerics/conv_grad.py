@@ -114,10 +114,9 @@ def conv2d_backprop_filter(x, dy, kernel_size, strides=(1, 1), pads=((0, 0), (0,
             # K block q: the 16 pixels r0 + 16q.. of one output row, sw*C floats apart in xp; column group g: two
             # halves of 16 consecutive floats of a tap row's run of (kw, c) (_half_offsets); A's rows as
             # rows_transposed wrote them
-            bq = _pixel_bases(xp.shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16)
+            a_rows, a_q, bq = _gather_blocks(xp.shape, sh, sw, OH, OW, r0, kp, CO)
             mc = _k.row_block(CO, 1, numba.get_num_threads())
-            _k.matmul_tree16_gather(a, np.arange(CO, dtype=np.uintp) * np.uintp(kp),
-                                    np.arange(kp // 16, dtype=np.uintp) * np.uintp(16), xflat, bq, bg0, sw * C,
+            _k.matmul_tree16_gather(a, a_rows, a_q, xflat, bq, bg0, sw * C,
                                     bias, False, out_c[0], tiles, pol.exact_products, mc, bg1)
             continue
         bp = _k.empty_slabs(_k.slab_shape(1, Kc, kp))
@@ -253,6 +252,15 @@ def _half_offsets(KH, per, row):
     return g0, g1
 
 
+@functools.lru_cache(maxsize=64)
+def _gather_blocks(shape, sh, sw, OH, OW, r0, kp, CO):
+    """conv2d_backprop_filter's gather tables for the pixels r0.. r0 + kp of padded x of NHWC ``shape``, once per
+    geometry: A's row offsets (CO rows of kp), its K blocks' offsets (16 apart) and B's K block bases
+    (_pixel_bases). Writable, as the kernel was compiled for them; only read."""
+    return (np.arange(CO, dtype=np.uintp) * np.uintp(kp), np.arange(kp // 16, dtype=np.uintp) * np.uintp(16),
+            _pixel_bases(shape, sh, sw, OH, OW, r0 // 16, kp // 16, 16))
+
+
 def _pixel_bases(shape, sh, sw, OH, OW, p0, count, step):
     """The flat offsets in the padded NHWC input of ``shape`` of output pixels p0*step, (p0+1)*step, ...
     (count of them), pixel p = (n*OH + oh)*OW + ow at (n, oh*sh, ow*sw, 0)."""
@@ -328,18 +336,18 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     # block's products are signed zeros, their tree sum is a signed zero, and adding one changes no
     # accumulator: starting from +0 (no bias), an fp32 accumulator is never -0, and x + (+-0) = x otherwise.
     drop = bias is None and bool(np.isfinite(wv).all())
-    plan = _backprop_input_plan(KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop)
+    plan_key = (KH, KW, CO, Cp, order, dh, dw, sh, sw, t, lp, H, W, OH, OW, drop)
+    plan = _backprop_input_plan(*plan_key)
     (pt_, pb_), (pl_, pr_), classes = plan
     tiles = _tiles()
     # an implicit GEMM where every kept K block is 16 channels of one tap and every class's grid rows are
     # runs of 16 pixels: the kernel reads dz's patches from planar dy in place (no packed slabs). Only without
     # NaN operands (the filter is finite here): which of two NaNs meeting in a sum comes out depends on the
     # compiled code's operand order
-    if (_fwd._IMPLICIT and drop and order == "hwc" and CO % 16 == 0 and all(k.size % 16 == 0 and Wc % 16 == 0 and k.min(initial=0) >= 0
-                                                          for (_, _, _, Wc, _, k) in classes) and not _any_nan(dy)):
+    if (_fwd._IMPLICIT and drop and order == "hwc" and CO % 16 == 0 and _plan_runs16(plan_key)
+            and not _any_nan(dy)):
         if _WHOLE_FIXPIPE and _PIXEL_ROWS and CI in (16, 32):
-            return _backprop_input_pixel_rows(dy, WT, classes, ((pt_, pb_), (pl_, pr_)), out_shape, biasv, pol, sh,
-                                              sw, sw_)
+            return _backprop_input_pixel_rows(dy, WT, plan_key, ((pt_, pb_), (pl_, pr_)), out_shape, biasv, pol, sw_)
         dyp, sd = _planar_operands(dy, pol, ((pt_, pb_), (pl_, pr_)), CO)
         Hp, Wp = dyp.shape[2:]
         if _WHOLE_FIXPIPE and all(Hc * Wc for (_, _, Hc, Wc, _, _) in classes):
@@ -413,36 +421,72 @@ def conv2d_backprop_input(dy, w, strides=(1, 1), pads=((0, 0), (0, 0)), dilation
     return out, sd | sw_ | sf
 
 
-def _backprop_input_pixel_rows(dy, WT, classes, pads, out_shape, biasv, pol: _Policy, sh, sw, sw_):
+def _backprop_input_pixel_rows(dy, WT, plan_key, pads, out_shape, biasv, pol: _Policy, sw_):
     """conv2d_backprop_input's implicit route with each class's pixels as the product's rows (matmul_tree16_gather):
     A's K block q of pixel p is dz's 16 channels of one tap, read in place from padded NHWC dy (a fixed offset
     from the pixel's), B the class's kept filter rows (K, CI) at width CI, each row stored straight into its
     pixel's row of one float32 output (out_rows), then one Fixpipe pass. The same tree16 sums of the same
     products (a*b for b*a) in the same K order as the tab route's: the same bits, without NaN operands (the
-    caller's condition)."""
+    caller's condition). ``plan_key``: _backprop_input_plan's arguments; every table that depends only on it and
+    the shapes comes from _pixel_rows_tables (once per geometry), and the classes' B operands from one take."""
     N, H, W, CI = out_shape
-    CO = dy.shape[3]
     flat, shape, sd = _padded_input_flat(dy, pol, ((0, 0), pads[0], pads[1], (0, 0)), 0)
     Hp, Wp = shape[1:3]
     tiles = _tiles()
     acc = _alloc.empty((N * H * W, CI), np.float32)
-    for (ry, rx, Hc, Wc, keep, koff) in classes:
-        rows = _class_rows(N, Hc, Wc, H, W, ry, rx, sh, sw)
-        WTc = WT if keep is None else WT[:, :, keep]
-        if WTc.shape[2] == 0:   # no tap reaches the class: +0, the accumulator's start (no bias here)
+    tables, src = _pixel_rows_tables(plan_key, N, CI, WT.shape[2], Hp, Wp)
+    # every class's B (its kept filter rows (K, CI), then 2 * LANES floats of +0: the bounds check counts a whole
+    # column group) in one array: WT's values (and one +0 past them) at the cached positions
+    b_all = np.concatenate((WT.reshape(-1), _ZERO_F32)).take(src) if src.size else None
+    nthreads = numba.get_num_threads()
+    for rows, t in tables:
+        if t is None:   # no tap reaches the class: +0, the accumulator's start (no bias here)
             acc[rows] = 0
             continue
-        a_rows, a_q = _class_pixel_offsets(N, Hc, Wc, Hp, Wp, CO, koff.tobytes())
-        nkb = a_q.size
-        # B: the kept filter rows (K, CI) then 2 * LANES floats of +0 (the bounds check counts a whole column group)
-        b = np.zeros(nkb * 16 * CI + 2 * _k.LANES, np.float32)
-        b[:nkb * 16 * CI].reshape(nkb * 16, CI)[...] = WTc[0].T
-        b_q = np.arange(nkb, dtype=np.uintp) * np.uintp(16 * CI)
-        mc = _k.row_block(rows.size, 1, numba.get_num_threads())
-        _k.matmul_tree16_gather(flat, a_rows, a_q, b, b_q, _ZERO_GROUP, CI, biasv, False, acc, tiles,
+        a_rows, a_q, b0, b1, b_q = t
+        mc = _k.row_block(rows.size, 1, nthreads)
+        _k.matmul_tree16_gather(flat, a_rows, a_q, b_all[b0:b1], b_q, _ZERO_GROUP, CI, biasv, False, acc, tiles,
                                 pol.exact_products, mc, None, rows)
     res, sf = _finish(acc, pol)
     return res.reshape(out_shape), sd | sw_ | sf
+
+
+_ZERO_F32 = np.zeros(1, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=64)
+def _plan_runs16(plan_key) -> bool:
+    """Whether every class of _backprop_input_plan(*plan_key) keeps whole runs of 16 K positions, none of them +0
+    (koff -1), and has a multiple of 16 grid columns: the implicit routes' condition on the geometry."""
+    return all(k.size % 16 == 0 and Wc % 16 == 0 and k.min(initial=0) >= 0
+               for (_, _, _, Wc, _, k) in _backprop_input_plan(*plan_key)[2])
+
+
+@functools.lru_cache(maxsize=64)
+def _pixel_rows_tables(plan_key, N, CI, kp, Hp, Wp):
+    """_backprop_input_pixel_rows's tables, a function of the geometry only (_backprop_input_plan's arguments,
+    the batch, the in-channels, WT's padded K and padded dy's height and width): for each class ``(rows, None)``
+    (no tap reaches it) or ``(rows, (a_rows, a_q, b0, b1, b_q))``, and ``src``: for each float of the classes' B
+    operands laid end to end, its flat index in WT (1, CI, kp), or CI * kp (a +0 appended to WT): class B's
+    element k * CI + ci is WT[0, ci, k-th kept K position], then 2 * LANES zeros; b_all[b0:b1] is the class's B,
+    b_q its K blocks' offsets in it."""
+    CO, sh, sw, H, W = plan_key[2], plan_key[7], plan_key[8], plan_key[11], plan_key[12]
+    out, src, at = [], [], 0
+    for (ry, rx, Hc, Wc, keep, koff) in _backprop_input_plan(*plan_key)[2]:
+        rows = _class_rows(N, Hc, Wc, H, W, ry, rx, sh, sw)
+        kept = np.arange(kp) if keep is None else np.flatnonzero(keep)
+        if kept.size == 0:
+            out.append((rows, None))
+            continue
+        a_rows, a_q = _class_pixel_offsets(N, Hc, Wc, Hp, Wp, CO, koff.tobytes())
+        body = (np.arange(CI)[None, :] * kp + kept[:, None]).reshape(-1)
+        src += [body, np.full(2 * _k.LANES, CI * kp)]
+        b_q = np.arange(a_q.size, dtype=np.uintp) * np.uintp(16 * CI)   # (writable, as the kernel was compiled for)
+        out.append((rows, (a_rows, a_q, at, at + body.size + 2 * _k.LANES, b_q)))
+        at += body.size + 2 * _k.LANES
+    src = np.concatenate(src).astype(np.intp) if src else np.zeros(0, dtype=np.intp)
+    src.flags.writeable = False
+    return tuple(out), src
 
 
 _ZERO_GROUP = np.zeros(1, dtype=np.uintp)

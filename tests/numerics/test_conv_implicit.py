@@ -218,6 +218,31 @@ def test_backprop_filter_implicit_gemm_is_the_packed_patches_product(kind, mode,
     assert ran.n >= 2 * (len(FILTER) - 1)
 
 
+def test_backprop_filter_gather_tables_per_geometry(monkeypatch):
+    """The filter gradient's cached gather tables (conv_grad._gather_blocks) never serve another geometry:
+    geometries sharing all but the batch, the stride, Cout or the padded width, interleaved, twice, in other
+    Fixpipe modes and over cube cores (other pixel ranges r0): every call the packed patches' bits and statuses."""
+    rng = np.random.default_rng(3450)
+    ran = _Ran(monkeypatch)
+    geos = [((2, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),
+            ((3, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another batch
+            ((2, 8, 32, 16), 3, 3, 16, (2, 2), "SAME", (1, 1)),      # another Cout
+            ((2, 8, 64, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another padded width
+            ((2, 8, 32, 16), 3, 3, 32, (1, 1), "SAME", (1, 1))]      # stride 1
+    hits = ngrad._gather_blocks.cache_info().hits
+    for rnd, modes in enumerate(([1, 0, 3, 2, 4], [3, 1, 0, 4, 2])):
+        for gi in (range(len(geos)) if rnd == 0 else reversed(range(len(geos)))):
+            xs, KH, KW, CO, strides, padding, dil = geos[gi]
+            pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+            mode = FMODES_B[modes[gi]]
+            dt = bfloat16 if mode.get("operand_dtype") == "bfloat16" else np.float16
+            dy = _values(rng, (xs[0], OH, OW, CO), "hostile", 3.0).astype(dt)
+            x = _values(rng, xs, "hostile").astype(dt)
+            _filter(monkeypatch, x, dy, KH, KW, strides, pads, dil, seed=gi if rnd and gi % 2 else None, **mode)
+    assert ran.n >= 2 * len(geos)
+    assert ngrad._gather_blocks.cache_info().hits > hits
+
+
 @pytest.mark.parametrize("where", ["x", "dy", "both"])
 def test_backprop_filter_implicit_gemm_with_nan_operands(where, monkeypatch):
     """NaN operands take the packed patches' product (see test_conv2d_implicit_gemm_with_nan_operands)."""
@@ -558,6 +583,41 @@ def test_backprop_input_pixel_rows_is_the_tab_product(kind, mode, monkeypatch):
             want = ngrad.conv2d_backprop_input(dy, w.astype(dt), strides, dzp, dil, **IMODES[mode])
         _same(got, want, f"pixel rows dy {dy.shape} {dy.dtype} w {w.shape} {IMODES[mode]}")
     assert n[0] >= 4 + 1 + 4 + 2   # the classes of the 16- and 32-channel geometries (a class no tap reaches: none)
+
+
+def test_backprop_input_pixel_rows_tables_per_geometry(monkeypatch):
+    """conv2d_backprop_input's per-geometry tables (conv_grad._pixel_rows_tables, _plan_runs16: cached) never serve
+    another geometry: geometries that share the plan but not the batch, the in-channels or dy's padded size, and
+    others, called interleaved, twice, each time in another Fixpipe mode (saturation / inf_nan, flushed
+    subnormals, bf16, fp32 out): every call the bits and statuses of the route without the pixel rows (the tab
+    product, no cached B), on hostile data; the cached tables were reused."""
+    rng = np.random.default_rng(3990)
+    geos = [((2, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),
+            ((1, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the plan of the first, another batch
+            ((2, 32, 32, 32), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # another in-channel count
+            ((2, 32, 16, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # another width: another plan
+            ((1, 8, 32, 32), 3, 3, 16, (2, 2), "SAME", (1, 1)),
+            ((2, 7, 16, 16), 2, 2, 32, (2, 1), [[1, 0], [0, 1]], (1, 1)),
+            ((2, 32, 32, 16), 1, 1, 32, (2, 2), "VALID", (1, 1))]   # classes no tap reaches
+    hits = ngrad._pixel_rows_tables.cache_info().hits
+    n = 0
+    for rnd, modes in enumerate(([1, 0, 3, 4, 2, 1, 0], [0, 3, 1, 2, 4, 0, 3])):
+        for gi in (range(len(geos)) if rnd == 0 else reversed(range(len(geos)))):
+            xs, KH, KW, CO, strides, padding, dil = geos[gi]
+            mode = IMODES[modes[gi]]
+            _, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
+            dzp = _dz_pads(xs, KH, KW, strides, padding, dil, OH, OW)
+            dt = bfloat16 if mode.get("operand_dtype") == "bfloat16" else np.float16
+            w = _values(rng, (KH, KW, xs[3], CO), "normal", 0.3).astype(dt)
+            dy = _values(rng, (xs[0], OH, OW, CO), "hostile", 3.0).astype(dt)
+            got = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **mode)
+            with monkeypatch.context() as m:
+                m.setattr(ngrad, "_PIXEL_ROWS", False)
+                want = ngrad.conv2d_backprop_input(dy, w, strides, dzp, dil, **mode)
+            _same(got, want, f"pass {rnd} dy {dy.shape} {dy.dtype} w {w.shape} {mode}")
+            n += 1
+    assert n == 2 * len(geos)
+    assert ngrad._pixel_rows_tables.cache_info().hits >= hits + len(geos)
 
 
 def test_gather_kernel_out_rows_is_the_row_store():
