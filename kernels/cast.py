@@ -55,6 +55,8 @@ def f32_to_f16_hw(typingctx, x):
         return None
 
     def codegen(context, builder, sig, args):
+        if not HW_HALF:     # (see _soft_f32_to_f16)
+            return context.compile_internal(builder, _soft_f32_to_f16, sig, args)
         return builder.bitcast(builder.fptrunc(args[0], _ir.HalfType()), _ir.IntType(16))
     return types.uint16(types.float32), codegen
 
@@ -66,8 +68,24 @@ def f16_to_f32_hw(typingctx, b):
         return None
 
     def codegen(context, builder, sig, args):
+        if not HW_HALF:     # (see _soft_f32_to_f16)
+            return context.compile_internal(builder, _soft_f16_to_f32, sig, args)
         return builder.fpext(builder.bitcast(args[0], _ir.HalfType()), _ir.FloatType())
     return types.float32(types.uint16), codegen
+
+
+def _soft_f32_to_f16(x):
+    """f32_to_f16_hw where HW_HALF is False (no F16C, or a portable build: ``NUMBA_CPU_NAME``): LLVM lowers an
+    fp16 conversion there to a soft-float library call (``__truncsfhf2`` / ``__extendhfsf2``) that Numba's JIT
+    cannot link, and the process aborts while compiling; the fast paths are only taken on HW_HALF hosts, but
+    their kernels take ``hw`` as an argument and compile both branches. The software rounding (round to nearest
+    even, Inf on overflow, a quiet NaN) in its place."""
+    return np.uint16(f32bits_narrow(np.int64(np.float32(x).view(np.uint32)), 10, 15, 5, RINT, INF_NAN, KEEP)[0])
+
+
+def _soft_f16_to_f32(b):
+    """f16_to_f32_hw where HW_HALF is False (see _soft_f32_to_f16): the exact widening."""
+    return f16_bits_to_f32(b)
 
 
 @njit(cache=True)
