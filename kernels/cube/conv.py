@@ -125,7 +125,7 @@ _NAN_SERIAL = 1 << 21
 @njit(cache=True, parallel=True)
 def has_nan(x, bits16=0):
     """Whether the 1-D array x holds a NaN: float32 values, or (``bits16`` 1: fp16, 2: bf16) the bits of a
-    uint16 array."""
+    uint16 array (only these two: a float64 array does not compile)."""
     n = x.size
     if n <= _NAN_SERIAL:
         return _nan_in(x, 0, n, bits16)
