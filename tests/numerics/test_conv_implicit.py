@@ -228,9 +228,11 @@ def test_backprop_filter_gather_tables_per_geometry(monkeypatch):
             ((3, 8, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another batch
             ((2, 8, 32, 16), 3, 3, 16, (2, 2), "SAME", (1, 1)),      # another Cout
             ((2, 8, 64, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),      # another padded width
-            ((2, 8, 32, 16), 3, 3, 32, (1, 1), "SAME", (1, 1))]      # stride 1
+            ((2, 8, 32, 16), 3, 3, 32, (1, 1), "SAME", (1, 1)),      # stride 1
+            ((2, 8, 32, 32), 3, 3, 32, (2, 2), "SAME", (1, 1))]      # another Cin: the padded shape alone differs
+    ngrad._gather_blocks.cache_clear()      # (every geometry's first call makes its entry: order-independent)
     hits = ngrad._gather_blocks.cache_info().hits
-    for rnd, modes in enumerate(([1, 0, 3, 2, 4], [3, 1, 0, 4, 2])):
+    for rnd, modes in enumerate(([1, 0, 3, 2, 4, 0], [3, 1, 0, 4, 2, 1])):
         for gi in (range(len(geos)) if rnd == 0 else reversed(range(len(geos)))):
             xs, KH, KW, CO, strides, padding, dil = geos[gi]
             pads, OH, OW = _geometry(xs, KH, KW, strides, padding, dil)
@@ -595,10 +597,11 @@ def test_backprop_input_pixel_rows_tables_per_geometry(monkeypatch):
     geos = [((2, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),
             ((1, 32, 32, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # the plan of the first, another batch
             ((2, 32, 32, 32), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # another in-channel count
-            ((2, 32, 16, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # another width: another plan
+            ((2, 32, 64, 16), 3, 3, 32, (2, 2), "SAME", (1, 1)),     # another width: another plan
             ((1, 8, 32, 32), 3, 3, 16, (2, 2), "SAME", (1, 1)),
             ((2, 7, 16, 16), 2, 2, 32, (2, 1), [[1, 0], [0, 1]], (1, 1)),
             ((2, 32, 32, 16), 1, 1, 32, (2, 2), "VALID", (1, 1))]   # classes no tap reaches
+    ngrad._pixel_rows_tables.cache_clear()      # (the first pass makes the entries, the second hits them)
     hits = ngrad._pixel_rows_tables.cache_info().hits
     n = 0
     for rnd, modes in enumerate(([1, 0, 3, 4, 2, 1, 0], [0, 3, 1, 2, 4, 0, 3])):
