@@ -320,6 +320,32 @@ def relu_grad16(dy, x, out, bf16):
     return or_all(st)
 
 
+@njit(cache=True, parallel=True)
+def relu_grad16_bcast(dy, x, out, mid, cols, bf16):
+    """``relu_grad16`` with dy repeated over a block of axes (a broadcast view's distinct values): x and out
+    (outer, mid, cols) flattened, dy (outer, cols) flattened, out[(o * mid + m) * cols + c] = dy[o * cols + c] if
+    x there > 0 else its signed zero, as ``relu_grad16`` gives it on the materialized dy; returns non-zero if some
+    dy[i] is Inf or NaN (out is then not this: the caller computes in float32)."""
+    lim = np.int32(0x7F80) if bf16 else np.int32(0x7C00)
+    ok = True
+    for i in range(dy.size):
+        ok &= (np.int32(dy[i]) & 0x7FFF) < lim
+    if not ok:
+        return np.int64(1)
+    outer = dy.size // cols
+    for o in prange(outer):
+        d = dy[o * cols:(o + 1) * cols]
+        for m in range(mid):
+            lo = (o * mid + m) * cols
+            xr = x[lo:lo + cols]
+            orow = out[lo:lo + cols]
+            for c in range(cols):
+                v = np.int32(xr[c])
+                dd = np.int32(d[c])
+                orow[c] = np.uint16(dd if (v > 0) & (v <= lim) else dd & 0x8000)
+    return np.int64(0)
+
+
 @njit(cache=True, error_model="numpy")
 def _binary16_span(op, x, y, out, bf16, overflow, subnormal, use64):
     """out[i] = round16(x[i] op y[i]) for any binary op; returns the OR of statuses."""

@@ -95,14 +95,43 @@ def relu_grad(dy, x, *, ctx):
             and dy.shape == x.shape):
         # a select on the 16-bit patterns: the same bits as the float32 product rounded, for finite dy
         from ..kernels import alloc
-        from ..kernels.vector import relu_grad16
+        from ..kernels import vector as kv
 
         out = alloc.empty(dy.shape, np.uint16)
-        if not relu_grad16(np.ascontiguousarray(dy).view(np.uint16).reshape(-1),
-                           np.ascontiguousarray(x).view(np.uint16).reshape(-1), out.reshape(-1),
-                           ctx.dtype != np.float16):
+        xb = np.ascontiguousarray(x).view(np.uint16).reshape(-1)
+        block = _repeated_block(dy)
+        if block is not None:
+            # dy a broadcast view repeating its values over a block of axes (the global average pool's gradient,
+            # a BroadcastTo divided by n): the select reads its distinct values, not a materialized copy
+            dyc, mid, cols = block
+            failed = kv.relu_grad16_bcast(dyc.view(np.uint16).reshape(-1), xb, out.reshape(-1), mid, cols,
+                                          ctx.dtype != np.float16)
+        else:
+            failed = kv.relu_grad16(np.ascontiguousarray(dy).view(np.uint16).reshape(-1), xb, out.reshape(-1),
+                                    ctx.dtype != np.float16)
+        if not failed:
             return out.view(ctx.dtype)
     return f32_chain(ctx, lambda g, f: g * (f > 0).astype(np.float32), dy, x)
+
+
+def _repeated_block(a):
+    """(``a``'s distinct values, C-contiguous, mid, cols) when the non-empty ``a`` repeats its values (zero strides)
+    over one block of consecutive axes, the other axes kept: ``a`` viewed as (outer, mid, cols) has element
+    (o, m, c) = distinct[o * cols + c]; else None."""
+    if 0 not in a.strides or not a.size:
+        return None
+    rep = [s == 0 and n > 1 for s, n in zip(a.strides, a.shape)]
+    if not any(rep):
+        return None
+    i0 = rep.index(True)
+    i1 = len(rep) - rep[::-1].index(True)
+    if any(not rep[i] and a.shape[i] != 1 for i in range(i0, i1)):
+        return None     # a kept axis between repeated ones: two blocks
+    from ..numerics.chain import distinct_view
+
+    return (np.ascontiguousarray(distinct_view(a)), int(np.prod(a.shape[i0:i1])), int(np.prod(a.shape[i1:])))
+
+
 _grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "dx = dy * (0 < x < 6)")
 _grad("EluGrad", lambda dy, y: np.where(y < 0, dy * (y + _ONE), dy), "dx = y < 0 ? dy * (y + 1) : dy")
 _grad("SeluGrad", lambda dy, y: np.where(y < 0, dy * (y + _SCALE_ALPHA32), dy * _SCALE32),

@@ -318,6 +318,69 @@ def test_relu_grad_16_bit_select_is_the_float32_chain(fmt):
             assert ctx.status == ref_ctx.status
 
 
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_relu_grad_broadcast_dy_is_the_materialized_route(fmt, monkeypatch):
+    """ReluGrad of a broadcast dy (zero strides over one block of axes: the global average pool's gradient) reads
+    its distinct values (kernels/vector.py's relu_grad16_bcast): bits and status those of the same dy materialized
+    (the select on the copy, or the float32 chain for an Inf/NaN dy) and of the float32 chain itself, on hostile
+    values (every x pattern's class: signed zeros, subnormals, Inf, NaN; dy near 65504, subnormal, -0), blocks at
+    the start, middle and end, size-1 axes, both overflow modes; and the new kernel is the one that ran."""
+    from ascend_emu.kernels import vector as kv
+    from ascend_emu.numerics.policy import bfloat16
+    from ascend_emu.ops._util import f32_chain
+
+    dt = np.float16 if fmt == "float16" else bfloat16
+    rng = np.random.default_rng(46)
+    special = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x7BFF, 0xFBFF, 0x3C00, 0xBC00, 0x0400],
+                       np.uint16)
+    inf_nan = np.array([0x7C00, 0xFC00, 0x7E00, 0x7C01] if fmt == "float16" else [0x7F80, 0xFF80, 0x7FC0, 0x7F81],
+                       np.uint16)
+    calls = []
+    real = kv.relu_grad16_bcast
+    monkeypatch.setattr(kv, "relu_grad16_bcast", lambda *a: calls.append(1) or real(*a))
+    cases = [((4, 1, 1, 6), (4, 5, 3, 6)), ((1, 1, 7), (3, 2, 7)), ((5, 1), (5, 9)), ((3, 1, 4, 1, 2), (3, 2, 4, 1, 2)),
+             ((2, 1, 1, 1, 3), (2, 4, 1, 5, 3))]
+    for cshape, shape in cases:
+        for bad in (False, True):
+            cb = rng.integers(0, 65536, int(np.prod(cshape)), dtype=np.uint32).astype(np.uint16)
+            lim = 0x7C00 if fmt == "float16" else 0x7F80
+            cb = np.where((cb & 0x7FFF) < lim, cb, special[cb % special.size])
+            cb[:special.size] = special[:cb.size] if cb.size < special.size else special
+            if bad:
+                cb[-1] = inf_nan[rng.integers(0, inf_nan.size)]
+            xb = rng.integers(0, 65536, int(np.prod(shape)), dtype=np.uint32).astype(np.uint16)
+            xb[:special.size] = special
+            xb[special.size:special.size + inf_nan.size] = inf_nan
+            dy = np.broadcast_to(cb.view(dt).reshape(cshape), shape)
+            x = xb.view(dt).reshape(shape)
+            for ov in ("inf_nan", "saturation"):
+                ctx, mat_ctx, ref_ctx = (OpContext(dtype=fmt, overflow_mode=ov) for _ in range(3))
+                n = len(calls)
+                (ours,) = run_op("ReluGrad", dy, x, ctx=ctx)
+                assert len(calls) == n + 1
+                (mat,) = run_op("ReluGrad", np.ascontiguousarray(dy), x, ctx=mat_ctx)
+                assert len(calls) == n + 1
+                ref = f32_chain(ref_ctx, lambda g, f: g * (f > 0).astype(np.float32), np.ascontiguousarray(dy), x)
+                for other, octx in ((mat, mat_ctx), (ref, ref_ctx)):
+                    assert ours.dtype == other.dtype and ours.shape == other.shape
+                    np.testing.assert_array_equal(ours.view(np.uint16), other.view(np.uint16))
+                    assert ctx.status == octx.status
+
+
+def test_relu_grad_broadcast_dy_two_blocks_and_flush_take_the_old_route(monkeypatch):
+    """Two repeated blocks, flushed subnormals: not the broadcast kernel, the same bits as the materialized dy."""
+    from ascend_emu.kernels import vector as kv
+
+    monkeypatch.setattr(kv, "relu_grad16_bcast", lambda *a: pytest.fail("broadcast kernel taken"))
+    dy = np.broadcast_to(np.arange(6, dtype=np.float16).reshape(1, 3, 1, 2) - 2, (4, 3, 5, 2))
+    x = np.random.default_rng(0).standard_normal((4, 3, 5, 2)).astype(np.float16)
+    one_block = np.broadcast_to(np.float16([[[[-0.0, 2.0 ** -24]]]]), (4, 3, 5, 2))
+    for dy, sub in ((dy, "keep"), (dy, "flush"), (one_block, "flush")):
+        (a,) = run_op("ReluGrad", dy, x, ctx=OpContext(dtype="float16", subnormals=sub))
+        (b,) = run_op("ReluGrad", np.ascontiguousarray(dy), x, ctx=OpContext(dtype="float16", subnormals=sub))
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
 def test_gradient_overflow_sets_status():
     """An fp16 gradient beyond 65504 sets 0x20 and saturates (910) or becomes Inf (910B)."""
     dy = np.array([60000.0], np.float16)
