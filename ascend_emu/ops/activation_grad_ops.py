@@ -116,8 +116,8 @@ def relu_grad(dy, x, *, ctx):
 
 def _repeated_block(a):
     """(``a``'s distinct values, C-contiguous, mid, cols) when the non-empty ``a`` repeats its values (zero strides)
-    over one block of consecutive axes, the other axes kept: ``a`` viewed as (outer, mid, cols) has element
-    (o, m, c) = distinct[o * cols + c]; else None."""
+    over one block of consecutive axes, the other axes kept, at least ``_BCAST_COLS`` values after the block: ``a``
+    viewed as (outer, mid, cols) has element (o, m, c) = distinct[o * cols + c]; else None."""
     if 0 not in a.strides or not a.size:
         return None
     rep = [s == 0 and n > 1 for s, n in zip(a.strides, a.shape)]
@@ -127,9 +127,16 @@ def _repeated_block(a):
     i1 = len(rep) - rep[::-1].index(True)
     if any(not rep[i] and a.shape[i] != 1 for i in range(i0, i1)):
         return None     # a kept axis between repeated ones: two blocks
+    cols = int(np.prod(a.shape[i1:]))
+    if cols < _BCAST_COLS:
+        return None     # (rows too short for the kernel's vectors: review, 2-3.6x slower than the copy for 1 column)
     from ..numerics.chain import distinct_view
 
-    return (np.ascontiguousarray(distinct_view(a)), int(np.prod(a.shape[i0:i1])), int(np.prod(a.shape[i1:])))
+    return np.ascontiguousarray(distinct_view(a)), int(np.prod(a.shape[i0:i1])), cols
+
+
+#: the shortest kept row (the axes after the repeated block) relu_grad16_bcast takes
+_BCAST_COLS = 16
 
 
 _grad("Relu6Grad", lambda dy, x: dy * ((x > 0) & (x < 6)).astype(np.float32), "dx = dy * (0 < x < 6)")

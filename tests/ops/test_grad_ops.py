@@ -324,7 +324,7 @@ def test_relu_grad_broadcast_dy_is_the_materialized_route(fmt, monkeypatch):
     its distinct values (kernels/vector.py's relu_grad16_bcast): bits and status those of the same dy materialized
     (the select on the copy, or the float32 chain for an Inf/NaN dy) and of the float32 chain itself, on hostile
     values (every x pattern's class: signed zeros, subnormals, Inf, NaN; dy near 65504, subnormal, -0), blocks at
-    the start, middle and end, size-1 axes, both overflow modes; and the new kernel is the one that ran."""
+    the start and in the middle, size-1 axes, rows of 16 to 64, both overflow modes; and the new kernel ran."""
     from ascend_emu.kernels import vector as kv
     from ascend_emu.numerics.policy import bfloat16
     from ascend_emu.ops._util import f32_chain
@@ -338,8 +338,8 @@ def test_relu_grad_broadcast_dy_is_the_materialized_route(fmt, monkeypatch):
     calls = []
     real = kv.relu_grad16_bcast
     monkeypatch.setattr(kv, "relu_grad16_bcast", lambda *a: calls.append(1) or real(*a))
-    cases = [((4, 1, 1, 6), (4, 5, 3, 6)), ((1, 1, 7), (3, 2, 7)), ((5, 1), (5, 9)), ((3, 1, 4, 1, 2), (3, 2, 4, 1, 2)),
-             ((2, 1, 1, 1, 3), (2, 4, 1, 5, 3))]
+    cases = [((4, 1, 1, 16), (4, 5, 3, 16)), ((1, 1, 17), (3, 2, 17)), ((3, 1, 4, 1, 4), (3, 2, 4, 1, 4)),
+             ((2, 1, 1, 1, 33), (2, 4, 1, 5, 33))]
     for cshape, shape in cases:
         for bad in (False, True):
             cb = rng.integers(0, 65536, int(np.prod(cshape)), dtype=np.uint32).astype(np.uint16)
@@ -368,14 +368,18 @@ def test_relu_grad_broadcast_dy_is_the_materialized_route(fmt, monkeypatch):
 
 
 def test_relu_grad_broadcast_dy_two_blocks_and_flush_take_the_old_route(monkeypatch):
-    """Two repeated blocks, flushed subnormals: not the broadcast kernel, the same bits as the materialized dy."""
+    """Two repeated blocks, flushed subnormals, rows shorter than 16 (a block at the end, a scalar dy: the copy's
+    parallel select is faster, review): not the broadcast kernel, the same bits as the materialized dy."""
     from ascend_emu.kernels import vector as kv
 
     monkeypatch.setattr(kv, "relu_grad16_bcast", lambda *a: pytest.fail("broadcast kernel taken"))
     dy = np.broadcast_to(np.arange(6, dtype=np.float16).reshape(1, 3, 1, 2) - 2, (4, 3, 5, 2))
     x = np.random.default_rng(0).standard_normal((4, 3, 5, 2)).astype(np.float16)
     one_block = np.broadcast_to(np.float16([[[[-0.0, 2.0 ** -24]]]]), (4, 3, 5, 2))
-    for dy, sub in ((dy, "keep"), (dy, "flush"), (one_block, "flush")):
+    scalar = np.broadcast_to(np.float16(-7.0), (4, 3, 5, 2))
+    at_end = np.broadcast_to(np.float16([-0.5, 2.0, 0.0, 1.0]).reshape(4, 1, 1, 1), (4, 3, 5, 2))
+    for dy, sub in ((dy, "keep"), (dy, "flush"), (one_block, "flush"), (scalar, "keep"),
+                    (at_end, "keep")):
         (a,) = run_op("ReluGrad", dy, x, ctx=OpContext(dtype="float16", subnormals=sub))
         (b,) = run_op("ReluGrad", np.ascontiguousarray(dy), x, ctx=OpContext(dtype="float16", subnormals=sub))
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
