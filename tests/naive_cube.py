@@ -284,3 +284,13 @@ def hf32(x, bits: int = 11, rounding: str = "rint") -> np.ndarray:
     r = k * q
     r[np.abs(r) > (2.0 - 2.0 ** -bits) * 2.0 ** 127] *= np.inf
     return r.astype(np.float32)
+
+
+def assert_same_bits(ours, ref, what):
+    """Equal bit patterns; NaN matches NaN (payloads are not modelled)."""
+    u = np.uint16 if ours.dtype.itemsize == 2 else np.uint32
+    with np.errstate(invalid="ignore"):
+        nan_o, nan_r = np.isnan(ours.astype(np.float64)), np.isnan(ref.astype(np.float64))
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape, what
+    assert (nan_o == nan_r).all(), what
+    assert np.array_equal(ours.view(u)[~nan_o], ref.view(u)[~nan_r]), what

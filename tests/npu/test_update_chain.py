@@ -10,12 +10,12 @@ inside the update (a learning rate near the float32 limit) takes the op-by-op pa
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
+
+from bn_models import digest  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
 
 import ascend_emu as ae  # noqa: E402
 from ascend_emu.npu import training as T  # noqa: E402
@@ -53,15 +53,6 @@ def _today(monkeypatch):
     monkeypatch.setattr(T, "update_chain_graph", lambda device, graph: graph)
 
 
-def _digest(variables, steps) -> str:
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(np.asarray(v).tobytes())
-    keys = ("loss", "loss_scale", "float_status", "skipped", "first_overflow", "grad_zeros")
-    h.update(repr([[s.get(k) for k in keys] for s in steps]).encode())
-    return h.hexdigest()
-
-
 def _keras_run(optimizer, lr=1e-2, steps=3, **options):
     """(digest, the variables, how many _UpdateChain nodes each step replayed) of a few train_on_batch steps."""
     m = _model(optimizer, lr)
@@ -80,7 +71,7 @@ def _keras_run(optimizer, lr=1e-2, steps=3, **options):
     finally:
         T.update_chain_graph = replayed
     variables = [v.numpy() for v in m.variables + m.optimizer.variables]
-    return _digest(variables, run.steps), variables, chains
+    return digest(variables, run.steps), variables, chains
 
 
 @pytest.mark.parametrize("optimizer", sorted(set(OPTIMIZERS) - {"adamw_huge"}))
@@ -117,7 +108,7 @@ def test_device_train_same_bits(monkeypatch):
     def run():
         res = ae.Device("allow_mix_precision").train(_model("adam"), (X, Y), batch_size=16, steps=3,
                                                      loss_scale="dynamic", progress=False)
-        return _digest([w for _, w in sorted(res.weights().items())], res.steps)
+        return digest([w for _, w in sorted(res.weights().items())], res.steps)
     new = run()
     with monkeypatch.context() as mp:
         _today(mp)
@@ -151,7 +142,7 @@ def test_tf1_apply_ops_same_bits(monkeypatch):
         dev = ae.Device("allow_mix_precision")
         assert sum(n.op == "_UpdateChain" for n in update_chain_graph(dev, ts.graph).nodes) == 2
         res = dev.train(ts, (X, Y), batch_size=16, steps=3, loss_scale="dynamic", progress=False)
-        return _digest([w for _, w in sorted(res.weights().items())], res.steps)
+        return digest([w for _, w in sorted(res.weights().items())], res.steps)
     new = run()
     with monkeypatch.context() as mp:
         _today(mp)

@@ -18,16 +18,6 @@ KWS = [{}, {"out_dtype": "float32"}, {"out_dtype": "float32", "subnormals": "flu
        {"subnormals": "flush", "overflow_mode": "saturation"}]
 
 
-def assert_same_bits(ours, ref, what):
-    """Equal bit patterns; NaN matches NaN (payloads are not modelled)."""
-    u = np.uint16 if ours.dtype.itemsize == 2 else np.uint32
-    with np.errstate(invalid="ignore"):
-        nan_o, nan_r = np.isnan(ours.astype(np.float64)), np.isnan(ref.astype(np.float64))
-    assert ours.dtype == ref.dtype and ours.shape == ref.shape, what
-    assert (nan_o == nan_r).all(), what
-    assert np.array_equal(ours.view(u)[~nan_o], ref.view(u)[~nan_r]), what
-
-
 def _hostile(rng, shape, dtype, big=False):
     """Binades from below fp16's subnormals up to 2**6, both signs, signed zeros, fp16 rounding ties (float32 only),
     infinities in the first row only (the other rows' sums stay finite), values past 65504 in the second (``big``)."""
@@ -74,7 +64,7 @@ def test_flipped_product_matches_oracle(monkeypatch, dtype, a32):
         flips.clear()
         ours, st = cube.matmul(a, w, transpose_b=True, operand_dtype=operand, **kw)
         assert flips == [True]
-        assert_same_bits(ours, ref, f"{kw}")
+        naive.assert_same_bits(ours, ref, f"{kw}")
         assert st == rst, kw
 
 
@@ -101,7 +91,7 @@ def test_flipped_product_is_the_old_routes(monkeypatch, M, K, N, stacks):
             assert flips == [False]
             ours = run(_FLIP_OK)
             assert flips == [False, True]
-            assert_same_bits(ours[0], old[0], f"{adt} {kw}")
+            naive.assert_same_bits(ours[0], old[0], f"{adt} {kw}")
             u = np.uint16 if old[0].dtype.itemsize == 2 else np.uint32
             assert np.array_equal(ours[0].view(u), old[0].view(u)), kw     # the old route's bits, NaN payloads too
             assert ours[1] == old[1], kw

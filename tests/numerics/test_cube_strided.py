@@ -15,16 +15,6 @@ except ImportError:
     import naive_cube as naive
 
 
-def assert_same_bits(ours, ref, what):
-    """Equal bit patterns; NaN matches NaN (payloads are not modelled)."""
-    u = np.uint16 if ours.dtype.itemsize == 2 else np.uint32
-    with np.errstate(invalid="ignore"):
-        nan_o, nan_r = np.isnan(ours.astype(np.float64)), np.isnan(ref.astype(np.float64))
-    assert ours.dtype == ref.dtype and ours.shape == ref.shape, what
-    assert (nan_o == nan_r).all(), what
-    assert np.array_equal(ours.view(u)[~nan_o], ref.view(u)[~nan_r]), what
-
-
 def _operand(rng, shape, dtype):
     # every binade from subnormals to the top, both signs, and a few infinities
     x = (rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-25.0, 15.9, shape))).astype(np.float16)
@@ -62,7 +52,7 @@ def test_strided_second_operand_matches_oracle(monkeypatch, case, dtype):
         for i in range(B):
             for j in range(N):
                 ref, s = naive.matmul(a[i, j], np.ascontiguousarray(bt[i, j]), operand_dtype=operand, **kw)
-                assert_same_bits(ours[i, j], ref, f"stack {i},{j} {kw}")
+                naive.assert_same_bits(ours[i, j], ref, f"stack {i},{j} {kw}")
                 rst |= s
         assert st == rst
 
@@ -104,10 +94,10 @@ def test_transposed_2d_operand_matches_oracle(monkeypatch, M, K, N, dtype):
         packed.clear()
         ours, st = cube.matmul(a, w, transpose_b=True, operand_dtype=operand, **kw)
         assert packed == [1]
-        assert_same_bits(ours, ref, f"matmul {kw}")
+        naive.assert_same_bits(ours, ref, f"matmul {kw}")
         assert st == rst
         ours, st = cube.batch_matmul(a[None], w[None], adj_y=True, operand_dtype=operand, **kw)
-        assert_same_bits(ours[0], ref, f"batch_matmul {kw}")
+        naive.assert_same_bits(ours[0], ref, f"batch_matmul {kw}")
         assert st == rst
 
 
@@ -142,7 +132,7 @@ def test_transposed_weight_packing_every_16_bit_pattern(fmt, flush, N, K):
         got = Bp[0, jt, :, :, :tc].reshape(Kp, tc)
         want = np.zeros((Kp, tc), np.float32)
         want[:, :jn] = full[:, j0:j0 + jn]
-        assert_same_bits(got, want, f"{fmt} flush={flush} slab {jt}")
+        naive.assert_same_bits(got, want, f"{fmt} flush={flush} slab {jt}")
 
 
 @pytest.mark.parametrize("shape", [(4, 2048), (2, 3, 40, 300)], ids=["2-D", "4-D"])
@@ -159,5 +149,5 @@ def test_a_broadcast_second_operand_is_copied_not_packed_from_its_strides(shape)
     else:
         run = lambda bb: cube.batch_matmul(a, bb, adj_x=True)  # noqa: E731
     (ours, s1), (ref, s2) = run(b), run(np.ascontiguousarray(b))
-    assert_same_bits(ours, ref, shape)
+    naive.assert_same_bits(ours, ref, shape)
     assert s1 == s2
