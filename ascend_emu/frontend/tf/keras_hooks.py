@@ -71,13 +71,31 @@ class KerasSteps:
         self._forward: dict = {}
         self._metrics: dict = {}
         self._resets: dict = {}
+        self._pinned: dict = {}         # _compiled's ids -> the objects
         self._pending: dict = {}        # id(model) -> [not run yet, Keras' reset_metrics]: a reset train_on_batch deferred
         self.models: list = []          # whose train/test/predict functions are ours (reset on exit)
 
     # -- training ----------------------------------------------------------------------------
+    def _compiled(self, model) -> tuple:
+        """The ids of what ``compile`` made (the optimizer, the compiled loss and metrics): part of a traced function's key, so a recompile traces anew (a step
+        traced before updated the old metrics: "Cannot get result() since the metric has not yet been built"). The
+        objects are kept (``_pinned``) while a function keyed by their ids is: a dead one's id cannot come back."""
+        made = tuple(getattr(model, a, None) for a in ("optimizer", "_compile_loss", "_compile_metrics"))
+        self._pinned.setdefault(tuple(map(id, made)), made)
+        return tuple(map(id, made))
+
+    def _train_key(self, model, x, y) -> tuple:
+        return (id(model), x.shape[1:], x.dtype.str, y.shape[1:], y.dtype.str, self._compiled(model))
+
     @staticmethod
-    def _train_key(model, x, y) -> tuple:
-        return (id(model), x.shape[1:], x.dtype.str, y.shape[1:], y.dtype.str)
+    def _build(model, x, y) -> None:
+        """Keras' own build of what is unbuilt (the layers of a model made without an Input, its compiled loss and
+        metrics, its optimizer) from a batch's shapes, as ``fit`` does before tracing (``train_on_batch`` leaves it to
+        the trace, which the emulator's step tracing is not: an optimizer built on an unbuilt model's no variables
+        refused them: "Unknown variable")."""
+        build = getattr(model, "_symbolic_build", None)
+        if build is not None:
+            build(data_batch=(x, y, None))
 
     def _train_step(self, model, x, y):
         key = self._train_key(model, x, y)
@@ -85,6 +103,7 @@ class KerasSteps:
             opt = getattr(model, "optimizer", None)
             if opt is None:
                 raise AscendEmuError(f"emulate: model {model.name!r} has no optimizer; compile it with one")
+            self._build(model, x, y)
             lso = opt if isinstance(opt, _keras_lso_class()) else None
             if not opt.built:
                 opt.build(model.trainable_variables)
@@ -206,7 +225,8 @@ class KerasSteps:
     # -- forward (evaluate, predict) --------------------------------------------------------------
     def _forward_graph(self, model, x, y):
         tf = import_tf()
-        key = (id(model), x.shape[1:], x.dtype.str, None if y is None else (y.shape[1:], y.dtype.str))
+        key = (id(model), x.shape[1:], x.dtype.str, None if y is None else (y.shape[1:], y.dtype.str),
+               self._compiled(model))
         if key in self._forward:
             return self._forward[key]
         from .loader import load_graph
