@@ -14,7 +14,7 @@ from ..cast import HW_HALF, bf16_bits_to_f32, f16_bits_to_f32, f32_to_16_bits, f
 from ..codes import FLUSH, KEEP, RINT
 from ..parallel import or_all
 from .fixpipe import _CHUNK, _fast16
-from .tree16 import NC, _tail_columns
+from .tree16 import _slab_item, _tail_columns
 
 
 @njit(cache=True)
@@ -167,11 +167,7 @@ def pack_b16(Y, ys, nb2, K, N, Bp, bf16, flush):
     nw = nb * njt * nkb
     found = np.zeros(nw, dtype=np.uint8)
     for w in prange(nw):
-        t = w // (njt * nkb)
-        jt = (w // nkb) % njt
-        q = w % nkb
-        j0 = jt * NC
-        jn = min(N, j0 + NC) - j0
+        t, jt, q, j0, jn = _slab_item(w, njt, nkb, N)
         tail = _tail_columns(jn)
         base = (t // nb2) * ys[0] + (t % nb2) * ys[1] + j0 * ys[3]
         nan = False
@@ -201,11 +197,7 @@ def pack_bt(W, K, Bp):
     nb, N = W.shape[0], W.shape[1]
     njt, nkb = Bp.shape[1], Bp.shape[2]
     for w in prange(nb * njt * nkb):
-        t = w // (njt * nkb)
-        jt = (w // nkb) % njt
-        q = w % nkb
-        j0 = jt * NC
-        jn = min(N, j0 + NC) - j0
+        t, jt, q, j0, jn = _slab_item(w, njt, nkb, N)
         kn = min(16, K - 16 * q)
         if kn == 16:
             # 16 x 16 blocks: 16 lines read, then 16 full lines written (a column at a time, writing 16 lines
@@ -242,11 +234,7 @@ def widen_pack_f16(Y, Bp, flush):
     njt, nkb = Bp.shape[1], Bp.shape[2]
     sub = FLUSH if flush else KEEP
     for w in prange(nb * njt * nkb):
-        t = w // (njt * nkb)
-        jt = (w // nkb) % njt
-        q = w % nkb
-        j0 = jt * NC
-        jn = min(N, j0 + NC) - j0
+        t, jt, q, j0, jn = _slab_item(w, njt, nkb, N)
         tc = _tail_columns(jn)
         for l in range(16):
             k = 16 * q + l

@@ -242,6 +242,16 @@ def _tail_columns(jn):
     return min(NC, -(-jn // (2 * LANES)) * (2 * LANES))
 
 
+@njit(cache=True, inline="always")
+def _slab_item(w, njt, nkb, N):
+    """Work item ``w`` of the packing kernels' loop over (stack, column tile, K block) of slabs (nb, njt, nkb, 16,
+    NC): (stack t, tile jt, K block q, the tile's first column j0, its real columns jn of N)."""
+    t = w // (njt * nkb)
+    jt = (w // nkb) % njt
+    j0 = jt * NC
+    return t, jt, w % nkb, j0, min(N, j0 + NC) - j0
+
+
 @njit(cache=True, parallel=True)
 def pack_b(B, Bp):
     """Bp[t, jt, q, l, j] = B[t, 16q + l, jt*NC + j] (+0 from column N up to the 2x2 block edge)."""
@@ -251,11 +261,7 @@ def pack_b(B, Bp):
     nkb = Kp // 16
     njt = (N + NC - 1) // NC
     for w in prange(nb * njt * nkb):
-        t = w // (njt * nkb)
-        jt = (w // nkb) % njt
-        q = w % nkb
-        j0 = jt * NC
-        jn = min(N, j0 + NC) - j0
+        t, jt, q, j0, jn = _slab_item(w, njt, nkb, N)
         for l in range(16):
             Bp[t, jt, q, l, :jn] = B[t, 16 * q + l, j0:j0 + jn]
             Bp[t, jt, q, l, jn:_tail_columns(jn)] = np.float32(0.0)
