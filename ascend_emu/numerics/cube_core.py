@@ -22,7 +22,7 @@ from ..kernels import cube as _k
 from ..kernels.cube import epilogue as _ke
 from ..kernels import multicore as _km
 from . import memo as _memo
-from .vector import flush_f32_subnormals
+from .vector import _small_run, flush_f32_subnormals
 
 # The kernels vectorise over output columns; with fewer columns than this and more rows the first kernel
 # computed C^T = B^T A^T instead (the same products summed in the same k order). Below _FEW_COLS columns the
@@ -490,7 +490,26 @@ def _pack_strided(b, pol: _Policy, K: int, N: int):
     return Bp, lambda: nan
 
 
+#: a product of at most this many multiply-adds (stacks x M x N x K) runs all its kernels (operand widening and
+#: packing, the products, the Fixpipe) on one Numba thread: on the 2-vCPU VM this project is measured on, waking the
+#: second thread for each of those parallel regions cost more than it saved up to about this size (whole fp16
+#: products, one thread against two, medians of ~100 in one process, RESULTS.md session 22: 32 x 256 x 512 219 vs
+#: 612 us, 32 x 512 x 512 431 vs 700, 128 x 512 x 512 (2^25) 1016-1393 vs 1119-1133, 512 x 512 x 512 3544-4973 vs
+#: 2618-3052), and a Dense layer's products in a training step are far smaller (the Keras MLP's step: 10.7 -> 8.5
+#: ms). Results never depend on the thread count (fixed work items, statuses ORed).
+SERIAL_MACS = 1 << 25
+
+
 def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
+             b_const=None):
+    """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status):
+    :func:`_product` on one Numba thread when it has at most :data:`SERIAL_MACS` multiply-adds."""
+    macs = len(ia) * a3.shape[1] * a3.shape[2] * b3.shape[-1]
+    return _small_run(macs, lambda: _product(a3, b3, ia, ib, bias, pol, out_shape, multicore, samples, epilogue,
+                                             b_const), SERIAL_MACS)
+
+
+def _product(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samples=None, epilogue=None,
              b_const=None):
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status).
 

@@ -96,10 +96,11 @@ def _on_compact(inputs):
 _SMALL = 1 << 15
 
 
-def _small_run(n: int, fn):
-    """``fn()`` with one Numba thread if ``n`` elements are few, the thread count restored after."""
+def _small_run(n: int, fn, limit: int = _SMALL):
+    """``fn()`` with one Numba thread if ``n`` (elements; the cube: multiply-adds) is at most ``limit``, the thread
+    count restored after."""
     threads = numba.get_num_threads()
-    if n > _SMALL or threads == 1:
+    if n > limit or threads == 1:
         return fn()
     numba.set_num_threads(1)
     try:

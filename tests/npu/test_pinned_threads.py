@@ -130,17 +130,18 @@ def test_pinned_one_cpu_each_then_restored(monkeypatch):
 
 
 def _big():
-    """A product large enough to run on every Numba thread (npu/threads.py SMALL_OP_ELEMENTS), then a small op."""
+    """A product large enough to run on every Numba thread (npu/threads.py SMALL_OP_ELEMENTS, and more than
+    numerics/cube_core.py SERIAL_MACS multiply-adds), then a small op."""
     from ascend_emu.graph import Graph, InputSpec, Node
 
-    w = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)
     f32 = {"T": "float32"}
-    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [256, 256]}),
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [512, 512]}),
              Node("w", "Const", [], {"dtype": "float32", "value": w}),
              Node("y", "MatMul", ["x", "w"], {**f32, "transpose_a": False, "transpose_b": False}),
              Node("r", "Relu", ["y"], f32)]
-    feeds = {"x": np.random.default_rng(4).standard_normal((256, 256)).astype(np.float32)}
-    return Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [256, 256])], outputs=["r:0"]), feeds
+    feeds = {"x": np.random.default_rng(4).standard_normal((512, 512)).astype(np.float32)}
+    return Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [512, 512])], outputs=["r:0"]), feeds
 
 
 @needs_two
