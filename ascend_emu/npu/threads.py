@@ -11,9 +11,10 @@ import numba
 #: nothing to do, yet the parallel region still waits for it; on cores shared with other processes that
 #: wait was a scheduler time slice (a scalar Pow took 5 ms instead of 0.07 ms). Results do not depend
 #: on the thread count (fixed chunks and work items, statuses ORed).
+#: (A product through numerics/cube.py of at most cube_core.SERIAL_MACS multiply-adds runs on one thread even when
+#: its op's inputs are larger: the op's count is decided here from its largest input, the product's there from
+#: its work.)
 SMALL_OP_ELEMENTS = 1 << 15
-#: (a cube product of at most numerics/cube_core.py SERIAL_MACS multiply-adds then runs on one thread all the same:
-#: its op's thread count is decided here from its largest input, its kernels' there from its work)
 #: the same limit for the ops of the vector unit and the inserted casts (every op but the cube's): their
 #: kernels stream memory at a few ns per element or less, so below a million elements a second thread saved
 #: less than its parallel region cost. Measured on the CNN training step (2 vCPUs, medians of 20 steps, runs

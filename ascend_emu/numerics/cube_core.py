@@ -22,7 +22,7 @@ from ..kernels import cube as _k
 from ..kernels.cube import epilogue as _ke
 from ..kernels import multicore as _km
 from . import memo as _memo
-from .vector import _small_run, flush_f32_subnormals
+from .vector import small_run, flush_f32_subnormals
 
 # The kernels vectorise over output columns; with fewer columns than this and more rows the first kernel
 # computed C^T = B^T A^T instead (the same products summed in the same k order). Below _FEW_COLS columns the
@@ -505,7 +505,7 @@ def _batched(a3, b3, ia, ib, bias, pol: _Policy, out_shape, multicore=None, samp
     """Cube product of stacks a3 (BA, M, K) and b3 (BB, K, N) paired by ia, ib; returns (array, status):
     :func:`_product` on one Numba thread when it has at most :data:`SERIAL_MACS` multiply-adds."""
     macs = len(ia) * a3.shape[1] * a3.shape[2] * b3.shape[-1]
-    return _small_run(macs, lambda: _product(a3, b3, ia, ib, bias, pol, out_shape, multicore, samples, epilogue,
+    return small_run(macs, lambda: _product(a3, b3, ia, ib, bias, pol, out_shape, multicore, samples, epilogue,
                                              b_const), SERIAL_MACS)
 
 

@@ -96,7 +96,7 @@ def _on_compact(inputs):
 _SMALL = 1 << 15
 
 
-def _small_run(n: int, fn, limit: int = _SMALL):
+def small_run(n: int, fn, limit: int = _SMALL):
     """``fn()`` with one Numba thread if ``n`` (elements; the cube: multiply-adds) is at most ``limit``, the thread
     count restored after."""
     threads = numba.get_num_threads()
@@ -188,7 +188,7 @@ def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", 
             cut = _on_compact([x])
             if cut is not None:
                 # a broadcast view: its distinct values cast, broadcast again (same status), never a full copy
-                y, st = _small_run(cut[1][0].size, lambda: _low.cast_low(cut[1][0], dtype, rounding, overflow_mode,
+                y, st = small_run(cut[1][0].size, lambda: _low.cast_low(cut[1][0], dtype, rounding, overflow_mode,
                                                                          subnormals, source, keep_nan))
                 return np.broadcast_to(y, cut[0]), st
         return _low.cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan)
@@ -213,7 +213,7 @@ def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", 
         cut = _on_compact([a])
         if cut is not None and _name(a) != dst:
             # a broadcast view (zero strides): its distinct values cast, broadcast again (same status)
-            y, st = _small_run(cut[1][0].size, lambda: cast(cut[1][0], dtype, rounding, overflow_mode, subnormals))
+            y, st = small_run(cut[1][0].size, lambda: cast(cut[1][0], dtype, rounding, overflow_mode, subnormals))
             return np.broadcast_to(y, cut[0]), st
     if a.dtype.kind in "biu":
         a = _ints_to_f64(a, "cast input")
@@ -443,7 +443,7 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
         if cut is not None:
             # broadcast views (zero strides): the op on their distinct values, broadcast again (read-only)
             n = max(int(np.size(x)) for x in cut[1])
-            y, st = _small_run(n, lambda: vector(op, *cut[1], dtype=dtype, overflow_mode=overflow_mode,
+            y, st = small_run(n, lambda: vector(op, *cut[1], dtype=dtype, overflow_mode=overflow_mode,
                                                  subnormals=subnormals, impl_mode=impl_mode, op_model=op_model,
                                                  **attrs))
             return np.broadcast_to(y, cut[0]), st
