@@ -3,8 +3,9 @@ block, the last 0-3 pairs one by one; the CNN's input gradient with 16 in-channe
 out-channels) bit for bit:
 
 - against the same kernel on the same operands with a 17th column (a whole 32-column group, the 2x2 block route the
-  narrow products took before): the first 16 columns, NaN payloads included (each element's nodes and operand order
-  are the same code's);
+  narrow products took before): the first 16 columns, NaN payloads included on this host's build (each element's
+  nodes and operand order are the same code's; on the 8-lane AVX2 build the machine code may pick the other of two
+  meeting NaNs, and every caller keeps NaN operands off this kernel);
 - against an independent numpy oracle (float32 step by step: the products, the 16-leaf tree's pairs level by level,
   the accumulator plus the tree per K block from the bias), NaN compared as NaN.
 
