@@ -189,7 +189,7 @@ def cast(x, dtype, rounding: str | None = None, overflow_mode: str = "inf_nan", 
             if cut is not None:
                 # a broadcast view: its distinct values cast, broadcast again (same status), never a full copy
                 y, st = small_run(cut[1][0].size, lambda: _low.cast_low(cut[1][0], dtype, rounding, overflow_mode,
-                                                                         subnormals, source, keep_nan))
+                                                                        subnormals, source, keep_nan))
                 return np.broadcast_to(y, cut[0]), st
         return _low.cast_low(x, dtype, rounding, overflow_mode, subnormals, source, keep_nan)
     if keep_nan:
@@ -444,8 +444,8 @@ def vector(op: str, *inputs, dtype="float16", overflow_mode: str = "inf_nan", su
             # broadcast views (zero strides): the op on their distinct values, broadcast again (read-only)
             n = max(int(np.size(x)) for x in cut[1])
             y, st = small_run(n, lambda: vector(op, *cut[1], dtype=dtype, overflow_mode=overflow_mode,
-                                                 subnormals=subnormals, impl_mode=impl_mode, op_model=op_model,
-                                                 **attrs))
+                                                subnormals=subnormals, impl_mode=impl_mode, op_model=op_model,
+                                                **attrs))
             return np.broadcast_to(y, cut[0]), st
     code = _BINARY.get(op)
     if (cdt == config.float32 and sc == _KEEP and code in _NUMPY_F32 and type(inputs[0]) is np.ndarray

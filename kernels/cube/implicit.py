@@ -242,22 +242,17 @@ def _k_loop_gather(width, fused, args):
                             aq + four * a_rows[i + 1], aq + four * a_rows[i + 2], aq + four * a_rows[i + 3],
                             aq + four * a_rows[i + 4], aq + four * a_rows[i + 5], aq + four * a_rows[i + 6],
                             aq + four * a_rows[min(i + 7, i1 - 1)], width, fused)
-            for p in range(4 * octs, npair):
-                i = i0 + 2 * p
-                _tree16_2x2_halves(c_addr + np.uintp(p) * pair, b0, bq + four * b_g1[0], aq + four * a_rows[i],
-                                   aq + four * a_rows[min(i + 1, i1 - 1)], width, fused, 1)
-            continue
-        for p in range(npair):
+        for p in range(4 * octs, npair):   # (the row pairs the blocks of four left, or all of them)
             i = i0 + 2 * p
-            x = aq + np.uintp(4) * a_rows[i]
-            y = aq + np.uintp(4) * a_rows[min(i + 1, i1 - 1)]
-            c = c_addr + np.uintp(p * ng * 4 * LANES * 4)
+            x = aq + four * a_rows[i]
+            y = aq + four * a_rows[min(i + 1, i1 - 1)]
+            c = c_addr + np.uintp(p) * pair
             for g in range(nf):
-                _tree16_2x2_halves(c + np.uintp(g * 4 * LANES * 4), bq + np.uintp(4) * b_g[g],
-                                   bq + np.uintp(4) * b_g1[g], x, y, width, fused, 2)
+                _tree16_2x2_halves(c + np.uintp(g * 4 * LANES * 4), bq + four * b_g[g], bq + four * b_g1[g], x, y,
+                                   width, fused, 2)
             if half:
-                _tree16_2x2_halves(c + np.uintp(nf * 4 * LANES * 4), bq + np.uintp(4) * b_g[nf],
-                                   bq + np.uintp(4) * b_g1[nf], x, y, width, fused, 1)
+                _tree16_2x2_halves(c + np.uintp(nf * 4 * LANES * 4), bq + four * b_g[nf], bq + four * b_g1[nf], x,
+                                   y, width, fused, 1)
 
 
 @njit(cache=True)

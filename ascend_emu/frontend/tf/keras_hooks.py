@@ -81,8 +81,9 @@ class KerasSteps:
         traced before updated the old metrics: "Cannot get result() since the metric has not yet been built"). The
         objects are kept (``_pinned``) while a function keyed by their ids is: a dead one's id cannot come back."""
         made = tuple(getattr(model, a, None) for a in ("optimizer", "_compile_loss", "_compile_metrics"))
-        self._pinned.setdefault(tuple(map(id, made)), made)
-        return tuple(map(id, made))
+        ids = tuple(map(id, made))
+        self._pinned.setdefault(ids, made)
+        return ids
 
     def _train_key(self, model, x, y) -> tuple:
         return (id(model), x.shape[1:], x.dtype.str, y.shape[1:], y.dtype.str, self._compiled(model))
