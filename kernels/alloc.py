@@ -31,7 +31,8 @@ _ALIGN = 64
 _ALIGN_BYTES = 1 << 16
 
 _buffers: dict = {}   # bit_length of the size -> uint8 arrays made by empty(), least recently handed out first
-_pooled: set = set()  # id() of those buffers (pooled)
+_pooled: dict = {}    # id() of those buffers (pooled) -> the offset of its first 64-byte boundary
+_dtypes: dict = {}    # what ``empty`` was given as a dtype -> numpy.dtype
 _lock = threading.Lock()
 _made = [0]           # bytes made since the last look for free buffers beyond _FREE_BYTES
 
@@ -52,13 +53,15 @@ def _trim(keep) -> None:
             break
         bucket = _buffers[(b.size - _ALIGN).bit_length()]   # (filed under the size asked for)
         bucket.pop(next(i for i, x in enumerate(bucket) if x is b))
-        _pooled.discard(id(b))
+        _pooled.pop(id(b), None)
         total -= b.size
 
 
 def _aligned(buf: np.ndarray, nbytes: int) -> np.ndarray:
     """``nbytes`` of ``buf`` from its first 64-byte boundary (``buf`` holds ``_ALIGN`` bytes more than asked)."""
-    at = -buf.ctypes.data % _ALIGN
+    # (the address through the array interface: ``ndarray.ctypes`` builds an object and cost 20-30 us a call
+    # with the caches cold, as in a replay between kernels, against ~18 us; a pooled buffer's offset is kept)
+    at = -buf.__array_interface__["data"][0] % _ALIGN
     return buf[at:at + nbytes]
 
 
@@ -79,16 +82,17 @@ def _buffer(nbytes: int) -> np.ndarray:
         if best is not None:
             home.append(home.pop(at))   # buckets stay in the order of their last hand-out
             best.flags.writeable = True
-            return _aligned(best, nbytes)
+            at = _pooled[id(best)]
+            return best[at:at + nbytes]
         buf = np.empty(nbytes + _ALIGN, np.uint8)
         buf[::_PAGE] = 0
         _buffers.setdefault(k, []).append(buf)
-        _pooled.add(id(buf))
+        at = _pooled[id(buf)] = -buf.__array_interface__["data"][0] % _ALIGN
         _made[0] += nbytes
         if _made[0] > _FREE_BYTES // 4:
             _made[0] = 0
             _trim(buf)
-        return _aligned(buf, nbytes)
+        return buf[at:at + nbytes]
 
 
 def pooled(a) -> bool:
@@ -97,13 +101,28 @@ def pooled(a) -> bool:
     return id(a) in _pooled
 
 
-def empty(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``; when it holds 1 MiB or more, its pages already faulted in (by the
-    calling thread, or by an earlier use of a reused buffer); from 64 KiB on, 64-byte aligned."""
+def _dtype(dtype) -> np.dtype:
+    """``np.dtype(dtype)``, kept per dtype-like given."""
+    try:
+        return _dtypes[dtype]
+    except KeyError:
+        pass
+    except TypeError:               # an unhashable dtype-like (a structured dtype's list): not kept
+        return np.dtype(dtype)
     dt = np.dtype(dtype)
+    if len(_dtypes) < 64:
+        _dtypes[dtype] = dt
+    return dt
+
+
+def empty(shape, dtype, align: bool = False) -> np.ndarray:
+    """``np.empty(shape, dtype)``; when it holds 1 MiB or more, its pages already faulted in (by the
+    calling thread, or by an earlier use of a reused buffer); from 64 KiB on (any size with ``align``),
+    64-byte aligned."""
+    dt = _dtype(dtype)
     nbytes = (int(shape) if isinstance(shape, (int, np.integer)) else int(math.prod(shape))) * dt.itemsize
     if nbytes < _PREFAULT_BYTES:
-        if nbytes < _ALIGN_BYTES:
+        if nbytes < _ALIGN_BYTES and not align:
             return np.empty(shape, dt)
         return _aligned(np.empty(nbytes + _ALIGN, np.uint8), nbytes).view(dt).reshape(shape)
     return _buffer(nbytes).view(dt).reshape(shape)

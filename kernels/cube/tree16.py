@@ -35,7 +35,6 @@ MC = 128
 NC = 512
 SLABS = (48, 80, 144, 272, 528)  # 32 * 2**k + 16 floats per slab row; the last is NC + 16
 LANES = 16  # floats per vector of the tile layout (one AVX-512 register; the emitted width is VEC)
-_ALIGN = 64
 # floats of accumulator tile per thread: MC/2 row pairs x NC/32 column groups x 4 vectors
 TILE = (MC // 2) * (NC // (2 * LANES)) * 4 * LANES
 
@@ -230,10 +229,7 @@ def slab_shape(nb, N, Kp):
 def empty_slabs(shape):
     """An uninitialised float32 array of this shape whose data starts on a 64-byte boundary."""
     # aligned slab rows keep the micro-kernel's 64-byte loads within one cache line (~25% faster)
-    n = int(np.prod(shape))
-    raw = alloc.empty(n + _ALIGN // 4, np.float32)
-    skip = (-raw.ctypes.data % _ALIGN) // 4
-    return raw[skip:skip + n].reshape(shape)
+    return alloc.empty(shape, np.float32, align=True)
 
 
 @njit(cache=True)

@@ -111,3 +111,38 @@ def test_arrays_from_64_kib_on_start_on_a_64_byte_boundary():
         gc.collect()
         b = alloc.empty((n,), np.float32)
         assert b.ctypes.data % 64 == 0
+
+
+def test_a_reused_pooled_buffer_keeps_its_boundary_and_dtypes_are_kept_apart():
+    """A pooled buffer's 64-byte boundary is worked out once, when it is made: every later hand-out of it starts
+    there. The dtypes ``empty`` was given are kept by what was given, never confused (byte order included)."""
+    n = 5 * MB // 4 + 3                       # a size class no other test uses
+    a = alloc.empty((n,), np.float32)
+    first = a.__array_interface__["data"][0]
+    root = a.base
+    while root.base is not None:
+        root = root.base
+    assert first % 64 == 0 and alloc.pooled(root)
+    assert first - root.__array_interface__["data"][0] == alloc._pooled[id(root)]
+    del a, root
+    gc.collect()
+    b = alloc.empty((n,), np.float32)
+    assert b.__array_interface__["data"][0] == first
+    for dt in ("float32", np.float32, np.dtype("<f4"), np.dtype(">f4"), ">f4", np.float16, [("x", "<f4")]):
+        c = alloc.empty((3, 2), dt)
+        assert c.dtype == np.dtype(dt) and c.shape == (3, 2)
+        d = alloc.empty((MB // 2,), dt)       # 64 KiB or more: aligned, the same dtype
+        assert d.dtype == np.dtype(dt) and d.__array_interface__["data"][0] % 64 == 0
+
+
+def test_cube_slabs_start_on_a_64_byte_boundary_at_every_size():
+    """kernels/cube/tree16.empty_slabs (alloc.empty with align=True): aligned below 64 KiB too."""
+    import importlib
+
+    tree16 = importlib.import_module("ascend_emu.kernels.cube.tree16")
+    for shape in ((1, 1, 1, 16, 48), (1, 1, 2, 16, 528), (1, 1, 16, 16, 528), (2, 3, 32, 16, 528)):
+        held = [tree16.empty_slabs(shape) for _ in range(3)]
+        for s in held:
+            assert s.shape == shape and s.dtype == np.float32 and s.flags.c_contiguous and s.flags.writeable
+            assert s.__array_interface__["data"][0] % 64 == 0
+        assert not np.shares_memory(held[0], held[1]) and not np.shares_memory(held[1], held[2])
