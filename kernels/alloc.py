@@ -102,16 +102,17 @@ def pooled(a) -> bool:
 
 
 def _dtype(dtype) -> np.dtype:
-    """``np.dtype(dtype)``, kept per dtype-like given."""
-    try:
-        return _dtypes[dtype]
-    except KeyError:
-        pass
-    except TypeError:               # an unhashable dtype-like (a structured dtype's list): not kept
+    """``np.dtype(dtype)``: a dtype as it is, a type or a name kept per type or name (never a dtype-like that
+    compares equal to another one of a different dtype: a numpy scalar, a dtype with metadata)."""
+    if type(dtype) is np.dtype or isinstance(dtype, np.dtype):
+        return dtype
+    if type(dtype) is not type and type(dtype) is not str:
         return np.dtype(dtype)
-    dt = np.dtype(dtype)
-    if len(_dtypes) < 64:
-        _dtypes[dtype] = dt
+    dt = _dtypes.get(dtype)
+    if dt is None:
+        dt = np.dtype(dtype)
+        if len(_dtypes) < 64:
+            _dtypes[dtype] = dt
     return dt
 
 

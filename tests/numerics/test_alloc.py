@@ -114,25 +114,30 @@ def test_arrays_from_64_kib_on_start_on_a_64_byte_boundary():
 
 
 def test_a_reused_pooled_buffer_keeps_its_boundary_and_dtypes_are_kept_apart():
-    """A pooled buffer's 64-byte boundary is worked out once, when it is made: every later hand-out of it starts
-    there. The dtypes ``empty`` was given are kept by what was given, never confused (byte order included)."""
+    """A pooled buffer's 64-byte boundary is worked out once, when it is made: every hand-out of it starts there.
+    The dtypes ``empty`` is given are never confused (byte order, numpy scalars that compare equal, metadata)."""
+    def root(x):
+        while x.base is not None:
+            x = x.base
+        return x
+
     n = 5 * MB // 4 + 3                       # a size class no other test uses
-    a = alloc.empty((n,), np.float32)
-    first = a.__array_interface__["data"][0]
-    root = a.base
-    while root.base is not None:
-        root = root.base
-    assert first % 64 == 0 and alloc.pooled(root)
-    assert first - root.__array_interface__["data"][0] == alloc._pooled[id(root)]
-    del a, root
-    gc.collect()
-    b = alloc.empty((n,), np.float32)
-    assert b.__array_interface__["data"][0] == first
-    for dt in ("float32", np.float32, np.dtype("<f4"), np.dtype(">f4"), ">f4", np.float16, [("x", "<f4")]):
-        c = alloc.empty((3, 2), dt)
-        assert c.dtype == np.dtype(dt) and c.shape == (3, 2)
-        d = alloc.empty((MB // 2,), dt)       # 64 KiB or more: aligned, the same dtype
-        assert d.dtype == np.dtype(dt) and d.__array_interface__["data"][0] % 64 == 0
+    for _ in range(3):                        # made, then (usually) handed out again
+        a = alloc.empty((n,), np.float32)
+        at = a.__array_interface__["data"][0]
+        r = root(a)
+        assert at % 64 == 0 and alloc.pooled(r)
+        assert at - r.__array_interface__["data"][0] == alloc._pooled[id(r)]
+        del a, r
+        gc.collect()
+    meta = np.dtype("f4", metadata={"k": 1})
+    for dt in ("float32", np.float32, np.dtype("<f4"), np.dtype(">f4"), ">f4", np.float16, [("x", "<f4")],
+               np.float32(1), np.float64(1), np.float16(1), meta, np.dtype("f4"), float):
+        want = np.dtype(dt)
+        for shape in ((3, 2), (MB // 2,)):     # below and from 64 KiB on (aligned)
+            c = alloc.empty(shape, dt)
+            assert c.dtype == want and c.dtype.metadata == want.metadata and c.shape == shape
+        assert c.__array_interface__["data"][0] % 64 == 0
 
 
 def test_cube_slabs_start_on_a_64_byte_boundary_at_every_size():

@@ -39,8 +39,8 @@ def poisoned_buffers(monkeypatch):
 
     empty = alloc.empty
 
-    def poisoned(shape, dtype):
-        a = empty(shape, dtype)
+    def poisoned(shape, dtype, **kw):
+        a = empty(shape, dtype, **kw)
         a.view(np.uint8).reshape(-1)[:] = 0xFF
         return a
     monkeypatch.setattr(alloc, "empty", poisoned)
