@@ -104,7 +104,7 @@ def pooled(a) -> bool:
 def _dtype(dtype) -> np.dtype:
     """``np.dtype(dtype)``: a dtype as it is, a type or a name kept per type or name (never a dtype-like that
     compares equal to another one of a different dtype: a numpy scalar, a dtype with metadata)."""
-    if type(dtype) is np.dtype or isinstance(dtype, np.dtype):
+    if isinstance(dtype, np.dtype):
         return dtype
     if type(dtype) is not type and type(dtype) is not str:
         return np.dtype(dtype)
