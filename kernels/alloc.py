@@ -57,11 +57,16 @@ def _trim(keep) -> None:
         total -= b.size
 
 
-def _aligned(buf: np.ndarray, nbytes: int) -> np.ndarray:
-    """``nbytes`` of ``buf`` from its first 64-byte boundary (``buf`` holds ``_ALIGN`` bytes more than asked)."""
+def _offset(buf: np.ndarray) -> int:
+    """Where ``buf``'s first 64-byte boundary is, in bytes from its start."""
     # (the address through the array interface: ``ndarray.ctypes`` builds an object and cost 20-30 us a call
     # with the caches cold, as in a replay between kernels, against ~18 us; a pooled buffer's offset is kept)
-    at = -buf.__array_interface__["data"][0] % _ALIGN
+    return -buf.__array_interface__["data"][0] % _ALIGN
+
+
+def _aligned(buf: np.ndarray, nbytes: int) -> np.ndarray:
+    """``nbytes`` of ``buf`` from its first 64-byte boundary (``buf`` holds ``_ALIGN`` bytes more than asked)."""
+    at = _offset(buf)
     return buf[at:at + nbytes]
 
 
@@ -87,7 +92,7 @@ def _buffer(nbytes: int) -> np.ndarray:
         buf = np.empty(nbytes + _ALIGN, np.uint8)
         buf[::_PAGE] = 0
         _buffers.setdefault(k, []).append(buf)
-        at = _pooled[id(buf)] = -buf.__array_interface__["data"][0] % _ALIGN
+        at = _pooled[id(buf)] = _offset(buf)
         _made[0] += nbytes
         if _made[0] > _FREE_BYTES // 4:
             _made[0] = 0
