@@ -30,7 +30,7 @@ from .precision import HF32_FAMILY, PrecisionPolicy, ascend_type, resolve_mode
 from ..numerics.status import FloatStatus
 
 from .replay import OpRecord, _Run  # noqa: F401  (OpRecord is part of this module's API)
-from .threads import Pinned
+from .threads import Pinned, Trial
 
 
 @dataclass
@@ -311,8 +311,13 @@ class Device:
 
             bar = tqdm(total=len(nodes), desc="replay", unit="op", leave=False, dynamic_ncols=True, disable=None)
         # nobody sees a tensor but the outputs (no dump, no kept tensors): layouts planned once (npu/layout.py)
-        tf1, plan, run.prepared = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
-                                             layout=writer is None and not keep_tensors)
+        tf1, plan, run.prepared, trial = self._plan(nodes, None if keep_tensors else tuple(graph.outputs),
+                                                    layout=writer is None and not keep_tensors)
+        # a training step's cube ops on one thread or as the size rule says: timed over the plan's first replays
+        way = None
+        if trial is not None and phases is not None and run.threads.full > 1:
+            way = trial.pick() if writer is None else trial.choice   # (a dump's writes are not timed)
+        run.serial_cube = way == 0
         run.threads.pin = pinned
         try:
             if writer is not None:
@@ -345,6 +350,8 @@ class Device:
                 # the casts of a tensor die with it (bounded memory on large models)
                 env = interpret(nodes, {}, run.eval_node, on_node=on_node if bar is not None else None,
                                 on_release=run.forget, plan=plan)
+            if way is not None and writer is None and trial.choice is None:
+                trial.add(way, time.perf_counter() - t0)
             summary = run.summary(time.perf_counter() - t0, fused)
             if writer is not None:
                 # wall time and dump size are not part of the dump: same inputs and config, same bytes
@@ -371,8 +378,8 @@ class Device:
     def _plan(self, nodes: list, keep, layout: bool = False) -> tuple:
         """(whether ``nodes`` hold TF1 control flow, the interpreter's walk over them releasing every tensor
         after its last use except the ``keep`` tensors (None: nothing released), the device's work per node
-        kept between replays: ``replay._Run.prepared``), worked out once per node list (training replays
-        the same fused graph every step). The precision decisions in it are this device's: a device whose
+        kept between replays: ``replay._Run.prepared``, the thread trial of its training steps: ``threads.Trial``),
+        worked out once per node list (training replays the same fused graph every step). The precision decisions in it are this device's: a device whose
         precision policy is replaced starts afresh. ``layout``: only ``keep`` is observed, so the walk may run
         elementwise ops in NHWC between cancelled transposes (:func:`ascend_emu.npu.layout.nhwc_plan`)."""
         key = (id(nodes), keep, id(self.precision), layout)
@@ -383,7 +390,8 @@ class Device:
         tf1 = has_dataflow_control_flow(nodes)
         # TF1 control flow runs nodes once per frame under new names: nothing kept per node there
         walk = nhwc_plan(nodes, keep) if layout and keep is not None and not tf1 else nodes
-        made = (tf1, None if tf1 else schedule(walk, keep=keep), None if tf1 else dict.fromkeys(map(id, walk)))
+        made = (tf1, None if tf1 else schedule(walk, keep=keep), None if tf1 else dict.fromkeys(map(id, walk)),
+                None if tf1 else Trial())
         if len(self._plan_cache) >= 8:
             self._plan_cache = {}
         self._plan_cache[key] = (nodes, len(nodes), self.precision, made)

@@ -73,6 +73,8 @@ class _Run(Records, RewrittenRuns):
         self.functions: dict = {}           # function name -> (its fused Graph, the ops fused away)
         self.graph_inputs = {f"{name}:0" for name in feeds}
         self.threads = Threads()
+        #: the cube ops on one Numba thread whatever their size (``Device.replay``'s ``threads.Trial``)
+        self.serial_cube = False
         self.decisions: dict = {}           # (kind, ascend op, orig dtype, producer dtypes) -> (Decision, dict)
         self.contexts: dict = {}            # (dtype, cube_out) -> an OpContext to copy (no multicore launch)
         self.operands = _shared.Store()     # what the cube ops derive from the tensors they share (numerics/shared.py)
@@ -514,6 +516,8 @@ class _Run(Records, RewrittenRuns):
                 n = a.size if type(a) is np.ndarray else np.size(a)
                 if n > size:
                     size = n
+            if cube and self.serial_cube:
+                size = 0
             threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
         # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
         token = _shared.begin(self.operands) if cube else None

@@ -1,5 +1,6 @@
-"""The Numba thread count of a replay: one thread for small ops, all of them for the others (results do not depend
-on it: fixed chunks and work items, statuses ORed)."""
+"""The Numba thread count of a replay: one thread for small ops, all of them for the others, a training step's cube ops
+on one thread when its first replays timed that faster (:class:`Trial`); where the threads run (:class:`Pinned`).
+Results do not depend on it: fixed chunks and work items, statuses ORed."""
 from __future__ import annotations
 
 import functools
@@ -42,6 +43,46 @@ class Threads:
     def restore(self) -> None:
         self.pin = None
         self.fit(SMALL_OP_ELEMENTS + 1)
+
+
+class Trial:
+    """Whether the cube ops of a training step's replays run on one Numba thread or as :meth:`Threads.fit` says (all
+    of them past ``SMALL_OP_ELEMENTS``), chosen by timing the replays of the step's plan (``Device._plan``: the same
+    fused graph every step). After the first replay (Numba's first calls, cold caches: not timed) the replays
+    alternate between the two until each has run :data:`ROUNDS` times; the one with the smaller best time is kept
+    for the plan. A size rule could not stand for both places measured on the 2-vCPU VM (RESULTS.md, session 24):
+    in the Keras CNN's training step the convolutions (14-38 M multiply-adds) on one thread made the step faster
+    (their outputs stay in the replaying core's cache for the vector ops after them, the step pins no thread), while
+    MobileNetV2's inference replay of convolutions of the same size was 10% slower so. Results never depend on the
+    thread count (fixed chunks and work items, statuses ORed): only the time does."""
+
+    __slots__ = ("times", "choice", "timed")
+
+    #: timed replays per way
+    ROUNDS = 3
+
+    def __init__(self):
+        self.times: tuple = ([], [])   # seconds of the replays with the cube ops on one thread, as fit says
+        self.choice: int | None = None   # 0: one thread, 1: as fit says; None: still timing
+        self.timed = False   # the first replay is not timed
+
+    def pick(self) -> int | None:
+        """0 (the cube ops on one thread) or 1 (as :meth:`Threads.fit` says) for the next replay; None: untimed, as
+        fit says (the first replay)."""
+        if self.choice is not None:
+            return self.choice
+        if not self.timed:
+            self.timed = True
+            return None
+        one, every = self.times
+        return 0 if len(one) <= len(every) else 1
+
+    def add(self, which: int, seconds: float) -> None:
+        """A timed replay of ``seconds`` the way ``which`` (as :meth:`pick` said)."""
+        self.times[which].append(seconds)
+        one, every = self.times
+        if len(one) >= self.ROUNDS and len(every) >= self.ROUNDS:
+            self.choice = 0 if min(one) <= min(every) else 1
 
 
 #: how a replay's Numba threads are placed (``ASCEND_EMU_PIN_THREADS``: ``auto``, the default; ``1``; ``0``). On the
