@@ -77,7 +77,7 @@ def test_a_replay_with_light_nodes_records_what_the_full_path_did():
     feeds = step_feeds(step, X[16:32], Y[16:32], 1, 1024.0, {k: np.array(v) for k, v in read_variables(step).items()})
     dev = ae.Device("allow_mix_precision")
     first = dev.replay(step.graph, feeds, progress=False, keep_tensors=False, phases=step.phase)
-    ((_, _, _, (_, _, prepared)),) = dev._plan_cache.values()
+    ((_, _, _, (_, _, prepared, _)),) = dev._plan_cache.values()
     kinds = {p.kind for p in prepared.values() if type(p) is Light}
     assert {"const", "placeholder", "host", "int", "move"} <= kinds
     second = dev.replay(step.graph, feeds, progress=False, keep_tensors=False, phases=step.phase)
