@@ -13,6 +13,7 @@ from ..errors import AscendEmuError, UnsupportedOpError
 from ..graph.control_flow import CONTROL_FLOW
 from ..graph.core import Graph, Node, check_outputs, dtype_name, split_tensor_name, tensor_name
 from ..graph.interpreter import interpret
+from ..numerics import cube_core as _cube_core
 from ..numerics import memo as _memo
 from ..numerics import shared as _shared
 from ..numerics.status import FloatStatus
@@ -24,7 +25,7 @@ from .node_plan import PURE_MOVES, Light, Prepared, fold_key, signature
 from .precision import ascend_type
 from .records import OpRecord, Records  # noqa: F401  (OpRecord: device.py's API imports it from here)
 from .rewritten_runs import RUNNERS, RewrittenRuns
-from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads
+from .threads import SMALL_OP_ELEMENTS, SMALL_VECTOR_ELEMENTS, Threads, product_macs
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
 
@@ -516,7 +517,7 @@ class _Run(Records, RewrittenRuns):
                 n = a.size if type(a) is np.ndarray else np.size(a)
                 if n > size:
                     size = n
-            if cube and self.serial_cube:
+            if cube and (self.serial_cube or (size > SMALL_OP_ELEMENTS and _serial_product(node, args))):
                 size = 0
             threads.fit(size, SMALL_OP_ELEMENTS if cube else SMALL_VECTOR_ELEMENTS)
         # a layer's convolutions read the same x / dy: its widened, padded copy and NaN test made once a replay
@@ -639,6 +640,12 @@ class _Run(Records, RewrittenRuns):
                               fp32_check=fp32_check),
                      outs, node.attrs)
         return outs
+
+
+def _serial_product(node: Node, args) -> bool:
+    """Whether ``node`` is a product that its kernels run on one thread (``threads.product_macs``)."""
+    macs = product_macs(node.op, args, node.attrs)
+    return macs is not None and macs <= _cube_core.SERIAL_MACS
 
 
 def _same_attrs(a: dict, b: dict) -> bool:

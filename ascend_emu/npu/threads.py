@@ -13,8 +13,8 @@ import numba
 #: wait was a scheduler time slice (a scalar Pow took 5 ms instead of 0.07 ms). Results do not depend
 #: on the thread count (fixed chunks and work items, statuses ORed).
 #: (A product through numerics/cube.py of at most cube_core.SERIAL_MACS multiply-adds runs on one thread even when
-#: its op's inputs are larger: the op's count is decided here from its largest input, the product's there from
-#: its work.)
+#: its op's inputs are larger: for a MatMul or BatchMatMul node the replay fits one thread for it from its operands'
+#: shapes too (:func:`product_macs`), so such a node neither wakes the second thread nor pins the replay.)
 SMALL_OP_ELEMENTS = 1 << 15
 #: the same limit for the ops of the vector unit and the inserted casts (every op but the cube's): their
 #: kernels stream memory at a few ns per element or less, so below a million elements a second thread saved
@@ -22,6 +22,30 @@ SMALL_OP_ELEMENTS = 1 << 15
 #: alternated): 47.8-50.7 ms against 48.2-68.7 ms with the 2^15 limit on a quiet machine; 40.6-44.6 against
 #: 50.8-60.8 ms beside another busy process; ResNet50, MobileNetV2 and Transformer replays unchanged.
 SMALL_VECTOR_ELEMENTS = 1 << 20
+
+
+#: the products whose multiply-adds :func:`product_macs` counts from their operands' shapes: MatMul's attributes
+#: transpose_a / transpose_b, BatchMatMul's adj_x / adj_y
+_PRODUCTS = {"MatMul": ("transpose_a", "transpose_b"), "_FusedMatMul": ("transpose_a", "transpose_b"),
+             "BatchMatMul": ("adj_x", "adj_y"), "BatchMatMulV2": ("adj_x", "adj_y"), "BatchMatMulV3": ("adj_x", "adj_y")}
+
+
+def product_macs(op: str, args, attrs: dict) -> int | None:
+    """The multiply-adds of a MatMul or BatchMatMul node on ``args`` (batch x M x K x N, the batch broadcast), or
+    None for any other op (an Einsum, a convolution) or operands it cannot read. A product of at most
+    ``numerics.cube_core.SERIAL_MACS`` runs its kernels on one thread (``cube_core._batched``): the replay fits one
+    thread for it too, so that it neither wakes the second thread nor pins the replay's threads for nothing."""
+    names = _PRODUCTS.get(op)
+    if op == "_FusedBatchMatMul" and attrs.get("base", "BatchMatMulV2") != "Einsum":
+        names = ("adj_x", "adj_y")
+    if names is None or len(args) < 2:
+        return None
+    a, b = args[0], args[1]
+    if getattr(a, "ndim", 0) < 2 or getattr(b, "ndim", 0) < 2:
+        return None
+    m = a.shape[-1] if attrs.get(names[0]) else a.shape[-2]
+    n = b.shape[-2] if attrs.get(names[1]) else b.shape[-1]
+    return max(a.size * n, b.size * m)
 
 
 class Threads:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ascend_emu.npu.threads import Trial
@@ -102,3 +103,50 @@ def test_a_training_with_the_trial_gives_the_bits_of_one_without_it():
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().startswith("same bits"), out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ a small product's thread count decided once
+
+def test_product_macs_counts_batch_m_k_n_from_the_operands():
+    from ascend_emu.npu.threads import product_macs
+
+    a, b = np.zeros((32, 256)), np.zeros((256, 512))
+    assert product_macs("MatMul", [a, b], {}) == 32 * 256 * 512
+    assert product_macs("_FusedMatMul", [a.T, b.T], {"transpose_a": True, "transpose_b": True}) == 32 * 256 * 512
+    # a batch broadcast on either side: batch x M x K x N
+    assert product_macs("BatchMatMulV2", [np.zeros((4, 32, 64)), np.zeros((64, 16))], {}) == 4 * 32 * 64 * 16
+    assert product_macs("BatchMatMul", [np.zeros((32, 64)), np.zeros((4, 16, 64))], {"adj_y": True}) == 4 * 32 * 64 * 16
+    assert product_macs("_FusedBatchMatMul", [np.zeros((2, 8, 4)), np.zeros((2, 8, 5))],
+                        {"adj_x": True}) == 2 * 4 * 8 * 5
+    # the ops it does not count: an Einsum (fused or not), a convolution, a vector
+    assert product_macs("_FusedBatchMatMul", [a, b], {"base": "Einsum"}) is None
+    assert product_macs("Einsum", [a, b], {}) is None
+    assert product_macs("Conv2D", [np.zeros((1, 8, 8, 3)), np.zeros((3, 3, 3, 4))], {}) is None
+    assert product_macs("MatMul", [np.zeros(4), b], {}) is None
+
+
+@pytest.mark.parametrize("n, serial", [(256, True), (1024, False)], ids=["2^24 multiply-adds", "2^28"])
+def test_a_product_of_at_most_serial_macs_fits_one_thread(monkeypatch, n, serial):
+    """A MatMul whose input is past SMALL_OP_ELEMENTS but whose product has at most SERIAL_MACS multiply-adds: the
+    replay fits one thread for it (no second thread woken, no replay pinned); a larger one: all threads."""
+    from ascend_emu import Device
+    from ascend_emu.graph import Graph, InputSpec, Node
+    from ascend_emu.npu import threads as T
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((256, n)).astype(np.float32)
+    f32 = {"T": "float32"}
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [n, 256]}),
+             Node("w", "Const", [], {"dtype": "float32", "value": w}),
+             Node("y", "MatMul", ["x", "w"], {**f32, "transpose_a": False, "transpose_b": False})]
+    g = Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [n, 256])], outputs=["y:0"])
+    feeds = {"x": rng.standard_normal((n, 256)).astype(np.float32)}
+    fits = []
+    # a replay of 2 Numba threads, whatever this worker has (its fit recorded, not done)
+    monkeypatch.setattr(T.Threads, "__init__", lambda self: self.__dict__.update(full=2, current=2, pin=None))
+    monkeypatch.setattr(T.Threads, "fit", lambda self, elements, limit=T.SMALL_OP_ELEMENTS:
+                        fits.append((elements, limit)))
+    Device("allow_mix_precision").replay(g, feeds, progress=False)
+    # the cube op's fit (the casts in front fit by the vector limit; the replay's end restores all threads)
+    cube = [e for e, limit in fits if limit == T.SMALL_OP_ELEMENTS and e != T.SMALL_OP_ELEMENTS + 1]
+    assert cube == [0 if serial else n * 256] and n * 256 > T.SMALL_OP_ELEMENTS
