@@ -45,8 +45,8 @@ def test_a_tie_keeps_one_thread_and_a_way_timed_short_of_its_rounds_decides_noth
 
 
 _CHILD = """
-import hashlib
 import numba, numpy as np, keras
+from bn_models import digest   # (tests/: the variables' bytes and each step's record, hashed)
 import ascend_emu as ae
 from ascend_emu.npu import threads as T
 from ascend_emu.npu import replay as RP
@@ -81,12 +81,7 @@ def train():
     with ae.emulate("allow_mix_precision", loss_scale="dynamic") as r:
         for i in range(7):
             m.train_on_batch(X[32 * (i % 3):32 * (i % 3) + 32], Y[32 * (i % 3):32 * (i % 3) + 32])
-    h = hashlib.sha256()
-    for v in m.variables + m.optimizer.variables:
-        h.update(np.asarray(v).tobytes())
-    keys = ("loss", "loss_scale", "float_status", "skipped", "first_overflow", "grad_zeros")
-    h.update(repr([[s.get(k) for k in keys] for s in r.steps]).encode())
-    return h.hexdigest()
+    return digest([v.numpy() for v in m.variables + m.optimizer.variables], r.steps)
 
 tried = train()
 decided = [t.choice for t in made if t.timed]
