@@ -379,8 +379,8 @@ class Device:
         """(whether ``nodes`` hold TF1 control flow, the interpreter's walk over them releasing every tensor
         after its last use except the ``keep`` tensors (None: nothing released), the device's work per node
         kept between replays: ``replay._Run.prepared``, the thread trial of its training steps: ``threads.Trial``),
-        worked out once per node list (training replays the same fused graph every step). The precision decisions in it are this device's: a device whose
-        precision policy is replaced starts afresh. ``layout``: only ``keep`` is observed, so the walk may run
+        worked out once per node list (training replays the same fused graph every step). The precision decisions
+        in it are this device's: a device whose precision policy is replaced starts afresh. ``layout``: only ``keep`` is observed, so the walk may run
         elementwise ops in NHWC between cancelled transposes (:func:`ascend_emu.npu.layout.nhwc_plan`)."""
         key = (id(nodes), keep, id(self.precision), layout)
         cached = self._plan_cache.get(key)

@@ -27,7 +27,8 @@ SMALL_VECTOR_ELEMENTS = 1 << 20
 #: the products whose multiply-adds :func:`product_macs` counts from their operands' shapes: MatMul's attributes
 #: transpose_a / transpose_b, BatchMatMul's adj_x / adj_y
 _PRODUCTS = {"MatMul": ("transpose_a", "transpose_b"), "_FusedMatMul": ("transpose_a", "transpose_b"),
-             "BatchMatMul": ("adj_x", "adj_y"), "BatchMatMulV2": ("adj_x", "adj_y"), "BatchMatMulV3": ("adj_x", "adj_y")}
+             "BatchMatMul": ("adj_x", "adj_y"), "BatchMatMulV2": ("adj_x", "adj_y"),
+             "BatchMatMulV3": ("adj_x", "adj_y")}
 
 
 def product_macs(op: str, args, attrs: dict) -> int | None:
