@@ -235,13 +235,24 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
 
 
 @register("_FusedMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)
-def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpose_a=False, transpose_b=False):
-    """MatMul with bias in L0C and an optional elementwise chain."""
-    bb = _bias(bias, int(b.shape[0] if transpose_b else b.shape[1]))
+def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpose_a=False, transpose_b=False,
+                 reshape=None):
+    """MatMul with bias in L0C and an optional elementwise chain; ``reshape``: the index of the input holding the
+    shape the product is reshaped to (MatMulReshapeBiasAddFusionPass: the Reshape between the MatMul and its bias
+    add, which keeps the last dimension; no chain then)."""
+    n = int(b.shape[0] if transpose_b else b.shape[1])
+    bb = _bias(bias, n)
 
     def run(c, ep):
         return nn_ops.mat_mul(a, b, ctx=c, transpose_a=transpose_a, transpose_b=transpose_b, bias=bb, epilogue=ep)
-    return _cube(ctx, (a, b) + extra, chain, run)
+    if reshape is None:
+        return _cube(ctx, (a, b) + extra, chain, run)
+    shape = [int(d) for d in np.asarray(((a, b) + extra)[reshape]).reshape(-1)]
+    if not shape or shape[-1] != n or chain:
+        raise AscendEmuError(f"the Reshape fused between a MatMul of {n} output columns and its bias add gives shape "
+                             f"{shape}, whose last dimension is not the columns; switch MatMulReshapeBiasAddFusionPass "
+                             "off for this model")
+    return _cube(ctx, (a, b), (), run).reshape(shape)
 
 
 @register("_FusedBatchMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)

@@ -19,8 +19,8 @@ from ascend_emu.graph import tensor_name
 from fp32mode import FP32, fp32  # noqa: F401  (the tests' fp32 mode)
 
 ALL_RULES = ["SpaceToBatchConv2dBatchToSpacePass", "BiasaddConvFusionPass", "ConvBatchnormFusionPass",
-             "MatMulBiasAddFusionPass", "LayerNormFusionPass", "GeluFusionPass", "SoftmaxGradFusionPass",
-             "TbeEltwiseFusionPass", "AutomaticUbFusion"]
+             "MatMulBiasAddFusionPass", "MatMulReshapeBiasAddFusionPass", "LayerNormFusionPass", "GeluFusionPass",
+             "SoftmaxGradFusionPass", "TbeEltwiseFusionPass", "AutomaticUbFusion"]
 
 
 # --------------------------------------------------------------------------- switches
@@ -275,6 +275,67 @@ def test_matmul_bias_add_variants():
             assert n.meta["ascend_type"] in ("MatMulV2", "BatchMatMulV2")
 
 
+def test_matmul_reshape_bias_add_only_where_cann_fuses_it():
+    """MatMulReshapeBiasAddFusionPass: the three ops become one _FusedMatMul named after the add, its output the
+    add's shape; a Reshape read elsewhere, one changing the last dimension, a bias not constant are left alone,
+    and the pass switches off by name."""
+    tf = _tf()
+    w = RNG.normal(0, 0.3, (16, 24)).astype(np.float32)
+    b = RNG.normal(0, 1, 24).astype(np.float32)
+
+    def fn(y):
+        return tf.nn.bias_add(tf.tensordot(y, w, axes=1), b)
+
+    g = graph_of(fn, (2, 5, 16))
+    f = fused(g)
+    assert f.counts == {"MatMulReshapeBiasAddFusionPass": 1}
+    (node,) = by_op(f, "_FusedMatMul")
+    assert node.name.endswith("BiasAdd") and node.attrs["reshape"] == 2 and not node.attrs.get("chain")
+    assert node.meta["ascend_type"] == "MatMulV2" and len(node.inputs) == 3
+    np.testing.assert_array_equal(node.attrs["bias"], b)
+    assert {e["tf_type"] for e in f.fused_away} == {"MatMul", "Reshape"}
+    assert fused(g, {"Switch": {"GraphFusion": {"MatMulReshapeBiasAddFusionPass": "off"}}}).counts == {}
+
+    def shared(y):   # the Reshape's output read elsewhere too
+        r = tf.tensordot(y, w, axes=1)
+        return tf.nn.bias_add(r, b), r * np.float32(2)
+
+    def last_dim(x):   # the Reshape's last dimension is 1: the add broadcasts, it does not add per column
+        return tf.reshape(tf.matmul(x, w), (8, 24, 1)) + b
+
+    def varying(y, v):   # the bias is an input
+        return tf.nn.bias_add(tf.tensordot(y, w, axes=1), v[0])
+
+    for fn, shapes in ((shared, [(2, 5, 16)]), (last_dim, [(8, 16)]), (varying, [(2, 5, 16), (1, 24)])):
+        assert "MatMulReshapeBiasAddFusionPass" not in fused(graph_of(fn, *shapes)).counts, fn.__name__
+
+
+def test_matmul_reshape_bias_add_last_dim_checked_at_run_time():
+    """A Reshape whose shape is computed and not inferred (an ONNX model's) is checked when it runs: a last
+    dimension other than the product's columns is a clear error naming the pass to switch off."""
+    from ascend_emu.graph.core import Graph, InputSpec, Node
+    from ascend_emu.npu.device import Device
+
+    w = RNG.normal(0, 0.3, (16, 24)).astype(np.float32)
+    b = RNG.normal(0, 1, 24).astype(np.float32)
+    nodes = [Node("x", "Placeholder", [], {"dtype": "float32", "shape": [8, 16]}),
+             Node("s", "Placeholder", [], {"dtype": "int32", "shape": [3]}),
+             Node("w", "Const", [], {"value": w, "dtype": "float32"}),
+             Node("b", "Const", [], {"value": b, "dtype": "float32"}),
+             Node("mm", "MatMul", ["x", "w"], {"T": "float32"}),
+             Node("r", "Reshape", ["mm", "s"], {"T": "float32"}),
+             Node("add", "AddV2", ["r", "b"], {"T": "float32"})]
+    g = Graph(nodes=nodes, inputs=[InputSpec("x", "float32", [8, 16]), InputSpec("s", "int32", [3])],
+              outputs=["add:0"])
+    x = RNG.normal(0, 1, (8, 16)).astype(np.float32)
+    dev = Device("force_fp16")
+    rep = dev.replay(g, {"x": x, "s": np.array([2, 4, 24], np.int32)}, progress=False)
+    assert rep.summary["fusion_counts"] == {"MatMulReshapeBiasAddFusionPass": 1}
+    assert rep.outputs["add:0"].shape == (2, 4, 24)
+    with pytest.raises(AscendEmuError, match="MatMulReshapeBiasAddFusionPass off"):
+        dev.replay(g, {"x": x, "s": np.array([8, 24, 1], np.int32)}, progress=False)
+
+
 def test_layer_norm_patterns():
     tf = _tf()
     import keras
@@ -495,6 +556,8 @@ def fused_oracle(node, inputs, op_dtype, out_dtype, model="exact"):
             acc = matmul_f64(node, cast[0], cast[1])
         if node.attrs.get("bias") is not None:
             acc = acc + np.asarray(node.attrs["bias"], np.float64)
+        if node.attrs.get("reshape") is not None:   # MatMulReshapeBiasAddFusionPass: the Reshape after the bias
+            acc = acc.reshape([int(d) for d in np.asarray(inputs[node.attrs["reshape"]]).reshape(-1)])
         if node.attrs.get("chain"):
             # the chain's other operands meet the accumulator in the cube's output dtype
             acc = chain_f32(node.attrs["chain"], acc.astype(np.float32), inputs, out_dtype, model)
@@ -635,9 +698,14 @@ def small_cases():
         u = tf.nn.relu6(-tf.matmul(x, w))                                     # MatMul + Neg + Relu6: no bit changes
         return p, r, s, t, u
 
+    def tensordot(y):
+        p = tf.nn.bias_add(tf.tensordot(y, w, axes=1), b)       # MatMul -> Reshape (shape computed) -> BiasAdd
+        q = tf.reshape(tf.matmul(tf.reshape(y, (-1, 16)), w), (2, 16, 24)) + b   # a constant shape, AddV2
+        return p, q
+
     return {"conv_fbn": (conv_fbn, [(2, 8, 8, 4)]), "conv_bias_bn": (conv_bias_keras_bn, [(2, 8, 8, 4)]),
             "mlp": (mlp, [(8, 16)]), "chain": (chain, [(8, 16), (8, 16)]),
-            "matmuls": (matmuls, [(8, 16), (2, 16, 16)])}
+            "matmuls": (matmuls, [(8, 16), (2, 16, 16)]), "tensordot": (tensordot, [(2, 16, 16)])}
 
 
 SMALL_COUNTS = {
@@ -646,6 +714,7 @@ SMALL_COUNTS = {
     "mlp": {"MatMulBiasAddFusionPass": 1, "LayerNormFusionPass": 1, "GeluFusionPass": 2, "TbeEltwiseFusionPass": 1},
     "chain": {"AutomaticUbFusion": 1},
     "matmuls": {"BiasaddConvFusionPass": 1, "MatMulBiasAddFusionPass": 3, "TbeEltwiseFusionPass": 2},
+    "tensordot": {"MatMulReshapeBiasAddFusionPass": 2},
 }
 CASES = list(SMALL_COUNTS)
 
@@ -804,17 +873,19 @@ def keras_expected(model) -> dict:
 # The Transformer block (ascend_emu.models.transformer_encoder) is one MultiHeadAttention layer, whose
 # projections are not Keras layers of their own, so its expectations are read off its structure:
 # - MatMulBiasAdd 1: the attention output projection (BatchMatMulV2 -> BiasAdd); the Q/K/V projections
-#   add their bias after a Reshape, and Dense on a 3-D input is Tensordot: MatMul -> Reshape -> BiasAdd;
-# - TbeEltwise 2: the scores Einsum -> Mul(1/sqrt(key_dim)), and the fused output projection -> residual Add;
-# - AutomaticUb 1: ffn2's BiasAdd -> residual Add (the only two elementwise ops in a row left);
-# - LayerNorm 2, Gelu 1 (the Keras layers).
-TRANSFORMER_EXPECTED = {"MatMulBiasAddFusionPass": 1, "LayerNormFusionPass": 2, "GeluFusionPass": 1,
-                        "TbeEltwiseFusionPass": 2, "AutomaticUbFusion": 1}
+#   (BatchMatMulV2 -> Reshape -> Add of a [heads, key_dim] constant) match neither bias pass;
+# - MatMulReshapeBiasAdd 2: the two Dense layers on a 3-D input (Tensordot: MatMul -> Reshape -> BiasAdd);
+# - TbeEltwise 2: the scores Einsum -> Mul(1/sqrt(key_dim)), and the fused output projection -> residual Add
+#   (not ffn2's fused product -> residual Add: the chain does not reach across the Reshape);
+# - LayerNorm 2, Gelu 1 (the Keras layers); no AutomaticUb (no two elementwise ops in a row are left).
+TRANSFORMER_EXPECTED = {"MatMulBiasAddFusionPass": 1, "MatMulReshapeBiasAddFusionPass": 2, "LayerNormFusionPass": 2,
+                        "GeluFusionPass": 1, "TbeEltwiseFusionPass": 2}
 TRANSFORMER_WHERE = {  # rule -> for each fused op, the original ops (name suffixes) it replaces
     "MatMulBiasAddFusionPass": [{"attention_output_1/MatMul", "attention_output_1/BiasAdd"}],
+    "MatMulReshapeBiasAddFusionPass": [{"ffn1_1/Tensordot/MatMul", "ffn1_1/Tensordot", "ffn1_1/BiasAdd"},
+                                       {"ffn2_1/Tensordot/MatMul", "ffn2_1/Tensordot", "ffn2_1/BiasAdd"}],
     "TbeEltwiseFusionPass": [{"attention_1/einsum/Einsum", "attention_1/Mul"},
                              {"attention_output_1/MatMul", "attention_output_1/BiasAdd", "residual1_1/Add"}],
-    "AutomaticUbFusion": [{"ffn2_1/BiasAdd", "residual2_1/Add"}],
     "GeluFusionPass": [{"ffn1_1/Gelu/mul", "ffn1_1/Gelu/Neg", "ffn1_1/Gelu/mul_1", "ffn1_1/Gelu/Erfc",
                         "ffn1_1/Gelu/mul_2"}],
     "LayerNormFusionPass": [{"norm1_1/moments/mean", "norm1_1/Rsqrt", "norm1_1/add_2"},

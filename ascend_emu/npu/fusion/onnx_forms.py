@@ -14,6 +14,9 @@ ONNX_FORMS = {
     "ConvBatchnormFusionPass": "matches: Conv (+bias) -> BatchNormalization loads as Conv2D [-> BiasAdd] -> "
                                "FusedBatchNormV3 on the NHWC tensor",
     "MatMulBiasAddFusionPass": "matches: MatMul -> Add of a constant vector, and Gemm with a 1-D C (MatMul -> BiasAdd)",
+    "MatMulReshapeBiasAddFusionPass": "not checked on ONNX models: a 2-D MatMul -> Reshape -> Add of a constant "
+                                      "vector loads as this pattern (exporters emit a 3-D MatMul -> Add instead, "
+                                      "a BatchMatMulV2 for MatMulBiasAddFusionPass)",
     "LayerNormFusionPass": "TF graphs only for the decomposed form (ONNX's ReduceMean, Sub, Pow, ReduceMean, Add, "
                            "Sqrt, Div is not matched: its ops run one by one); LayerNormalization (opset 17) "
                            "loads directly as the fused LayerNorm op",

@@ -15,7 +15,7 @@ The fused implementations are in :mod:`ascend_emu.ops.fused_ops`.
 
 - :mod:`.common`: pass limits, op-type tables (``ELTWISE``), fused-node builders;
 - :mod:`.cube`: SpaceToBatchConv2dBatchToSpacePass, BiasaddConvFusionPass, ConvBatchnormFusionPass,
-  MatMulBiasAddFusionPass;
+  MatMulBiasAddFusionPass, MatMulReshapeBiasAddFusionPass;
 - :mod:`.composite`: LayerNormFusionPass, GeluFusionPass, SoftmaxGradFusionPass;
 - :mod:`.ub`: TbeEltwiseFusionPass, AutomaticUbFusion.
 """
@@ -26,6 +26,6 @@ from .common import (BATCH_MATMUL_TYPES, BATCH_NORM_TYPES, BIAS_ADD_TYPES, CONST
                      ELTWISE, FUSED_CUBE, MATMUL_TYPES, UB_MAX_OPS)
 # the order of these imports is the order the rules apply in
 from .cube import (spacetobatch_conv2d_batchtospace, biasadd_conv, conv_batchnorm,  # noqa: F401
-                   matmul_biasadd)
+                   matmul_biasadd, matmul_reshape_biasadd)
 from .composite import gelu, layer_norm, softmax_grad  # noqa: F401
 from .ub import automatic_ub, tbe_eltwise  # noqa: F401

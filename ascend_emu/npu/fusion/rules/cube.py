@@ -2,8 +2,8 @@
 
 SpaceToBatchConv2dBatchToSpacePass: TensorFlow's SpaceToBatchND -> Conv2D -> BatchToSpaceND form of a
 dilated convolution becomes one Conv2D with dilations on the cube. BiasaddConvFusionPass,
-ConvBatchnormFusionPass and MatMulBiasAddFusionPass: the bias enters the float32 accumulator (L0C)
-before the single rounding to the output dtype; the batch norm's scale is folded into the filter on the
+ConvBatchnormFusionPass, MatMulBiasAddFusionPass and MatMulReshapeBiasAddFusionPass: the bias enters the float32
+accumulator (L0C) before the single rounding to the output dtype; the batch norm's scale is folded into the filter on the
 host (NUMERICS.md section 6).
 """
 from __future__ import annotations
@@ -265,4 +265,62 @@ def matmul_biasadd(rw: Rewriter) -> int:
             if len(mm.inputs) != 2 or not _einsum_bias_ok(mm.attrs.get("equation", ""), (None, None)):
                 continue
         n += _fuse_bias(rw, "MatMulBiasAddFusionPass", mm, _matmul_n(rw, mm))
+    return n
+
+
+def _last_dim(rw: Rewriter, reshape: Node) -> int | None:
+    """The last dimension of ``reshape``'s output: TensorFlow's inferred shape, else its constant shape input; None
+    where neither says (a -1 there, a shape computed in the graph of an ONNX model)."""
+    shapes = reshape.output_shapes
+    if shapes and shapes[0] and shapes[0][-1] is not None:
+        return int(shapes[0][-1])
+    ref = tensor_name(reshape.inputs[1])
+    if rw.is_const(ref):
+        target = np.asarray(rw.value(ref)).reshape(-1)
+        if target.size == 0:
+            return 0
+        return int(target[-1]) if int(target[-1]) >= 0 else None
+    return None
+
+
+@fusion_rule(
+    "MatMulReshapeBiasAddFusionPass", GRAPH,
+    pattern="MatMul (two operands, no bias yet) -> Reshape keeping the last dimension -> BiasAdd (NHWC) | Add | "
+            "AddV2 of a constant vector over the output columns, each the sole reader of the previous: TensorFlow's "
+            "Tensordot, what Keras' Dense emits on a 3-D input",
+    numerics="the bias is added in the float32 accumulator before the single rounding to the output dtype, as "
+             "MatMulBiasAddFusionPass; the Reshape only renames the elements. Unfused, the product is rounded and "
+             "the add rounds again")
+def matmul_reshape_biasadd(rw: Rewriter) -> int:
+    # CANN's pass (canndev ops/built-in/fusion_pass/graph_fusion/ai_core/matmul_reshape_biasadd_fusion_pass.cpp)
+    # links the bias into the MatMul, hands the BiasAdd's readers the Reshape's output and deletes the BiasAdd; here
+    # the three are one node named after the BiasAdd (its tensor is the one compared), the Reshape as the fused
+    # op's last step (``reshape``: the index of its shape input). Left alone, as CANN leaves it: a MatMul with
+    # other readers, a Reshape whose last dimension is not the product's columns (checked here where TensorFlow's
+    # inferred shape or a constant shape input says it; else at run time, ops/fused_ops.fused_matmul), a bias
+    # that is not a constant vector of that size. Also left alone here: a Reshape with other readers (CANN's rewiring
+    # would hand them the biased product).
+    n = 0
+    for mm in rw.candidates(MATMUL_TYPES):
+        if len(mm.inputs) != 2 or mm.attrs.get("bias") is not None:
+            continue
+        reshape = rw.sole_reader(mm)
+        if reshape is None or reshape.op != "Reshape" or tensor_name(reshape.inputs[0]) != mm.name + ":0":
+            continue
+        add = rw.sole_reader(reshape)
+        cols = _matmul_n(rw, mm)
+        if add is None or cols is None:
+            continue
+        found = _bias_of(rw, add, reshape.name + ":0", cols)
+        if not found:
+            continue
+        last = _last_dim(rw, reshape)
+        if last is not None and last != cols:
+            continue
+        bias, bref = found
+        taken = rw.const_chain([bref], {mm.name, reshape.name, add.name})
+        fused = _as_fused_cube(mm, add.name, bias=bias, reshape=2)
+        fused.inputs = [*mm.inputs, reshape.inputs[1]]
+        rw.fuse("MatMulReshapeBiasAddFusionPass", [mm, reshape, add, *taken], fused)
+        n += 1
     return n
