@@ -298,7 +298,8 @@ class _Run(Records, RewrittenRuns):
             for i in float_idx:
                 # a fused cube op's operands past (x, w) feed its elementwise chain, which runs on the
                 # accumulator and meets them in the cube's output dtype (a backprop convolution's
-                # out_backprop, its input 2, is a plain cube operand)
+                # out_backprop, its input 2, is a plain cube operand; an integer input past them, the shape of
+                # MatMulReshapeBiasAddFusionPass's Reshape, is not in float_idx: never cast)
                 chain_operand = opdef.kind == CUBE and i >= 2 and node.op.startswith("_Fused")
                 target = dec.cube_out if chain_operand and dec.cube_out else dec.dtype
                 if i in opdef.fp32_inputs and dtype_name(args[i].dtype) == "float32":

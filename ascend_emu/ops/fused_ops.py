@@ -248,11 +248,16 @@ def fused_matmul(a, b, *extra, ctx, base="MatMul", bias=None, chain=(), transpos
     if reshape is None:
         return _cube(ctx, (a, b) + extra, chain, run)
     shape = [int(d) for d in np.asarray(((a, b) + extra)[reshape]).reshape(-1)]
-    if not shape or shape[-1] != n or chain:
+    out = _cube(ctx, (a, b), (), run) if not chain else None
+    try:
+        out = out.reshape(shape)    # (a -1 resolved by numpy, as the Reshape resolves it)
+    except (AttributeError, ValueError):
+        out = None
+    if out is None or not out.shape or out.shape[-1] != n:
         raise AscendEmuError(f"the Reshape fused between a MatMul of {n} output columns and its bias add gives shape "
                              f"{shape}, whose last dimension is not the columns; switch MatMulReshapeBiasAddFusionPass "
                              "off for this model")
-    return _cube(ctx, (a, b), (), run).reshape(shape)
+    return out
 
 
 @register("_FusedBatchMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)

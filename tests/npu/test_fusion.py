@@ -306,8 +306,47 @@ def test_matmul_reshape_bias_add_only_where_cann_fuses_it():
     def varying(y, v):   # the bias is an input
         return tf.nn.bias_add(tf.tensordot(y, w, axes=1), v[0])
 
-    for fn, shapes in ((shared, [(2, 5, 16)]), (last_dim, [(8, 16)]), (varying, [(2, 5, 16), (1, 24)])):
+    def product_read(x):   # the MatMul's output read elsewhere too
+        r = tf.matmul(x, w)
+        return tf.reshape(r, (2, 4, 24)) + b, r
+
+    def wide_bias(x):   # a bias of more dimensions than one (CANN's Add takes a 1-D one): it may broadcast wider
+        return tf.reshape(tf.matmul(x, w), (2, 4, 24)) + b.reshape(1, 1, 1, 24), \
+            tf.reshape(tf.matmul(x, w * np.float32(2)), (2, 4, 24)) + b.reshape(1, 24)
+
+    for fn, shapes in ((shared, [(2, 5, 16)]), (last_dim, [(8, 16)]), (varying, [(2, 5, 16), (1, 24)]),
+                       (product_read, [(8, 16)]), (wide_bias, [(8, 16)])):
         assert "MatMulReshapeBiasAddFusionPass" not in fused(graph_of(fn, *shapes)).counts, fn.__name__
+
+
+@pytest.mark.parametrize("reshaped", [False, True])
+def test_bias_chain_sharing_the_weights_producer_keeps_it(reshaped):
+    """A bias computed from the weights through a node the product reads too (a Mul of the weights, Sum): the
+    fused op still reads that node, so it stays in the graph (it was taken with the bias chain) and the replay
+    matches TensorFlow in float32."""
+    from ascend_emu.npu.device import Device
+    from ascend_emu.frontend.tf.reference import reference
+
+    tf = _tf()
+    w = RNG.normal(0, 0.3, (16, 24)).astype(np.float32)
+
+    def fn(x):
+        wi = tf.constant(w) * np.float32(2)   # a node of the constant chain, not a Const
+        bias = tf.reduce_sum(wi, axis=0)
+        p = tf.matmul(tf.reshape(x, (-1, 16)), wi)
+        return tf.nn.bias_add(tf.reshape(p, (2, 4, 24)) if reshaped else p, bias)
+
+    g = graph_of(fn, (8, 16))
+    rule = "MatMulReshapeBiasAddFusionPass" if reshaped else "MatMulBiasAddFusionPass"
+    f = fused(g)
+    assert f.counts == {rule: 1}
+    kept = {n.name for n in f.nodes}
+    (node,) = by_op(f, "_FusedMatMul")
+    assert all(tensor_name(r).split(":")[0] in kept for r in node.inputs)
+    dev = Device(**fp32(op_model="exact"))
+    rep = dev.replay(g, seed=3, progress=False)
+    ref = reference(g, rep.inputs, progress=False)
+    assert check_float32_against_tf(rep, ref, dev) == 1
 
 
 def test_matmul_reshape_bias_add_last_dim_checked_at_run_time():
@@ -332,6 +371,9 @@ def test_matmul_reshape_bias_add_last_dim_checked_at_run_time():
     rep = dev.replay(g, {"x": x, "s": np.array([2, 4, 24], np.int32)}, progress=False)
     assert rep.summary["fusion_counts"] == {"MatMulReshapeBiasAddFusionPass": 1}
     assert rep.outputs["add:0"].shape == (2, 4, 24)
+    for shape in ([2, -1, 24], [2, 4, -1]):   # a -1 resolved as the Reshape resolves it
+        rep = dev.replay(g, {"x": x, "s": np.array(shape, np.int32)}, progress=False)
+        assert rep.outputs["add:0"].shape == (2, 4, 24), shape
     with pytest.raises(AscendEmuError, match="MatMulReshapeBiasAddFusionPass off"):
         dev.replay(g, {"x": x, "s": np.array([8, 24, 1], np.int32)}, progress=False)
 

@@ -134,7 +134,8 @@ def _fuse_bias(rw: Rewriter, rule: str, cube: Node, channels: int) -> int:
     if not found:
         return 0
     bias, bref = found
-    taken = rw.const_chain([bref], {cube.name, add.name})
+    # (the cube op is not "inside": a chain node it reads stays, as the fused op reads it too)
+    taken = rw.const_chain([bref], {add.name})
     rw.fuse(rule, [cube, add, *taken], _as_fused_cube(cube, add.name, bias=bias))
     return 1
 
@@ -279,7 +280,7 @@ def _last_dim(rw: Rewriter, reshape: Node) -> int | None:
         target = np.asarray(rw.value(ref)).reshape(-1)
         if target.size == 0:
             return 0
-        return int(target[-1]) if int(target[-1]) >= 0 else None
+        return int(target[-1]) if int(target[-1]) >= 0 else None   # (a -1: resolved when it runs)
     return None
 
 
@@ -312,13 +313,14 @@ def matmul_reshape_biasadd(rw: Rewriter) -> int:
         if add is None or cols is None:
             continue
         found = _bias_of(rw, add, reshape.name + ":0", cols)
-        if not found:
-            continue
+        if not found or np.ndim(rw.value(found[1])) != 1:
+            continue   # (CANN's check for Add: a 1-D bias; one of more dimensions may broadcast the output wider)
         last = _last_dim(rw, reshape)
         if last is not None and last != cols:
             continue
         bias, bref = found
-        taken = rw.const_chain([bref], {mm.name, reshape.name, add.name})
+        # (the MatMul is not "inside": a chain node it reads stays, as the fused op reads it too)
+        taken = rw.const_chain([bref], {reshape.name, add.name})
         fused = _as_fused_cube(mm, add.name, bias=bias, reshape=2)
         fused.inputs = [*mm.inputs, reshape.inputs[1]]
         rw.fuse("MatMulReshapeBiasAddFusionPass", [mm, reshape, add, *taken], fused)
