@@ -3,8 +3,8 @@
 SpaceToBatchConv2dBatchToSpacePass: TensorFlow's SpaceToBatchND -> Conv2D -> BatchToSpaceND form of a
 dilated convolution becomes one Conv2D with dilations on the cube. BiasaddConvFusionPass,
 ConvBatchnormFusionPass, MatMulBiasAddFusionPass and MatMulReshapeBiasAddFusionPass: the bias enters the float32
-accumulator (L0C) before the single rounding to the output dtype; the batch norm's scale is folded into the filter on the
-host (NUMERICS.md section 6).
+accumulator (L0C) before the single rounding to the output dtype; the batch norm's scale is folded into the filter
+on the host (NUMERICS.md section 6).
 """
 from __future__ import annotations
 
@@ -286,9 +286,9 @@ def _last_dim(rw: Rewriter, reshape: Node) -> int | None:
 
 @fusion_rule(
     "MatMulReshapeBiasAddFusionPass", GRAPH,
-    pattern="MatMul (two operands, no bias yet) -> Reshape keeping the last dimension -> BiasAdd (NHWC) | Add | "
-            "AddV2 of a constant vector over the output columns, each the sole reader of the previous: TensorFlow's "
-            "Tensordot, what Keras' Dense emits on a 3-D input",
+    pattern="MatMul (two operands, constant weights, no bias yet) -> Reshape keeping the last dimension -> BiasAdd "
+            "(NHWC) | Add | AddV2 of a constant 1-D vector over the output columns, each the sole reader of the "
+            "previous: TensorFlow's Tensordot, what Keras' Dense emits on a 3-D input",
     numerics="the bias is added in the float32 accumulator before the single rounding to the output dtype, as "
              "MatMulBiasAddFusionPass; the Reshape only renames the elements. Unfused, the product is rounded and "
              "the add rounds again")
