@@ -189,3 +189,58 @@ def test_logs_that_cannot_be_traced_are_computed_eagerly_after_the_write(monkeyp
             assert logs["loss"] == pytest.approx(run.steps[-1]["loss"], rel=1e-6)
         step = next(iter(run._hooks.keras._train.values()))[0]
     assert any(w is None for w in step._writers.values())       # the traced write with the logs: refused
+
+
+def test_fast_call_runs_the_function_directly_with_the_same_results(monkeypatch):
+    """``fast_call`` runs a hand-over function through ``TFE_Py_Execute`` itself when executing eagerly: the same
+    structured results as TensorFlow's call, the variables written as by it, TensorFlow's error for a failing op,
+    and TensorFlow's own path where the direct one does not apply (tracing, a cancellation manager)."""
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import cancellation
+
+    from ascend_emu.frontend.tf import stateful
+
+    v = tf.Variable(np.zeros(3, np.float32))
+    w = tf.Variable(np.arange(4, dtype=np.int64))
+
+    def fn(x):
+        v.assign(x * 2)
+        return {"sum": tf.reduce_sum(v), "w": w.read_value(), "both": (x + 1, tf.cast(w, tf.float32))}
+
+    cf = tf.function(fn, autograph=False).get_concrete_function(tf.TensorSpec((3,), tf.float32))
+    calls = []
+    real = pywrap_tfe.TFE_Py_Execute
+    monkeypatch.setattr(pywrap_tfe, "TFE_Py_Execute", lambda *a: calls.append(a[2]) or real(*a))
+    run = stateful.fast_call(cf)
+    x = tf.constant([1.0, 2.0, 3.5])
+    got = run(x)
+    assert calls == [cf._inference_function.name.decode()]   # the direct path ran the function, once
+    want = cf(x)
+    assert set(got) == set(want) and type(got["both"]) is type(want["both"])
+    for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(v.numpy(), [2.0, 4.0, 7.0])
+
+    # a failing op: TensorFlow's own exception
+    def bad(x):
+        return tf.debugging.check_numerics(x, "not finite")
+
+    run_bad = stateful.fast_call(tf.function(bad, autograph=False).get_concrete_function(
+        tf.TensorSpec((3,), tf.float32)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not finite"):
+        run_bad(tf.constant([1.0, np.inf, 0.0]))
+
+    # under a cancellation manager, and inside a trace: TensorFlow's path (the function not executed directly)
+    name = cf._inference_function.name.decode()
+    calls.clear()
+    with cancellation.CancellationManagerContext(cancellation.CancellationManager()):
+        np.testing.assert_array_equal(run(x)["w"].numpy(), np.arange(4))
+    assert name not in calls
+
+    @tf.function(autograph=False)
+    def outer(x):
+        return run(x)["sum"]
+
+    assert float(outer(x)) == pytest.approx(13.0)
+    assert name not in calls

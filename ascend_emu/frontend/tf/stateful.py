@@ -371,19 +371,70 @@ def fast_call(cf):
     gradient tape watches: its atomic function on the arguments and the captures, without the Python of binding the
     arguments to the signature and checking for tapes (~60-80 us a call). The emulator's own hand-over functions
     (variable reads and writes, metric results and resets) are never differentiated. ``cf`` itself where TensorFlow
-    lacks that path or a capture is made anew per call."""
+    lacks that path or a capture is made anew per call. Executing eagerly, the call goes straight to the C function
+    the atomic function's own path ends in (:func:`_direct_call`)."""
     try:
-        call = cf._inference_function.call_preflattened
+        fn = cf._inference_function
+        call = fn.call_preflattened
         caps = list(cf._captured_inputs)
     except AttributeError:
         return cf
     if any(callable(c) for c in caps):
         return cf
     caps = list(cf.captured_inputs)
+    direct = _direct_call(fn, caps)
 
     def run(*args):
+        if direct is not None:
+            out = direct(args)
+            if out is not _NOT_DIRECT:
+                return out
         return call(list(args) + caps)
     return run
+
+
+_NOT_DIRECT = object()
+
+
+def _direct_call(fn, caps):
+    """``direct(args)``: atomic function ``fn`` run on ``args`` and the captures ``caps`` by ``TFE_Py_Execute``, as
+    ``call_flat`` -> ``context.call_function`` -> ``execute.quick_execute`` run it when executing eagerly with no
+    cancellation manager (the function call options read at each call, as there), its outputs packed as
+    ``call_preflattened`` packs them; :data:`_NOT_DIRECT` where that path does not apply (then the caller takes
+    TensorFlow's). The Python layers in between (the error interpolation, the control-dependency and tape
+    scopes, which do nothing eagerly for a function nobody differentiates) cost a hand-over call ~150-200 us with
+    the caches cold after a replay (benchmarks/RESULTS.md, session 25). None where TensorFlow lacks a part of it or an
+    output carries handle data (a resource or variant: call_flat sets it on the outputs)."""
+    try:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import cancellation, core
+
+        ctx = fn._bound_context
+        name = fn.name.decode() if isinstance(fn.name, bytes) else str(fn.name)
+        types = fn.function_type.flat_outputs
+        pack = fn.function_type.pack_output
+        execute = pywrap_tfe.TFE_Py_Execute
+        status_error = core._NotOkStatusException
+        to_exception = core._status_to_exception
+        current_cancellation = cancellation.context
+        if any(t.dtype._handle_data for t in types):
+            return None
+    except AttributeError:
+        return None
+    nout = len(types)
+
+    def direct(args):
+        if not ctx.executing_eagerly() or current_cancellation() is not None:
+            return _NOT_DIRECT
+        opts = ctx.function_call_options.as_attrs()
+        attrs = ("executor_type", opts["executor_type"], "config_proto", opts["config_proto"])
+        ctx.ensure_initialized()
+        try:
+            outs = execute(ctx._handle, ctx.device_name, name, list(args) + caps, attrs, nout)
+        except status_error as e:
+            raise to_exception(e) from None
+        return pack(outs or None)
+    return direct
 
 
 def _reader(step: TrainStep, first=None):
