@@ -350,9 +350,10 @@ class Device:
                 # the casts of a tensor die with it (bounded memory on large models)
                 env = interpret(nodes, {}, run.eval_node, on_node=on_node if bar is not None else None,
                                 on_release=run.forget, plan=plan)
+            elapsed = time.perf_counter() - t0
             if way is not None and writer is None and trial.choice is None:
-                trial.add(way, time.perf_counter() - t0)
-            summary = run.summary(time.perf_counter() - t0, fused)
+                trial.add(way, elapsed)
+            summary = run.summary(elapsed, fused)
             if writer is not None:
                 # wall time and dump size are not part of the dump: same inputs and config, same bytes
                 writer.finish({k: v for k, v in summary.items() if k != "seconds"})

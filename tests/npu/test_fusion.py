@@ -376,6 +376,14 @@ def test_matmul_reshape_bias_add_last_dim_checked_at_run_time():
         assert rep.outputs["add:0"].shape == (2, 4, 24), shape
     with pytest.raises(AscendEmuError, match="MatMulReshapeBiasAddFusionPass off"):
         dev.replay(g, {"x": x, "s": np.array([8, 24, 1], np.int32)}, progress=False)
+    # a chain with the fused Reshape (no rule makes one) is refused before anything is computed
+    from ascend_emu.ops import OPS
+    from ascend_emu.ops.registry import OpContext
+
+    relu = [{"op": "Relu", "args": [-1], "attrs": {}, "name": "relu"}]
+    with pytest.raises(AscendEmuError, match="both a fused Reshape and an elementwise chain"):
+        OPS["_FusedMatMul"].fn(x, w, np.array([2, 4, 24], np.int32), ctx=OpContext(dtype="float16"), bias=b,
+                               chain=relu, reshape=2)
 
 
 def test_layer_norm_patterns():
