@@ -7,8 +7,9 @@ when only the graph's outputs are observable (no dump, ``keep_tensors=False``) :
 the NHWC tensor itself and drops both transposes (and their perm constants): a region of the graph grown from
 a transpose to NCHW through elementwise ops (unary, binary with a one-element constant, or binary on two
 tensors of the region) whose every other reader is a transpose back to NHWC. A region read by anything else
-(a reduction over NCHW axes, a reshape, a graph output) stays as it is. The plan never mutates the graph's
-nodes: the ops it moves are copies.
+(a reduction over NCHW axes, a reshape, a graph output) stays as it is. A fused convolution whose chain went
+through such a transpose (TbeEltwiseFusionPass on an ONNX model: ``transpose``) counts as the convolution followed
+by that transpose. The plan never mutates the graph's nodes: the ops it moves are copies.
 """
 from __future__ import annotations
 
@@ -56,10 +57,46 @@ def _concat_axis(node: Node, consts: dict) -> bool:
     return isinstance(v, np.ndarray) and v.ndim == 0 and int(v) in (1, -3)
 
 
+def _follow(redirect: dict, t: str) -> str:
+    """The tensor ``t``'s readers read instead: a transpose back to NHWC may read a cancelled transpose to NCHW
+    directly (a fused convolution's, :func:`_split_transposed`), whose own input is then read."""
+    while t in redirect:
+        t = redirect[t]
+    return t
+
+
+def _split_transposed(nodes: list) -> list:
+    """``nodes`` with each fused convolution whose result is transposed to NCHW (``transpose``: TbeEltwiseFusionPass
+    through an ONNX model's Transpose, :mod:`ascend_emu.npu.fusion.rules.ub`) as two nodes: the convolution with
+    its chain in NHWC under a new name, then a Transpose under the fused op's name, which the plan cancels like the
+    loader's own (the same values: the transpose moves them)."""
+    names = None
+    out = []
+    for n in nodes:
+        k = n.attrs.get("transpose") if n.op == "_FusedConv2D" else None
+        if k is None:
+            out.append(n)
+            continue
+        if names is None:
+            names = {m.name for m in nodes}
+        name = f"{n.name}/nhwc"
+        while name in names:
+            name += "_"
+        names.add(name)
+        out.append(Node(name=name, op=n.op, inputs=list(n.inputs), attrs={a: v for a, v in n.attrs.items()
+                                                                          if a != "transpose"},
+                        num_outputs=n.num_outputs, node_def=n.node_def, meta=n.meta, output_shapes=None,
+                        output_dtypes=n.output_dtypes, control_inputs=n.control_inputs))
+        out.append(Node(name=n.name, op="Transpose", inputs=[f"{name}:0", n.inputs[k]], attrs={},
+                        output_shapes=n.output_shapes, output_dtypes=n.output_dtypes))
+    return out
+
+
 def nhwc_plan(nodes: list, keep) -> list:
     """``nodes`` with the transpose pairs around layout-agnostic elementwise regions cancelled (see the module);
     ``keep``: the tensors that must stay as they are (the graph's outputs). Returns ``nodes`` itself when
     nothing cancels."""
+    given, nodes = nodes, _split_transposed(nodes)
     consts = _const_values(nodes)
     keep = {tensor_name(k) for k in keep}
     readers: dict = {}
@@ -132,14 +169,14 @@ def nhwc_plan(nodes: list, keep) -> list:
             for n in (*qs.values(), *backs.values()):
                 redirect[f"{n.name}:0"] = tensor_name(n.inputs[0])
     if not dropped:
-        return nodes
+        return given
     names = {n.name for n in nodes}
     out, perms = [], set()
     for n in nodes:
         if id(n) in dropped:
             perms.add(tensor_name(n.inputs[1]))
             continue
-        ins = [redirect.get(i, i) for i in n.input_names()]
+        ins = [_follow(redirect, i) for i in n.input_names()]
         if id(n) in moved and n.op == "ConcatV2":
             # NCHW's channel axis is NHWC's last
             axis = f"{n.name}/axis_nhwc"

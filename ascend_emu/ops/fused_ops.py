@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import AscendEmuError
 from . import nn_ops, sourced
-from ._util import finish, is_float, sum_f32, to64, to_f32, widen
+from ._util import contiguous, finish, is_float, sum_f32, to64, to_f32, widen
 from .math_ops import vec
 from ..graph.core import dtype_name as _dtype_name
 from ..numerics.chain import chain_to_f16
@@ -222,8 +222,11 @@ def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
 
 @register("_FusedConv2D", kind=CUBE, source=nn_ops.CONV_K_SOURCE)
 def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=(1, 1, 1, 1), padding="VALID",
-                 dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC"):
-    """Conv2D / DepthwiseConv2dNative with bias in L0C and an optional elementwise chain."""
+                 dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC", transpose=None):
+    """Conv2D / DepthwiseConv2dNative with bias in L0C and an optional elementwise chain. ``transpose``: the index of
+    the input holding the permutation (0, 3, 1, 2) the result is transposed by after the chain (TbeEltwiseFusionPass
+    through an ONNX model's Transpose back to NCHW: the chain's other operands are one-element values, which have
+    no layout)."""
     depthwise = base == "DepthwiseConv2dNative"
     fn = nn_ops.depthwise_op if depthwise else nn_ops.conv2d_op
     b = _bias(bias, int(w.shape[2] * w.shape[3]) if depthwise else int(w.shape[3]))
@@ -231,7 +234,15 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
     def run(c, ep):
         return fn(x, w, ctx=c, strides=strides, padding=padding, dilations=dilations,
                   explicit_paddings=explicit_paddings, data_format=data_format, bias=b, epilogue=ep)
-    return _cube(ctx, (x, w) + extra, chain, run)
+    inputs = (x, w) + extra
+    if transpose is None:
+        return _cube(ctx, inputs, chain, run)
+    perm = tuple(int(p) for p in np.asarray(inputs[transpose]).reshape(-1))
+    if perm != (0, 3, 1, 2) or any(np.size(inputs[a]) != 1 for step in chain for a in step["args"] if a >= 0):
+        raise AscendEmuError(f"a convolution fused with a Transpose by {list(perm)} and a chain reading operands "
+                             "with a layout cannot run (TbeEltwiseFusionPass through an ONNX model's Transpose to "
+                             "NCHW makes neither); switch TbeEltwiseFusionPass off for this model")
+    return contiguous(_cube(ctx, inputs, chain, run).transpose(perm))
 
 
 @register("_FusedMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)

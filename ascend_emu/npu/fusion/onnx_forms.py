@@ -23,9 +23,9 @@ ONNX_FORMS = {
     "GeluFusionPass": "matches the Erf form (Div by sqrt 2, Erf, Add 1, Mul, Mul 0.5); ONNX Gelu (opset 20) loads "
                       "directly as the fused Gelu op",
     "SoftmaxGradFusionPass": "TF training graphs only (ONNX models are inference graphs)",
-    "TbeEltwiseFusionPass": "matches after MatMul/Gemm/Einsum (the elementwise ops load as their TF types); not "
-                            "after Conv: the loader's Transpose back to NCHW stands between the NHWC convolution "
-                            "and its Relu/Add, so an ONNX CNN's conv + Relu chains run op by op, each op rounding "
-                            "to the compute dtype, where ATC (NCHW throughout) fuses them (NUMERICS.md section 9)",
+    "TbeEltwiseFusionPass": "matches: after MatMul/Gemm/Einsum the elementwise ops load as their TF types; after "
+                            "Conv the chain continues through the loader's Transpose back to NCHW (ATC's graph has "
+                            "none) while its ops read no operand with a layout (Relu, Relu6/Clip, scalar Mul/Add); "
+                            "a residual Add of another NCHW tensor ends it (NUMERICS.md section 9)",
     "AutomaticUbFusion": "matches: the elementwise ops load as their TF types",
 }

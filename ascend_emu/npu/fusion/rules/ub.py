@@ -9,8 +9,8 @@ from __future__ import annotations
 from ....graph.core import Node, tensor_name
 from ..registry import UB, fusion_rule
 from ..rewriter import Rewriter
-from .common import (ELTWISE, FUSED_CUBE, UB_MAX_OPS, _as_fused_cube, _ascend_of, _attrs_of, _fused_attrs, _fused_node,
-                     _gray_eltwise)
+from .common import (CONV_TYPES, ELTWISE, FUSED_CUBE, UB_MAX_OPS, _as_fused_cube, _ascend_of, _attrs_of,
+                     _fused_attrs, _fused_node, _gray_eltwise)
 
 def _einsum_lowers(equation) -> bool:
     """The cube kernel lowers this two-operand Einsum to one batch matmul (else it runs on the AI CPU)."""
@@ -50,17 +50,47 @@ def _step(node: Node, inputs: list, value_ref: str | None) -> dict:
     return {"op": node.op, "args": args, "attrs": _attrs_of(node, ELTWISE[node.op]), "name": node.name}
 
 
-def _chain_after(rw: Rewriter, start: Node, limit: int) -> list[Node]:
-    """The elementwise ops reading ``start`` one after another, each the sole reader of the last."""
+def _chain_after(rw: Rewriter, start: Node, limit: int, ok=None) -> list[Node]:
+    """The elementwise ops reading ``start`` one after another, each the sole reader of the last (and each passing
+    ``ok``, where given)."""
     chain: list[Node] = []
     cur = start
     while len(chain) < limit:
         r = rw.sole_reader(cur)
-        if r is None or not _eltwise(rw, r):
+        if r is None or not _eltwise(rw, r) or (ok is not None and not ok(r)):
             break
         chain.append(r)
         cur = r
     return chain
+
+
+#: the ONNX loader's Transpose of a convolution's NHWC result back to ONNX's NCHW
+_TO_NCHW = (0, 3, 1, 2)
+
+
+def _to_nchw_after(rw: Rewriter, node: Node) -> Node | None:
+    """The Transpose to NCHW that is the sole reader of convolution ``node`` (an ONNX model's layout change, which
+    ATC, working in NCHW, does not have), or None."""
+    if node.attrs.get("base", node.op) not in CONV_TYPES:
+        return None
+    t = rw.sole_reader(node)
+    if t is None or t.op != "Transpose" or len(t.inputs) != 2 or tensor_name(t.inputs[0]) != f"{node.name}:0":
+        return None
+    if not rw.is_const(t.inputs[1]):
+        return None
+    try:
+        perm = tuple(int(p) for p in rw.value(t.inputs[1]).reshape(-1))
+    except (TypeError, ValueError):
+        return None
+    return t if perm == _TO_NCHW else None
+
+
+def _layout_free(rw: Rewriter, node: Node, value_ref: str) -> bool:
+    """Whether chain op ``node`` computes the same values on the NHWC tensor as on its NCHW transpose: every operand
+    but the running value a one-element float constant (a BiasAdd adds along the layout's last axis: never)."""
+    if node.op == "BiasAdd":
+        return False
+    return all(tensor_name(r) == value_ref or rw.scalar(r) is not None for r in node.inputs)
 
 
 @fusion_rule(
@@ -75,22 +105,43 @@ def tbe_eltwise(rw: Rewriter) -> int:
     n = 0
     cube = tuple(FUSED_CUBE) + ("_FusedConv2D", "_FusedMatMul", "_FusedBatchMatMul")
     for node in rw.candidates(cube):
-        if node.attrs.get("chain") or node.attrs.get("reshape") is not None:
+        if (node.attrs.get("chain") or node.attrs.get("reshape") is not None
+                or node.attrs.get("transpose") is not None):
             continue   # (a Reshape fused after the product, MatMulReshapeBiasAddFusionPass: the chain is not assumed
             # to reach across it; NUMERICS.md section 6)
         if node.op == "Einsum" and (len(node.inputs) != 2 or not _einsum_lowers(node.attrs.get("equation"))):
             continue   # the cube cannot run it: it stays a plain Einsum for the AI CPU fallback
         chain = _chain_after(rw, node, UB_MAX_OPS)
+        through = None
+        if not chain:
+            # an ONNX convolution runs in NHWC and is transposed back to NCHW before its Relu: the chain continues
+            # through that Transpose (ATC's graph has none), its ops computed in NHWC on the accumulator and the
+            # result transposed, where they read no operand that has a layout (NUMERICS.md section 9)
+            through = _to_nchw_after(rw, node)
+            if through is not None:
+                ref = [f"{through.name}:0"]
+
+                def layout_free(op):
+                    ok = _layout_free(rw, op, ref[0])
+                    ref[0] = f"{op.name}:0"
+                    return ok
+                chain = _chain_after(rw, through, UB_MAX_OPS, layout_free)
         if not chain:
             continue
         inputs = [tensor_name(r) for r in node.inputs]
-        steps, value = [], node.name + ":0"
+        steps, value = [], (through or node).name + ":0"
         for op in chain:
             steps.append(_step(op, inputs, value))
             value = op.name + ":0"
-        fused = _as_fused_cube(node, chain[-1].name, chain=steps)
+        changes = {"chain": steps}
+        if through is not None:
+            perm = tensor_name(through.inputs[1])
+            if perm not in inputs:
+                inputs.append(perm)
+            changes["transpose"] = inputs.index(perm)
+        fused = _as_fused_cube(node, chain[-1].name, **changes)
         fused.inputs = inputs
-        rw.fuse("TbeEltwiseFusionPass", [node, *chain], fused)
+        rw.fuse("TbeEltwiseFusionPass", [node, *([through] if through is not None else []), *chain], fused)
         n += 1
     return n
 
