@@ -68,13 +68,13 @@ def _follow(redirect: dict, t: str) -> str:
 def _split_transposed(nodes: list) -> list:
     """``nodes`` with each fused convolution whose result is transposed to NCHW (``transpose``: TbeEltwiseFusionPass
     through an ONNX model's Transpose, :mod:`ascend_emu.npu.fusion.rules.ub`) as two nodes: the convolution with
-    its chain in NHWC under a new name, then a Transpose under the fused op's name, which the plan cancels like the
-    loader's own (the same values: the transpose moves them)."""
+    its chain in NHWC (``transpose_out`` False) under a new name, then a Transpose under the fused op's name, which
+    the plan cancels like the loader's own (the same values: the transpose moves them)."""
     names = None
     out = []
     for n in nodes:
         k = n.attrs.get("transpose") if n.op == "_FusedConv2D" else None
-        if k is None:
+        if k is None or n.attrs.get("transpose_out") is False:
             out.append(n)
             continue
         if names is None:
@@ -83,8 +83,7 @@ def _split_transposed(nodes: list) -> list:
         while name in names:
             name += "_"
         names.add(name)
-        out.append(Node(name=name, op=n.op, inputs=list(n.inputs), attrs={a: v for a, v in n.attrs.items()
-                                                                          if a != "transpose"},
+        out.append(Node(name=name, op=n.op, inputs=list(n.inputs), attrs={**n.attrs, "transpose_out": False},
                         num_outputs=n.num_outputs, node_def=n.node_def, meta=n.meta, output_shapes=None,
                         output_dtypes=n.output_dtypes, control_inputs=n.control_inputs))
         out.append(Node(name=n.name, op="Transpose", inputs=[f"{name}:0", n.inputs[k]], attrs={},

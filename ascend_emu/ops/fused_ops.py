@@ -222,11 +222,13 @@ def _cube(ctx: OpContext, inputs, chain, run) -> np.ndarray:
 
 @register("_FusedConv2D", kind=CUBE, source=nn_ops.CONV_K_SOURCE)
 def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=(1, 1, 1, 1), padding="VALID",
-                 dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC", transpose=None):
+                 dilations=(1, 1, 1, 1), explicit_paddings=(), data_format="NHWC", transpose=None,
+                 transpose_out=True):
     """Conv2D / DepthwiseConv2dNative with bias in L0C and an optional elementwise chain. ``transpose``: the index of
-    the input holding the permutation (0, 3, 1, 2) the result is transposed by after the chain (TbeEltwiseFusionPass
-    through an ONNX model's Transpose back to NCHW: the chain's other operands are one-element values, which have
-    no layout)."""
+    the input holding the permutation (0, 3, 1, 2) to NCHW that the chain's ops followed in the graph
+    (TbeEltwiseFusionPass through an ONNX model's Transpose back to NCHW): the chain runs in NHWC with its other
+    operands (NCHW, or broadcasting against NCHW as numpy aligns them) transposed alike, the same values, and the
+    result is transposed to NCHW (``transpose_out``; False: left in NHWC, for the replay's layout plan)."""
     depthwise = base == "DepthwiseConv2dNative"
     fn = nn_ops.depthwise_op if depthwise else nn_ops.conv2d_op
     b = _bias(bias, int(w.shape[2] * w.shape[3]) if depthwise else int(w.shape[3]))
@@ -238,11 +240,18 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
     if transpose is None:
         return _cube(ctx, inputs, chain, run)
     perm = tuple(int(p) for p in np.asarray(inputs[transpose]).reshape(-1))
-    if perm != (0, 3, 1, 2) or any(np.size(inputs[a]) != 1 for step in chain for a in step["args"] if a >= 0):
-        raise AscendEmuError(f"a convolution fused with a Transpose by {list(perm)} and a chain reading operands "
-                             "with a layout cannot run (TbeEltwiseFusionPass through an ONNX model's Transpose to "
-                             "NCHW makes neither); switch TbeEltwiseFusionPass off for this model")
-    return contiguous(_cube(ctx, inputs, chain, run).transpose(perm))
+    used = {a for step in chain for a in step["args"] if a >= 0}
+    if perm != (0, 3, 1, 2) or any(np.ndim(inputs[a]) > 4 for a in used):
+        raise AscendEmuError(f"a convolution fused with a Transpose by {list(perm)} and a chain operand of more than 4 "
+                             "dimensions cannot run (TbeEltwiseFusionPass through an ONNX model's Transpose to NCHW "
+                             "makes neither for a valid model); switch TbeEltwiseFusionPass off for this model")
+    inputs = list(inputs)
+    for a in used:
+        v = inputs[a]
+        if np.ndim(v) and np.size(v) != 1:   # (NCHW broadcasting: missing leading axes are 1s)
+            inputs[a] = np.reshape(v, (1,) * (4 - np.ndim(v)) + np.shape(v)).transpose(0, 2, 3, 1)
+    out = _cube(ctx, tuple(inputs), chain, run)
+    return contiguous(out.transpose(perm)) if transpose_out else out
 
 
 @register("_FusedMatMul", kind=CUBE, source=nn_ops.MATMUL_SOURCE)

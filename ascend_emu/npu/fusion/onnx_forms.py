@@ -25,7 +25,7 @@ ONNX_FORMS = {
     "SoftmaxGradFusionPass": "TF training graphs only (ONNX models are inference graphs)",
     "TbeEltwiseFusionPass": "matches: after MatMul/Gemm/Einsum the elementwise ops load as their TF types; after "
                             "Conv the chain continues through the loader's Transpose back to NCHW (ATC's graph has "
-                            "none) while its ops read no operand with a layout (Relu, Relu6/Clip, scalar Mul/Add); "
-                            "a residual Add of another NCHW tensor ends it (NUMERICS.md section 9)",
+                            "none), computed in NHWC with its other operands transposed alike (NUMERICS.md "
+                            "section 9)",
     "AutomaticUbFusion": "matches: the elementwise ops load as their TF types",
 }

@@ -85,12 +85,11 @@ def _to_nchw_after(rw: Rewriter, node: Node) -> Node | None:
     return t if perm == _TO_NCHW else None
 
 
-def _layout_free(rw: Rewriter, node: Node, value_ref: str) -> bool:
-    """Whether chain op ``node`` computes the same values on the NHWC tensor as on its NCHW transpose: every operand
-    but the running value a one-element float constant (a BiasAdd adds along the layout's last axis: never)."""
-    if node.op == "BiasAdd":
-        return False
-    return all(tensor_name(r) == value_ref or rw.scalar(r) is not None for r in node.inputs)
+def _through_ok(node: Node) -> bool:
+    """Whether chain op ``node`` may follow the Transpose to NCHW into the fused convolution, which computes in NHWC
+    with its operands transposed alike (the same values, numpy's broadcasting kept): any elementwise op but a
+    BiasAdd, which adds along its layout's last axis."""
+    return node.op != "BiasAdd"
 
 
 @fusion_rule(
@@ -115,17 +114,11 @@ def tbe_eltwise(rw: Rewriter) -> int:
         through = None
         if not chain:
             # an ONNX convolution runs in NHWC and is transposed back to NCHW before its Relu: the chain continues
-            # through that Transpose (ATC's graph has none), its ops computed in NHWC on the accumulator and the
-            # result transposed, where they read no operand that has a layout (NUMERICS.md section 9)
+            # through that Transpose (ATC's graph has none): its ops computed in NHWC on the accumulator, their other
+            # operands transposed alike, and the result transposed (NUMERICS.md section 9)
             through = _to_nchw_after(rw, node)
             if through is not None:
-                ref = [f"{through.name}:0"]
-
-                def layout_free(op):
-                    ok = _layout_free(rw, op, ref[0])
-                    ref[0] = f"{op.name}:0"
-                    return ok
-                chain = _chain_after(rw, through, UB_MAX_OPS, layout_free)
+                chain = _chain_after(rw, through, UB_MAX_OPS, _through_ok)
         if not chain:
             continue
         inputs = [tensor_name(r) for r in node.inputs]
