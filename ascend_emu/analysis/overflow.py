@@ -167,6 +167,8 @@ class OverflowReport:
                  or (fusion.get("tf_type") if name == op["name"] else None))
             if t is None and name == op["name"] and not str(op.get("tf_type", "_")).startswith("_"):
                 t = op["tf_type"]
+            if t == "Transpose" and (op.get("attrs") or {}).get("transpose") is not None:
+                continue   # the ONNX loader's Transpose to NCHW a fused convolution took in: no op of ATC's graph
             if t and t not in types:
                 types.append(t)
         return types if types or external is None else self._original_types(op)

@@ -86,7 +86,8 @@ def _split_transposed(nodes: list) -> list:
         out.append(Node(name=name, op=n.op, inputs=list(n.inputs), attrs={**n.attrs, "transpose_out": False},
                         num_outputs=n.num_outputs, node_def=n.node_def, meta=n.meta, output_shapes=None,
                         output_dtypes=n.output_dtypes, control_inputs=n.control_inputs))
-        out.append(Node(name=n.name, op="Transpose", inputs=[f"{name}:0", n.inputs[k]], attrs={},
+        out.append(Node(name=n.name, op="Transpose", inputs=[f"{name}:0", n.inputs[k]],
+                        attrs={"T": n.attrs["T"]} if "T" in n.attrs else {},
                         output_shapes=n.output_shapes, output_dtypes=n.output_dtypes))
     return out
 

@@ -145,3 +145,24 @@ def test_cli_overflow_writes_the_suggested_mixlist(tmp_path, capsys):
     clean = write(tmp_path / "clean", [("x", "Placeholder", "HOST", [], [np.ones(4, np.float16)], 0, {})])
     assert main(["overflow", str(clean), "--ops-info", str(tmp_path / "none.json")]) == 0
     assert "not written" in capsys.readouterr().out and not (tmp_path / "none.json").exists()
+
+
+def test_a_convolution_fused_through_the_onnx_transpose_blames_no_transpose(tmp_path):
+    """An ONNX convolution whose UB chain went through the loader's Transpose to NCHW (TbeEltwiseFusionPass,
+    ``transpose``) replaced that Transpose too; ATC's graph has none, so it is no type to black-list."""
+    with DumpWriter(tmp_path / "d", kind="npu", config={"overflow_mode": "saturation"},
+                    model={"name": "m", "fingerprint": "f"}, inputs_sha256="0") as w:
+        w.add_op("x", "Placeholder", "Data", "HOST", "float16", [], [np.ones((1, 2, 2, 1), np.float16)], 0)
+        for name, tf_type in (("c/Conv2D", "Conv2D"), ("c/BiasAdd", "BiasAdd"), ("c", "Transpose")):
+            w.add_fused(name, tf_type, "TbeEltwiseFusionPass", "r")
+        w.add_op("r", "_FusedConv2D", "Conv2D", "AICORE", "float16", ["x:0", "w:0", "perm:0"],
+                 [np.full((1, 1, 2, 2), 65504, np.float16)], 0x8,
+                 attrs={"transpose": 2, "chain": [{"op": "Relu", "args": [-1], "attrs": {}, "name": "r"}]},
+                 fusion={"rule": "TbeEltwiseFusionPass", "replaces": ["c/Conv2D", "c/BiasAdd", "c", "r"],
+                         "tf_type": "Relu"},
+                 fp32_check={"overflow": False, "max_abs": 1e5})
+        w.finish({})
+    rep = overflow_report(tmp_path / "d")
+    assert rep.first["blame"]["types"] == ["Conv2D", "BiasAdd", "Relu"]
+    assert rep.suggestion() == {"black-list": {"to-add": ["Conv2D", "BiasAdd", "Relu"]}}
+

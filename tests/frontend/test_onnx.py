@@ -306,7 +306,7 @@ def test_tbe_eltwise_goes_through_the_transpose_back_to_nchw():
     assert _bits(quiet.outputs["softmax:0"]) == _bits(on.outputs["softmax:0"])
 
 
-def _conv_then(ops, opset=17):
+def _conv_then(ops, opset=17, out_shape=(1, 4, 8, 8)):
     """x -> Conv (bias) -> the elementwise ``ops`` ((op type, extra input or None), ...) -> y."""
     from onnx import TensorProto, helper
 
@@ -315,7 +315,7 @@ def _conv_then(ops, opset=17):
     for i, (op, other) in enumerate(ops):
         y = g.n(op, [y] + ([other(g, i)] if other else []), [f"y{i}"], f"op{i}")
     return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 4, 8, 8])], opset)
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, list(out_shape))], opset)
 
 
 @pytest.mark.parametrize("ops", [
@@ -346,6 +346,22 @@ def test_tbe_eltwise_through_the_transpose_takes_the_chain(ops):
     quiet = Device(soc="Ascend910B").replay(g, feeds, progress=False, keep_tensors=False)
     assert _bits(quiet.outputs[out]) == _bits(rep.outputs[out])
     ref = reference(m, feeds, None, progress=False)
+    got = Device(**FP32).replay(g, feeds, progress=False)
+    np.testing.assert_allclose(got.outputs[out], ref.outputs[out], rtol=1e-5, atol=1e-5)
+
+
+def test_tbe_eltwise_through_the_transpose_declines_a_5d_constant():
+    """A one-element constant of 5 dimensions broadcasts the NCHW result to 5: the chain ends before its op (the
+    fused convolution could not transpose that), and the replay gives onnxruntime's 5-D result."""
+    m = _conv_then([("Mul", lambda g, i: g.c(f"s{i}", np.full((1, 1, 1, 1, 1), 0.5), np.float32)),
+                    ("Relu", None)], out_shape=(1, 1, 4, 8, 8))
+    g = load_onnx(m)
+    feeds = {g.inputs[0].name: np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    rep = Device(soc="Ascend910B").replay(g, feeds, progress=False)
+    assert "TbeEltwiseFusionPass" not in rep.summary["fusion_counts"]
+    out = g.outputs[0]
+    ref = reference(m, feeds, None, progress=False)
+    assert rep.outputs[out].shape == ref.outputs[out].shape == (1, 1, 4, 8, 8)
     got = Device(**FP32).replay(g, feeds, progress=False)
     np.testing.assert_allclose(got.outputs[out], ref.outputs[out], rtol=1e-5, atol=1e-5)
 

@@ -6,6 +6,8 @@ piece. Every step runs in float32 and the chain rounds once (NUMERICS.md section
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ....graph.core import Node, tensor_name
 from ..registry import UB, fusion_rule
 from ..rewriter import Rewriter
@@ -85,18 +87,22 @@ def _to_nchw_after(rw: Rewriter, node: Node) -> Node | None:
     return t if perm == _TO_NCHW else None
 
 
-def _through_ok(node: Node) -> bool:
+def _through_ok(rw: Rewriter, node: Node) -> bool:
     """Whether chain op ``node`` may follow the Transpose to NCHW into the fused convolution, which computes in NHWC
     with its operands transposed alike (the same values, numpy's broadcasting kept): any elementwise op but a
-    BiasAdd, which adds along its layout's last axis."""
-    return node.op != "BiasAdd"
+    BiasAdd, which adds along its layout's last axis, and none reading a constant of more than 4 dimensions (it
+    broadcasts the result past the layout's)."""
+    if node.op == "BiasAdd":
+        return False
+    return not any(rw.is_const(r) and np.ndim(rw.value(r)) > 4 for r in node.inputs)
 
 
 @fusion_rule(
     "TbeEltwiseFusionPass", UB,
     pattern="a cube op (Conv2D, DepthwiseConv2dNative, MatMul, BatchMatMul(V2), Einsum, or one fused by the "
             "graph passes) -> a chain of elementwise ops (Relu, Relu6, Add/AddV2 (also a residual tensor), "
-            "Mul, Sub, ...; gray-list, each the sole reader of the previous), up to 28",
+            "Mul, Sub, ...; gray-list, each the sole reader of the previous), up to 28; after an ONNX model's "
+            "convolution, through the loader's Transpose back to NCHW",
     numerics="the chain is applied to the float32 accumulator in the vector unit in float32, then one "
              "rounding to the cube op's output dtype; unfused, the cube output and every elementwise result "
              "are rounded to the compute dtype")
@@ -118,7 +124,7 @@ def tbe_eltwise(rw: Rewriter) -> int:
             # operands transposed alike, and the result transposed (NUMERICS.md section 9)
             through = _to_nchw_after(rw, node)
             if through is not None:
-                chain = _chain_after(rw, through, UB_MAX_OPS, _through_ok)
+                chain = _chain_after(rw, through, UB_MAX_OPS, lambda op: _through_ok(rw, op))
         if not chain:
             continue
         inputs = [tensor_name(r) for r in node.inputs]
