@@ -65,17 +65,47 @@ def _follow(redirect: dict, t: str) -> str:
     return t
 
 
+def _four_d(ref: str, producer: dict, depth: int = 8) -> bool:
+    """Whether tensor ``ref`` has at most 4 dimensions by how it is made: a constant's shape, a transpose by a
+    4-element permutation, a fused convolution's result, or a layout-agnostic op of such tensors."""
+    n = producer.get(tensor_name(ref))
+    if n is None or depth == 0:
+        return False
+    if n.op == "Const":
+        return np.ndim(n.attrs.get("value")) <= 4
+    if n.op == "Transpose":
+        perm = producer.get(tensor_name(n.inputs[1])) if len(n.inputs) == 2 else None
+        return perm is not None and perm.op == "Const" and np.size(perm.attrs.get("value")) == 4
+    if n.op == "_FusedConv2D":
+        return True
+    return _agnostic(n) and all(_four_d(i, producer, depth - 1) for i in n.input_names())
+
+
+def _four_d_operands(n: Node, producer: dict) -> bool:
+    """Whether every chain operand of fused convolution ``n`` has at most 4 dimensions (:func:`_four_d`)."""
+    used = {a for step in n.attrs.get("chain") or () for a in step["args"] if a >= 0}
+    return all(_four_d(n.inputs[a], producer) for a in used)
+
+
 def _split_transposed(nodes: list) -> list:
     """``nodes`` with each fused convolution whose result is transposed to NCHW (``transpose``: TbeEltwiseFusionPass
     through an ONNX model's Transpose, :mod:`ascend_emu.npu.fusion.rules.ub`) as two nodes: the convolution with
     its chain in NHWC (``transpose_out`` False) under a new name, then a Transpose under the fused op's name, which
-    the plan cancels like the loader's own (the same values: the transpose moves them)."""
+    the plan cancels like the loader's own (the same values: the transpose moves them). Only where every chain
+    operand has at most 4 dimensions (:func:`_four_d_operands`): a wider one makes the result wider, which the fused
+    op computes itself."""
     names = None
     out = []
+    producer = None
     for n in nodes:
         k = n.attrs.get("transpose") if n.op == "_FusedConv2D" else None
         if k is None or n.attrs.get("transpose_out") is False:
             out.append(n)
+            continue
+        if producer is None:
+            producer = {f"{m.name}:0": m for m in nodes}
+        if not _four_d_operands(n, producer):
+            out.append(n)   # (an operand of unknown rank may broadcast the result past NHWC's 4 dimensions)
             continue
         if names is None:
             names = {m.name for m in nodes}

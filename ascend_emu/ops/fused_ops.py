@@ -241,10 +241,19 @@ def fused_conv2d(x, w, *extra, ctx, base="Conv2D", bias=None, chain=(), strides=
         return _cube(ctx, inputs, chain, run)
     perm = tuple(int(p) for p in np.asarray(inputs[transpose]).reshape(-1))
     used = {a for step in chain for a in step["args"] if a >= 0}
-    if perm != (0, 3, 1, 2) or any(np.ndim(inputs[a]) > 4 for a in used):
-        raise AscendEmuError(f"a convolution fused with a Transpose by {list(perm)} and a chain operand of more than 4 "
-                             "dimensions cannot run (TbeEltwiseFusionPass through an ONNX model's Transpose to NCHW "
-                             "makes neither for a valid model); switch TbeEltwiseFusionPass off for this model")
+    wide = any(np.ndim(inputs[a]) > 4 for a in used)
+    if perm != (0, 3, 1, 2) or (wide and not transpose_out):
+        raise AscendEmuError(f"a convolution fused with a Transpose by {list(perm)}"
+                             + (" and a chain operand of more than 4 dimensions" if wide else "")
+                             + " cannot run (TbeEltwiseFusionPass through an ONNX model's Transpose to NCHW, and the "
+                               "replay's layout plan, make neither); switch TbeEltwiseFusionPass off for this model")
+    if wide:
+        # an operand that broadcasts the result past 4 dimensions: the chain on the accumulator transposed to NCHW,
+        # step by step (numpy's broadcasting as the graph's), then the one rounding
+        sub = _sub(ctx, cube_out="float32")
+        acc = run(sub, None)
+        ctx.record(sub.status)
+        return _round_to(ctx, _chain(ctx, contiguous(acc.transpose(perm)), inputs, chain), _dtype_name(ctx.cube_out))
     inputs = list(inputs)
     for a in used:
         v = inputs[a]

@@ -366,35 +366,94 @@ def test_tbe_eltwise_through_the_transpose_declines_a_5d_constant():
     np.testing.assert_allclose(got.outputs[out], ref.outputs[out], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(1, 4, 6, 6), (4, 1, 1), (1, 4, 1, 1), (), (2, 4, 6, 6), (6,)],
-                         ids=["nchw", "rank3", "channel", "scalar", "batch_broadcast", "width"])
-def test_fused_conv_through_the_transpose_is_the_nhwc_op_transposed(shape):
-    """_FusedConv2D with ``transpose`` gives, bit for bit, the same fused op computed in NHWC on the operands
-    transposed by hand (numpy's NCHW broadcasting kept: a batch of 2 from the operand too), then transposed to
-    NCHW; ``transpose_out`` False leaves the NHWC result. Another permutation or a 5-D operand is a one-line error
-    naming the pass."""
+_ADD_RELU = [{"op": "AddV2", "args": [-1, 2], "attrs": {}, "name": "a"},
+             {"op": "Relu", "args": [-1], "attrs": {}, "name": "r"}]
+_MUL_SIGMOID = [{"op": "Mul", "args": [-1, 2], "attrs": {}, "name": "m"},
+                {"op": "Sigmoid", "args": [-1], "attrs": {}, "name": "s"},
+                {"op": "Maximum", "args": [-1, 2], "attrs": {}, "name": "x"}]
+
+
+@pytest.mark.parametrize("xhw, shape, chain, mode", [
+    (6, (1, 4, 6, 6), _ADD_RELU, "inf_nan"), (6, (4, 1, 1), _ADD_RELU, "inf_nan"),
+    (6, (1, 4, 1, 1), _MUL_SIGMOID, "inf_nan"), (6, (), _ADD_RELU, "inf_nan"),
+    (6, (2, 4, 6, 6), _ADD_RELU, "inf_nan"), (6, (6,), _MUL_SIGMOID, "inf_nan"),
+    (1, (1, 4, 6, 6), _MUL_SIGMOID, "inf_nan"),     # squeeze-excitation: the operand widens the 1x1 result
+    (6, (1, 4, 6, 6), _ADD_RELU, "saturation"), (6, (1, 4, 1, 1), _MUL_SIGMOID, "saturation"),
+], ids=["nchw", "rank3", "channel_sigmoid", "scalar", "batch_broadcast", "width", "se_widens", "nchw_sat",
+        "channel_sat"])
+def test_fused_conv_through_the_transpose_is_the_nhwc_op_transposed(xhw, shape, chain, mode):
+    """_FusedConv2D with ``transpose`` gives, bit for bit and with the same status, the same fused op computed in
+    NHWC on the operands transposed by hand (numpy's NCHW broadcasting kept, also where the operand widens the
+    result), then transposed to NCHW; ``transpose_out`` False leaves the NHWC result. Operands hold an Inf and a
+    value that overflows fp16 (the one-pass epilogue declines, the step-by-step chain and the saturation apply).
+    A 5-D operand: the chain on the NCHW accumulator (numpy's broadcasting to 5-D), or, left in NHWC, an error
+    naming the pass, as another permutation is."""
     from ascend_emu.ops import OPS
     from ascend_emu.ops.registry import OpContext
 
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((1, 6, 6, 3)).astype(np.float16)
+    x = rng.standard_normal((1, xhw, xhw, 3)).astype(np.float16)
     w = (rng.standard_normal((3, 3, 3, 4)) * 0.5).astype(np.float16)
     o = rng.standard_normal(shape).astype(np.float16)
-    chain = [{"op": "AddV2", "args": [-1, 2], "attrs": {}, "name": "a"},
-             {"op": "Relu", "args": [-1], "attrs": {}, "name": "r"}]
+    if o.size > 2:
+        o.reshape(-1)[:2] = (np.inf, 60000)
     fn = OPS["_FusedConv2D"].fn
     kw = dict(bias=np.linspace(-1, 1, 4).astype(np.float32), chain=chain, padding="SAME")
     perm = np.array([0, 3, 1, 2])
-    got = fn(x, w, o, perm, ctx=OpContext(dtype="float16"), transpose=3, **kw)
+
+    def ctx():
+        return OpContext(dtype="float16", overflow_mode=mode)
+    c1, c2, c3 = ctx(), ctx(), ctx()
+    got = fn(x, w, o, perm, ctx=c1, transpose=3, **kw)
     o4 = o.reshape((1,) * (4 - o.ndim) + o.shape).transpose(0, 2, 3, 1)
-    nhwc = fn(x, w, np.ascontiguousarray(o4), ctx=OpContext(dtype="float16"), **kw)
+    nhwc = fn(x, w, np.ascontiguousarray(o4), ctx=c2, **kw)
     assert _bits(got) == _bits(np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)))
-    assert _bits(fn(x, w, o, perm, ctx=OpContext(dtype="float16"), transpose=3, transpose_out=False, **kw)) == \
-        _bits(nhwc)
+    assert c1.status == c2.status
+    assert _bits(fn(x, w, o, perm, ctx=c3, transpose=3, transpose_out=False, **kw)) == _bits(nhwc)
+    assert c3.status == c2.status
     with pytest.raises(AscendEmuError, match="switch TbeEltwiseFusionPass off"):
-        fn(x, w, o, np.array([0, 2, 3, 1]), ctx=OpContext(dtype="float16"), transpose=3, **kw)
+        fn(x, w, o, np.array([0, 2, 3, 1]), ctx=ctx(), transpose=3, **kw)
+    o5 = o.reshape((1,) * (5 - o.ndim) + o.shape)
+    c4 = ctx()
+    wide = fn(x, w, o5, perm, ctx=c4, transpose=3, **kw)    # (a leading 1 more: the same values, one axis more)
+    assert _bits(wide) == _bits(np.ascontiguousarray(got)[None]) and c4.status == c1.status
     with pytest.raises(AscendEmuError, match="switch TbeEltwiseFusionPass off"):
-        fn(x, w, np.ones((1, 1, 4, 6, 6), np.float16), perm, ctx=OpContext(dtype="float16"), transpose=3, **kw)
+        fn(x, w, o5, perm, ctx=ctx(), transpose=3, transpose_out=False, **kw)
+
+
+def test_tbe_eltwise_through_the_transpose_with_a_5d_tensor_operand():
+    """A computed 5-D operand (ONNX nodes carry no shapes, so the rule takes it): the fused op runs the chain on the
+    NCHW accumulator, the layout plan leaves it whole; the dump replay, the no-dump replay and onnxruntime (fp32)
+    agree on the 5-D result."""
+    from onnx import TensorProto, helper
+
+    g_ = M._G(6)
+    y = g_.n("Conv", ["x", g_.w("w", (4, 3, 3, 3)), g_.w("b", (4,))], ["c"], "conv", pads=[1, 1, 1, 1])
+    u = g_.n("Unsqueeze", ["z", g_.c("ax", [0])], ["u"], "unsq")
+    y = g_.n("Add", [y, u], ["a"], "add")
+    y = g_.n("Relu", [y], ["r"], "relu")
+    # another branch whose transposes the plan cancels (conv + Relu -> MaxPool), so the plan is made
+    p = g_.n("Conv", ["x", g_.w("w2", (4, 3, 3, 3))], ["c2"], "conv2", pads=[1, 1, 1, 1])
+    p = g_.n("Relu", [p], ["r2"], "relu2")
+    p = g_.n("MaxPool", [p], ["p"], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    m = g_.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+                  helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])],
+                 [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 1, 4, 8, 8]),
+                  helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4, 4, 4])], 17)
+    g = load_onnx(m)
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "z": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    rep = Device(soc="Ascend910B").replay(g, feeds, progress=False)
+    assert rep.summary["fusion_counts"].get("TbeEltwiseFusionPass") == 2
+    quiet = Device(soc="Ascend910B").replay(g, feeds, progress=False, keep_tensors=False)
+    assert sum(r.tf_type == "Transpose" for r in quiet.records) < sum(r.tf_type == "Transpose" for r in rep.records)
+    assert rep.outputs[g.outputs[0]].shape == (1, 1, 4, 8, 8)
+    ref = reference(m, feeds, None, progress=False)
+    got = Device(**FP32).replay(g, feeds, progress=False)
+    for out in g.outputs:
+        assert _bits(quiet.outputs[out]) == _bits(rep.outputs[out]), out
+        np.testing.assert_allclose(got.outputs[out], ref.outputs[out], rtol=1e-5, atol=1e-5)
 
 
 def test_contrib_op_runs_on_the_ai_cpu():
