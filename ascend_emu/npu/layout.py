@@ -65,26 +65,33 @@ def _follow(redirect: dict, t: str) -> str:
     return t
 
 
-def _four_d(ref: str, producer: dict, depth: int = 8) -> bool:
+def _four_d(ref: str, producer: dict, memo: dict, depth: int = 0) -> bool:
     """Whether tensor ``ref`` has at most 4 dimensions by how it is made: a constant's shape, a transpose by a
-    4-element permutation, a fused convolution's result, or a layout-agnostic op of such tensors."""
-    n = producer.get(tensor_name(ref))
-    if n is None or depth == 0:
+    4-element permutation, a fused convolution whose chain operands have (its result is NHWC's or NCHW's), or a
+    layout-agnostic op of such tensors; anything else (or a derivation deeper than 200) is not known to."""
+    ref = tensor_name(ref)
+    if ref in memo:
+        return memo[ref]
+    n = producer.get(ref)
+    if n is None or depth > 200:
         return False
     if n.op == "Const":
-        return np.ndim(n.attrs.get("value")) <= 4
-    if n.op == "Transpose":
+        ok = np.ndim(n.attrs.get("value")) <= 4
+    elif n.op == "Transpose":
         perm = producer.get(tensor_name(n.inputs[1])) if len(n.inputs) == 2 else None
-        return perm is not None and perm.op == "Const" and np.size(perm.attrs.get("value")) == 4
-    if n.op == "_FusedConv2D":
-        return True
-    return _agnostic(n) and all(_four_d(i, producer, depth - 1) for i in n.input_names())
+        ok = perm is not None and perm.op == "Const" and np.size(perm.attrs.get("value")) == 4
+    elif n.op == "_FusedConv2D":
+        ok = _four_d_operands(n, producer, memo, depth + 1)
+    else:
+        ok = _agnostic(n) and all(_four_d(i, producer, memo, depth + 1) for i in n.input_names())
+    memo[ref] = ok
+    return ok
 
 
-def _four_d_operands(n: Node, producer: dict) -> bool:
+def _four_d_operands(n: Node, producer: dict, memo: dict, depth: int = 0) -> bool:
     """Whether every chain operand of fused convolution ``n`` has at most 4 dimensions (:func:`_four_d`)."""
     used = {a for step in n.attrs.get("chain") or () for a in step["args"] if a >= 0}
-    return all(_four_d(n.inputs[a], producer) for a in used)
+    return all(_four_d(n.inputs[a], producer, memo, depth) for a in used)
 
 
 def _split_transposed(nodes: list) -> list:
@@ -96,7 +103,7 @@ def _split_transposed(nodes: list) -> list:
     op computes itself."""
     names = None
     out = []
-    producer = None
+    producer, memo = None, {}
     for n in nodes:
         k = n.attrs.get("transpose") if n.op == "_FusedConv2D" else None
         if k is None or n.attrs.get("transpose_out") is False:
@@ -104,7 +111,7 @@ def _split_transposed(nodes: list) -> list:
             continue
         if producer is None:
             producer = {f"{m.name}:0": m for m in nodes}
-        if not _four_d_operands(n, producer):
+        if not _four_d_operands(n, producer, memo):
             out.append(n)   # (an operand of unknown rank may broadcast the result past NHWC's 4 dimensions)
             continue
         if names is None:
